@@ -1,0 +1,77 @@
+"""The KV cache: keys and values kept between decoding steps.
+
+Incremental decoding feeds one new position at a time. Self-attention then needs the keys and
+values of every earlier position; recomputing them costs the whole prefix every step, so each
+decoder layer keeps them here. Cross-attention keys/values depend only on the encoder output, so
+they are computed once per source and reused every step.
+
+Buffers are preallocated (``max_len`` positions) and grow by doubling if a sequence runs longer.
+For beam search, :meth:`KVCache.reorder` follows the surviving beams.
+
+Dimension legend: B batch (× beams), H heads, T positions, Dh head dim.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["LayerKV", "KVCache"]
+
+
+class LayerKV:
+    """Keys/values of one decoder layer: a growing self-attention store and a fixed cross-attention pair."""
+
+    def __init__(self, max_len: int = 0) -> None:
+        self.max_len = max_len
+        self.k: torch.Tensor | None = None  # (B, H, capacity, Dh)
+        self.v: torch.Tensor | None = None  # (B, H, capacity, Dh)
+        self.length = 0  # positions stored so far
+        self.cross_k: torch.Tensor | None = None  # (B, H, S, Dh)
+        self.cross_v: torch.Tensor | None = None  # (B, H, S, Dh)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new positions' keys/values; return keys/values of all positions so far."""
+        start, end = self.length, self.length + k.shape[2]
+        if self.k is None:
+            capacity = max(self.max_len, end)
+            self.k = k.new_empty(k.shape[0], k.shape[1], capacity, k.shape[3])
+            self.v = v.new_empty(v.shape[0], v.shape[1], capacity, v.shape[3])
+        elif end > self.k.shape[2]:
+            grow = max(end, 2 * self.k.shape[2]) - self.k.shape[2]
+            self.k = torch.cat([self.k, self.k.new_empty(*self.k.shape[:2], grow, self.k.shape[3])], dim=2)
+            self.v = torch.cat([self.v, self.v.new_empty(*self.v.shape[:2], grow, self.v.shape[3])], dim=2)
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]  # (B, H, T, Dh) each
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (beam search: follow the surviving beams)."""
+        for name in ("k", "v", "cross_k", "cross_v"):
+            tensor = getattr(self, name)
+            if tensor is not None:
+                setattr(self, name, tensor.index_select(0, index))
+
+
+class KVCache:
+    """One :class:`LayerKV` per decoder layer; pass it to ``decode``/``forward`` of a model.
+
+    >>> cache = model.new_cache()            # doctest: +SKIP
+    >>> logits = model.decode(tgt[:, :1], memory, cache=cache)   # doctest: +SKIP
+    >>> logits = model.decode(tgt[:, 1:2], memory, cache=cache)  # doctest: +SKIP
+    """
+
+    def __init__(self, n_layers: int, max_len: int = 0) -> None:
+        self.layers = [LayerKV(max_len) for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        """Number of positions already stored (the position of the next token)."""
+        return self.layers[0].length
+
+    def reorder(self, index: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.reorder(index)
+
+    def __len__(self) -> int:
+        return len(self.layers)

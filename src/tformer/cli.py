@@ -1,0 +1,42 @@
+"""The ``tformer`` command line. Each subcommand lives in ``tformer/commands/<name>.py`` and
+provides ``add_parser(subparsers)``; the parser it adds has ``run`` as its ``func`` default."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+
+# Subcommand modules, in the order `tformer --help` lists them.
+COMMANDS = ["info"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tformer",
+        description="The Transformer from its parts: train, run and inspect seq2seq, GPT and BERT models.",
+    )
+    parser.add_argument("--version", action="version", version=f"tformer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return args.func(args) or 0
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print(f"tformer {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

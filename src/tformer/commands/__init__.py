@@ -1,0 +1,1 @@
+"""Subcommands of the ``tformer`` command line, one module each."""

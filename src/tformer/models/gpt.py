@@ -1,0 +1,137 @@
+"""Decoder-only Transformer language model (GPT-2 style).
+
+    ids ─ token + learned position embedding ─ N × [masked self-attention, FFN] ─ LayerNorm ─ Linear → logits
+
+The blocks are :class:`~tformer.layers.DecoderLayer` without cross-attention. Defaults follow
+GPT-2: pre-LN with a final LayerNorm, GELU (tanh approximation), learned positions, no embedding
+scaling, output projection tied to the token embedding.
+
+Dimension legend: B batch, T sequence length, D model dim, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from ..cache import KVCache
+from ..checkpoint import PretrainedMixin
+from ..checks import check_ids, check_length, check_positive
+from ..inspect import Recorder
+from ..layers import Decoder, LayerConfig
+from ..positional import InputEmbedding
+
+__all__ = ["GPTConfig", "GPT"]
+
+_PRESETS = {
+    "tiny": dict(d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=128),
+    "small": dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, max_len=256),
+    "base": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_len=1024),  # GPT-2 small
+}
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    d_model: int = 768
+    n_heads: int = 12
+    n_layers: int = 12
+    d_ff: int = 3072
+    max_len: int = 1024  # context length (block size)
+    dropout: float = 0.1
+    attn_dropout: float | None = None  # None = same as dropout
+    activation: str = "gelu_tanh"  # GPT-2's "gelu_new"; "gelu" | "relu" also allowed
+    norm_first: bool = True  # pre-LN (GPT-2); False = post-LN
+    final_norm: bool | None = None  # None = only for pre-LN (GPT-2's ln_f)
+    norm_eps: float = 1e-5
+    bias: bool = True
+    positional: str = "learned"  # "learned" (GPT-2) | "sinusoidal"
+    tie_embeddings: bool = True  # output projection = token embedding matrix
+    pad_id: int | None = None  # a padding token, if the tokenizer has one (ignored by the loss)
+
+    def __post_init__(self) -> None:
+        check_positive(self, "vocab_size", "n_layers", "max_len")
+        _ = self.layer
+        if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id must be None or a valid token id, got {self.pad_id}")
+
+    @property
+    def layer(self) -> LayerConfig:
+        return LayerConfig(self.d_model, self.n_heads, self.d_ff, self.dropout, self.attn_dropout,
+                           self.activation, self.norm_first, self.norm_eps, self.bias)
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "GPTConfig":
+        """``GPTConfig.preset("small", vocab_size=65)``; presets: tiny, small, base (= GPT-2 small)."""
+        if name not in _PRESETS:
+            raise ValueError(f"preset must be one of {sorted(_PRESETS)}, got {name!r}")
+        return cls(**{**_PRESETS[name], **overrides})
+
+    def replace(self, **changes) -> "GPTConfig":
+        return replace(self, **changes)
+
+
+class GPT(PretrainedMixin, nn.Module):
+    model_type = "gpt"
+    config_class = GPTConfig
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.positional, scale=False, dropout=c.dropout)
+        self.decoder = Decoder(c.layer, c.n_layers, c.final_norm, cross_attention=False)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.output.weight = self.embed.token.weight
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """GPT-2 initialisation: N(0, 0.02), residual output projections scaled by 1/√(2·n_layers)."""
+        for name, p in self.named_parameters():
+            if p.dim() > 1:
+                std = 0.02 / math.sqrt(2 * self.config.n_layers) if name.endswith(("out_proj.weight", "linear2.weight")) else 0.02
+                nn.init.normal_(p, std=std)
+            elif name.endswith("bias") and "norm" not in name:
+                nn.init.zeros_(p)
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        return_attention: bool = False,
+    ):
+        """``ids`` (B, T) → logits (B, T, V).
+
+        ``attention_mask`` (B, Tk) bool, ``True`` = real token, covers the cached positions too
+        (Tk = cached + T); use it for left-padded batches, with ``positions`` (B, T) counting real
+        tokens only. With a ``cache``, ``ids`` holds only the new positions.
+        ``return_attention=True`` returns ``(logits, weights)`` (weights by module name).
+        """
+        if return_attention:
+            with Recorder(self) as rec:
+                logits = self.forward(ids, attention_mask, positions, cache)
+            return logits, rec.weights()
+        check_ids(ids, "ids", self.config.vocab_size)
+        start = cache.length if cache is not None else 0
+        check_length(start + ids.shape[1], self.config.max_len, "ids")
+        if positions is None:
+            positions = torch.arange(start, start + ids.shape[1], device=ids.device)  # (T,)
+        mask = None
+        if attention_mask is not None:
+            if attention_mask.shape != (ids.shape[0], start + ids.shape[1]):
+                raise ValueError(
+                    f"attention_mask must have shape (B, cached + T) = {(ids.shape[0], start + ids.shape[1])}, "
+                    f"got {tuple(attention_mask.shape)}"
+                )
+            mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
+        x = self.embed(ids, positions)  # (B, T, D)
+        x = self.decoder(x, self_mask=mask, causal=True, cache=cache)  # (B, T, D)
+        return self.output(x)  # (B, T, V)
+
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        return KVCache(self.config.n_layers, max_len or self.config.max_len)

@@ -1,0 +1,106 @@
+"""Positional information and input embeddings.
+
+* :func:`sinusoidal_table` — the paper's fixed encoding, interleaved as in the paper::
+
+      PE[pos, 2i]   = sin(pos / 10000^(2i/d))
+      PE[pos, 2i+1] = cos(pos / 10000^(2i/d))
+
+  (check value, d = 4, pos = 1: [0.84147098, 0.54030231, 0.00999983, 0.99995000]).
+* :class:`LearnedPositionalEmbedding` — one trained vector per position (GPT-2, BERT).
+* :class:`InputEmbedding` — token embedding (optionally × √d_model, as in the paper) + position
+  (+ segment for BERT) (+ LayerNorm for BERT) → dropout.
+
+Dimension legend: B batch, T sequence length, D model dim, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = ["sinusoidal_table", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "InputEmbedding"]
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
+    """The (max_len, d_model) sinusoidal table; even columns sin, odd columns cos."""
+    if d_model % 2 != 0:
+        raise ValueError(f"sinusoidal positional encoding needs an even d_model, got d_model={d_model}")
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (T, 1)
+    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * inv_freq)
+    table[:, 1::2] = torch.cos(pos * inv_freq)
+    return table.float()  # (T, D)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed table lookup; the table is a (non-persistent) buffer, not a parameter."""
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table[positions]  # (..., D)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """One trained vector per position."""
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.empty(max_len, d_model))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.weight[positions]  # (..., D)
+
+
+class InputEmbedding(nn.Module):
+    """ids → token embedding (× √D if ``scale``) + positional (+ segment) → (LayerNorm) → dropout."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_len: int,
+        positional: str = "sinusoidal",
+        scale: bool = False,
+        dropout: float = 0.0,
+        n_segments: int = 0,
+        norm_eps: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.vocab_size, self.d_model = vocab_size, d_model
+        self.token = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.token.weight, std=d_model**-0.5 if scale else 0.02)
+        self.scale = math.sqrt(d_model) if scale else 1.0
+        if positional == "sinusoidal":
+            self.position: nn.Module = SinusoidalPositionalEncoding(max_len, d_model)
+        elif positional == "learned":
+            self.position = LearnedPositionalEmbedding(max_len, d_model)
+        else:
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
+        self.segment = nn.Embedding(n_segments, d_model) if n_segments else None
+        if self.segment is not None:
+            nn.init.normal_(self.segment.weight, std=0.02)
+        self.norm = nn.LayerNorm(d_model, eps=norm_eps) if norm_eps is not None else None
+        self.dropout = nn.Dropout(dropout)
+        self.max_len = max_len
+
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor | None = None, segments: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``ids`` (B, T) → (B, T, D). ``positions`` defaults to 0..T-1 (pass an offset when decoding with a cache)."""
+        if positions is None:
+            positions = torch.arange(ids.shape[1], device=ids.device)  # (T,)
+        x = self.token(ids) * self.scale + self.position(positions)  # (B, T, D)
+        if self.segment is not None:
+            x = x + self.segment(torch.zeros_like(ids) if segments is None else segments)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x)
