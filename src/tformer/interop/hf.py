@@ -1,0 +1,272 @@
+"""Convert Hugging Face ``transformers`` models into tformer models with the same weights.
+
+``from_hf(model)`` accepts
+
+* ``GPT2LMHeadModel`` / ``GPT2Model`` → :class:`tformer.GPT`;
+* ``BertModel``, ``BertForPreTraining``, ``BertForMaskedLM``, ``BertForSequenceClassification``
+  → :class:`tformer.Bert`.
+
+The weight-name mapping for BERT (:func:`bert_state_from_hf`) and the config mapping
+(:func:`bert_config_from_hf`) work on plain dicts, so :mod:`tformer.embeddings` reuses them to read a
+``config.json`` + ``model.safetensors`` directory without importing ``transformers`` at all.
+
+What changes on the way:
+
+* GPT-2's ``Conv1D`` stores weights as (in, out); ``nn.Linear`` wants (out, in): every GPT-2
+  matrix is transposed. ``c_attn`` is already the fused (Q, K, V) projection, in our row order.
+* BERT keeps W_Q, W_K, W_V as three ``Linear``s; they are concatenated into one (3D, D) ``qkv_proj``.
+* GPT-2 has separate embedding and residual dropouts (``embd_pdrop``, ``resid_pdrop``); tformer has
+  one, taken from ``resid_pdrop``. Irrelevant in eval mode (the converted model is returned in eval).
+
+Dimension legend: D model dim, V vocabulary size, L number of layers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from ..models.bert import Bert, BertConfig
+from ..models.gpt import GPT, GPTConfig
+
+__all__ = ["from_hf", "bert_config_from_hf", "bert_state_from_hf", "load_hf_bert_state"]
+
+# Hugging Face ``hidden_act`` / ``activation_function`` name -> ours.
+_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+
+# HF BERT weight names -> ours: the prefix rules first, then the one rename that matches.
+# Heads absent from a checkpoint keep our fresh init.
+_BERT_PREFIX = [
+    (r"^bert\.", ""),
+    (r"\.gamma$", ".weight"),  # LayerNorm names of TF-converted checkpoints
+    (r"\.beta$", ".bias"),
+]
+_BERT_RENAMES = [
+    (r"^embeddings\.word_embeddings\.", "embed.token."),
+    (r"^embeddings\.position_embeddings\.", "embed.position."),
+    (r"^embeddings\.token_type_embeddings\.", "embed.segment."),
+    (r"^embeddings\.LayerNorm\.", "embed.norm."),
+    (r"^encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.", r"encoder.layers.\1.self_attn.\2."),
+    (r"^encoder\.layer\.(\d+)\.attention\.output\.dense\.", r"encoder.layers.\1.self_attn.out_proj."),
+    (r"^encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\.", r"encoder.layers.\1.add_norm1.norm."),
+    (r"^encoder\.layer\.(\d+)\.intermediate\.dense\.", r"encoder.layers.\1.ff.linear1."),
+    (r"^encoder\.layer\.(\d+)\.output\.dense\.", r"encoder.layers.\1.ff.linear2."),
+    (r"^encoder\.layer\.(\d+)\.output\.LayerNorm\.", r"encoder.layers.\1.add_norm2.norm."),
+    (r"^pooler\.dense\.", "pooler."),
+    (r"^cls\.predictions\.transform\.dense\.", "mlm_head.dense."),
+    (r"^cls\.predictions\.transform\.LayerNorm\.", "mlm_head.norm."),
+    (r"^cls\.predictions\.decoder\.", "mlm_head.decoder."),
+    (r"^cls\.predictions\.bias$", "mlm_head.decoder.bias"),
+    (r"^cls\.seq_relationship\.", "nsp_head."),
+    (r"^classifier\.", "classifier.1."),
+]
+_BERT_IGNORED = re.compile(r"(^|\.)embeddings\.position_ids$")  # a buffer, not a weight
+_BERT_HEADS = ("pooler.", "mlm_head.", "nsp_head.", "classifier.")  # may be missing from a checkpoint
+
+# HF GPT-2 weight names -> ours: the "transformer." prefix dropped, then the one rename that matches.
+_GPT2_PREFIX = [(r"^transformer\.", "")]
+_GPT2_RENAMES = [
+    (r"^wte\.", "embed.token."),
+    (r"^wpe\.", "embed.position."),
+    (r"^h\.(\d+)\.ln_1\.", r"decoder.layers.\1.add_norm1.norm."),
+    (r"^h\.(\d+)\.attn\.c_attn\.", r"decoder.layers.\1.self_attn.qkv_proj."),
+    (r"^h\.(\d+)\.attn\.c_proj\.", r"decoder.layers.\1.self_attn.out_proj."),
+    (r"^h\.(\d+)\.ln_2\.", r"decoder.layers.\1.add_norm3.norm."),
+    (r"^h\.(\d+)\.mlp\.c_fc\.", r"decoder.layers.\1.ff.linear1."),
+    (r"^h\.(\d+)\.mlp\.c_proj\.", r"decoder.layers.\1.ff.linear2."),
+    (r"^ln_f\.", "decoder.norm."),
+    (r"^lm_head\.", "output."),
+]
+_GPT2_IGNORED = re.compile(r"\.attn\.(bias|masked_bias)$")  # causal-mask buffers of older versions
+
+
+def _rename(key: str, prefix: list[tuple[str, str]], renames: list[tuple[str, str]], family: str) -> str:
+    """Normalise ``key`` with the ``prefix`` rules, then apply the one ``renames`` rule that matches it."""
+    for pattern, repl in prefix:
+        key = re.sub(pattern, repl, key)
+    for pattern, repl in renames:
+        new, n = re.subn(pattern, repl, key)
+        if n:
+            return new
+    raise ValueError(f"from_hf: unexpected {family} weight {key!r} (no mapping to tformer)")
+
+
+def _activation(name: str, field: str) -> str:
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"from_hf: {field}={name!r} is not supported; supported: {sorted(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]
+
+
+# ----------------------------------------------------------------------------------------------- BERT
+
+
+def bert_config_from_hf(hf: Mapping, num_labels: int = 0) -> BertConfig:
+    """Our :class:`BertConfig` from a Hugging Face BERT config dict (``config.json`` or ``config.to_dict()``).
+
+    ``num_labels`` sizes the classification head (0 = none): HF configs always carry a ``num_labels``,
+    so only the caller knows whether the model really has that head.
+    """
+    if hf.get("model_type", "bert") != "bert":
+        raise ValueError(f"from_hf: expected a BERT config (model_type 'bert'), got model_type={hf['model_type']!r}")
+    position_type = hf.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise ValueError(f"from_hf: position_embedding_type={position_type!r} is not supported, only 'absolute'")
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        raise ValueError("from_hf: BERT as a decoder (is_decoder / add_cross_attention) is not supported")
+    pad = hf.get("pad_token_id")
+    return BertConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_heads=hf["num_attention_heads"],
+        n_layers=hf["num_hidden_layers"],
+        d_ff=hf["intermediate_size"],
+        max_len=hf["max_position_embeddings"],
+        n_segments=hf["type_vocab_size"],
+        dropout=hf["hidden_dropout_prob"],
+        attn_dropout=hf["attention_probs_dropout_prob"],
+        activation=_activation(hf["hidden_act"], "hidden_act"),
+        norm_eps=hf["layer_norm_eps"],
+        pad_id=0 if pad is None else pad,
+        num_labels=num_labels,
+    )
+
+
+def _fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Replace each layer's ``self_attn.{query,key,value}.{weight,bias}`` by one ``self_attn.qkv_proj.*``."""
+    fused = {}
+    for key in [k for k in state if ".self_attn.query." in k]:
+        prefix, kind = key.split(".self_attn.query.")  # e.g. "encoder.layers.0", "weight"
+        parts = [state.pop(f"{prefix}.self_attn.{name}.{kind}") for name in ("query", "key", "value")]
+        fused[f"{prefix}.self_attn.qkv_proj.{kind}"] = torch.cat(parts, dim=0)  # 3 × (D, D) -> (3D, D); bias (3D,)
+    return {**state, **fused}
+
+
+def bert_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Hugging Face BERT weights (``state_dict()`` or a safetensors file) renamed to our :class:`Bert` keys.
+
+    Accepts keys with or without the ``bert.`` prefix; unknown keys raise a ``ValueError``.
+    """
+    state: dict[str, torch.Tensor] = {}
+    for key, tensor in hf_state.items():
+        if _BERT_IGNORED.search(key):
+            continue
+        ours = _rename(key, _BERT_PREFIX, _BERT_RENAMES, "BERT")
+        state[ours] = tensor
+    return _fuse_qkv(state)
+
+
+def _drop_tied_decoder(state: dict[str, torch.Tensor]) -> None:
+    """Our MLM decoder weight *is* the token embedding; refuse an untied checkpoint instead of losing weights."""
+    decoder = state.pop("mlm_head.decoder.weight", None)
+    token = state.get("embed.token.weight")
+    if decoder is not None and token is not None and not torch.equal(decoder, token):
+        raise ValueError("from_hf: the MLM decoder weight differs from the word embeddings (tie_word_embeddings=False) "
+                         "and tformer's Bert always ties them")
+
+
+def load_hf_bert_state(model: Bert, hf_state: Mapping[str, torch.Tensor]) -> Bert:
+    """Copy Hugging Face BERT weights into ``model`` (in place); heads the checkpoint lacks keep their init."""
+    state = bert_state_from_hf(hf_state)
+    _drop_tied_decoder(state)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith(_BERT_HEADS) and k != "mlm_head.decoder.weight"]
+    if missing or unexpected:
+        raise ValueError(f"from_hf: BERT weights do not fit the model: missing {missing}, unexpected {unexpected}")
+    return model
+
+
+def _bert_from_hf(model: nn.Module) -> Bert:
+    from transformers import BertForSequenceClassification
+
+    num_labels = model.config.num_labels if isinstance(model, BertForSequenceClassification) else 0
+    ours = Bert(bert_config_from_hf(model.config.to_dict(), num_labels=num_labels))
+    return load_hf_bert_state(ours, model.state_dict())
+
+
+# ---------------------------------------------------------------------------------------------- GPT-2
+
+
+def gpt_config_from_hf(hf: Mapping) -> GPTConfig:
+    """Our :class:`GPTConfig` from a Hugging Face GPT-2 config dict; refuses what our GPT cannot express."""
+    for field in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
+        if hf.get(field):
+            raise ValueError(f"from_hf: GPT-2 with {field}=True is not supported")
+    if not hf.get("scale_attn_weights", True):
+        raise ValueError("from_hf: GPT-2 with scale_attn_weights=False is not supported (we always scale by 1/√d_k)")
+    d_model = hf["n_embd"]
+    return GPTConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=d_model,
+        n_heads=hf["n_head"],
+        n_layers=hf["n_layer"],
+        d_ff=hf.get("n_inner") or 4 * d_model,
+        max_len=hf["n_positions"],
+        dropout=hf["resid_pdrop"],
+        attn_dropout=hf["attn_pdrop"],
+        activation=_activation(hf["activation_function"], "activation_function"),
+        norm_eps=hf["layer_norm_epsilon"],
+        pad_id=hf.get("pad_token_id"),
+    )
+
+
+def gpt_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """GPT-2 weights renamed to our :class:`GPT` keys, ``Conv1D`` matrices transposed to ``Linear`` layout."""
+    state: dict[str, torch.Tensor] = {}
+    for key, tensor in hf_state.items():
+        if _GPT2_IGNORED.search(key):
+            continue
+        ours = _rename(key, _GPT2_PREFIX, _GPT2_RENAMES, "GPT-2")
+        conv1d = ours.startswith("decoder.layers.") and tensor.dim() == 2  # every matrix in a GPT-2 block
+        state[ours] = tensor.t() if conv1d else tensor  # Conv1D (in, out) -> Linear (out, in)
+    return state
+
+
+def _gpt_from_hf(model: nn.Module) -> GPT:
+    ours = GPT(gpt_config_from_hf(model.config.to_dict()))
+    state = gpt_state_from_hf(model.state_dict())
+    head = state.pop("output.weight", None)  # ours is tied to embed.token
+    if head is not None and not torch.equal(head, state["embed.token.weight"]):
+        raise ValueError("from_hf: GPT-2 lm_head differs from the token embedding (tie_word_embeddings=False); "
+                         "tformer's GPT converter only handles tied heads")
+    missing, unexpected = ours.load_state_dict(state, strict=False)
+    if [k for k in missing if k != "output.weight"] or unexpected:
+        raise ValueError(f"from_hf: GPT-2 weights do not fit the model: missing {missing}, unexpected {unexpected}")
+    return ours
+
+
+# ------------------------------------------------------------------------------------------ entry point
+
+
+def from_hf(model: nn.Module) -> GPT | Bert:
+    """The tformer equivalent of a Hugging Face GPT-2 or BERT model, same weights, same device, in eval mode.
+
+    * ``GPT2LMHeadModel`` / ``GPT2Model`` → :class:`GPT` (output projection tied to the token embedding,
+      as in GPT-2; a ``GPT2Model`` therefore gets GPT-2's LM head for free).
+    * ``BertModel`` → :class:`Bert` with the encoder and pooler copied; the MLM, NSP (and no
+      classification) heads are freshly initialised.
+    * ``BertForPreTraining`` → encoder, pooler, MLM and NSP heads copied.
+    * ``BertForMaskedLM`` → encoder and MLM head copied; it has no pooler, so pooler and NSP head are fresh.
+    * ``BertForSequenceClassification`` → encoder, pooler and classifier (``num_labels`` outputs)
+      copied; MLM and NSP heads fresh.
+
+    Unsupported configurations (relative positions, attention-scaling variants, unknown activations,
+    untied output heads) raise ``ValueError``.
+    """
+    import transformers
+
+    bert_types = (transformers.BertModel, transformers.BertForPreTraining, transformers.BertForMaskedLM,
+                  transformers.BertForSequenceClassification)
+    if isinstance(model, (transformers.GPT2LMHeadModel, transformers.GPT2Model)):
+        ours = _gpt_from_hf(model)
+    elif isinstance(model, bert_types):
+        ours = _bert_from_hf(model)
+    else:
+        raise TypeError(
+            "from_hf expects GPT2LMHeadModel, GPT2Model, BertModel, BertForPreTraining, BertForMaskedLM or "
+            f"BertForSequenceClassification, got {type(model).__name__}"
+        )
+    first = next(model.parameters())
+    return ours.to(device=first.device, dtype=first.dtype).eval()
