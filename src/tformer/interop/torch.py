@@ -25,7 +25,7 @@ from ..layers import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLaye
 __all__ = ["from_torch"]
 
 _RENAMES = [
-    (r"(self_attn|multihead_attn)\.in_proj_(weight|bias)$", r"\1.qkv_proj.\2"),
+    (r"(^|\.)in_proj_(weight|bias)$", r"\1qkv_proj.\2"),  # also a bare nn.MultiheadAttention
     (r"multihead_attn\.", "cross_attn."),
     (r"(^|\.)linear([12])\.", r"\1ff.linear\2."),
     (r"(^|\.)norm([123])\.", r"\1add_norm\2.norm."),

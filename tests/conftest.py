@@ -1,0 +1,30 @@
+"""Shared fixtures: the three model families at their tiny presets, dropout off, in eval mode.
+
+Session-scoped (built once, never mutated by the tests) so hypothesis tests can use them too.
+"""
+
+import pytest
+import torch
+
+from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+
+VOCAB = 50  # id 0 is the padding token in every family
+
+
+@pytest.fixture(scope="session")
+def seq2seq() -> Seq2SeqTransformer:
+    torch.manual_seed(0)
+    config = Seq2SeqConfig.preset("tiny", src_vocab_size=VOCAB, tgt_vocab_size=VOCAB + 7, dropout=0.0, max_len=64)
+    return Seq2SeqTransformer(config).eval()
+
+
+@pytest.fixture(scope="session")
+def gpt() -> GPT:
+    torch.manual_seed(1)
+    return GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, dropout=0.0, max_len=64)).eval()
+
+
+@pytest.fixture(scope="session")
+def bert() -> Bert:
+    torch.manual_seed(2)
+    return Bert(BertConfig.preset("tiny", vocab_size=VOCAB, dropout=0.0, max_len=64)).eval()

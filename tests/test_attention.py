@@ -1,0 +1,141 @@
+"""Scaled dot-product attention (fused and reference paths) and multi-head attention."""
+
+import math
+
+import pytest
+import torch
+
+from tformer import MultiHeadAttention, Recorder, scaled_dot_product_attention
+from tformer.masks import causal_mask, padding_mask
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _qkv(b=2, h=2, tq=4, tk=4, dh=8, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(b, h, t, dh, generator=g).to(dtype) for t in (tq, tk, tk))
+
+
+def test_softmax_check_value_from_the_notes():
+    vocab = ["bien", "Je", "vais"]
+    logits = torch.tensor([45.0, 40.0, 49.0])
+    probs = torch.softmax(logits, dim=-1)
+    assert torch.allclose(probs, torch.tensor([0.0180, 0.0001, 0.9819]), atol=1e-4)
+    assert vocab[int(probs.argmax())] == "vais"
+
+
+def test_reference_path_scores_and_causal_masking():
+    q, k, v = _qkv(tq=5, tk=5, dh=8)
+    mask = causal_mask(5)
+    out, details = scaled_dot_product_attention(q, k, v, mask, return_details=True)
+    raw = q @ k.transpose(-2, -1) / math.sqrt(8)
+    torch.testing.assert_close(details.scores, raw)
+    above = ~causal_mask(5)[0, 0]  # strictly above the diagonal
+    assert torch.all(details.masked_scores[..., above] == float("-inf"))
+    assert torch.equal(details.masked_scores[..., ~above], details.scores[..., ~above])
+    assert torch.all(details.weights[..., above] == 0)
+    torch.testing.assert_close(details.weights.sum(-1), torch.ones(2, 2, 5))
+    torch.testing.assert_close(out, details.weights @ v)
+    # first query sees only the first key: its output is exactly v[0]
+    torch.testing.assert_close(out[:, :, 0], v[:, :, 0])
+
+
+def _padding():
+    return padding_mask(torch.tensor([[3, 4, 5, 0, 0, 0], [3, 4, 5, 6, 7, 8]]), 0)  # (2, 1, 1, 6)
+
+
+@pytest.mark.parametrize("mask_name", ["none", "causal", "padding", "causal+padding"])
+def test_fused_path_matches_reference_path(mask_name):
+    q, k, v = _qkv(tq=6, tk=6)
+    mask = {"none": None, "causal": causal_mask(6), "padding": _padding(),
+            "causal+padding": causal_mask(6) & _padding()}[mask_name]
+    fused = scaled_dot_product_attention(q, k, v, mask)
+    reference, _ = scaled_dot_product_attention(q, k, v, mask, return_details=True)
+    assert (fused - reference).abs().max() <= 1e-5
+
+
+def test_mask_must_be_boolean():
+    q, k, v = _qkv()
+    with pytest.raises(TypeError, match="boolean"):
+        scaled_dot_product_attention(q, k, v, causal_mask(4).float())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reference", [False, True], ids=["fused", "reference"])
+def test_fully_masked_rows_are_zero_and_finite(dtype, reference):
+    q, k, v = _qkv(tq=3, tk=5, dtype=dtype)
+    mask = torch.ones(2, 1, 3, 5, dtype=torch.bool)
+    mask[0, :, 1] = False  # batch 0, query 1: nothing to attend to
+    mask[1] = False  # batch 1: nothing at all
+    result = scaled_dot_product_attention(q, k, v, mask, return_details=reference)
+    out = result[0] if reference else result
+    assert out.dtype == dtype
+    assert torch.isfinite(out).all()
+    assert torch.all(out[0, :, 1] == 0) and torch.all(out[1] == 0)
+    assert torch.any(out[0, :, 0] != 0)  # rows with keys are not zeroed
+    if reference:
+        weights = result[1].weights
+        assert torch.isfinite(weights).all()
+        assert torch.all(weights[0, :, 1] == 0) and torch.all(weights[1] == 0)
+        torch.testing.assert_close(weights[0, :, 0].float().sum(-1), torch.ones(2), atol=1e-2, rtol=0)
+
+
+@pytest.fixture
+def mha():
+    torch.manual_seed(0)
+    return MultiHeadAttention(d_model=16, n_heads=4).eval()
+
+
+def test_self_attention_shape_and_paths_agree(mha):
+    x = torch.randn(2, 5, 16)
+    out = mha(x, causal=True)
+    assert out.shape == (2, 5, 16)
+    with Recorder(mha) as rec:
+        recorded = mha(x, causal=True)
+    assert (out - recorded).abs().max() <= 1e-5
+    (record,) = rec.records
+    assert record.kind == "self" and record.weights.shape == (2, 4, 5, 5)
+    assert torch.all(record.weights[..., ~causal_mask(5)[0, 0]] == 0)
+
+
+def test_self_attention_causal_ignores_the_future(mha):
+    x = torch.randn(1, 5, 16)
+    changed = x.clone()
+    changed[:, 3:] = torch.randn(1, 2, 16)
+    assert (mha(x, causal=True)[:, :3] - mha(changed, causal=True)[:, :3]).abs().max() <= 1e-6
+    assert (mha(x)[:, :3] - mha(changed)[:, :3]).abs().max() > 1e-3  # without the mask it does see it
+
+
+def test_cross_attention_query_and_key_lengths_differ(mha):
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 7, 16)
+    src_mask = padding_mask(torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1] * 7]), 0)
+    out = mha(x, memory, mask=src_mask)
+    assert out.shape == (2, 3, 16)
+    # padded source positions are invisible: changing them changes nothing
+    memory2 = memory.clone()
+    memory2[0, 5:] = torch.randn(2, 16)
+    assert (mha(x, memory2, mask=src_mask) - out).abs().max() <= 1e-6
+    # Q comes from x, K/V from memory: changing memory changes the output
+    assert (mha(x, torch.randn(2, 7, 16), mask=src_mask) - out).abs().max() > 1e-3
+
+
+def test_cross_attention_refuses_causal(mha):
+    with pytest.raises(ValueError, match="causal"):
+        mha(torch.randn(1, 3, 16), torch.randn(1, 3, 16), causal=True)
+
+
+def test_cross_attention_refuses_query_varying_mask(mha):
+    with pytest.raises(ValueError, match="cross-attention"):
+        mha(torch.randn(1, 4, 16), torch.randn(1, 4, 16), mask=causal_mask(4))
+    # a (B, 1, Tq, Tk) mask whose rows are all equal is fine
+    mha(torch.randn(1, 4, 16), torch.randn(1, 4, 16), mask=torch.ones(1, 1, 4, 4, dtype=torch.bool))
+
+
+def test_d_model_must_divide_by_n_heads():
+    with pytest.raises(ValueError, match="d_model.*n_heads"):
+        MultiHeadAttention(d_model=10, n_heads=3)
+
+
+def test_wrong_input_width_is_value_error(mha):
+    with pytest.raises(ValueError, match=r"\(B, T, 16\)"):
+        mha(torch.randn(2, 5, 8))

@@ -1,0 +1,247 @@
+"""The three model families at their tiny presets: shapes, attention weights, KV cache, configs, ties, input checks."""
+
+import pytest
+import torch
+
+from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+from tformer.masks import causal_mask
+
+VOCAB = 50  # vocabulary of the conftest fixtures (the seq2seq target vocabulary is VOCAB + 7)
+
+TOL = 1e-5
+# source: row 0 fully real, row 1 padded after 3 tokens; target: row 1 padded after 2 tokens
+SRC = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 0, 0, 0]])
+TGT = torch.tensor([[1, 20, 21, 22, 23], [1, 24, 25, 0, 0]])
+
+
+# --- shapes -------------------------------------------------------------------------------------
+
+def test_seq2seq_shapes(seq2seq):
+    assert seq2seq(SRC, TGT).shape == (2, 5, VOCAB + 7)
+    memory = seq2seq.encode(SRC)
+    assert memory.shape == (2, 6, 64)
+    assert seq2seq.decode(TGT, memory).shape == (2, 5, VOCAB + 7)
+
+
+def test_gpt_shapes(gpt):
+    assert gpt(TGT).shape == (2, 5, VOCAB)
+
+
+def test_bert_shapes(bert):
+    hidden = bert(SRC, token_type_ids=torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1]]))
+    assert hidden.shape == (2, 6, 64)
+    mlm, nsp = bert.pretraining_logits(SRC)
+    assert mlm.shape == (2, 6, VOCAB) and nsp.shape == (2, 2)
+    with pytest.raises(ValueError, match="num_labels"):
+        bert.classify(SRC)
+    torch.manual_seed(0)
+    classifier = Bert(bert.config.replace(num_labels=3)).eval()
+    assert classifier.classify(SRC).shape == (2, 3)
+
+
+# --- attention weights --------------------------------------------------------------------------
+
+def _real(ids):
+    return ids != 0  # (B, T)
+
+
+def _expected_masks(family):
+    """Module name pattern → bool "may attend" mask (B, 1, Tq, Tk) that the weights must respect."""
+    src_keys = _real(SRC)[:, None, None, :]  # (B, 1, 1, S)
+    tgt_self = causal_mask(5) & _real(TGT)[:, None, None, :]  # (B, 1, T, T)
+    if family == "seq2seq":
+        return {"encoder.layers.{}.self_attn": src_keys.expand(2, 1, 6, 6),
+                "decoder.layers.{}.self_attn": tgt_self,
+                "decoder.layers.{}.cross_attn": src_keys.expand(2, 1, 5, 6)}
+    if family == "gpt":
+        return {"decoder.layers.{}.self_attn": causal_mask(5).expand(2, 1, 5, 5)}
+    return {"encoder.layers.{}.self_attn": src_keys.expand(2, 1, 6, 6)}
+
+
+def _run(model, family, **kwargs):
+    if family == "seq2seq":
+        return model(SRC, TGT, **kwargs)
+    if family == "gpt":
+        return model(TGT, **kwargs)
+    return model(SRC, **kwargs)
+
+
+@pytest.mark.parametrize("family", ["seq2seq", "gpt", "bert"])
+def test_return_attention(family, request):
+    model = request.getfixturevalue(family)
+    plain = _run(model, family)
+    out, weights = _run(model, family, return_attention=True)
+    assert (out - plain).abs().max() <= TOL  # reference path = fused path
+    expected = _expected_masks(family)
+    names = {pattern.format(i) for pattern in expected for i in range(2)}
+    assert set(weights) == names
+    for pattern, mask in expected.items():
+        for i in range(2):
+            w = weights[pattern.format(i)]
+            assert w.shape == (2, 4, mask.shape[2], mask.shape[3])  # (B, H, Tq, Tk)
+            assert torch.all(w[~mask.expand_as(w)] == 0), pattern
+            torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
+
+
+# --- KV cache -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prefix", [1, 3])
+def test_seq2seq_cached_decoding_equals_full(seq2seq, prefix):
+    src = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 0, 0]])
+    tgt = torch.tensor([[1, 20, 21, 22, 23, 24, 25], [1, 26, 27, 28, 29, 30, 31]])
+    memory_mask = (src != 0)[:, None, None, :]
+    memory = seq2seq.encode(src, memory_mask)
+    full = seq2seq.decode(tgt, memory, memory_mask)
+    cache = seq2seq.new_cache()
+    steps = [seq2seq.decode(tgt[:, :prefix], memory, memory_mask, cache=cache)]
+    cross_k = [layer.cross_k for layer in cache.layers]
+    assert all(k is not None for k in cross_k)
+    for t in range(prefix, tgt.shape[1]):
+        steps.append(seq2seq.decode(tgt[:, t:t + 1], memory, memory_mask, cache=cache))
+        # cross-attention keys/values are computed once per source, not per step
+        assert all(layer.cross_k is k for layer, k in zip(cache.layers, cross_k))
+    assert cache.length == tgt.shape[1]
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("capacity", [None, 2], ids=["preallocated", "growing"])
+@pytest.mark.parametrize("prefix", [1, 4])
+def test_gpt_cached_decoding_equals_full(gpt, prefix, capacity):
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5], [2, 7, 1, 8, 2, 8, 1, 8, 2]])
+    full = gpt(ids)
+    cache = gpt.new_cache(capacity)
+    steps = [gpt(ids[:, :prefix], cache=cache)]
+    for t in range(prefix, ids.shape[1]):
+        steps.append(gpt(ids[:, t:t + 1], cache=cache))
+    assert cache.length == ids.shape[1]
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= TOL
+
+
+def test_gpt_cache_respects_max_len(gpt):
+    cache = gpt.new_cache()
+    gpt(torch.ones(1, 64, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="max_len"):
+        gpt(torch.ones(1, 1, dtype=torch.long), cache=cache)
+
+
+# --- configs ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "base"])
+def test_presets(preset):
+    s = Seq2SeqConfig.preset(preset, src_vocab_size=100, tgt_vocab_size=120)
+    g = GPTConfig.preset(preset, vocab_size=100)
+    b = BertConfig.preset(preset, vocab_size=100)
+    for config in (s, g, b):
+        assert config.d_model % config.n_heads == 0
+        assert config.layer.d_model == config.d_model
+    assert (s.src_vocab_size, s.tgt_vocab_size, g.vocab_size, b.vocab_size) == (100, 120, 100, 100)
+    if preset == "base":
+        assert (b.d_model, b.n_layers, b.n_heads) == (768, 12, 12)  # BERT-base
+        assert (g.d_model, g.n_layers, g.max_len) == (768, 12, 1024)  # GPT-2 small
+        assert (s.d_model, s.n_heads, s.d_ff) == (512, 8, 2048)  # the paper's base model
+
+
+@pytest.mark.parametrize("config_class, vocab", [
+    (Seq2SeqConfig, dict(src_vocab_size=10, tgt_vocab_size=10)), (GPTConfig, dict(vocab_size=10)), (BertConfig, dict(vocab_size=10)),
+])
+def test_unknown_preset(config_class, vocab):
+    with pytest.raises(ValueError, match="preset must be one of"):
+        config_class.preset("huge", **vocab)
+
+
+S2S = dict(src_vocab_size=100, tgt_vocab_size=100)
+
+
+@pytest.mark.parametrize("config_class, fields, field", [
+    (Seq2SeqConfig, dict(S2S, d_model=30, n_heads=4), "d_model"),
+    (Seq2SeqConfig, dict(S2S, activation="swish"), "activation"),
+    (Seq2SeqConfig, dict(src_vocab_size=100, tgt_vocab_size=90, share_embeddings=True), "share_embeddings"),
+    (Seq2SeqConfig, dict(S2S, dropout=1.0), "dropout"),
+    (Seq2SeqConfig, dict(S2S, n_encoder_layers=0), "n_encoder_layers"),
+    (Seq2SeqConfig, dict(S2S, pad_id=100), "pad_id"),
+    (Seq2SeqConfig, dict(S2S, positional="rotary"), "positional"),
+    (GPTConfig, dict(vocab_size=0), "vocab_size"),
+    (GPTConfig, dict(vocab_size=100, d_model=64, n_heads=5), "n_heads"),
+    (GPTConfig, dict(vocab_size=100, attn_dropout=-0.1), "attn_dropout"),
+    (GPTConfig, dict(vocab_size=100, pad_id=100), "pad_id"),
+    (BertConfig, dict(vocab_size=100, max_len=0), "max_len"),
+    (BertConfig, dict(vocab_size=100, num_labels=-1), "num_labels"),
+    (BertConfig, dict(vocab_size=100, activation="tanh"), "activation"),
+])
+def test_invalid_config_names_the_field(config_class, fields, field):
+    with pytest.raises(ValueError, match=field):
+        config = config_class(**fields)
+        # some fields are only checked when the model is built
+        {Seq2SeqConfig: Seq2SeqTransformer, GPTConfig: GPT, BertConfig: Bert}[config_class](config)
+
+
+# --- tied weights -------------------------------------------------------------------------------
+
+def _tiny_seq2seq(**overrides):
+    return Seq2SeqTransformer(Seq2SeqConfig.preset("tiny", src_vocab_size=40, tgt_vocab_size=40, **overrides))
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_seq2seq_tie_output(tie):
+    model = _tiny_seq2seq(tie_output=tie)
+    assert (model.output.weight is model.tgt_embed.token.weight) == tie
+    if tie:
+        with torch.no_grad():
+            model.tgt_embed.token.weight[3, 0] = 42.0
+        assert model.output.weight[3, 0] == 42.0
+        assert sum(p.numel() for p in model.parameters()) == sum(
+            p.numel() for n, p in model.named_parameters(remove_duplicate=False) if n != "output.weight")
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_seq2seq_share_embeddings(share):
+    model = _tiny_seq2seq(share_embeddings=share)
+    assert (model.tgt_embed.token.weight is model.src_embed.token.weight) == share
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_gpt_tie_embeddings(tie):
+    model = GPT(GPTConfig.preset("tiny", vocab_size=40, tie_embeddings=tie))
+    assert (model.output.weight is model.embed.token.weight) == tie
+
+
+def test_bert_mlm_decoder_is_the_token_embedding(bert):
+    assert bert.mlm_head.decoder.weight is bert.embed.token.weight
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+GOOD = torch.tensor([[1, 2, 3]])
+
+
+@pytest.mark.parametrize("family, call, error, name", [
+    ("seq2seq", lambda m: m(torch.tensor([[1, VOCAB]]), GOOD), ValueError, "src"),
+    ("seq2seq", lambda m: m(GOOD, torch.tensor([[1, VOCAB + 7]])), ValueError, "tgt"),
+    ("seq2seq", lambda m: m(GOOD, torch.tensor([[1, -1]])), ValueError, "tgt"),
+    ("seq2seq", lambda m: m(GOOD.float(), GOOD), TypeError, "src"),
+    ("seq2seq", lambda m: m(GOOD[:0], GOOD[:0]), ValueError, "empty"),
+    ("gpt", lambda m: m(torch.tensor([[1, VOCAB]])), ValueError, "ids"),
+    ("gpt", lambda m: m(GOOD.float()), TypeError, "ids"),
+    ("gpt", lambda m: m(GOOD.bool()), TypeError, "ids"),
+    ("gpt", lambda m: m(GOOD[:0]), ValueError, "empty"),
+    ("gpt", lambda m: m(GOOD[:, :0]), ValueError, "empty"),
+    ("gpt", lambda m: m(GOOD[0]), ValueError, "shape"),
+    ("gpt", lambda m: m(GOOD, attention_mask=torch.ones(1, 4, dtype=torch.bool)), ValueError, "attention_mask"),
+    ("bert", lambda m: m(torch.tensor([[1, VOCAB]])), ValueError, "ids"),
+    ("bert", lambda m: m(GOOD, token_type_ids=torch.tensor([[0, 1, 2]])), ValueError, "token_type_ids"),
+    ("bert", lambda m: m(GOOD.double()), TypeError, "ids"),
+    ("bert", lambda m: m(GOOD[:0]), ValueError, "empty"),
+    ("bert", lambda m: m(GOOD, attention_mask=torch.ones(3, dtype=torch.bool)), ValueError, "attention_mask"),
+])
+def test_bad_input(family, call, error, name, request):
+    with pytest.raises(error, match=name):
+        call(request.getfixturevalue(family))
+
+
+def test_bert_attention_mask_overrides_pad_id(bert):
+    ids = torch.tensor([[5, 6, 7, 8]])
+    keep_all = bert(ids, attention_mask=torch.ones(1, 4, dtype=torch.long))
+    drop_last = bert(ids, attention_mask=torch.tensor([[1, 1, 1, 0]]))
+    assert (keep_all - bert(ids)).abs().max() <= TOL
+    assert (drop_last[:, :3] - bert(ids[:, :3])).abs().max() <= TOL
+    assert (drop_last[:, :3] - keep_all[:, :3]).abs().max() > 1e-3
