@@ -55,6 +55,8 @@ class GPTConfig:
     def __post_init__(self) -> None:
         check_positive(self, "vocab_size", "n_layers", "max_len")
         _ = self.layer
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"pad_id must be None or a valid token id, got {self.pad_id}")
 
@@ -135,3 +137,9 @@ class GPT(PretrainedMixin, nn.Module):
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
         return KVCache(self.config.n_layers, max_len or self.config.max_len)
+
+    def trace(self, *args, **kwargs):
+        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.trace.trace_gpt`."""
+        from ..trace import trace_gpt
+
+        return trace_gpt(self, *args, **kwargs)

@@ -58,7 +58,9 @@ class Seq2SeqConfig:
 
     def __post_init__(self) -> None:
         check_positive(self, "src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers", "max_len")
-        _ = self.layer  # validates d_model, n_heads, d_ff, dropout, activation
+        _ = self.layer
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")  # validates d_model, n_heads, d_ff, dropout, activation
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings=True needs src_vocab_size == tgt_vocab_size, got {self.src_vocab_size} and {self.tgt_vocab_size}"
@@ -153,3 +155,9 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
     def new_cache(self, max_len: int | None = None) -> KVCache:
         """An empty KV cache for incremental decoding with :meth:`decode`."""
         return KVCache(self.config.n_decoder_layers, max_len or self.config.max_len)
+
+    def trace(self, *args, **kwargs):
+        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.trace.trace_seq2seq`."""
+        from ..trace import trace_seq2seq
+
+        return trace_seq2seq(self, *args, **kwargs)

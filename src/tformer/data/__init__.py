@@ -1,0 +1,1 @@
+"""Data: parallel corpora, the built-in English→French corpus, downloads and batching."""

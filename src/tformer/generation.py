@@ -1,0 +1,228 @@
+"""Autoregressive generation, outside the models: greedy, sampling and beam search.
+
+Small pure pieces: logit processors (repetition penalty → temperature → top-k → top-p), then a
+choice (argmax, or a draw with a seeded ``torch.Generator``). The loops feed one new position at
+a time and keep keys/values in a :class:`~tformer.cache.KVCache`, so each step costs one position.
+
+* :func:`translate_ids` — encoder–decoder: encode the source once, then decode step by step.
+* :func:`beam_search` — encoder–decoder beam search with a length penalty.
+* :func:`generate_lm` — decoder-only: prompts of different lengths are left-padded; positions
+  count real tokens only, so a batch gives the same tokens as one prompt at a time.
+
+Dimension legend: B batch, K beams, S source length, T generated length, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .masks import padding_mask
+
+__all__ = [
+    "SamplingConfig",
+    "apply_repetition_penalty",
+    "top_k_filter",
+    "top_p_filter",
+    "process_logits",
+    "choose_next",
+    "translate_ids",
+    "beam_search",
+    "generate_lm",
+]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How the next token is chosen. ``do_sample=False`` is greedy (argmax)."""
+
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+
+
+def apply_repetition_penalty(logits: torch.Tensor, previous: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Divide positive (multiply negative) logits of tokens already in ``previous`` (B, T) by ``penalty`` (CTRL)."""
+    if penalty == 1.0 or previous.numel() == 0:
+        return logits
+    seen = torch.gather(logits, 1, previous)  # (B, T)
+    seen = torch.where(seen > 0, seen / penalty, seen * penalty)
+    return logits.scatter(1, previous, seen)
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the ``k`` largest logits per row, set the rest to −∞."""
+    k = min(k, logits.shape[-1])
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (B, 1)
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filter: keep the smallest set of most likely tokens whose probability reaches ``p``."""
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)  # (B, V)
+    cumulative = sorted_logits.softmax(-1).cumsum(-1)
+    remove_sorted = cumulative - sorted_logits.softmax(-1) >= p  # mass before this token already reaches p
+    remove = remove_sorted.scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, float("-inf"))
+
+
+def process_logits(logits: torch.Tensor, config: SamplingConfig, previous: torch.Tensor | None = None) -> torch.Tensor:
+    """repetition penalty → temperature → top-k → top-p, on (B, V) logits."""
+    if previous is not None:
+        logits = apply_repetition_penalty(logits, previous, config.repetition_penalty)
+    if not config.do_sample:
+        return logits
+    logits = logits / config.temperature
+    if config.top_k is not None:
+        logits = top_k_filter(logits, config.top_k)
+    if config.top_p is not None:
+        logits = top_p_filter(logits, config.top_p)
+    return logits
+
+
+def choose_next(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None = None,
+                previous: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, V) logits of the last position → (B,) next token ids."""
+    logits = process_logits(logits.float(), config, previous)
+    if not config.do_sample:
+        return logits.argmax(-1)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: int = 128,
+                  sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None) -> list[list[int]]:
+    """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>."""
+    memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
+    memory = model.encode(src, memory_mask)  # (B, S, D)
+    cache = model.new_cache(max_len + 1)
+    tokens = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    out = []
+    for _ in range(max_len):
+        logits = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1]  # (B, V)
+        nxt = choose_next(logits, sampling, generator, tokens[:, 1:])
+        nxt = nxt.masked_fill(finished, eos_id)
+        out.append(nxt)
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+        finished |= nxt == eos_id
+        if bool(finished.all()):
+            break
+    return [_strip(row, eos_id) for row in torch.stack(out, 1).tolist()]
+
+
+def _strip(ids: list[int], eos_id: int) -> list[int]:
+    return ids[: ids.index(eos_id)] if eos_id in ids else ids
+
+
+@torch.no_grad()
+def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: int = 5, max_len: int = 128,
+                length_penalty: float = 1.0) -> list[list[int]]:
+    """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
+
+    A finished hypothesis scores ``sum(log p) / length ** length_penalty`` (length counts the
+    tokens after <sos>, <eos> included). A source is done when it has ``beam_size`` finished
+    hypotheses; the search stops when every source is done or ``max_len`` is reached.
+    """
+    b, k = src.shape[0], beam_size
+    memory_mask = padding_mask(src, model.config.pad_id).repeat_interleave(k, 0)  # (B·K, 1, 1, S)
+    memory = model.encode(src.repeat_interleave(k, 0), memory_mask)  # (B·K, S, D)
+    cache = model.new_cache(max_len + 1)
+    tokens = torch.full((b * k, 1), sos_id, dtype=torch.long, device=src.device)  # (B·K, 1)
+    scores = torch.full((b, k), float("-inf"), device=src.device)
+    scores[:, 0] = 0.0  # all beams start identical: keep one
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
+    for step in range(1, max_len + 1):
+        logp = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1].float().log_softmax(-1)  # (B·K, V)
+        vocab = logp.shape[-1]
+        cand = (scores[:, :, None] + logp.view(b, k, vocab)).view(b, k * vocab)  # (B, K·V)
+        top_scores, top_idx = cand.topk(2 * k, dim=-1)  # (B, 2K)
+        beam_idx, token_idx = top_idx // vocab, top_idx % vocab
+        new_scores = torch.full((b, k), float("-inf"), device=src.device)
+        new_rows = torch.zeros(b, k, dtype=torch.long, device=src.device)
+        new_tokens = torch.full((b, k), eos_id, dtype=torch.long, device=src.device)
+        for i in range(b):
+            if len(finished[i]) >= k:
+                new_rows[i] = i * k  # done: its beams keep running but are never read
+                continue
+            slot = 0
+            for score, beam, tok in zip(top_scores[i].tolist(), beam_idx[i].tolist(), token_idx[i].tolist()):
+                if score == float("-inf"):
+                    break
+                if tok == eos_id:
+                    if len(finished[i]) < k:
+                        hyp = tokens[i * k + beam, 1:].tolist()
+                        finished[i].append((score / (step**length_penalty), hyp))
+                    continue
+                new_scores[i, slot], new_rows[i, slot], new_tokens[i, slot] = score, i * k + beam, tok
+                slot += 1
+                if slot == k:
+                    break
+            if slot < k and len(finished[i]) < k:  # fewer live candidates than beams: pad with dead beams
+                new_rows[i, slot:] = new_rows[i, 0] if slot else i * k
+        if all(len(f) >= k for f in finished):
+            break
+        rows = new_rows.view(-1)
+        tokens = torch.cat([tokens[rows], new_tokens.view(-1, 1)], dim=1)
+        cache.reorder(rows)
+        scores = new_scores
+    for i in range(b):  # sources that hit max_len: their live beams count as hypotheses
+        if len(finished[i]) < k:
+            for j in range(k):
+                if scores[i, j] > float("-inf"):
+                    finished[i].append((scores[i, j].item() / (tokens.shape[1] - 1) ** length_penalty, tokens[i * k + j, 1:].tolist()))
+    return [max(f, key=lambda x: x[0])[1] if f else [] for f in finished]
+
+
+@torch.no_grad()
+def generate_lm(model, prompts: list[list[int]], max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(),
+                eos_id: int | None = None, pad_id: int = 0, seed: int | None = None, on_token=None) -> list[list[int]]:
+    """Continue each prompt of a decoder-only model; returns the new ids (up to ``eos_id``, included).
+
+    Prompts are left-padded into one batch; ``attention_mask`` hides the padding and positions
+    count real tokens only. ``on_token(step, ids)`` is called with the (B,) new ids for streaming.
+    """
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    longest = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (longest - len(p)) + p for p in prompts], device=device)  # (B, T0)
+    attention = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], device=device).bool()
+    positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # (B, T0) real tokens count from 0
+    cache = model.new_cache(longest + max_new_tokens)
+    logits = model(ids, attention_mask=attention, positions=positions, cache=cache)[:, -1]  # (B, V)
+    generated, finished = [], torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    history = ids
+    for step in range(max_new_tokens):
+        nxt = choose_next(logits, sampling, generator, history)  # (B,)
+        if eos_id is not None:
+            nxt = nxt.masked_fill(finished, eos_id)
+        generated.append(nxt)
+        if on_token is not None:
+            on_token(step, nxt)
+        if eos_id is not None:
+            finished |= nxt == eos_id
+            if bool(finished.all()):
+                break
+        if step == max_new_tokens - 1:
+            break
+        history = torch.cat([history, nxt[:, None]], 1)
+        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)
+        positions = positions[:, -1:] + 1  # (B, 1)
+        logits = model(nxt[:, None], attention_mask=attention, positions=positions, cache=cache)[:, -1]
+    rows = torch.stack(generated, 1).tolist()
+    return [r[: r.index(eos_id) + 1] if eos_id is not None and eos_id in r else r for r in rows]

@@ -1,0 +1,162 @@
+"""Translation end to end: overfitting, greedy/beam/batched decoding, BLEU, exact resume, the demo."""
+
+import json
+import math
+
+import pytest
+import sacrebleu
+import torch
+
+from tformer import Seq2SeqConfig, Seq2SeqTransformer
+from tformer.cli import main
+from tformer.data.toy_corpus import builtin_pairs
+from tformer.generation import beam_search, translate_ids
+from tformer.tokenizer import EOS, SOS, train_bpe
+from tformer.train import TrainConfig, Trainer
+from tformer.translation import TranslationTask, Translator, corpus_bleu
+
+PAIRS = builtin_pairs()[::59][:20]  # 20 varied pairs
+
+
+def _translator(pairs, seed=0, **overrides):
+    tok = train_bpe([t for p in pairs for t in p], vocab_size=200, min_frequency=1)
+    cfg = Seq2SeqConfig.preset("tiny", src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, share_embeddings=True,
+                               max_len=64, **overrides)
+    torch.manual_seed(seed)
+    return Translator(Seq2SeqTransformer(cfg), tok, tok)
+
+
+@pytest.fixture(scope="module")
+def overfit(tmp_path_factory):
+    """A tiny model trained on 20 pairs until it reproduces them."""
+    translator = _translator(PAIRS, dropout=0.0)
+    out = tmp_path_factory.mktemp("overfit")
+    task = TranslationTask(translator, PAIRS, PAIRS, max_tokens=512, label_smoothing=0.0, bleu_sentences=20)
+    cfg = TrainConfig(out_dir=str(out), lr=3e-3, warmup_steps=20, max_steps=300, eval_every=300, progress=False)
+    result = Trainer(translator.model, task, cfg).fit()
+    return translator, out, result
+
+
+def test_overfits_twenty_pairs_exactly(overfit):
+    translator, out, result = overfit
+    sources = [s for s, _ in PAIRS]
+    assert translator.translate(sources) == [t for _, t in PAIRS]
+    assert result["bleu"] == pytest.approx(100.0)
+    assert Translator.load(out).translate(sources[:3]) == [t for _, t in PAIRS[:3]]  # saved with its tokenizers
+    assert (out / "curves.png").stat().st_size > 0
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert records[0]["train_loss"] > 3 * records[-2]["train_loss"]  # the loss really fell
+
+
+def test_beam_one_equals_greedy(overfit):
+    translator = _translator(PAIRS, seed=5)  # untrained: many near-ties, a harder check
+    src = translator.encode_sources([s for s, _ in PAIRS[:6]])
+    model = translator.model.eval()
+    assert beam_search(model, src, SOS, EOS, beam_size=1, max_len=12) == translate_ids(model, src, SOS, EOS, max_len=12)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_batched_translation_equals_one_by_one(overfit, beam):
+    translator = overfit[0]
+    sentences = [s for s, _ in PAIRS[:8]] + ["I am good.", "We like the book every day."]
+    batched = translator.translate(sentences, beam=beam, batch_size=16)
+    single = [translator.translate([s], beam=beam)[0] for s in sentences]
+    assert batched == single
+
+
+class _ToyCache:
+    """Remembers each row's prefix; follows reorder() like the real KV cache."""
+
+    def __init__(self):
+        self.prefix = None
+
+    def reorder(self, index):
+        self.prefix = self.prefix.index_select(0, index)
+
+
+class _ToyModel:
+    """A 'model' whose next-token probabilities are set by hand, keyed by the prefix after <sos>.
+
+    vocab: 0 <pad> 1 <unk> 2 <sos> 3 <eos> 4 A 5 B 6 C
+    P(A)=.6 P(B)=.4; after A: C .4, B .3, <eos> .3; after A C: <eos> 1; after B: <eos> .9, C .1.
+    Greedy: A C <eos> (p = .24). Best: B <eos> (p = .36).
+    """
+
+    config = type("C", (), {"pad_id": 0})()
+    table = {(): {4: 0.6, 5: 0.4}, (4,): {6: 0.4, 5: 0.3, 3: 0.3}, (4, 6): {3: 1.0}, (5,): {3: 0.9, 6: 0.1},
+             (4, 5): {3: 1.0}, (5, 6): {3: 1.0}}
+
+    def encode(self, src, mask=None):
+        return torch.zeros(src.shape[0], 1, 1)
+
+    def new_cache(self, max_len=None):
+        return _ToyCache()
+
+    def decode(self, tokens, memory, memory_mask, cache):
+        cache.prefix = tokens if cache.prefix is None else torch.cat([cache.prefix, tokens], 1)
+        logits = torch.full((tokens.shape[0], 1, 7), -1e9)
+        for row, prefix in enumerate(cache.prefix[:, 1:].tolist()):
+            for tok, p in self.table.get(tuple(prefix), {3: 1.0}).items():
+                logits[row, 0, tok] = math.log(p)
+        return logits
+
+
+def test_beam_search_finds_the_known_best_sequence():
+    model, src = _ToyModel(), torch.ones(1, 3, dtype=torch.long)
+    assert translate_ids(model, src, SOS, EOS, max_len=5) == [[4, 6]]  # greedy is fooled
+    assert beam_search(model, src, SOS, EOS, beam_size=2, max_len=5, length_penalty=0.0) == [[5]]
+    assert beam_search(model, torch.ones(3, 2, dtype=torch.long), SOS, EOS, beam_size=3, max_len=5, length_penalty=0.0) == [[5]] * 3
+
+
+def test_bleu_matches_sacrebleu_and_hand_value():
+    hyp, ref = ["the cat sat on the mat"], [["the cat sat on a mat"]]
+    bleu, chrf, bleu_sig, _ = corpus_bleu(hyp, ref)
+    # precisions 5/6, 3/5, 2/4, 1/3, no brevity penalty: (5/6·3/5·2/4·1/3)^(1/4)
+    assert bleu == pytest.approx(100 * (5 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25, abs=1e-9)
+    assert bleu == pytest.approx(sacrebleu.corpus_bleu(hyp, ref).score)
+    assert chrf == pytest.approx(sacrebleu.corpus_chrf(hyp, ref).score)
+    assert "nrefs:1" in bleu_sig
+    two_refs = corpus_bleu(["the cat sat on the mat", "a dog"], [["the cat sat on a mat", "a dog"], ["the cat sat on the mat", ""]])
+    assert two_refs[0] == pytest.approx(100.0)
+
+
+def _losses(out):
+    return [(r["step"], r["train_loss"]) for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "train_loss" in r]
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    pairs = builtin_pairs()[::7]
+    args = ["train", "translation", "--preset", "tiny", "--vocab-size", "300", "--max-tokens", "512", "--log-every", "1",
+            "--warmup-steps", "5", "--eval-every", "6", "--bleu-sentences", "5", "--no-progress", "--accum-steps", "2"]
+    data = tmp_path / "pairs.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    args += ["--data", str(data)]
+    assert main(args + ["--out", str(tmp_path / "full"), "--max-steps", "14"]) == 0
+    assert main(args + ["--out", str(tmp_path / "cut"), "--max-steps", "8"]) == 0
+    assert main(args + ["--out", str(tmp_path / "cut"), "--max-steps", "14", "--resume"]) == 0
+    full, cut = _losses(tmp_path / "full"), _losses(tmp_path / "cut")
+    assert [s for s, _ in full] == list(range(1, 15))
+    assert cut == full  # every step's loss, bit for bit
+
+
+def test_translate_and_evaluate_commands(overfit, tmp_path, capsys, monkeypatch):
+    _, out, _ = overfit
+    assert main(["translate", "--model", str(out), PAIRS[0][0], PAIRS[1][0]]) == 0
+    assert capsys.readouterr().out.splitlines() == [PAIRS[0][1], PAIRS[1][1]]
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(PAIRS[2][0] + "\n"))
+    assert main(["translate", "--model", str(out), "--beam", "3"]) == 0
+    assert capsys.readouterr().out.strip() == PAIRS[2][1]
+    (tmp_path / "src.txt").write_text("\n".join(s for s, _ in PAIRS) + "\n")
+    (tmp_path / "ref.txt").write_text("\n".join(t for _, t in PAIRS) + "\n")
+    assert main(["evaluate", "--model", str(out), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("BLEU 100.00") and "nrefs:1" in text and "chrF 100.00" in text
+
+
+def test_demo_runs_end_to_end(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--minutes", "0.05", "--preset", "tiny", "--vocab-size", "300", "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "I am good." in text and "validation: loss" in text
+    for name in ("config.json", "model.safetensors", "src_tokenizer.json", "curves.png", "cross_attention.png", "log.jsonl"):
+        assert (out / name).stat().st_size > 0, name
