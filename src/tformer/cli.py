@@ -10,7 +10,7 @@ import sys
 from . import __version__
 
 # Subcommand modules, in the order `tformer --help` lists them.
-COMMANDS = ["info", "embed"]
+COMMANDS = ["info", "embed", "trace", "plot"]
 
 
 def build_parser() -> argparse.ArgumentParser:

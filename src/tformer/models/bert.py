@@ -153,3 +153,9 @@ class Bert(PretrainedMixin, nn.Module):
         if self.classifier is None:
             raise ValueError("this model has no classification head: build it with BertConfig(num_labels=N)")
         return self.classifier(self.pool(self(ids, token_type_ids, attention_mask)))
+
+    def trace(self, *args, **kwargs):
+        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.trace.trace_bert`."""
+        from ..trace import trace_bert
+
+        return trace_bert(self, *args, **kwargs)

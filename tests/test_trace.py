@@ -1,0 +1,206 @@
+"""The glass box: a trace holds the very numbers the model used, and the toy reproduces the notes."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from tformer.cli import main
+from tformer.trace import top_k_probs, toy_seq2seq, trace
+
+SRC = [[5, 6, 7, 8, 0, 0]]  # two padding positions: the cross-attention and encoder masks block them
+TGT = [[2, 9, 10, 11]]
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return toy_seq2seq()
+
+
+@pytest.fixture(scope="module")
+def toy_trace(toy):
+    return toy.trace(k=3, max_new_tokens=5)
+
+
+def _traced_and_direct(family, request):
+    model = request.getfixturevalue(family)
+    with torch.no_grad():
+        if family == "seq2seq":
+            return model.trace(SRC, TGT), model(torch.tensor(SRC), torch.tensor(TGT))
+        if family == "gpt":
+            return model.trace(TGT), model(torch.tensor(TGT))
+        return model.trace(SRC), model.pretraining_logits(torch.tensor(SRC))[0]
+
+
+@pytest.mark.parametrize("family", ["seq2seq", "gpt", "bert"])
+def test_traced_logits_equal_the_models_logits(family, request):
+    tr, direct = _traced_and_direct(family, request)
+    assert tr.model_type == family
+    torch.testing.assert_close(tr.get("logits").tensor, direct, atol=1e-6, rtol=0)
+    torch.testing.assert_close(tr.get("probs").tensor, direct.softmax(-1), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["seq2seq", "gpt", "bert"])
+def test_traced_weights_applied_to_traced_v_give_the_traced_context(family, request):
+    tr, _ = _traced_and_direct(family, request)
+    model = request.getfixturevalue(family)
+    weights = tr.select(stages=["weights"])
+    assert len(weights) == {"seq2seq": 6, "gpt": 2, "bert": 2}[family]  # one per attention module
+    for w in weights:
+        v, ctx, out = (tr.get(s, w.block, w.layer, w.kind) for s in ("v", "context", "attn_output"))
+        torch.testing.assert_close(w.tensor @ v.tensor, ctx.tensor, atol=1e-6, rtol=0)
+        b, h, tq, dh = ctx.tensor.shape
+        merged = ctx.tensor.transpose(1, 2).reshape(b, tq, h * dh)  # (B, Tq, D)
+        torch.testing.assert_close(model.get_submodule(w.where).out_proj(merged), out.tensor, atol=1e-6, rtol=0)
+
+
+def test_traced_stages_chain_into_each_other(seq2seq):
+    """Embedding = token + position; add & norm = LayerNorm(x + sublayer(x)); FFN reads add & norm 1."""
+    tr = seq2seq.trace(SRC, TGT)
+    get = lambda stage, **kw: tr.get(stage, block="encoder", **kw).tensor  # noqa: E731
+    torch.testing.assert_close(get("embedding"), get("token_embedding") + get("positional"), atol=1e-6, rtol=0)
+    layer = seq2seq.encoder.layers[0]
+    norm1, norm2 = (e.tensor for e in tr.select(layer=0, stages=["add_norm"], block="encoder"))
+    torch.testing.assert_close(norm1, layer.add_norm1.norm(get("embedding") + get("attn_output", layer=0)), atol=1e-6, rtol=0)
+    torch.testing.assert_close(get("ffn", layer=0), layer.ff(norm1), atol=1e-6, rtol=0)
+    torch.testing.assert_close(norm2, layer.add_norm2.norm(norm1 + get("ffn", layer=0)), atol=1e-6, rtol=0)
+    assert tr.get("add_norm", block="encoder", layer=1).tensor.shape == (1, 6, 64)
+
+
+def test_stages_come_in_data_flow_order(seq2seq):
+    stages = [(e.block, e.stage) for e in seq2seq.trace(SRC, TGT).entries]
+    order = [("encoder", "token_embedding"), ("encoder", "positional"), ("encoder", "embedding"),
+             ("encoder", "q"), ("encoder", "weights"), ("encoder", "add_norm"), ("encoder", "ffn"),
+             ("decoder", "embedding"), ("decoder", "weights"), ("output", "logits"), ("output", "probs")]
+    positions = [stages.index(s) for s in order]
+    assert positions == sorted(positions)
+
+
+def test_masked_positions_are_exactly_zero_in_recorded_weights(seq2seq):
+    tr = seq2seq.trace(SRC, TGT)
+    n_blocked = 0
+    for w in tr.select(stages=["weights"]):
+        mask = tr.get("mask", w.block, w.layer, w.kind).tensor  # (B, Tq, Tk) 1 = may attend
+        blocked = (mask == 0)[:, None].expand_as(w.tensor)
+        assert torch.all(w.tensor[blocked] == 0)
+        assert torch.all(w.tensor[~blocked] > 0)
+        n_blocked += int(blocked.sum())
+    assert n_blocked > 0  # padding (encoder, cross) and look-ahead (decoder self) were all exercised
+
+
+def _printed_grid(text: str, header: str, n_rows: int) -> list[list[str]]:
+    """The value cells of the first grid printed after the section ``header``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if header in line)
+    grid_start = start + 3 if lines[start + 1].strip().startswith("[") else start + 2
+    return [line.split()[1:] for line in lines[grid_start : grid_start + n_rows]]
+
+
+def test_masked_positions_print_as_exact_zero(toy_trace):
+    text = toy_trace.format(stages=["weights"], head=0)
+    cells = _printed_grid(text, "decoder layer 0 self-attention · weights", 4)
+    for i, row in enumerate(cells):
+        assert row[i + 1 :] == ["0"] * (3 - i)  # the future is blocked: printed exactly "0"
+        assert all(c != "0" for c in row[: i + 1])  # the past is not (even a tiny weight prints 0.0000)
+
+
+def test_toy_reproduces_the_notes_positional_row_and_translation(toy_trace):
+    pe = toy_trace.get("positional", block="encoder").tensor  # (T, D)
+    expected = torch.tensor([0.84147098, 0.54030231, 0.00999983, 0.99995000])
+    torch.testing.assert_close(pe[1], expected, atol=1e-6, rtol=0)
+    assert re.search(r"pos 1\s+0\.8415\s+0\.5403\s+0\.0100\s+0\.9999", toy_trace.format(stages=["positional"]))
+    assert [s["token"] for s in toy_trace.steps] == ["Je", "vais", "bien", "<eos>"]
+    assert [c["candidates"][0][0] for c in toy_trace.top_k] == ["Je", "vais", "bien", "<eos>"]
+    assert toy_trace.get("q", "decoder", 0, "cross").tensor.shape == (1, 2, 4, 2)
+
+
+def test_top_k_probs_reproduces_the_notes_softmax_example():
+    top = top_k_probs(torch.tensor([45.0, 40.0, 49.0]), ["bien", "Je", "vais"], k=3)
+    assert [(t, i) for t, i, _ in top] == [("vais", 2), ("bien", 0), ("Je", 1)]
+    assert [p for _, _, p in top] == pytest.approx([0.9819, 0.0180, 0.0001], abs=1e-4)
+    assert sum(p for _, _, p in top) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="logits"):
+        top_k_probs(torch.zeros(2, 3))
+
+
+def test_format_filters_layer_head_and_stage(toy_trace):
+    text = toy_trace.format(layer=0, head=1, stages=["weights", "mask"])
+    sections = [line for line in text.splitlines() if line.startswith("──")]
+    assert len(sections) == 6 and all("· weights" in s or "· mask" in s for s in sections)
+    assert "[B=0, H=1]" in text and "H=0" not in text
+    assert "generated" not in text and "pos 1" not in text
+    with pytest.raises(ValueError, match="head"):
+        toy_trace.format(head=2)
+    with pytest.raises(ValueError, match="stages"):
+        toy_trace.format(stages=["attention"])
+
+
+def test_large_tensors_are_summarised(seq2seq):
+    text = seq2seq.trace(SRC, TGT).format(stages=["masked_scores"], max_full=16)
+    assert "mean" in text and "corner" in text and "entries are -inf" in text
+
+
+def test_to_json_writes_the_same_numbers(toy_trace, tmp_path):
+    data = json.loads(toy_trace.to_json(tmp_path / "t.json").read_text())
+    entries = [e for e in data["entries"] if e["stage"] == "weights" and e["kind"] == "cross"]
+    assert entries[0]["dims"] == ["B", "H", "Tq", "Tk"]
+    torch.testing.assert_close(torch.tensor(entries[0]["values"]), toy_trace.get("weights", kind="cross").tensor)
+    masked = next(e for e in data["entries"] if e["stage"] == "masked_scores" and e["block"] == "decoder" and e["kind"] == "self")
+    assert masked["values"][0][0][0][1] == "-inf"
+    assert [s["token"] for s in data["generation"]] == ["Je", "vais", "bien", "<eos>"]
+
+
+def test_trace_plot_attention_draws_the_traced_weights(toy_trace):
+    fig = toy_trace.plot_attention(block="decoder", layer=0, kind="cross")
+    weights = toy_trace.get("weights", "decoder", 0, "cross").tensor[0]  # (H, Tq, Tk)
+    for h in range(2):
+        torch.testing.assert_close(torch.tensor(fig.axes[h].images[0].get_array()), weights[h].double(), atol=1e-7, rtol=0)
+    with pytest.raises(ValueError, match="no 'weights' entry"):
+        toy_trace.plot_attention(block="encoder", kind="cross")
+
+
+def test_trace_refuses_unknown_models_and_bad_ids(gpt):
+    with pytest.raises(TypeError, match="model"):
+        trace(torch.nn.Linear(2, 2), [1, 2])
+    with pytest.raises(ValueError, match="ids"):
+        gpt.trace([[1, 2], [3, 4]])
+
+
+def test_cli_trace_toy_prints_the_walk_through(capsys):
+    assert main(["trace", "--toy"]) == 0
+    out = capsys.readouterr().out
+    assert "decoder layer 0 cross-attention · weights" in out
+    assert "generated: Je vais bien <eos>" in out
+    assert re.search(r"pos 1\s+0\.8415\s+0\.5403", out)
+
+
+def test_cli_trace_json(tmp_path, capsys):
+    path = tmp_path / "trace.json"
+    assert main(["trace", "--toy", "--stage", "top_k", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert data["tokens"]["decoder"] == ["<sos>", "Je", "vais", "bien"]
+    assert {"q", "weights", "add_norm", "ffn", "logits"} <= {e["stage"] for e in data["entries"]}
+
+
+def _word_tokenizer(words: list[str]):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok
+
+
+def test_cli_trace_model_dir_with_tokenizers_and_ids(seq2seq, gpt, tmp_path, capsys):
+    s2s_dir, gpt_dir = seq2seq.save_pretrained(tmp_path / "s2s"), gpt.save_pretrained(tmp_path / "gpt")
+    specials = ["<pad>", "<unk>", "<sos>", "<eos>"]
+    _word_tokenizer(specials + ["I", "am", "good", "."]).save(str(s2s_dir / "src_tokenizer.json"))
+    _word_tokenizer(specials + ["Je", "vais", "bien"]).save(str(s2s_dir / "tgt_tokenizer.json"))
+    assert main(["trace", "--model", str(s2s_dir), "I am good.", "--target", "Je vais bien", "--max-new-tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "encoder tokens: I am good ." in out and "decoder tokens: <sos> Je vais bien" in out
+    assert "step 3:" in out
+    assert main(["trace", "--model", str(gpt_dir), "--ids", "5 6 7", "--stage", "generation", "--max-new-tokens", "2"]) == 0
+    assert "step 2: fed" in capsys.readouterr().out
+    assert main(["trace", "--model", str(gpt_dir), "--prompt", "to be"]) == 2
+    assert "--ids" in capsys.readouterr().err

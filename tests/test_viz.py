@@ -1,0 +1,109 @@
+"""Pictures: every plot writes a readable PNG of the expected size, showing exactly the data it claims."""
+
+import json
+
+import matplotlib.image
+import numpy as np
+import pytest
+import torch
+
+from tformer.cli import main
+from tformer.masks import causal_mask
+from tformer.positional import sinusoidal_table
+from tformer.viz import plot_attention, plot_curves, plot_mask, plot_positional_encoding
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path) -> tuple[int, int]:
+    """(width, height) in pixels, after checking the PNG signature."""
+    with open(path, "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+    height, width = matplotlib.image.imread(path).shape[:2]
+    return width, height
+
+
+def _weights(*shape) -> torch.Tensor:
+    return torch.softmax(torch.randn(*shape, generator=torch.Generator().manual_seed(0)), dim=-1)
+
+
+@pytest.mark.parametrize("heads, size", [(None, (500, 440)), (3, (1300, 440)), (6, (1700, 820))])
+def test_attention_heatmap_shows_the_weights(tmp_path, heads, size):
+    w = _weights(4, 5) if heads is None else _weights(heads, 4, 5)
+    fig = plot_attention(w, list("abcde"), list("wxyz"), tmp_path / "a.png", title="test")
+    assert _png_size(tmp_path / "a.png") == size
+    for h, matrix in enumerate(w.reshape(-1, 4, 5)):
+        np.testing.assert_allclose(fig.axes[h].images[0].get_array(), matrix.numpy(), atol=1e-7)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == list("abcde")
+    assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
+
+
+def test_attention_heatmap_refuses_mismatched_labels():
+    with pytest.raises(ValueError, match="x_labels"):
+        plot_attention(_weights(4, 5), list("abc"), None)
+    with pytest.raises(ValueError, match="weights"):
+        plot_attention(torch.zeros(1, 2, 3, 4))
+
+
+def test_positional_table_picture(tmp_path):
+    fig = plot_positional_encoding(50, 16, tmp_path / "pe.png")
+    assert _png_size(tmp_path / "pe.png") == (800, 600)
+    np.testing.assert_allclose(fig.axes[0].images[0].get_array(), sinusoidal_table(50, 16).numpy(), atol=1e-7)
+
+
+def test_mask_picture(tmp_path):
+    mask = causal_mask(5)  # (1, 1, 5, 5)
+    fig = plot_mask(mask, tmp_path / "m.png", labels=list("abcde"))
+    assert _png_size(tmp_path / "m.png") == (600, 500)
+    np.testing.assert_array_equal(fig.axes[0].images[0].get_array(), mask[0, 0].numpy().astype(float))
+
+
+def _write_log(run_dir, with_bleu=True):
+    run_dir.mkdir(exist_ok=True)
+    lines = [dict(step=s, train_loss=5.0 / s, lr=1e-3 * s) for s in range(1, 6)]
+    lines += [dict(step=5, val_loss=1.5, **({"bleu": 12.5} if with_bleu else {}))]
+    (run_dir / "log.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return run_dir
+
+
+@pytest.mark.parametrize("with_bleu, size", [(True, (1500, 400)), (False, (1000, 400))])
+def test_training_curves(tmp_path, with_bleu, size):
+    fig = plot_curves(_write_log(tmp_path / "run", with_bleu), tmp_path / "c.png")
+    assert _png_size(tmp_path / "c.png") == size
+    loss_ax = fig.axes[0]
+    train = next(line for line in loss_ax.get_lines() if line.get_label() == "train_loss")
+    assert list(train.get_xdata()) == [1, 2, 3, 4, 5] and list(train.get_ydata()) == [5.0 / s for s in range(1, 6)]
+    assert [ax.get_title() for ax in fig.axes] == (["loss", "BLEU", "learning rate"] if with_bleu else ["loss", "learning rate"])
+
+
+def test_training_curves_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="log.jsonl"):
+        plot_curves(tmp_path)
+    (tmp_path / "log.jsonl").write_text('{"step": 1, "train_loss": 2}\nnot json\n')
+    with pytest.raises(ValueError, match=":2:"):
+        plot_curves(tmp_path)
+
+
+@pytest.mark.parametrize("argv, size", [
+    (["plot", "positional", "--max-len", "20", "--d-model", "8"], (800, 600)),
+    (["plot", "mask", "--kind", "causal"], (600, 500)),
+    (["plot", "mask", "--kind", "padding"], (600, 500)),
+    (["plot", "mask", "--kind", "combined", "--tokens", "a b <pad>"], (600, 500)),
+    (["plot", "attention", "--toy"], (900, 440)),
+    (["plot", "attention", "--toy", "--block", "encoder", "--head", "1"], (500, 440)),
+    (["plot", "curves", "RUN"], (1500, 400)),
+])
+def test_plot_commands_write_pngs(tmp_path, capsys, argv, size):
+    argv = [str(_write_log(tmp_path / "run")) if a == "RUN" else a for a in argv]
+    out = tmp_path / "out.png"
+    assert main(argv + ["--out", str(out)]) == 0
+    assert out.stat().st_size > 1000 and _png_size(out) == size
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_plot_mask_command_draws_the_combined_mask(tmp_path):
+    from tformer.commands.plot import mask_for
+
+    mask = mask_for("combined", ["<sos>", "Je", "<pad>"])
+    assert mask.int().tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 0]]
+    assert mask_for("padding", ["a", "<pad>"]).int().tolist() == [[1, 0], [1, 0]]
