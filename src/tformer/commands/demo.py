@@ -66,8 +66,11 @@ def _cross_attention_png(translator, sentence: str, path: Path) -> Path:
     with torch.no_grad():
         _, weights = translator.model(src, tgt, return_attention=True)
     last = f"decoder.layers.{translator.model.config.n_decoder_layers - 1}.cross_attn"
-    src_tokens = [translator.src_tokenizer.id_to_token(i) for i in src[0].tolist()]
-    tgt_tokens = ["<sos>"] + [translator.tgt_tokenizer.id_to_token(i) for i in hyp_ids]
+    def label(tokenizer, i):
+        return tokenizer.id_to_token(i).replace("\u2581", "") or "\u2581"  # "▁" marks a word start
+
+    src_tokens = [label(translator.src_tokenizer, i) for i in src[0].tolist()]
+    tgt_tokens = ["<sos>"] + [label(translator.tgt_tokenizer, i) for i in hyp_ids]
     plot_attention(weights[last][0].mean(0), src_tokens, tgt_tokens, path,
                    title=f"cross-attention, last decoder layer (mean over heads): {sentence}")
     return path

@@ -1,0 +1,1 @@
+"""Benchmarks: quality and speed of tformer, measured side by side with their anchors. Results go to JSON."""

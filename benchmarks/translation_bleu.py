@@ -1,0 +1,83 @@
+"""Translation quality within a time budget: train, then sacreBLEU on held-out data, greedy vs beam.
+
+    python -m benchmarks.translation_bleu --corpus multi30k --src en --tgt fr --minutes 60
+    python -m benchmarks.translation_bleu --corpus tatoeba --minutes 60
+    python -m benchmarks.translation_bleu --corpus builtin --minutes 1 --quick   # smoke test
+
+Multi30k: trains on ``train.*`` (a few hundred pairs held out to pick the best checkpoint) and
+reports on ``val.*``. Tatoeba: reports on our own held-out test split (grouped by English
+sentence, multi-reference). Writes ``OUT/bleu.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _test_set(args, split):
+    from tformer.data.pairs import group_references, read_aligned
+
+    if args.corpus == "multi30k":
+        pairs = read_aligned(Path(args.data) / f"val.{args.src}", Path(args.data) / f"val.{args.tgt}")
+    else:
+        pairs = split.test
+    return group_references(pairs)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", choices=["multi30k", "tatoeba", "builtin"], default="multi30k")
+    p.add_argument("--data", help="corpus path (default: ../shared/data/...)")
+    p.add_argument("--src", default="en")
+    p.add_argument("--tgt", default="fr")
+    p.add_argument("--minutes", type=float, default=60)
+    p.add_argument("--preset", default="small")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--max-tokens", type=int, default=6000)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup-steps", type=int, default=800)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--out", default="runs/bench-translation")
+    p.add_argument("--quick", action="store_true", help="tiny model, a few seconds: proves the script works")
+    args = p.parse_args(argv)
+    from tformer.train import TrainConfig, Trainer
+    from tformer.translation import TranslationTask, Translator, load_corpus, prepare, split_corpus
+
+    if args.data is None:
+        args.data = {"multi30k": SHARED / "multi30k", "tatoeba": SHARED / "tatoeba-eng-fra.tsv", "builtin": "builtin"}[args.corpus]
+    if args.quick:
+        args.preset, args.vocab_size, args.max_tokens = "tiny", 500, 1024
+    pairs = load_corpus(str(args.data), args.src, args.tgt)
+    held = 500 if args.corpus == "multi30k" else 0.05
+    split = split_corpus(pairs, seed=0, valid=held, test=0 if args.corpus == "multi30k" else 0.05)
+    translator = prepare(split, args.out, args.preset, args.vocab_size, joint=True, dropout=args.dropout, max_len=256)
+    task = TranslationTask(translator, split.train, split.valid, args.max_tokens, bleu_sentences=500)
+    cfg = TrainConfig(out_dir=args.out, lr=args.lr, warmup_steps=args.warmup_steps, minutes=args.minutes,
+                      eval_every=40 if args.quick else 1000, log_every=50)
+    trainer = Trainer(translator.model, task, cfg)
+    trainer.fit()
+    best = Translator.load(args.out)
+    sources, refs = _test_set(args, split)
+    if args.quick:
+        sources, refs = sources[:20], [r[:20] for r in refs]
+    result = {"corpus": args.corpus, "pair": f"{args.src}-{args.tgt}", "minutes": args.minutes, "preset": args.preset,
+              "steps": trainer.step, "test_sentences": len(sources), "n_refs": len(refs)}
+    for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
+        start = time.perf_counter()
+        scores = best.evaluate(sources, refs, beam=beam)
+        seconds = time.perf_counter() - start
+        result[name] = {"bleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2),
+                        "sentences_per_s": round(len(sources) / seconds, 1), "signature": scores["bleu_signature"]}
+    Path(args.out, "bleu.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
