@@ -60,8 +60,10 @@ def scaled_dot_product_attention(
         raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
     if not return_details:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        if mask is not None:  # older kernels give NaN for fully masked rows: make them exactly 0
-            out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        if mask is not None:  # some kernels give NaN for fully masked rows: make them exactly 0
+            has_key = mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
+            if not bool(has_key.all()):
+                out = out.masked_fill(~has_key, 0.0)
         return out
 
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
