@@ -12,6 +12,8 @@ def add_parser(sub) -> None:
     d.add_argument("--url", help="base URL of a mirror (replaces the directory part of each URL)")
     d.add_argument("--timeout", type=float, default=60.0)
     d.set_defaults(func=run_download)
+    from .bert import add_data_parsers
+    add_data_parsers(sp)
 
 
 def run_download(args) -> int:

@@ -58,6 +58,8 @@ def add_parser(sub) -> None:
     t.add_argument("--max-len", type=int, default=256, help="longest sequence in tokens")
     add_training_flags(t, lr=7e-4, warmup=400, schedule="inverse_sqrt")
     t.set_defaults(func=run_translation)
+    from .bert import add_train_parsers
+    add_train_parsers(fam)
 
 
 def run_translation(args) -> int:

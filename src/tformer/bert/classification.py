@@ -1,0 +1,159 @@
+"""Sequence classification: a linear head on the pooled ``[CLS]`` vector, fine-tuned on ``text<TAB>label``.
+
+    text ─ [CLS] text [SEP] ─ Bert ─ hidden[:, 0] ─ pooler (dense, tanh) ─ dropout ─ Linear ─ (B, num_labels)
+
+Labels are strings in the data; their sorted list is saved as ``labels.json`` in the model directory
+(id = position in the list), next to ``tokenizer.json`` and the weights. ``count_tokens`` is the number
+of sequences, so the Trainer's loss is the mean cross-entropy per sentence.
+
+The real example: English-vs-French language identification, one side of each sampled Tatoeba pair
+(:func:`langid_examples`), so a sentence and its translation never both appear.
+
+Dimension legend: B batch, T tokens, L number of labels.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..checkpoint import atomic_write
+from ..models.bert import Bert
+from .pretraining import BertBatch, collate
+from .tokenization import WordPiece
+
+__all__ = ["LABELS_FILE", "read_labelled_tsv", "split_examples", "ClassifyTask", "TextClassifier", "langid_examples", "write_tsv"]
+
+LABELS_FILE = "labels.json"
+
+
+def read_labelled_tsv(path: str | Path) -> list[tuple[str, str]]:
+    """``text<TAB>label`` lines → (text, label); blank lines skipped."""
+    examples = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            text, sep, label = line.rpartition("\t")
+            if not sep or not text.strip() or not label.strip():
+                raise ValueError(f"{path}:{lineno}: expected 'text<TAB>label', got {line[:60]!r}")
+            examples.append((text.strip(), label.strip()))
+    return examples
+
+
+def split_examples(examples: list, valid: float | int = 0.1, seed: int = 0) -> tuple[list, list]:
+    """Shuffle (seeded) and hold out ``valid`` examples (a fraction, or a count when >= 1)."""
+    shuffled = list(examples)
+    random.Random(seed).shuffle(shuffled)
+    n_valid = int(valid) if valid >= 1 else max(round(valid * len(shuffled)), 1)
+    if n_valid >= len(shuffled):
+        raise ValueError(f"valid={valid} leaves no training examples out of {len(shuffled)}")
+    return shuffled[n_valid:], shuffled[:n_valid]
+
+
+def _batch(tokenizer: WordPiece, texts: list[str], label_ids: list[int], max_len: int) -> BertBatch:
+    rows = [(*tokenizer.single(ids, max_len), y) for ids, y in zip(tokenizer.encode_batch(texts), label_ids)]
+    return collate(rows, tokenizer.pad_id)
+
+
+class ClassifyTask:
+    """Fine-tuning of a :class:`~tformer.Bert` with ``num_labels = len(labels)`` on (text, label) examples."""
+
+    metric, higher_is_better = "accuracy", True
+
+    def __init__(self, tokenizer: WordPiece, labels: list[str], train: list[tuple[str, str]], valid: list[tuple[str, str]],
+                 max_len: int = 128, batch_size: int = 32, seed: int = 0) -> None:
+        self.tokenizer, self.labels, self.max_len, self.batch_size, self.seed = tokenizer, labels, max_len, batch_size, seed
+        index = {label: i for i, label in enumerate(labels)}
+        unknown = sorted({y for _, y in [*train, *valid]} - set(index))
+        if unknown:
+            raise ValueError(f"labels {unknown[:5]} are not in the label set {labels[:10]}")
+        self.train = [(text, index[y]) for text, y in train]
+        self.valid_batches = [_batch(tokenizer, [t for t, _ in chunk], [index[y] for _, y in chunk], max_len)
+                              for chunk in (valid[k : k + batch_size] for k in range(0, len(valid), batch_size))]
+
+    def train_batches(self, epoch: int) -> list[BertBatch]:
+        order = list(range(len(self.train)))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        chunks = [order[k : k + self.batch_size] for k in range(0, len(order), self.batch_size)]
+        return [_batch(self.tokenizer, [self.train[i][0] for i in c], [self.train[i][1] for i in c], self.max_len) for c in chunks]
+
+    @staticmethod
+    def count_tokens(batch: BertBatch) -> int:
+        return len(batch.labels)
+
+    def loss(self, model, batch: BertBatch) -> tuple[torch.Tensor, int]:
+        batch = batch.to(next(model.parameters()).device)
+        logits = model.classify(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, L)
+        return F.cross_entropy(logits.float(), batch.labels, reduction="sum"), len(batch.labels)
+
+    def evaluate(self, model) -> dict:
+        device = next(model.parameters()).device
+        total = right = n = 0.0
+        for batch in self.valid_batches:
+            batch = batch.to(device)
+            logits = model.classify(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, L)
+            total += float(F.cross_entropy(logits.float(), batch.labels, reduction="sum"))
+            right += float((logits.argmax(-1) == batch.labels).sum())
+            n += len(batch.labels)
+        return {"val_loss": total / max(n, 1), "accuracy": right / max(n, 1)}
+
+    def save_extra(self, directory) -> None:
+        self.tokenizer.save(directory)
+        text = json.dumps({"labels": self.labels}, indent=2, ensure_ascii=False) + "\n"
+        atomic_write(Path(directory) / LABELS_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+@dataclass
+class TextClassifier:
+    model: Bert
+    tokenizer: WordPiece
+    labels: list[str]
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "TextClassifier":
+        directory = Path(directory)
+        path = directory / LABELS_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{str(path)!r} is missing: {str(directory)!r} is not a `tformer train classify` model")
+        labels = json.loads(path.read_text(encoding="utf-8"))["labels"]
+        return cls(Bert.from_pretrained(directory), WordPiece.load(directory), labels)
+
+    @torch.no_grad()
+    def predict(self, texts: list[str]) -> list[tuple[str, float]]:
+        """(label, probability) of the most likely label for each text."""
+        if isinstance(texts, str):
+            texts = [texts]
+        self.model.eval()
+        batch = _batch(self.tokenizer, list(texts), [0] * len(texts), self.model.config.max_len)
+        batch = batch.to(next(self.model.parameters()).device)
+        probs = self.model.classify(batch.ids, batch.token_type_ids, batch.attention_mask).float().softmax(-1)  # (B, L)
+        best = probs.max(-1)
+        return [(self.labels[i], p) for i, p in zip(best.indices.tolist(), best.values.tolist())]
+
+
+def langid_examples(tatoeba: str | Path, n: int = 20000, seed: int = 0) -> list[tuple[str, str]]:
+    """``n`` (sentence, "en"|"fr") examples, half each, from distinct Tatoeba pairs; shuffled, seeded."""
+    from ..data.pairs import read_tsv
+
+    pairs = read_tsv(tatoeba)
+    if n < 2 or n > len(pairs):
+        raise ValueError(f"n must be between 2 and the number of pairs ({len(pairs)}), got {n}")
+    rng = random.Random(seed)
+    chosen = rng.sample(range(len(pairs)), n)
+    half = n // 2
+    examples = [(pairs[i][0], "en") for i in chosen[:half]] + [(pairs[i][1], "fr") for i in chosen[half:]]
+    rng.shuffle(examples)
+    return examples
+
+
+def write_tsv(examples: list[tuple[str, str]], path: str | Path) -> None:
+    """Write (text, label) examples as ``text<TAB>label`` lines (atomically)."""
+    text = "".join(f"{t}\t{y}\n" for t, y in examples)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

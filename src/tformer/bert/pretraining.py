@@ -1,0 +1,250 @@
+"""BERT pretraining data and task: documents → NSP sentence pairs → MLM masking → MLM + NSP loss.
+
+**Documents.** A text file where blank lines separate documents and consecutive lines are consecutive
+sentences (Tiny Shakespeare's speeches work as is); a ``.tsv`` file (Tatoeba) gives its first column
+as one long document. Each line is one sentence; BERT packs several sentences per segment, we keep
+one per segment, which keeps the NSP labels exact and the code short.
+
+**NSP** (:func:`nsp_pairs`). For every sentence A that has a successor in its document: with
+probability ½ B is that successor (label 0, "B follows A", as in BERT), otherwise B is a random
+sentence from another document (label 1) — from the same document, but never A or its successor,
+when there is only one.
+
+**MLM** (:class:`MLMCollator`). Each non-special token is picked with probability 15%; a picked token
+becomes ``[MASK]`` (80%), a random non-special token (10%) or stays (10%). Labels hold the original
+id at picked positions and -100 (ignored) everywhere else. All randomness comes from a
+``torch.Generator`` seeded per (seed, epoch, batch), so epochs are reproducible and resume is exact.
+
+**Loss.** ``count_tokens`` is the number of MLM-labelled tokens. ``loss`` returns
+``MLM summed over those tokens + NSP mean × that count``, so what the Trainer divides by the count is
+``MLM mean + NSP mean`` — BERT's pretraining loss — and ``tokens/s`` counts predicted tokens.
+
+Dimension legend: B batch, T longest sequence in the batch, D model dim, V vocabulary, N picked tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..losses import sequence_cross_entropy
+from .tokenization import WordPiece
+
+__all__ = ["IGNORE", "read_documents", "split_documents", "nsp_pairs", "BertBatch", "collate", "MLMCollator", "BertPretrainTask"]
+
+IGNORE = -100  # label of positions that carry no loss
+
+
+# ------------------------------------------------------------------------------------------ documents
+
+
+def read_documents(path: str | Path) -> list[list[str]]:
+    """Documents (lists of sentences) from a text file (blank line = new document) or a ``.tsv`` (first column)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--data {str(path)!r}: no such file")
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    if path.suffix == ".tsv":
+        column = [line.split("\t")[0].strip() for line in lines if line]
+        return [[s for k, s in enumerate(column) if s and (k == 0 or s != column[k - 1])]]  # Tatoeba repeats a source per translation
+    docs, current = [], []
+    for line in lines + [""]:
+        if line:
+            current.append(line)
+        elif current:
+            docs.append(current)
+            current = []
+    return docs
+
+
+def split_documents(docs: list[list[str]], valid: float | int = 0.05) -> tuple[list[list[str]], list[list[str]]]:
+    """Hold out the last ``valid`` sentences (a fraction, or a count when >= 1) of the text, cutting a document if needed."""
+    total = sum(len(d) for d in docs)
+    n_valid = int(valid) if valid >= 1 else max(round(valid * total), 3)
+    if n_valid >= total - 2:
+        raise ValueError(f"valid={valid} leaves too little training text ({total} sentences in all)")
+    train, held, left = [list(d) for d in docs], [], n_valid
+    while left:
+        last = train[-1]
+        take = min(left, len(last))
+        held.insert(0, last[len(last) - take :])
+        del last[len(last) - take :]
+        if not last:
+            train.pop()
+        left -= take
+    return train, held
+
+
+def nsp_pairs(doc_sizes: list[int], seed: int = 0) -> list[tuple[int, int, int]]:
+    """``(a, b, label)`` over flat sentence indices (documents laid end to end); label 0 = B follows A, 1 = random."""
+    starts = [0, *itertools.accumulate(doc_sizes)][:-1]
+    total = sum(doc_sizes)
+    if total < 3:
+        raise ValueError(f"NSP needs at least 3 sentences, got {total}")
+    rng = random.Random(seed)
+    pairs = []
+    for start, size in zip(starts, doc_sizes):
+        for a in range(start, start + size - 1):
+            if rng.random() < 0.5:
+                pairs.append((a, a + 1, 0))
+                continue
+            for _ in range(10):  # another document, as BERT does
+                b = rng.randrange(total)
+                if not start <= b < start + size:
+                    break
+            else:  # (almost) everything is this document: any sentence but A and its successor
+                b = rng.randrange(total - 2)
+                b += 2 if b >= a else 0
+            pairs.append((a, b, 1))
+    rng.shuffle(pairs)
+    return pairs
+
+
+# --------------------------------------------------------------------------------------------- batches
+
+
+@dataclass
+class BertBatch:
+    ids: torch.Tensor  # (B, T)
+    token_type_ids: torch.Tensor  # (B, T)
+    attention_mask: torch.Tensor  # (B, T) bool, True = real token
+    labels: torch.Tensor  # (B,) NSP label (0 = B follows A) or class id
+    mlm_labels: torch.Tensor | None = None  # (B, T) original id at picked positions, IGNORE elsewhere
+
+    def to(self, device) -> "BertBatch":
+        return BertBatch(*(None if (t := getattr(self, f.name)) is None else t.to(device) for f in fields(self)))
+
+
+def collate(rows: list[tuple[list[int], list[int], int]], pad_id: int) -> BertBatch:
+    """``(ids, token_type_ids, label)`` rows → a :class:`BertBatch` padded to the longest row."""
+    width = max(len(ids) for ids, _, _ in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, T)
+    types = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)  # (B, T)
+    for i, (row, segs, _) in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        types[i, : len(segs)] = torch.tensor(segs)
+        mask[i, : len(row)] = True
+    return BertBatch(ids, types, mask, torch.tensor([label for _, _, label in rows]))
+
+
+class MLMCollator:
+    """BERT's masking: pick ``pick`` of the non-special tokens; of those, ``mask`` → [MASK], ``random`` → a random token, the rest stay."""
+
+    def __init__(self, tokenizer: WordPiece, pick: float = 0.15, mask: float = 0.8, random: float = 0.1) -> None:
+        if not 0 < pick <= 1 or mask < 0 or random < 0 or mask + random > 1:
+            raise ValueError(f"need 0 < pick <= 1 and mask, random >= 0 with mask + random <= 1; got {pick}, {mask}, {random}")
+        self.pick, self.mask, self.random = pick, mask, random
+        self.mask_id = tokenizer.mask_id
+        self.special_ids = torch.tensor(tokenizer.special_ids)
+        specials = set(tokenizer.special_ids)
+        self.candidates = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in specials])  # random replacements
+
+    def __call__(self, batch: BertBatch, generator: torch.Generator) -> BertBatch:
+        ids = batch.ids
+        maskable = ~torch.isin(ids, self.special_ids)  # (B, T); padding is a special token too
+        picked = (torch.rand(ids.shape, generator=generator) < self.pick) & maskable
+        labels = torch.where(picked, ids, torch.full_like(ids, IGNORE))  # (B, T)
+        roll = torch.rand(ids.shape, generator=generator)  # one draw decides [MASK] / random / keep
+        to_mask = picked & (roll < self.mask)
+        to_random = picked & (roll >= self.mask) & (roll < self.mask + self.random)
+        random_ids = self.candidates[torch.randint(len(self.candidates), ids.shape, generator=generator)]  # (B, T)
+        masked = torch.where(to_mask, torch.full_like(ids, self.mask_id), ids)
+        masked = torch.where(to_random, random_ids, masked)
+        return BertBatch(masked, batch.token_type_ids, batch.attention_mask, batch.labels, labels)
+
+
+class LazyBatches(Sequence):
+    """``len`` and indexing (ints and slices, as the Trainer uses them) over batches built on demand."""
+
+    def __init__(self, n: int, make) -> None:
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self.make(i) for i in range(*index.indices(self.n))]
+        if not -self.n <= index < self.n:
+            raise IndexError(index)
+        return self.make(index % self.n)
+
+
+# ------------------------------------------------------------------------------------------------ task
+
+
+class BertPretrainTask:
+    """MLM + NSP pretraining of a :class:`~tformer.Bert` on documents (see the module docstring)."""
+
+    metric, higher_is_better = "val_loss", False
+
+    def __init__(self, tokenizer: WordPiece, train_docs: list[list[str]], valid_docs: list[list[str]], max_len: int = 128,
+                 batch_size: int = 32, seed: int = 0, mlm_pick: float = 0.15) -> None:
+        self.tokenizer, self.max_len, self.batch_size, self.seed = tokenizer, max_len, batch_size, seed
+        self.collator = MLMCollator(tokenizer, pick=mlm_pick)
+        self.train_sentences = tokenizer.encode_batch([s for d in train_docs for s in d])
+        self.train_sizes = [len(d) for d in train_docs]
+        valid_sentences = tokenizer.encode_batch([s for d in valid_docs for s in d])
+        valid_pairs = nsp_pairs([len(d) for d in valid_docs], seed=12345)
+        self.valid_batches = [self._batch(valid_sentences, valid_pairs, k, torch.Generator().manual_seed(12345 + k))
+                              for k in range(0, len(valid_pairs), batch_size)]
+
+    def _batch(self, sentences, pairs, start: int, generator: torch.Generator) -> BertBatch:
+        rows = [(*self.tokenizer.pair(sentences[a], sentences[b], self.max_len), label)
+                for a, b, label in pairs[start : start + self.batch_size]]
+        return self.collator(collate(rows, self.tokenizer.pad_id), generator)
+
+    def train_batches(self, epoch: int) -> LazyBatches:
+        """Fresh NSP pairs and masks every epoch, the same ones for the same (seed, epoch)."""
+        seed = self.seed * 1_000_003 + epoch
+        pairs = nsp_pairs(self.train_sizes, seed)
+
+        def make(i: int) -> BertBatch:
+            return self._batch(self.train_sentences, pairs, i * self.batch_size, torch.Generator().manual_seed(seed * 100_003 + i))
+
+        return LazyBatches((len(pairs) + self.batch_size - 1) // self.batch_size, make)
+
+    @staticmethod
+    def count_tokens(batch: BertBatch) -> int:
+        return max(int((batch.mlm_labels != IGNORE).sum()), 1)
+
+    @staticmethod
+    def _outputs(model, batch: BertBatch):
+        """MLM logits at the picked positions only (N, V), their labels (N,), NSP logits (B, 2)."""
+        hidden = model(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, T, D)
+        picked = batch.mlm_labels != IGNORE  # (B, T)
+        return model.mlm_head(hidden[picked]), batch.mlm_labels[picked], model.nsp_head(model.pool(hidden))
+
+    def loss(self, model, batch: BertBatch) -> tuple[torch.Tensor, int]:
+        batch = batch.to(next(model.parameters()).device)
+        mlm_logits, mlm_labels, nsp_logits = self._outputs(model, batch)
+        n = self.count_tokens(batch)
+        mlm = sequence_cross_entropy(mlm_logits[None], mlm_labels[None], reduction="sum")
+        nsp = F.cross_entropy(nsp_logits.float(), batch.labels)
+        return mlm + nsp * n, n
+
+    def evaluate(self, model) -> dict:
+        device = next(model.parameters()).device
+        mlm_loss = mlm_right = n_mlm = nsp_loss = nsp_right = n_seq = 0.0
+        for batch in self.valid_batches:
+            batch = batch.to(device)
+            mlm_logits, mlm_labels, nsp_logits = self._outputs(model, batch)
+            mlm_loss += float(F.cross_entropy(mlm_logits.float(), mlm_labels, reduction="sum"))
+            mlm_right += float((mlm_logits.argmax(-1) == mlm_labels).sum())
+            n_mlm += len(mlm_labels)
+            nsp_loss += float(F.cross_entropy(nsp_logits.float(), batch.labels, reduction="sum"))
+            nsp_right += float((nsp_logits.argmax(-1) == batch.labels).sum())
+            n_seq += len(batch.labels)
+        mlm, nsp = mlm_loss / max(n_mlm, 1), nsp_loss / max(n_seq, 1)
+        return {"val_loss": mlm + nsp, "mlm_loss": mlm, "nsp_loss": nsp,
+                "mlm_acc": mlm_right / max(n_mlm, 1), "nsp_acc": nsp_right / max(n_seq, 1)}
+
+    def save_extra(self, directory) -> None:
+        self.tokenizer.save(directory)

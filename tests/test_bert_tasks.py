@@ -1,0 +1,266 @@
+"""BERT workflows: WordPiece layout, NSP pairs, the MLM collator, pretraining, fill-mask, classification."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tformer.bert import (BertPretrainTask, MLMCollator, TextClassifier, WordPiece, fill_mask, langid_examples,
+                          load_masked_lm, nsp_pairs, read_documents, train_wordpiece)
+from tformer.bert.classification import read_labelled_tsv, write_tsv
+from tformer.bert.pretraining import IGNORE, collate, split_documents
+from tformer.cli import main
+
+TATOEBA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tatoeba-eng-fra.tsv"
+SENTENCES = ["the cat sat on the mat.", "the dog ate a bone.", "a bird sang in the tree.", "my friend drinks hot coffee."]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models train faster on one thread, and several threads thrash on a shared, busy CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> WordPiece:
+    return train_wordpiece(SENTENCES * 3 + ["Je vais bien.", "I am good."], vocab_size=120, min_frequency=1)
+
+
+# ------------------------------------------------------------------------------------------- tokenizer
+
+
+def test_trained_wordpiece_has_the_specials_first(tokenizer):
+    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]
+    assert ids == [0, 1, 2, 3, 4]
+    assert tokenizer.special_ids == [0, 1, 2, 3, 4]
+    assert [tokenizer.id_to_token(i) for i in tokenizer.encode("The CAT [MASK].")] == ["the", "cat", "[MASK]", "."]
+
+
+def test_uncased_bert_vocabulary_check_value():
+    from tformer.embeddings import minilm_path
+
+    wp = WordPiece.load(minilm_path())
+    text = "I like coffee in the morning because it helps me wake up and stay focused."
+    ids, types = wp.single(wp.encode(text), 512)
+    assert ids == [101, 1045, 2066, 4157, 1999, 1996, 2851, 2138, 2009, 7126, 2033, 5256, 2039, 1998, 2994, 4208, 1012, 102]
+    assert types == [0] * 18
+    assert (wp.pad_id, wp.mask_id) == (0, 103) and 1 in wp.special_ids  # [unused0] is never a random MLM token
+
+
+@pytest.mark.parametrize("len_a, len_b, max_len, keep_a, keep_b",
+                         [(3, 4, 64, 3, 4), (30, 5, 16, 8, 5), (5, 30, 16, 5, 8), (20, 20, 11, 4, 4), (9, 0, 8, 5, 0), (7, 6, 12, 4, 5)])
+def test_pair_layout_segments_and_truncation(tokenizer, len_a, len_b, max_len, keep_a, keep_b):
+    a, b = list(range(100, 100 + len_a)), list(range(200, 200 + len_b))
+    ids, types = tokenizer.pair(a, b, max_len)
+    cls, sep = tokenizer.cls_id, tokenizer.sep_id
+    assert ids == [cls, *a[:keep_a], sep, *b[:keep_b], sep]  # the longer side trimmed from its end
+    assert types == [0] * (keep_a + 2) + [1] * (keep_b + 1)
+    assert len(ids) <= max_len
+    single, single_types = tokenizer.single(a, max_len)
+    assert single == [cls, *a[: max_len - 2], sep] and single_types == [0] * len(single)
+
+
+# ------------------------------------------------------------------------------------------------- NSP
+
+
+def test_nsp_labels_balanced_and_true_pairs_consecutive():
+    sizes = [20] * 200
+    pairs = nsp_pairs(sizes, seed=3)
+    doc = [d for d, n in enumerate(sizes) for _ in range(n)]  # document of each flat sentence index
+    assert len(pairs) == 200 * 19
+    assert abs(sum(label for _, _, label in pairs) / len(pairs) - 0.5) < 0.03
+    for a, b, label in pairs:
+        if label == 0:
+            assert b == a + 1 and doc[a] == doc[b]
+        else:
+            assert doc[a] != doc[b]
+    assert pairs == nsp_pairs(sizes, seed=3) and pairs != nsp_pairs(sizes, seed=4)
+
+
+def test_nsp_single_document_never_uses_the_true_next_as_random():
+    pairs = nsp_pairs([50], seed=0)
+    assert all(b not in (a, a + 1) for a, b, label in pairs if label == 1)
+    assert {label for _, _, label in pairs} == {0, 1}
+
+
+def test_documents_and_held_out_tail(tmp_path):
+    path = tmp_path / "docs.txt"
+    path.write_text("a1\na2\n\n\nb1\nb2\nb3\n\nc1\n", encoding="utf-8")
+    docs = read_documents(path)
+    assert docs == [["a1", "a2"], ["b1", "b2", "b3"], ["c1"]]
+    train, valid = split_documents(docs, valid=3)
+    assert train == [["a1", "a2"], ["b1"]] and valid == [["b2", "b3"], ["c1"]]
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("Go.\tVa !\nGo.\tMarche.\nHi.\tSalut !\n", encoding="utf-8")
+    assert read_documents(tsv) == [["Go.", "Hi."]]
+
+
+# ------------------------------------------------------------------------------------------------- MLM
+
+
+def _sample_batch(tokenizer, rows=400, width=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(rows):
+        n = int(torch.randint(10, width - 3, (1,), generator=g))
+        body = torch.randint(5, tokenizer.vocab_size, (n,), generator=g).tolist()
+        out.append((*tokenizer.pair(body[: n // 2], body[n // 2 :], width), 0))
+    return collate(out, tokenizer.pad_id)
+
+
+def test_mlm_collator_proportions_and_labels(tokenizer):
+    batch = _sample_batch(tokenizer)
+    out = MLMCollator(tokenizer)(batch, torch.Generator().manual_seed(0))
+    special = torch.isin(batch.ids, torch.tensor(tokenizer.special_ids))
+    picked = out.mlm_labels != IGNORE
+    assert not (picked & special).any()  # [CLS], [SEP], [PAD] never picked
+    assert torch.equal(out.ids[special], batch.ids[special])
+    assert torch.equal(out.mlm_labels[picked], batch.ids[picked])  # labels = the original tokens, IGNORE elsewhere
+    assert torch.equal(out.ids[~picked], batch.ids[~picked])  # nothing unpicked changes
+    assert abs(picked.sum() / (~special).sum() - 0.15) < 0.01
+    n = picked.sum()
+    masked = (out.ids == tokenizer.mask_id) & picked
+    kept = (out.ids == batch.ids) & picked
+    randomised = picked & ~masked & ~kept
+    assert abs(masked.sum() / n - 0.8) < 0.02
+    assert abs(randomised.sum() / n - 0.1) < 0.02
+    assert abs(kept.sum() / n - 0.1) < 0.02  # includes the rare random draw equal to the original
+    assert not torch.isin(out.ids[randomised], torch.tensor(tokenizer.special_ids)).any()
+
+
+def test_mlm_collator_is_seeded(tokenizer):
+    batch = _sample_batch(tokenizer, rows=20)
+    collator = MLMCollator(tokenizer)
+    one, two = (collator(batch, torch.Generator().manual_seed(7)) for _ in range(2))
+    other = collator(batch, torch.Generator().manual_seed(8))
+    assert torch.equal(one.ids, two.ids) and torch.equal(one.mlm_labels, two.mlm_labels)
+    assert not torch.equal(one.mlm_labels, other.mlm_labels)
+
+
+def test_pretraining_batches_reproducible_per_epoch(tokenizer):
+    docs = [SENTENCES] * 10
+    task = BertPretrainTask(tokenizer, docs, [SENTENCES], max_len=16, batch_size=8, seed=1)
+    a, b, c = task.train_batches(0), task.train_batches(0), task.train_batches(1)
+    assert len(a) == (10 * 3 + 7) // 8
+    assert all(torch.equal(x.ids, y.ids) and torch.equal(x.mlm_labels, y.mlm_labels) for x, y in zip(a, b))
+    assert not all(torch.equal(x.ids, y.ids) for x, y in zip(a, c))
+    assert max(x.ids.shape[1] for x in a[:]) <= 16
+    assert task.count_tokens(a[0]) == int((a[0].mlm_labels != IGNORE).sum())
+
+
+# ---------------------------------------------------------------------------------- pretraining + CLI
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """A tiny BERT that has memorised four sentences (via `tformer train bert`)."""
+    root = tmp_path_factory.mktemp("bert")
+    data = root / "docs.txt"
+    rotations = ["\n".join(SENTENCES[k % 4 :] + SENTENCES[: k % 4]) for k in range(16)]  # every sentence both as A and as B
+    data.write_text("\n\n".join(rotations) + "\n", encoding="utf-8")
+    out = root / "run"
+    code = main(["train", "bert", "--data", str(data), "--out", str(out), "--preset", "tiny", "--vocab-size", "100",
+                 "--max-len", "32", "--batch-size", "32", "--max-steps", "500", "--lr", "2e-3", "--warmup-steps", "20",
+                 "--valid", "8", "--eval-every", "250", "--dropout", "0", "--no-progress"])
+    assert code == 0
+    return out
+
+
+def test_train_bert_reports_mlm_and_nsp(pretrained):
+    records = [json.loads(line) for line in (pretrained / "log.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "val_loss" in r]
+    assert {"mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc"} <= set(evals[-1])
+    assert evals[-1]["val_loss"] == pytest.approx(evals[-1]["mlm_loss"] + evals[-1]["nsp_loss"])
+    assert evals[-1]["mlm_acc"] > 0.9 and evals[-1]["nsp_acc"] > 0.9
+    assert (pretrained / "tokenizer.json").is_file() and (pretrained / "last" / "state.json").is_file()
+
+
+@pytest.mark.parametrize("text, word", [("the cat sat on the [MASK].", "mat"), ("the [MASK] ate a bone.", "dog"),
+                                        ("a bird sang in the [MASK].", "tree"), ("my friend drinks hot [MASK].", "coffee")])
+def test_tiny_model_overfits_fill_mask(pretrained, text, word):
+    model, tok = load_masked_lm(pretrained)
+    (top, *_), = fill_mask(model, tok, text, top_k=3)
+    assert top[0] == word
+
+
+def test_cli_fill_mask(pretrained, capsys):
+    assert main(["fill-mask", "--model", str(pretrained), "--top-k", "2", "the cat sat on the [MASK]."]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "the cat sat on the [MASK]."
+    assert out[1].startswith("  [MASK] 1: mat 0.") and len(out[1].split()) == 2 + 2 * 2
+    assert main(["fill-mask", "--model", str(pretrained), "no mask here"]) == 2
+    assert "no [MASK]" in capsys.readouterr().err
+
+
+def test_fill_mask_on_a_hugging_face_directory_matches_transformers(tokenizer, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=32)
+    torch.manual_seed(0)
+    hf = transformers.BertForMaskedLM(config).eval()
+    hf.save_pretrained(tmp_path)
+    tokenizer.save(tmp_path)
+    model, tok = load_masked_lm(tmp_path)
+    text = "the [MASK] sat on the [MASK]."
+    ours = fill_mask(model, tok, text, top_k=4)
+    ids, _ = tok.single(tok.encode(text), 32)
+    with torch.no_grad():
+        probs = hf(torch.tensor([ids])).logits[0].softmax(-1)  # (T, V)
+    positions = [i for i, t in enumerate(ids) if t == tok.mask_id]
+    for pos, candidates in zip(positions, ours):
+        top = probs[pos].topk(4)
+        assert [c[0] for c in candidates] == [tok.id_to_token(i) for i in top.indices.tolist()]
+        assert [c[1] for c in candidates] == pytest.approx(top.values.tolist(), abs=1e-4)
+    transformers.BertModel(config).save_pretrained(tmp_path)  # an encoder without an MLM head is refused
+    with pytest.raises(ValueError, match="no MLM head"):
+        load_masked_lm(tmp_path)
+
+
+# -------------------------------------------------------------------------------------- classification
+
+
+@pytest.mark.skipif(not TATOEBA.is_file(), reason="needs ../shared/data/tatoeba-eng-fra.tsv")
+def test_language_identification_beats_chance(tmp_path, capsys):
+    examples = langid_examples(TATOEBA, n=600, seed=0)
+    assert sum(y == "en" for _, y in examples) == 300
+    data = tmp_path / "langid.tsv"
+    write_tsv(examples, data)
+    assert read_labelled_tsv(data) == examples
+    out = tmp_path / "cls"
+    assert main(["train", "classify", "--data", str(data), "--out", str(out), "--preset", "tiny", "--vocab-size", "300",
+                 "--max-len", "32", "--epochs", "6", "--batch-size", "32", "--valid", "0.2", "--lr", "1e-3",
+                 "--warmup-steps", "20", "--no-progress"]) == 0
+    assert json.loads((out / "labels.json").read_text())["labels"] == ["en", "fr"]
+    evals = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if "accuracy" in line]
+    assert evals[0]["accuracy"] < 0.9 <= max(e["accuracy"] for e in evals)  # learnt, not given: held-out accuracy
+    capsys.readouterr()
+    assert main(["classify", "--model", str(out), "Je vais bien.", "I am good."]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [(label, text) for label, _, text in lines] == [("fr", "Je vais bien."), ("en", "I am good.")]
+    assert all(0.5 < float(p) <= 1 for _, p, _ in lines)
+
+
+def test_classify_from_a_pretrained_bert(pretrained, tmp_path):
+    data = tmp_path / "animals.tsv"
+    write_tsv([(s, "animal" if any(w in s for w in ("cat", "dog", "bird")) else "person") for s in SENTENCES * 5], data)
+    out = tmp_path / "cls"
+    assert main(["train", "classify", "--data", str(data), "--out", str(out), "--init", str(pretrained), "--max-len", "32",
+                 "--max-steps", "0", "--batch-size", "8", "--valid", "4", "--no-progress"]) == 0
+    classifier = TextClassifier.load(out)
+    assert classifier.labels == ["animal", "person"] and classifier.model.config.num_labels == 2
+    assert (out / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()
+    base = load_masked_lm(pretrained)[0].state_dict()
+    for name, tensor in classifier.model.state_dict().items():  # every pretrained weight carried over, plus a new head
+        assert name.startswith("classifier.") or torch.equal(tensor, base[name]), name
+    assert len(classifier.predict(["the cat sat on the mat."])) == 1
+
+
+def test_train_classify_rejects_a_malformed_tsv(tmp_path, capsys):
+    data = tmp_path / "bad.tsv"
+    data.write_text("no tab here\n", encoding="utf-8")
+    assert main(["train", "classify", "--data", str(data), "--out", str(tmp_path / "o"), "--epochs", "1"]) == 2
+    assert "text<TAB>label" in capsys.readouterr().err
