@@ -10,7 +10,7 @@ import sys
 from . import __version__
 
 # Subcommand modules, in the order `tformer --help` lists them.
-COMMANDS = ["info", "embed", "trace", "plot", "bert"]
+COMMANDS = ["info", "embed", "trace", "plot", "bert", "lm"]
 
 
 def build_parser() -> argparse.ArgumentParser:

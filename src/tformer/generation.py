@@ -15,6 +15,7 @@ Dimension legend: B batch, K beams, S source length, T generated length, V vocab
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -189,40 +190,62 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
 
 @torch.no_grad()
 def generate_lm(model, prompts: list[list[int]], max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(),
-                eos_id: int | None = None, pad_id: int = 0, seed: int | None = None, on_token=None) -> list[list[int]]:
-    """Continue each prompt of a decoder-only model; returns the new ids (up to ``eos_id``, included).
+                eos_id: int | None = None, pad_id: int = 0, seed: int | None = None, on_token=None,
+                stop_ids: Sequence[int] = (), stop=None) -> list[list[int]]:
+    """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
 
     Prompts are left-padded into one batch; ``attention_mask`` hides the padding and positions
-    count real tokens only. ``on_token(step, ids)`` is called with the (B,) new ids for streaming.
+    count real tokens only, so a batch gives the same tokens as one prompt at a time (while the
+    text fits the model's context). ``on_token(step, ids)`` is called with the (B,) new ids for
+    streaming. A row ends at ``eos_id`` or any of ``stop_ids``, or when ``stop(step, ids)``
+    (called after ``on_token``) returns True for it (a (B,) list or tensor of bools; e.g. a stop
+    string seen in the decoded text). Finished rows are fed ``eos_id`` (or ``pad_id``) until all end.
+
+    Past the model's context (``config.max_len``) the window slides: the cache is rebuilt from the
+    last ¾ of the context, with positions counted from the window's start (as in training).
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    limit = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
+    prompts = [p[-(limit - 1):] if limit > 1 else p[-1:] for p in prompts]  # leave room for one new token
     longest = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (longest - len(p)) + p for p in prompts], device=device)  # (B, T0)
     attention = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], device=device).bool()
     positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # (B, T0) real tokens count from 0
-    cache = model.new_cache(longest + max_new_tokens)
+    cache = model.new_cache(min(longest + max_new_tokens, limit))
     logits = model(ids, attention_mask=attention, positions=positions, cache=cache)[:, -1]  # (B, V)
-    generated, finished = [], torch.zeros(len(prompts), dtype=torch.bool, device=device)
-    history = ids
+    # the repetition penalty sees left padding as the row's first real token (already seen: no effect)
+    history = torch.tensor([[p[0]] * (longest - len(p)) + p for p in prompts], device=device)  # (B, T0)
+    ends = set(stop_ids) | ({eos_id} if eos_id is not None else set())
+    filler = eos_id if eos_id is not None else pad_id
+    generated, lengths = [], [None] * len(prompts)
+    finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
-        nxt = choose_next(logits, sampling, generator, history)  # (B,)
-        if eos_id is not None:
-            nxt = nxt.masked_fill(finished, eos_id)
+        nxt = choose_next(logits, sampling, generator, history).masked_fill(finished, filler)  # (B,)
         generated.append(nxt)
         if on_token is not None:
             on_token(step, nxt)
-        if eos_id is not None:
-            finished |= nxt == eos_id
-            if bool(finished.all()):
-                break
-        if step == max_new_tokens - 1:
+        done = torch.tensor([t in ends for t in nxt.tolist()], device=device)
+        if stop is not None:
+            done |= torch.as_tensor(stop(step, nxt), dtype=torch.bool, device=device)
+        for i in (done & ~finished).nonzero().flatten().tolist():
+            lengths[i] = step + 1
+        finished |= done
+        if bool(finished.all()) or step == max_new_tokens - 1:
             break
         history = torch.cat([history, nxt[:, None]], 1)
-        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)
+        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)  # (B, Tk + 1)
+        if cache.length + 1 > limit:  # context full: slide the window and rebuild the cache
+            keep = max(limit * 3 // 4, 1)
+            window, attention = history[:, -keep:], attention[:, -keep:]  # (B, keep)
+            positions = (attention.long().cumsum(-1) - 1).clamp(min=0)
+            cache = model.new_cache(limit)
+            logits = model(window, attention_mask=attention, positions=positions, cache=cache)[:, -1]
+            positions = positions[:, -1:]
+            continue
         positions = positions[:, -1:] + 1  # (B, 1)
         logits = model(nxt[:, None], attention_mask=attention, positions=positions, cache=cache)[:, -1]
     rows = torch.stack(generated, 1).tolist()
-    return [r[: r.index(eos_id) + 1] if eos_id is not None and eos_id in r else r for r in rows]
+    return [row[:n] if n is not None else row for row, n in zip(rows, lengths)]

@@ -66,12 +66,16 @@ class TrainConfig:
             raise ValueError("give at least one of epochs, max_steps or minutes")
         if self.accum_steps < 1:
             raise ValueError(f"accum_steps must be >= 1, got {self.accum_steps}")
-        if self.schedule == "cosine" and self.max_steps is None:
-            raise ValueError("schedule='cosine' needs max_steps (the length of the decay)")
+        if self.schedule == "cosine" and self.max_steps is None and self.minutes is None:
+            raise ValueError("schedule='cosine' needs max_steps or minutes (the length of the decay)")
 
 
-def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """Multiplier of ``cfg.lr`` at optimizer step ``step`` (0-based)."""
+def lr_factor(step: int, cfg: TrainConfig, time_used: float = 0.0) -> float:
+    """Multiplier of ``cfg.lr`` at optimizer step ``step`` (0-based).
+
+    Cosine decays over ``max_steps``; without it, over the ``minutes`` budget (``time_used`` = the
+    fraction of it spent), so a time-limited run still ends at ``lr × min_lr_ratio``.
+    """
     s, w = step + 1, max(cfg.warmup_steps, 1)
     if cfg.schedule == "inverse_sqrt":
         return min(s / w, math.sqrt(w / s))
@@ -79,7 +83,7 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
         return s / w
     if cfg.schedule == "constant":
         return 1.0
-    progress = min((s - w) / max(cfg.max_steps - w, 1), 1.0)
+    progress = min((s - w) / max(cfg.max_steps - w, 1) if cfg.max_steps is not None else time_used, 1.0)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
@@ -95,7 +99,8 @@ class Trainer:
         self.model, self.task, self.cfg = model.to(cfg.device), task, cfg
         self.out = Path(cfg.out_dir)
         self.optimizer = _optimizer(self.model, cfg)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, cfg))
+        time_used = lambda: getattr(self, "elapsed", 0.0) / (60 * cfg.minutes) if cfg.minutes else 0.0  # noqa: E731
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, cfg, time_used()))
         self.step, self.epoch, self.batch_index, self.elapsed = 0, 0, 0, 0.0
         self.best: float | None = None
         self.history: list[dict] = []

@@ -58,6 +58,9 @@ def add_parser(sub) -> None:
     t.add_argument("--max-len", type=int, default=256, help="longest sequence in tokens")
     add_training_flags(t, lr=7e-4, warmup=400, schedule="inverse_sqrt")
     t.set_defaults(func=run_translation)
+    from .lm import add_train_lm_parser
+
+    add_train_lm_parser(fam)
     from .bert import add_train_parsers
     add_train_parsers(fam)
 

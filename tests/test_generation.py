@@ -1,0 +1,110 @@
+"""Decoder-only generation: cache vs recomputation, batched vs one-by-one, the logit filters on hand-made inputs."""
+
+import math
+
+import pytest
+import torch
+
+from tformer import GPT, GPTConfig
+from tformer.generation import (SamplingConfig, apply_repetition_penalty, choose_next, generate_lm, process_logits,
+                                top_k_filter, top_p_filter)
+
+PROMPTS = [[5, 9, 3], [7, 1, 2, 8, 4, 6, 11], [12], [3, 3, 14, 15, 9]]
+
+
+def _greedy_without_cache(model, prompt, steps):
+    ids = list(prompt)
+    for _ in range(steps):
+        ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def test_cached_generation_equals_full_recomputation(gpt):
+    for prompt in PROMPTS:
+        assert generate_lm(gpt, [prompt], 20) == [_greedy_without_cache(gpt, prompt, 20)]
+
+
+def test_cached_logits_equal_full_logits_step_by_step(gpt):
+    ids = torch.tensor([PROMPTS[1] + [2, 17, 30, 4, 4, 21, 8]])  # (1, 14)
+    full = gpt(ids)  # (1, 14, V)
+    cache = gpt.new_cache()
+    first = gpt(ids[:, :7], cache=cache)
+    steps = [gpt(ids[:, t : t + 1], cache=cache) for t in range(7, ids.shape[1])]
+    torch.testing.assert_close(torch.cat([first, *steps], 1), full, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3])
+def test_batched_prompts_of_different_lengths_equal_one_by_one(gpt, penalty):
+    sampling = SamplingConfig(repetition_penalty=penalty)
+    batched = generate_lm(gpt, PROMPTS, 15, sampling, pad_id=0)
+    single = [generate_lm(gpt, [p], 15, sampling)[0] for p in PROMPTS]
+    assert batched == single
+
+
+def test_top_k_one_equals_greedy(gpt):
+    sampled = generate_lm(gpt, PROMPTS, 12, SamplingConfig(do_sample=True, temperature=1.7, top_k=1), seed=3)
+    assert sampled == generate_lm(gpt, PROMPTS, 12)
+
+
+def test_same_seed_same_sample_different_seed_different_sample(gpt):
+    sampling = SamplingConfig(do_sample=True, temperature=1.0, top_k=40, top_p=0.98)
+    one = generate_lm(gpt, PROMPTS, 20, sampling, seed=1)
+    assert one == generate_lm(gpt, PROMPTS, 20, sampling, seed=1)
+    assert one != generate_lm(gpt, PROMPTS, 20, sampling, seed=2)
+
+
+@pytest.mark.parametrize("p, kept", [(0.8, 2), (0.81, 3), (0.5, 1), (0.3, 1), (0.96, 4), (1.0, 4)])
+def test_top_p_keeps_the_smallest_set_reaching_p(p, kept):
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    out = top_p_filter(logits, p)
+    assert torch.isfinite(out).sum().item() == kept
+    assert torch.isfinite(out[0, :kept]).all()  # the most likely ones are the ones kept
+    shuffled = top_p_filter(logits[:, [2, 0, 3, 1]], p)  # order of the vocabulary does not matter
+    assert torch.isfinite(shuffled).sum().item() == kept
+
+
+def test_top_k_filter_keeps_the_k_largest():
+    out = top_k_filter(torch.tensor([[1.0, 4.0, 3.0, 2.0]]), 2)
+    assert out.tolist() == [[-math.inf, 4.0, 3.0, -math.inf]]
+
+
+def test_temperature_divides_the_logits():
+    logits = torch.tensor([[2.0, 1.0, -1.0]])
+    hot = process_logits(logits, SamplingConfig(do_sample=True, temperature=2.0))
+    assert hot.tolist() == [[1.0, 0.5, -0.5]]
+    # lower temperature sharpens: the top token gets more probability
+    assert process_logits(logits, SamplingConfig(True, 0.5)).softmax(-1)[0, 0] > logits.softmax(-1)[0, 0] > hot.softmax(-1)[0, 0]
+
+
+def test_repetition_penalty_on_a_hand_made_example():
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
+    previous = torch.tensor([[0, 1, 0]])  # tokens 0 (twice) and 1 were seen
+    out = apply_repetition_penalty(logits, previous, 2.0)
+    assert out.tolist() == [[1.0, -2.0, 0.5, 3.0]]  # positive divided, negative multiplied, once per token
+    assert choose_next(torch.tensor([[3.0, 2.9]]), SamplingConfig(repetition_penalty=1.5), previous=torch.tensor([[0]])).item() == 1
+
+
+def test_stop_tokens_and_stop_callback_end_rows(gpt):
+    free = generate_lm(gpt, PROMPTS[:2], 10)
+    stopped = generate_lm(gpt, PROMPTS[:2], 10, stop_ids=[free[0][3]])
+    assert stopped[0] == free[0][: free[0].index(free[0][3]) + 1]
+    calls = []
+    out = generate_lm(gpt, PROMPTS[:2], 10, stop=lambda step, ids: (calls.append(step), [step == 2, step == 5])[1])
+    assert out == [free[0][:3], free[1][:6]] and calls == list(range(6))
+
+
+def test_generation_slides_past_the_context_window():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=20, max_len=8, dropout=0.0)).eval()
+    calls = []
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: calls.append((args[0], kwargs["positions"])), with_kwargs=True)
+    try:
+        out = generate_lm(model, [[1, 2, 3]], 30)[0]
+    finally:
+        hook.remove()
+    assert len(out) == 30
+    assert out[:6] == _greedy_without_cache(model, [1, 2, 3], 6)  # inside the window: unchanged
+    seq = [1, 2, 3] + out
+    # after 5 fed tokens the 8 positions are full: the cache is rebuilt from the last 3/4 (6 tokens), positions from 0
+    ids, positions = calls[6]
+    assert ids.tolist() == [seq[3:9]] and positions.tolist() == [list(range(6))]
