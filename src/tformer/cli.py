@@ -10,7 +10,7 @@ import sys
 from . import __version__
 
 # Subcommand modules, in the order `tformer --help` lists them.
-COMMANDS = ["info", "embed", "trace", "plot", "bert", "lm"]
+COMMANDS = ["demo", "train", "translate", "lm", "bert", "embed", "trace", "plot", "data", "info"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.func(args) or 0
-    except (ValueError, TypeError, FileNotFoundError) as err:
+    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
         print(f"tformer {args.command}: error: {err}", file=sys.stderr)
         return 2
 
