@@ -40,7 +40,7 @@ def train_config(args):
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="train a model (translation, ...)")
+    p = sub.add_parser("train", help="train a model: translation, lm, bert, classify")
     fam = p.add_subparsers(dest="family", metavar="FAMILY", required=True)
     t = fam.add_parser("translation", help="encoder-decoder translation model")
     t.add_argument("--data", default="builtin", help="'builtin', a TSV pairs file, or a Multi30k-style directory")
