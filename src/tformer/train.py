@@ -14,6 +14,9 @@ A task provides::
     metric: str, higher_is_better: bool        # which evaluation picks the best checkpoint
     save_extra(directory)                      # tokenizer files etc. next to the weights
 
+Several processes (``torchrun --nproc-per-node N -m tformer train ...``) train data-parallel:
+see :mod:`tformer.distributed`.
+
 Run directory layout::
 
     OUT/config.json, model.safetensors, ...    the best model so far (load with from_pretrained)
@@ -33,6 +36,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from . import distributed
 from .checkpoint import atomic_write
 
 __all__ = ["TrainConfig", "Trainer", "lr_factor"]
@@ -96,7 +100,9 @@ def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
 
 class Trainer:
     def __init__(self, model: torch.nn.Module, task, cfg: TrainConfig) -> None:
-        self.model, self.task, self.cfg = model.to(cfg.device), task, cfg
+        self.world, device = distributed.init(cfg.device)
+        self.model, self.task, self.cfg, self.device = model.to(device), task, cfg, device
+        distributed.broadcast_parameters(self.model, self.world)
         self.out = Path(cfg.out_dir)
         self.optimizer = _optimizer(self.model, cfg)
         time_used = lambda: getattr(self, "elapsed", 0.0) / (60 * cfg.minutes) if cfg.minutes else 0.0  # noqa: E731
@@ -104,14 +110,17 @@ class Trainer:
         self.step, self.epoch, self.batch_index, self.elapsed = 0, 0, 0, 0.0
         self.best: float | None = None
         self.history: list[dict] = []
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.seed + 1000 * self.world.rank)  # dropout differs between processes
 
     # ---------------------------------------------------------------- state
     def save_last(self) -> None:
+        rng = distributed.gather_objects(torch.get_rng_state(), self.world)  # every rank's dropout RNG
+        if not self.world.is_main:
+            return
         last = self.out / "last"
         self.model.save_pretrained(last)
         self.task.save_extra(last)
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state()}
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng}
         atomic_write(last / "trainer_state.pt", lambda tmp: torch.save(state, tmp))
         meta = {"step": self.step, "epoch": self.epoch, "batch_index": self.batch_index, "elapsed": self.elapsed,
                 "best": self.best, "train_config": asdict(self.cfg)}
@@ -128,13 +137,17 @@ class Trainer:
         state = torch.load(last / "trainer_state.pt", weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"])
+        if len(state["rng"]) != self.world.size:
+            raise ValueError(f"--resume: the run used {len(state['rng'])} processes, this one has {self.world.size}")
+        torch.set_rng_state(state["rng"][self.world.rank])
         meta = json.loads((last / "state.json").read_text())
         self.step, self.epoch, self.batch_index = meta["step"], meta["epoch"], meta["batch_index"]
         self.elapsed, self.best = meta["elapsed"], meta["best"]
 
     def _log(self, record: dict) -> None:
         self.history.append(record)
+        if not self.world.is_main:
+            return
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
@@ -149,18 +162,24 @@ class Trainer:
     def _autocast(self):
         if not self.cfg.bf16:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=torch.device(self.cfg.device).type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16)
 
-    def _optimizer_step(self, micro_batches: list) -> tuple[float, int]:
-        """One optimizer step over ``micro_batches`` (gradient accumulation); loss is per real token."""
+    def _optimizer_step(self, group: list, start: float) -> tuple[float, int]:
+        """One optimizer step over ``group`` (gradient accumulation, split across processes).
+
+        The loss is per real token of the whole group, so the summed gradient is the same for any
+        number of processes. Returns the group's mean loss and its token count.
+        """
         self.model.train()
-        total_tokens = sum(self.task.count_tokens(b) for b in micro_batches)
+        total_tokens = sum(self.task.count_tokens(b) for b in group)
         loss_sum = 0.0
-        for batch in micro_batches:
+        for batch in group[self.world.rank :: self.world.size]:  # this process's share
             with self._autocast():
                 loss, _ = self.task.loss(self.model, batch)
-            (loss / total_tokens).backward()
+            (loss / max(total_tokens, 1)).backward()
             loss_sum += float(loss.detach())
+        loss_sum, elapsed = distributed.sync_gradients(self.model, self.world, [loss_sum, self.elapsed + time.perf_counter() - start])
+        self.elapsed = elapsed / self.world.size  # the same on every process, so all stop together
         if self.cfg.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip)
         self.optimizer.step()
@@ -170,6 +189,8 @@ class Trainer:
         return loss_sum / max(total_tokens, 1), total_tokens
 
     def evaluate(self) -> dict:
+        if not self.world.is_main:  # rank 0 evaluates and saves; the others go on to the next step
+            return {"step": self.step}
         self.model.eval()
         with torch.no_grad():
             metrics = self.task.evaluate(self.model)
@@ -185,18 +206,19 @@ class Trainer:
 
     def fit(self) -> dict:
         """Train until the epochs, steps or minutes run out; returns the last evaluation."""
-        self.task.save_extra(self.out)
-        bar = tqdm(total=self.cfg.max_steps, initial=self.step, disable=not self.cfg.progress, unit="step", dynamic_ncols=True)
+        if self.world.is_main:
+            self.task.save_extra(self.out)
+        bar = tqdm(total=self.cfg.max_steps, initial=self.step, disable=not (self.cfg.progress and self.world.is_main),
+                   unit="step", dynamic_ncols=True)
         last_eval: dict = {}
         window_tokens, window_start = 0, time.perf_counter()
         while not self._done():
             batches = self.task.train_batches(self.epoch)
             while self.batch_index < len(batches) and not self._done():
                 start = time.perf_counter()
-                group = batches[self.batch_index : self.batch_index + self.cfg.accum_steps]
-                loss, tokens = self._optimizer_step(group)
+                group = batches[self.batch_index : self.batch_index + self.cfg.accum_steps * self.world.size]
+                loss, tokens = self._optimizer_step(group, start)
                 self.batch_index += len(group)
-                self.elapsed += time.perf_counter() - start
                 window_tokens += tokens
                 if self.step % self.cfg.log_every == 0 or self.step == 1:
                     rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
@@ -218,8 +240,9 @@ class Trainer:
         if not last_eval or last_eval["step"] != self.step:
             last_eval = self.evaluate()
         self.save_last()
-        self._plot()
-        return last_eval
+        if self.world.is_main:
+            self._plot()
+        return distributed.broadcast_object(last_eval, self.world)  # every process returns rank 0's evaluation
 
     def _postfix(self, loss: float, lr: float, rate: float) -> str:
         text = f"epoch {self.epoch} loss {loss:.3f} lr {lr:.2e} {rate:,.0f} tok/s"

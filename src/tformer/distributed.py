@@ -1,0 +1,91 @@
+"""Data-parallel training over several processes, launched by ``torchrun``.
+
+    torchrun --nproc-per-node 2 -m tformer train translation --out runs/x ...      # one machine
+    torchrun --nnodes 2 --node-rank R --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+             --nproc-per-node 8 -m tformer train lm ...                               # several machines
+
+Every process holds the whole model. At each optimizer step the Trainer takes the next
+``accum_steps × world_size`` batches; process ``r`` runs batches ``r, r + world, …`` of them and
+scales its loss by the token count of the *whole* group, so summing the gradients of all processes
+(one all-reduce per optimizer step, never per micro-batch) gives exactly the gradient one process
+would get on the same global batch. Only rank 0 logs, evaluates and writes checkpoints.
+
+Backends: ``gloo`` on CPU, ``nccl`` on GPUs (each process takes ``cuda:LOCAL_RANK``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["World", "init", "sync_gradients", "broadcast_parameters", "gather_objects", "broadcast_object"]
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init(device: str) -> tuple[World, str]:
+    """Join the process group that torchrun describes in the environment; returns (world, device)."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        return World(), device
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = device.startswith("cuda")
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if cuda else "gloo")
+    if cuda:
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(device)
+    return World(dist.get_rank(), dist.get_world_size(), local_rank), device
+
+
+def sync_gradients(model: torch.nn.Module, world: World, extra: list[float]) -> list[float]:
+    """Sum every gradient (and the numbers in ``extra``) over all processes, in one all-reduce."""
+    if world.size == 1:
+        return extra
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor(extra, dtype=grads[0].dtype, device=grads[0].device)])
+    dist.all_reduce(flat)
+    offset = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
+    return flat[offset:].tolist()
+
+
+def broadcast_parameters(model: torch.nn.Module, world: World) -> None:
+    """Make every process start from rank 0's weights."""
+    if world.size > 1:
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            dist.broadcast(tensor.data, src=0)
+
+
+def gather_objects(obj, world: World) -> list:
+    """``obj`` of every rank, in rank order (on every rank)."""
+    if world.size == 1:
+        return [obj]
+    out = [None] * world.size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj, world: World):
+    """Rank 0's ``obj`` on every rank."""
+    if world.size == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
