@@ -135,8 +135,12 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
 
     A finished hypothesis scores ``sum(log p) / length ** length_penalty`` (length counts the
-    tokens after <sos>, <eos> included). A source is done when it has ``beam_size`` finished
-    hypotheses; the search stops when every source is done or ``max_len`` is reached.
+    tokens after <sos>, <eos> included). Each step ranks the 2K best continuations of all beams;
+    an <eos> among the first K finishes a hypothesis, the best K others stay live. A source is done
+    when it has ``beam_size`` finished hypotheses (those that finish in the same step all count);
+    at step ``max_len`` the first K continuations all finish, <eos> or not. These are the
+    semantics of Hugging Face ``generate(num_beams=K, length_penalty=…, early_stopping=True)``;
+    ``tests/test_interop_marian.py`` checks that both give the same translations for the same weights.
     """
     b, k = src.shape[0], beam_size
     memory_mask = padding_mask(src, model.config.pad_id).repeat_interleave(k, 0)  # (B·K, 1, 1, S)
@@ -160,12 +164,13 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
                 new_rows[i] = i * k  # done: its beams keep running but are never read
                 continue
             slot = 0
-            for score, beam, tok in zip(top_scores[i].tolist(), beam_idx[i].tolist(), token_idx[i].tolist()):
+            candidates = zip(top_scores[i].tolist(), beam_idx[i].tolist(), token_idx[i].tolist())
+            for rank, (score, beam, tok) in enumerate(candidates):
                 if score == float("-inf"):
                     break
-                if tok == eos_id:
-                    if len(finished[i]) < k:
-                        hyp = tokens[i * k + beam, 1:].tolist()
+                if tok == eos_id or step == max_len:  # at the length limit every candidate ends
+                    if rank < k:  # only the K best candidates may finish (a source open at this step takes them all)
+                        hyp = tokens[i * k + beam, 1:].tolist() + ([] if tok == eos_id else [tok])
                         finished[i].append((score / (step**length_penalty), hyp))
                     continue
                 new_scores[i, slot], new_rows[i, slot], new_tokens[i, slot] = score, i * k + beam, tok
@@ -174,17 +179,12 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
                     break
             if slot < k and len(finished[i]) < k:  # fewer live candidates than beams: pad with dead beams
                 new_rows[i, slot:] = new_rows[i, 0] if slot else i * k
-        if all(len(f) >= k for f in finished):
+        if step == max_len or all(len(f) >= k for f in finished):
             break
         rows = new_rows.view(-1)
         tokens = torch.cat([tokens[rows], new_tokens.view(-1, 1)], dim=1)
         cache.reorder(rows)
         scores = new_scores
-    for i in range(b):  # sources that hit max_len: their live beams count as hypotheses
-        if len(finished[i]) < k:
-            for j in range(k):
-                if scores[i, j] > float("-inf"):
-                    finished[i].append((scores[i, j].item() / (tokens.shape[1] - 1) ** length_penalty, tokens[i * k + j, 1:].tolist()))
     return [max(f, key=lambda x: x[0])[1] if f else [] for f in finished]
 
 

@@ -31,6 +31,7 @@ ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact erf GELU (BERT)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "silu": F.silu,  # x·sigmoid(x), "swish" (some Marian models)
 }
 
 

@@ -4,7 +4,8 @@
 
 * ``GPT2LMHeadModel`` / ``GPT2Model`` → :class:`tformer.GPT`;
 * ``BertModel``, ``BertForPreTraining``, ``BertForMaskedLM``, ``BertForSequenceClassification``
-  → :class:`tformer.Bert`.
+  → :class:`tformer.Bert`;
+* ``MarianMTModel`` → :class:`tformer.Seq2SeqTransformer` (in :mod:`tformer.interop.hf_marian`).
 
 The weight-name mapping for BERT (:func:`bert_state_from_hf`) and the config mapping
 (:func:`bert_config_from_hf`) work on plain dicts, so :mod:`tformer.embeddings` reuses them to read a
@@ -31,6 +32,7 @@ from torch import nn
 
 from ..models.bert import Bert, BertConfig
 from ..models.gpt import GPT, GPTConfig
+from ..models.seq2seq import Seq2SeqTransformer
 
 __all__ = ["from_hf", "bert_config_from_hf", "bert_state_from_hf", "load_hf_bert_state"]
 
@@ -240,8 +242,8 @@ def _gpt_from_hf(model: nn.Module) -> GPT:
 # ------------------------------------------------------------------------------------------ entry point
 
 
-def from_hf(model: nn.Module) -> GPT | Bert:
-    """The tformer equivalent of a Hugging Face GPT-2 or BERT model, same weights, same device, in eval mode.
+def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
+    """The tformer equivalent of a Hugging Face GPT-2, BERT or Marian model, same weights, same device, in eval mode.
 
     * ``GPT2LMHeadModel`` / ``GPT2Model`` → :class:`GPT` (output projection tied to the token embedding,
       as in GPT-2; a ``GPT2Model`` therefore gets GPT-2's LM head for free).
@@ -251,6 +253,8 @@ def from_hf(model: nn.Module) -> GPT | Bert:
     * ``BertForMaskedLM`` → encoder and MLM head copied; it has no pooler, so pooler and NSP head are fresh.
     * ``BertForSequenceClassification`` → encoder, pooler and classifier (``num_labels`` outputs)
       copied; MLM and NSP heads fresh.
+    * ``MarianMTModel`` → :class:`Seq2SeqTransformer`; generate with ``sos_id=config.decoder_start_token_id``
+      (Marian's pad token); details in :mod:`tformer.interop.hf_marian`.
 
     Unsupported configurations (relative positions, attention-scaling variants, unknown activations,
     untied output heads) raise ``ValueError``.
@@ -263,10 +267,14 @@ def from_hf(model: nn.Module) -> GPT | Bert:
         ours = _gpt_from_hf(model)
     elif isinstance(model, bert_types):
         ours = _bert_from_hf(model)
+    elif isinstance(model, transformers.MarianMTModel):
+        from .hf_marian import marian_from_hf
+
+        ours = marian_from_hf(model)
     else:
         raise TypeError(
-            "from_hf expects GPT2LMHeadModel, GPT2Model, BertModel, BertForPreTraining, BertForMaskedLM or "
-            f"BertForSequenceClassification, got {type(model).__name__}"
+            "from_hf expects GPT2LMHeadModel, GPT2Model, BertModel, BertForPreTraining, BertForMaskedLM, "
+            f"BertForSequenceClassification or MarianMTModel, got {type(model).__name__}"
         )
     first = next(model.parameters())
     return ours.to(device=first.device, dtype=first.dtype).eval()

@@ -135,6 +135,8 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         # Self-attention: look-ahead (causal) + target padding. With a cache the keys include
         # earlier positions, which were all real tokens when they were fed.
         self_mask = padding_mask(tgt, self.config.pad_id) if cache is None else None  # (B, 1, 1, T)
+        if self_mask is not None:  # position 0 is the start token, real even where it is the pad id (Marian)
+            self_mask[..., 0] = True
         x = self.tgt_embed(tgt, positions)  # (B, T, D)
         x = self.decoder(x, memory, self_mask, memory_mask, causal=True, cache=cache)  # (B, T, D)
         return self.output(x)  # (B, T, V)
