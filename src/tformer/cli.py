@@ -10,7 +10,7 @@ import sys
 from . import __version__
 
 # Subcommand modules, in the order `tformer --help` lists them.
-COMMANDS = ["demo", "train", "translate", "lm", "bert", "embed", "trace", "plot", "data", "info"]
+COMMANDS = ["demo", "train", "translate", "lm", "bert", "embed", "trace", "plot", "data", "info", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

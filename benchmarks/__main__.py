@@ -1,0 +1,41 @@
+"""``python -m benchmarks`` lists the benchmarks; ``python -m benchmarks NAME [args]`` runs one
+(the same as ``python -m benchmarks.NAME [args]`` or ``tformer bench NAME [args]``)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> what it measures (each module has ``main(argv)`` and a docstring with its full commands)
+BENCHMARKS = {
+    "train_step": "training-step tokens/s of seq2seq, GPT and BERT vs nn.Transformer / HF Marian, GPT-2, BERT",
+    "decode": "greedy, beam-5 and sampling tokens/s vs HF generate (Marian); GPT generation with/without KV cache",
+    "throughput_multi30k": "end-to-end training on Multi30k, real target tokens/s: token budget vs pad-to-longest",
+    "bert_encode": "sentences/s of the MiniLM encoder vs transformers.BertModel (real weights)",
+    "translation_bleu": "BLEU within a time budget, greedy vs beam (quality, not speed)",
+}
+
+
+def run(name: str, argv: list[str]) -> object:
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
+    return importlib.import_module(f"benchmarks.{name}").main(argv)
+
+
+def listing() -> str:
+    width = max(map(len, BENCHMARKS))
+    lines = [f"  {name:{width}s}  {about}" for name, about in BENCHMARKS.items()]
+    return "benchmarks (python -m benchmarks NAME [--quick] [--out DIR] ...):\n" + "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "list"):
+        print(listing())
+        return 0
+    run(argv[0], argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

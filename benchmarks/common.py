@@ -1,0 +1,206 @@
+"""What every speed benchmark shares: alternating timing, medians, peak memory, the machine's matmul peak,
+and the report (JSON + a markdown table) written to ``--out``.
+
+How a comparison is timed (:func:`compare`): the candidates run in one process, one call each per round,
+the order rotating every round so none always runs first (thermal and cache drift hit all alike);
+``warmup`` rounds are discarded, then ``repeats`` rounds are kept. Each call returns the work it did
+(tokens, sentences); a round's throughput is work / seconds, and the report gives the median and the
+min–max of those, and the ratio of medians against the anchor (the first candidate unless named).
+
+Peak memory (:func:`peak_memory_mb`) is the largest resident-set growth over one call, sampled every
+millisecond from ``/proc/self/statm`` on CPU (``torch.cuda.max_memory_allocated`` on GPU): an
+approximation (the allocator keeps freed blocks), good for comparing candidates measured the same way.
+
+Dimension legend: n matrix side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+__all__ = ["Candidate", "base_parser", "session", "compare", "peak_memory_mb", "matmul_peak_gflops", "machine_info",
+           "write_report", "SHARED_DATA"]
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@dataclass
+class Candidate:
+    """One thing to time: ``run()`` does one unit of work and returns how much (tokens, sentences)."""
+
+    name: str
+    run: Callable[[], float]
+    flops: float | None = None  # floating-point operations per call, for GFLOP/s
+    extra: dict = field(default_factory=dict)  # anything else for the report (parameter count, ...)
+
+
+def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=default_out, help="directory for the JSON and markdown report")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one round: proves the script works (seconds)")
+    p.add_argument("--repeats", type=int, default=7, help="timed rounds per candidate (median over them)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
+    return p
+
+
+@contextlib.contextmanager
+def session(args):
+    """Apply the common flags for the duration of a benchmark, then restore torch's thread count.
+
+    ``--quick`` means one timed round, no warmup, and one thread unless ``--threads`` says otherwise (a
+    tiny model on a busy machine spends most of its time waking worker threads).
+    """
+    if args.quick:
+        args.repeats, args.warmup = 1, 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads or (1 if args.quick else threads))
+    torch.manual_seed(args.seed)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def compare(candidates: list[Candidate], repeats: int, warmup: int, device: str = "cpu", memory: bool = True,
+            anchor: str | None = None, peak_gflops: float | None = None) -> dict:
+    """Time ``candidates`` alternately; returns ``{name: stats}`` with ``ratio`` against ``anchor``."""
+    rounds: dict[str, list[float]] = {c.name: [] for c in candidates}
+    seconds: dict[str, list[float]] = {c.name: [] for c in candidates}
+    for r in range(warmup + repeats):
+        shift = r % len(candidates)
+        for c in candidates[shift:] + candidates[:shift]:  # rotate who goes first
+            _sync(device)
+            start = time.perf_counter()
+            work = c.run()
+            _sync(device)
+            elapsed = time.perf_counter() - start
+            if r >= warmup:
+                rounds[c.name].append(work / elapsed)
+                seconds[c.name].append(elapsed)
+    stats = {}
+    for c in candidates:
+        tput, secs = rounds[c.name], seconds[c.name]
+        s = {"median": statistics.median(tput), "min": min(tput), "max": max(tput),
+             "median_seconds": statistics.median(secs), "rounds": len(tput), **c.extra}
+        if c.flops:
+            s["gflops"] = c.flops / s["median_seconds"] / 1e9
+            if peak_gflops:
+                s["fraction_of_peak"] = s["gflops"] / peak_gflops
+        if memory:
+            s["peak_memory_mb"] = peak_memory_mb(c.run, device)
+        stats[c.name] = s
+    anchor = anchor or candidates[0].name
+    for s in stats.values():
+        s["ratio"] = s["median"] / stats[anchor]["median"]
+    return stats
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_memory_mb(fn: Callable[[], object], device: str = "cpu") -> float | None:
+    """Peak memory growth (MiB) during one ``fn()``; None where it cannot be measured."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    if not os.path.exists("/proc/self/statm"):
+        return None
+    base, peak, done = _rss_bytes(), [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_bytes())
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        fn()
+    finally:
+        done.set()
+        thread.join()
+    peak[0] = max(peak[0], _rss_bytes())
+    return max(peak[0] - base, 0) / 2**20
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
+    """Float32 ``torch.matmul`` throughput of this machine on (n, n) @ (n, n): 2·n³ flops per product; best of ``repeats``."""
+    a = torch.randn(n, n, device=device)  # (n, n)
+    b = torch.randn(n, n, device=device)  # (n, n)
+    torch.matmul(a, b)  # warm up
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def machine_info(args, peak: float | None) -> dict:
+    return {"torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": args.device,
+            "matmul_peak_gflops_fp32": peak, "quick": args.quick, "repeats": args.repeats, "warmup": args.warmup}
+
+
+def _fmt(x, spec: str = ",.0f") -> str:
+    return "" if x is None else format(x, spec)
+
+
+def markdown_table(results: dict[str, dict[str, dict]], unit: str) -> str:
+    lines = [f"| group | candidate | median {unit} | min–max | ratio | GFLOP/s | % of peak | peak MiB |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for group, stats in results.items():
+        for name, s in stats.items():
+            frac = s.get("fraction_of_peak")
+            lines.append(
+                f"| {group} | {name} | {_fmt(s['median'])} | {_fmt(s['min'])}–{_fmt(s['max'])} | {s['ratio']:.2f}× | "
+                f"{_fmt(s.get('gflops'), '.1f')} | {_fmt(None if frac is None else 100 * frac, '.0f')} | "
+                f"{_fmt(s.get('peak_memory_mb'), '.0f')} |"
+            )
+    return "\n".join(lines)
+
+
+def write_report(out: str | Path, name: str, payload: dict, unit: str) -> dict:
+    """Write ``OUT/<name>.json`` and ``OUT/<name>.md``; print the table; return ``payload``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown_table(payload["results"], unit)
+    (out / f"{name}.json").write_text(json.dumps(payload, indent=2))
+    machine = payload["machine"]
+    header = (f"# {name}\n\n{payload.get('description', '')}\n\nMachine: {machine['cpu_count']} CPUs, "
+              f"{machine['torch_threads']} torch threads, torch {machine['torch']}, device {machine['device']}; "
+              f"fp32 matmul peak {_fmt(machine['matmul_peak_gflops_fp32'], '.1f')} GFLOP/s.\n\n")
+    (out / f"{name}.md").write_text(header + table + "\n")
+    print(header + table)
+    return payload

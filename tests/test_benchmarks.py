@@ -1,0 +1,118 @@
+"""Every speed benchmark runs in ``--quick`` mode (tiny sizes, one round) and writes its report.
+
+Timings are never asserted here (STYLE.md): these tests prove the scripts work, produce the documented
+JSON keys and markdown table, and compare the candidates they say they compare.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the benchmarks package lives next to src/, not installed
+
+pytest.importorskip("transformers")
+
+STAT_KEYS = {"median", "min", "max", "median_seconds", "rounds", "ratio", "peak_memory_mb"}
+
+# benchmark -> (extra argv, the candidates every group must hold, groups expected)
+CASES = {
+    "train_step": ([], None, {"seq2seq": {"tformer", "nn.Transformer", "HF Marian"},
+                              "gpt": {"tformer", "HF GPT2LMHeadModel"},
+                              "bert": {"tformer", "HF BertForPreTraining"}}),
+    "decode": ([], None, {f"{mode} b{b}": {"tformer", "HF generate"} for mode in ("greedy", "beam5", "sample")
+                          for b in (1, 3)} | {f"gpt b{b}": {"tformer KV cache", "tformer no cache", "HF generate"}
+                                              for b in (1, 2)}),
+    "throughput_multi30k": ([], None, {"multi30k": {"pad-to-longest", "tformer token budget"}}),
+    "bert_encode": ([], None, {"MiniLM b4": {"tformer", "HF BertModel"}}),
+}
+
+
+def _minilm_or_skip():
+    from tformer.embeddings import minilm_path
+
+    try:
+        minilm_path()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_benchmark_quick_writes_report(name, tmp_path):
+    import torch
+
+    from benchmarks.__main__ import run
+
+    if name == "bert_encode":
+        _minilm_or_skip()
+    if name == "throughput_multi30k" and not (ROOT.parent / "shared" / "data" / "multi30k" / "train.en").is_file():
+        pytest.skip("Multi30k not found in ../shared/data")
+    extra, _, groups = CASES[name]
+    threads = torch.get_num_threads()
+    returned = run(name, ["--quick", "--out", str(tmp_path), *extra])
+    assert torch.get_num_threads() == threads  # --quick runs single-threaded, then restores
+    report = json.loads((tmp_path / f"{name}.json").read_text())
+    assert report == json.loads(json.dumps(returned))
+    assert {"benchmark", "machine", "config", "results"} <= set(report)
+    assert report["benchmark"] == name and report["machine"]["quick"] is True
+    assert set(report["results"]) == set(groups)
+    for group, candidates in groups.items():
+        stats = report["results"][group]
+        assert set(stats) == candidates
+        for s in stats.values():
+            assert STAT_KEYS <= set(s)
+            assert s["median"] > 0 and s["min"] <= s["median"] <= s["max"]
+        anchor = [n for n, s in stats.items() if s["ratio"] == 1.0]
+        assert anchor, "one candidate is the anchor (ratio 1)"
+    table = (tmp_path / f"{name}.md").read_text()
+    assert "| group | candidate |" in table and all(g in table for g in groups)
+
+
+def test_train_step_reports_gflops_against_measured_peak(tmp_path):
+    from benchmarks.train_step import main
+
+    report = main(["--quick", "--only", "seq2seq", "--no-memory", "--out", str(tmp_path)])
+    assert report["machine"]["matmul_peak_gflops_fp32"] > 0
+    for s in report["results"]["seq2seq"].values():
+        assert s["gflops"] > 0 and s["fraction_of_peak"] == pytest.approx(s["gflops"] / report["machine"]["matmul_peak_gflops_fp32"])
+
+
+def test_seq2seq_flops_formula():
+    """6 · weights · tokens + attention, written out for one tiny configuration."""
+    from benchmarks.train_step import seq2seq_flops
+
+    c = dict(vocab=10, d=2, heads=1, ff=4, enc=1, dec=1, batch=1, src_len=3, tgt_len=2)
+    w_src = (4 * 4 + 2 * 2 * 4) + 2 * 4  # encoder layer + cross-attention K/V
+    w_tgt = (6 * 4 + 2 * 2 * 4) + 2 * 10  # decoder layer + output projection
+    attention = 4 * 2 * (3 * 3 + 2 * 2 + 2 * 3)
+    assert seq2seq_flops(c) == 3 * (2 * (3 * w_src + 2 * w_tgt) + attention)
+
+
+def test_peak_memory_sees_an_allocation():
+    import torch
+
+    from benchmarks.common import peak_memory_mb
+
+    if not os.path.exists("/proc/self/statm"):
+        pytest.skip("needs /proc")
+    grown = peak_memory_mb(lambda: torch.ones(64 * 2**20 // 4).add_(1).sum())  # 64 MiB
+    assert grown > 32
+
+
+def test_listing_and_cli(capsys, tmp_path):
+    from benchmarks.__main__ import BENCHMARKS
+    from benchmarks.__main__ import main as bench_main
+    from tformer.cli import main as cli_main
+
+    assert bench_main([]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in BENCHMARKS)
+    assert cli_main(["bench"]) == 0
+    assert "train_step" in capsys.readouterr().out
+    assert cli_main(["bench", "nope"]) == 2  # unknown name: a clean error
+    assert "unknown benchmark" in capsys.readouterr().err
