@@ -7,9 +7,9 @@ the order rotating every round so none always runs first (thermal and cache drif
 (tokens, sentences); a round's throughput is work / seconds, and the report gives the median and the
 min–max of those, and the ratio of medians against the anchor (the first candidate unless named).
 
-Peak memory (:func:`peak_memory_mb`) is the largest resident-set growth over one call, sampled every
-millisecond from ``/proc/self/statm`` on CPU (``torch.cuda.max_memory_allocated`` on GPU): an
-approximation (the allocator keeps freed blocks), good for comparing candidates measured the same way.
+Peak memory (:func:`peak_memory_mb`) is the peak of tensor bytes allocated during one extra call beyond
+what was live before it (activations, gradients, temporaries; not the weights or optimizer state already
+there), from the torch profiler's allocation events on CPU and ``torch.cuda.max_memory_allocated`` on GPU.
 
 Dimension legend: n matrix side.
 """
@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,13 +116,8 @@ def compare(candidates: list[Candidate], repeats: int, warmup: int, device: str 
     return stats
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak_memory_mb(fn: Callable[[], object], device: str = "cpu") -> float | None:
-    """Peak memory growth (MiB) during one ``fn()``; None where it cannot be measured."""
+def peak_memory_mb(fn: Callable[[], object], device: str = "cpu") -> float:
+    """Peak of the tensor memory allocated during one ``fn()`` beyond what was live before it (MiB)."""
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -132,24 +126,16 @@ def peak_memory_mb(fn: Callable[[], object], device: str = "cpu") -> float | Non
         fn()
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    if not os.path.exists("/proc/self/statm"):
-        return None
-    base, peak, done = _rss_bytes(), [0], threading.Event()
+    from torch.profiler import ProfilerActivity, profile
 
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], _rss_bytes())
-            time.sleep(0.001)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    finally:
-        done.set()
-        thread.join()
-    peak[0] = max(peak[0], _rss_bytes())
-    return max(peak[0] - base, 0) / 2**20
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    live = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):  # +bytes on allocation, -bytes on free
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak / 2**20
 
 
 def matmul_peak_gflops(n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
@@ -186,7 +172,7 @@ def markdown_table(results: dict[str, dict[str, dict]], unit: str) -> str:
             lines.append(
                 f"| {group} | {name} | {_fmt(s['median'])} | {_fmt(s['min'])}–{_fmt(s['max'])} | {s['ratio']:.2f}× | "
                 f"{_fmt(s.get('gflops'), '.1f')} | {_fmt(None if frac is None else 100 * frac, '.0f')} | "
-                f"{_fmt(s.get('peak_memory_mb'), '.0f')} |"
+                f"{_fmt(s.get('peak_memory_mb'), '.1f')} |"
             )
     return "\n".join(lines)
 

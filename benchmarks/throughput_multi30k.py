@@ -39,7 +39,7 @@ def load_pairs(data_dir, src: str, tgt: str, n: int) -> list[tuple[str, str]]:
     return read_aligned(f"{data_dir}/train.{src}", f"{data_dir}/train.{tgt}")[:n]
 
 
-def _cycle_rounds(batches: list[list[int]], pairs, model, opt, round_sentences: int, seed: int):
+def _cycle_rounds(batches: list[list[int]], pairs, model, opt, round_sentences: int, seed: int, device: str):
     """A callable training on the next batches until ``round_sentences`` pairs; returns real target tokens."""
     from tformer.data.batching import make_batch
 
@@ -51,7 +51,7 @@ def _cycle_rounds(batches: list[list[int]], pairs, model, opt, round_sentences: 
         seen = tokens = 0
         while seen < round_sentences:
             idx = next(order)
-            batch = make_batch([pairs[i] for i in idx])
+            batch = make_batch([pairs[i] for i in idx]).to(device)
             opt.zero_grad(set_to_none=True)
             logits = model(batch.src, batch.tgt_in)  # (B, T, V)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.tgt_out.reshape(-1), ignore_index=0)
@@ -105,9 +105,11 @@ def main(argv=None) -> dict:
         for name, batches in (("pad-to-longest", padded_batches), ("tformer token budget", budget_batches)):
             model = Seq2SeqTransformer(config)
             model.load_state_dict(initial)  # the same starting weights
+            model.to(args.device)
             model.train()
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            run, stats[name] = _cycle_rounds(batches, pairs, model, opt, args.round_sentences, args.seed)
+            run, stats[name] = _cycle_rounds(batches, pairs, model, opt, args.round_sentences, args.seed,
+                                           args.device)
             mean_rows = len(pairs) / len(batches)
             candidates.append(Candidate(name, run, extra={"batches": len(batches), "mean_sentences_per_batch": mean_rows}))
         results = {"multi30k": compare(candidates, args.repeats, args.warmup, args.device, not args.no_memory)}

@@ -98,10 +98,13 @@ def test_peak_memory_sees_an_allocation():
 
     from benchmarks.common import peak_memory_mb
 
-    if not os.path.exists("/proc/self/statm"):
-        pytest.skip("needs /proc")
-    grown = peak_memory_mb(lambda: torch.ones(64 * 2**20 // 4).add_(1).sum())  # 64 MiB
-    assert grown > 32
+    def two_at_once():
+        a = torch.ones(16 * 2**20 // 4)  # 16 MiB
+        b = a * 2  # 16 MiB more while a is alive
+        del a
+        return (b + 1).sum()  # b + 1 replaces a: the peak stays 32 MiB
+
+    assert peak_memory_mb(two_at_once) == pytest.approx(32, abs=0.1)
 
 
 def test_listing_and_cli(capsys, tmp_path):
