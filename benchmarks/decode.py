@@ -1,6 +1,7 @@
 """Decoding throughput (new tokens/s): tformer's generation loops vs Hugging Face ``generate``, same weights.
 
-    python -m benchmarks.decode                 # all groups, ~10 minutes on 2 cores
+    python -m benchmarks.decode                 # all groups; 20-30 minutes on 2 cores, most of it the
+                                                # GPT no-cache loop at batch 16 (cost grows with length²)
     python -m benchmarks.decode --only greedy --only gpt
     python -m benchmarks.decode --quick         # tiny sizes, seconds: proves the script works
 
