@@ -49,7 +49,7 @@ def main(argv=None) -> dict:
     p.add_argument("--quick", action="store_true", help="tiny model, a few seconds")
     p.add_argument("extra", nargs="*", help="extra `tformer train lm` flags after --, e.g. -- --lr 3e-3")
     args = p.parse_args(argv)
-    extra = args.extra or ["--preset", "shakespeare-char", "--schedule", "cosine"]
+    extra = args.extra or ["--preset", "shakespeare-char"]
     if args.quick:
         extra = ["--preset", "tiny", "--block-size", "32", "--batch-size", "4", "--eval-blocks", "4"]
     results = [run_budget(m, Path(args.out) / f"{m:g}min", Path(args.data), extra) for m in args.minutes]

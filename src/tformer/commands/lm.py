@@ -15,7 +15,7 @@ from pathlib import Path
 # plus data and optimiser settings. Flags given on the command line win over the recipe.
 RECIPES = {
     "shakespeare-char": dict(base="tiny", model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0),
-                             tokenizer="char", block_size=64, batch_size=32, lr=2e-3, warmup_steps=100),
+                             tokenizer="char", block_size=64, batch_size=16, lr=3e-3, warmup_steps=50),
 }
 DEFAULTS = dict(tokenizer="char", batch_size=16, lr=1e-3, warmup_steps=100, vocab_size=4096)
 

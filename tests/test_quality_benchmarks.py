@@ -1,0 +1,42 @@
+"""The quality benchmarks (BLEU, LM loss, BERT accuracy within a time budget) run in --quick mode and write their JSON."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks/ lives next to src/
+SHARED = ROOT.parent / "shared" / "data"
+
+
+def test_translation_bleu_quick(tmp_path):
+    from benchmarks.translation_bleu import main
+
+    result = main(["--corpus", "builtin", "--minutes", "0.03", "--quick", "--out", str(tmp_path)])
+    saved = json.loads((tmp_path / "bleu.json").read_text())
+    assert saved == json.loads(json.dumps(result))
+    for decoder in ("greedy", "beam5"):
+        assert 0 <= saved[decoder]["bleu"] <= 100 and saved[decoder]["sentences_per_s"] > 0
+        assert saved[decoder]["signature"].startswith("nrefs:")
+    assert saved["steps"] > 0 and saved["test_sentences"] == 20
+
+
+@pytest.mark.skipif(not (SHARED / "tinyshakespeare.txt").is_file(), reason="../shared/data/tinyshakespeare.txt missing")
+def test_lm_shakespeare_quick(tmp_path):
+    from benchmarks.lm_shakespeare import main
+
+    main(["--minutes", "0.02", "--quick", "--out", str(tmp_path)])
+    (r,) = json.loads((tmp_path / "lm_shakespeare.json").read_text())
+    assert r["steps"] > 0 and 0 < r["val_loss"] < 5  # a 68-character vocabulary: chance is ln 68 ≈ 4.2
+
+
+@pytest.mark.skipif(not (SHARED / "tinyshakespeare.txt").is_file(), reason="../shared/data/tinyshakespeare.txt missing")
+def test_bert_pretrain_quick(tmp_path):
+    from benchmarks.bert_pretrain import main
+
+    main(["--minutes", "0.02", "--quick", "--out", str(tmp_path)])
+    (r,) = json.loads((tmp_path / "bert_pretrain.json").read_text())
+    assert 0 <= r["mlm_acc"] <= 1 and 0 <= r["nsp_acc"] <= 1 and 0 < r["mlm_majority_baseline"] < 1
+    assert r["nsp_chance"] == 0.5 and r["steps"] > 0
