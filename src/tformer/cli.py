@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.func(args) or 0
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
         print(f"tformer {args.command}: error: {err}", file=sys.stderr)
         return 2
