@@ -175,8 +175,10 @@ def test_train_bert_reports_mlm_and_nsp(pretrained):
     evals = [r for r in records if "val_loss" in r]
     assert {"mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc"} <= set(evals[-1])
     assert evals[-1]["val_loss"] == pytest.approx(evals[-1]["mlm_loss"] + evals[-1]["nsp_loss"])
-    # 8 held-out sentences give only 6 NSP pairs: ask for better than chance there, near-perfect MLM
-    assert evals[-1]["mlm_acc"] > 0.9 and evals[-1]["nsp_acc"] > 0.5
+    # 8 held-out sentences give only 6 NSP pairs and about 6 masked tokens, so one token is ~17 points of accuracy and
+    # which one the model misses depends on the CPU's float rounding (CI measured 5/6 where this machine gets 6/6):
+    # ask for far above chance on both (vocabulary 100; NSP 0.5); the fill-mask tests below check memorisation word by word
+    assert evals[-1]["mlm_acc"] > 0.75 and evals[-1]["nsp_acc"] > 0.5
     assert (pretrained / "tokenizer.json").is_file() and (pretrained / "last" / "state.json").is_file()
 
 
