@@ -54,6 +54,19 @@ def test_fused_path_matches_reference_path(mask_name):
     assert (fused - reference).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("reference", [False, True], ids=["fused", "reference"])
+def test_is_causal_equals_the_explicit_look_ahead_mask(reference):
+    q, k, v = _qkv(tq=6, tk=6)
+    flagged = scaled_dot_product_attention(q, k, v, is_causal=True, return_details=reference)
+    explicit = scaled_dot_product_attention(q, k, v, causal_mask(6), return_details=reference)
+    if reference:
+        (flagged, details), (explicit, _) = flagged, explicit
+        assert torch.all(details.weights[..., ~causal_mask(6)[0, 0]] == 0)
+    assert (flagged - explicit).abs().max() <= 1e-6
+    with pytest.raises(ValueError, match="either mask or is_causal"):
+        scaled_dot_product_attention(q, k, v, causal_mask(6), is_causal=True)
+
+
 def test_mask_must_be_boolean():
     q, k, v = _qkv()
     with pytest.raises(TypeError, match="boolean"):
@@ -139,3 +152,17 @@ def test_d_model_must_divide_by_n_heads():
 def test_wrong_input_width_is_value_error(mha):
     with pytest.raises(ValueError, match=r"\(B, T, 16\)"):
         mha(torch.randn(2, 5, 8))
+
+
+def test_mask_that_hides_nothing_equals_no_mask_and_a_real_one_still_counts(mha):
+    x = torch.randn(2, 6, 16)
+    full = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    assert torch.equal(mha(x, mask=full), mha(x))
+    assert torch.equal(mha(x, mask=full, causal=True), mha(x, causal=True))
+    padded = _padding()
+    out = mha(x, mask=padded, causal=True)
+    with Recorder(mha) as rec:
+        recorded = mha(x, mask=padded, causal=True)
+    assert (out - recorded).abs().max() <= 1e-5
+    assert (out[0] - mha(x, causal=True)[0]).abs().max() > 1e-3  # row 0's padding is hidden
+    assert torch.all(rec.records[0].weights[0, ..., 3:] == 0)

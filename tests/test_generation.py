@@ -97,7 +97,12 @@ def test_generation_slides_past_the_context_window():
     torch.manual_seed(0)
     model = GPT(GPTConfig.preset("tiny", vocab_size=20, max_len=8, dropout=0.0)).eval()
     calls = []
-    hook = model.register_forward_pre_hook(lambda m, args, kwargs: calls.append((args[0], kwargs["positions"])), with_kwargs=True)
+    def positions_used(args, kwargs):  # positions=None means counted on from the cache's length
+        ids, given, start = args[0], kwargs["positions"], kwargs["cache"].length
+        return given if given is not None else torch.arange(start, start + ids.shape[1])[None]
+
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: calls.append((args[0], positions_used(args, kwargs))),
+                                           with_kwargs=True)
     try:
         out = generate_lm(model, [[1, 2, 3]], 30)[0]
     finally:

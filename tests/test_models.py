@@ -117,6 +117,23 @@ def test_gpt_cached_decoding_equals_full(gpt, prefix, capacity):
     assert (torch.cat(steps, dim=1) - full).abs().max() <= TOL
 
 
+@pytest.mark.parametrize("cross", [True, False])
+def test_cache_reorder_follows_the_rows(seq2seq, cross):
+    """Reordering the cache = decoding the reordered rows from scratch (beam search relies on it)."""
+    src = torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8], [9, 10, 11, 12]])
+    tgt = torch.tensor([[1, 20, 21, 22], [1, 23, 24, 25], [1, 26, 27, 28]])
+    memory = seq2seq.encode(src)
+    cache = seq2seq.new_cache(8)
+    seq2seq.decode(tgt[:, :3], memory, cache=cache)
+    cross_k = cache.layers[0].cross_k
+    rows = torch.tensor([1, 1, 2]) if not cross else torch.tensor([2, 0, 1])  # cross=False: rows stay within a source
+    cache.reorder(rows, cross=cross)
+    assert (cache.layers[0].cross_k is cross_k) != cross and cache.length == 3
+    step = seq2seq.decode(tgt[rows, 3:4], memory[rows], cache=cache)
+    fresh = seq2seq.decode(tgt[rows], memory[rows])[:, 3:4]
+    assert (step - fresh).abs().max() <= TOL
+
+
 def test_gpt_cache_respects_max_len(gpt):
     cache = gpt.new_cache()
     gpt(torch.ones(1, 64, dtype=torch.long), cache=cache)

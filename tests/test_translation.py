@@ -70,7 +70,7 @@ class _ToyCache:
     def __init__(self):
         self.prefix = None
 
-    def reorder(self, index):
+    def reorder(self, index, cross=True):
         self.prefix = self.prefix.index_select(0, index)
 
 

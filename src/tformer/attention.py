@@ -48,18 +48,25 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     return_details: bool = False,
+    is_causal: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, AttentionDetails]:
     """softmax(Q·Kᵀ/√Dh, masked) · V for ``q`` (B, H, Tq, Dh), ``k``/``v`` (B, H, Tk, Dh).
 
     ``mask`` is boolean (``True`` = may attend) and broadcasts to (B, H, Tq, Tk). ``dropout_p`` is
     applied to the weights (pass 0 in eval mode). With ``return_details=True`` the readable reference
     path runs and returns ``(context, AttentionDetails)``; otherwise the fused kernel runs and only
-    the context (B, H, Tq, Dh) is returned.
+    the context (B, H, Tq, Dh) is returned. ``is_causal=True`` (only without ``mask``) is the look-ahead
+    mask for Tq = Tk, applied inside the fused kernel without building a (Tq, Tk) tensor.
     """
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
+    if is_causal:
+        if mask is not None:
+            raise ValueError("pass either mask or is_causal=True, not both (combine them with tformer.masks.combine_masks)")
+        if return_details:  # the reference path spells the mask out
+            mask, is_causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device), False
     if not return_details:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
         if mask is not None:  # some kernels give NaN for fully masked rows: make them exactly 0
             has_key = mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
             if not bool(has_key.all()):
@@ -144,12 +151,18 @@ class MultiHeadAttention(nn.Module):
         check_mask(mask, "mask", b, tq, tk, self.n_heads)
         if cross and mask is not None and mask.shape[-2] > 1:
             _refuse_query_dependent_mask(mask)
-        if causal:
-            mask = combine_masks(causal_mask(tq, tk, device=x.device), mask)
-        dropout_p = self.dropout if self.training else 0.0
         recorder = current_recorder()
+        if mask is not None and recorder is None and not torch.compiler.is_compiling() and bool(mask.all()):
+            mask = None  # hides nothing (e.g. a batch without padding): the fused kernel's unmasked path is faster
+        is_causal = False
+        if causal:
+            if recorder is None and mask is None and tq == tk:
+                is_causal = True  # the fused kernel hides the future itself (no (Tq, Tk) mask tensor)
+            elif recorder is not None or tq > 1:  # a single new query sits after every key: nothing to hide
+                mask = combine_masks(causal_mask(tq, tk, device=x.device), mask)
+        dropout_p = self.dropout if self.training else 0.0
         if recorder is None:
-            context = scaled_dot_product_attention(q, k, v, mask, dropout_p)
+            context = scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal=is_causal)
         else:
             context, details = scaled_dot_product_attention(q, k, v, mask, dropout_p, return_details=True)
         merged = context.transpose(1, 2).reshape(b, tq, self.d_model)  # (B, H, Tq, Dh) -> (B, Tq, D)

@@ -45,12 +45,28 @@ class LayerKV:
         self.length = end
         return self.k[:, :, :end], self.v[:, :, :end]  # (B, H, T, Dh) each
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows ``index`` (beam search: follow the surviving beams)."""
-        for name in ("k", "v", "cross_k", "cross_v"):
-            tensor = getattr(self, name)
-            if tensor is not None:
-                setattr(self, name, tensor.index_select(0, index))
+    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
+        """Keep batch rows ``index`` (beam search: follow the surviving beams).
+
+        Only the filled positions are copied. ``cross=False`` leaves the cross-attention keys/values
+        alone: right when every row is replaced by a row of the same source (beam search), since
+        those rows hold the same encoder output.
+        """
+        if self.k is not None:
+            self.k, self.v = _gather_rows(self.k, index, self.length), _gather_rows(self.v, index, self.length)
+        if cross and self.cross_k is not None:
+            self.cross_k, self.cross_v = self.cross_k.index_select(0, index), self.cross_v.index_select(0, index)
+
+
+def _gather_rows(buffer: torch.Tensor, index: torch.Tensor, length: int) -> torch.Tensor:
+    """Rows ``index`` of ``buffer`` (B, H, capacity, Dh) into a new buffer of the same capacity; copies the first ``length`` positions only."""
+    out = buffer.new_empty(len(index), *buffer.shape[1:])
+    filled = buffer[:, :, :length]
+    if filled.requires_grad and torch.is_grad_enabled():  # out= cannot take part in autograd
+        out[:, :, :length] = filled.index_select(0, index)
+    else:  # decoding: gather straight into place, one copy
+        torch.index_select(filled, 0, index, out=out[:, :, :length])
+    return out
 
 
 class KVCache:
@@ -69,9 +85,10 @@ class KVCache:
         """Number of positions already stored (the position of the next token)."""
         return self.layers[0].length
 
-    def reorder(self, index: torch.Tensor) -> None:
+    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
+        """Keep batch rows ``index`` in every layer; see :meth:`LayerKV.reorder`."""
         for layer in self.layers:
-            layer.reorder(index)
+            layer.reorder(index, cross)
 
     def __len__(self) -> int:
         return len(self.layers)

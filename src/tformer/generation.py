@@ -103,11 +103,18 @@ def choose_next(logits: torch.Tensor, config: SamplingConfig, generator: torch.G
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 
 
-@torch.no_grad()
+def _source_mask(model, src: torch.Tensor) -> torch.Tensor | None:
+    """The source padding mask (B, 1, 1, S), or None when no source is padded: the attention kernels then
+    skip masking altogether (same result: an all-True mask hides nothing)."""
+    mask = padding_mask(src, model.config.pad_id)
+    return None if bool(mask.all()) else mask
+
+
+@torch.inference_mode()
 def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: int = 128,
                   sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>."""
-    memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
+    memory_mask = _source_mask(model, src)  # (B, 1, 1, S) or None
     memory = model.encode(src, memory_mask)  # (B, S, D)
     cache = model.new_cache(max_len + 1)
     tokens = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)  # (B, 1)
@@ -129,7 +136,7 @@ def _strip(ids: list[int], eos_id: int) -> list[int]:
     return ids[: ids.index(eos_id)] if eos_id in ids else ids
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: int = 5, max_len: int = 128,
                 length_penalty: float = 1.0) -> list[list[int]]:
     """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
@@ -143,8 +150,10 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     ``tests/test_interop_marian.py`` checks that both give the same translations for the same weights.
     """
     b, k = src.shape[0], beam_size
-    memory_mask = padding_mask(src, model.config.pad_id).repeat_interleave(k, 0)  # (B·K, 1, 1, S)
-    memory = model.encode(src.repeat_interleave(k, 0), memory_mask)  # (B·K, S, D)
+    memory_mask = _source_mask(model, src)  # (B, 1, 1, S) or None
+    memory = model.encode(src, memory_mask).repeat_interleave(k, 0)  # encode once, copy per beam: (B·K, S, D)
+    if memory_mask is not None:
+        memory_mask = memory_mask.repeat_interleave(k, 0)  # (B·K, 1, 1, S)
     cache = model.new_cache(max_len + 1)
     tokens = torch.full((b * k, 1), sos_id, dtype=torch.long, device=src.device)  # (B·K, 1)
     scores = torch.full((b, k), float("-inf"), device=src.device)
@@ -183,12 +192,12 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
             break
         rows = new_rows.view(-1)
         tokens = torch.cat([tokens[rows], new_tokens.view(-1, 1)], dim=1)
-        cache.reorder(rows)
+        cache.reorder(rows, cross=False)  # a beam's row stays within its source: cross-attention K/V are unchanged
         scores = new_scores
     return [max(f, key=lambda x: x[0])[1] if f else [] for f in finished]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate_lm(model, prompts: list[list[int]], max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(),
                 eos_id: int | None = None, pad_id: int = 0, seed: int | None = None, on_token=None,
                 stop_ids: Sequence[int] = (), stop=None) -> list[list[int]]:
@@ -212,8 +221,10 @@ def generate_lm(model, prompts: list[list[int]], max_new_tokens: int, sampling: 
     prompts = [p[-(limit - 1):] if limit > 1 else p[-1:] for p in prompts]  # leave room for one new token
     longest = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (longest - len(p)) + p for p in prompts], device=device)  # (B, T0)
-    attention = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], device=device).bool()
-    positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # (B, T0) real tokens count from 0
+    attention = positions = None  # prompts of one length: no padding to hide, positions 0, 1, 2, ...
+    if any(len(p) < longest for p in prompts):
+        attention = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], device=device).bool()
+        positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # (B, T0) real tokens count from 0
     cache = model.new_cache(min(longest + max_new_tokens, limit))
     logits = model(ids, attention_mask=attention, positions=positions, cache=cache)[:, -1]  # (B, V)
     # the repetition penalty sees left padding as the row's first real token (already seen: no effect)
@@ -227,7 +238,7 @@ def generate_lm(model, prompts: list[list[int]], max_new_tokens: int, sampling: 
         generated.append(nxt)
         if on_token is not None:
             on_token(step, nxt)
-        done = torch.tensor([t in ends for t in nxt.tolist()], device=device)
+        done = torch.tensor([t in ends for t in nxt.tolist()], device=device) if ends else torch.zeros_like(finished)
         if stop is not None:
             done |= torch.as_tensor(stop(step, nxt), dtype=torch.bool, device=device)
         for i in (done & ~finished).nonzero().flatten().tolist():
@@ -236,16 +247,19 @@ def generate_lm(model, prompts: list[list[int]], max_new_tokens: int, sampling: 
         if bool(finished.all()) or step == max_new_tokens - 1:
             break
         history = torch.cat([history, nxt[:, None]], 1)
-        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)  # (B, Tk + 1)
+        if attention is not None:
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)  # (B, Tk + 1)
         if cache.length + 1 > limit:  # context full: slide the window and rebuild the cache
             keep = max(limit * 3 // 4, 1)
-            window, attention = history[:, -keep:], attention[:, -keep:]  # (B, keep)
-            positions = (attention.long().cumsum(-1) - 1).clamp(min=0)
+            window = history[:, -keep:]  # (B, keep)
+            if attention is not None:
+                attention = attention[:, -keep:]
+                positions = (attention.long().cumsum(-1) - 1).clamp(min=0)
             cache = model.new_cache(limit)
             logits = model(window, attention_mask=attention, positions=positions, cache=cache)[:, -1]
-            positions = positions[:, -1:]
+            positions = None if positions is None else positions[:, -1:]
             continue
-        positions = positions[:, -1:] + 1  # (B, 1)
+        positions = None if positions is None else positions[:, -1:] + 1  # (B, 1); None: counted from the cache
         logits = model(nxt[:, None], attention_mask=attention, positions=positions, cache=cache)[:, -1]
     rows = torch.stack(generated, 1).tolist()
     return [row[:n] if n is not None else row for row, n in zip(rows, lengths)]
