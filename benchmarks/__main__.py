@@ -10,6 +10,7 @@ import sys
 BENCHMARKS = {
     "train_step": "training-step tokens/s of seq2seq, GPT and BERT vs nn.Transformer / HF Marian, GPT-2, BERT",
     "decode": "greedy, beam-5 and sampling tokens/s vs HF generate (Marian); GPT generation with/without KV cache",
+    "decode_floor": "batch-1 decoding: steps/s if a step were only its matmuls (the memory-bandwidth floor)",
     "throughput_multi30k": "end-to-end training on Multi30k, real target tokens/s: token budget vs pad-to-longest",
     "bert_encode": "sentences/s of the MiniLM encoder vs transformers.BertModel (real weights)",
     "translation_bleu": "BLEU within a time budget, greedy vs beam (quality, not speed)",

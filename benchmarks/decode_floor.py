@@ -1,0 +1,85 @@
+"""The floor under batch-1 decoding: how fast can one step go if it did nothing but its matmuls?
+
+    python -m benchmarks.decode_floor           # a minute on 2 cores
+    python -m benchmarks.decode_floor --quick   # tiny sizes, proves the script works
+
+At batch 1 every decoding step multiplies one vector by every weight matrix of the decoder and the
+output layer: the step streams all those weights from memory once. This benchmark times exactly
+that, each linear layer of the ``benchmarks.decode`` models applied to one position (for
+cross-attention only W_Q: its keys/values are cached), and reports it as "tokens/s if the step were
+only its matmuls". Two layouts: PyTorch's (``F.linear``, weight stored (out, in)) and the same
+products with the weight stored transposed, (in, out), which the BLAS here streams faster.
+No decoder, in any library, runs faster than the first line without changing the layout or the
+precision of its weights. Writes ``OUT/decode_floor.json`` and ``OUT/decode_floor.md``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import Candidate, base_parser, compare, machine_info, session, write_report
+from benchmarks.decode import FULL, QUICK, _gpt_pair, _marian_pair
+
+
+def step_weights(model: torch.nn.Module, decoder_only: bool) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """(weight, bias) of every matmul one cached decoding step does, in order."""
+    weights = []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or not (decoder_only or name.startswith(("decoder", "output"))):
+            continue
+        w, b = module.weight.detach(), None if module.bias is None else module.bias.detach()
+        if "cross_attn.qkv_proj" in name:  # K/V of the source are cached: only W_Q runs per step
+            d = w.shape[1]
+            w, b = w[:d], None if b is None else b[:d]
+        weights.append((w, b))
+    return weights
+
+
+def floor_candidates(weights, device: str) -> list[Candidate]:
+    xs = [torch.randn(1, 1, w.shape[1], device=device) for w, _ in weights]
+    transposed = [(w.t().contiguous(), b) for w, b in weights]  # (in, out)
+    mb = sum(w.numel() * w.element_size() for w, _ in weights) / 1e6
+
+    def linear_layout() -> float:
+        with torch.inference_mode():
+            for (w, b), x in zip(weights, xs):
+                F.linear(x, w, b)
+        return 1.0
+
+    def transposed_layout() -> float:
+        with torch.inference_mode():
+            for (wt, b), x in zip(transposed, xs):
+                y = x @ wt
+                if b is not None:
+                    y += b
+        return 1.0
+
+    extra = {"weights_mb": round(mb, 1), "matmuls": len(weights)}
+    return [Candidate("matmuls only, F.linear (out, in)", linear_layout, extra=extra),
+            Candidate("matmuls only, weight stored (in, out)", transposed_layout, extra=extra)]
+
+
+def main(argv=None) -> dict:
+    p = base_parser(__doc__, "runs/bench")
+    p.set_defaults(repeats=5, warmup=1)
+    args = p.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    results = {}
+    with session(args):
+        for name, pair, decoder_only in (("marian", _marian_pair, False), ("gpt", _gpt_pair, True)):
+            _, ours = pair(sizes[name], args.device)
+            weights = step_weights(ours, decoder_only)
+            reps = 1 if args.quick else 200  # one call = one step; time many steps per round
+            run = [Candidate(c.name, (lambda f=c.run: sum(f() for _ in range(reps))), extra=c.extra)
+                   for c in floor_candidates(weights, args.device)]
+            results[name] = compare(run, args.repeats, args.warmup, args.device, not args.no_memory,
+                                    anchor="matmuls only, F.linear (out, in)")
+        machine = machine_info(args, None)
+    payload = {"benchmark": "decode_floor", "description": "batch-1 decoding steps/s if a step were only its matmuls",
+               "machine": machine, "config": sizes, "results": results}
+    return write_report(args.out, "decode_floor", payload, "steps/s")
+
+
+if __name__ == "__main__":
+    main()
