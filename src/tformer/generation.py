@@ -103,18 +103,11 @@ def choose_next(logits: torch.Tensor, config: SamplingConfig, generator: torch.G
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 
 
-def _source_mask(model, src: torch.Tensor) -> torch.Tensor | None:
-    """The source padding mask (B, 1, 1, S), or None when no source is padded: the attention kernels then
-    skip masking altogether (same result: an all-True mask hides nothing)."""
-    mask = padding_mask(src, model.config.pad_id)
-    return None if bool(mask.all()) else mask
-
-
 @torch.inference_mode()
 def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: int = 128,
                   sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>."""
-    memory_mask = _source_mask(model, src)  # (B, 1, 1, S) or None
+    memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S); attention skips it if it hides nothing
     memory = model.encode(src, memory_mask)  # (B, S, D)
     cache = model.new_cache(max_len + 1)
     tokens = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)  # (B, 1)
@@ -150,10 +143,9 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     ``tests/test_interop_marian.py`` checks that both give the same translations for the same weights.
     """
     b, k = src.shape[0], beam_size
-    memory_mask = _source_mask(model, src)  # (B, 1, 1, S) or None
+    memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
     memory = model.encode(src, memory_mask).repeat_interleave(k, 0)  # encode once, copy per beam: (B·K, S, D)
-    if memory_mask is not None:
-        memory_mask = memory_mask.repeat_interleave(k, 0)  # (B·K, 1, 1, S)
+    memory_mask = memory_mask.repeat_interleave(k, 0)  # (B·K, 1, 1, S)
     cache = model.new_cache(max_len + 1)
     tokens = torch.full((b * k, 1), sos_id, dtype=torch.long, device=src.device)  # (B·K, 1)
     scores = torch.full((b, k), float("-inf"), device=src.device)
