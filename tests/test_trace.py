@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tformer.cli import main
+from tformer.inspect import Recorder
 from tformer.trace import top_k_probs, toy_seq2seq, trace
 
 SRC = [[5, 6, 7, 8, 0, 0]]  # two padding positions: the cross-attention and encoder masks block them
@@ -23,27 +24,38 @@ def toy_trace(toy):
     return toy.trace(k=3, max_new_tokens=5)
 
 
+def _forward(family, model):
+    if family == "seq2seq":
+        return model(torch.tensor(SRC), torch.tensor(TGT))
+    if family == "gpt":
+        return model(torch.tensor(TGT))
+    return model.pretraining_logits(torch.tensor(SRC))[0]
+
+
 def _traced_and_direct(family, request):
     model = request.getfixturevalue(family)
     with torch.no_grad():
-        if family == "seq2seq":
-            return model.trace(SRC, TGT), model(torch.tensor(SRC), torch.tensor(TGT))
-        if family == "gpt":
-            return model.trace(TGT), model(torch.tensor(TGT))
-        return model.trace(SRC), model.pretraining_logits(torch.tensor(SRC))[0]
+        tr = model.trace(SRC, TGT) if family == "seq2seq" else model.trace(TGT if family == "gpt" else SRC)
+        with Recorder(model):  # the inspection path: the one a trace runs
+            inspected = _forward(family, model)
+        return tr, inspected, _forward(family, model)
 
 
 @pytest.mark.parametrize("family", ["seq2seq", "gpt", "bert"])
 def test_traced_logits_equal_the_models_logits(family, request):
-    tr, direct = _traced_and_direct(family, request)
+    tr, inspected, fused = _traced_and_direct(family, request)
     assert tr.model_type == family
-    torch.testing.assert_close(tr.get("logits").tensor, direct, atol=1e-6, rtol=0)
-    torch.testing.assert_close(tr.get("probs").tensor, direct.softmax(-1), atol=1e-6, rtol=0)
+    # the very numbers: bit-identical to the model run with its attention recorded
+    torch.testing.assert_close(tr.get("logits").tensor, inspected, atol=0, rtol=0)
+    torch.testing.assert_close(tr.get("probs").tensor, inspected.softmax(-1), atol=0, rtol=0)
+    # and the fast path (fused attention kernel, other summation order) agrees to float32 rounding
+    torch.testing.assert_close(tr.get("logits").tensor, fused, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(tr.get("probs").tensor, fused.softmax(-1), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("family", ["seq2seq", "gpt", "bert"])
 def test_traced_weights_applied_to_traced_v_give_the_traced_context(family, request):
-    tr, _ = _traced_and_direct(family, request)
+    tr = _traced_and_direct(family, request)[0]
     model = request.getfixturevalue(family)
     weights = tr.select(stages=["weights"])
     assert len(weights) == {"seq2seq": 6, "gpt": 2, "bert": 2}[family]  # one per attention module

@@ -27,6 +27,7 @@ from torch import nn
 
 from .cache import LayerKV
 from .inspect import AttentionRecord, current_recorder
+from .linear import Linear
 from .masks import causal_mask, check_mask, combine_masks
 
 __all__ = ["AttentionDetails", "scaled_dot_product_attention", "MultiHeadAttention"]
@@ -103,18 +104,15 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"d_model must be divisible by n_heads, got d_model={d_model}, n_heads={n_heads}")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
-        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # rows: W_Q, W_K, W_V
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)  # rows: W_Q, W_K, W_V
+        self.out_proj = Linear(d_model, d_model, bias=bias)  # W_O
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
 
     def _project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        w, b = self.qkv_proj.weight[self.d_model :], None  # W_K and W_V rows: (2D, D)
-        if self.qkv_proj.bias is not None:
-            b = self.qkv_proj.bias[self.d_model :]
-        k, v = F.linear(memory, w, b).chunk(2, dim=-1)  # (B, Tk, D) each
+        k, v = self.qkv_proj.forward_rows(memory, self.d_model, 3 * self.d_model).chunk(2, dim=-1)  # W_K, W_V: (B, Tk, D) each
         return self._split_heads(k), self._split_heads(v)
 
     def forward(
@@ -136,7 +134,7 @@ class MultiHeadAttention(nn.Module):
         if cross:
             if causal:
                 raise ValueError("causal=True is not allowed in cross-attention: the decoder may see the whole source")
-            q = self._split_heads(F.linear(x, self.qkv_proj.weight[: self.d_model], _slice(self.qkv_proj.bias, 0, self.d_model)))
+            q = self._split_heads(self.qkv_proj.forward_rows(x, 0, self.d_model))
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v  # computed once per source
             else:
@@ -174,10 +172,6 @@ class MultiHeadAttention(nn.Module):
                 context=context, output=out,
             ))
         return out
-
-
-def _slice(bias: torch.Tensor | None, start: int, end: int) -> torch.Tensor | None:
-    return None if bias is None else bias[start:end]
 
 
 def _refuse_query_dependent_mask(mask: torch.Tensor) -> None:

@@ -24,6 +24,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .cache import KVCache, LayerKV
+from .linear import Linear
 
 __all__ = ["LayerConfig", "FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
 
@@ -71,8 +72,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, cfg: LayerConfig) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
-        self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.linear1 = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.linear2 = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
         self.activation = ACTIVATIONS[cfg.activation]
         self.dropout = nn.Dropout(cfg.dropout)
 

@@ -22,6 +22,7 @@ from ..checkpoint import PretrainedMixin
 from ..checks import check_ids, check_length, check_positive
 from ..inspect import Recorder
 from ..layers import Decoder, LayerConfig
+from ..linear import Linear
 from ..positional import InputEmbedding
 
 __all__ = ["GPTConfig", "GPT"]
@@ -85,7 +86,7 @@ class GPT(PretrainedMixin, nn.Module):
         self.config = c = config
         self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.positional, scale=False, dropout=c.dropout)
         self.decoder = Decoder(c.layer, c.n_layers, c.final_norm, cross_attention=False)
-        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.output = Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.output.weight = self.embed.token.weight
         self._init_weights()

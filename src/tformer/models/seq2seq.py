@@ -21,6 +21,7 @@ from ..checkpoint import PretrainedMixin
 from ..checks import check_ids, check_length, check_positive
 from ..inspect import Recorder
 from ..layers import Decoder, Encoder, LayerConfig
+from ..linear import Linear
 from ..masks import padding_mask
 from ..positional import InputEmbedding
 
@@ -98,7 +99,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
             self.tgt_embed.token.weight = self.src_embed.token.weight
         self.encoder = Encoder(c.layer, c.n_encoder_layers, c.final_norm)
         self.decoder = Decoder(c.layer, c.n_decoder_layers, c.final_norm)
-        self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.output = Linear(c.d_model, c.tgt_vocab_size, bias=False)
         if c.tie_output:
             self.output.weight = self.tgt_embed.token.weight
         self._init_weights()
