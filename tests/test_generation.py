@@ -113,3 +113,10 @@ def test_generation_slides_past_the_context_window():
     # after 5 fed tokens the 8 positions are full: the cache is rebuilt from the last 3/4 (6 tokens), positions from 0
     ids, positions = calls[6]
     assert ids.tolist() == [seq[3:9]] and positions.tolist() == [list(range(6))]
+
+
+def test_a_tensor_of_prompts_works_like_the_lists_and_a_bad_shape_is_named(gpt):
+    prompts = torch.tensor([[5, 9, 3], [3, 14, 15]])  # (B, T), as HF's input_ids
+    assert generate_lm(gpt, prompts, 6) == generate_lm(gpt, prompts.tolist(), 6)
+    with pytest.raises(ValueError, match=r"prompts as a tensor must have shape \(B, T\), got \(3,\)"):
+        generate_lm(gpt, torch.tensor([5, 9, 3]), 6)

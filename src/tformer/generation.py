@@ -142,55 +142,59 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     semantics of Hugging Face ``generate(num_beams=K, length_penalty=…, early_stopping=True)``;
     ``tests/test_interop_marian.py`` checks that both give the same translations for the same weights.
     """
-    b, k = src.shape[0], beam_size
+    b, k, device = src.shape[0], beam_size, src.device
     memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
     memory = model.encode(src, memory_mask).repeat_interleave(k, 0)  # encode once, copy per beam: (B·K, S, D)
     memory_mask = memory_mask.repeat_interleave(k, 0)  # (B·K, 1, 1, S)
     cache = model.new_cache(max_len + 1)
-    tokens = torch.full((b * k, 1), sos_id, dtype=torch.long, device=src.device)  # (B·K, 1)
-    scores = torch.full((b, k), float("-inf"), device=src.device)
+    # The model needs only each beam's last token; the histories and the bookkeeping below live on the CPU as
+    # plain lists, so a step moves the 2K best candidates of every source off the device ONCE (not per source).
+    last = torch.full((b * k, 1), sos_id, dtype=torch.long, device=device)  # (B·K, 1)
+    history: list[list[int]] = [[] for _ in range(b * k)]  # tokens after <sos>, per beam row
+    scores = torch.full((b, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start identical: keep one
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
     for step in range(1, max_len + 1):
-        logp = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1].float().log_softmax(-1)  # (B·K, V)
+        logp = model.decode(last, memory, memory_mask, cache)[:, -1].float().log_softmax(-1)  # (B·K, V)
         vocab = logp.shape[-1]
         cand = (scores[:, :, None] + logp.view(b, k, vocab)).view(b, k * vocab)  # (B, K·V)
         top_scores, top_idx = cand.topk(2 * k, dim=-1)  # (B, 2K)
-        beam_idx, token_idx = top_idx // vocab, top_idx % vocab
-        new_scores = torch.full((b, k), float("-inf"), device=src.device)
-        new_rows = torch.zeros(b, k, dtype=torch.long, device=src.device)
-        new_tokens = torch.full((b, k), eos_id, dtype=torch.long, device=src.device)
+        top_scores, top_idx = top_scores.tolist(), top_idx.tolist()  # one device → host copy per step
+        new_scores = [[float("-inf")] * k for _ in range(b)]
+        new_rows = [[i * k] * k for i in range(b)]  # a dead or done beam reads row i·K (never used)
+        new_tokens = [[eos_id] * k for _ in range(b)]
         for i in range(b):
             if len(finished[i]) >= k:
-                new_rows[i] = i * k  # done: its beams keep running but are never read
-                continue
+                continue  # done: its beams keep running but are never read
             slot = 0
-            candidates = zip(top_scores[i].tolist(), beam_idx[i].tolist(), token_idx[i].tolist())
-            for rank, (score, beam, tok) in enumerate(candidates):
+            for rank, (score, flat) in enumerate(zip(top_scores[i], top_idx[i])):
                 if score == float("-inf"):
                     break
+                beam, tok = divmod(flat, vocab)
                 if tok == eos_id or step == max_len:  # at the length limit every candidate ends
                     if rank < k:  # only the K best candidates may finish (a source open at this step takes them all)
-                        hyp = tokens[i * k + beam, 1:].tolist() + ([] if tok == eos_id else [tok])
+                        hyp = history[i * k + beam] + ([] if tok == eos_id else [tok])
                         finished[i].append((score / (step**length_penalty), hyp))
                     continue
-                new_scores[i, slot], new_rows[i, slot], new_tokens[i, slot] = score, i * k + beam, tok
+                new_scores[i][slot], new_rows[i][slot], new_tokens[i][slot] = score, i * k + beam, tok
                 slot += 1
                 if slot == k:
                     break
-            if slot < k and len(finished[i]) < k:  # fewer live candidates than beams: pad with dead beams
-                new_rows[i, slot:] = new_rows[i, 0] if slot else i * k
+            if 0 < slot < k:  # fewer live candidates than beams: pad with dead copies of the first
+                new_rows[i][slot:] = [new_rows[i][0]] * (k - slot)
         if step == max_len or all(len(f) >= k for f in finished):
             break
-        rows = new_rows.view(-1)
-        tokens = torch.cat([tokens[rows], new_tokens.view(-1, 1)], dim=1)
-        cache.reorder(rows, cross=False)  # a beam's row stays within its source: cross-attention K/V are unchanged
-        scores = new_scores
+        rows = [r for row in new_rows for r in row]  # (B·K,) the beam each new row continues
+        flat_tokens = [t for row in new_tokens for t in row]
+        history = [history[r] + [t] for r, t in zip(rows, flat_tokens)]
+        last = torch.tensor(flat_tokens, dtype=torch.long, device=device)[:, None]  # (B·K, 1)
+        cache.reorder(torch.tensor(rows, device=device), cross=False)  # a beam's row stays within its source
+        scores = torch.tensor(new_scores, device=device)  # (B, K)
     return [max(f, key=lambda x: x[0])[1] if f else [] for f in finished]
 
 
 @torch.inference_mode()
-def generate_lm(model, prompts: list[list[int]], max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(),
+def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(),
                 eos_id: int | None = None, pad_id: int = 0, seed: int | None = None, on_token=None,
                 stop_ids: Sequence[int] = (), stop=None) -> list[list[int]]:
     """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
@@ -205,8 +209,12 @@ def generate_lm(model, prompts: list[list[int]], max_new_tokens: int, sampling: 
     Past the model's context (``config.max_len``) the window slides: the cache is rebuilt from the
     last ¾ of the context, with positions counted from the window's start (as in training).
     """
+    if isinstance(prompts, torch.Tensor):  # a (B, T) batch of equal-length prompts, as HF's input_ids
+        if prompts.dim() != 2:
+            raise ValueError(f"prompts as a tensor must have shape (B, T), got {tuple(prompts.shape)}")
+        prompts = prompts.tolist()
     if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
+        raise ValueError("prompts must be a non-empty list of non-empty token-id lists (or a (B, T) tensor)")
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     limit = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
