@@ -41,6 +41,10 @@ def main(argv=None) -> dict:
     p.add_argument("--max-tokens", type=int, default=3000)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup-steps", type=int, default=150)
+    p.add_argument("--schedule", choices=["inverse_sqrt", "cosine", "constant"], default="inverse_sqrt")
+    p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps (with --minutes: whichever first)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (GPUs)")
     p.add_argument("--eval-every", type=int, default=300)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--beam", type=int, default=5)
@@ -59,16 +63,18 @@ def main(argv=None) -> dict:
     split = split_corpus(pairs, seed=0, valid=held, test=0 if args.corpus == "multi30k" else 0.05)
     translator = prepare(split, args.out, args.preset, args.vocab_size, joint=True, dropout=args.dropout, max_len=256)
     task = TranslationTask(translator, split.train, split.valid, args.max_tokens, bleu_sentences=500)
-    cfg = TrainConfig(out_dir=args.out, lr=args.lr, warmup_steps=args.warmup_steps, minutes=args.minutes,
+    cfg = TrainConfig(out_dir=args.out, lr=args.lr, schedule=args.schedule, warmup_steps=args.warmup_steps,
+                      minutes=args.minutes, max_steps=args.max_steps, device=args.device, bf16=args.bf16,
                       eval_every=40 if args.quick else args.eval_every, log_every=50)
     trainer = Trainer(translator.model, task, cfg)
     trainer.fit()
-    best = Translator.load(args.out)
+    best = Translator.load(args.out, args.device)
     sources, refs = _test_set(args, split)
     if args.quick:
         sources, refs = sources[:20], [r[:20] for r in refs]
     result = {"corpus": args.corpus, "pair": f"{args.src}-{args.tgt}", "minutes": args.minutes, "preset": args.preset,
-              "steps": trainer.step, "test_sentences": len(sources), "n_refs": len(refs)}
+              "lr": args.lr, "schedule": args.schedule, "warmup_steps": args.warmup_steps, "max_tokens": args.max_tokens,
+              "device": args.device, "steps": trainer.step, "test_sentences": len(sources), "n_refs": len(refs)}
     for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
         start = time.perf_counter()
         scores = best.evaluate(sources, refs, beam=beam)
