@@ -184,9 +184,10 @@ def write_report(out: str | Path, name: str, payload: dict, unit: str) -> dict:
     table = markdown_table(payload["results"], unit)
     (out / f"{name}.json").write_text(json.dumps(payload, indent=2))
     machine = payload["machine"]
+    peak = machine.get("matmul_peak_gflops_fp32")
+    peak = "" if peak is None else f"; fp32 matmul peak {_fmt(peak, '.1f')} GFLOP/s"  # measured for training only
     header = (f"# {name}\n\n{payload.get('description', '')}\n\nMachine: {machine['cpu_count']} CPUs, "
-              f"{machine['torch_threads']} torch threads, torch {machine['torch']}, device {machine['device']}; "
-              f"fp32 matmul peak {_fmt(machine['matmul_peak_gflops_fp32'], '.1f')} GFLOP/s.\n\n")
+              f"{machine['torch_threads']} torch threads, torch {machine['torch']}, device {machine['device']}{peak}.\n\n")
     (out / f"{name}.md").write_text(header + table + "\n")
     print(header + table)
     return payload
