@@ -3,6 +3,7 @@
     python -m benchmarks.decode                 # all groups; 20-30 minutes on 2 cores, most of it the
                                                 # GPT no-cache loop at batch 16 (cost grows with length²)
     python -m benchmarks.decode --only greedy --only gpt
+    python -m benchmarks.decode --only gpt --no-uncached   # HF vs the KV cache only: minutes, not half an hour
     python -m benchmarks.decode --quick         # tiny sizes, seconds: proves the script works
 
 * **Translation** (``greedy``, ``beam5``, ``sample``): an HF ``MarianMTModel`` built from a config (d_model 256,
@@ -104,7 +105,7 @@ def _greedy_without_cache(model, ids: torch.Tensor, n: int) -> torch.Tensor:
     return ids
 
 
-def gpt_candidates(c: dict, batch: int, device: str) -> list[Candidate]:
+def gpt_candidates(c: dict, batch: int, device: str, uncached: bool = True) -> list[Candidate]:
     from tformer.generation import generate_lm
 
     hf, ours = _gpt_pair(c, device)
@@ -125,8 +126,8 @@ def gpt_candidates(c: dict, batch: int, device: str) -> list[Candidate]:
         with torch.inference_mode():
             return (_greedy_without_cache(ours, ids, n).shape[1] - ids.shape[1]) * batch
 
-    return [Candidate("HF generate", hf_run), Candidate("tformer KV cache", cached_run),
-            Candidate("tformer no cache", uncached_run)]
+    candidates = [Candidate("HF generate", hf_run), Candidate("tformer KV cache", cached_run)]
+    return candidates + [Candidate("tformer no cache", uncached_run)] if uncached else candidates
 
 
 GROUPS = ("greedy", "beam5", "sample", "gpt")
@@ -135,6 +136,8 @@ GROUPS = ("greedy", "beam5", "sample", "gpt")
 def main(argv=None) -> dict:
     p = base_parser(__doc__, "runs/bench")
     p.add_argument("--only", choices=GROUPS, action="append", help="run only these groups (repeatable)")
+    p.add_argument("--no-uncached", action="store_true",
+                   help="gpt: skip the no-cache loop (on a CPU it takes most of the benchmark's time)")
     p.set_defaults(repeats=5, warmup=1)
     args = p.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -144,7 +147,7 @@ def main(argv=None) -> dict:
             c = sizes["gpt" if group == "gpt" else "marian"]
             for batch in c["batches"]:
                 if group == "gpt":
-                    candidates = gpt_candidates(c, batch, args.device)
+                    candidates = gpt_candidates(c, batch, args.device, not args.no_uncached)
                 else:
                     candidates = translation_candidates(group, c, batch, args.device)
                 results[f"{group} b{batch}"] = compare(candidates, args.repeats, args.warmup, args.device,
