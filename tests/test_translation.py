@@ -108,6 +108,16 @@ def test_beam_search_finds_the_known_best_sequence():
     assert beam_search(model, torch.ones(3, 2, dtype=torch.long), SOS, EOS, beam_size=3, max_len=5, length_penalty=0.0) == [[5]] * 3
 
 
+@pytest.mark.parametrize("kwargs, name", [(dict(max_len=0), "max_len"), (dict(beam_size=0), "beam_size")])
+def test_decoding_lengths_and_beam_sizes_are_checked(kwargs, name):
+    model, src = _ToyModel(), torch.ones(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=rf"{name} must be a positive integer"):
+        beam_search(model, src, SOS, EOS, **{"beam_size": 2, "max_len": 5, **kwargs})
+    if name == "max_len":
+        with pytest.raises(ValueError, match=r"max_len must be a positive integer"):
+            translate_ids(model, src, SOS, EOS, max_len=0)
+
+
 def test_bleu_matches_sacrebleu_and_hand_value():
     hyp, ref = ["the cat sat on the mat"], [["the cat sat on a mat"]]
     bleu, chrf, bleu_sig, _ = corpus_bleu(hyp, ref)
