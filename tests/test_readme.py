@@ -19,3 +19,39 @@ def test_readme_names_the_two_setup_commands():
     assert "bash scripts/demo.sh" in text and "bash scripts/test.sh" in text
     ci = (README.parent / ".ci" / "run").read_text()
     assert "bash scripts/test.sh" in ci
+
+
+def _readme_cli_lines() -> list[str]:
+    """The `tformer ...` lines of the README's command-line block, continuation lines joined, comments dropped."""
+    text = README.read_text(encoding="utf-8")
+    block = text.split("## Command line", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines, current = [], ""
+    for raw in block.splitlines():
+        line = raw.split("  #", 1)[0].strip()
+        current = f"{current} {line}".strip()
+        if current.endswith("\\"):
+            current = current[:-1].strip()
+            continue
+        if current.startswith("tformer "):
+            lines.append(current)
+        current = ""
+    return lines
+
+
+def test_every_readme_cli_line_parses():
+    """Flags named in the README exist (parsing only; `[optional]` parts are dropped, placeholders kept)."""
+    import shlex
+
+    from tformer.cli import build_parser
+
+    lines = _readme_cli_lines()
+    assert len(lines) >= 20
+    parser = build_parser()
+    for line in lines:
+        argv = shlex.split(re.sub(r"\[[^\]]*\]", "", line))[1:]
+        if argv == ["bench"]:
+            continue  # `tformer bench` alone lists the benchmarks
+        try:
+            parser.parse_args(argv)
+        except SystemExit as exc:
+            raise AssertionError(f"README line does not parse: {line}") from exc
