@@ -1,0 +1,95 @@
+"""What the Tiny Shakespeare recipes' CPU choices buy: one training step, three ways, in one process.
+
+    python -m benchmarks.lm_step                                   # the 1.5-minute recipe's shape
+    python -m benchmarks.lm_step --recipe shakespeare-char-6min --repeats 11
+    python -m benchmarks.lm_step --quick                            # tiny sizes, seconds: proves the script works
+
+The model is the recipe's (``tformer.commands.lm.RECIPES``: layers, width, context, batch) on a
+68-character vocabulary, random ids. One call = ``--steps`` AdamW steps (forward, cross-entropy,
+backward, gradient clipping, optimizer step). Candidates, each its own model with the same initial
+weights:
+
+* ``gelu_tanh, AdamW loop`` — GPT-2's tanh-approximated GELU and PyTorch's CPU default optimizer,
+  which updates the parameters one by one from Python (the anchor: the recipes before this benchmark);
+* ``gelu_tanh, fused AdamW`` — the optimizer :class:`tformer.train.Trainer` builds;
+* ``gelu, fused AdamW`` — and the exact (erf) GELU that nanoGPT uses: the recipes now.
+
+Throughput is trained tokens per second. Writes ``OUT/lm_step.json`` and ``OUT/lm_step.md``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks.common import Candidate, base_parser, compare, machine_info, session, write_report
+
+VOCAB, PAD = 68, 1  # Tiny Shakespeare's characters after the three special tokens; <pad> = 1
+
+
+def _shape(recipe_name: str, quick: bool) -> dict:
+    from tformer.commands.lm import RECIPES
+
+    if recipe_name not in RECIPES:
+        raise ValueError(f"--recipe must be one of {sorted(RECIPES)}, got {recipe_name!r}")
+    recipe = RECIPES[recipe_name]
+    model = {k: v for k, v in recipe["model"].items() if k != "activation"}
+    shape = dict(model=model, block_size=recipe["block_size"], batch_size=recipe["batch_size"])
+    if quick:
+        shape = dict(model=dict(d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0), block_size=16, batch_size=2)
+    return shape
+
+
+def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int, seed: int) -> Candidate:
+    from tformer.losses import sequence_cross_entropy
+    from tformer.models.gpt import GPT, GPTConfig
+    from tformer.train import TrainConfig, _optimizer
+
+    t, b = shape["block_size"], shape["batch_size"]
+    config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, activation=activation, **shape["model"])
+    torch.manual_seed(seed)
+    model = GPT(config).train()
+    if fused:
+        optimizer = _optimizer(model, TrainConfig(out_dir="-", lr=1e-3, max_steps=1))
+        assert optimizer.defaults["fused"], "the Trainer's optimizer is the fused one"
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01, foreach=False)
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randint(3, VOCAB, (b, t + 1), generator=generator)  # (B, T+1)
+
+    def run() -> float:
+        for _ in range(steps):
+            logits = model(rows[:, :-1])  # (B, T, V)
+            loss = sequence_cross_entropy(logits, rows[:, 1:], ignore_index=PAD, reduction="sum") / (b * t)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return steps * b * t
+
+    params = sum(p.numel() for p in model.parameters())
+    return Candidate(name, run, extra={"parameters": params, "activation": activation, "fused_adamw": fused})
+
+
+def main(argv=None) -> dict:
+    p = base_parser(__doc__, "runs/bench")
+    p.add_argument("--recipe", default="shakespeare-char", help="the tformer train lm recipe whose shape is timed")
+    p.add_argument("--steps", type=int, default=10, help="training steps per timed call")
+    args = p.parse_args(argv)
+    shape = _shape(args.recipe, args.quick)
+    steps = 1 if args.quick else args.steps
+    with session(args):
+        candidates = [
+            _candidate("gelu_tanh, AdamW loop", "gelu_tanh", False, shape, steps, args.seed),
+            _candidate("gelu_tanh, fused AdamW", "gelu_tanh", True, shape, steps, args.seed),
+            _candidate("gelu, fused AdamW", "gelu", True, shape, steps, args.seed),
+        ]
+        stats = compare(candidates, args.repeats, args.warmup, args.device, memory=not args.no_memory)
+        machine = machine_info(args, None)
+    payload = {"benchmark": "lm_step", "description": f"Training tokens/s, recipe {args.recipe} ({steps} steps per call)",
+               "machine": machine, "config": {"recipe": args.recipe, **shape, "steps_per_call": steps},
+               "results": {args.recipe: stats}}
+    return write_report(args.out, "lm_step", payload, "tokens/s")
+
+
+if __name__ == "__main__":
+    main()
