@@ -9,8 +9,9 @@ The model is the recipe's (``tformer.commands.lm.RECIPES``: layers, width, conte
 backward, gradient clipping, optimizer step). Candidates, each its own model with the same initial
 weights:
 
-* ``gelu_tanh, AdamW loop`` — GPT-2's tanh-approximated GELU and PyTorch's CPU default optimizer,
-  which updates the parameters one by one from Python (the anchor: the recipes before this benchmark);
+* ``gelu_tanh, AdamW loop`` — GPT-2's tanh-approximated GELU and PyTorch's CPU default AdamW, which
+  updates the parameters one by one from Python (the anchor; it decays every tensor, the Trainer only
+  matrices: a few small vectors' worth of extra work);
 * ``gelu_tanh, fused AdamW`` — the optimizer :class:`tformer.train.Trainer` builds;
 * ``gelu, fused AdamW`` — and the exact (erf) GELU that nanoGPT uses: the recipes now.
 

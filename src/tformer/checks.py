@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["check_ids", "check_length", "check_positive"]
+__all__ = ["check_ids", "check_length", "check_positive", "check_positive_int"]
 
 
 def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
@@ -33,8 +33,12 @@ def check_length(length: int, max_len: int, name: str) -> None:
         )
 
 
+def check_positive_int(value, name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 def check_positive(config, *names: str) -> None:
+    """Each named field of a config must be a positive integer."""
     for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{type(config).__name__}.{name} must be a positive integer, got {value!r}")
+        check_positive_int(getattr(config, name), f"{type(config).__name__}.{name}")

@@ -19,6 +19,7 @@ from typing import Sequence
 
 import torch
 
+from .checks import check_positive_int
 from .masks import padding_mask
 
 __all__ = [
@@ -103,16 +104,11 @@ def choose_next(logits: torch.Tensor, config: SamplingConfig, generator: torch.G
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 
 
-def _check_positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 @torch.inference_mode()
 def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: int = 128,
                   sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>."""
-    _check_positive("max_len", max_len)
+    check_positive_int(max_len, "max_len")
     memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S); attention skips it if it hides nothing
     memory = model.encode(src, memory_mask)  # (B, S, D)
     cache = model.new_cache(max_len + 1)
@@ -148,8 +144,8 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     semantics of Hugging Face ``generate(num_beams=K, length_penalty=…, early_stopping=True)``;
     ``tests/test_interop_marian.py`` checks that both give the same translations for the same weights.
     """
-    _check_positive("max_len", max_len)
-    _check_positive("beam_size", beam_size)
+    check_positive_int(max_len, "max_len")
+    check_positive_int(beam_size, "beam_size")
     b, k, device = src.shape[0], beam_size, src.device
     memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
     memory = model.encode(src, memory_mask).repeat_interleave(k, 0)  # encode once, copy per beam: (B·K, S, D)
@@ -217,7 +213,7 @@ def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: 
     Past the model's context (``config.max_len``) the window slides: the cache is rebuilt from the
     last ¾ of the context, with positions counted from the window's start (as in training).
     """
-    _check_positive("max_new_tokens", max_new_tokens)
+    check_positive_int(max_new_tokens, "max_new_tokens")
     if isinstance(prompts, torch.Tensor):  # a (B, T) batch of equal-length prompts, as HF's input_ids
         if prompts.dim() != 2:
             raise ValueError(f"prompts as a tensor must have shape (B, T), got {tuple(prompts.shape)}")
