@@ -5,7 +5,8 @@
     python -m benchmarks.train_step --quick              # tiny sizes, seconds: proves the script works
 
 Groups (one AdamW step = zero_grad, forward, cross-entropy, backward, optimizer step; dropout 0.1 everywhere,
-random token ids, no padding):
+random token ids, no padding). Each group also times tformer with ``F.dropout`` in its dropout layers
+(``tformer.dropout.reference()``), the reference path of its cheaper CPU dropout mask:
 
 * ``seq2seq`` — d_model 256, 4 heads, FFN 1024, 3+3 layers, vocab 8000, batch 64 × 16 → 16; tformer
   ``Seq2SeqTransformer`` vs ``nn.Transformer`` + embeddings + output projection vs HF ``MarianMTModel``
@@ -74,6 +75,17 @@ def _step(model: nn.Module, loss_fn, n_tokens: int):
         return n_tokens
 
     return run
+
+
+def _torch_dropout(run):
+    """The same step with tformer's dropout layers on ``F.dropout`` (the reference path of ``tformer.dropout``)."""
+    from tformer.dropout import reference
+
+    def wrapped() -> float:
+        with reference():
+            return run()
+
+    return wrapped
 
 
 def _ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -157,6 +169,8 @@ def seq2seq_candidates(c: dict, device: str) -> list[Candidate]:
                   flops, {"params": _n_params(marian)}),
         Candidate("tformer", _step(ours, lambda: _ce(ours(src, tgt_in), tgt_out), n_tokens), flops,
                   {"params": _n_params(ours)}),
+        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, lambda: _ce(ours(src, tgt_in), tgt_out), n_tokens)),
+                  flops, {"params": _n_params(ours)}),
     ]
 
 
@@ -186,6 +200,8 @@ def gpt_candidates(c: dict, device: str) -> list[Candidate]:
         Candidate("HF GPT2LMHeadModel", _step(hf, lambda: _ce(hf(input_ids=inputs).logits, labels), n_tokens), flops,
                   {"params": _n_params(hf)}),
         Candidate("tformer", _step(ours, lambda: _ce(ours(inputs), labels), n_tokens), flops, {"params": _n_params(ours)}),
+        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, lambda: _ce(ours(inputs), labels), n_tokens)), flops,
+                  {"params": _n_params(ours)}),
     ]
 
 
@@ -229,6 +245,7 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
     return [
         Candidate("HF BertForPreTraining", _step(hf, hf_loss, n_tokens), flops, {"params": _n_params(hf)}),
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
+        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
     ]
 
 

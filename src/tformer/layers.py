@@ -24,6 +24,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .cache import KVCache, LayerKV
+from .dropout import Dropout
 from .linear import Linear
 
 __all__ = ["LayerConfig", "FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
@@ -75,7 +76,7 @@ class FeedForward(nn.Module):
         self.linear1 = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
         self.linear2 = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
         self.activation = ACTIVATIONS[cfg.activation]
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, T, D) -> (B, T, F) -> (B, T, D)
@@ -87,7 +88,7 @@ class AddNorm(nn.Module):
     def __init__(self, cfg: LayerConfig) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
     def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:

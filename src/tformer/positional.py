@@ -20,6 +20,8 @@ import math
 import torch
 from torch import nn
 
+from .dropout import Dropout
+
 __all__ = ["sinusoidal_table", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "InputEmbedding"]
 
 
@@ -89,7 +91,7 @@ class InputEmbedding(nn.Module):
         if self.segment is not None:
             nn.init.normal_(self.segment.weight, std=0.02)
         self.norm = nn.LayerNorm(d_model, eps=norm_eps) if norm_eps is not None else None
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.max_len = max_len
 
     def forward(

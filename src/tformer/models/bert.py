@@ -18,6 +18,7 @@ from torch import nn
 
 from ..checkpoint import PretrainedMixin
 from ..checks import check_ids, check_length, check_positive
+from ..dropout import Dropout
 from ..inspect import Recorder
 from ..layers import ACTIVATIONS, Encoder, LayerConfig
 from ..positional import InputEmbedding
@@ -101,7 +102,7 @@ class Bert(PretrainedMixin, nn.Module):
         self.pooler = nn.Linear(c.d_model, c.d_model)
         self.mlm_head = MLMHead(c, self.embed.token)
         self.nsp_head = nn.Linear(c.d_model, 2)
-        self.classifier = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(c.d_model, c.num_labels)) if c.num_labels else None
+        self.classifier = nn.Sequential(Dropout(c.dropout), nn.Linear(c.d_model, c.num_labels)) if c.num_labels else None
         self._init_weights()
 
     def _init_weights(self) -> None:

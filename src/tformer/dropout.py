@@ -1,0 +1,80 @@
+"""``Dropout``: inverted dropout, as ``nn.Dropout``, with a cheaper random mask on the CPU.
+
+Training with dropout zeroes each element with probability p and scales the survivors by 1/(1 − p),
+so the expected output equals the input. On the CPU, PyTorch draws that mask with one
+double-precision Bernoulli draw per element from a single thread (random number generation is
+serial so that a seed gives the same numbers on any thread count): about 9–13 ns per element on
+this machine. With dropout 0.1 on the residual paths a small language model here made a third fewer
+steps than without it.
+
+The fast path draws one random int32 per two elements instead (``random_``: 31 random bits; the low 16
+and the high 15 make two lanes). An element is dropped when its lane falls below a
+threshold that gives both lanes the same probability ``q / 32768``, ``q = round(p · 32768)``;
+survivors are scaled by ``1 / (1 − q/32768)``. So the rate is p to within 2⁻¹⁶ (0.1 → 0.100006),
+the expectation is exact, and the mask comes from PyTorch's own generator (``torch.manual_seed``
+reproduces it). The comparison and the scaling run on every thread. ``python -m benchmarks.train_step``
+times both paths: 1.06–1.07× the training tokens/s of the same models with ``F.dropout`` (README).
+
+Elsewhere it is exactly ``F.dropout``: on GPUs (PyTorch's fused dropout kernel is already cheap), in
+eval mode, for p = 0, for rates the lanes cannot resolve (p < 2⁻¹⁶, or p = 1), for half-precision
+tensors, and inside :func:`reference`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["Dropout", "dropout", "fast_cpu_multiplier", "reference"]
+
+_LEVELS = 32768  # lanes hold 15 or 16 random bits; both are compared at a resolution of 2^-15
+_USE_FAST = True
+
+
+@contextlib.contextmanager
+def reference():
+    """Within this block every :class:`Dropout` runs ``F.dropout`` (for A/B benchmarks and tests)."""
+    global _USE_FAST
+    previous, _USE_FAST = _USE_FAST, False
+    try:
+        yield
+    finally:
+        _USE_FAST = previous
+
+
+def fast_cpu_multiplier(shape: torch.Size, p: float, dtype: torch.dtype = torch.float32,
+                        generator: torch.Generator | None = None) -> torch.Tensor:
+    """The (0 or 1/(1 − rate)) multiplier of the fast path for a tensor of ``shape``; rate = round(p·32768)/32768."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"p must be in [0, 1), got {p}")
+    q = round(p * _LEVELS)
+    n = shape.numel()
+    words = torch.empty((n + 1) // 2, dtype=torch.int32).random_(generator=generator)  # 31 random bits each
+    lanes = words.view(torch.int16).view(-1, 2)  # [low 16 bits (−32768…32767), high 15 bits (0…32767)]
+    low, high = -32768 + 2 * q, q  # P(lane < its threshold) = q / 32768 for both lanes
+    threshold = torch.tensor([low, high] if sys.byteorder == "little" else [high, low], dtype=torch.int16)
+    keep = (lanes >= threshold).view(-1)[:n].view(shape)
+    return keep.to(dtype).mul_(_LEVELS / (_LEVELS - q))
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """``F.dropout(x, p, training)`` with the fast CPU mask (see the module docstring)."""
+    if not training or p == 0.0:
+        return x
+    exact_scale = x.dtype in (torch.float32, torch.float64)  # 1/(1 − rate) rounded to bfloat16 would bias the mean
+    if not _USE_FAST or x.device.type != "cpu" or not exact_scale or not 0 < round(p * _LEVELS) < _LEVELS:
+        return F.dropout(x, p, training=True)
+    return x * fast_cpu_multiplier(x.shape, p, x.dtype)
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` (same argument, same state dict: none) with the fast CPU mask in training."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.inplace:
+            return super().forward(x)
+        return dropout(x, self.p, self.training)

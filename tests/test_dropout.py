@@ -1,0 +1,73 @@
+"""tformer.dropout: the fast CPU mask drops at the asked rate, keeps the expectation, and matches F.dropout's contract."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tformer.dropout import Dropout, dropout, fast_cpu_multiplier, reference
+
+
+@pytest.mark.parametrize("p", [0.1, 0.25, 0.5])
+def test_rate_and_scale_on_both_lanes(p):
+    torch.manual_seed(0)
+    m = fast_cpu_multiplier(torch.Size([1000, 1000]), p)
+    q = round(p * 32768)
+    scale = 32768 / (32768 - q)
+    values = torch.unique(m).tolist()
+    assert len(values) == 2 and values[0] == 0.0 and values[1] == pytest.approx(scale, rel=1e-7)
+    dropped = (m == 0).view(-1).float()
+    sd = (p * (1 - p) / 5e5) ** 0.5  # each lane holds 500k draws
+    for lane in (dropped[0::2], dropped[1::2]):  # low 16 bits and high 15 bits of each random word
+        assert abs(float(lane.mean()) - q / 32768) < 5 * sd
+    assert abs(float(m.mean()) - 1.0) < 5 * scale * sd  # inverted dropout: the expectation is the input
+
+
+def test_odd_sizes_and_shapes():
+    m = fast_cpu_multiplier(torch.Size([3, 5, 7]), 0.5)
+    assert m.shape == (3, 5, 7) and m.dtype == torch.float32
+    assert fast_cpu_multiplier(torch.Size([1]), 0.5).shape == (1,)
+
+
+def test_identity_in_eval_and_for_p_zero():
+    x = torch.randn(4, 8)
+    layer = Dropout(0.3).eval()
+    assert layer(x) is x
+    assert dropout(x, 0.0, training=True) is x
+    assert dropout(x, 0.3, training=False) is x
+
+
+def test_same_seed_same_mask_and_gradient_is_the_mask():
+    x = torch.randn(64, 33, requires_grad=True)
+    torch.manual_seed(5)
+    y1 = Dropout(0.2).train()(x)
+    torch.manual_seed(5)
+    y2 = Dropout(0.2).train()(x)
+    assert torch.equal(y1, y2)
+    y1.sum().backward()
+    kept = y1.detach() != 0
+    scale = 32768 / (32768 - round(0.2 * 32768))
+    assert torch.allclose(y1.detach()[kept], x.detach()[kept] * scale)
+    assert torch.equal(x.grad, kept.float() * scale)  # d(sum)/dx = the multiplier
+
+
+def test_reference_block_is_torch_dropout():
+    x = torch.randn(128, 128)
+    with reference():
+        torch.manual_seed(3)
+        ours = Dropout(0.1).train()(x)
+    torch.manual_seed(3)
+    assert torch.equal(ours, F.dropout(x, 0.1, training=True))
+
+
+def test_rates_the_lanes_cannot_resolve_fall_back_to_torch():
+    x = torch.randn(1000)
+    assert torch.equal(Dropout(1.0).train()(x), torch.zeros(1000))  # as F.dropout: everything dropped
+    torch.manual_seed(0)
+    tiny = Dropout(1e-6).train()(x)
+    torch.manual_seed(0)
+    assert torch.equal(tiny, F.dropout(x, 1e-6, training=True))
+
+
+def test_bad_rate_is_refused():
+    with pytest.raises(ValueError, match="p must be in"):
+        fast_cpu_multiplier(torch.Size([4]), 1.0)
