@@ -30,6 +30,19 @@ def test_lm_shakespeare_quick(tmp_path):
     main(["--minutes", "0.02", "--quick", "--out", str(tmp_path)])
     (r,) = json.loads((tmp_path / "lm_shakespeare.json").read_text())
     assert r["steps"] > 0 and 0 < r["val_loss"] < 5  # a 68-character vocabulary: chance is ln 68 ≈ 4.2
+    anchor = r["nanogpt_recipe"]  # nanoGPT's recipe, same budget, same process
+    assert anchor["steps"] > 0 and 0 < anchor["val_loss"] < 5 and anchor["tokens_per_step"] == 4 * 16
+
+
+def test_lm_shakespeare_picks_the_recipe_tuned_for_the_budget():
+    from benchmarks.lm_shakespeare import recipe_for
+    from tformer.commands.lm import RECIPES
+
+    assert [recipe_for(m) for m in (1, 1.5, 3, 6, 10, 30, 60)] == [
+        "shakespeare-char", "shakespeare-char", "shakespeare-char", "shakespeare-char-6min", "shakespeare-char-6min",
+        "shakespeare-char-30min", "shakespeare-char-30min"]
+    layers = [RECIPES[recipe_for(m)]["model"]["n_layers"] for m in (1.5, 6, 30)]
+    assert layers == sorted(layers) and layers[0] < layers[-1]  # the longer the budget, the deeper the model
 
 
 @pytest.mark.skipif(not (SHARED / "tinyshakespeare.txt").is_file(), reason="../shared/data/tinyshakespeare.txt missing")
