@@ -4,8 +4,8 @@ Training with dropout zeroes each element with probability p and scales the surv
 so the expected output equals the input. On the CPU, PyTorch draws that mask with one
 double-precision Bernoulli draw per element from a single thread (random number generation is
 serial so that a seed gives the same numbers on any thread count): about 8–12 ns per element on
-this machine, with one thread or two. With dropout 0.1 on the residual paths a small language model here made a third fewer
-steps than without it.
+this machine, with one thread or two. With dropout 0.1 on the residual paths a small language model
+here made a third fewer steps than without it.
 
 The fast path draws one random int32 per two elements instead (``random_``: 31 random bits; the low 16
 and the high 15 make two lanes). An element is dropped when its lane falls below a
