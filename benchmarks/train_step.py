@@ -161,16 +161,15 @@ def seq2seq_candidates(c: dict, device: str) -> list[Candidate]:
         decoder_start_token_id=PAD, eos_token_id=3, forced_eos_token_id=None)).to(device)
     mask = (src != PAD).long()
     flops = seq2seq_flops(c)
+    ours_loss = lambda: _ce(ours(src, tgt_in), tgt_out)  # noqa: E731
     return [
         Candidate("nn.Transformer", _step(torch_model, lambda: _ce(torch_model(src, tgt_in), tgt_out), n_tokens),
                   flops, {"params": _n_params(torch_model)}),
         Candidate("HF Marian", _step(marian, lambda: _ce(marian(input_ids=src, attention_mask=mask,
                                                                 decoder_input_ids=tgt_in).logits, tgt_out), n_tokens),
                   flops, {"params": _n_params(marian)}),
-        Candidate("tformer", _step(ours, lambda: _ce(ours(src, tgt_in), tgt_out), n_tokens), flops,
-                  {"params": _n_params(ours)}),
-        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, lambda: _ce(ours(src, tgt_in), tgt_out), n_tokens)),
-                  flops, {"params": _n_params(ours)}),
+        Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
+        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
     ]
 
 
@@ -196,12 +195,12 @@ def gpt_candidates(c: dict, device: str) -> list[Candidate]:
         vocab_size=c["vocab"], n_positions=c["seq_len"], n_embd=c["d"], n_layer=c["layers"], n_head=c["heads"],
         n_inner=c["ff"], resid_pdrop=DROPOUT, embd_pdrop=DROPOUT, attn_pdrop=DROPOUT)).to(device)
     n_tokens, flops = labels.numel(), gpt_flops(c)
+    ours_loss = lambda: _ce(ours(inputs), labels)  # noqa: E731
     return [
         Candidate("HF GPT2LMHeadModel", _step(hf, lambda: _ce(hf(input_ids=inputs).logits, labels), n_tokens), flops,
                   {"params": _n_params(hf)}),
-        Candidate("tformer", _step(ours, lambda: _ce(ours(inputs), labels), n_tokens), flops, {"params": _n_params(ours)}),
-        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, lambda: _ce(ours(inputs), labels), n_tokens)), flops,
-                  {"params": _n_params(ours)}),
+        Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
+        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
     ]
 
 

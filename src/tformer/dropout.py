@@ -23,6 +23,7 @@ tensors, and inside :func:`reference`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 
 import torch
@@ -46,6 +47,13 @@ def reference():
         _USE_FAST = previous
 
 
+@functools.lru_cache(maxsize=None)
+def _threshold(q: int) -> torch.Tensor:
+    """Per-lane thresholds, in memory order: P(lane < threshold) = q / 32768 for both lanes."""
+    low, high = -32768 + 2 * q, q  # the low lane spans 16 bits, the high one 15
+    return torch.tensor([low, high] if sys.byteorder == "little" else [high, low], dtype=torch.int16)
+
+
 def fast_cpu_multiplier(shape: torch.Size, p: float, dtype: torch.dtype = torch.float32,
                         generator: torch.Generator | None = None) -> torch.Tensor:
     """The (0 or 1/(1 − rate)) multiplier of the fast path for a tensor of ``shape``; rate = round(p·32768)/32768."""
@@ -55,9 +63,7 @@ def fast_cpu_multiplier(shape: torch.Size, p: float, dtype: torch.dtype = torch.
     n = shape.numel()
     words = torch.empty((n + 1) // 2, dtype=torch.int32).random_(generator=generator)  # 31 random bits each
     lanes = words.view(torch.int16).view(-1, 2)  # [low 16 bits (−32768…32767), high 15 bits (0…32767)]
-    low, high = -32768 + 2 * q, q  # P(lane < its threshold) = q / 32768 for both lanes
-    threshold = torch.tensor([low, high] if sys.byteorder == "little" else [high, low], dtype=torch.int16)
-    keep = (lanes >= threshold).view(-1)[:n].view(shape)
+    keep = (lanes >= _threshold(q)).view(-1)[:n].view(shape)
     return keep.to(dtype).mul_(_LEVELS / (_LEVELS - q))
 
 
