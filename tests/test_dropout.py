@@ -1,5 +1,7 @@
 """tformer.dropout: the fast CPU mask drops at the asked rate, keeps the expectation, and matches F.dropout's contract."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,9 +19,21 @@ def test_rate_and_scale_on_both_lanes(p):
     assert len(values) == 2 and values[0] == 0.0 and values[1] == pytest.approx(scale, rel=1e-7)
     dropped = (m == 0).view(-1).float()
     sd = (p * (1 - p) / 5e5) ** 0.5  # each lane holds 500k draws
-    for lane in (dropped[0::2], dropped[1::2]):  # low 16 bits and high 15 bits of each random word
+    for lane in (dropped[0::2], dropped[1::2]):  # bits 0-14 and 16-30 of each random word
         assert abs(float(lane.mean()) - q / 32768) < 5 * sd
     assert abs(float(m.mean()) - 1.0) < 5 * scale * sd  # inverted dropout: the expectation is the input
+
+
+def test_mask_is_the_lanes_of_the_generators_words():
+    """An element is dropped exactly when its 15-bit lane of PyTorch's random int32 is below round(p·32768)."""
+    torch.manual_seed(11)
+    m = fast_cpu_multiplier(torch.Size([999]), 0.3)
+    torch.manual_seed(11)
+    words = torch.empty(500, dtype=torch.int32).random_().long()
+    low, high = words & 0x7FFF, (words >> 16) & 0x7FFF
+    pairs = (low, high) if sys.byteorder == "little" else (high, low)  # memory order of the two int16 halves
+    lanes = torch.stack(pairs, dim=1).view(-1)[:999]
+    assert torch.equal(m == 0, lanes < round(0.3 * 32768))
 
 
 def test_odd_sizes_and_shapes():
