@@ -75,6 +75,16 @@ def test_gpt2_logits_match(gpt2):
     assert diff <= ATOL
 
 
+@pytest.mark.parametrize("activation, ours_name", [("gelu", "gelu"), ("relu2", "relu2")])
+def test_gpt2_other_activations_match(activation, ours_name):
+    hf = _random_hf(transformers.GPT2LMHeadModel, _gpt2_config(activation_function=activation))
+    ours = from_hf(hf)
+    assert ours.config.activation == ours_name
+    ids = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert (hf(ids).logits - ours(ids)).abs().max().item() <= ATOL
+
+
 def test_gpt2_model_without_head_uses_tied_embedding(gpt2):
     ours = from_hf(gpt2.transformer)  # a GPT2Model
     ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))

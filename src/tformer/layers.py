@@ -34,6 +34,7 @@ ACTIVATIONS = {
     "gelu": F.gelu,  # exact erf GELU (BERT)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
     "silu": F.silu,  # x·sigmoid(x), "swish" (some Marian models)
+    "relu2": lambda x: F.relu(x).square(),  # squared ReLU (So et al. 2021, "Primer"); HF's "relu2"
 }
 
 

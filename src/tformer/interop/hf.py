@@ -37,7 +37,8 @@ from ..models.seq2seq import Seq2SeqTransformer
 __all__ = ["from_hf", "bert_config_from_hf", "bert_state_from_hf", "load_hf_bert_state"]
 
 # Hugging Face ``hidden_act`` / ``activation_function`` name -> ours.
-_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                "relu2": "relu2"}
 
 # HF BERT weight names -> ours: the prefix rules first, then the one rename that matches.
 # Heads absent from a checkpoint keep our fresh init.

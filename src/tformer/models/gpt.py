@@ -44,7 +44,7 @@ class GPTConfig:
     max_len: int = 1024  # context length (block size)
     dropout: float = 0.1
     attn_dropout: float | None = None  # None = same as dropout
-    activation: str = "gelu_tanh"  # GPT-2's "gelu_new"; "gelu" | "relu" also allowed
+    activation: str = "gelu_tanh"  # GPT-2's "gelu_new"; "gelu" | "relu" | "relu2" (squared ReLU) also allowed
     norm_first: bool = True  # pre-LN (GPT-2); False = post-LN
     final_norm: bool | None = None  # None = only for pre-LN (GPT-2's ln_f)
     norm_eps: float = 1e-5
