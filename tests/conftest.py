@@ -25,6 +25,13 @@ def gpt() -> GPT:
 
 
 @pytest.fixture(scope="session")
+def gpt_rope() -> GPT:
+    """The tiny GPT with rotary positions (``positional="rope"``) instead of learned ones."""
+    torch.manual_seed(1)
+    return GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, dropout=0.0, max_len=64, positional="rope")).eval()
+
+
+@pytest.fixture(scope="session")
 def bert() -> Bert:
     torch.manual_seed(2)
     return Bert(BertConfig.preset("tiny", vocab_size=VOCAB, dropout=0.0, max_len=64)).eval()

@@ -19,12 +19,16 @@ def _greedy_without_cache(model, prompt, steps):
     return ids[len(prompt):]
 
 
-def test_cached_generation_equals_full_recomputation(gpt):
+@pytest.mark.parametrize("model", ["gpt", "gpt_rope"])
+def test_cached_generation_equals_full_recomputation(request, model):
+    gpt = request.getfixturevalue(model)
     for prompt in PROMPTS:
         assert generate_lm(gpt, [prompt], 20) == [_greedy_without_cache(gpt, prompt, 20)]
 
 
-def test_cached_logits_equal_full_logits_step_by_step(gpt):
+@pytest.mark.parametrize("model", ["gpt", "gpt_rope"])
+def test_cached_logits_equal_full_logits_step_by_step(request, model):
+    gpt = request.getfixturevalue(model)
     ids = torch.tensor([PROMPTS[1] + [2, 17, 30, 4, 4, 21, 8]])  # (1, 14)
     full = gpt(ids)  # (1, 14, V)
     cache = gpt.new_cache()
@@ -33,8 +37,10 @@ def test_cached_logits_equal_full_logits_step_by_step(gpt):
     torch.testing.assert_close(torch.cat([first, *steps], 1), full, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("model", ["gpt", "gpt_rope"])
 @pytest.mark.parametrize("penalty", [1.0, 1.3])
-def test_batched_prompts_of_different_lengths_equal_one_by_one(gpt, penalty):
+def test_batched_prompts_of_different_lengths_equal_one_by_one(request, model, penalty):
+    gpt = request.getfixturevalue(model)
     sampling = SamplingConfig(repetition_penalty=penalty)
     batched = generate_lm(gpt, PROMPTS, 15, sampling, pad_id=0)
     single = [generate_lm(gpt, [p], 15, sampling)[0] for p in PROMPTS]

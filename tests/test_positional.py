@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tformer import GPT, GPTConfig
-from tformer.positional import InputEmbedding, SinusoidalPositionalEncoding, sinusoidal_table
+from tformer.positional import InputEmbedding, SinusoidalPositionalEncoding, apply_rotary, rotary_tables, sinusoidal_table
 
 
 def test_sinusoidal_check_values():
@@ -63,3 +63,50 @@ def test_sequence_longer_than_max_len_is_refused():
     model(torch.zeros(1, 8, dtype=torch.long))  # exactly max_len is fine
     with pytest.raises(ValueError, match="max_len"):
         model(torch.zeros(1, 9, dtype=torch.long))
+
+
+# ------------------------------------------------------------------------------------------------ RoPE
+
+
+def test_rotary_matches_hf_llama():
+    """Our tables and rotation give the queries and keys of transformers' LLaMA rotary embedding."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama import modeling_llama
+
+    config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=64)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 9, 16, generator=g), torch.randn(2, 4, 9, 16, generator=g)  # (B, H, T, Dh)
+    positions = torch.tensor([list(range(9)), list(range(5, 14))])  # (B, T), the second row shifted
+    cos_hf, sin_hf = modeling_llama.LlamaRotaryEmbedding(config)(q, positions)  # (B, T, Dh)
+    q_hf, k_hf = modeling_llama.apply_rotary_pos_emb(q, k, cos_hf, sin_hf)
+    cos, sin = rotary_tables(positions, 16)
+    torch.testing.assert_close(apply_rotary(q, cos[:, None], sin[:, None]), q_hf, atol=1e-6, rtol=0)
+    torch.testing.assert_close(apply_rotary(k, cos[:, None], sin[:, None]), k_hf, atol=1e-6, rtol=0)
+
+
+def test_rotary_check_values_and_norm():
+    """Position 1, head dim 4: pairs (0, 2) and (1, 3) turn by 1 rad and 0.01 rad; lengths are kept."""
+    cos, sin = rotary_tables(torch.tensor([1]), 4)
+    torch.testing.assert_close(cos[0], torch.tensor([math.cos(1), math.cos(0.01), math.cos(1), math.cos(0.01)]))
+    x = torch.tensor([[[[1.0, 0.0, 0.0, 0.0]]]])  # (1, 1, 1, 4)
+    torch.testing.assert_close(apply_rotary(x, cos, sin)[0, 0, 0], torch.tensor([math.cos(1), 0.0, math.sin(1), 0.0]))
+    y = torch.randn(2, 3, 5, 4)
+    rotated = apply_rotary(y, *rotary_tables(torch.arange(5), 4))
+    torch.testing.assert_close(rotated.norm(dim=-1), y.norm(dim=-1))
+
+
+def test_rope_gpt_depends_on_relative_positions_only(gpt_rope, gpt):
+    """Shifting every position by 7 leaves a rotary model's logits unchanged; a learned table's change."""
+    ids = torch.tensor([[4, 9, 2, 33, 7, 7, 18, 1, 40, 12]])  # (1, 10)
+    shifted = torch.arange(7, 17)
+    with torch.no_grad():
+        torch.testing.assert_close(gpt_rope(ids, positions=shifted), gpt_rope(ids), atol=1e-5, rtol=0)
+        assert (gpt(ids, positions=shifted) - gpt(ids)).abs().max() > 1e-3
+    assert not any("position" in name for name, _ in gpt_rope.named_parameters())  # no position table
+
+
+def test_rope_needs_an_even_head_dimension():
+    with pytest.raises(ValueError, match="even head dimension"):
+        GPTConfig.preset("tiny", vocab_size=10, d_model=12, n_heads=4, positional="rope")  # head dim 3
+    with pytest.raises(ValueError, match="'rope'"):
+        GPTConfig.preset("tiny", vocab_size=10, positional="alibi")

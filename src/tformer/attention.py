@@ -29,6 +29,7 @@ from .cache import LayerKV
 from .inspect import AttentionRecord, current_recorder
 from .linear import Linear
 from .masks import causal_mask, check_mask, combine_masks
+from .positional import apply_rotary
 
 __all__ = ["AttentionDetails", "scaled_dot_product_attention", "MultiHeadAttention"]
 
@@ -122,11 +123,14 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         causal: bool = False,
         cache: LayerKV | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``x`` (B, Tq, D); ``memory`` (B, Tk, D) for cross-attention; returns (B, Tq, D).
 
         ``mask`` is boolean (``True`` = may attend), broadcastable to (B, 1, Tq, Tk); for self-attention
         with a ``cache``, Tk counts the cached positions too. ``causal=True`` adds the look-ahead mask.
+        ``rotary`` = (cos, sin) of the new positions (:func:`~tformer.positional.rotary_tables`, broadcastable
+        to (B, H, Tq, Dh)) rotates queries and keys before the keys are cached (self-attention only).
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, {self.d_model}), got {tuple(x.shape)}")
@@ -134,6 +138,8 @@ class MultiHeadAttention(nn.Module):
         if cross:
             if causal:
                 raise ValueError("causal=True is not allowed in cross-attention: the decoder may see the whole source")
+            if rotary is not None:
+                raise ValueError("rotary position embedding applies to self-attention only, not to cross-attention")
             q = self._split_heads(self.qkv_proj.forward_rows(x, 0, self.d_model))
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v  # computed once per source
@@ -143,6 +149,8 @@ class MultiHeadAttention(nn.Module):
                     cache.cross_k, cache.cross_v = k, v
         else:
             q, k, v = (self._split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))  # (B, H, T, Dh) each
+            if rotary is not None:
+                q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)  # the cache keeps rotated keys
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, H, Tk, Dh) with the cached positions
         b, tq, tk = x.shape[0], q.shape[2], k.shape[2]

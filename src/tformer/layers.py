@@ -133,9 +133,12 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor | None = None,
         causal: bool = True,
         cache: LayerKV | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """``x`` (B, T, D) decoder states; ``memory`` (B, S, D) encoder output; returns (B, T, D)."""
-        x = self.add_norm1(x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache))
+        """``x`` (B, T, D) decoder states; ``memory`` (B, S, D) encoder output; returns (B, T, D).
+
+        ``rotary``: cos/sin of the positions for rotary self-attention (GPT with ``positional="rope"``)."""
+        x = self.add_norm1(x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache, rotary=rotary))
         if self.cross_attn is not None:
             if memory is None:
                 raise ValueError("memory (the encoder output) is required by a decoder layer with cross-attention")
@@ -175,12 +178,13 @@ class Decoder(nn.Module):
         memory_mask: torch.Tensor | None = None,
         causal: bool = True,
         cache: KVCache | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache has {len(cache)} layers, the decoder has {len(self.layers)}")
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
-            x = layer(x, memory, self_mask, memory_mask, causal, layer_cache)  # (B, T, D)
+            x = layer(x, memory, self_mask, memory_mask, causal, layer_cache, rotary)  # (B, T, D)
         return x if self.norm is None else self.norm(x)
 
 

@@ -7,6 +7,9 @@
 
   (check value, d = 4, pos = 1: [0.84147098, 0.54030231, 0.00999983, 0.99995000]).
 * :class:`LearnedPositionalEmbedding` — one trained vector per position (GPT-2, BERT).
+* :func:`rotary_tables` / :func:`apply_rotary` — rotary position embedding (RoPE, Su et al. 2021, as in
+  GPT-NeoX and LLaMA): nothing is added to the input; inside self-attention each query and key is rotated
+  by an angle proportional to its position, so their dot product depends only on the distance.
 * :class:`InputEmbedding` — token embedding (optionally × √d_model, as in the paper) + position
   (+ segment for BERT) (+ LayerNorm for BERT) → dropout.
 
@@ -22,7 +25,8 @@ from torch import nn
 
 from .dropout import Dropout
 
-__all__ = ["sinusoidal_table", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "InputEmbedding"]
+__all__ = ["sinusoidal_table", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "rotary_tables",
+           "apply_rotary", "InputEmbedding"]
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -62,8 +66,28 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.weight[positions]  # (..., D)
 
 
+def rotary_tables(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotation angles, each (..., T, head_dim), for ``positions`` (T,) or (B, T).
+
+    Dimension i and i + head_dim/2 form a pair (GPT-NeoX/LLaMA's "rotate half" layout) turned by
+    position × base^(−2i/head_dim); both halves of the table repeat the same angles.
+    """
+    if head_dim % 2 != 0:
+        raise ValueError(f"rotary position embedding needs an even head dimension, got head_dim={head_dim}")
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)  # (Dh/2,)
+    angles = positions.float()[..., None] * inv_freq  # (..., T, Dh/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (..., T, Dh)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each pair (x_i, x_{i+Dh/2}) of ``x`` (B, H, T, Dh) by its angle: x·cos + rotate_half(x)·sin."""
+    first, second = x.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
+    return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+
 class InputEmbedding(nn.Module):
-    """ids → token embedding (× √D if ``scale``) + positional (+ segment) → (LayerNorm) → dropout."""
+    """ids → token embedding (× √D if ``scale``) + positional (none for RoPE) (+ segment) → (LayerNorm) → dropout."""
 
     def __init__(
         self,
@@ -82,11 +106,13 @@ class InputEmbedding(nn.Module):
         nn.init.normal_(self.token.weight, std=d_model**-0.5 if scale else 0.02)
         self.scale = math.sqrt(d_model) if scale else 1.0
         if positional == "sinusoidal":
-            self.position: nn.Module = SinusoidalPositionalEncoding(max_len, d_model)
+            self.position: nn.Module | None = SinusoidalPositionalEncoding(max_len, d_model)
         elif positional == "learned":
             self.position = LearnedPositionalEmbedding(max_len, d_model)
+        elif positional == "rope":
+            self.position = None  # positions enter inside self-attention (rotary_tables / apply_rotary)
         else:
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
+            raise ValueError(f"positional must be 'sinusoidal', 'learned' or 'rope', got {positional!r}")
         self.segment = nn.Embedding(n_segments, d_model) if n_segments else None
         if self.segment is not None:
             nn.init.normal_(self.segment.weight, std=0.02)
@@ -100,7 +126,9 @@ class InputEmbedding(nn.Module):
         """``ids`` (B, T) → (B, T, D). ``positions`` defaults to 0..T-1 (pass an offset when decoding with a cache)."""
         if positions is None:
             positions = torch.arange(ids.shape[1], device=ids.device)  # (T,)
-        x = self.token(ids) * self.scale + self.position(positions)  # (B, T, D)
+        x = self.token(ids) * self.scale  # (B, T, D)
+        if self.position is not None:
+            x = x + self.position(positions)
         if self.segment is not None:
             x = x + self.segment(torch.zeros_like(ids) if segments is None else segments)
         if self.norm is not None:

@@ -185,7 +185,8 @@ class _Collector:
                   + (f" × √D = × {scale:.4g}" if scale != 1.0 else ""), value=lambda o: o * scale)  # as the model does
             watch(m.position, "positional", name + ".position", ("T", "D"), f"{type(m.position).__name__}, one row per position")
             watch(m.segment, "segment", name + ".segment", BTD, "segment (token-type) embedding")
-            watch(m, "embedding", name, BTD, f"token + position{extra} → dropout")
+            position = "position" if m.position is not None else "no position (RoPE rotates q and k in self-attention)"
+            watch(m, "embedding", name, BTD, f"token + {position}{extra} → dropout")
         elif isinstance(m, MultiHeadAttention):
             block, layer = self._locate(name)
             self.handles.append(m.register_forward_hook(lambda *_: self._attention(name, block, layer)))

@@ -4,7 +4,8 @@
 
 The blocks are :class:`~tformer.layers.DecoderLayer` without cross-attention. Defaults follow
 GPT-2: pre-LN with a final LayerNorm, GELU (tanh approximation), learned positions, no embedding
-scaling, output projection tied to the token embedding.
+scaling, output projection tied to the token embedding. ``positional="rope"`` replaces the learned
+position table by rotary position embedding in every self-attention (GPT-NeoX, LLaMA).
 
 Dimension legend: B batch, T sequence length, D model dim, V vocabulary size.
 """
@@ -23,7 +24,7 @@ from ..checks import check_ids, check_length, check_positive
 from ..inspect import Recorder
 from ..layers import Decoder, LayerConfig
 from ..linear import Linear
-from ..positional import InputEmbedding
+from ..positional import InputEmbedding, rotary_tables
 
 __all__ = ["GPTConfig", "GPT"]
 
@@ -49,15 +50,19 @@ class GPTConfig:
     final_norm: bool | None = None  # None = only for pre-LN (GPT-2's ln_f)
     norm_eps: float = 1e-5
     bias: bool = True
-    positional: str = "learned"  # "learned" (GPT-2) | "sinusoidal"
+    positional: str = "learned"  # "learned" (GPT-2) | "sinusoidal" | "rope" (rotary, in self-attention: GPT-NeoX, LLaMA)
+    rope_base: float = 10000.0  # RoPE: angle of pair i at position t = t · rope_base^(−2i/head_dim)
     tie_embeddings: bool = True  # output projection = token embedding matrix
     pad_id: int | None = None  # a padding token, if the tokenizer has one (ignored by the loss)
 
     def __post_init__(self) -> None:
         check_positive(self, "vocab_size", "n_layers", "max_len")
         _ = self.layer
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.positional not in ("sinusoidal", "learned", "rope"):
+            raise ValueError(f"positional must be 'sinusoidal', 'learned' or 'rope', got {self.positional!r}")
+        if self.positional == "rope" and (self.d_model // self.n_heads) % 2 != 0:
+            raise ValueError(f"positional='rope' needs an even head dimension, got d_model / n_heads = "
+                             f"{self.d_model} / {self.n_heads}")
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"pad_id must be None or a valid token id, got {self.pad_id}")
 
@@ -133,7 +138,11 @@ class GPT(PretrainedMixin, nn.Module):
                 )
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
         x = self.embed(ids, positions)  # (B, T, D)
-        x = self.decoder(x, self_mask=mask, causal=True, cache=cache)  # (B, T, D)
+        rotary = None
+        if self.config.positional == "rope":
+            cos, sin = rotary_tables(positions, self.config.d_model // self.config.n_heads, self.config.rope_base)
+            rotary = (cos[:, None], sin[:, None]) if positions.dim() == 2 else (cos, sin)  # (B or 1, 1, T, Dh)
+        x = self.decoder(x, self_mask=mask, causal=True, cache=cache, rotary=rotary)  # (B, T, D)
         return self.output(x)  # (B, T, V)
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
