@@ -13,7 +13,9 @@ weights:
   updates the parameters one by one from Python (the anchor; it decays every tensor, the Trainer only
   matrices: a few small vectors' worth of extra work);
 * ``gelu_tanh, fused AdamW`` — the optimizer :class:`tformer.train.Trainer` builds;
-* ``gelu, fused AdamW`` — and the exact (erf) GELU that nanoGPT uses: the recipes now.
+* ``gelu, fused AdamW`` — and the exact (erf) GELU that nanoGPT uses: the recipes now;
+* ``gelu, fused AdamW, learned positions`` — for a recipe with rotary positions (all of them now),
+  the same with GPT-2's learned position table instead: what RoPE costs a step.
 
 Throughput is trained tokens per second. Writes ``OUT/lm_step.json`` and ``OUT/lm_step.md``.
 """
@@ -36,17 +38,19 @@ def _shape(recipe_name: str, quick: bool) -> dict:
     model = {k: v for k, v in recipe["model"].items() if k != "activation"}
     shape = dict(model=model, block_size=recipe["block_size"], batch_size=recipe["batch_size"])
     if quick:
-        shape = dict(model=dict(d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0), block_size=16, batch_size=2)
+        shape = dict(model=dict(d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0,
+                                positional=model.get("positional", "learned")), block_size=16, batch_size=2)
     return shape
 
 
-def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int, seed: int) -> Candidate:
+def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int, seed: int, **model) -> Candidate:
     from tformer.losses import sequence_cross_entropy
     from tformer.models.gpt import GPT, GPTConfig
     from tformer.train import TrainConfig, _optimizer
 
     t, b = shape["block_size"], shape["batch_size"]
-    config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, activation=activation, **shape["model"])
+    config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, activation=activation,
+                              **{**shape["model"], **model})
     torch.manual_seed(seed)
     model = GPT(config).train()
     if fused:
@@ -84,6 +88,9 @@ def main(argv=None) -> dict:
             _candidate("gelu_tanh, fused AdamW", "gelu_tanh", True, shape, steps, args.seed),
             _candidate("gelu, fused AdamW", "gelu", True, shape, steps, args.seed),
         ]
+        if shape["model"].get("positional") == "rope":  # what the rotary positions cost against GPT-2's learned table
+            candidates.append(_candidate("gelu, fused AdamW, learned positions", "gelu", True, shape, steps, args.seed,
+                                         positional="learned"))
         stats = compare(candidates, args.repeats, args.warmup, args.device, memory=not args.no_memory)
         machine = machine_info(args, None)
     payload = {"benchmark": "lm_step", "description": f"Training tokens/s, recipe {args.recipe} ({steps} steps per call)",
