@@ -1,4 +1,4 @@
-"""What the Tiny Shakespeare recipes' CPU choices buy: one training step, three ways, in one process.
+"""What the Tiny Shakespeare recipes' CPU choices buy: one training step, four ways, in one process.
 
     python -m benchmarks.lm_step                                   # the 1.5-minute recipe's shape
     python -m benchmarks.lm_step --recipe shakespeare-char-6min --repeats 11
@@ -14,8 +14,8 @@ weights:
   matrices: a few small vectors' worth of extra work);
 * ``gelu_tanh, fused AdamW`` — the optimizer :class:`tformer.train.Trainer` builds;
 * ``gelu, fused AdamW`` — and the exact (erf) GELU that nanoGPT uses: the recipes now;
-* ``gelu, fused AdamW, learned positions`` — for a recipe with rotary positions (all of them now),
-  the same with GPT-2's learned position table instead: what RoPE costs a step.
+* ``gelu, fused AdamW, rotary positions`` (or ``learned positions`` for a recipe that has rotary ones) —
+  the same with the other kind of positions: what RoPE costs a step.
 
 Throughput is trained tokens per second. Writes ``OUT/lm_step.json`` and ``OUT/lm_step.md``.
 """
@@ -88,9 +88,10 @@ def main(argv=None) -> dict:
             _candidate("gelu_tanh, fused AdamW", "gelu_tanh", True, shape, steps, args.seed),
             _candidate("gelu, fused AdamW", "gelu", True, shape, steps, args.seed),
         ]
-        if shape["model"].get("positional") == "rope":  # what the rotary positions cost against GPT-2's learned table
-            candidates.append(_candidate("gelu, fused AdamW, learned positions", "gelu", True, shape, steps, args.seed,
-                                         positional="learned"))
+        # the other kind of positions (rotary <-> GPT-2's learned table): what RoPE costs a step
+        other = "learned" if shape["model"].get("positional") == "rope" else "rope"
+        candidates.append(_candidate(f"gelu, fused AdamW, {'learned' if other == 'learned' else 'rotary'} positions",
+                                     "gelu", True, shape, steps, args.seed, positional=other))
         stats = compare(candidates, args.repeats, args.warmup, args.device, memory=not args.no_memory)
         machine = machine_info(args, None)
     payload = {"benchmark": "lm_step", "description": f"Training tokens/s, recipe {args.recipe} ({steps} steps per call)",

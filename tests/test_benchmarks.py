@@ -33,7 +33,7 @@ CASES = {
     "throughput_multi30k": ([], None, {"multi30k": {"pad-to-longest", "tformer token budget"}}),
     "bert_encode": ([], None, {"MiniLM b4": {"tformer", "HF BertModel"}}),
     "lm_step": ([], None, {"shakespeare-char": {"gelu_tanh, AdamW loop", "gelu_tanh, fused AdamW", "gelu, fused AdamW",
-                                                 "gelu, fused AdamW, learned positions"}}),
+                                                 "gelu, fused AdamW, rotary positions"}}),
 }
 
 
