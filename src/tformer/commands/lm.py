@@ -18,7 +18,7 @@ RECIPES = {
     # that wins, because a cheaper step buys more steps. From two layers on they use rotary positions (RoPE: at
     # 9,000 steps of the 6-minute model, val 1.546 against 1.578 with GPT-2's learned table, for 8% more time a
     # step); all use the exact (erf) GELU, as nanoGPT (PyTorch's tanh GELU, GPT-2's, is ~3× slower on this CPU).
-    # ~1.5 minutes: one layer, learned positions (with RoPE it ended worse: 4,008 steps -> 1.708 vs ~1.66)
+    # ~1.5 minutes: one layer, learned positions (with RoPE it ended worse: 4,008 steps -> 1.710 vs ~1.66)
     "shakespeare-char": dict(base="tiny", model=dict(d_model=128, n_heads=4, n_layers=1, d_ff=512, dropout=0.0,
                                                      activation="gelu"),
                              tokenizer="char", block_size=128, batch_size=8, lr=3e-3, warmup_steps=50),
