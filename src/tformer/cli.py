@@ -33,7 +33,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return args.func(args) or 0
+        code = args.func(args) or 0
+        if "torch.distributed" in sys.modules:  # leave a torchrun process group cleanly; only after success,
+            from .distributed import shutdown  # since a failed rank would leave the others at the barrier
+
+            shutdown()
+        return code
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         sys.stdout = open(os.devnull, "w")
         return 0

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["World", "init", "sync_gradients", "broadcast_parameters", "gather_objects", "broadcast_object"]
+__all__ = ["World", "init", "shutdown", "sync_gradients", "broadcast_parameters", "gather_objects", "broadcast_object"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,18 @@ def init(device: str) -> tuple[World, str]:
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(device)
     return World(dist.get_rank(), dist.get_world_size(), local_rank), device
+
+
+def shutdown() -> None:
+    """Leave the process group once all processes are done (call it at the end of a torchrun job).
+
+    Without it the group is torn down while the interpreter exits, and gloo's worker threads can
+    abort the process ("terminate called without an active exception") after the work is saved.
+    The barrier makes no process leave while another still talks to it.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def sync_gradients(model: torch.nn.Module, world: World, extra: list[float]) -> list[float]:
