@@ -176,6 +176,23 @@ def test_resume_through_the_cli_equals_the_uninterrupted_run(tmp_path):
     assert (tmp_path / "full" / "char_tokenizer.json").is_file() and GPT.from_pretrained(tmp_path / "full").config.max_len == 16
 
 
+def test_train_lm_settings_come_from_the_flag_then_the_recipe_then_the_default():
+    from tformer.cli import build_parser
+    from tformer.commands.lm import RECIPES, _resolve
+
+    def resolved(*flags):
+        return _resolve(build_parser().parse_args(["train", "lm", "--data", "x.txt", "--out", "y", *flags]))
+
+    recipe = RECIPES["shakespeare-char-6min"]
+    six = resolved("--preset", "shakespeare-char-6min")
+    assert (six["weight_decay"], six["lr"], six["batch_size"]) == (recipe["weight_decay"], recipe["lr"], recipe["batch_size"])
+    assert six["model"]["max_len"] == recipe["block_size"] and six["model"]["positional"] == "rope"
+    flagged = resolved("--preset", "shakespeare-char-6min", "--weight-decay", "0.05", "--lr", "1e-4")
+    assert (flagged["weight_decay"], flagged["lr"]) == (0.05, 1e-4)
+    plain = resolved("--preset", "tiny")
+    assert (plain["weight_decay"], plain["lr"], plain["warmup_steps"], plain["model"]) == (0.01, 1e-3, 100, {})
+
+
 def test_cosine_over_a_time_budget_decays_with_the_time_used():
     cfg = TrainConfig(out_dir="unused", schedule="cosine", minutes=1.0, warmup_steps=10, min_lr_ratio=0.1)
     assert lr_factor(4, cfg, 0.0) == pytest.approx(0.5)  # warmup is counted in steps
