@@ -83,7 +83,7 @@ def _sync(device: str) -> None:
 
 
 def compare(candidates: list[Candidate], repeats: int, warmup: int, device: str = "cpu", memory: bool = True,
-            anchor: str | None = None, peak_gflops: float | None = None) -> dict:
+            anchor: str | None = None) -> dict:
     """Time ``candidates`` alternately; returns ``{name: stats}`` with ``ratio`` against ``anchor``."""
     rounds: dict[str, list[float]] = {c.name: [] for c in candidates}
     seconds: dict[str, list[float]] = {c.name: [] for c in candidates}
@@ -105,8 +105,6 @@ def compare(candidates: list[Candidate], repeats: int, warmup: int, device: str 
              "median_seconds": statistics.median(secs), "rounds": len(tput), **c.extra}
         if c.flops:
             s["gflops"] = c.flops / s["median_seconds"] / 1e9
-            if peak_gflops:
-                s["fraction_of_peak"] = s["gflops"] / peak_gflops
         if memory:
             s["peak_memory_mb"] = peak_memory_mb(c.run, device)
         stats[c.name] = s
