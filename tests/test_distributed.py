@@ -43,3 +43,15 @@ def test_torchrun_two_processes_match_one_process(tmp_path):
     assert losses == pytest.approx(_losses(tmp_path / "two"), abs=1e-5)
     state = json.loads((tmp_path / "two" / "last" / "state.json").read_text())
     assert state["step"] == 5 and len(torch.load(tmp_path / "two" / "last" / "trainer_state.pt", weights_only=True)["rng"]) == 2
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
+def test_shutdown_leaves_the_process_group(tmp_path):
+    from tformer import distributed
+
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    distributed.shutdown()
+    assert not dist.is_initialized()
+    distributed.shutdown()  # nothing to leave: a no-op
