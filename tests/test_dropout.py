@@ -85,3 +85,25 @@ def test_rates_the_lanes_cannot_resolve_fall_back_to_torch():
 def test_bad_rate_is_refused():
     with pytest.raises(ValueError, match="p must be in"):
         fast_cpu_multiplier(torch.Size([4]), 1.0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_dropout_on_the_cpu_uses_the_fast_mask_on_the_weights(causal):
+    from tformer.attention import scaled_dot_product_attention
+    from tformer.masks import causal_mask
+
+    q, k, v = torch.randn(3, 2, 4, 5, 8).unbind(0)  # (B=2, H=4, T=5, Dh=8) each
+    torch.manual_seed(7)
+    out = scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal)
+    scores = q @ k.transpose(-2, -1) / 8**0.5
+    if causal:
+        scores = scores.masked_fill(~causal_mask(5, 5), float("-inf"))
+    torch.manual_seed(7)
+    keep = fast_cpu_multiplier(torch.Size([2, 4, 5, 5]), 0.25)  # the same draws, on the (B, H, Tq, Tk) weights
+    assert torch.allclose(out, (torch.softmax(scores, -1) * keep) @ v, atol=1e-6)
+    assert (keep == 0).any() and (keep != 0).any()
+    with reference():  # PyTorch's own kernel and mask: same seed, same result as calling it directly
+        torch.manual_seed(7)
+        ours = scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal)
+        torch.manual_seed(7)
+        assert torch.equal(ours, F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal))

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cache import LayerKV
+from .dropout import dropout, uses_fast_mask
 from .inspect import AttentionRecord, current_recorder
 from .linear import Linear
 from .masks import causal_mask, check_mask, combine_masks
@@ -57,17 +58,20 @@ def scaled_dot_product_attention(
     ``mask`` is boolean (``True`` = may attend) and broadcasts to (B, H, Tq, Tk). ``dropout_p`` is
     applied to the weights (pass 0 in eval mode). With ``return_details=True`` the readable reference
     path runs and returns ``(context, AttentionDetails)``; otherwise the fused kernel runs and only
-    the context (B, H, Tq, Dh) is returned. ``is_causal=True`` (only without ``mask``) is the look-ahead
+    the context (B, H, Tq, Dh) is returned (with dropout on the CPU, the reference path with tformer's
+    cheaper dropout mask: PyTorch's CPU kernels draw theirs one element at a time). ``is_causal=True`` (only without ``mask``) is the look-ahead
     mask for Tq = Tk, applied inside the fused kernel without building a (Tq, Tk) tensor.
     """
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
-    if is_causal:
-        if mask is not None:
-            raise ValueError("pass either mask or is_causal=True, not both (combine them with tformer.masks.combine_masks)")
-        if return_details:  # the reference path spells the mask out
-            mask, is_causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device), False
-    if not return_details:
+    if is_causal and mask is not None:
+        raise ValueError("pass either mask or is_causal=True, not both (combine them with tformer.masks.combine_masks)")
+    # PyTorch's CPU kernels take dropout only on their unfused path, which draws the mask one element at a
+    # time; the reference path below computes the same with tformer's cheaper mask (tformer.dropout)
+    spelled_out = return_details or (dropout_p > 0 and uses_fast_mask(q, dropout_p))
+    if is_causal and spelled_out:  # the reference path spells the mask out
+        mask, is_causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device), False
+    if not spelled_out:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
         if mask is not None:  # some kernels give NaN for fully masked rows: make them exactly 0
             has_key = mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
@@ -83,8 +87,9 @@ def scaled_dot_product_attention(
         masked_scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, Tq, Tk)
         weights = torch.softmax(masked_scores.float(), dim=-1).to(q.dtype)
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # all −∞ row: NaN → 0
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    out = dropped @ v  # (B, H, Tq, Dh)
+    out = dropout(weights, dropout_p) @ v  # (B, H, Tq, Dh)
+    if not return_details:
+        return out
     return out, AttentionDetails(scores=scores, masked_scores=masked_scores, weights=weights)
 
 

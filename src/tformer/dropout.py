@@ -59,12 +59,17 @@ def fast_cpu_multiplier(shape: torch.Size, p: float, dtype: torch.dtype = torch.
     return keep.to(dtype).mul_(_LEVELS / (_LEVELS - q))
 
 
+def uses_fast_mask(x: torch.Tensor, p: float) -> bool:
+    """Whether :func:`dropout` of ``x`` at rate ``p`` (in training) takes the fast CPU mask rather than ``F.dropout``."""
+    exact_scale = x.dtype in (torch.float32, torch.float64)  # 1/(1 − rate) rounded to bfloat16 would bias the mean
+    return _USE_FAST and x.device.type == "cpu" and exact_scale and 0 < round(p * _LEVELS) < _LEVELS
+
+
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """``F.dropout(x, p, training)`` with the fast CPU mask (see the module docstring)."""
     if not training or p == 0.0:
         return x
-    exact_scale = x.dtype in (torch.float32, torch.float64)  # 1/(1 − rate) rounded to bfloat16 would bias the mean
-    if not _USE_FAST or x.device.type != "cpu" or not exact_scale or not 0 < round(p * _LEVELS) < _LEVELS:
+    if not uses_fast_mask(x, p):
         return F.dropout(x, p, training=True)
     return x * fast_cpu_multiplier(x.shape, p, x.dtype)
 
