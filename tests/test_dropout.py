@@ -10,30 +10,31 @@ from tformer.dropout import Dropout, dropout, fast_cpu_multiplier, reference
 
 
 @pytest.mark.parametrize("p", [0.1, 0.25, 0.5])
-def test_rate_and_scale_on_both_lanes(p):
+def test_rate_and_scale_on_every_lane(p):
     torch.manual_seed(0)
     m = fast_cpu_multiplier(torch.Size([1000, 1000]), p)
-    q = round(p * 32768)
-    scale = 32768 / (32768 - q)
+    q = round(p * 65536)
+    scale = 65536 / (65536 - q)
     values = torch.unique(m).tolist()
     assert len(values) == 2 and values[0] == 0.0 and values[1] == pytest.approx(scale, rel=1e-7)
     dropped = (m == 0).view(-1).float()
-    sd = (p * (1 - p) / 5e5) ** 0.5  # each lane holds 500k draws
-    for lane in (dropped[0::2], dropped[1::2]):  # bits 0-14 and 16-30 of each random word
-        assert abs(float(lane.mean()) - q / 32768) < 5 * sd
+    sd = (p * (1 - p) / 2.5e5) ** 0.5  # each lane holds 250k draws
+    for lane in (dropped[i::4] for i in range(4)):  # the four 16-bit lanes of each random 64-bit word
+        assert abs(float(lane.mean()) - q / 65536) < 5 * sd
     assert abs(float(m.mean()) - 1.0) < 5 * scale * sd  # inverted dropout: the expectation is the input
 
 
 def test_mask_is_the_lanes_of_the_generators_words():
-    """An element is dropped exactly when its 15-bit lane of PyTorch's random int32 is below round(p·32768)."""
+    """An element is dropped exactly when its 16-bit lane of PyTorch's random 64-bit word, read as a signed
+    int16, is below round(p·65536) − 32768."""
     torch.manual_seed(11)
     m = fast_cpu_multiplier(torch.Size([999]), 0.3)
     torch.manual_seed(11)
-    words = torch.empty(500, dtype=torch.int32).random_().long()
-    low, high = words & 0x7FFF, (words >> 16) & 0x7FFF
-    pairs = (low, high) if sys.byteorder == "little" else (high, low)  # memory order of the two int16 halves
-    lanes = torch.stack(pairs, dim=1).view(-1)[:999]
-    assert torch.equal(m == 0, lanes < round(0.3 * 32768))
+    words = torch.empty(250, dtype=torch.int64).random_(-(2**63), None).tolist()
+    shifts = (0, 16, 32, 48) if sys.byteorder == "little" else (48, 32, 16, 0)  # memory order of the int16 lanes
+    unsigned = [(w % 2**64) >> s & 0xFFFF for w in words for s in shifts][:999]
+    signed = [u - 65536 if u >= 32768 else u for u in unsigned]  # what the int16 view holds
+    assert torch.equal(m == 0, torch.tensor(signed) < round(0.3 * 65536) - 32768)
 
 
 def test_odd_sizes_and_shapes():
@@ -59,7 +60,7 @@ def test_same_seed_same_mask_and_gradient_is_the_mask():
     assert torch.equal(y1, y2)
     y1.sum().backward()
     kept = y1.detach() != 0
-    scale = 32768 / (32768 - round(0.2 * 32768))
+    scale = 65536 / (65536 - round(0.2 * 65536))
     assert torch.allclose(y1.detach()[kept], x.detach()[kept] * scale)
     assert torch.equal(x.grad, kept.float() * scale)  # d(sum)/dx = the multiplier
 
@@ -85,6 +86,8 @@ def test_rates_the_lanes_cannot_resolve_fall_back_to_torch():
 def test_bad_rate_is_refused():
     with pytest.raises(ValueError, match="p must be in"):
         fast_cpu_multiplier(torch.Size([4]), 1.0)
+    with pytest.raises(ValueError, match="rounds to 1"):
+        fast_cpu_multiplier(torch.Size([4]), 1 - 1e-7)
 
 
 @pytest.mark.parametrize("causal", [False, True])
