@@ -5,8 +5,12 @@
     python -m benchmarks.train_step --quick              # tiny sizes, seconds: proves the script works
 
 Groups (one AdamW step = zero_grad, forward, cross-entropy, backward, optimizer step; dropout 0.1 everywhere,
-random token ids, no padding). Each group also times tformer with ``F.dropout`` in its dropout layers
-(``tformer.dropout.reference()``), the reference path of its cheaper CPU dropout mask:
+random token ids, no padding). Every candidate uses the same optimizer, PyTorch's fused AdamW (what
+tformer's ``Trainer`` and Hugging Face's ``Trainer`` both use on torch ≥ 2.8), and its own library's loss:
+``F.cross_entropy`` for the anchors, ``tformer.losses.sequence_cross_entropy`` for tformer. Each group also
+times tformer on its reference paths ("tformer, reference paths": ``F.dropout`` in its dropout layers and
+``F.cross_entropy`` as its loss, through ``tformer.dropout.reference()`` and ``tformer.losses.reference()``),
+which shows what its cheaper CPU dropout mask and cross-entropy backward gain:
 
 * ``seq2seq`` — d_model 256, 4 heads, FFN 1024, 3+3 layers, vocab 8000, batch 64 × 16 → 16; tformer
   ``Seq2SeqTransformer`` vs ``nn.Transformer`` + embeddings + output projection vs HF ``MarianMTModel``
@@ -66,7 +70,8 @@ DROPOUT = 0.1
 
 def _step(model: nn.Module, loss_fn, n_tokens: int):
     """One AdamW training step as a callable returning the tokens it trained on."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    fused = next(model.parameters()).device.type in ("cpu", "cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused or None)
     model.train()
 
     def run() -> float:
@@ -78,12 +83,12 @@ def _step(model: nn.Module, loss_fn, n_tokens: int):
     return run
 
 
-def _torch_dropout(run):
-    """The same step with tformer's dropout layers on ``F.dropout`` (the reference path of ``tformer.dropout``)."""
-    from tformer.dropout import reference
+def _reference_paths(run):
+    """The same step with tformer's dropout layers on ``F.dropout`` and its loss on ``F.cross_entropy``."""
+    from tformer import dropout, losses
 
     def wrapped() -> float:
-        with reference():
+        with dropout.reference(), losses.reference():
             return run()
 
     return wrapped
@@ -91,6 +96,13 @@ def _torch_dropout(run):
 
 def _ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)  # (B·T, V)
+
+
+def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """tformer's training loss (its fused CPU backward; ``F.cross_entropy`` inside ``losses.reference()``)."""
+    from tformer.losses import sequence_cross_entropy
+
+    return sequence_cross_entropy(logits, labels)
 
 
 def _n_params(model: nn.Module) -> int:
@@ -162,7 +174,7 @@ def seq2seq_candidates(c: dict, device: str) -> list[Candidate]:
         decoder_start_token_id=PAD, eos_token_id=3, forced_eos_token_id=None)).to(device)
     mask = (src != PAD).long()
     flops = seq2seq_flops(c)
-    ours_loss = lambda: _ce(ours(src, tgt_in), tgt_out)  # noqa: E731
+    ours_loss = lambda: _loss(ours(src, tgt_in), tgt_out)  # noqa: E731
     return [
         Candidate("nn.Transformer", _step(torch_model, lambda: _ce(torch_model(src, tgt_in), tgt_out), n_tokens),
                   flops, {"params": _n_params(torch_model)}),
@@ -170,7 +182,7 @@ def seq2seq_candidates(c: dict, device: str) -> list[Candidate]:
                                                                 decoder_input_ids=tgt_in).logits, tgt_out), n_tokens),
                   flops, {"params": _n_params(marian)}),
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
-        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
+        Candidate("tformer, reference paths", _reference_paths(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
     ]
 
 
@@ -196,12 +208,12 @@ def gpt_candidates(c: dict, device: str) -> list[Candidate]:
         vocab_size=c["vocab"], n_positions=c["seq_len"], n_embd=c["d"], n_layer=c["layers"], n_head=c["heads"],
         n_inner=c["ff"], resid_pdrop=DROPOUT, embd_pdrop=DROPOUT, attn_pdrop=DROPOUT)).to(device)
     n_tokens, flops = labels.numel(), gpt_flops(c)
-    ours_loss = lambda: _ce(ours(inputs), labels)  # noqa: E731
+    ours_loss = lambda: _loss(ours(inputs), labels)  # noqa: E731
     return [
         Candidate("HF GPT2LMHeadModel", _step(hf, lambda: _ce(hf(input_ids=inputs).logits, labels), n_tokens), flops,
                   {"params": _n_params(hf)}),
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
-        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
+        Candidate("tformer, reference paths", _reference_paths(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
     ]
 
 
@@ -235,7 +247,7 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
 
     def ours_loss():
         mlm, nsp = ours.pretraining_logits(ids, segments, mask)
-        return _ce(mlm, mlm_labels) + F.cross_entropy(nsp, nsp_labels)
+        return _loss(mlm, mlm_labels) + F.cross_entropy(nsp, nsp_labels)
 
     def hf_loss():
         out = hf(input_ids=ids, token_type_ids=segments, attention_mask=mask)
@@ -245,7 +257,7 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
     return [
         Candidate("HF BertForPreTraining", _step(hf, hf_loss, n_tokens), flops, {"params": _n_params(hf)}),
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
-        Candidate("tformer, F.dropout", _torch_dropout(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
+        Candidate("tformer, reference paths", _reference_paths(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
     ]
 
 

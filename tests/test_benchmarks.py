@@ -22,9 +22,9 @@ STAT_KEYS = {"median", "min", "max", "median_seconds", "rounds", "ratio", "peak_
 
 # benchmark -> (extra argv, the candidates every group must hold, groups expected)
 CASES = {
-    "train_step": ([], None, {"seq2seq": {"tformer", "tformer, F.dropout", "nn.Transformer", "HF Marian"},
-                              "gpt": {"tformer", "tformer, F.dropout", "HF GPT2LMHeadModel"},
-                              "bert": {"tformer", "tformer, F.dropout", "HF BertForPreTraining"}}),
+    "train_step": ([], None, {"seq2seq": {"tformer", "tformer, reference paths", "nn.Transformer", "HF Marian"},
+                              "gpt": {"tformer", "tformer, reference paths", "HF GPT2LMHeadModel"},
+                              "bert": {"tformer", "tformer, reference paths", "HF BertForPreTraining"}}),
     "decode": ([], None, {f"{mode} b{b}": {"tformer", "HF generate"} for mode in ("greedy", "beam5", "sample")
                           for b in (1, 3)} | {f"gpt b{b}": {"tformer KV cache", "tformer no cache", "HF generate"}
                                               for b in (1, 2)}),
