@@ -1,11 +1,12 @@
-"""tformer.linear.Linear: nn.Linear's numbers and state dict, with a transposed copy for few-row inference
-that is never stale."""
+"""tformer.linear.Linear: nn.Linear's numbers and state dict, with a transposed copy (one row) and a
+oneDNN-packed copy (2 to 64 rows) for inference that are never stale."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.linear import FEW_ROWS, Linear
+from tformer import linear
+from tformer.linear import FEW_ROWS, PACKED_MIN_WEIGHTS, PACKED_ROWS, Linear
 
 
 def _layer(seed: int = 0, bias: bool = True) -> Linear:
@@ -94,3 +95,60 @@ def test_a_copy_made_in_inference_mode_serves_no_grad_calls_too():
         out = layer(x)
     out = out + 1  # an ordinary tensor, usable outside inference mode
     torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias).detach() + 1, rtol=1e-5, atol=1e-6)
+
+
+def _big_layer(seed: int = 0) -> Linear:
+    torch.manual_seed(seed)
+    return Linear(128, 2 * PACKED_MIN_WEIGHTS // 128)  # twice the smallest matrix that gets the packed copy
+
+
+@pytest.mark.skipif(not linear._ONEDNN, reason="this PyTorch has no oneDNN: the packed layout is never used")
+@pytest.mark.parametrize("rows", [2, 5, 32, 64])
+def test_two_to_64_rows_use_the_onednn_packed_copy_with_the_same_numbers(rows):
+    layer = _big_layer()
+    x = torch.randn(rows, 1, 128)
+    expected = F.linear(x, layer.weight, layer.bias).detach()
+    with torch.inference_mode():
+        got = layer(x)
+        rows_only = layer.forward_rows(x, 100, 1500)  # W[100:1500] is big enough for a packing of its own
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rows_only, expected[..., 100:1500], rtol=1e-5, atol=1e-5)
+    hint = 1 << max(rows - 1, 1).bit_length()  # packings are shared by row counts up to the next power of two
+    assert set(layer.__dict__["_packed"][2]) == {(0, 2048, hint), (100, 1500, hint)}
+
+
+@pytest.mark.skipif(not linear._ONEDNN, reason="this PyTorch has no oneDNN: the packed layout is never used")
+def test_the_packed_copy_follows_the_weight_and_stays_out_of_training_and_small_cases():
+    layer = _big_layer()
+    x = torch.randn(8, 128)
+    layer(x).sum().backward()  # training: F.linear, no copy
+    assert "_packed" not in layer.__dict__
+    with torch.no_grad():
+        layer(torch.randn(1, 128))  # one row: the transposed copy
+        layer(torch.randn(PACKED_ROWS[1] + 1, 128))  # too many rows: F.linear
+    assert "_packed" not in layer.__dict__ and "_transposed" in layer.__dict__
+    small = Linear(48, 80)  # too small a matrix for packing
+    with torch.no_grad():
+        small(torch.randn(5, 48))
+    assert "_packed" not in small.__dict__ and "_transposed" in small.__dict__
+
+    def check():
+        with torch.inference_mode():
+            got = layer(x)
+        torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-5, atol=1e-5)
+
+    check()
+    torch.optim.SGD(layer.parameters(), lr=0.5).step()  # the gradient from above changes the weight in place
+    check()
+    layer.load_state_dict(_big_layer(seed=1).state_dict())
+    check()
+
+
+def test_without_onednn_few_rows_fall_back_to_the_transposed_copy(monkeypatch):
+    monkeypatch.setattr(linear, "_ONEDNN", False)
+    layer = _big_layer()
+    x = torch.randn(5, 128)
+    with torch.no_grad():
+        got = layer(x)
+    assert "_packed" not in layer.__dict__ and "_transposed" in layer.__dict__
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
