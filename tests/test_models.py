@@ -134,6 +134,25 @@ def test_cache_reorder_follows_the_rows(seq2seq, cross):
     assert (step - fresh).abs().max() <= TOL
 
 
+def test_repeated_reorders_reuse_two_buffers_and_follow_the_rows(seq2seq):
+    """Beam search reorders every step; the second reorder writes into the buffer the first one left."""
+    src = torch.tensor([[5, 6, 7, 8]] * 3)
+    tgt = torch.tensor([[1, 20, 21, 22, 23], [1, 24, 25, 26, 27], [1, 28, 29, 30, 31]])
+    memory = seq2seq.encode(src)
+    with torch.inference_mode():
+        cache = seq2seq.new_cache(8)
+        seq2seq.decode(tgt[:, :3], memory, cache=cache)
+        first = cache.layers[0].k
+        r1, r2 = torch.tensor([2, 0, 0]), torch.tensor([1, 2, 2])
+        cache.reorder(r1, cross=False)
+        seq2seq.decode(tgt[r1, 3:4], memory, cache=cache)
+        cache.reorder(r2, cross=False)
+        assert cache.layers[0].k.data_ptr() == first.data_ptr()  # ping-pong: no new buffer
+        step = seq2seq.decode(tgt[r1[r2], 4:5], memory, cache=cache)
+    fresh = seq2seq.decode(tgt[r1[r2]], memory)[:, 4:5]  # every position of row j came from row r1[r2[j]]
+    assert (step - fresh).abs().max() <= TOL
+
+
 def test_gpt_cache_respects_max_len(gpt):
     cache = gpt.new_cache()
     gpt(torch.ones(1, 64, dtype=torch.long), cache=cache)

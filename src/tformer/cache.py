@@ -28,6 +28,7 @@ class LayerKV:
         self.length = 0  # positions stored so far
         self.cross_k: torch.Tensor | None = None  # (B, H, S, Dh)
         self.cross_v: torch.Tensor | None = None  # (B, H, S, Dh)
+        self._spare: tuple[torch.Tensor, torch.Tensor] | None = None  # reorder's target buffers, reused
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new positions' keys/values; return keys/values of all positions so far."""
@@ -53,19 +54,28 @@ class LayerKV:
         those rows hold the same encoder output.
         """
         if self.k is not None:
-            self.k, self.v = _gather_rows(self.k, index, self.length), _gather_rows(self.v, index, self.length)
+            spare_k, spare_v = self._spare if self._spare is not None else (None, None)
+            new_k, new_v = _gather_rows(self.k, index, self.length, spare_k), _gather_rows(self.v, index, self.length, spare_v)
+            self._spare = (self.k, self.v)  # the old buffers receive the next reorder
+            self.k, self.v = new_k, new_v
         if cross and self.cross_k is not None:
             self.cross_k, self.cross_v = self.cross_k.index_select(0, index), self.cross_v.index_select(0, index)
 
 
-def _gather_rows(buffer: torch.Tensor, index: torch.Tensor, length: int) -> torch.Tensor:
-    """Rows ``index`` of ``buffer`` (B, H, capacity, Dh) into a new buffer of the same capacity; copies the first ``length`` positions only."""
-    out = buffer.new_empty(len(index), *buffer.shape[1:])
+def _gather_rows(buffer: torch.Tensor, index: torch.Tensor, length: int, spare: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows ``index`` of ``buffer`` (B, H, capacity, Dh) into ``spare`` (if it has the right shape) or a new buffer of the
+    same capacity; copies the first ``length`` positions only."""
+    shape = (len(index), *buffer.shape[1:])
     filled = buffer[:, :, :length]
-    if filled.requires_grad and torch.is_grad_enabled():  # out= cannot take part in autograd
+    if filled.requires_grad and torch.is_grad_enabled():  # out= and reused buffers cannot take part in autograd
+        out = buffer.new_empty(shape)
         out[:, :, :length] = filled.index_select(0, index)
-    else:  # decoding: gather straight into place, one copy
-        torch.index_select(filled, 0, index, out=out[:, :, :length])
+        return out
+    # decoding: gather straight into place, one copy, into the buffer the reorder before last left (a new
+    # buffer would be fresh memory, whose first touch costs page faults: 4 MB a layer per step at beam 5 × 32)
+    fits = spare is not None and spare.shape == shape and spare.dtype == buffer.dtype and spare.device == buffer.device
+    out = spare if fits else buffer.new_empty(shape)
+    torch.index_select(filled, 0, index, out=out[:, :, :length])
     return out
 
 
