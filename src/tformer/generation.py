@@ -109,7 +109,7 @@ def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: i
                   sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>."""
     check_positive_int(max_len, "max_len")
-    memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S); attention skips it if it hides nothing
+    memory_mask = _source_mask(src, model.config.pad_id)  # (B, 1, 1, S), or None
     memory = model.encode(src, memory_mask)  # (B, S, D)
     cache = model.new_cache(max_len + 1)
     tokens = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)  # (B, 1)
@@ -125,6 +125,12 @@ def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: i
         if bool(finished.all()):
             break
     return [_strip(row, eos_id) for row in torch.stack(out, 1).tolist()]
+
+
+def _source_mask(src: torch.Tensor, pad_id: int) -> torch.Tensor | None:
+    """The source padding mask, or None when it hides nothing (then no layer checks it again at every step)."""
+    mask = padding_mask(src, pad_id)  # (B, 1, 1, S)
+    return None if bool(mask.all()) else mask
 
 
 def _strip(ids: list[int], eos_id: int) -> list[int]:
@@ -147,9 +153,9 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
     b, k, device = src.shape[0], beam_size, src.device
-    memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
+    memory_mask = _source_mask(src, model.config.pad_id)  # (B, 1, 1, S), or None
     memory = model.encode(src, memory_mask).repeat_interleave(k, 0)  # encode once, copy per beam: (B·K, S, D)
-    memory_mask = memory_mask.repeat_interleave(k, 0)  # (B·K, 1, 1, S)
+    memory_mask = None if memory_mask is None else memory_mask.repeat_interleave(k, 0)  # (B·K, 1, 1, S)
     cache = model.new_cache(max_len + 1)
     # The model needs only each beam's last token; the histories and the bookkeeping below live on the CPU as
     # plain lists, so a step moves the 2K best candidates of every source off the device ONCE (not per source).
