@@ -165,9 +165,12 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     scores[:, 0] = 0.0  # all beams start identical: keep one
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
     for step in range(1, max_len + 1):
-        logp = model.decode(last, memory, memory_mask, cache)[:, -1].float().log_softmax(-1)  # (B·K, V)
-        vocab = logp.shape[-1]
-        cand = (scores[:, :, None] + logp.view(b, k, vocab)).view(b, k * vocab)  # (B, K·V)
+        logits = model.decode(last, memory, memory_mask, cache)[:, -1].float()  # (B·K, V), a fresh tensor
+        vocab = logits.shape[-1]
+        # log-probabilities, then every candidate's total score, written over the logits: two fewer (B·K, V)
+        # tensors of fresh memory per step
+        logp = logits.sub_(torch.logsumexp(logits, -1, keepdim=True))  # log_softmax
+        cand = logp.view(b, k, vocab).add_(scores[:, :, None]).view(b, k * vocab)  # (B, K·V)
         top_scores, top_idx = cand.topk(2 * k, dim=-1)  # (B, 2K)
         top_scores, top_idx = top_scores.tolist(), top_idx.tolist()  # one device → host copy per step
         new_scores = [[float("-inf")] * k for _ in range(b)]
