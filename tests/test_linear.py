@@ -103,7 +103,7 @@ def _big_layer(seed: int = 0) -> Linear:
 
 
 @pytest.mark.skipif(not linear._ONEDNN, reason="this PyTorch has no oneDNN: the packed layout is never used")
-@pytest.mark.parametrize("rows", [2, 5, 32, 64])
+@pytest.mark.parametrize("rows", [2, 5, 32, 64, 160])
 def test_two_to_64_rows_use_the_onednn_packed_copy_with_the_same_numbers(rows):
     layer = _big_layer()
     x = torch.randn(rows, 1, 128)
@@ -152,3 +152,13 @@ def test_without_onednn_few_rows_fall_back_to_the_transposed_copy(monkeypatch):
         got = layer(x)
     assert "_packed" not in layer.__dict__ and "_transposed" in layer.__dict__
     torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not linear._ONEDNN, reason="this PyTorch has no oneDNN: the packed layout is never used")
+def test_packings_are_bounded_and_the_oldest_goes_first():
+    layer = _big_layer()
+    with torch.no_grad():
+        for rows in (2, 5, 20, 40, 100):  # buckets 2, 8, 32, 64, 128
+            assert layer(torch.randn(rows, 128)).shape == (rows, 2048)
+    assert list(layer.__dict__["_packed"][2]) == [(0, 2048, 32), (0, 2048, 64), (0, 2048, 128)]
+    assert linear.MAX_PACKINGS == 3

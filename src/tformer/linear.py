@@ -7,7 +7,7 @@ this layer keeps a second copy of its weight, made once and remade whenever the 
 * **one row** (batch-1 greedy or sampled decoding): a transposed (in, out) copy. The BLAS streams a
   (1, in) @ (in, out) product 1.4–1.9× faster than the same product against PyTorch's (out, in) layout
   (``python -m benchmarks.decode_floor``).
-* **2 to 64 rows** (beam search, batched decoding), for matrices of at least 256 × 512: a copy packed
+* **2 to 256 rows** (beam search, batched decoding), for matrices of at least 256 × 512: a copy packed
   in oneDNN's blocked layout for about that many rows (``torch.ops.mkldnn._reorder_linear_weight``, the
   packing PyTorch's own compiler uses for frozen CPU inference), multiplied by
   ``torch.ops.mkldnn._linear_pointwise``. ``F.linear`` goes to a GEMM that re-packs the weight on every
@@ -18,7 +18,8 @@ this layer keeps a second copy of its weight, made once and remade whenever the 
 Everything else (training, more rows, GPUs, other dtypes for the packed copy, ``torch.compile``) is
 plain ``F.linear``. The parameters and the state dict are exactly ``nn.Linear``'s; the copies are not
 saved. They cost memory: each is one more float copy of a weight that inference touches (for a
-GPT-2-small-sized model about 0.5 GB), made lazily and only when such a product actually runs. The
+GPT-2-small-sized model about 0.5 GB; the transposed copy plus up to three packings, so at most four such
+copies), made lazily and only when such a product actually runs. The
 result is the same product (the summation order inside the kernels differs, ~1e-7 relative).
 """
 
@@ -28,15 +29,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Linear", "FEW_ROWS", "PACKED_ROWS", "PACKED_MIN_WEIGHTS"]
+__all__ = ["Linear", "FEW_ROWS", "PACKED_ROWS", "PACKED_MIN_WEIGHTS", "MAX_PACKINGS"]
 
 # Up to this many rows the transposed copy is used where the packed one is not.
 # ``python -m benchmarks.decode_floor``: the copy wins at batch 1 and for a beam of 5, and F.linear's
 # matrix-matrix kernel catches up at a few dozen rows.
 FEW_ROWS = 8
 # Rows for which the oneDNN-packed copy is used. Measured on 2 AVX2 cores: faster than both other
-# layouts from 2 rows (beam 5: 0.23 vs 0.61 ms for 256 → 8000) to about 64; at 160 rows it is level.
-PACKED_ROWS = (2, 64)
+# layouts from 2 rows (beam 5: 0.23 vs 0.61 ms for 256 → 8000) to 64; from 96 to 256 rows one-off timings
+# are mixed (±15% by matrix), and beam 5 at batch 32 (160 rows) decodes 1.07× faster (two in-process A/Bs).
+PACKED_ROWS = (2, 256)
+# Packings kept per weight (one per row bucket 2, 4, ..., 256 and slice), the oldest dropped first: a
+# bound on the memory they take, while a few batch sizes in turn do not re-pack every time.
+MAX_PACKINGS = 3
 # A oneDNN call costs ~20 µs more than a BLAS one; below this many weights (256 × 512) that is not won back.
 PACKED_MIN_WEIGHTS = 1 << 17
 
@@ -99,7 +104,8 @@ class Linear(nn.Linear):
 
     def packed_weight(self, start: int, end: int, rows: int) -> torch.Tensor:
         """Rows ``start:end`` of the weight packed by oneDNN for products of about ``rows`` rows (rounded up to a
-        power of two, so a few packings serve every batch size), cached until the weight changes."""
+        power of two, so a few packings serve every batch size), cached until the weight changes (at most
+        :data:`MAX_PACKINGS` at a time)."""
         hint = 1 << max(rows - 1, 1).bit_length()
         cached = self.__dict__.get("_packed")
         key = self._weight_key()
@@ -107,6 +113,8 @@ class Linear(nn.Linear):
             self.__dict__["_packed"] = cached = (self.weight, key, {})
         packings = cached[2]
         if (start, end, hint) not in packings:
+            if len(packings) >= MAX_PACKINGS:
+                del packings[next(iter(packings))]  # the oldest
             with torch.no_grad():
                 w = self.weight.detach()[start:end].contiguous()
                 packings[(start, end, hint)] = torch.ops.mkldnn._reorder_linear_weight(w, hint)
