@@ -37,7 +37,8 @@ __all__ = ["Linear", "FEW_ROWS", "PACKED_ROWS", "PACKED_MIN_WEIGHTS", "MAX_PACKI
 FEW_ROWS = 8
 # Rows for which the oneDNN-packed copy is used. Measured on 2 AVX2 cores: faster than both other
 # layouts from 2 rows (beam 5: 0.23 vs 0.61 ms for 256 → 8000) to 64; from 96 to 256 rows one-off timings
-# are mixed (±15% by matrix), and beam 5 at batch 32 (160 rows) decodes 1.07× faster (two in-process A/Bs).
+# are mixed (±15% by matrix), and beam 5 at batch 32 (160 rows) decoded 1.00–1.09× faster than with a 64-row
+# bound in four in-process A/Bs.
 PACKED_ROWS = (2, 256)
 # Packings kept per weight (one per row bucket 2, 4, ..., 256 and slice), the oldest dropped first: a
 # bound on the memory they take, while a few batch sizes in turn do not re-pack every time.
@@ -90,7 +91,7 @@ class Linear(nn.Linear):
         # the tensor itself, its version counter (bumped by every in-place change, e.g. an optimizer step or
         # load_state_dict) and its storage say whether a copy is still current
         w = self.weight
-        return (id(w), w._version, w.data_ptr(), w.dtype, w.device)
+        return (w._version, w.data_ptr(), w.dtype, w.device)
 
     def transposed_weight(self) -> torch.Tensor:
         """The weight as a contiguous (in, out) tensor, cached until the weight is replaced or modified."""
