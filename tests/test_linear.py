@@ -104,7 +104,7 @@ def _big_layer(seed: int = 0) -> Linear:
 
 @pytest.mark.skipif(not linear._ONEDNN, reason="this PyTorch has no oneDNN: the packed layout is never used")
 @pytest.mark.parametrize("rows", [2, 5, 32, 64, 160])
-def test_two_to_64_rows_use_the_onednn_packed_copy_with_the_same_numbers(rows):
+def test_two_to_256_rows_use_the_onednn_packed_copy_with_the_same_numbers(rows):
     layer = _big_layer()
     x = torch.randn(rows, 1, 128)
     expected = F.linear(x, layer.weight, layer.bias).detach()

@@ -68,8 +68,11 @@ def _uses_fused(logits: torch.Tensor) -> bool:
 
 def _check_labels(labels: torch.Tensor, ignore_index: int, n_classes: int) -> None:
     real = labels[labels != ignore_index]
-    if real.numel() and not (0 <= int(real.min()) and int(real.max()) < n_classes):
-        bad = int(real.max()) if int(real.max()) >= n_classes else int(real.min())
+    if real.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(real))  # one pass, one sync
+    if lo < 0 or hi >= n_classes:
+        bad = hi if hi >= n_classes else lo
         raise ValueError(f"labels contain class {bad}, outside [0, {n_classes}) (and not ignore_index={ignore_index})")
 
 
