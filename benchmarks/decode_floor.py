@@ -7,10 +7,11 @@ At batch 1 every decoding step multiplies one vector by every weight matrix of t
 output layer: the step streams all those weights from memory once. This benchmark times exactly
 that, each linear layer of the ``benchmarks.decode`` models applied to one position (for
 cross-attention only W_Q: its keys/values are cached), and reports it as "tokens/s if the step were
-only its matmuls". Two layouts: PyTorch's (``F.linear``, weight stored (out, in)) and the same
-products with the weight stored transposed, (in, out), which the BLAS here streams faster.
-No decoder, in any library, runs faster than the first line without changing the layout or the
-precision of its weights. Writes ``OUT/decode_floor.json`` and ``OUT/decode_floor.md``.
+only its matmuls". Three layouts: PyTorch's (``F.linear``, weight stored (out, in)), the same
+products with the weight stored transposed, (in, out), which the BLAS here streams faster, and
+``tformer.linear.Linear`` itself (with more than one thread: one block of columns per thread, all
+streamed at once). No decoder, in any library, runs faster than the first line without changing the
+layout or the precision of its weights, or the number of cores that stream them. Writes ``OUT/decode_floor.json`` and ``OUT/decode_floor.md``.
 """
 
 from __future__ import annotations
@@ -24,19 +25,24 @@ from benchmarks.decode import FULL, QUICK, _gpt_pair, _marian_pair
 
 def step_weights(model: torch.nn.Module, decoder_only: bool) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     """(weight, bias) of every matmul one cached decoding step does, in order."""
-    weights = []
+    return [(module.weight.detach()[start:end], None if module.bias is None else module.bias.detach()[start:end])
+            for module, start, end in step_layers(model, decoder_only)]
+
+
+def step_layers(model: torch.nn.Module, decoder_only: bool) -> list[tuple[torch.nn.Linear, int, int]]:
+    """(layer, first, last output feature) of every matmul one cached decoding step does, in order."""
+    layers = []
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.Linear) or not (decoder_only or name.startswith(("decoder", "output"))):
             continue
-        w, b = module.weight.detach(), None if module.bias is None else module.bias.detach()
-        if "cross_attn.qkv_proj" in name:  # K/V of the source are cached: only W_Q runs per step
-            d = w.shape[1]
-            w, b = w[:d], None if b is None else b[:d]
-        weights.append((w, b))
-    return weights
+        cross = "cross_attn.qkv_proj" in name  # K/V of the source are cached: only W_Q runs per step
+        layers.append((module, 0, module.in_features if cross else module.out_features))
+    return layers
 
 
-def floor_candidates(weights, device: str) -> list[Candidate]:
+def floor_candidates(model: torch.nn.Module, decoder_only: bool, device: str) -> list[Candidate]:
+    layers = step_layers(model, decoder_only)
+    weights = step_weights(model, decoder_only)
     xs = [torch.randn(1, 1, w.shape[1], device=device) for w, _ in weights]
     transposed = [(w.t().contiguous(), b) for w, b in weights]  # (in, out)
     mb = sum(w.numel() * w.element_size() for w, _ in weights) / 1e6
@@ -55,9 +61,16 @@ def floor_candidates(weights, device: str) -> list[Candidate]:
                     y += b
         return 1.0
 
+    def tformer_layout() -> float:
+        with torch.inference_mode():
+            for (layer, start, end), x in zip(layers, xs):
+                layer.forward_rows(x, start, end)
+        return 1.0
+
     extra = {"weights_mb": round(mb, 1), "matmuls": len(weights)}
     return [Candidate("matmuls only, F.linear (out, in)", linear_layout, extra=extra),
-            Candidate("matmuls only, weight stored (in, out)", transposed_layout, extra=extra)]
+            Candidate("matmuls only, weight stored (in, out)", transposed_layout, extra=extra),
+            Candidate("matmuls only, tformer.Linear", tformer_layout, extra=extra)]
 
 
 def main(argv=None) -> dict:
@@ -69,10 +82,9 @@ def main(argv=None) -> dict:
     with session(args):
         for name, pair, decoder_only in (("marian", _marian_pair, False), ("gpt", _gpt_pair, True)):
             _, ours = pair(sizes[name], args.device)
-            weights = step_weights(ours, decoder_only)
             reps = 1 if args.quick else 200  # one call = one step; time many steps per round
             run = [Candidate(c.name, (lambda f=c.run: sum(f() for _ in range(reps))), extra=c.extra)
-                   for c in floor_candidates(weights, args.device)]
+                   for c in floor_candidates(ours, decoder_only, args.device)]
             results[name] = compare(run, args.repeats, args.warmup, args.device, not args.no_memory,
                                     anchor="matmuls only, F.linear (out, in)")
         machine = machine_info(args, None)

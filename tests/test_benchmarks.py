@@ -28,8 +28,8 @@ CASES = {
     "decode": ([], None, {f"{mode} b{b}": {"tformer", "HF generate"} for mode in ("greedy", "beam5", "sample")
                           for b in (1, 3)} | {f"gpt b{b}": {"tformer KV cache", "tformer no cache", "HF generate"}
                                               for b in (1, 2)}),
-    "decode_floor": ([], None, {m: {"matmuls only, F.linear (out, in)", "matmuls only, weight stored (in, out)"}
-                                for m in ("marian", "gpt")}),
+    "decode_floor": ([], None, {m: {"matmuls only, F.linear (out, in)", "matmuls only, weight stored (in, out)",
+                                    "matmuls only, tformer.Linear"} for m in ("marian", "gpt")}),
     "throughput_multi30k": ([], None, {"multi30k": {"pad-to-longest", "tformer token budget"}}),
     "bert_encode": ([], None, {"MiniLM b4": {"tformer", "HF BertModel"}}),
     "lm_step": ([], None, {"shakespeare-char": {"gelu_tanh, AdamW loop", "gelu_tanh, fused AdamW", "gelu, fused AdamW",

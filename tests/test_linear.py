@@ -1,12 +1,27 @@
-"""tformer.linear.Linear: nn.Linear's numbers and state dict, with a transposed copy (one row) and a
-oneDNN-packed copy (2 to 64 rows) for inference that are never stale."""
+"""tformer.linear.Linear: nn.Linear's numbers and state dict, with copies of the weight for inference that
+are never stale: per-thread column blocks or a transposed copy (one row), a oneDNN-packed copy (2 to 256
+rows)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from tformer import linear
-from tformer.linear import FEW_ROWS, PACKED_MIN_WEIGHTS, PACKED_ROWS, Linear
+from tformer.linear import FEW_ROWS, PACKED_MIN_WEIGHTS, PACKED_ROWS, SPLIT_MIN_COLUMNS, Linear
+
+
+@pytest.fixture
+def threads():
+    """Set the number of torch threads for one test (the per-thread blocks depend on it), then restore it."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+def _made(layer: Linear, kind: str):
+    """The copies of ``kind`` ("transposed", "blocks", "packed") the layer has made; None or empty if none."""
+    copies = layer.__dict__.get("_decoding_copies")
+    return None if copies is None else getattr(copies, kind)
 
 
 def _layer(seed: int = 0, bias: bool = True) -> Linear:
@@ -32,11 +47,11 @@ def test_same_numbers_as_f_linear_in_every_mode(rows, bias):
 def test_few_rows_in_inference_use_the_transposed_copy_and_training_does_not():
     layer = _layer()
     layer(torch.randn(1, 48)).sum().backward()  # grad enabled: plain F.linear, no copy made
-    assert "_transposed" not in layer.__dict__
+    assert _made(layer, "transposed") is None
     assert layer.weight.grad is not None and layer.weight.grad.shape == (80, 48)
     with torch.no_grad():
         layer(torch.randn(FEW_ROWS + 1, 48))  # too many rows: F.linear, still no copy
-    assert "_transposed" not in layer.__dict__
+    assert _made(layer, "transposed") is None
     with torch.no_grad():
         layer(torch.randn(1, 48))
     wt = layer.transposed_weight()
@@ -114,23 +129,24 @@ def test_two_to_256_rows_use_the_onednn_packed_copy_with_the_same_numbers(rows):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(rows_only, expected[..., 100:1500], rtol=1e-5, atol=1e-5)
     hint = 1 << max(rows - 1, 1).bit_length()  # packings are shared by row counts up to the next power of two
-    assert set(layer.__dict__["_packed"][2]) == {(0, 2048, hint), (100, 1500, hint)}
+    assert set(_made(layer, "packed")) == {(0, 2048, hint), (100, 1500, hint)}
 
 
 @pytest.mark.skipif(not linear._ONEDNN, reason="this PyTorch has no oneDNN: the packed layout is never used")
-def test_the_packed_copy_follows_the_weight_and_stays_out_of_training_and_small_cases():
+def test_the_packed_copy_follows_the_weight_and_stays_out_of_training_and_small_cases(threads):
+    threads(1)
     layer = _big_layer()
     x = torch.randn(8, 128)
     layer(x).sum().backward()  # training: F.linear, no copy
-    assert "_packed" not in layer.__dict__
+    assert _made(layer, "packed") is None
     with torch.no_grad():
-        layer(torch.randn(1, 128))  # one row: the transposed copy
+        layer(torch.randn(1, 128))  # one row, one thread: the transposed copy
         layer(torch.randn(PACKED_ROWS[1] + 1, 128))  # too many rows: F.linear
-    assert "_packed" not in layer.__dict__ and "_transposed" in layer.__dict__
+    assert not _made(layer, "packed") and _made(layer, "transposed") is not None
     small = Linear(48, 80)  # too small a matrix for packing
     with torch.no_grad():
         small(torch.randn(5, 48))
-    assert "_packed" not in small.__dict__ and "_transposed" in small.__dict__
+    assert not _made(small, "packed") and _made(small, "transposed") is not None
 
     def check():
         with torch.inference_mode():
@@ -150,7 +166,7 @@ def test_without_onednn_few_rows_fall_back_to_the_transposed_copy(monkeypatch):
     x = torch.randn(5, 128)
     with torch.no_grad():
         got = layer(x)
-    assert "_packed" not in layer.__dict__ and "_transposed" in layer.__dict__
+    assert not _made(layer, "packed") and _made(layer, "transposed") is not None
     torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
@@ -160,5 +176,72 @@ def test_packings_are_bounded_and_the_oldest_goes_first():
     with torch.no_grad():
         for rows in (2, 5, 20, 40, 100):  # buckets 2, 8, 32, 64, 128
             assert layer(torch.randn(rows, 128)).shape == (rows, 2048)
-    assert list(layer.__dict__["_packed"][2]) == [(0, 2048, 32), (0, 2048, 64), (0, 2048, 128)]
+    assert list(_made(layer, "packed")) == [(0, 2048, 32), (0, 2048, 64), (0, 2048, 128)]
     assert linear.MAX_PACKINGS == 3
+
+
+@pytest.mark.parametrize("out_features", [3 * SPLIT_MIN_COLUMNS, 1001])  # 1001: the last block is padded
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 1, 64), (1, 64), (64,)])
+def test_one_row_is_split_into_a_block_of_columns_per_thread_with_the_same_numbers(threads, out_features, bias, shape):
+    threads(2)
+    torch.manual_seed(0)
+    layer = Linear(64, out_features, bias=bias)
+    x = torch.randn(shape)
+    expected = F.linear(x, layer.weight, layer.bias).detach()
+    with torch.inference_mode():
+        got = layer(x)
+        slice_of_it = layer.forward_rows(x, 10, 10 + 2 * SPLIT_MIN_COLUMNS)  # e.g. W_Q of a fused W_Q/W_K/W_V
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(slice_of_it, expected[..., 10:10 + 2 * SPLIT_MIN_COLUMNS], rtol=1e-5, atol=1e-5)
+    assert _made(layer, "transposed") is None  # the blocks served both products
+    blocks, bias_blocks, padded = _made(layer, "blocks")[(0, out_features, 2)]
+    assert padded == (out_features % 2 == 1)
+    columns = -(-out_features // 2)
+    assert blocks.shape == (2, 64, columns)
+    torch.testing.assert_close(blocks[0], layer.weight.detach()[:columns].t(), rtol=0, atol=0)
+    assert (bias_blocks is None) == (not bias)
+
+
+def test_the_blocks_follow_the_threads_and_stay_out_of_small_matrices_and_several_rows(threads):
+    layer = Linear(64, 4 * SPLIT_MIN_COLUMNS)
+    x = torch.randn(1, 64)
+    expected = F.linear(x, layer.weight, layer.bias).detach()
+    for n in (1, 2, 4, 8):
+        threads(n)
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+    # one thread: the transposed copy; 2 and 4 threads: that many blocks; 8 threads: blocks no thinner than the minimum
+    assert list(_made(layer, "blocks")) == [(0, 4 * SPLIT_MIN_COLUMNS, 2), (0, 4 * SPLIT_MIN_COLUMNS, 4)]
+    assert _made(layer, "transposed") is not None
+    small = Linear(64, 2 * SPLIT_MIN_COLUMNS - 1)  # too few columns for two blocks
+    with torch.no_grad():
+        small(x)
+        layer(torch.randn(3, 64))  # several rows: not split
+    assert not _made(small, "blocks") and _made(small, "transposed") is not None
+    assert len(_made(layer, "blocks")) == 2
+
+
+def test_the_blocks_follow_changes_of_the_weight_and_of_the_bias_alone(threads):
+    threads(2)
+    torch.manual_seed(0)
+    layer = Linear(64, 2 * SPLIT_MIN_COLUMNS)
+    x = torch.randn(1, 64)
+
+    def check():
+        with torch.inference_mode():
+            got = layer(x)
+        torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-5, atol=1e-5)
+
+    check()
+    with torch.no_grad():
+        layer.bias.add_(1.0)  # the bias alone, in place
+    check()
+    layer.bias = torch.nn.Parameter(torch.randn(2 * SPLIT_MIN_COLUMNS))  # a new bias tensor
+    check()
+    with torch.no_grad():
+        layer.weight.mul_(2.0)
+    check()
+    layer.load_state_dict(Linear(64, 2 * SPLIT_MIN_COLUMNS).state_dict())
+    check()

@@ -115,6 +115,8 @@ class MultiHeadAttention(nn.Module):
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
+        if t == 1:  # one position (a decoding step): (B, 1, D) already reads as (B, H, 1, Dh)
+            return x.view(b, self.n_heads, 1, self.head_dim)
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
 
     def _project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,7 +178,8 @@ class MultiHeadAttention(nn.Module):
             context = scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal=is_causal)
         else:
             context, details = scaled_dot_product_attention(q, k, v, mask, dropout_p, return_details=True)
-        merged = context.transpose(1, 2).reshape(b, tq, self.d_model)  # (B, H, Tq, Dh) -> (B, Tq, D)
+        # (B, H, Tq, Dh) -> (B, Tq, D); one query position needs no transpose
+        merged = (context if tq == 1 else context.transpose(1, 2)).reshape(b, tq, self.d_model)
         out = self.out_proj(merged)  # (B, Tq, D)
         if recorder is not None:
             recorder.add(AttentionRecord(

@@ -80,7 +80,10 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, T, D) -> (B, T, F) -> (B, T, D)
+        h = self.activation(self.linear1(x))  # (B, T, D) -> (B, T, F)
+        if self.training:  # dropout is the identity in evaluation: decoding skips even the call
+            h = self.dropout(h)
+        return self.linear2(h)  # (B, T, F) -> (B, T, D)
 
 
 class AddNorm(nn.Module):
@@ -93,9 +96,10 @@ class AddNorm(nn.Module):
         self.norm_first = cfg.norm_first
 
     def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
-        if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+        h = sublayer(self.norm(x) if self.norm_first else x)
+        if self.training:  # dropout is the identity in evaluation: decoding skips even the call
+            h = self.dropout(h)
+        return x + h if self.norm_first else self.norm(x + h)
 
 
 class EncoderLayer(nn.Module):

@@ -133,4 +133,4 @@ class InputEmbedding(nn.Module):
             x = x + self.segment(torch.zeros_like(ids) if segments is None else segments)
         if self.norm is not None:
             x = self.norm(x)
-        return self.dropout(x)
+        return self.dropout(x) if self.training else x  # the identity in evaluation: not even called
