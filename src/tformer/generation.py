@@ -252,13 +252,16 @@ def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: 
         generated.append(nxt)
         if on_token is not None:
             on_token(step, nxt)
-        done = torch.tensor([t in ends for t in nxt.tolist()], device=device) if ends else torch.zeros_like(finished)
-        if stop is not None:
-            done |= torch.as_tensor(stop(step, nxt), dtype=torch.bool, device=device)
-        for i in (done & ~finished).nonzero().flatten().tolist():
-            lengths[i] = step + 1
-        finished |= done
-        if bool(finished.all()) or step == max_new_tokens - 1:
+        if ends or stop is not None:  # with neither, no row can end early: nothing to check
+            done = torch.tensor([t in ends for t in nxt.tolist()], device=device) if ends else torch.zeros_like(finished)
+            if stop is not None:
+                done |= torch.as_tensor(stop(step, nxt), dtype=torch.bool, device=device)
+            for i in (done & ~finished).nonzero().flatten().tolist():
+                lengths[i] = step + 1
+            finished |= done
+            if bool(finished.all()):
+                break
+        if step == max_new_tokens - 1:
             break
         history = torch.cat([history, nxt[:, None]], 1)
         if attention is not None:
