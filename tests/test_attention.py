@@ -132,6 +132,25 @@ def test_cross_attention_query_and_key_lengths_differ(mha):
     assert (mha(x, torch.randn(2, 7, 16), mask=src_mask) - out).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("tq", [1, 3])
+def test_cross_attention_with_one_memory_row_per_group_of_rows_equals_the_repeated_memory(mha, tq):
+    """Beam search: the G beams of a source share its memory (keys/values computed and cached once)."""
+    from tformer.cache import LayerKV
+
+    sources, g = 2, 3
+    x, memory = torch.randn(sources * g, tq, 16), torch.randn(sources, 7, 16)
+    src_mask = padding_mask(torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1] * 7]), 0)  # (2, 1, 1, 7)
+    expected = mha(x, memory.repeat_interleave(g, 0), mask=src_mask.repeat_interleave(g, 0))  # rows i·G … i·G + G − 1: source i
+    with torch.no_grad():
+        torch.testing.assert_close(mha(x, memory, mask=src_mask), expected, rtol=1e-5, atol=1e-6)
+        cache = LayerKV()
+        for _ in range(2):  # the second call reads the cached keys/values: one pair per source
+            torch.testing.assert_close(mha(x, memory, mask=src_mask, cache=cache), expected, rtol=1e-5, atol=1e-6)
+        assert cache.cross_k.shape == (sources, 4, 7, 4)
+    with pytest.raises(ValueError, match="memory must have as many rows as x"):
+        mha(torch.randn(5, tq, 16), memory)
+
+
 def test_cross_attention_refuses_causal(mha):
     with pytest.raises(ValueError, match="causal"):
         mha(torch.randn(1, 3, 16), torch.randn(1, 3, 16), causal=True)

@@ -134,6 +134,9 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """``x`` (B, Tq, D); ``memory`` (B, Tk, D) for cross-attention; returns (B, Tq, D).
 
+        ``memory`` may also have B / G rows, each serving G consecutive rows of ``x`` (beam search: the G beams of
+        one source); its keys and values are then computed, cached and read once per source, not once per beam,
+        and ``mask`` must have B / G rows (or 1) like it.
         ``mask`` is boolean (``True`` = may attend), broadcastable to (B, 1, Tq, Tk); for self-attention
         with a ``cache``, Tk counts the cached positions too. ``causal=True`` adds the look-ahead mask.
         ``rotary`` = (cos, sin) of the new positions (:func:`~tformer.positional.rotary_tables`, broadcastable
@@ -147,6 +150,12 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("causal=True is not allowed in cross-attention: the decoder may see the whole source")
             if rotary is not None:
                 raise ValueError("rotary position embedding applies to self-attention only, not to cross-attention")
+            if memory.shape[0] != x.shape[0]:  # G rows of x per source: they attend as G·Tq query positions of it
+                sources, rows, tq = memory.shape[0], x.shape[0], x.shape[1]
+                if sources == 0 or rows % sources != 0:
+                    raise ValueError(f"memory must have as many rows as x ({rows}) or a divisor of it, got {sources}")
+                grouped = self.forward(x.reshape(sources, rows // sources * tq, self.d_model), memory, mask, cache=cache)
+                return grouped.view(rows, tq, self.d_model)  # (B/G, G·Tq, D) -> (B, Tq, D)
             q = self._split_heads(self.qkv_proj.forward_rows(x, 0, self.d_model))
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v  # computed once per source

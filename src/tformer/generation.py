@@ -149,13 +149,15 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     at step ``max_len`` the first K continuations all finish, <eos> or not. These are the
     semantics of Hugging Face ``generate(num_beams=K, length_penalty=…, early_stopping=True)``;
     ``tests/test_interop_marian.py`` checks that both give the same translations for the same weights.
+    ``model.decode`` gets B·K beam rows and the B-row memory: rows i·K to i·K + K − 1 belong to source i.
     """
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
     b, k, device = src.shape[0], beam_size, src.device
     memory_mask = _source_mask(src, model.config.pad_id)  # (B, 1, 1, S), or None
-    memory = model.encode(src, memory_mask).repeat_interleave(k, 0)  # encode once, copy per beam: (B·K, S, D)
-    memory_mask = None if memory_mask is None else memory_mask.repeat_interleave(k, 0)  # (B·K, 1, 1, S)
+    # each source once: the K beams of source i (rows i·K … i·K + K − 1) share its memory, and cross-attention
+    # computes, caches and reads its keys/values once for all of them (tformer.attention.MultiHeadAttention)
+    memory = model.encode(src, memory_mask)  # (B, S, D)
     cache = model.new_cache(max_len + 1)
     # The model needs only each beam's last token; the histories and the bookkeeping below live on the CPU as
     # plain lists, so a step moves the 2K best candidates of every source off the device ONCE (not per source).

@@ -127,7 +127,8 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         """``tgt`` (B, T) decoder input ids → logits (B, T, V).
 
         With a ``cache``, ``tgt`` holds only the new positions; their positions start after the
-        cached ones. ``memory_mask`` is the source padding mask (B, 1, 1, S).
+        cached ones. ``memory_mask`` is the source padding mask (B, 1, 1, S). ``memory`` and its mask may
+        have B / G rows, each serving G consecutive rows of ``tgt`` (beam search's G beams of one source).
         """
         check_ids(tgt, "tgt", self.config.tgt_vocab_size)
         start = cache.length if cache is not None else 0
