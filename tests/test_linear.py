@@ -245,3 +245,15 @@ def test_the_blocks_follow_changes_of_the_weight_and_of_the_bias_alone(threads):
     check()
     layer.load_state_dict(Linear(64, 2 * SPLIT_MIN_COLUMNS).state_dict())
     check()
+
+
+@pytest.mark.parametrize("rows", [1, 5, 64])
+def test_a_wrong_input_width_gets_nn_linear_s_error_in_every_mode(threads, rows):
+    threads(2)
+    layer, plain = Linear(64, 4 * SPLIT_MIN_COLUMNS), torch.nn.Linear(64, 4 * SPLIT_MIN_COLUMNS)
+    x = torch.randn(rows, 65)
+    with pytest.raises(RuntimeError) as expected:
+        plain(x)
+    with torch.inference_mode(), pytest.raises(RuntimeError) as got:
+        layer(x)
+    assert str(got.value) == str(expected.value)

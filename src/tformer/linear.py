@@ -87,8 +87,8 @@ class Linear(nn.Linear):
 
     def forward_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Only output features ``start:end`` (e.g. W_Q out of a fused W_Q/W_K/W_V): ``x W[start:end]ᵀ + b[start:end]``."""
-        if torch.is_grad_enabled() or not x.is_cpu or torch.compiler.is_compiling():
-            return self._plain(x, start, end)  # training (autograd), GPUs, compiled graphs
+        if torch.is_grad_enabled() or not x.is_cpu or torch.compiler.is_compiling() or x.shape[-1] != self.in_features:
+            return self._plain(x, start, end)  # training (autograd), GPUs, compiled graphs; a wrong width: F.linear's error
         rows = x.numel() // self.in_features
         if rows == 1:
             parts = min(torch.get_num_threads(), (end - start) // SPLIT_MIN_COLUMNS)
