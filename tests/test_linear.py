@@ -24,6 +24,13 @@ def _made(layer: Linear, kind: str):
     return None if copies is None else getattr(copies, kind)
 
 
+def _check_inference(layer: Linear, x: torch.Tensor, atol: float = 1e-5) -> None:
+    """The layer in inference mode (whatever copy it uses) gives F.linear's numbers for its current weight and bias."""
+    with torch.inference_mode():
+        got = layer(x)
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-5, atol=atol)
+
+
 def _layer(seed: int = 0, bias: bool = True) -> Linear:
     torch.manual_seed(seed)
     return Linear(48, 80, bias=bias)
@@ -63,22 +70,18 @@ def test_the_copy_follows_optimizer_steps_load_state_dict_and_replaced_weights()
     layer = _layer()
     x = torch.randn(1, 48)
 
-    def check():
-        with torch.inference_mode():
-            got = layer(x)
-        torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-5, atol=1e-6)
 
-    check()
+    _check_inference(layer, x, atol=1e-6)
     opt = torch.optim.SGD(layer.parameters(), lr=0.5)
     layer(torch.randn(4, 48)).pow(2).sum().backward()
     opt.step()  # in-place update of the weight
-    check()
+    _check_inference(layer, x, atol=1e-6)
     layer.load_state_dict(_layer(seed=1).state_dict())  # in-place copy_
-    check()
+    _check_inference(layer, x, atol=1e-6)
     layer.weight = torch.nn.Parameter(torch.randn(80, 48))  # a new tensor
-    check()
+    _check_inference(layer, x, atol=1e-6)
     layer.weight.data = torch.randn(80, 48)  # new storage behind the same Parameter
-    check()
+    _check_inference(layer, x, atol=1e-6)
 
 
 def test_state_dict_is_nn_linear_s_and_the_copy_is_not_saved():
@@ -148,16 +151,12 @@ def test_the_packed_copy_follows_the_weight_and_stays_out_of_training_and_small_
         small(torch.randn(5, 48))
     assert not _made(small, "packed") and _made(small, "transposed") is not None
 
-    def check():
-        with torch.inference_mode():
-            got = layer(x)
-        torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-5, atol=1e-5)
 
-    check()
+    _check_inference(layer, x)
     torch.optim.SGD(layer.parameters(), lr=0.5).step()  # the gradient from above changes the weight in place
-    check()
+    _check_inference(layer, x)
     layer.load_state_dict(_big_layer(seed=1).state_dict())
-    check()
+    _check_inference(layer, x)
 
 
 def test_without_onednn_few_rows_fall_back_to_the_transposed_copy(monkeypatch):
@@ -229,22 +228,18 @@ def test_the_blocks_follow_changes_of_the_weight_and_of_the_bias_alone(threads):
     layer = Linear(64, 2 * SPLIT_MIN_COLUMNS)
     x = torch.randn(1, 64)
 
-    def check():
-        with torch.inference_mode():
-            got = layer(x)
-        torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-5, atol=1e-5)
 
-    check()
+    _check_inference(layer, x)
     with torch.no_grad():
         layer.bias.add_(1.0)  # the bias alone, in place
-    check()
+    _check_inference(layer, x)
     layer.bias = torch.nn.Parameter(torch.randn(2 * SPLIT_MIN_COLUMNS))  # a new bias tensor
-    check()
+    _check_inference(layer, x)
     with torch.no_grad():
         layer.weight.mul_(2.0)
-    check()
+    _check_inference(layer, x)
     layer.load_state_dict(Linear(64, 2 * SPLIT_MIN_COLUMNS).state_dict())
-    check()
+    _check_inference(layer, x)
 
 
 @pytest.mark.parametrize("rows", [1, 5, 64])
