@@ -69,8 +69,6 @@ def test_few_rows_in_inference_use_the_transposed_copy_and_training_does_not():
 def test_the_copy_follows_optimizer_steps_load_state_dict_and_replaced_weights():
     layer = _layer()
     x = torch.randn(1, 48)
-
-
     _check_inference(layer, x, atol=1e-6)
     opt = torch.optim.SGD(layer.parameters(), lr=0.5)
     layer(torch.randn(4, 48)).pow(2).sum().backward()
@@ -150,8 +148,6 @@ def test_the_packed_copy_follows_the_weight_and_stays_out_of_training_and_small_
     with torch.no_grad():
         small(torch.randn(5, 48))
     assert not _made(small, "packed") and _made(small, "transposed") is not None
-
-
     _check_inference(layer, x)
     torch.optim.SGD(layer.parameters(), lr=0.5).step()  # the gradient from above changes the weight in place
     _check_inference(layer, x)
@@ -227,8 +223,6 @@ def test_the_blocks_follow_changes_of_the_weight_and_of_the_bias_alone(threads):
     torch.manual_seed(0)
     layer = Linear(64, 2 * SPLIT_MIN_COLUMNS)
     x = torch.randn(1, 64)
-
-
     _check_inference(layer, x)
     with torch.no_grad():
         layer.bias.add_(1.0)  # the bias alone, in place
