@@ -126,7 +126,9 @@ class InputEmbedding(nn.Module):
         """``ids`` (B, T) → (B, T, D). ``positions`` defaults to 0..T-1 (pass an offset when decoding with a cache)."""
         if positions is None:
             positions = torch.arange(ids.shape[1], device=ids.device)  # (T,)
-        x = self.token(ids) * self.scale  # (B, T, D)
+        x = self.token(ids)  # (B, T, D)
+        if self.scale != 1.0:  # × √D for the paper's embeddings; GPT and BERT leave it out (no multiply by 1)
+            x = x * self.scale
         if self.position is not None:
             x = x + self.position(positions)
         if self.segment is not None:
