@@ -154,8 +154,8 @@ class MultiHeadAttention(nn.Module):
                 sources, rows, tq = memory.shape[0], x.shape[0], x.shape[1]
                 if sources == 0 or rows % sources != 0:
                     raise ValueError(f"memory must have as many rows as x ({rows}) or a divisor of it, got {sources}")
-                grouped = self.forward(x.reshape(sources, rows // sources * tq, self.d_model), memory, mask, cache=cache)
-                return grouped.view(rows, tq, self.d_model)  # (B/G, G·Tq, D) -> (B, Tq, D)
+                queries = x.reshape(sources, rows // sources * tq, self.d_model)  # (B, Tq, D) -> (B/G, G·Tq, D)
+                return self.forward(queries, memory, mask, cache=cache).view(rows, tq, self.d_model)  # -> (B, Tq, D)
             q = self._split_heads(self.qkv_proj.forward_rows(x, 0, self.d_model))
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v  # computed once per source

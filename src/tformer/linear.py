@@ -125,7 +125,7 @@ class Linear(nn.Linear):
         n = end - start
         if padded:
             y = y.view(-1)[:n]  # the last block's zero padding dropped
-        return y.view(*x.shape[:-1], n)
+        return y.view(*x.shape[:-1], n)  # (..., n), the leading dims of x
 
     def _copies(self) -> _Copies:
         """This layer's decoding copies, emptied whenever the weight or the bias was replaced or modified: a tensor's
