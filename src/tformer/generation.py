@@ -149,7 +149,8 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     at step ``max_len`` the first K continuations all finish, <eos> or not. These are the
     semantics of Hugging Face ``generate(num_beams=K, length_penalty=…, early_stopping=True)``;
     ``tests/test_interop_marian.py`` checks that both give the same translations for the same weights.
-    ``model.decode`` gets B·K beam rows and the B-row memory: rows i·K to i·K + K − 1 belong to source i.
+    ``model.decode`` gets the B-row memory and B·K beam rows (B at the first step, when the K beams of a source are
+    all the same): rows i·K to i·K + K − 1 belong to source i.
     """
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
@@ -161,22 +162,23 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     cache = model.new_cache(max_len + 1)
     # The model needs only each beam's last token; the histories and the bookkeeping below live on the CPU as
     # plain lists, so a step moves the 2K best candidates of every source off the device ONCE (not per source).
-    last = torch.full((b * k, 1), sos_id, dtype=torch.long, device=device)  # (B·K, 1)
-    history: list[list[int]] = [[] for _ in range(b * k)]  # tokens after <sos>, per beam row
-    scores = torch.full((b, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # all beams start identical: keep one
+    # The first step feeds one row per source: its K beams would all be the same <sos>. The reorder after it
+    # copies each source's row into its K beam rows, and every later step feeds R = K rows per source.
+    last = torch.full((b, 1), sos_id, dtype=torch.long, device=device)  # (B·R, 1), R = 1
+    history: list[list[int]] = [[] for _ in range(b)]  # tokens after <sos>, per row
+    scores = torch.zeros(b, 1, device=device)  # (B, R) the rows' total log-probabilities
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
     for step in range(1, max_len + 1):
-        logits = model.decode(last, memory, memory_mask, cache)[:, -1].float()  # (B·K, V), a fresh tensor
-        vocab = logits.shape[-1]
-        # log-probabilities, then every candidate's total score, written over the logits: two fewer (B·K, V)
+        logits = model.decode(last, memory, memory_mask, cache)[:, -1].float()  # (B·R, V), a fresh tensor
+        r, vocab = scores.shape[1], logits.shape[-1]
+        # log-probabilities, then every candidate's total score, written over the logits: two fewer (B·R, V)
         # tensors of fresh memory per step
         logp = logits.sub_(torch.logsumexp(logits, -1, keepdim=True))  # log_softmax
-        cand = logp.view(b, k, vocab).add_(scores[:, :, None]).view(b, k * vocab)  # (B, K·V)
-        top_scores, top_idx = cand.topk(2 * k, dim=-1)  # (B, 2K)
+        cand = logp.view(b, r, vocab).add_(scores[:, :, None]).view(b, r * vocab)  # (B, R·V)
+        top_scores, top_idx = cand.topk(min(2 * k, r * vocab), dim=-1)  # (B, 2K)
         top_scores, top_idx = top_scores.tolist(), top_idx.tolist()  # one device → host copy per step
         new_scores = [[float("-inf")] * k for _ in range(b)]
-        new_rows = [[i * k] * k for i in range(b)]  # a dead or done beam reads row i·K (never used)
+        new_rows = [[i * r] * k for i in range(b)]  # a dead or done beam reads row i·R (never used)
         new_tokens = [[eos_id] * k for _ in range(b)]
         for i in range(b):
             if len(finished[i]) >= k:
@@ -188,10 +190,10 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
                 beam, tok = divmod(flat, vocab)
                 if tok == eos_id or step == max_len:  # at the length limit every candidate ends
                     if rank < k:  # only the K best candidates may finish (a source open at this step takes them all)
-                        hyp = history[i * k + beam] + ([] if tok == eos_id else [tok])
+                        hyp = history[i * r + beam] + ([] if tok == eos_id else [tok])
                         finished[i].append((score / (step**length_penalty), hyp))
                     continue
-                new_scores[i][slot], new_rows[i][slot], new_tokens[i][slot] = score, i * k + beam, tok
+                new_scores[i][slot], new_rows[i][slot], new_tokens[i][slot] = score, i * r + beam, tok
                 slot += 1
                 if slot == k:
                     break
@@ -199,9 +201,9 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
                 new_rows[i][slot:] = [new_rows[i][0]] * (k - slot)
         if step == max_len or all(len(f) >= k for f in finished):
             break
-        rows = [r for row in new_rows for r in row]  # (B·K,) the beam each new row continues
-        flat_tokens = [t for row in new_tokens for t in row]
-        history = [history[r] + [t] for r, t in zip(rows, flat_tokens)]
+        rows = [row for source in new_rows for row in source]  # (B·K,) the row each new beam continues
+        flat_tokens = [t for source in new_tokens for t in source]
+        history = [history[row] + [t] for row, t in zip(rows, flat_tokens)]
         last = torch.tensor(flat_tokens, dtype=torch.long, device=device)[:, None]  # (B·K, 1)
         cache.reorder(torch.tensor(rows, device=device), cross=False)  # a beam's row stays within its source
         scores = torch.tensor(new_scores, device=device)  # (B, K)
