@@ -106,6 +106,8 @@ def test_beam_search_finds_the_known_best_sequence():
     assert translate_ids(model, src, SOS, EOS, max_len=5) == [[4, 6]]  # greedy is fooled
     assert beam_search(model, src, SOS, EOS, beam_size=2, max_len=5, length_penalty=0.0) == [[5]]
     assert beam_search(model, torch.ones(3, 2, dtype=torch.long), SOS, EOS, beam_size=3, max_len=5, length_penalty=0.0) == [[5]] * 3
+    # 2K = 8 candidates asked of a 7-token vocabulary at the first step, which decodes one row per source
+    assert beam_search(model, torch.ones(2, 2, dtype=torch.long), SOS, EOS, beam_size=4, max_len=5, length_penalty=0.0) == [[5]] * 2
 
 
 @pytest.mark.parametrize("kwargs, name", [(dict(max_len=0), "max_len"), (dict(beam_size=0), "beam_size")])
