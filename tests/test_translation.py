@@ -64,6 +64,19 @@ def test_batched_translation_equals_one_by_one(overfit, beam):
     assert batched == single
 
 
+def test_greedy_decoding_drops_finished_sources_from_the_batch(overfit, monkeypatch):
+    translator = overfit[0]
+    model = translator.model.eval()
+    src = translator.encode_sources(["I am good.", "We do not eat bread today."])  # padded: a source mask too
+    single = [translate_ids(model, src[i : i + 1], SOS, EOS, max_len=30)[0] for i in range(2)]
+    rows, decode = [], model.decode
+    monkeypatch.setattr(model, "decode", lambda tgt, *args: rows.append(tgt.shape[0]) or decode(tgt, *args))
+    assert translate_ids(model, src, SOS, EOS, max_len=30) == single
+    short, long = sorted(len(ids) for ids in single)
+    assert short < long < 30
+    assert rows == [2] * (short + 1) + [1] * (long - short)  # the short one's <eos> step, then one row
+
+
 class _ToyCache:
     """Remembers each row's prefix; follows reorder() like the real KV cache."""
 

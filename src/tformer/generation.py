@@ -107,34 +107,41 @@ def choose_next(logits: torch.Tensor, config: SamplingConfig, generator: torch.G
 @torch.inference_mode()
 def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: int = 128,
                   sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None) -> list[list[int]]:
-    """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>."""
+    """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
+
+    A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
+    sources still running (R of them), as a batch of one sentence at a time would.
+    """
     check_positive_int(max_len, "max_len")
     memory_mask = _source_mask(src, model.config.pad_id)  # (B, 1, 1, S), or None
     memory = model.encode(src, memory_mask)  # (B, S, D)
     cache = model.new_cache(max_len + 1)
-    tokens = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)  # (B, 1)
-    finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-    out = []
+    tokens = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)  # (R, 1): <sos>, then the ids so far
+    running = list(range(src.shape[0]))  # the source of each running row
+    out: list[list[int]] = [[] for _ in running]
     for _ in range(max_len):
-        logits = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1]  # (B, V)
-        nxt = choose_next(logits, sampling, generator, tokens[:, 1:])
-        nxt = nxt.masked_fill(finished, eos_id)
-        out.append(nxt)
-        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
-        finished |= nxt == eos_id
-        if bool(finished.all()):
+        logits = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1]  # (R, V)
+        nxt = choose_next(logits, sampling, generator, tokens[:, 1:])  # (R,)
+        ids = nxt.tolist()  # one device → host copy per step
+        keep = [row for row, tok in enumerate(ids) if tok != eos_id]
+        for row in keep:
+            out[running[row]].append(ids[row])
+        if not keep:
             break
-    return [_strip(row, eos_id) for row in torch.stack(out, 1).tolist()]
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (R, 1 + t)
+        if len(keep) < len(running):  # finished sources leave the batch, the cache and the memory
+            index = torch.tensor(keep, device=src.device)
+            running = [running[row] for row in keep]
+            tokens, memory = tokens[index], memory[index]  # (R', 1 + t), (R', S, D)
+            memory_mask = None if memory_mask is None else memory_mask[index]  # (R', 1, 1, S)
+            cache.reorder(index)
+    return out
 
 
 def _source_mask(src: torch.Tensor, pad_id: int) -> torch.Tensor | None:
     """The source padding mask, or None when it hides nothing (then no layer checks it again at every step)."""
     mask = padding_mask(src, pad_id)  # (B, 1, 1, S)
     return None if bool(mask.all()) else mask
-
-
-def _strip(ids: list[int], eos_id: int) -> list[int]:
-    return ids[: ids.index(eos_id)] if eos_id in ids else ids
 
 
 @torch.inference_mode()
