@@ -134,6 +134,22 @@ def test_cache_reorder_follows_the_rows(seq2seq, cross):
     assert (step - fresh).abs().max() <= TOL
 
 
+def test_cache_reorder_with_cross_rows_of_their_own(seq2seq):
+    """Beam search with per-source memory: K rows per source, one cross-attention cache row per source; a done
+    source leaves with its rows (``cross`` = the sources kept)."""
+    src = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    tgt = torch.tensor([[1, 20, 21, 22], [1, 23, 24, 25], [1, 26, 27, 28], [1, 29, 30, 31]])  # 2 beams per source
+    memory = seq2seq.encode(src)  # (2, S, D): one row per source
+    cache = seq2seq.new_cache(8)
+    seq2seq.decode(tgt[:, :3], memory, cache=cache)
+    assert cache.layers[0].cross_k.shape[0] == 2
+    cache.reorder(torch.tensor([3, 2]), cross=torch.tensor([1]))  # source 0 is done; source 1's beams swap
+    assert cache.layers[0].cross_k.shape[0] == 1 and cache.length == 3
+    step = seq2seq.decode(tgt[[3, 2], 3:4], memory[1:], cache=cache)
+    fresh = seq2seq.decode(tgt[[3, 2]], memory[1:])[:, 3:4]
+    assert (step - fresh).abs().max() <= TOL
+
+
 def test_repeated_reorders_reuse_two_buffers_and_follow_the_rows(seq2seq):
     """Beam search reorders every step; the second reorder writes into the buffer the first one left."""
     src = torch.tensor([[5, 6, 7, 8]] * 3)

@@ -77,6 +77,19 @@ def test_greedy_decoding_drops_finished_sources_from_the_batch(overfit, monkeypa
     assert rows == [2] * (short + 1) + [1] * (long - short)  # the short one's <eos> step, then one row
 
 
+def test_beam_search_drops_done_sources_from_the_batch(overfit, monkeypatch):
+    translator = overfit[0]
+    model = translator.model.eval()
+    src = translator.encode_sources(["I am good.", "We do not eat bread today.", "She is tired."])  # padded
+    single = [beam_search(model, src[i : i + 1], SOS, EOS, beam_size=4, max_len=30)[0] for i in range(3)]
+    rows, decode = [], model.decode
+    monkeypatch.setattr(model, "decode", lambda tgt, *args: rows.append(tgt.shape[0]) or decode(tgt, *args))
+    assert beam_search(model, src, SOS, EOS, beam_size=4, max_len=30) == single
+    assert rows[0] == 3  # the first step: one row per source
+    assert set(rows[1:]) >= {12, 4} and rows[1:] == sorted(rows[1:], reverse=True)  # 3, 2, then 1 source × 4 beams
+    assert len(rows) < 30
+
+
 class _ToyCache:
     """Remembers each row's prefix; follows reorder() like the real KV cache."""
 

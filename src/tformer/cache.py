@@ -46,20 +46,22 @@ class LayerKV:
         self.length = end
         return self.k[:, :, :end], self.v[:, :, :end]  # (B, H, T, Dh) each
 
-    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
+    def reorder(self, index: torch.Tensor, cross: bool | torch.Tensor = True) -> None:
         """Keep batch rows ``index`` (beam search: follow the surviving beams).
 
         Only the filled positions are copied. ``cross=False`` leaves the cross-attention keys/values
         alone: right when every row is replaced by a row of the same source (beam search), since
-        those rows hold the same encoder output.
+        those rows hold the same encoder output. ``cross`` as a tensor keeps those cross-attention rows
+        instead (beam search, whose cross-attention keys/values are per source, dropping done sources).
         """
         if self.k is not None:
             spare_k, spare_v = self._spare if self._spare is not None else (None, None)
             new_k, new_v = _gather_rows(self.k, index, self.length, spare_k), _gather_rows(self.v, index, self.length, spare_v)
             self._spare = (self.k, self.v)  # the old buffers receive the next reorder
             self.k, self.v = new_k, new_v
-        if cross and self.cross_k is not None:
-            self.cross_k, self.cross_v = self.cross_k.index_select(0, index), self.cross_v.index_select(0, index)
+        cross_index = cross if isinstance(cross, torch.Tensor) else (index if cross else None)
+        if cross_index is not None and self.cross_k is not None:
+            self.cross_k, self.cross_v = self.cross_k.index_select(0, cross_index), self.cross_v.index_select(0, cross_index)
 
 
 def _gather_rows(buffer: torch.Tensor, index: torch.Tensor, length: int, spare: torch.Tensor | None = None) -> torch.Tensor:
@@ -95,7 +97,7 @@ class KVCache:
         """Number of positions already stored (the position of the next token)."""
         return self.layers[0].length
 
-    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
+    def reorder(self, index: torch.Tensor, cross: bool | torch.Tensor = True) -> None:
         """Keep batch rows ``index`` in every layer; see :meth:`LayerKV.reorder`."""
         for layer in self.layers:
             layer.reorder(index, cross)

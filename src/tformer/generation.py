@@ -156,8 +156,9 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     at step ``max_len`` the first K continuations all finish, <eos> or not. These are the
     semantics of Hugging Face ``generate(num_beams=K, length_penalty=…, early_stopping=True)``;
     ``tests/test_interop_marian.py`` checks that both give the same translations for the same weights.
-    ``model.decode`` gets the B-row memory and B·K beam rows (B at the first step, when the K beams of a source are
-    all the same): rows i·K to i·K + K − 1 belong to source i.
+    A done source leaves the batch, its beams, cache rows and memory with it. ``model.decode`` gets the memory
+    of the B sources still running and their B·K beam rows (B at the first step, when the K beams of a source
+    are all the same): rows i·K to i·K + K − 1 belong to source i.
     """
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
@@ -174,7 +175,8 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     last = torch.full((b, 1), sos_id, dtype=torch.long, device=device)  # (B·R, 1), R = 1
     history: list[list[int]] = [[] for _ in range(b)]  # tokens after <sos>, per row
     scores = torch.zeros(b, 1, device=device)  # (B, R) the rows' total log-probabilities
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]  # per source, all B of them
+    sources = list(range(b))  # the running sources, in batch order (b of them)
     for step in range(1, max_len + 1):
         logits = model.decode(last, memory, memory_mask, cache)[:, -1].float()  # (B·R, V), a fresh tensor
         r, vocab = scores.shape[1], logits.shape[-1]
@@ -185,11 +187,9 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
         top_scores, top_idx = cand.topk(min(2 * k, r * vocab), dim=-1)  # (B, 2K)
         top_scores, top_idx = top_scores.tolist(), top_idx.tolist()  # one device → host copy per step
         new_scores = [[float("-inf")] * k for _ in range(b)]
-        new_rows = [[i * r] * k for i in range(b)]  # a dead or done beam reads row i·R (never used)
+        new_rows = [[i * r] * k for i in range(b)]  # a dead beam (no live candidate left) reads row i·R at score −inf
         new_tokens = [[eos_id] * k for _ in range(b)]
-        for i in range(b):
-            if len(finished[i]) >= k:
-                continue  # done: its beams keep running but are never read
+        for i, source in enumerate(sources):
             slot = 0
             for rank, (score, flat) in enumerate(zip(top_scores[i], top_idx[i])):
                 if score == float("-inf"):
@@ -198,7 +198,7 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
                 if tok == eos_id or step == max_len:  # at the length limit every candidate ends
                     if rank < k:  # only the K best candidates may finish (a source open at this step takes them all)
                         hyp = history[i * r + beam] + ([] if tok == eos_id else [tok])
-                        finished[i].append((score / (step**length_penalty), hyp))
+                        finished[source].append((score / (step**length_penalty), hyp))
                     continue
                 new_scores[i][slot], new_rows[i][slot], new_tokens[i][slot] = score, i * r + beam, tok
                 slot += 1
@@ -206,14 +206,22 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
                     break
             if 0 < slot < k:  # fewer live candidates than beams: pad with dead copies of the first
                 new_rows[i][slot:] = [new_rows[i][0]] * (k - slot)
-        if step == max_len or all(len(f) >= k for f in finished):
+        keep = [i for i, source in enumerate(sources) if len(finished[source]) < k]  # the sources still running
+        if step == max_len or not keep:
             break
-        rows = [row for source in new_rows for row in source]  # (B·K,) the row each new beam continues
-        flat_tokens = [t for source in new_tokens for t in source]
+        rows = [row for i in keep for row in new_rows[i]]  # (B·K,) the row each new beam continues
+        flat_tokens = [t for i in keep for t in new_tokens[i]]
         history = [history[row] + [t] for row, t in zip(rows, flat_tokens)]
         last = torch.tensor(flat_tokens, dtype=torch.long, device=device)[:, None]  # (B·K, 1)
-        cache.reorder(torch.tensor(rows, device=device), cross=False)  # a beam's row stays within its source
-        scores = torch.tensor(new_scores, device=device)  # (B, K)
+        scores = torch.tensor([new_scores[i] for i in keep], device=device)  # (B, K)
+        if len(keep) == b:  # a beam's row stays within its source: the per-source cross-attention cache stays
+            cache.reorder(torch.tensor(rows, device=device), cross=False)
+        else:  # done sources leave the batch: their beams, their cross-attention cache rows, their memory
+            kept = torch.tensor(keep, device=device)
+            cache.reorder(torch.tensor(rows, device=device), cross=kept)
+            memory = memory.index_select(0, kept)  # (B, S, D)
+            memory_mask = None if memory_mask is None else memory_mask.index_select(0, kept)  # (B, 1, 1, S)
+            sources, b = [sources[i] for i in keep], len(keep)
     return [max(f, key=lambda x: x[0])[1] if f else [] for f in finished]
 
 
