@@ -110,7 +110,7 @@ def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: i
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
 
     A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
-    sources still running (R of them), as a batch of one sentence at a time would.
+    sources still running (R of them).
     """
     check_positive_int(max_len, "max_len")
     memory_mask = _source_mask(src, model.config.pad_id)  # (B, 1, 1, S), or None
