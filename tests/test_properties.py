@@ -92,5 +92,7 @@ def test_fully_masked_rows_are_zero_in_every_dtype(dtype, data, tq, tk, seed):
         assert torch.isfinite(out).all()
         assert torch.all(out.masked_select(empty[..., None].expand_as(out)) == 0)
     assert torch.all(details.weights[~mask.expand_as(details.weights)] == 0)
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    # low precision: the reference rounds the weights and the output, the fused kernel the output (each by half an
+    # eps, relative); the weights sum to 1, so the outputs differ by at most 1.5 eps x max|v| (2 eps: some margin)
+    tol = 1e-5 if dtype == torch.float32 else 2 * torch.finfo(dtype).eps * v.float().abs().max()
     assert (fused.float() - reference.float()).abs().max() <= tol
