@@ -1,5 +1,5 @@
 """tformer.linear.Linear: nn.Linear's numbers and state dict, with copies of the weight for inference that
-are never stale: per-thread column blocks or a transposed copy (one row), a oneDNN-packed copy (2 to 256
+are never stale: a split between the threads or a transposed copy (one row), a oneDNN-packed copy (2 to 256
 rows)."""
 
 import pytest
@@ -12,14 +12,14 @@ from tformer.linear import FEW_ROWS, PACKED_MIN_WEIGHTS, PACKED_ROWS, SPLIT_MIN_
 
 @pytest.fixture
 def threads():
-    """Set the number of torch threads for one test (the per-thread blocks depend on it), then restore it."""
+    """Set the number of torch threads for one test (the split of one-row products depends on it), then restore it."""
     before = torch.get_num_threads()
     yield torch.set_num_threads
     torch.set_num_threads(before)
 
 
 def _made(layer: Linear, kind: str):
-    """The copies of ``kind`` ("transposed", "blocks", "packed") the layer has made; None or empty if none."""
+    """The copies of ``kind`` ("transposed", "splits", "packed") the layer has made; None or empty if none."""
     copies = layer.__dict__.get("_decoding_copies")
     return None if copies is None else getattr(copies, kind)
 
@@ -175,31 +175,50 @@ def test_packings_are_bounded_and_the_oldest_goes_first():
     assert linear.MAX_PACKINGS == 3
 
 
-@pytest.mark.parametrize("out_features", [3 * SPLIT_MIN_COLUMNS, 1001])  # 1001: the last block is padded
+# (in, out) with 2 threads: wide (in < out / 2) is split by inputs, tall by outputs; 1001 outputs pad the last block,
+# and an odd input width cannot be split by inputs
+@pytest.mark.parametrize("in_features, out_features, by_inputs, padded",
+                         [(64, 384, True, False), (64, 1001, True, False), (63, 1001, False, True),
+                          (512, 384, False, False), (512, 1001, False, True)])
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(1, 1, 64), (1, 64), (64,)])
-def test_one_row_is_split_into_a_block_of_columns_per_thread_with_the_same_numbers(threads, out_features, bias, shape):
+@pytest.mark.parametrize("shape", [(1, 1), (1,), ()])
+def test_one_row_is_split_between_the_threads_with_the_same_numbers(threads, in_features, out_features, by_inputs,
+                                                                      padded, bias, shape):
     threads(2)
     torch.manual_seed(0)
-    layer = Linear(64, out_features, bias=bias)
-    x = torch.randn(shape)
+    layer = Linear(in_features, out_features, bias=bias)
+    x = torch.randn(*shape, in_features)
     expected = F.linear(x, layer.weight, layer.bias).detach()
+    width = 2 * SPLIT_MIN_COLUMNS
     with torch.inference_mode():
         got = layer(x)
-        slice_of_it = layer.forward_rows(x, 10, 10 + 2 * SPLIT_MIN_COLUMNS)  # e.g. W_Q of a fused W_Q/W_K/W_V
+        slice_of_it = layer.forward_rows(x, 10, 10 + width)  # e.g. W_Q of a fused W_Q/W_K/W_V
     assert got.shape == expected.shape
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(slice_of_it, expected[..., 10:10 + 2 * SPLIT_MIN_COLUMNS], rtol=1e-5, atol=1e-5)
-    assert _made(layer, "transposed") is None  # the blocks served both products
-    blocks, bias_blocks, padded = _made(layer, "blocks")[(0, out_features, 2)]
-    assert padded == (out_features % 2 == 1)
-    columns = -(-out_features // 2)
-    assert blocks.shape == (2, 64, columns)
-    torch.testing.assert_close(blocks[0], layer.weight.detach()[:columns].t(), rtol=0, atol=0)
-    assert (bias_blocks is None) == (not bias)
+    torch.testing.assert_close(slice_of_it, expected[..., 10:10 + width], rtol=1e-5, atol=1e-5)
+    splits = _made(layer, "splits")
+    assert set(splits) == {(0, out_features, 2), (10, 10 + width, 2)}
+    split = splits[(0, out_features, 2)]
+    assert split.by_inputs == by_inputs and split.padded == padded
+    assert (split.bias is None) == (not bias)
+    w = layer.weight.detach()
+    if by_inputs:  # (2, in/2, out): halves of the transposed copy, the bias added once
+        assert split.blocks.shape == (2, in_features // 2, out_features)
+        torch.testing.assert_close(split.blocks[1], w[:, in_features // 2:].t(), rtol=0, atol=0)
+        assert split.blocks.data_ptr() == _made(layer, "transposed").data_ptr()  # a view, not one more copy
+        if bias:
+            torch.testing.assert_close(split.bias[:, 0], torch.stack([layer.bias.detach(), torch.zeros(out_features)]))
+    else:  # (2, in, C): the weight's own rows, transposed, where no padding is needed
+        columns = -(-out_features // 2)
+        assert split.blocks.shape == (2, in_features, columns)
+        torch.testing.assert_close(split.blocks[0], w[:columns].t(), rtol=0, atol=0)
+        assert (split.blocks.data_ptr() == w.data_ptr()) == (not padded)
+        assert _made(layer, "transposed") is None
+        tall_slice = splits[(10, 10 + width, 2)]
+        assert tall_slice.blocks.data_ptr() == w[10].data_ptr() and not tall_slice.padded  # rows 10:266, in place
 
 
-def test_the_blocks_follow_the_threads_and_stay_out_of_small_matrices_and_several_rows(threads):
+def test_the_splits_follow_the_threads_and_stay_out_of_small_matrices_and_several_rows(threads):
     layer = Linear(64, 4 * SPLIT_MIN_COLUMNS)
     x = torch.randn(1, 64)
     expected = F.linear(x, layer.weight, layer.bias).detach()
@@ -207,22 +226,35 @@ def test_the_blocks_follow_the_threads_and_stay_out_of_small_matrices_and_severa
         threads(n)
         with torch.no_grad():
             torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
-    # one thread: the transposed copy; 2 and 4 threads: that many blocks; 8 threads: blocks no thinner than the minimum
-    assert list(_made(layer, "blocks")) == [(0, 4 * SPLIT_MIN_COLUMNS, 2), (0, 4 * SPLIT_MIN_COLUMNS, 4)]
+    # one thread: the transposed copy; 2 and 4 threads: split that many ways; 8 threads: no thinner than the minimum
+    assert list(_made(layer, "splits")) == [(0, 4 * SPLIT_MIN_COLUMNS, 2), (0, 4 * SPLIT_MIN_COLUMNS, 4)]
     assert _made(layer, "transposed") is not None
-    small = Linear(64, 2 * SPLIT_MIN_COLUMNS - 1)  # too few columns for two blocks
+    small = Linear(64, 2 * SPLIT_MIN_COLUMNS - 1)  # too few outputs for two threads
     with torch.no_grad():
         small(x)
         layer(torch.randn(3, 64))  # several rows: not split
-    assert not _made(small, "blocks") and _made(small, "transposed") is not None
-    assert len(_made(layer, "blocks")) == 2
+    assert not _made(small, "splits") and _made(small, "transposed") is not None
+    assert len(_made(layer, "splits")) == 2
 
 
-def test_the_blocks_follow_changes_of_the_weight_and_of_the_bias_alone(threads):
+def test_a_weight_made_in_inference_mode_gets_plain_products_and_no_copies(threads):
+    threads(2)
+    with torch.inference_mode():
+        layer = Linear(64, 4 * SPLIT_MIN_COLUMNS)  # inference tensors: no version counter to say when a copy is stale
+        for rows in (1, 5):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=0, atol=0)
+        layer.weight.mul_(2.0)  # allowed in inference mode, and seen by the next product
+        torch.testing.assert_close(layer(x[:1]), F.linear(x[:1], layer.weight, layer.bias), rtol=0, atol=0)
+    assert "_decoding_copies" not in layer.__dict__
+
+
+@pytest.mark.parametrize("in_features", [64, 256])  # split by inputs, by outputs
+def test_the_splits_follow_changes_of_the_weight_and_of_the_bias_alone(threads, in_features):
     threads(2)
     torch.manual_seed(0)
-    layer = Linear(64, 2 * SPLIT_MIN_COLUMNS)
-    x = torch.randn(1, 64)
+    layer = Linear(in_features, 2 * SPLIT_MIN_COLUMNS)
+    x = torch.randn(1, in_features)
     _check_inference(layer, x)
     with torch.no_grad():
         layer.bias.add_(1.0)  # the bias alone, in place
@@ -232,7 +264,7 @@ def test_the_blocks_follow_changes_of_the_weight_and_of_the_bias_alone(threads):
     with torch.no_grad():
         layer.weight.mul_(2.0)
     _check_inference(layer, x)
-    layer.load_state_dict(Linear(64, 2 * SPLIT_MIN_COLUMNS).state_dict())
+    layer.load_state_dict(Linear(in_features, 2 * SPLIT_MIN_COLUMNS).state_dict())
     _check_inference(layer, x)
 
 

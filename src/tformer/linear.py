@@ -6,11 +6,18 @@ this layer keeps a second copy of its weight, made once and remade whenever the 
 
 * **one row** (batch-1 greedy or sampled decoding): the product streams the whole weight from memory
   for one row, and the BLAS runs it on one core (its matrix-vector kernel does not split the work). With
-  more than one thread, and at least 256 output features, the weight is kept transposed and cut into one
-  block of columns per thread, (threads, in, out/threads): ``torch.baddbmm`` runs the blocks on all the
-  threads at once and writes the output row in order, with no copy. 2 threads, GPT decoding (6 × 384,
-  vocab 8000): the products of a step 3.7 → 2.6 ms. One thread, or a smaller matrix: a transposed
-  (in, out) copy, which the BLAS streams 1.4–1.9× faster than PyTorch's (out, in) layout
+  more than one thread, and at least 256 output features, the product is split between the threads, one
+  batch entry of a ``torch.bmm``/``baddbmm`` each. A tall matrix (at least as many inputs as outputs per
+  thread, e.g. 1536 → 384) is split by outputs: each thread takes its own rows of W as they are stored
+  (a view, no copy) and takes their dot products with the row. A wide one (384 → 1536, 384 → 8000) is
+  split by inputs: each thread takes its share of the row and the matching rows of a transposed (in, out)
+  copy, for every output, and the threads' partial sums are added. 2 threads, weights read from memory,
+  µs per product (split by inputs / by outputs / one block of columns per thread): 384 → 1152 98 / 125 /
+  117, 384 → 1536 110 / 151 / 124, 1536 → 384 164 / 108 / 201, 384 → 384 57 / 52 / 61. GPT decoding
+  (6 × 384, vocab 8000) ran 1.10× faster than with the column blocks, which had taken a step's products
+  from 3.7 to 2.6 ms, and Marian-sized greedy decoding 1.07× (medians of 20 and 16 alternating rounds,
+  ``benchmarks/decode.py`` models, in one process). One thread, or a smaller matrix: the
+  transposed copy, which the BLAS streams 1.4–1.9× faster than PyTorch's (out, in) layout
   (``python -m benchmarks.decode_floor``).
 * **2 to 256 rows** (beam search, batched decoding), for matrices of at least 256 × 512: a copy packed
   in oneDNN's blocked layout for about that many rows (``torch.ops.mkldnn._reorder_linear_weight``, the
@@ -23,12 +30,16 @@ this layer keeps a second copy of its weight, made once and remade whenever the 
 Everything else (training, more rows, GPUs, other dtypes for the packed copy, ``torch.compile``) is
 plain ``F.linear``. The parameters and the state dict are exactly ``nn.Linear``'s; the copies are not
 saved. They cost memory: each is one more float copy of a weight that inference touches (for a
-GPT-2-small-sized model about 0.5 GB; the transposed copy, the per-thread blocks and up to three
-packings, so at most five such copies), made lazily and only when such a product actually runs. The
-result is the same product (the summation order inside the kernels differs, ~1e-7 relative).
+GPT-2-small-sized model about 0.5 GB; the transposed copy, a padded split where the outputs do not
+divide evenly between the threads, and up to three packings, so at most five such copies), made lazily
+and only when such a product actually runs. A weight made under ``torch.inference_mode`` has no version
+counter to tell when a copy goes stale, so it gets plain ``F.linear``. The result is the same product
+(the summation order inside the kernels differs, ~1e-7 relative).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -40,11 +51,10 @@ __all__ = ["Linear", "FEW_ROWS", "SPLIT_MIN_COLUMNS", "PACKED_ROWS", "PACKED_MIN
 # ``python -m benchmarks.decode_floor``: the copy wins at batch 1 and for a beam of 5, and F.linear's
 # matrix-matrix kernel catches up at a few dozen rows.
 FEW_ROWS = 8
-# One row is split between the threads in blocks of at least this many output features, so that the
-# smallest matrices of the benchmark models (256 outputs) still split in two. 2 threads, cold weights, split
-# vs transposed copy: 256 → 256 27 vs 33 µs, 256 → 8000 286 vs 387 µs, 384 → 8000 479 vs 707 µs; of the
-# benchmark models' matrices only 384 → 1536 read slower (186 vs 170 µs), and a GPT step's products
-# together took 2.6 ms against 3.7.
+# One row is split between the threads only in shares of at least this many outputs, so that the smallest
+# matrices of the benchmark models (256 outputs) still split in two. 2 threads, cold weights, split vs the
+# transposed copy, two runs: 256 → 256 58–61 vs 59–63 µs (a tie: smaller matrices are not split),
+# 256 → 8000 382–466 vs 476–559 µs, 384 → 8000 620–637 vs 706–739 µs, 1536 → 384 152–183 vs 305–319 µs.
 SPLIT_MIN_COLUMNS = 128
 # Rows for which the oneDNN-packed copy is used. Measured on 2 AVX2 cores: faster than both other
 # layouts from 2 rows (beam 5: 0.23 vs 0.61 ms for 256 → 8000) to 64; from 96 to 256 rows one-off timings
@@ -69,15 +79,24 @@ def _has_onednn() -> bool:
 _ONEDNN = _has_onednn()
 
 
+class _Split(NamedTuple):
+    """A one-row product split between ``parts`` threads, ready for ``torch.bmm``/``baddbmm``."""
+
+    by_inputs: bool  # True: thread p multiplies its share of x by all outputs, the partial sums added after
+    blocks: torch.Tensor  # the right operand: (P, in, C) rows of W, transposed (by outputs); (P, in/P, n) of Wᵀ (by inputs)
+    bias: torch.Tensor | None  # (P, 1, C) by outputs; (P, 1, n) by inputs: the bias for thread 0, zeros for the others
+    padded: bool  # by outputs: the last block was padded with zero rows (n not a multiple of P)
+
+
 class _Copies:
     """The copies of one weight (and bias) that decoding uses, all made from the same version of them."""
 
-    __slots__ = ("weight", "bias", "key", "transposed", "blocks", "packed")
+    __slots__ = ("weight", "bias", "key", "transposed", "splits", "packed")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, key: tuple) -> None:
         self.weight, self.bias, self.key = weight, bias, key
         self.transposed: torch.Tensor | None = None  # (in, out)
-        self.blocks: dict[tuple, tuple] = {}  # (start, end, parts) -> blocks, bias blocks, padded?
+        self.splits: dict[tuple, _Split] = {}  # (start, end, parts) -> the split of rows start:end
         self.packed: dict[tuple, torch.Tensor] = {}  # (start, end, row hint) -> oneDNN-packed rows start:end
 
 
@@ -91,47 +110,57 @@ class Linear(nn.Linear):
         """Only output features ``start:end`` (e.g. W_Q out of a fused W_Q/W_K/W_V): ``x W[start:end]ᵀ + b[start:end]``."""
         if torch.is_grad_enabled() or not x.is_cpu or torch.compiler.is_compiling() or x.shape[-1] != self.in_features:
             return self._plain(x, start, end)  # training (autograd), GPUs, compiled graphs; a wrong width: F.linear's error
+        copies = self._copies()
+        if copies is None:  # a weight made in inference mode: it keeps no version counter, a copy could go stale
+            return self._plain(x, start, end)
         rows = x.numel() // self.in_features
         if rows == 1:
             parts = min(torch.get_num_threads(), (end - start) // SPLIT_MIN_COLUMNS)
             if parts > 1 and x.dim() <= 3:
-                return self._blocks_product(x, start, end, parts)
-            return self._transposed_product(x, start, end)
+                return self._split_product(copies, x, start, end, parts)
+            return _project(x, self._transposed(copies, start, end), copies.bias, start, end)
         if (_ONEDNN and PACKED_ROWS[0] <= rows <= PACKED_ROWS[1] and (end - start) * self.in_features >= PACKED_MIN_WEIGHTS
-                and x.dtype == self.weight.dtype == torch.float32):
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight(start, end, rows), self._bias(start, end),
-                                                      "none", [], "")
+                and x.dtype == copies.weight.dtype == torch.float32):
+            bias = copies.bias if copies.bias is None else copies.bias[start:end]
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed(copies, start, end, rows), bias, "none", [], "")
         if rows <= FEW_ROWS:
-            return self._transposed_product(x, start, end)
+            return _project(x, self._transposed(copies, start, end), copies.bias, start, end)
         return self._plain(x, start, end)
 
-    def _bias(self, start: int, end: int) -> torch.Tensor | None:
-        b = self.bias
-        return b if b is None or (start == 0 and end == self.out_features) else b[start:end]
-
     def _plain(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
-        w = self.weight if start == 0 and end == self.out_features else self.weight[start:end]
-        return F.linear(x, w, self._bias(start, end))
+        w, b = self.weight, self.bias
+        if start != 0 or end != self.out_features:
+            w, b = w[start:end], None if b is None else b[start:end]
+        return F.linear(x, w, b)
 
-    def _transposed_product(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
-        wt = self.transposed_weight()
-        return _project(x, wt if start == 0 and end == self.out_features else wt[:, start:end], self._bias(start, end))
+    def _split_product(self, copies: _Copies, x: torch.Tensor, start: int, end: int, parts: int) -> torch.Tensor:
+        """One row times ``W[start:end]ᵀ`` (+ bias) on ``parts`` threads, one ``torch.bmm``/``baddbmm`` batch entry each.
 
-    def _blocks_product(self, x: torch.Tensor, start: int, end: int, parts: int) -> torch.Tensor:
-        """One row times ``W[start:end]ᵀ`` (+ bias), each of ``parts`` threads multiplying it by its own block of columns."""
-        blocks, bias, padded = self.split_weight(start, end, parts)  # (P, in, C), (P, 1, C)
-        row = x.expand(parts, 1, self.in_features)  # (P, 1, in), no copy
-        y = torch.bmm(row, blocks) if bias is None else torch.baddbmm(bias, row, blocks)  # (P, 1, C): the row, in order
+        A tall matrix (at least as many inputs as outputs per thread) is split by outputs: thread p takes its own
+        rows of W, as they are in memory, and computes their dot products with x. A wide one is split by inputs:
+        thread p takes its share of x and the matching rows of the transposed weight, for every output, and the
+        partial sums of the threads are added."""
+        split = copies.splits.get((start, end, parts)) or self._split(copies, start, end, parts)
         n = end - start
-        if padded:
+        if split.by_inputs:
+            shares = x.reshape(parts, 1, -1)  # (P, 1, in/P)
+            y = torch.bmm(shares, split.blocks) if split.bias is None else torch.baddbmm(split.bias, shares, split.blocks)
+            return y.sum(0).view(*x.shape[:-1], n)  # (P, 1, n) partial sums -> (..., n)
+        row = x.expand(parts, 1, self.in_features)  # (P, 1, in), no copy
+        y = torch.bmm(row, split.blocks) if split.bias is None else torch.baddbmm(split.bias, row, split.blocks)  # (P, 1, C)
+        if split.padded:
             y = y.view(-1)[:n]  # the last block's zero padding dropped
         return y.view(*x.shape[:-1], n)  # (..., n), the leading dims of x
 
-    def _copies(self) -> _Copies:
+    def _copies(self) -> _Copies | None:
         """This layer's decoding copies, emptied whenever the weight or the bias was replaced or modified: a tensor's
         version counter (bumped by every in-place change, e.g. an optimizer step or load_state_dict) and its storage
-        (``.data = ...`` swaps it) say whether a copy made from it is still current."""
-        w, b = self.weight, self.bias
+        (``.data = ...`` swaps it) say whether a copy made from it is still current. None for a weight made in
+        inference mode, which has no version counter."""
+        params = self._parameters  # not self.weight: nn.Module.__getattr__ costs a microsecond a call
+        w, b = params["weight"], params["bias"]
+        if w.is_inference():
+            return None
         key = (w._version, w.data_ptr(), w.dtype, w.device, None if b is None else (b._version, b.data_ptr()))
         copies = self.__dict__.get("_decoding_copies")
         if copies is None or copies.weight is not w or copies.bias is not b or copies.key != key:
@@ -141,48 +170,64 @@ class Linear(nn.Linear):
     def transposed_weight(self) -> torch.Tensor:
         """The weight as a contiguous (in, out) tensor, cached until the weight is replaced or modified."""
         copies = self._copies()
+        if copies is None:
+            return self.weight.detach().t().contiguous()
+        return self._transposed(copies, 0, self.out_features)
+
+    def _transposed(self, copies: _Copies, start: int, end: int) -> torch.Tensor:
         if copies.transposed is None:
             with torch.no_grad():
-                copies.transposed = self.weight.detach().t().contiguous()
-        return copies.transposed
+                copies.transposed = copies.weight.detach().t().contiguous()  # (in, out)
+        wt = copies.transposed
+        return wt if start == 0 and end == self.out_features else wt[:, start:end]
 
-    def split_weight(self, start: int, end: int, parts: int) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
-        """Rows ``start:end`` of the weight, transposed and cut into ``parts`` blocks of C = ceil(n / parts) columns,
-        (parts, in, C), the last padded with zeros; the bias cut the same way, (parts, 1, C); and whether there is
-        padding. Cached until the weight or the bias changes (at most :data:`MAX_PACKINGS` at a time)."""
-        cache = self._copies().blocks
-        found = cache.get((start, end, parts))
-        if found is None:
-            if len(cache) >= MAX_PACKINGS:
-                del cache[next(iter(cache))]  # the oldest
-            n = end - start
-            columns = -(-n // parts)
-            pad = parts * columns - n
-            with torch.no_grad():
-                w = F.pad(self.weight.detach()[start:end], (0, 0, 0, pad))  # (parts * C, in)
-                blocks = w.view(parts, columns, self.in_features).transpose(1, 2).contiguous()  # (parts, in, C)
-                b = self.bias
-                bias = None if b is None else F.pad(b.detach()[start:end], (0, pad)).view(parts, 1, columns)
-            cache[(start, end, parts)] = found = (blocks, bias, pad > 0)
-        return found
+    def _split(self, copies: _Copies, start: int, end: int, parts: int) -> _Split:
+        """Make (and cache, :data:`MAX_PACKINGS` at most) the split of rows ``start:end`` between ``parts`` threads:
+        views of the weight and bias (by outputs, padded copies where n is not a multiple of ``parts``) or of the
+        transposed copy (by inputs)."""
+        n, d = end - start, self.in_features
+        with torch.no_grad():
+            b = None if copies.bias is None else copies.bias.detach()[start:end]
+            if d * parts < n and d % parts == 0:  # wide: by inputs
+                blocks = self._transposed(copies, start, end).view(parts, d // parts, n)  # (P, in/P, n)
+                bias = None if b is None else torch.cat([b[None, None], b.new_zeros(parts - 1, 1, n)])  # (P, 1, n)
+                split = _Split(True, blocks, bias, False)
+            else:  # tall: by outputs
+                columns = -(-n // parts)
+                pad = parts * columns - n
+                w = copies.weight.detach()[start:end]  # (n, in)
+                if pad:
+                    w, b = F.pad(w, (0, 0, 0, pad)), None if b is None else F.pad(b, (0, pad))  # (P * C, in)
+                blocks = w.view(parts, columns, d).transpose(1, 2)  # (P, in, C): views of W's rows where not padded
+                split = _Split(False, blocks, None if b is None else b.view(parts, 1, columns), pad > 0)
+        if len(copies.splits) >= MAX_PACKINGS:
+            del copies.splits[next(iter(copies.splits))]  # the oldest
+        copies.splits[(start, end, parts)] = split
+        return split
 
     def packed_weight(self, start: int, end: int, rows: int) -> torch.Tensor:
         """Rows ``start:end`` of the weight packed by oneDNN for products of about ``rows`` rows (rounded up to a
         power of two, so a few packings serve every batch size), cached until the weight changes (at most
         :data:`MAX_PACKINGS` at a time)."""
+        copies = self._copies()
+        if copies is None:
+            raise RuntimeError("a weight made in inference mode has no version counter: no packed copy is kept for it")
+        return self._packed(copies, start, end, rows)
+
+    def _packed(self, copies: _Copies, start: int, end: int, rows: int) -> torch.Tensor:
         hint = 1 << max(rows - 1, 1).bit_length()
-        cache = self._copies().packed
-        if (start, end, hint) not in cache:
-            if len(cache) >= MAX_PACKINGS:
-                del cache[next(iter(cache))]  # the oldest
+        found = copies.packed.get((start, end, hint))
+        if found is None:
+            if len(copies.packed) >= MAX_PACKINGS:
+                del copies.packed[next(iter(copies.packed))]  # the oldest
             with torch.no_grad():
-                w = self.weight.detach()[start:end].contiguous()
-                cache[(start, end, hint)] = torch.ops.mkldnn._reorder_linear_weight(w, hint)
-        return cache[(start, end, hint)]
+                w = copies.weight.detach()[start:end].contiguous()
+                copies.packed[(start, end, hint)] = found = torch.ops.mkldnn._reorder_linear_weight(w, hint)
+        return found
 
 
-def _project(x: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    y = torch.matmul(x, wt)  # (..., in) @ (in, out)
+def _project(x: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None, start: int, end: int) -> torch.Tensor:
+    y = torch.matmul(x, wt)  # (..., in) @ (in, out[start:end])
     if bias is not None:
-        y += bias
+        y += bias if start == 0 and end == bias.shape[0] else bias[start:end]
     return y
