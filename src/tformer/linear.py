@@ -118,20 +118,17 @@ class Linear(nn.Linear):
             parts = min(torch.get_num_threads(), (end - start) // SPLIT_MIN_COLUMNS)
             if parts > 1 and x.dim() <= 3:
                 return self._split_product(copies, x, start, end, parts)
-            return _project(x, self._transposed(copies, start, end), copies.bias, start, end)
+            return _project(x, self._transposed(copies, start, end), _rows(copies.bias, start, end))
         if (_ONEDNN and PACKED_ROWS[0] <= rows <= PACKED_ROWS[1] and (end - start) * self.in_features >= PACKED_MIN_WEIGHTS
                 and x.dtype == copies.weight.dtype == torch.float32):
-            bias = copies.bias if copies.bias is None else copies.bias[start:end]
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed(copies, start, end, rows), bias, "none", [], "")
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed(copies, start, end, rows), _rows(copies.bias, start, end),
+                                                      "none", [], "")
         if rows <= FEW_ROWS:
-            return _project(x, self._transposed(copies, start, end), copies.bias, start, end)
+            return _project(x, self._transposed(copies, start, end), _rows(copies.bias, start, end))
         return self._plain(x, start, end)
 
     def _plain(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
-        w, b = self.weight, self.bias
-        if start != 0 or end != self.out_features:
-            w, b = w[start:end], None if b is None else b[start:end]
-        return F.linear(x, w, b)
+        return F.linear(x, _rows(self.weight, start, end), _rows(self.bias, start, end))
 
     def _split_product(self, copies: _Copies, x: torch.Tensor, start: int, end: int, parts: int) -> torch.Tensor:
         """One row times ``W[start:end]ᵀ`` (+ bias) on ``parts`` threads, one ``torch.bmm``/``baddbmm`` batch entry each.
@@ -187,7 +184,7 @@ class Linear(nn.Linear):
         transposed copy (by inputs)."""
         n, d = end - start, self.in_features
         with torch.no_grad():
-            b = None if copies.bias is None else copies.bias.detach()[start:end]
+            b = None if copies.bias is None else _rows(copies.bias.detach(), start, end)
             if d * parts < n and d % parts == 0:  # wide: by inputs
                 blocks = self._transposed(copies, start, end).view(parts, d // parts, n)  # (P, in/P, n)
                 bias = None if b is None else torch.cat([b[None, None], b.new_zeros(parts - 1, 1, n)])  # (P, 1, n)
@@ -195,7 +192,7 @@ class Linear(nn.Linear):
             else:  # tall: by outputs
                 columns = -(-n // parts)
                 pad = parts * columns - n
-                w = copies.weight.detach()[start:end]  # (n, in)
+                w = _rows(copies.weight.detach(), start, end)  # (n, in)
                 if pad:
                     w, b = F.pad(w, (0, 0, 0, pad)), None if b is None else F.pad(b, (0, pad))  # (P * C, in)
                 blocks = w.view(parts, columns, d).transpose(1, 2)  # (P, in, C): views of W's rows where not padded
@@ -226,8 +223,13 @@ class Linear(nn.Linear):
         return found
 
 
-def _project(x: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None, start: int, end: int) -> torch.Tensor:
-    y = torch.matmul(x, wt)  # (..., in) @ (in, out[start:end])
+def _rows(t: torch.Tensor | None, start: int, end: int) -> torch.Tensor | None:
+    """Rows ``start:end`` of a weight or bias: the tensor itself when that is all of it (no slicing op); None stays None."""
+    return t if t is None or (start == 0 and end == t.shape[0]) else t[start:end]
+
+
+def _project(x: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    y = torch.matmul(x, wt)  # (..., in) @ (in, out)
     if bias is not None:
-        y += bias if start == 0 and end == bias.shape[0] else bias[start:end]
+        y += bias
     return y
