@@ -99,6 +99,26 @@ def test_stop_tokens_and_stop_callback_end_rows(gpt):
     assert out == [free[0][:3], free[1][:6]] and calls == list(range(6))
 
 
+@pytest.mark.parametrize("model", ["gpt", "gpt_rope"])
+def test_finished_rows_leave_the_batch_and_the_others_decode_as_before(request, model):
+    gpt = request.getfixturevalue(model)
+    free = generate_lm(gpt, PROMPTS, 10)  # prompts of 4 lengths: left padding, attention mask and positions
+    ends_at = [2, 5, None, 0]  # the step at which stop() ends each row; None: never
+    sizes, seen = [], []
+    hook = gpt.register_forward_pre_hook(lambda m, args: sizes.append(args[0].shape[0]))
+    try:
+        out = generate_lm(gpt, PROMPTS, 10, on_token=lambda step, ids: seen.append(ids.tolist()),
+                          stop=lambda step, ids: [step == e for e in ends_at])
+    finally:
+        hook.remove()
+    assert out == [free[0][:3], free[1][:6], free[2], free[3][:1]]
+    assert sizes == [4, 3, 3, 2, 2, 2, 1, 1, 1, 1]  # the prompts, then one step each for the rows still running
+    assert seen[0] == [row[0] for row in free]
+    assert seen[1] == [free[0][1], free[1][1], free[2][1], 0] and seen[6] == [0, 0, free[2][6], 0]  # pad_id once ended
+    eos = free[2][0]  # ends row 2 at once, and any other row that makes it
+    assert generate_lm(gpt, PROMPTS, 10, eos_id=eos) == [row[:row.index(eos) + 1] if eos in row else row for row in free]
+
+
 def test_generation_slides_past_the_context_window():
     torch.manual_seed(0)
     model = GPT(GPTConfig.preset("tiny", vocab_size=20, max_len=8, dropout=0.0)).eval()

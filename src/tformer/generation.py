@@ -236,7 +236,8 @@ def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: 
     text fits the model's context). ``on_token(step, ids)`` is called with the (B,) new ids for
     streaming. A row ends at ``eos_id`` or any of ``stop_ids``, or when ``stop(step, ids)``
     (called after ``on_token``) returns True for it (a (B,) list or tensor of bools; e.g. a stop
-    string seen in the decoded text). Finished rows are fed ``eos_id`` (or ``pad_id``) until all end.
+    string seen in the decoded text). A finished row leaves the batch and the cache (later steps decode
+    only the rows still running); the callbacks still get (B,) ids, ``eos_id`` (or ``pad_id``) for it.
 
     Past the model's context (``config.max_len``) the window slides: the cache is rebuilt from the
     last ¾ of the context, with positions counted from the window's start (as in training).
@@ -264,30 +265,38 @@ def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: 
     history = torch.tensor([[p[0]] * (longest - len(p)) + p for p in prompts], device=device)  # (B, T0)
     ends = set(stop_ids) | ({eos_id} if eos_id is not None else set())
     filler = eos_id if eos_id is not None else pad_id
-    generated, lengths = [], [None] * len(prompts)
-    finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    running = list(range(len(prompts)))  # the prompt of each row still in the batch (R of them)
+    steps: list[tuple[list[int], torch.Tensor]] = []  # per step: the running rows and their (R,) new ids
     for step in range(max_new_tokens):
-        nxt = choose_next(logits, sampling, generator, history).masked_fill(finished, filler)  # (B,)
-        generated.append(nxt)
+        nxt = choose_next(logits, sampling, generator, history)  # (R,)
+        steps.append((running, nxt))
+        if on_token is not None or stop is not None:  # the callbacks see every prompt's row: (B,)
+            batch_ids = nxt if len(running) == len(prompts) else torch.full(
+                (len(prompts),), filler, dtype=nxt.dtype, device=device).index_copy_(0, torch.tensor(running, device=device), nxt)
         if on_token is not None:
-            on_token(step, nxt)
+            on_token(step, batch_ids)
         if ends or stop is not None:  # with neither, no row can end early: nothing to check
-            done = torch.tensor([t in ends for t in nxt.tolist()], device=device) if ends else torch.zeros_like(finished)
+            done = [t in ends for t in nxt.tolist()] if ends else [False] * len(running)
             if stop is not None:
-                done |= torch.as_tensor(stop(step, nxt), dtype=torch.bool, device=device)
-            for i in (done & ~finished).nonzero().flatten().tolist():
-                lengths[i] = step + 1
-            finished |= done
-            if bool(finished.all()):
+                said = torch.as_tensor(stop(step, batch_ids), dtype=torch.bool).tolist()  # (B,)
+                done = [d or said[row] for d, row in zip(done, running)]
+            if all(done):
                 break
+            if any(done):  # finished rows leave the batch, the cache, the history and the masks
+                keep = [i for i, d in enumerate(done) if not d]
+                index = torch.tensor(keep, device=device)
+                running, nxt, history = [running[i] for i in keep], nxt[index], history[index]
+                attention = None if attention is None else attention[index]
+                positions = None if positions is None else positions[index]
+                cache.reorder(index)
         if step == max_new_tokens - 1:
             break
         history = torch.cat([history, nxt[:, None]], 1)
         if attention is not None:
-            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)  # (B, Tk + 1)
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)  # (R, Tk + 1)
         if cache.length + 1 > limit:  # context full: slide the window and rebuild the cache
             keep = max(limit * 3 // 4, 1)
-            window = history[:, -keep:]  # (B, keep)
+            window = history[:, -keep:]  # (R, keep)
             if attention is not None:
                 attention = attention[:, -keep:]
                 positions = (attention.long().cumsum(-1) - 1).clamp(min=0)
@@ -295,7 +304,10 @@ def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: 
             logits = model(window, attention_mask=attention, positions=positions, cache=cache)[:, -1]
             positions = None if positions is None else positions[:, -1:]
             continue
-        positions = None if positions is None else positions[:, -1:] + 1  # (B, 1); None: counted from the cache
+        positions = None if positions is None else positions[:, -1:] + 1  # (R, 1); None: counted from the cache
         logits = model(nxt[:, None], attention_mask=attention, positions=positions, cache=cache)[:, -1]
-    rows = torch.stack(generated, 1).tolist()
-    return [row[:n] if n is not None else row for row, n in zip(rows, lengths)]
+    out: list[list[int]] = [[] for _ in prompts]
+    for rows, ids in steps:  # a row's ids up to the token that ended it, included
+        for row, token in zip(rows, ids.tolist()):
+            out[row].append(token)
+    return out
