@@ -283,9 +283,9 @@ def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: 
             if all(done):
                 break
             if any(done):  # finished rows leave the batch, the cache, the history and the masks
-                keep = [i for i, d in enumerate(done) if not d]
-                index = torch.tensor(keep, device=device)
-                running, nxt, history = [running[i] for i in keep], nxt[index], history[index]
+                staying = [i for i, d in enumerate(done) if not d]
+                index = torch.tensor(staying, device=device)
+                running, nxt, history = [running[i] for i in staying], nxt[index], history[index]
                 attention = None if attention is None else attention[index]
                 positions = None if positions is None else positions[index]
                 cache.reorder(index)
