@@ -111,6 +111,20 @@ def test_self_attention_shape_and_paths_agree(mha):
     assert torch.all(record.weights[..., ~causal_mask(5)[0, 0]] == 0)
 
 
+@pytest.mark.parametrize("t", [1, 3])
+def test_queries_keys_and_values_are_the_three_projections_split_into_heads(mha, t):
+    """The fused (B, T, 3D) projection is read as Q, K, V views: each must be x·W_Xᵀ + b_X, heads in order."""
+    x = torch.randn(2, t, 16)
+    with Recorder(mha) as rec:
+        mha(x)
+    (record,) = rec.records
+    w, bias = mha.qkv_proj.weight.detach(), mha.qkv_proj.bias.detach()
+    for i, got in enumerate((record.q, record.k, record.v)):
+        projected = x @ w[16 * i:16 * (i + 1)].t() + bias[16 * i:16 * (i + 1)]  # (B, T, D)
+        expected = projected.view(2, t, 4, 4).transpose(1, 2)  # (B, H, T, Dh): head h = features 4h..4h+3
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_self_attention_causal_ignores_the_future(mha):
     x = torch.randn(1, 5, 16)
     changed = x.clone()

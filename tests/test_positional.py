@@ -58,6 +58,17 @@ def test_input_embedding_positions_offset():
     torch.testing.assert_close(embed(ids[:, 2:], positions=torch.tensor([2])), full[:, 2:])
 
 
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_consecutive_positions_as_a_slice_are_a_view_of_the_table_with_the_same_numbers(positional):
+    embed = InputEmbedding(vocab_size=11, d_model=8, max_len=8, positional=positional).eval()
+    table = embed.position.table if positional == "sinusoidal" else embed.position.weight
+    rows = embed.position(slice(2, 5))
+    assert torch.equal(rows, embed.position(torch.arange(2, 5))) and rows.data_ptr() == table[2].data_ptr()
+    ids = torch.tensor([[2, 3, 4], [5, 6, 7]])
+    torch.testing.assert_close(embed(ids, slice(2, 5)), embed(ids, torch.tensor([2, 3, 4])), rtol=0, atol=0)
+    torch.testing.assert_close(embed(ids), embed(ids, torch.arange(3)), rtol=0, atol=0)  # the default: 0..T-1
+
+
 def test_sequence_longer_than_max_len_is_refused():
     model = GPT(GPTConfig.preset("tiny", vocab_size=20, max_len=8, dropout=0.0)).eval()
     model(torch.zeros(1, 8, dtype=torch.long))  # exactly max_len is fine

@@ -119,6 +119,13 @@ class MultiHeadAttention(nn.Module):
             return x.view(b, self.n_heads, 1, self.head_dim)
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
 
+    def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, T, 3D) fused projections → Q, K, V as (B, H, T, Dh) views (one view, not a chunk and three splits)."""
+        b, t, _ = qkv.shape
+        if t == 1:  # a decoding step: (B, 1, 3D) reads as (B, 3, H, 1, Dh)
+            return qkv.view(b, 3, self.n_heads, 1, self.head_dim).unbind(1)
+        return qkv.view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # -> (3, B, H, T, Dh)
+
     def _project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k, v = self.qkv_proj.forward_rows(memory, self.d_model, 3 * self.d_model).chunk(2, dim=-1)  # W_K, W_V: (B, Tk, D) each
         return self._split_heads(k), self._split_heads(v)
@@ -164,7 +171,7 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     cache.cross_k, cache.cross_v = k, v
         else:
-            q, k, v = (self._split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))  # (B, H, T, Dh) each
+            q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, H, T, Dh) each
             if rotary is not None:
                 q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)  # the cache keeps rotated keys
             if cache is not None:

@@ -108,16 +108,24 @@ class Linear(nn.Linear):
 
     def forward_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Only output features ``start:end`` (e.g. W_Q out of a fused W_Q/W_K/W_V): ``x W[start:end]ᵀ + b[start:end]``."""
-        if torch.is_grad_enabled() or not x.is_cpu or torch.compiler.is_compiling() or x.shape[-1] != self.in_features:
+        if torch.is_grad_enabled() or not x.is_cpu or x.shape[-1] != self.in_features or torch.compiler.is_compiling():
             return self._plain(x, start, end)  # training (autograd), GPUs, compiled graphs; a wrong width: F.linear's error
         copies = self._copies()
         if copies is None:  # a weight made in inference mode: it keeps no version counter, a copy could go stale
             return self._plain(x, start, end)
         rows = x.numel() // self.in_features
-        if rows == 1:
+        if rows == 1:  # a decoding step at batch 1: every microsecond of Python here is paid 25 times a token
             parts = min(torch.get_num_threads(), (end - start) // SPLIT_MIN_COLUMNS)
-            if parts > 1 and x.dim() <= 3:
-                return self._split_product(copies, x, start, end, parts)
+            if parts > 1 and x.dim() <= 3:  # split between the threads (see _split), one batch entry of bmm each
+                split = copies.splits.get((start, end, parts)) or self._split(copies, start, end, parts)
+                row = x.reshape(parts, 1, -1) if split.by_inputs else x.expand(parts, 1, -1)  # (P, 1, in/P) or (P, 1, in)
+                y = torch.bmm(row, split.blocks) if split.bias is None else torch.baddbmm(split.bias, row, split.blocks)
+                if split.by_inputs:  # the threads' partial sums of every output, added: (P, 1, n) -> (1, 1, n)
+                    y = y.sum(0, keepdim=True)
+                    return y if x.dim() == 3 else y.view(*x.shape[:-1], end - start)  # (1, 1, n) is already x's shape
+                if split.padded:
+                    y = y.view(-1)[: end - start]  # the last block's zero padding dropped
+                return y.view(*x.shape[:-1], end - start)  # (..., n), the leading dims of x
             return _project(x, self._transposed(copies, start, end), _rows(copies.bias, start, end))
         if (_ONEDNN and PACKED_ROWS[0] <= rows <= PACKED_ROWS[1] and (end - start) * self.in_features >= PACKED_MIN_WEIGHTS
                 and x.dtype == copies.weight.dtype == torch.float32):
@@ -129,25 +137,6 @@ class Linear(nn.Linear):
 
     def _plain(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
         return F.linear(x, _rows(self.weight, start, end), _rows(self.bias, start, end))
-
-    def _split_product(self, copies: _Copies, x: torch.Tensor, start: int, end: int, parts: int) -> torch.Tensor:
-        """One row times ``W[start:end]ᵀ`` (+ bias) on ``parts`` threads, one ``torch.bmm``/``baddbmm`` batch entry each.
-
-        A tall matrix (at least as many inputs as outputs per thread) is split by outputs: thread p takes its own
-        rows of W, as they are in memory, and computes their dot products with x. A wide one is split by inputs:
-        thread p takes its share of x and the matching rows of the transposed weight, for every output, and the
-        partial sums of the threads are added."""
-        split = copies.splits.get((start, end, parts)) or self._split(copies, start, end, parts)
-        n = end - start
-        if split.by_inputs:
-            shares = x.reshape(parts, 1, -1)  # (P, 1, in/P)
-            y = torch.bmm(shares, split.blocks) if split.bias is None else torch.baddbmm(split.bias, shares, split.blocks)
-            return y.sum(0).view(*x.shape[:-1], n)  # (P, 1, n) partial sums -> (..., n)
-        row = x.expand(parts, 1, self.in_features)  # (P, 1, in), no copy
-        y = torch.bmm(row, split.blocks) if split.bias is None else torch.baddbmm(split.bias, row, split.blocks)  # (P, 1, C)
-        if split.padded:
-            y = y.view(-1)[:n]  # the last block's zero padding dropped
-        return y.view(*x.shape[:-1], n)  # (..., n), the leading dims of x
 
     def _copies(self) -> _Copies | None:
         """This layer's decoding copies, emptied whenever the weight or the bias was replaced or modified: a tensor's

@@ -49,7 +49,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.max_len = max_len
         self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
 
-    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, positions: torch.Tensor | slice) -> torch.Tensor:
+        """``positions``: a tensor of position ids, or a slice ``start:end`` (consecutive positions: a view, no gather)."""
         return self.table[positions]  # (..., D)
 
 
@@ -62,7 +63,8 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         nn.init.normal_(self.weight, std=0.02)
 
-    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, positions: torch.Tensor | slice) -> torch.Tensor:
+        """``positions``: a tensor of position ids, or a slice ``start:end`` (consecutive positions: a view, no gather)."""
         return self.weight[positions]  # (..., D)
 
 
@@ -121,11 +123,12 @@ class InputEmbedding(nn.Module):
         self.max_len = max_len
 
     def forward(
-        self, ids: torch.Tensor, positions: torch.Tensor | None = None, segments: torch.Tensor | None = None
+        self, ids: torch.Tensor, positions: torch.Tensor | slice | None = None, segments: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """``ids`` (B, T) → (B, T, D). ``positions`` defaults to 0..T-1 (pass an offset when decoding with a cache)."""
+        """``ids`` (B, T) → (B, T, D). ``positions`` defaults to 0..T-1; a tensor (T,) or (B, T) of position ids, or a
+        slice ``start:start + T`` of consecutive ones (decoding with a cache: the table rows as a view, no gather)."""
         if positions is None:
-            positions = torch.arange(ids.shape[1], device=ids.device)  # (T,)
+            positions = slice(0, ids.shape[1])  # 0..T-1
         x = self.token(ids)  # (B, T, D)
         if self.scale != 1.0:  # × √D for the paper's embeddings; GPT and BERT leave it out (no multiply by 1)
             x = x * self.scale

@@ -127,8 +127,9 @@ class GPT(PretrainedMixin, nn.Module):
         check_ids(ids, "ids", self.config.vocab_size)
         start = cache.length if cache is not None else 0
         check_length(start + ids.shape[1], self.config.max_len, "ids")
-        if positions is None:
-            positions = torch.arange(start, start + ids.shape[1], device=ids.device)  # (T,)
+        rope = self.config.positional == "rope"
+        if positions is None:  # counted from the cache: RoPE's tables need the ids, a position table a slice of its rows
+            positions = torch.arange(start, start + ids.shape[1], device=ids.device) if rope else slice(start, start + ids.shape[1])
         mask = None
         if attention_mask is not None:
             if attention_mask.shape != (ids.shape[0], start + ids.shape[1]):
@@ -139,7 +140,7 @@ class GPT(PretrainedMixin, nn.Module):
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
         x = self.embed(ids, positions)  # (B, T, D)
         rotary = None
-        if self.config.positional == "rope":
+        if rope:
             cos, sin = rotary_tables(positions, self.config.d_model // self.config.n_heads, self.config.rope_base)
             rotary = (cos[:, None], sin[:, None]) if positions.dim() == 2 else (cos, sin)  # (B or 1, 1, T, Dh)
         x = self.decoder(x, self_mask=mask, causal=True, cache=cache, rotary=rotary)  # (B, T, D)
