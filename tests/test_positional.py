@@ -67,6 +67,9 @@ def test_consecutive_positions_as_a_slice_are_a_view_of_the_table_with_the_same_
     ids = torch.tensor([[2, 3, 4], [5, 6, 7]])
     torch.testing.assert_close(embed(ids, slice(2, 5)), embed(ids, torch.tensor([2, 3, 4])), rtol=0, atol=0)
     torch.testing.assert_close(embed(ids), embed(ids, torch.arange(3)), rtol=0, atol=0)  # the default: 0..T-1
+    for wrong in (slice(2, 4), slice(6, 9)):  # not one position per token; past the table
+        with pytest.raises(ValueError, match="positions"):
+            embed(ids, wrong)
 
 
 def test_sequence_longer_than_max_len_is_refused():

@@ -114,7 +114,7 @@ class Linear(nn.Linear):
         if copies is None:  # a weight made in inference mode: it keeps no version counter, a copy could go stale
             return self._plain(x, start, end)
         rows = x.numel() // self.in_features
-        if rows == 1:  # a decoding step at batch 1: every microsecond of Python here is paid 25 times a token
+        if rows == 1:  # a decoding step at batch 1: the Python here runs once per weight matrix per token
             parts = min(torch.get_num_threads(), (end - start) // SPLIT_MIN_COLUMNS)
             if parts > 1 and x.dim() <= 3:  # split between the threads (see _split), one batch entry of bmm each
                 split = copies.splits.get((start, end, parts)) or self._split(copies, start, end, parts)

@@ -129,6 +129,9 @@ class InputEmbedding(nn.Module):
         slice ``start:start + T`` of consecutive ones (decoding with a cache: the table rows as a view, no gather)."""
         if positions is None:
             positions = slice(0, ids.shape[1])  # 0..T-1
+        elif isinstance(positions, slice) and (positions.stop - positions.start != ids.shape[1] or positions.stop > self.max_len):
+            raise ValueError(f"positions {positions.start}:{positions.stop} must cover the {ids.shape[1]} tokens of ids "
+                             f"and end within max_len={self.max_len}")
         x = self.token(ids)  # (B, T, D)
         if self.scale != 1.0:  # × √D for the paper's embeddings; GPT and BERT leave it out (no multiply by 1)
             x = x * self.scale
