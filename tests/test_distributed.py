@@ -1,7 +1,12 @@
-"""Data-parallel training with torchrun (2 CPU processes, gloo) equals one process on the same global batch."""
+"""Data-parallel training with torchrun (2 CPU processes, gloo) equals one process on the same global batch.
+
+Every family, launched as one machine with 2 processes or as 2 "machines" (two torchrun agents meeting through
+a c10d rendezvous on this host), and resumed exactly from a run cut in the middle.
+"""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -11,12 +16,61 @@ from safetensors.torch import load_file
 
 from tformer.data.toy_corpus import builtin_pairs
 
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
 
-def _run(args, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return proc
+STEPS = ["--max-steps", "4", "--lr", "3e-3", "--warmup-steps", "1", "--eval-every", "100", "--log-every", "1", "--no-progress"]
+
+
+def _write_data(tmp_path) -> dict[str, list[str]]:
+    """Tiny local corpora from the built-in pairs; each family's `tformer train` arguments (no --out, no steps)."""
+    pairs = builtin_pairs()[::5]
+    (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    (tmp_path / "text.txt").write_text("".join(f"{s} {t}\n" for s, t in pairs[:600]), encoding="utf-8")
+    documents = ["\n".join(s for s, _ in pairs[k : k + 4]) for k in range(0, 800, 4)]  # 4 sentences a document
+    (tmp_path / "docs.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    return {
+        "translation": ["translation", "--data", "pairs.tsv", "--preset", "tiny", "--vocab-size", "300",
+                        "--max-tokens", "400", "--bleu-sentences", "2"],
+        "lm": ["lm", "--data", "text.txt", "--preset", "tiny", "--block-size", "32", "--batch-size", "4",
+               "--batches-per-epoch", "50", "--eval-blocks", "4"],
+        "bert": ["bert", "--data", "docs.txt", "--preset", "tiny", "--vocab-size", "300", "--max-len", "32",
+                 "--batch-size", "8"],
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _check(proc) -> str:
+    out, err = proc.communicate(timeout=600) if isinstance(proc, subprocess.Popen) else (proc.stdout, proc.stderr)
+    assert proc.returncode == 0, out[-2000:] + err[-4000:]
+    return out
+
+
+def _one_process(args, tmp_path) -> str:
+    cmd = [sys.executable, "-m", "tformer", "train", *args]
+    return _check(subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600))
+
+
+def _torchrun(args, tmp_path, launch="standalone") -> str:
+    """`tformer train ARGS` on 2 processes: one agent with 2 workers, or 2 agents ("nodes") with one worker each."""
+    train = ["-m", "tformer", "train", *args]
+    run = [sys.executable, "-m", "torch.distributed.run"]
+    if launch == "standalone":
+        return _check(subprocess.run([*run, "--standalone", "--nproc-per-node", "2", *train], cwd=tmp_path, env=_env(),
+                                     capture_output=True, text=True, timeout=600))
+    rendezvous = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                  "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "tformer-test"]
+    agents = [subprocess.Popen([*run, *rendezvous, *train], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    return "".join(_check(agent) for agent in agents)
 
 
 def _losses(run_dir):
@@ -24,28 +78,64 @@ def _losses(run_dir):
     return [r["train_loss"] for r in map(json.loads, lines) if "train_loss" in r]
 
 
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
-def test_torchrun_two_processes_match_one_process(tmp_path):
-    data = tmp_path / "pairs.tsv"
-    data.write_text("".join(f"{s}\t{t}\n" for s, t in builtin_pairs()[::5]), encoding="utf-8")
-    common = ["train", "translation", "--data", str(data), "--preset", "tiny", "--vocab-size", "300", "--max-tokens", "400",
-              "--dropout", "0", "--max-steps", "5", "--eval-every", "100", "--bleu-sentences", "2", "--log-every", "1",
-              "--no-progress"]
-    _run([sys.executable, "-m", "tformer", *common, "--out", str(tmp_path / "one"), "--accum-steps", "2"], tmp_path)
-    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-          "-m", "tformer", *common, "--out", str(tmp_path / "two"), "--accum-steps", "1"], tmp_path)
-    one = load_file(str(tmp_path / "one" / "last" / "model.safetensors"))
-    two = load_file(str(tmp_path / "two" / "last" / "model.safetensors"))
+def _max_weight_gap(a, b) -> float:
+    one, two = load_file(str(a / "last" / "model.safetensors")), load_file(str(b / "last" / "model.safetensors"))
     assert one.keys() == two.keys()
-    assert max((one[k] - two[k]).abs().max().item() for k in one) <= 1e-5
+    return max((one[k] - two[k]).abs().max().item() for k in one)
+
+
+@pytest.mark.parametrize("family, launch", [("translation", "standalone"), ("lm", "two-nodes"), ("bert", "standalone")])
+def test_torchrun_matches_one_process(tmp_path, family, launch):
+    """2 processes × 1 batch per step = 1 process × 2 accumulated batches: same weights, same losses."""
+    args = [*_write_data(tmp_path)[family], "--dropout", "0", *STEPS]
+    out = _torchrun([*args, "--out", "two", "--accum-steps", "1"], tmp_path, launch)
+    assert out.count("done: step 4") == 1  # rank 0 alone reports (and writes the run directory)
+    if family == "bert":  # the WordPiece rank 0 trained and shared (the trainer numbers pieces differently per process)
+        args += ["--tokenizer-dir", str(tmp_path / "two" / "last")]
+    _one_process([*args, "--out", "one", "--accum-steps", "2"], tmp_path)
+    assert _max_weight_gap(tmp_path / "one", tmp_path / "two") <= 1e-5
     losses = _losses(tmp_path / "one")
-    assert len(losses) == 5 and losses[-1] < losses[0]  # it really trained
+    assert len(losses) == 4 and losses[-1] < losses[0]  # it really trained
     assert losses == pytest.approx(_losses(tmp_path / "two"), abs=1e-5)
     state = json.loads((tmp_path / "two" / "last" / "state.json").read_text())
-    assert state["step"] == 5 and len(torch.load(tmp_path / "two" / "last" / "trainer_state.pt", weights_only=True)["rng"]) == 2
+    assert state["step"] == 4 and len(torch.load(tmp_path / "two" / "last" / "trainer_state.pt", weights_only=True)["rng"]) == 2
 
 
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
+def test_torchrun_resume_continues_exactly(tmp_path):
+    """With dropout, 2 steps + --resume to 4 = 4 steps straight: every rank's RNG and the data position come back."""
+    args = [*_write_data(tmp_path)["bert"], "--dropout", "0.1", "--eval-every", "100", "--log-every", "1", "--no-progress"]
+    _torchrun([*args, "--out", "straight", "--max-steps", "4"], tmp_path)
+    _torchrun([*args, "--out", "cut", "--max-steps", "2"], tmp_path)
+    _torchrun([*args, "--out", "cut", "--max-steps", "4", "--resume"], tmp_path)
+    assert _max_weight_gap(tmp_path / "straight", tmp_path / "cut") <= 1e-6
+    assert _losses(tmp_path / "cut") == pytest.approx(_losses(tmp_path / "straight"), abs=1e-6)
+    alone = subprocess.run([sys.executable, "-m", "tformer", "train", *args, "--out", "cut", "--max-steps", "6", "--resume"],
+                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    assert alone.returncode == 2 and "the run used 2 processes, this one has 1" in alone.stderr  # refused, clearly
+
+
+def test_processes_that_built_different_models_are_refused(tmp_path):
+    """A model that differs between processes (e.g. a vocabulary each trained on its own) is a clear error, not a
+    size mismatch deep inside gloo."""
+    script = tmp_path / "differ.py"
+    script.write_text(
+        "import torch\n"
+        "from tformer import distributed\n"
+        "world, _ = distributed.init('cpu')\n"
+        "model = torch.nn.Embedding(300 + 2 * world.rank, 8)\n"
+        "try:\n"
+        "    distributed.broadcast_parameters(model, world)\n"
+        "except ValueError as err:\n"
+        "    print(f'rank {world.rank}: {err}')\n"
+        "distributed.shutdown()\n"
+    )
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "rank 0: process 0 and process 1 built different models (first difference: ('weight', (300, 8)) vs ('weight', (302, 8)))" in proc.stdout
+    assert "rank 1: process 1 and process 0 built different models" in proc.stdout
+
+
 def test_shutdown_leaves_the_process_group(tmp_path):
     from tformer import distributed
 
@@ -55,3 +145,14 @@ def test_shutdown_leaves_the_process_group(tmp_path):
     distributed.shutdown()
     assert not dist.is_initialized()
     distributed.shutdown()  # nothing to leave: a no-op
+
+
+def test_from_rank0_without_torchrun_just_calls(monkeypatch):
+    from tformer import distributed
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    assert distributed.is_main_process()
+    assert distributed.from_rank0(lambda: {"made": 1}) == {"made": 1}
+    monkeypatch.setenv("RANK", "1")
+    assert not distributed.is_main_process()

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["World", "init", "shutdown", "sync_gradients", "broadcast_parameters", "gather_objects", "broadcast_object"]
+__all__ = ["World", "init", "shutdown", "is_main_process", "from_rank0", "sync_gradients", "broadcast_parameters",
+           "gather_objects", "broadcast_object"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,25 @@ def init(device: str) -> tuple[World, str]:
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(device)
     return World(dist.get_rank(), dist.get_world_size(), local_rank), device
+
+
+def is_main_process() -> bool:
+    """Whether this process is rank 0 (or runs alone), known from torchrun's environment before any group exists.
+
+    Commands print, and write files into the run directory, only where this is true.
+    """
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def from_rank0(make, device: str = "cpu"):
+    """``make()`` run on rank 0 alone, its result (pickled) handed to every process; just ``make()`` without torchrun.
+
+    For what every process must hold identically but would not rebuild identically: a tokenizer trained on the
+    data (the ``tokenizers`` library's WordPiece trainer numbers its pieces in hash-map order, which differs
+    between processes), so that all processes encode the data the same way.
+    """
+    world, _ = init(device)
+    return broadcast_object(make() if world.is_main else None, world)
 
 
 def shutdown() -> None:
@@ -79,10 +99,17 @@ def sync_gradients(model: torch.nn.Module, world: World, extra: list[float]) -> 
 
 
 def broadcast_parameters(model: torch.nn.Module, world: World) -> None:
-    """Make every process start from rank 0's weights."""
-    if world.size > 1:
-        for tensor in list(model.parameters()) + list(model.buffers()):
-            dist.broadcast(tensor.data, src=0)
+    """Make every process start from rank 0's weights (after checking that every process built the same model)."""
+    if world.size == 1:
+        return
+    shapes = [(name, tuple(t.shape)) for name, t in list(model.named_parameters()) + list(model.named_buffers())]
+    for rank, theirs in enumerate(gather_objects(shapes, world)):
+        if theirs != shapes:
+            diff = next(((a, b) for a, b in zip(shapes, theirs) if a != b), (len(shapes), len(theirs)))
+            raise ValueError(f"process {world.rank} and process {rank} built different models (first difference: "
+                             f"{diff[0]} vs {diff[1]}); every process must build the same model from the same data")
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        dist.broadcast(tensor.data, src=0)
 
 
 def gather_objects(obj, world: World) -> list:

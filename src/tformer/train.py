@@ -245,7 +245,9 @@ class Trainer:
         self.save_last()
         if self.world.is_main:
             self._plot()
-        return distributed.broadcast_object(last_eval, self.world)  # every process returns rank 0's evaluation
+        # every process returns rank 0's evaluation and knows its best metric (only rank 0 evaluated)
+        last_eval, self.best = distributed.broadcast_object((last_eval, self.best), self.world)
+        return last_eval
 
     def _postfix(self, loss: float, lr: float, rate: float) -> str:
         text = f"epoch {self.epoch} loss {loss:.3f} lr {lr:.2e} {rate:,.0f} tok/s"

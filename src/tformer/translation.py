@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from . import distributed
 from .data.batching import Batch, make_batch, token_budget_batches
 from .data.pairs import filter_pairs, group_references, read_aligned, read_tsv, split_pairs
 from .data.toy_corpus import builtin_pairs
@@ -175,26 +176,33 @@ def split_corpus(pairs: list[tuple[str, str]], seed: int = 0, valid: float | int
     return split
 
 
-def prepare(split, out_dir: str | Path, preset: str = "small", vocab_size: int = 8000, joint: bool = True,
-            seed: int = 0, **config_overrides) -> Translator:
-    """Train BPE tokenizers on the training split and build the model.
-
-    Writes the held-out splits to ``OUT/data/{valid,test}.tsv`` so evaluation can be repeated.
-    """
-    from .models.seq2seq import Seq2SeqConfig
+def train_tokenizers(split, vocab_size: int = 8000, joint: bool = True) -> tuple:
+    """BPE tokenizers (source, target) trained on the training split; one shared tokenizer when ``joint``."""
     from .tokenizer import train_bpe
 
     if joint:
-        src_tok = tgt_tok = train_bpe([x for pair in split.train for x in pair], vocab_size)
-    else:
-        src_tok = train_bpe([s for s, _ in split.train], vocab_size)
-        tgt_tok = train_bpe([t for _, t in split.train], vocab_size)
+        tok = train_bpe([x for pair in split.train for x in pair], vocab_size)
+        return tok, tok
+    return train_bpe([s for s, _ in split.train], vocab_size), train_bpe([t for _, t in split.train], vocab_size)
+
+
+def prepare(split, out_dir: str | Path, preset: str = "small", vocab_size: int = 8000, joint: bool = True,
+            seed: int = 0, tokenizers: tuple | None = None, **config_overrides) -> Translator:
+    """Train BPE tokenizers on the training split (or take ``tokenizers`` = (source, target)) and build the model.
+
+    Writes the held-out splits to ``OUT/data/{valid,test}.tsv`` so evaluation can be repeated (rank 0 alone,
+    under torchrun).
+    """
+    from .models.seq2seq import Seq2SeqConfig
+
+    src_tok, tgt_tok = tokenizers or train_tokenizers(split, vocab_size, joint)
     config = Seq2SeqConfig.preset(preset, src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size,
                                   share_embeddings=joint, pad_id=PAD, **config_overrides)
     torch.manual_seed(seed)
     translator = Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
-    data_dir = Path(out_dir) / "data"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    for name, part in (("valid", split.valid), ("test", split.test)):
-        (data_dir / f"{name}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in part), encoding="utf-8")
+    if distributed.is_main_process():
+        data_dir = Path(out_dir) / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        for name, part in (("valid", split.valid), ("test", split.test)):
+            (data_dir / f"{name}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in part), encoding="utf-8")
     return translator

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .train import add_training_flags, train_config
+from .train import add_training_flags, say, train_config
 
 
 def _model_flags(p, preset: str) -> None:
@@ -72,12 +72,13 @@ def add_parser(sub) -> None:
 
 def _tokenizer(args, texts: list[str]):
     from ..bert import WordPiece, train_wordpiece
+    from ..distributed import from_rank0
 
     if args.resume:
         return WordPiece.load(Path(args.out) / "last")
     if args.tokenizer_dir:
         return WordPiece.load(args.tokenizer_dir)
-    return train_wordpiece(texts, args.vocab_size)
+    return from_rank0(lambda: train_wordpiece(texts, args.vocab_size), args.device)  # one WordPiece for all processes
 
 
 def _overrides(args) -> dict:
@@ -91,8 +92,8 @@ def _fit(model, task, args) -> dict:
     if args.resume:
         trainer.resume()
     result = trainer.fit()
-    print(f"done: step {trainer.step}, " + ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("step", "epoch"))
-          + f" -> {args.out}")
+    say(f"done: step {trainer.step}, " + ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("step", "epoch"))
+        + f" -> {args.out}")
     return result
 
 
@@ -104,8 +105,8 @@ def run_train_bert(args) -> int:
     from ..models.bert import Bert, BertConfig
 
     train_docs, valid_docs = split_documents(read_documents(args.data), args.valid)
-    print(f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
-          f"in {len(train_docs)} / {len(valid_docs)} documents")
+    say(f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
+        f"in {len(train_docs)} / {len(valid_docs)} documents")
     tokenizer = _tokenizer(args, [s for d in train_docs for s in d])
     config = BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size, max_len=args.max_len, pad_id=tokenizer.pad_id,
                                **_overrides(args))
@@ -143,7 +144,7 @@ def run_train_classify(args) -> int:
     if len(labels) < 2:
         raise ValueError(f"--data {args.data!r}: need at least 2 distinct labels, got {labels}")
     train, valid = split_examples(examples, args.valid, args.seed)
-    print(f"data: {len(train)} training / {len(valid)} held-out examples, labels {labels}")
+    say(f"data: {len(train)} training / {len(valid)} held-out examples, labels {labels}")
     if args.init and not args.resume:
         tokenizer = WordPiece.load(args.init)
     else:

@@ -106,9 +106,10 @@ def run_train_lm(args) -> int:
     import torch
 
     from ..lm import PAD, LMTask, encode_documents, load_lm_tokenizer, read_documents, split_ids, train_lm_tokenizer
+    from ..distributed import from_rank0
     from ..models.gpt import GPT, GPTConfig
     from ..train import Trainer
-    from .train import train_config
+    from .train import say, train_config
 
     r = _resolve(args)
     args.lr, args.warmup_steps, args.weight_decay = r["lr"], r["warmup_steps"], r["weight_decay"]
@@ -120,22 +121,22 @@ def run_train_lm(args) -> int:
         tokenizer = load_lm_tokenizer(Path(args.out) / "last")
         config = GPT.from_pretrained(Path(args.out) / "last").config
     else:
-        tokenizer = train_lm_tokenizer(r["tokenizer"], docs, r["vocab_size"])
+        tokenizer = from_rank0(lambda: train_lm_tokenizer(r["tokenizer"], docs, r["vocab_size"]), args.device)
         config = GPTConfig.preset(r["base"], vocab_size=tokenizer.vocab_size, pad_id=PAD, **r["model"])
     train_ids, val_ids = split_ids(encode_documents(tokenizer, docs), args.val_fraction)
     torch.manual_seed(args.seed)
     model = GPT(config)
-    print(f"data: {len(docs)} document(s), {len(train_ids):,} train / {len(val_ids):,} validation tokens, "
-          f"vocabulary {tokenizer.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} parameters, "
-          f"context {config.max_len}", flush=True)
+    say(f"data: {len(docs)} document(s), {len(train_ids):,} train / {len(val_ids):,} validation tokens, "
+        f"vocabulary {tokenizer.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} parameters, "
+        f"context {config.max_len}")
     task = LMTask(tokenizer, train_ids, val_ids, config.max_len, r["batch_size"], args.batches_per_epoch,
                   args.eval_blocks, args.seed, args.compile)
     trainer = Trainer(model, task, cfg)
     if args.resume:
         trainer.resume()
     result = trainer.fit()
-    print(f"done: step {trainer.step}, val_loss {result['val_loss']:.4f} (best {trainer.best:.4f}), "
-          f"ppl {result['val_ppl']:.2f}, bpc {result['val_bpc']:.3f} -> {args.out}")
+    say(f"done: step {trainer.step}, val_loss {result['val_loss']:.4f} (best {trainer.best:.4f}), "
+        f"ppl {result['val_ppl']:.2f}, bpc {result['val_bpc']:.3f} -> {args.out}")
     return 0
 
 

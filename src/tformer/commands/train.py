@@ -28,6 +28,14 @@ def add_training_flags(p: argparse.ArgumentParser, lr: float, warmup: int, sched
     g.add_argument("--no-progress", action="store_true")
 
 
+def say(text: str) -> None:
+    """Print a line of a training command's report: once, from rank 0, when torchrun runs several processes."""
+    from ..distributed import is_main_process
+
+    if is_main_process():
+        print(text, flush=True)
+
+
 def train_config(args):
     from ..train import TrainConfig
 
@@ -66,23 +74,27 @@ def add_parser(sub) -> None:
 
 
 def run_translation(args) -> int:
+    from ..distributed import from_rank0, is_main_process
     from ..train import Trainer
-    from ..translation import TranslationTask, Translator, load_corpus, prepare, split_corpus
+    from ..translation import TranslationTask, Translator, load_corpus, prepare, split_corpus, train_tokenizers
 
     cfg = train_config(args)
     overrides = {"max_len": args.max_len}
     if args.dropout is not None:
         overrides["dropout"] = args.dropout
-    split = split_corpus(load_corpus(args.data, args.src_lang, args.tgt_lang), args.seed, args.valid, args.test)
+    split = split_corpus(load_corpus(args.data, args.src_lang, args.tgt_lang), args.seed, args.valid, args.test,
+                         verbose=is_main_process())
     if args.resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
         translator = Translator.load(Path(args.out) / "last")
-    else:
-        translator = prepare(split, args.out, args.preset, args.vocab_size, not args.separate_vocab, args.seed, **overrides)
+    else:  # under torchrun rank 0 trains the tokenizers and every process gets them
+        tokenizers = from_rank0(lambda: train_tokenizers(split, args.vocab_size, not args.separate_vocab), args.device)
+        translator = prepare(split, args.out, args.preset, args.vocab_size, not args.separate_vocab, args.seed,
+                             tokenizers, **overrides)
     train, valid = split.train, split.valid
     task = TranslationTask(translator, train, valid, args.max_tokens, args.label_smoothing, args.seed, args.bleu_sentences)
     trainer = Trainer(translator.model, task, cfg)
     if args.resume:
         trainer.resume()
     result = trainer.fit()
-    print(f"done: step {trainer.step}, val_loss {result['val_loss']:.3f}, BLEU {result['bleu']:.1f} -> {args.out}")
+    say(f"done: step {trainer.step}, val_loss {result['val_loss']:.3f}, BLEU {result['bleu']:.1f} -> {args.out}")
     return 0
