@@ -6,6 +6,7 @@ a c10d rendezvous on this host), and resumed exactly from a run cut in the middl
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -119,14 +120,21 @@ def test_torchrun_resume_continues_exactly(tmp_path):
     assert alone.returncode == 2 and "the run used 2 processes, this one has 1" in alone.stderr  # refused, clearly
 
 
-def test_processes_that_built_different_models_are_refused(tmp_path):
-    """A model that differs between processes (e.g. a vocabulary each trained on its own) is a clear error, not a
-    size mismatch deep inside gloo."""
-    script = tmp_path / "differ.py"
+def test_rank0_results_and_different_models_across_processes(tmp_path):
+    """``from_rank0`` hands rank 0's result (or its error) to every process; a model that differs between processes
+    (e.g. a vocabulary each trained on its own) is a clear error, not a size mismatch deep inside gloo."""
+    script = tmp_path / "ranks.py"
     script.write_text(
-        "import torch\n"
+        "import os, torch\n"
         "from tformer import distributed\n"
         "world, _ = distributed.init('cpu')\n"
+        "print(f'rank {world.rank}: pid {os.getpid()}, from rank 0 {distributed.from_rank0(os.getpid)}')\n"
+        "def fails():\n"
+        "    raise ValueError('bad data on rank 0')\n"
+        "try:\n"
+        "    distributed.from_rank0(fails)\n"
+        "except ValueError as err:\n"
+        "    print(f'rank {world.rank}: {err}')\n"
         "model = torch.nn.Embedding(300 + 2 * world.rank, 8)\n"
         "try:\n"
         "    distributed.broadcast_parameters(model, world)\n"
@@ -137,6 +145,9 @@ def test_processes_that_built_different_models_are_refused(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    pids = {rank: (pid, got) for rank, pid, got in re.findall(r"rank (\d): pid (\d+), from rank 0 (\d+)", proc.stdout)}
+    assert pids["0"][0] != pids["1"][0] and pids["0"][1] == pids["1"][1] == pids["0"][0]  # both hold rank 0's result
+    assert "rank 0: bad data on rank 0" in proc.stdout and "rank 1: bad data on rank 0" in proc.stdout
     assert "rank 0: process 0 and process 1 built different models (first difference: ('weight', (300, 8)) vs ('weight', (302, 8)))" in proc.stdout
     assert "rank 1: process 1 and process 0 built different models" in proc.stdout
 

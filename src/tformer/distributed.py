@@ -64,10 +64,20 @@ def from_rank0(make, device: str = "cpu"):
 
     For what every process must hold identically but would not rebuild identically: a tokenizer trained on the
     data (the ``tokenizers`` library's WordPiece trainer numbers its pieces in hash-map order, which differs
-    between processes), so that all processes encode the data the same way.
+    between processes), so that all processes encode the data the same way. An error in ``make()`` is raised
+    on every process, not on rank 0 alone while the others wait for its result.
     """
     world, _ = init(device)
-    return broadcast_object(make() if world.is_main else None, world)
+    made, error = None, None
+    if world.is_main:
+        try:
+            made = make()
+        except Exception as err:  # noqa: BLE001 - handed to every process, then raised
+            error = err
+    made, error = broadcast_object((made, error), world)
+    if error is not None:
+        raise error
+    return made
 
 
 def shutdown() -> None:

@@ -105,8 +105,8 @@ def _resolve(args) -> dict:
 def run_train_lm(args) -> int:
     import torch
 
-    from ..lm import PAD, LMTask, encode_documents, load_lm_tokenizer, read_documents, split_ids, train_lm_tokenizer
     from ..distributed import from_rank0
+    from ..lm import PAD, LMTask, encode_documents, load_lm_tokenizer, read_documents, split_ids, train_lm_tokenizer
     from ..models.gpt import GPT, GPTConfig
     from ..train import Trainer
     from .train import say, train_config
