@@ -71,7 +71,13 @@ def _torchrun(args, tmp_path, launch="standalone") -> str:
                   "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "tformer-test"]
     agents = [subprocess.Popen([*run, *rendezvous, *train], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    return "".join(_check(agent) for agent in agents)
+    try:
+        return "".join(_check(agent) for agent in agents)
+    finally:  # a failed agent leaves the other waiting at the rendezvous: end it
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
 
 
 def _losses(run_dir):
