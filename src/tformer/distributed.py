@@ -112,13 +112,14 @@ def broadcast_parameters(model: torch.nn.Module, world: World) -> None:
     """Make every process start from rank 0's weights (after checking that every process built the same model)."""
     if world.size == 1:
         return
-    shapes = [(name, tuple(t.shape)) for name, t in list(model.named_parameters()) + list(model.named_buffers())]
+    named = list(model.named_parameters()) + list(model.named_buffers())
+    shapes = [(name, tuple(t.shape)) for name, t in named]
     for rank, theirs in enumerate(gather_objects(shapes, world)):
         if theirs != shapes:
             diff = next(((a, b) for a, b in zip(shapes, theirs) if a != b), (len(shapes), len(theirs)))
             raise ValueError(f"process {world.rank} and process {rank} built different models (first difference: "
                              f"{diff[0]} vs {diff[1]}); every process must build the same model from the same data")
-    for tensor in list(model.parameters()) + list(model.buffers()):
+    for _, tensor in named:
         dist.broadcast(tensor.data, src=0)
 
 
