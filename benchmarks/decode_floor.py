@@ -9,7 +9,7 @@ that, each linear layer of the ``benchmarks.decode`` models applied to one posit
 cross-attention only W_Q: its keys/values are cached), and reports it as "tokens/s if the step were
 only its matmuls". Three layouts: PyTorch's (``F.linear``, weight stored (out, in)), the same
 products with the weight stored transposed, (in, out), which the BLAS here streams faster, and
-``tformer.linear.Linear`` itself (with more than one thread: each product split between the threads,
+``tformer.fast.linear.Linear`` itself (with more than one thread: each product split between the threads,
 by outputs or by inputs, all streamed at once). No decoder, in any library, runs faster than the first line without changing the
 layout or the precision of its weights, or the number of cores that stream them. Writes ``OUT/decode_floor.json`` and ``OUT/decode_floor.md``.
 """

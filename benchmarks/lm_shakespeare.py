@@ -5,7 +5,7 @@
 
 The validation split is the last 10% of ``tinyshakespeare.txt`` (as nanoGPT's prepare.py does).
 After training, the whole validation split is scored in non-overlapping blocks of the context
-length (``tformer.lm.evaluate_stream``). The anchor is nanoGPT's published CPU recipe
+length (``tformer.lm.task.evaluate_stream``). The anchor is nanoGPT's published CPU recipe
 (``benchmarks.nanogpt_recipe``), trained right after tformer for the same budget in the same process,
 so both see the machine's speed that hour (it varies up to 2× between days here); ``--no-anchor``
 skips it. The issue's author measured that recipe on this machine at 1.886 after 2,000 iterations
@@ -36,7 +36,7 @@ def run_budget(minutes: float, out: Path, data: Path, extra: list[str]) -> dict:
     import torch
 
     from tformer.cli import main as cli
-    from tformer.lm import evaluate_stream, load_lm_tokenizer, read_documents, encode_documents, split_ids
+    from tformer.lm.task import evaluate_stream, load_lm_tokenizer, read_documents, encode_documents, split_ids
     from tformer.models.gpt import GPT
 
     args = ["train", "lm", "--data", str(data), "--out", str(out), "--minutes", str(minutes), "--no-progress", *extra]

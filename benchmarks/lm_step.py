@@ -4,7 +4,7 @@
     python -m benchmarks.lm_step --recipe shakespeare-char-6min --repeats 11
     python -m benchmarks.lm_step --quick                            # tiny sizes, seconds: proves the script works
 
-The model is the recipe's (``tformer.commands.lm.RECIPES``: layers, width, context, batch) on a
+The model is the recipe's (``tformer.cli.lm.RECIPES``: layers, width, context, batch) on a
 68-character vocabulary, random ids. One call = ``--steps`` AdamW steps (forward, cross-entropy,
 backward, gradient clipping, optimizer step). Candidates, each its own model with the same initial
 weights:
@@ -12,7 +12,7 @@ weights:
 * ``gelu_tanh, AdamW loop`` — GPT-2's tanh-approximated GELU and PyTorch's CPU default AdamW, which
   updates the parameters one by one from Python (the anchor; it decays every tensor, the Trainer only
   matrices: a few small vectors' worth of extra work);
-* ``gelu_tanh, fused AdamW`` — the optimizer :class:`tformer.train.Trainer` builds;
+* ``gelu_tanh, fused AdamW`` — the optimizer :class:`tformer.training.trainer.Trainer` builds;
 * ``gelu, fused AdamW`` — and the exact (erf) GELU that nanoGPT uses: the recipes now;
 * ``gelu, fused AdamW, rotary positions`` (or ``learned positions`` for a recipe that has rotary ones) —
   the same with the other kind of positions: what RoPE costs a step.
@@ -30,7 +30,7 @@ VOCAB, PAD = 68, 1  # Tiny Shakespeare's characters after the three special toke
 
 
 def _shape(recipe_name: str, quick: bool) -> dict:
-    from tformer.commands.lm import RECIPES
+    from tformer.cli.lm import RECIPES
 
     if recipe_name not in RECIPES:
         raise ValueError(f"--recipe must be one of {sorted(RECIPES)}, got {recipe_name!r}")
@@ -44,9 +44,9 @@ def _shape(recipe_name: str, quick: bool) -> dict:
 
 
 def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int, seed: int, **model) -> Candidate:
-    from tformer.losses import sequence_cross_entropy
+    from tformer.nn.losses import sequence_cross_entropy
     from tformer.models.gpt import GPT, GPTConfig
-    from tformer.train import TrainConfig, _optimizer
+    from tformer.training.trainer import TrainConfig, _optimizer
 
     t, b = shape["block_size"], shape["batch_size"]
     config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, activation=activation,

@@ -18,7 +18,7 @@ One change makes it a wall-clock recipe like tformer's: the cosine runs over the
 (the fraction of it spent) instead of over ``lr_decay_iters``, so a 1.5-minute run ends at
 1e-4 whatever the machine's speed that hour. nanoGPT's own periodic evaluations are not made
 (their time would not count either); the validation split is scored in full at the end, in
-non-overlapping blocks of 64, as ``tformer.lm.evaluate_stream`` scores tformer's model.
+non-overlapping blocks of 64, as ``tformer.lm.task.evaluate_stream`` scores tformer's model.
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@
     python -m benchmarks.throughput_multi30k --quick               # tiny sizes, seconds: proves the script works
 
 Same model (``Seq2SeqConfig.preset("small")``: d_model 256, 4 heads, FFN 1024, 3+3 layers, dropout 0.1, shared
-embeddings over a joint BPE vocabulary trained with ``tformer.tokenizer.train_bpe``), same AdamW step, two
+embeddings over a joint BPE vocabulary trained with ``tformer.translation.tokenizer.train_bpe``), same AdamW step, two
 ways to cut the data into batches:
 
 * **pad-to-longest** — shuffle, take ``--batch-size`` pairs at a time, pad each batch to its longest
   sentence: what a first implementation does;
-* **token budget** — ``tformer.data.batching.token_budget_batches``: sentences sorted by length into batches
+* **token budget** — ``tformer.translation.batching.token_budget_batches``: sentences sorted by length into batches
   whose padded size stays under ``--max-tokens``, batch order shuffled. By default the budget is
   ``batch size × mean padded length``, so both pipelines put about the same number of sentences in a
   batch and the difference is the padding.
@@ -34,14 +34,14 @@ from benchmarks.common import SHARED_DATA, Candidate, base_parser, compare, mach
 
 
 def load_pairs(data_dir, src: str, tgt: str, n: int) -> list[tuple[str, str]]:
-    from tformer.data.pairs import read_aligned
+    from tformer.translation.pairs import read_aligned
 
     return read_aligned(f"{data_dir}/train.{src}", f"{data_dir}/train.{tgt}")[:n]
 
 
 def _cycle_rounds(batches: list[list[int]], pairs, model, opt, round_sentences: int, seed: int, device: str):
     """A callable training on the next batches until ``round_sentences`` pairs; returns real target tokens."""
-    from tformer.data.batching import make_batch
+    from tformer.translation.batching import make_batch
 
     rng = random.Random(seed)
     order = itertools.cycle(rng.sample(batches, len(batches)))
@@ -82,8 +82,8 @@ def main(argv=None) -> dict:
     if args.quick:
         args.sentences, args.vocab_size, args.batch_size, args.round_sentences = 200, 300, 16, 32
     from tformer import Seq2SeqConfig, Seq2SeqTransformer
-    from tformer.data.batching import token_budget_batches
-    from tformer.tokenizer import train_bpe
+    from tformer.translation.batching import token_budget_batches
+    from tformer.translation.tokenizer import train_bpe
 
     with session(args):
         texts = load_pairs(args.data, args.src, args.tgt, args.sentences)

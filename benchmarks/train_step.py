@@ -7,9 +7,9 @@
 Groups (one AdamW step = zero_grad, forward, cross-entropy, backward, optimizer step; dropout 0.1 everywhere,
 random token ids, no padding). Every candidate uses the same optimizer, PyTorch's fused AdamW (what
 tformer's ``Trainer`` and Hugging Face's ``Trainer`` both use on torch ≥ 2.8), and its own library's loss:
-``F.cross_entropy`` for the anchors, ``tformer.losses.sequence_cross_entropy`` for tformer. Each group also
+``F.cross_entropy`` for the anchors, ``tformer.nn.losses.sequence_cross_entropy`` for tformer. Each group also
 times tformer on its reference paths ("tformer, reference paths": ``F.dropout`` in its dropout layers and
-``F.cross_entropy`` as its loss, through ``tformer.dropout.reference()`` and ``tformer.losses.reference()``),
+``F.cross_entropy`` as its loss, through ``tformer.fast.dropout.reference()`` and ``tformer.nn.losses.reference()``),
 which shows what its cheaper CPU dropout mask and cross-entropy backward gain:
 
 * ``seq2seq`` — d_model 256, 4 heads, FFN 1024, 3+3 layers, vocab 8000, batch 64 × 16 → 16; tformer
@@ -85,7 +85,8 @@ def _step(model: nn.Module, loss_fn, n_tokens: int):
 
 def _reference_paths(run):
     """The same step with tformer's dropout layers on ``F.dropout`` and its loss on ``F.cross_entropy``."""
-    from tformer import dropout, losses
+    from tformer.fast import dropout
+    from tformer.nn import losses
 
     def wrapped() -> float:
         with dropout.reference(), losses.reference():
@@ -100,7 +101,7 @@ def _ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """tformer's training loss (its fused CPU backward; ``F.cross_entropy`` inside ``losses.reference()``)."""
-    from tformer.losses import sequence_cross_entropy
+    from tformer.nn.losses import sequence_cross_entropy
 
     return sequence_cross_entropy(logits, labels)
 
@@ -118,7 +119,7 @@ class TorchSeq2Seq(nn.Module):
 
     def __init__(self, c: dict, max_len: int) -> None:
         super().__init__()
-        from tformer.positional import sinusoidal_table
+        from tformer.nn.positional import sinusoidal_table
 
         self.embed = nn.Embedding(c["vocab"], c["d"])
         self.register_buffer("pe", sinusoidal_table(max_len, c["d"]), persistent=False)

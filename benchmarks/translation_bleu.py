@@ -26,7 +26,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def _test_set(args, split):
-    from tformer.data.pairs import group_references, read_aligned
+    from tformer.translation.pairs import group_references, read_aligned
 
     if args.corpus == "multi30k":
         pairs = read_aligned(Path(args.data) / f"val.{args.src}", Path(args.data) / f"val.{args.tgt}")
@@ -57,8 +57,8 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default="runs/bench-translation")
     p.add_argument("--quick", action="store_true", help="tiny model, a few seconds: proves the script works")
     args = p.parse_args(argv)
-    from tformer.train import TrainConfig, Trainer
-    from tformer.translation import TranslationTask, Translator, load_corpus, prepare, split_corpus
+    from tformer.training.trainer import TrainConfig, Trainer
+    from tformer.translation.task import TranslationTask, Translator, load_corpus, prepare, split_corpus
 
     if args.data is None:
         args.data = {"multi30k": SHARED / "multi30k", "tatoeba": SHARED / "tatoeba-eng-fra.tsv", "builtin": "builtin"}[args.corpus]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tformer import MultiHeadAttention, Recorder, scaled_dot_product_attention
-from tformer.masks import causal_mask, padding_mask
+from tformer.nn.masks import causal_mask, padding_mask
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -149,7 +149,7 @@ def test_cross_attention_query_and_key_lengths_differ(mha):
 @pytest.mark.parametrize("tq", [1, 3])
 def test_cross_attention_with_one_memory_row_per_group_of_rows_equals_the_repeated_memory(mha, tq):
     """Beam search: the G beams of a source share its memory (keys/values computed and cached once)."""
-    from tformer.cache import LayerKV
+    from tformer.nn.cache import LayerKV
 
     sources, g = 2, 3
     x, memory = torch.randn(sources * g, tq, 16), torch.randn(sources, 7, 16)

@@ -38,7 +38,7 @@ CASES = {
 
 
 def _minilm_or_skip():
-    from tformer.embeddings import minilm_path
+    from tformer.bert.embeddings import minilm_path
 
     try:
         minilm_path()

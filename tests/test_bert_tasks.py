@@ -41,7 +41,7 @@ def test_trained_wordpiece_has_the_specials_first(tokenizer):
 
 
 def test_uncased_bert_vocabulary_check_value():
-    from tformer.embeddings import minilm_path
+    from tformer.bert.embeddings import minilm_path
 
     wp = WordPiece.load(minilm_path())
     text = "I like coffee in the morning because it helps me wake up and stay focused."

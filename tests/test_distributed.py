@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tformer.data.toy_corpus import builtin_pairs
+from tformer.translation.toy_corpus import builtin_pairs
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
 
@@ -132,7 +132,7 @@ def test_rank0_results_and_different_models_across_processes(tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(
         "import os, torch\n"
-        "from tformer import distributed\n"
+        "from tformer.training import distributed\n"
         "world, _ = distributed.init('cpu')\n"
         "print(f'rank {world.rank}: pid {os.getpid()}, from rank 0 {distributed.from_rank0(os.getpid)}')\n"
         "def fails():\n"
@@ -159,7 +159,7 @@ def test_rank0_results_and_different_models_across_processes(tmp_path):
 
 
 def test_shutdown_leaves_the_process_group(tmp_path):
-    from tformer import distributed
+    from tformer.training import distributed
 
     dist = torch.distributed
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
@@ -170,7 +170,7 @@ def test_shutdown_leaves_the_process_group(tmp_path):
 
 
 def test_from_rank0_without_torchrun_just_calls(monkeypatch):
-    from tformer import distributed
+    from tformer.training import distributed
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.delenv("RANK", raising=False)

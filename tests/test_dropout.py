@@ -1,4 +1,4 @@
-"""tformer.dropout: the fast CPU mask drops at the asked rate, keeps the expectation, and matches F.dropout's contract."""
+"""tformer.fast.dropout: the fast CPU mask drops at the asked rate, keeps the expectation, and matches F.dropout's contract."""
 
 import sys
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.dropout import Dropout, dropout, fast_cpu_multiplier, reference
+from tformer.fast.dropout import Dropout, dropout, fast_cpu_multiplier, reference
 
 
 @pytest.mark.parametrize("p", [0.1, 0.25, 0.5])
@@ -92,8 +92,8 @@ def test_bad_rate_is_refused():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_dropout_on_the_cpu_uses_the_fast_mask_on_the_weights(causal):
-    from tformer.attention import scaled_dot_product_attention
-    from tformer.masks import causal_mask
+    from tformer.nn.attention import scaled_dot_product_attention
+    from tformer.nn.masks import causal_mask
 
     q, k, v = torch.randn(3, 2, 4, 5, 8).unbind(0)  # (B=2, H=4, T=5, Dh=8) each
     torch.manual_seed(7)

@@ -12,8 +12,8 @@ from torch import nn
 
 from tformer import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, MultiHeadAttention
 from tformer.interop import from_torch
-from tformer.masks import combine_masks
-from tformer.masks import from_torch as mask_from_torch
+from tformer.nn.masks import combine_masks
+from tformer.nn.masks import from_torch as mask_from_torch
 
 D, H, F = 16, 4, 32
 TOL = 1e-5

@@ -1,4 +1,4 @@
-"""tformer.linear.Linear: nn.Linear's numbers and state dict, with copies of the weight for inference that
+"""tformer.fast.linear.Linear: nn.Linear's numbers and state dict, with copies of the weight for inference that
 are never stale: a split between the threads or a transposed copy (one row), a oneDNN-packed copy (2 to 256
 rows)."""
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer import linear
-from tformer.linear import FEW_ROWS, PACKED_MIN_WEIGHTS, PACKED_ROWS, SPLIT_MIN_COLUMNS, Linear
+from tformer.fast import linear
+from tformer.fast.linear import FEW_ROWS, PACKED_MIN_WEIGHTS, PACKED_ROWS, SPLIT_MIN_COLUMNS, Linear
 
 
 @pytest.fixture

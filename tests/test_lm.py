@@ -9,9 +9,9 @@ import torch
 from tformer import GPT, GPTConfig
 from tformer.cli import main
 from tformer.generation import generate_lm
-from tformer.lm import (EOT, PAD, SPECIALS, UNK, ByteBPETokenizer, CharTokenizer, LMTask, TextStream, encode_documents,
+from tformer.lm.task import (EOT, PAD, SPECIALS, UNK, ByteBPETokenizer, CharTokenizer, LMTask, TextStream, encode_documents,
                         evaluate_stream, load_lm_tokenizer, read_documents, split_ids)
-from tformer.train import TrainConfig, Trainer, lr_factor
+from tformer.training.trainer import TrainConfig, Trainer, lr_factor
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
 SPEECH = ("All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n\n"
@@ -178,7 +178,7 @@ def test_resume_through_the_cli_equals_the_uninterrupted_run(tmp_path):
 
 def test_train_lm_settings_come_from_the_flag_then_the_recipe_then_the_default():
     from tformer.cli import build_parser
-    from tformer.commands.lm import RECIPES, _resolve
+    from tformer.cli.lm import RECIPES, _resolve
 
     def resolved(*flags):
         return _resolve(build_parser().parse_args(["train", "lm", "--data", "x.txt", "--out", "y", *flags]))

@@ -1,10 +1,10 @@
-"""tformer.losses: the CPU training path of sequence_cross_entropy equals F.cross_entropy, loss and gradient."""
+"""tformer.nn.losses: the CPU training path of sequence_cross_entropy equals F.cross_entropy, loss and gradient."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.losses import reference, sequence_cross_entropy
+from tformer.nn.losses import reference, sequence_cross_entropy
 
 
 def _both(logits, labels, **kw):

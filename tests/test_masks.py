@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from tformer.masks import (
+from tformer.nn.masks import (
     causal_mask,
     check_mask,
     combine_masks,

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
-from tformer.masks import causal_mask
+from tformer.nn.masks import causal_mask
 
 VOCAB = 50  # vocabulary of the conftest fixtures (the seq2seq target vocabulary is VOCAB + 7)
 

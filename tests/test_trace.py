@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tformer.cli import main
-from tformer.inspect import Recorder
-from tformer.trace import top_k_probs, toy_seq2seq, trace
+from tformer.nn.recorder import Recorder
+from tformer.inspect.trace import top_k_probs, toy_seq2seq, trace
 
 SRC = [[5, 6, 7, 8, 0, 0]]  # two padding positions: the cross-attention and encoder masks block them
 TGT = [[2, 9, 10, 11]]

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tformer.cli import main
-from tformer.masks import causal_mask
-from tformer.positional import sinusoidal_table
-from tformer.viz import plot_attention, plot_curves, plot_mask, plot_positional_encoding
+from tformer.nn.masks import causal_mask
+from tformer.nn.positional import sinusoidal_table
+from tformer.inspect.plots import plot_attention, plot_curves, plot_mask, plot_positional_encoding
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -102,7 +102,7 @@ def test_plot_commands_write_pngs(tmp_path, capsys, argv, size):
 
 
 def test_plot_mask_command_draws_the_combined_mask(tmp_path):
-    from tformer.commands.plot import mask_for
+    from tformer.cli.plot import mask_for
 
     mask = mask_for("combined", ["<sos>", "Je", "<pad>"])
     assert mask.int().tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 0]]

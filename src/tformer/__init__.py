@@ -6,12 +6,12 @@
 
 __version__ = "0.1.0"
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
-from .cache import KVCache
-from .checkpoint import load_pretrained
-from .inspect import Recorder
-from .layers import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, FeedForward, LayerConfig
-from .models import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+from tformer.nn.attention import MultiHeadAttention, scaled_dot_product_attention
+from tformer.nn.cache import KVCache
+from tformer.models.checkpoint import load_pretrained
+from tformer.nn.recorder import Recorder
+from tformer.nn.layers import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, FeedForward, LayerConfig
+from tformer.models import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 
 __all__ = [
     "__version__",

@@ -2,7 +2,7 @@
 
 Small pure pieces: logit processors (repetition penalty → temperature → top-k → top-p), then a
 choice (argmax, or a draw with a seeded ``torch.Generator``). The loops feed one new position at
-a time and keep keys/values in a :class:`~tformer.cache.KVCache`, so each step costs one position.
+a time and keep keys/values in a :class:`~tformer.nn.cache.KVCache`, so each step costs one position.
 
 * :func:`translate_ids` — encoder–decoder: encode the source once, then decode step by step.
 * :func:`beam_search` — encoder–decoder beam search with a length penalty.
@@ -19,8 +19,8 @@ from typing import Sequence
 
 import torch
 
-from .checks import check_positive_int
-from .masks import padding_mask
+from tformer.checks import check_positive_int
+from tformer.nn.masks import padding_mask
 
 __all__ = [
     "SamplingConfig",
@@ -165,7 +165,7 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     b, k, device = src.shape[0], beam_size, src.device
     memory_mask = _source_mask(src, model.config.pad_id)  # (B, 1, 1, S), or None
     # each source once: the K beams of source i (rows i·K … i·K + K − 1) share its memory, and cross-attention
-    # computes, caches and reads its keys/values once for all of them (tformer.attention.MultiHeadAttention)
+    # computes, caches and reads its keys/values once for all of them (tformer.nn.attention.MultiHeadAttention)
     memory = model.encode(src, memory_mask)  # (B, S, D)
     cache = model.new_cache(max_len + 1)
     # The model needs only each beam's last token; the histories and the bookkeeping below live on the CPU as

@@ -8,10 +8,10 @@
   and the English-vs-French language-identification data built from Tatoeba.
 """
 
-from .classification import ClassifyTask, TextClassifier, langid_examples, read_labelled_tsv
-from .fill_mask import fill_mask, load_masked_lm
-from .pretraining import BertBatch, BertPretrainTask, MLMCollator, nsp_pairs, read_documents
-from .tokenization import SPECIAL_TOKENS, WordPiece, train_wordpiece
+from tformer.bert.classification import ClassifyTask, TextClassifier, langid_examples, read_labelled_tsv
+from tformer.bert.fill_mask import fill_mask, load_masked_lm
+from tformer.bert.pretraining import BertBatch, BertPretrainTask, MLMCollator, nsp_pairs, read_documents
+from tformer.bert.tokenizer import SPECIAL_TOKENS, WordPiece, train_wordpiece
 
 __all__ = [
     "SPECIAL_TOKENS", "WordPiece", "train_wordpiece",

@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import atomic_write
-from ..models.bert import Bert
-from .pretraining import BertBatch, collate
-from .tokenization import WordPiece
+from tformer.files import atomic_write
+from tformer.models.bert import Bert
+from tformer.bert.pretraining import BertBatch, collate
+from tformer.bert.tokenizer import WordPiece
 
 __all__ = ["LABELS_FILE", "read_labelled_tsv", "split_examples", "ClassifyTask", "TextClassifier", "langid_examples", "write_tsv"]
 
@@ -140,7 +140,7 @@ class TextClassifier:
 
 def langid_examples(tatoeba: str | Path, n: int = 20000, seed: int = 0) -> list[tuple[str, str]]:
     """``n`` (sentence, "en"|"fr") examples, half each, from distinct Tatoeba pairs; shuffled, seeded."""
-    from ..data.pairs import read_tsv
+    from tformer.translation.pairs import read_tsv
 
     pairs = read_tsv(tatoeba)
     if n < 2 or n > len(pairs):

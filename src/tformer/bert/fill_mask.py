@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from ..models.bert import Bert
-from .tokenization import WordPiece
+from tformer.models.bert import Bert
+from tformer.bert.tokenizer import WordPiece
 
 __all__ = ["load_masked_lm", "fill_mask"]
 
@@ -26,7 +26,7 @@ __all__ = ["load_masked_lm", "fill_mask"]
 def _load_hf(directory: Path, config: dict) -> Bert:
     from safetensors.torch import load_file
 
-    from ..interop.hf import bert_config_from_hf, load_hf_bert_state
+    from tformer.interop.hf import bert_config_from_hf, load_hf_bert_state
 
     weights = directory / "model.safetensors"
     if not weights.is_file():

@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..losses import sequence_cross_entropy
-from .tokenization import WordPiece
+from tformer.nn.losses import sequence_cross_entropy
+from tformer.bert.tokenizer import WordPiece
 
 __all__ = ["IGNORE", "read_documents", "split_documents", "nsp_pairs", "BertBatch", "collate", "MLMCollator", "BertPretrainTask"]
 

@@ -3,7 +3,7 @@
 ``transformers`` is imported lazily inside ``from_hf``, so tformer imports without it installed.
 """
 
-from .hf import from_hf
-from .torch import from_torch
+from tformer.interop.hf import from_hf
+from tformer.interop.torch import from_torch
 
 __all__ = ["from_torch", "from_hf"]

@@ -8,7 +8,7 @@
 * ``MarianMTModel`` → :class:`tformer.Seq2SeqTransformer` (in :mod:`tformer.interop.hf_marian`).
 
 The weight-name mapping for BERT (:func:`bert_state_from_hf`) and the config mapping
-(:func:`bert_config_from_hf`) work on plain dicts, so :mod:`tformer.embeddings` reuses them to read a
+(:func:`bert_config_from_hf`) work on plain dicts, so :mod:`tformer.bert.embeddings` reuses them to read a
 ``config.json`` + ``model.safetensors`` directory without importing ``transformers`` at all.
 
 What changes on the way:
@@ -30,9 +30,9 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from ..models.bert import Bert, BertConfig
-from ..models.gpt import GPT, GPTConfig
-from ..models.seq2seq import Seq2SeqTransformer
+from tformer.models.bert import Bert, BertConfig
+from tformer.models.gpt import GPT, GPTConfig
+from tformer.models.seq2seq import Seq2SeqTransformer
 
 __all__ = ["from_hf", "bert_config_from_hf", "bert_state_from_hf", "load_hf_bert_state"]
 
@@ -269,7 +269,7 @@ def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
     elif isinstance(model, bert_types):
         ours = _bert_from_hf(model)
     elif isinstance(model, transformers.MarianMTModel):
-        from .hf_marian import marian_from_hf
+        from tformer.interop.hf_marian import marian_from_hf
 
         ours = marian_from_hf(model)
     else:

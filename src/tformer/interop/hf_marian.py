@@ -37,8 +37,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from ..models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
-from .hf import _activation, _rename
+from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from tformer.interop.hf import _activation, _rename
 
 __all__ = ["marian_config_from_hf", "marian_state_from_hf", "marian_from_hf"]
 

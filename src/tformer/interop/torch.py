@@ -9,7 +9,7 @@ Two boundary differences to remember when feeding both:
 
 * tformer modules are always batch-first: transpose inputs of a ``batch_first=False`` module;
 * masks: tformer uses ``True`` = may attend; convert PyTorch masks with
-  :func:`tformer.masks.from_torch` and reshape key-padding masks (B, S) to (B, 1, 1, S).
+  :func:`tformer.nn.masks.from_torch` and reshape key-padding masks (B, S) to (B, 1, 1, S).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import re
 import torch
 from torch import nn
 
-from ..attention import MultiHeadAttention
-from ..layers import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, LayerConfig
+from tformer.nn.attention import MultiHeadAttention
+from tformer.nn.layers import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, LayerConfig
 
 __all__ = ["from_torch"]
 

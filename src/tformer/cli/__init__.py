@@ -1,0 +1,51 @@
+"""The ``tformer`` command line. Each subcommand lives in ``tformer/cli/<name>.py`` and
+provides ``add_parser(subparsers)``; the parser it adds has ``run`` as its ``func`` default."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from tformer import __version__
+
+# Subcommand modules, in the order `tformer --help` lists them.
+COMMANDS = ["demo", "train", "translate", "lm", "bert", "embed", "trace", "plot", "data", "info", "bench"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tformer",
+        description="The Transformer from its parts: train, run and inspect seq2seq, GPT and BERT models.",
+    )
+    parser.add_argument("--version", action="version", version=f"tformer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"tformer.cli.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        code = args.func(args) or 0
+        if "torch.distributed" in sys.modules:  # leave a torchrun process group cleanly; only after success,
+            from tformer.training.distributed import shutdown  # since a failed rank would leave the others at the barrier
+
+            shutdown()
+        return code
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
+    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
+        print(f"tformer {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

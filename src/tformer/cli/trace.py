@@ -1,0 +1,122 @@
+"""``tformer trace``: walk one real forward pass step by step and print every intermediate tensor.
+
+    tformer trace --toy                                   # the notes' d_model = 4 walk-through
+    tformer trace --model DIR "I am good." --target "Je vais bien" --layer 0 --head 1
+    tformer trace --model GPT_DIR --prompt "To be" --max-new-tokens 10 --json trace.json
+    tformer trace --model DIR --ids "4 5 6 7"             # no tokenizer files: raw ids
+
+Tokenizer files are picked up from the model directory when present: ``src_tokenizer.json`` and
+``tgt_tokenizer.json`` (seq2seq; <pad>=0 <unk>=1 <sos>=2 <eos>=3) or ``tokenizer.json`` (GPT, BERT).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_input_args(p) -> None:
+    """The model and input options shared by ``tformer trace`` and ``tformer plot attention``."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="model directory written by save_pretrained")
+    src.add_argument("--toy", action="store_true", help="the notes' d_model = 4 translator of 'I am good .'")
+    p.add_argument("text", nargs="?", help="input text: the source sentence (seq2seq), prompt (GPT) or text (BERT)")
+    p.add_argument("--prompt", help="the same as TEXT (reads better for GPT)")
+    p.add_argument("--target", help="seq2seq: target text fed to the decoder after <sos> (teacher forcing)")
+    p.add_argument("--ids", help="space-separated input ids, when the model directory has no tokenizer")
+    p.add_argument("--target-ids", help="seq2seq: space-separated decoder input ids (default: 2 = <sos>)")
+    p.add_argument("--top-k", type=int, default=5, help="candidates shown for each next token (default 5)")
+    p.add_argument("--max-new-tokens", type=int, help="greedy generation steps after the trace (default 5 for --toy, else 20)")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("trace", help="print every intermediate tensor of one forward pass")
+    add_input_args(p)
+    p.add_argument("--layer", type=int, help="only this layer's tensors")
+    p.add_argument("--head", type=int, help="only this attention head")
+    p.add_argument("--stage", action="append", help="only these stages (repeat or comma-separate), e.g. weights,top_k")
+    p.add_argument("--max-full", type=int, default=128, help="print tensors up to this many values in full (default 128)")
+    p.add_argument("--json", metavar="FILE", help="also write the trace as JSON to FILE")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    trace = build_trace(args)
+    stages = [s for item in args.stage for s in item.split(",") if s] if args.stage else None
+    print(trace.format(layer=args.layer, head=args.head, stages=stages, max_full=args.max_full))
+    if args.json:
+        print(f"wrote {trace.to_json(args.json)}")
+    return 0
+
+
+def build_trace(args):
+    """Load the model (or build the toy), tokenize the input and trace it."""
+    from tformer.inspect.trace import toy_seq2seq, trace
+
+    if args.top_k < 1:
+        raise ValueError(f"--top-k must be a positive integer, got {args.top_k}")
+    steps = args.max_new_tokens if args.max_new_tokens is not None else (5 if args.toy else 20)
+    if steps < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0, got {steps}")
+    if args.toy:
+        return toy_seq2seq().trace(k=args.top_k, max_new_tokens=steps)
+    from tformer.models.checkpoint import load_pretrained
+
+    model = load_pretrained(args.model)
+    inputs = _inputs(model, Path(args.model), args)
+    extra = {} if model.model_type == "bert" else {"max_new_tokens": steps}
+    return trace(model, **inputs, k=args.top_k, **extra)
+
+
+def _parse_ids(text: str, flag: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split()]
+    except ValueError:
+        raise ValueError(f"{flag} must be space-separated integers, got {text!r}") from None
+
+
+def _tokenizer(directory: Path, name: str):
+    path = directory / name
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
+def _vocab(tok) -> list[str] | None:
+    return None if tok is None else [tok.id_to_token(i) or str(i) for i in range(tok.get_vocab_size())]
+
+
+def _encode(tok, text: str | None, ids: str | None, what: str, special: bool) -> tuple[list[int], list[str] | None]:
+    """ids and tokens from ``--ids`` or from the tokenizer file ``what``."""
+    if ids is not None:
+        return _parse_ids(ids, "--ids" if "target" not in what else "--target-ids"), None
+    if text is None:
+        raise ValueError(f"give the input as TEXT (or --prompt), or as --ids for {what}")
+    if tok is None:
+        raise ValueError(f"the model directory has no {what}: pass the input as space-separated --ids")
+    enc = tok.encode(text, add_special_tokens=special)
+    if not enc.ids:
+        raise ValueError(f"the text {text!r} gives no tokens")
+    return enc.ids, enc.tokens
+
+
+def _inputs(model, directory: Path, args) -> dict:
+    text = args.text if args.text is not None else args.prompt
+    if model.model_type == "seq2seq":
+        src_tok, tgt_tok = _tokenizer(directory, "src_tokenizer.json"), _tokenizer(directory, "tgt_tokenizer.json")
+        src_ids, src_tokens = _encode(src_tok, text, args.ids, "src_tokenizer.json", special=False)
+        if args.target_ids is not None:
+            tgt_ids, tgt_tokens = _parse_ids(args.target_ids, "--target-ids"), None
+        elif args.target is not None:
+            ids, tokens = _encode(tgt_tok, args.target, None, "tgt_tokenizer.json (for --target)", special=False)
+            tgt_ids, tgt_tokens = [2] + ids, ["<sos>"] + tokens  # decoder input = <sos> + target
+        else:
+            tgt_ids, tgt_tokens = [2], ["<sos>"]
+        return dict(src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=_vocab(tgt_tok))
+    tok = _tokenizer(directory, "tokenizer.json")
+    ids, tokens = _encode(tok, text, args.ids, "tokenizer.json", special=model.model_type == "bert")
+    inputs = dict(ids=ids, tokens=tokens, vocab=_vocab(tok))
+    if model.model_type == "gpt" and tok is not None and tok.token_to_id("<|endoftext|>") is not None:
+        inputs["eos_id"] = tok.token_to_id("<|endoftext|>")
+    return inputs

@@ -1,1 +1,0 @@
-"""Subcommands of the ``tformer`` command line, one module each."""

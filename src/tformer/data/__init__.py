@@ -1,1 +1,0 @@
-"""Data: parallel corpora, the built-in English→French corpus, downloads and batching."""

@@ -1,0 +1,428 @@
+"""Glass box: a trace of one real forward pass, every intermediate tensor in data-flow order.
+
+The trace is *collected*, never recomputed: forward hooks on the model's own modules (token and
+position embeddings, :class:`~tformer.nn.layers.AddNorm`, :class:`~tformer.nn.layers.FeedForward`, the
+final norms, the output head) plus the :class:`~tformer.nn.recorder.Recorder`, which makes every
+attention call keep its Q, K, V, scores, mask, weights and context. The numbers shown are the
+numbers the model used; ``tests/test_trace.py`` proves it against ``model(...)``.
+
+    >>> toy = toy_seq2seq()                                   # d_model = 4, the notes' example
+    >>> t = toy.trace(max_new_tokens=5)                       # doctest: +SKIP
+    >>> print(t.format(layer=0, stages=["weights"]))          # doctest: +SKIP
+    >>> t.plot_attention("cross.png", block="decoder", kind="cross")  # doctest: +SKIP
+
+Dimension legend: B batch, T sequence length, H heads, Tq query length, Tk key length,
+Dh head dim, D model dim, V vocabulary size. Each :class:`Entry` names its dims, e.g. ("B", "H", "Tq", "Tk").
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tformer.nn.attention import MultiHeadAttention
+from tformer.nn.recorder import Recorder
+from tformer.nn.layers import AddNorm, Decoder, Encoder, FeedForward
+from tformer.nn.positional import InputEmbedding
+from tformer.inspect.format import format_trace, summary
+
+__all__ = ["STAGES", "Entry", "Trace", "Toy", "trace", "trace_seq2seq", "trace_gpt", "trace_bert",
+           "top_k_probs", "greedy_steps", "toy_seq2seq"]
+
+STAGES = ("tokens", "token_embedding", "positional", "segment", "embedding", "q", "k", "v", "scores", "mask",
+          "masked_scores", "weights", "context", "attn_output", "add_norm", "ffn", "final_norm", "logits", "probs",
+          "top_k", "generation")
+SOS, EOS = 2, 3  # seq2seq special ids (see tformer.translation.tokenizer)
+
+
+@dataclass
+class Entry:
+    """One traced tensor: which stage, where in the model, and what its dimensions mean."""
+
+    stage: str  # one of STAGES
+    tensor: torch.Tensor
+    dims: tuple[str, ...]  # one name per dimension, e.g. ("B", "H", "Tq", "Tk")
+    block: str = ""  # "encoder" | "decoder" | "output"
+    layer: int | None = None  # layer index inside the block; None outside the layers
+    where: str = ""  # module path, e.g. "decoder.layers.0.cross_attn"
+    note: str = ""
+    rows: list[str] | None = None  # labels along dims[-2] (tokens)
+    cols: list[str] | None = None  # labels along dims[-1]
+
+    @property
+    def kind(self) -> str:
+        """"self" or "cross" for attention entries, "" otherwise."""
+        tail = self.where.rsplit(".", 1)[-1]
+        return {"self_attn": "self", "cross_attn": "cross"}.get(tail, "")
+
+
+@dataclass
+class Trace:
+    model_type: str
+    entries: list[Entry] = field(default_factory=list)
+    tokens: dict[str, list[str]] = field(default_factory=dict)  # block → tokens of its input
+    top_k: list[dict] = field(default_factory=list)  # {"position", "token", "candidates": [(token, id, prob)]}
+    steps: list[dict] = field(default_factory=list)  # greedy generation, one dict per step
+
+    def select(self, layer: int | None = None, stages=None, block: str | None = None) -> list[Entry]:
+        """Entries of that ``layer`` (entries outside the layers are dropped), ``stages`` and ``block``."""
+        stages = _check_stages(stages)
+        return [e for e in self.entries if (layer is None or e.layer == layer)
+                and (stages is None or e.stage in stages) and (block is None or e.block == block)]
+
+    def get(self, stage: str, block: str | None = None, layer: int | None = None, kind: str | None = None) -> Entry:
+        """The first entry of ``stage`` matching ``block``/``layer``/``kind`` ("self"/"cross")."""
+        for e in self.select(layer, [stage], block):
+            if kind is None or e.kind == kind:
+                return e
+        have = sorted({(e.block, e.layer, e.kind) for e in self.entries if e.stage == stage}, key=str)
+        raise ValueError(f"no {stage!r} entry for block={block!r}, layer={layer!r}, kind={kind!r}; the trace has {have}")
+
+    def format(self, layer: int | None = None, head: int | None = None, stages=None, max_full: int = 128) -> str:
+        """Readable text: values in full for tensors of at most ``max_full`` elements, else a summary."""
+        self._check_head(head)
+        return format_trace(self, self.select(layer, stages), head, _check_stages(stages), layer, max_full)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def _check_head(self, head: int | None) -> None:
+        n_heads = max((e.tensor.shape[e.dims.index("H")] for e in self.entries if "H" in e.dims), default=0)
+        if head is not None and not 0 <= head < n_heads:
+            raise ValueError(f"head must be in [0, {n_heads}) for this model, got {head}")
+
+    def to_dict(self, max_values: int = 100_000) -> dict:
+        """Plain data: each entry with its dims, labels and values (a summary above ``max_values`` elements)."""
+        entries = [dict(stage=e.stage, block=e.block, layer=e.layer, where=e.where, kind=e.kind, dims=list(e.dims),
+                        shape=list(e.tensor.shape), note=e.note, rows=e.rows, cols=e.cols,
+                        **({"values": _jsonable(e.tensor.tolist())} if e.tensor.numel() <= max_values
+                           else {"summary": summary(e.tensor)}))
+                   for e in self.entries]
+        return dict(model_type=self.model_type, tokens=self.tokens, entries=entries, top_k=self.top_k, generation=self.steps)
+
+    def to_json(self, path: str | Path, max_values: int = 100_000) -> Path:
+        """Write the trace as JSON (−∞ is written as the string "-inf"); tensors above ``max_values`` as summaries."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(max_values), indent=1) + "\n", encoding="utf-8")
+        return path
+
+    def plot_attention(self, path=None, block: str | None = None, layer: int = 0, kind: str | None = None,
+                       head: int | None = None):
+        """Heatmap of one attention module's weights (all heads in a grid, or ``head``); returns the Figure."""
+        from tformer.inspect.plots import plot_attention
+
+        self._check_head(head)
+        e = self.get("weights", block, layer, kind)
+        w = e.tensor[0]  # (H, Tq, Tk), first sequence of the batch
+        if head is not None:
+            w = w[head]  # (Tq, Tk)
+        title = f"{e.block} layer {e.layer} {e.kind}-attention" + (f", head {head}" if head is not None else "")
+        return plot_attention(w, e.cols, e.rows, path, title)
+
+
+def _check_stages(stages) -> set[str] | None:
+    if stages is None:
+        return None
+    stages = {stages} if isinstance(stages, str) else set(stages)
+    unknown = stages - set(STAGES)
+    if unknown:
+        raise ValueError(f"stages: unknown stage(s) {sorted(unknown)}; choose from {', '.join(STAGES)}")
+    return stages
+
+
+def _jsonable(v):
+    """Nested lists of numbers with ±inf/nan as strings ("-inf"): JSON has no infinity."""
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v if not isinstance(v, float) or math.isfinite(v) else str(v)
+
+
+def top_k_probs(logits: torch.Tensor, vocab: list[str] | None = None, k: int = 5) -> list[tuple[str, int, float]]:
+    """softmax(``logits`` (V,)) → the ``k`` most likely tokens as (token, id, probability), best first.
+
+    >>> top_k_probs(torch.tensor([45., 40., 49.]), ["bien", "Je", "vais"], k=3)[0][0]
+    'vais'
+    """
+    if logits.dim() != 1:
+        raise ValueError(f"logits must have shape (V,), got {tuple(logits.shape)}")
+    if k < 1:
+        raise ValueError(f"k must be a positive integer, got {k}")
+    probs = torch.softmax(logits.double(), dim=-1)  # (V,)
+    values, ids = probs.topk(min(k, probs.numel()))
+    return [(_token(vocab, int(i)), int(i), float(p)) for p, i in zip(values, ids)]
+
+
+def _token(vocab: list[str] | None, i: int) -> str:
+    return vocab[i] if vocab is not None and 0 <= i < len(vocab) else str(i)
+
+
+BTD = ("B", "T", "D")
+
+
+class _Collector:
+    """Forward hooks that turn each module output (and each attention record) into entries, in call order."""
+
+    def __init__(self, model: nn.Module, rec: Recorder, labels: dict[str, list[str]], vocab: list[str] | None) -> None:
+        self.entries: list[Entry] = []
+        self.rec, self.labels, self.vocab, self.handles = rec, labels, vocab, []
+        self.embed_block = "decoder" if model.model_type == "gpt" else "encoder"
+        for name, m in model.named_modules():
+            self._attach(name, m)
+        head = model.mlm_head if model.model_type == "bert" else model.output
+        self._watch(head, "logits", "output", ("B", "T", "V"), "output head → logits", "output")
+
+    def _attach(self, name: str, m: nn.Module) -> None:
+        watch = functools.partial(self._watch, block=self._locate(name)[0], layer=self._locate(name)[1])
+        if isinstance(m, InputEmbedding):
+            scale, extra = m.scale, " + segment" * (m.segment is not None) + " → LayerNorm" * (m.norm is not None)
+            watch(m.token, "token_embedding", name + ".token", BTD, "token embedding lookup"
+                  + (f" × √D = × {scale:.4g}" if scale != 1.0 else ""), value=lambda o: o * scale)  # as the model does
+            watch(m.position, "positional", name + ".position", ("T", "D"), f"{type(m.position).__name__}, one row per position")
+            watch(m.segment, "segment", name + ".segment", BTD, "segment (token-type) embedding")
+            position = "position" if m.position is not None else "no position (RoPE rotates q and k in self-attention)"
+            watch(m, "embedding", name, BTD, f"token + {position}{extra} → dropout")
+        elif isinstance(m, MultiHeadAttention):
+            block, layer = self._locate(name)
+            self.handles.append(m.register_forward_hook(lambda *_: self._attention(name, block, layer)))
+        elif isinstance(m, AddNorm):
+            formula = "x + sublayer(LayerNorm(x))" if m.norm_first else "LayerNorm(x + sublayer(x))"
+            watch(m, "add_norm", name, BTD, f"{formula} [{name.rsplit('.', 1)[-1]}]")
+        elif isinstance(m, FeedForward):
+            watch(m, "ffn", name, BTD, "Linear(D, F) → activation → Linear(F, D)")
+        elif isinstance(m, (Encoder, Decoder)):
+            watch(m.norm, "final_norm", name + ".norm", BTD, "final LayerNorm of the stack")
+
+    def _locate(self, name: str) -> tuple[str, int | None]:
+        parts = name.split(".")
+        blocks = {"encoder": "encoder", "src_embed": "encoder", "decoder": "decoder", "tgt_embed": "decoder"}
+        layer = int(parts[parts.index("layers") + 1]) if "layers" in parts[:-1] else None
+        return blocks.get(parts[0], self.embed_block if parts[0] == "embed" else "output"), layer
+
+    def _watch(self, module, stage, where, dims, note, block, layer=None, value=None) -> None:
+        """Hook ``module`` (if any): its output, through ``value`` if given, becomes an entry of ``stage``."""
+        if module is not None:
+            hook = lambda _m, _i, out: self._add(stage, out if value is None else value(out), dims, block, layer, where, note)  # noqa: E731
+            self.handles.append(module.register_forward_hook(hook))
+
+    def vocab_cols(self, n: int) -> list[str] | None:
+        return self.vocab if self.vocab is not None and len(self.vocab) == n <= 64 else None
+
+    def _add(self, stage, tensor, dims, block, layer, where, note="", rows=None, cols=None) -> None:
+        if stage == "positional":
+            rows = [f"pos {p}" for p in range(tensor.shape[0])]  # traces start at position 0 (no cache)
+        elif rows is None and dims[-2] in ("T", "Tq"):
+            rows = self.labels.get(block)
+        cols = self.vocab_cols(tensor.shape[-1]) if stage == "logits" else cols
+        self.entries.append(Entry(stage, tensor.detach(), dims, block, layer, where, note, rows, cols))
+
+    def _attention(self, name: str, block: str, layer: int | None) -> None:
+        r = self.rec.records[-1]  # appended by this very call, just before the hook fired
+        if r.name != name:
+            raise RuntimeError(f"attention record {r.name!r} does not match the hooked module {name!r}")
+        q_rows = self.labels.get(block)
+        k_rows = self.labels.get("encoder") if r.kind == "cross" else q_rows
+        b, _, tq, tk = r.scores.shape
+        mask = torch.ones(1, 1, tq, tk, dtype=torch.bool, device=r.scores.device) if r.mask is None else r.mask
+        mask = mask.expand(b, 1, tq, tk)[:, 0].int()  # (B, Tq, Tk) 1 = may attend
+        src = " from the encoder output" if r.kind == "cross" else ""
+        for stage, t, dims, note, rows, cols in (
+            ("q", r.q, ("B", "H", "Tq", "Dh"), "queries Q = x·W_Q, split into heads", q_rows, None),
+            ("k", r.k, ("B", "H", "Tk", "Dh"), "keys K" + src, k_rows, None),
+            ("v", r.v, ("B", "H", "Tk", "Dh"), "values V" + src, k_rows, None),
+            ("scores", r.scores, ("B", "H", "Tq", "Tk"), "Q·Kᵀ / √Dh", q_rows, k_rows),
+            ("mask", mask, ("B", "Tq", "Tk"), "1 = may attend, 0 = blocked", q_rows, k_rows),
+            ("masked_scores", r.masked_scores, ("B", "H", "Tq", "Tk"), "blocked scores set to -inf", q_rows, k_rows),
+            ("weights", r.weights, ("B", "H", "Tq", "Tk"), "softmax over Tk; blocked entries are exactly 0", q_rows, k_rows),
+            ("context", r.context, ("B", "H", "Tq", "Dh"), "weights · V", q_rows, None),
+            ("attn_output", r.output, ("B", "Tq", "D"), "heads concatenated → W_O", q_rows, None),
+        ):
+            self._add(stage, t, dims, block, layer, name, note, rows, cols)
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _as_ids(ids, name: str) -> torch.Tensor:
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    if ids.dim() == 1:
+        ids = ids[None]  # (T,) → (1, T)
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        raise ValueError(f"{name} must be one sequence of ids, shape (T,) or (1, T), got {tuple(ids.shape)}")
+    return ids
+
+
+def _labels(ids: torch.Tensor, tokens: list[str] | None, vocab: list[str] | None, name: str) -> list[str]:
+    if tokens is None:
+        return [_token(vocab, int(i)) for i in ids[0]]
+    if len(tokens) != ids.shape[1]:
+        raise ValueError(f"{name} has {len(tokens)} tokens but the ids have length {ids.shape[1]}")
+    return list(tokens)
+
+
+def _run(model: nn.Module, labels: dict[str, list[str]], ids: dict[str, torch.Tensor], vocab, call) -> Trace:
+    """Run ``call()`` once with hooks and a recorder attached, in eval mode; restore the mode after."""
+    was_training = model.training
+    model.eval()
+    tr = Trace(model.model_type, tokens=labels)
+    for block, t in ids.items():
+        tr.entries.append(Entry("tokens", t, ("B", "T"), block, None, "", "token ids", cols=labels[block]))
+    last = labels[list(ids)[-1]]  # the output head reads the last block's positions
+    with torch.no_grad(), Recorder(model) as rec:
+        collector = _Collector(model, rec, {**labels, "output": last}, vocab)
+        try:
+            call()
+        finally:
+            collector.close()
+            model.train(was_training)
+    tr.entries += collector.entries
+    logits = tr.get("logits").tensor  # (B, T, V)
+    tr.entries.append(Entry("probs", torch.softmax(logits, dim=-1), ("B", "T", "V"), "output", None, "output",
+                            "softmax over V", last, collector.vocab_cols(logits.shape[-1])))
+    return tr
+
+
+def _add_top_k(tr: Trace, vocab, k: int, positions: list[int]) -> None:
+    logits = tr.get("logits").tensor[0]  # (T, V)
+    rows = tr.get("probs").rows
+    tr.top_k = [dict(position=p, token=rows[p], candidates=top_k_probs(logits[p], vocab, k)) for p in positions]
+
+
+def trace_seq2seq(model, src_ids, tgt_ids=(SOS,), src_tokens=None, tgt_tokens=None, vocab=None, k: int = 5,
+                  max_new_tokens: int = 0) -> Trace:
+    """Trace ``model(src, tgt)`` (teacher forcing; ``tgt`` starts with <sos>), then greedy generation.
+
+    ``vocab`` maps target ids to token strings (for top-k and generation).
+    """
+    src, tgt = _as_ids(src_ids, "src_ids"), _as_ids(tgt_ids, "tgt_ids")
+    labels = {"encoder": _labels(src, src_tokens, None, "src_tokens"), "decoder": _labels(tgt, tgt_tokens, vocab, "tgt_tokens")}
+    tr = _run(model, labels, {"encoder": src, "decoder": tgt}, vocab, lambda: model(src, tgt))
+    _add_top_k(tr, vocab, k, list(range(tgt.shape[1])))
+    if max_new_tokens:
+        tr.steps = greedy_steps(model, src, max_new_tokens, vocab, k)
+    return tr
+
+
+def trace_gpt(model, ids, tokens=None, vocab=None, k: int = 5, max_new_tokens: int = 0, eos_id: int | None = None) -> Trace:
+    """Trace ``model(ids)`` (a prompt), top-k at the last position, then greedy continuation."""
+    ids = _as_ids(ids, "ids")
+    labels = {"decoder": _labels(ids, tokens, vocab, "tokens")}
+    tr = _run(model, labels, {"decoder": ids}, vocab, lambda: model(ids))
+    _add_top_k(tr, vocab, k, [ids.shape[1] - 1])
+    if max_new_tokens:
+        tr.steps = greedy_steps(model, ids, max_new_tokens, vocab, k, eos_id)
+    return tr
+
+
+def trace_bert(model, ids, tokens=None, token_type_ids=None, vocab=None, k: int = 5, mask_token: str = "[MASK]") -> Trace:
+    """Trace the encoder and the MLM head; top-k at the ``mask_token`` positions (all positions if none)."""
+    ids = _as_ids(ids, "ids")
+    labels = {"encoder": _labels(ids, tokens, vocab, "tokens")}
+    segments = None if token_type_ids is None else _as_ids(token_type_ids, "token_type_ids")
+    tr = _run(model, labels, {"encoder": ids}, vocab, lambda: model.pretraining_logits(ids, segments))
+    positions = [i for i, t in enumerate(labels["encoder"]) if t == mask_token] or list(range(ids.shape[1]))
+    _add_top_k(tr, vocab, k, positions)
+    return tr
+
+
+def trace(model, *args, **kwargs) -> Trace:
+    """Dispatch on ``model.model_type`` to :func:`trace_seq2seq`, :func:`trace_gpt` or :func:`trace_bert`."""
+    fns = {"seq2seq": trace_seq2seq, "gpt": trace_gpt, "bert": trace_bert}
+    kind = getattr(model, "model_type", None)
+    if kind not in fns:
+        raise TypeError(f"model must be a tformer Seq2SeqTransformer, GPT or Bert, got {type(model).__name__}")
+    return fns[kind](model, *args, **kwargs)
+
+
+@torch.no_grad()
+def greedy_steps(model, ids, max_new_tokens: int, vocab=None, k: int = 5, eos_id: int | None = None) -> list[dict]:
+    """Greedy decoding with the KV cache, one dict per step: the fed tokens, the pick and its top-k.
+
+    Seq2seq: ``ids`` is the source; decoding starts from <sos> and stops at ``eos_id`` (default <eos> = 3).
+    GPT: ``ids`` is the prompt; it stops at ``eos_id`` if given, or at the context length.
+    """
+    if model.model_type not in ("seq2seq", "gpt"):
+        raise TypeError(f"greedy generation needs a seq2seq or GPT model, got {type(model).__name__}")
+    ids, cache, was_training, steps = _as_ids(ids, "ids"), model.new_cache(), model.training, []
+    try:
+        model.eval()
+        if model.model_type == "seq2seq":
+            memory = model.encode(ids)  # (1, S, D), computed once
+            step_fn = lambda x: model.decode(x, memory, cache=cache)  # noqa: E731
+            fed, limit, eos_id = torch.tensor([[SOS]]), model.config.max_len, EOS if eos_id is None else eos_id
+        else:
+            step_fn = lambda x: model(x, cache=cache)  # noqa: E731
+            fed, limit = ids, model.config.max_len - ids.shape[1]
+        for step in range(min(max_new_tokens, limit)):
+            top = top_k_probs(step_fn(fed)[0, -1], vocab, k)  # logits (V,) of the last position
+            token, next_id, prob = top[0]
+            fed_tokens = [_token(vocab, int(i)) for i in fed[0]]
+            steps.append(dict(step=step + 1, fed=fed_tokens, token=token, id=next_id, prob=prob, candidates=top))
+            if next_id == eos_id:
+                break
+            fed = torch.tensor([[next_id]])  # (1, 1): the cache holds everything before
+    finally:
+        model.train(was_training)
+    return steps
+
+
+@dataclass
+class Toy:
+    """The notes' teaching example: a d_model = 4 translator of "I am good ." → "Je vais bien"."""
+
+    model: nn.Module
+    src_vocab: list[str]
+    tgt_vocab: list[str]
+    src_tokens: list[str]
+    tgt_tokens: list[str]  # decoder input: <sos> + target
+
+    def ids(self, tokens: list[str], vocab: list[str]) -> list[int]:
+        return [vocab.index(t) for t in tokens]
+
+    def trace(self, k: int = 3, max_new_tokens: int = 5) -> Trace:
+        return trace_seq2seq(self.model, self.ids(self.src_tokens, self.src_vocab), self.ids(self.tgt_tokens, self.tgt_vocab),
+                             self.src_tokens, self.tgt_tokens, self.tgt_vocab, k, max_new_tokens)
+
+
+_SPECIALS = ["<pad>", "<unk>", "<sos>", "<eos>"]
+_TOY_TEXT = dict(src_vocab=_SPECIALS + ["I", "am", "good", "."], tgt_vocab=_SPECIALS + ["Je", "vais", "bien"],
+                 src_tokens=["I", "am", "good", "."], tgt_tokens=["<sos>", "Je", "vais", "bien"])
+
+
+def toy_seq2seq(n_heads: int = 2, train_steps: int = 60, seed: int = 0) -> Toy:
+    """A 1-layer, d_model = 4 seq2seq model overfit on the one pair, with a fixed seed (global RNG untouched)."""
+    from tformer.models import Seq2SeqConfig, Seq2SeqTransformer
+
+    config = Seq2SeqConfig(src_vocab_size=8, tgt_vocab_size=7, d_model=4, n_heads=n_heads, n_encoder_layers=1,
+                           n_decoder_layers=1, d_ff=16, dropout=0.0, max_len=16)
+    toy = Toy(Seq2SeqTransformer(config), **{k: list(v) for k, v in _TOY_TEXT.items()})
+    toy.model.load_state_dict(_toy_weights(config, train_steps, seed))
+    toy.model.eval()
+    return toy
+
+
+@functools.lru_cache(maxsize=4)
+def _toy_weights(config, train_steps: int, seed: int) -> dict[str, torch.Tensor]:
+    """Teacher forcing on the one pair: input <sos> Je vais bien, labels Je vais bien <eos> (cached per process)."""
+    from tformer.models import Seq2SeqTransformer
+
+    t = _TOY_TEXT
+    src = torch.tensor([[t["src_vocab"].index(w) for w in t["src_tokens"]]])  # (1, S)
+    tgt = torch.tensor([[t["tgt_vocab"].index(w) for w in t["tgt_tokens"] + ["<eos>"]]])  # (1, T + 1)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Seq2SeqTransformer(config)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+        for _ in range(train_steps):
+            logits = model(src, tgt[:, :-1])  # (1, T, V)
+            loss = nn.functional.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return {name: p.detach().clone() for name, p in model.state_dict().items()}

@@ -1,0 +1,122 @@
+"""Checkpoints: ``save_pretrained(dir)`` / ``from_pretrained(dir)``.
+
+A model directory holds ``config.json`` (the config fields plus ``model_type``) and
+``model.safetensors`` (the weights). Both are written atomically (temp file + rename), so an
+interrupted save never leaves a half-written checkpoint behind. Nothing is unpickled: weights go
+through safetensors, everything else through JSON. Tied weights are stored once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from tformer.files import atomic_write
+
+__all__ = ["load_pretrained", "CONFIG_NAME", "WEIGHTS_NAME"]
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+_MODEL_TYPES: dict[str, type] = {}
+
+
+def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """State dict with tied tensors kept once (the first name wins)."""
+    seen: set[tuple[int, int]] = set()
+    state = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if key in seen:
+            continue
+        seen.add(key)
+        state[name] = tensor.detach().contiguous().cpu()
+    return state
+
+
+class PretrainedMixin:
+    """Adds ``save_pretrained`` / ``from_pretrained`` to a model with a dataclass ``config``."""
+
+    model_type: str = ""
+    config_class: type = object
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.model_type:
+            _MODEL_TYPES[cls.model_type] = cls
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        config = {"model_type": self.model_type, **dataclasses.asdict(self.config)}
+        text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+        atomic_write(directory / WEIGHTS_NAME, lambda tmp: save_file(_unique_state(self), tmp, metadata={"format": "pt"}))
+        atomic_write(directory / CONFIG_NAME, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
+        config = _read_config(Path(directory), expected_type=cls.model_type)
+        model = cls(cls.config_class(**config))
+        _load_weights(model, Path(directory) / WEIGHTS_NAME, map_location)
+        return model.eval()
+
+
+def load_pretrained(directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
+    """Load any tformer model directory, choosing the class from ``model_type`` in ``config.json``."""
+    config_type = _read_config(Path(directory), expected_type=None, keep_type=True)["model_type"]
+    return _MODEL_TYPES[config_type].from_pretrained(directory, map_location)
+
+
+def _read_config(directory: Path, expected_type: str | None, keep_type: bool = False) -> dict[str, Any]:
+    path = directory / CONFIG_NAME
+    if not directory.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {str(directory)!r} does not exist")
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(path)!r} is missing: {directory} is not a tformer checkpoint")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{str(path)!r} is not valid JSON (truncated or corrupted?): {err}") from None
+    model_type = config.get("model_type")
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"{str(path)!r} has model_type={model_type!r}, expected one of {sorted(_MODEL_TYPES)}")
+    if expected_type is not None and model_type != expected_type:
+        raise ValueError(f"{str(path)!r} holds a {model_type!r} model, not a {expected_type!r} model")
+    if keep_type:
+        return config
+    config.pop("model_type")
+    fields = {f.name for f in dataclasses.fields(_MODEL_TYPES[model_type].config_class)}
+    unknown = sorted(set(config) - fields)
+    if unknown:
+        raise ValueError(f"{str(path)!r} has unknown config fields {unknown}")
+    return config
+
+
+def _load_weights(model: torch.nn.Module, path: Path, map_location) -> None:
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(path)!r} is missing: the checkpoint has no weights")
+    try:
+        state = load_file(str(path), device=str(map_location))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{str(path)!r} is not a readable safetensors file (truncated or corrupted?): {err}") from None
+    expected = _unique_state(model)
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
+    if missing or unexpected or wrong:
+        details = []
+        if missing:
+            details.append(f"missing {missing[:5]}")
+        if unexpected:
+            details.append(f"unexpected {unexpected[:5]}")
+        if wrong:
+            details.append("shape mismatch " + ", ".join(f"{k}: file {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}" for k in wrong[:5]))
+        raise ValueError(f"{str(path)!r} does not match the config: " + "; ".join(details))
+    model.load_state_dict(state, strict=False)

@@ -1,0 +1,214 @@
+"""Feed-forward, add & norm, encoder and decoder layers, and the N-layer stacks.
+
+Every sub-layer is wrapped in a residual connection and a LayerNorm that lives in the module (its
+scale and shift are learned parameters). Two placements, chosen by ``LayerConfig.norm_first``:
+
+* post-LN (the paper, ``norm_first=False``):  ``x = norm(x + dropout(sublayer(x)))``
+* pre-LN  (GPT-2,     ``norm_first=True``):   ``x = x + dropout(sublayer(norm(x)))``
+
+Encoder layer:  self-attention → add & norm → feed-forward → add & norm.
+Decoder layer:  masked self-attention → add & norm → cross-attention (Q from the decoder, K/V from
+the encoder output) → add & norm → feed-forward → add & norm. ``cross_attention=False`` drops the
+middle block: that is the GPT block.
+
+Dimension legend: B batch, S source length, T target length, D model dim, F feed-forward dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tformer.nn.attention import MultiHeadAttention
+from tformer.nn.cache import KVCache, LayerKV
+from tformer.fast.dropout import Dropout
+from tformer.fast.linear import Linear
+
+__all__ = ["LayerConfig", "FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact erf GELU (BERT)
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "silu": F.silu,  # x·sigmoid(x), "swish" (some Marian models)
+    "relu2": lambda x: F.relu(x).square(),  # squared ReLU (So et al. 2021, "Primer"); HF's "relu2"
+}
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """What one encoder/decoder layer needs; the model configs derive it (``config.layer``)."""
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    dropout: float = 0.1
+    attn_dropout: float | None = None  # dropout on the attention weights; None = same as ``dropout``
+    activation: str = "relu"
+    norm_first: bool = False
+    norm_eps: float = 1e-5
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        if self.d_model <= 0 or self.n_heads <= 0 or self.d_ff <= 0:
+            raise ValueError(f"d_model, n_heads and d_ff must be positive, got {self.d_model}, {self.n_heads}, {self.d_ff}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        for name in ("dropout", "attn_dropout"):
+            p = getattr(self, name)
+            if p is not None and not 0.0 <= p < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {p}")
+
+    @property
+    def attention_dropout(self) -> float:
+        return self.dropout if self.attn_dropout is None else self.attn_dropout
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: Linear(D, F) → activation → dropout → Linear(F, D)."""
+
+    def __init__(self, cfg: LayerConfig) -> None:
+        super().__init__()
+        self.linear1 = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.linear2 = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.activation = ACTIVATIONS[cfg.activation]
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.activation(self.linear1(x))  # (B, T, D) -> (B, T, F)
+        if self.training:  # dropout is the identity in evaluation: decoding skips even the call
+            h = self.dropout(h)
+        return self.linear2(h)  # (B, T, F) -> (B, T, D)
+
+
+class AddNorm(nn.Module):
+    """Residual connection + LayerNorm around one sub-layer, post-LN or pre-LN."""
+
+    def __init__(self, cfg: LayerConfig) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+        self.dropout = Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
+
+    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+        h = sublayer(self.norm(x) if self.norm_first else x)
+        if self.training:  # dropout is the identity in evaluation: decoding skips even the call
+            h = self.dropout(h)
+        return x + h if self.norm_first else self.norm(x + h)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention → add & norm → feed-forward → add & norm."""
+
+    def __init__(self, cfg: LayerConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.bias)
+        self.add_norm1 = AddNorm(cfg)
+        self.ff = FeedForward(cfg)
+        self.add_norm2 = AddNorm(cfg)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.add_norm1(x, lambda h: self.self_attn(h, mask=mask))  # (B, S, D)
+        return self.add_norm2(x, self.ff)  # (B, S, D)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention → add & norm → cross-attention → add & norm → feed-forward → add & norm."""
+
+    def __init__(self, cfg: LayerConfig, cross_attention: bool = True) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.bias)
+        self.add_norm1 = AddNorm(cfg)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.bias) if cross_attention else None
+        self.add_norm2 = AddNorm(cfg) if cross_attention else None
+        self.ff = FeedForward(cfg)
+        self.add_norm3 = AddNorm(cfg)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        causal: bool = True,
+        cache: LayerKV | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """``x`` (B, T, D) decoder states; ``memory`` (B, S, D) encoder output; returns (B, T, D).
+
+        ``rotary``: cos/sin of the positions for rotary self-attention (GPT with ``positional="rope"``)."""
+        x = self.add_norm1(x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache, rotary=rotary))
+        if self.cross_attn is not None:
+            if memory is None:
+                raise ValueError("memory (the encoder output) is required by a decoder layer with cross-attention")
+            x = self.add_norm2(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, cache=cache))
+        return self.add_norm3(x, self.ff)
+
+
+class Encoder(nn.Module):
+    """N encoder layers; a final LayerNorm when ``final_norm`` (needed by pre-LN stacks)."""
+
+    def __init__(self, cfg: LayerConfig, n_layers: int, final_norm: bool | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(n_layers))
+        final_norm = cfg.norm_first if final_norm is None else final_norm
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias) if final_norm else None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)  # (B, S, D)
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(nn.Module):
+    """N decoder layers; the same encoder output ``memory`` feeds the cross-attention of every layer."""
+
+    def __init__(self, cfg: LayerConfig, n_layers: int, final_norm: bool | None = None, cross_attention: bool = True) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(cfg, cross_attention) for _ in range(n_layers))
+        final_norm = cfg.norm_first if final_norm is None else final_norm
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias) if final_norm else None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        causal: bool = True,
+        cache: KVCache | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        if cache is not None and len(cache) != len(self.layers):
+            raise ValueError(f"cache has {len(cache)} layers, the decoder has {len(self.layers)}")
+        for i, layer in enumerate(self.layers):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x = layer(x, memory, self_mask, memory_mask, causal, layer_cache, rotary)  # (B, T, D)
+        return x if self.norm is None else self.norm(x)
+
+
+class EncoderDecoder(nn.Module):
+    """The bare encoder–decoder stacks (the equivalent of ``nn.Transformer``): vectors in, vectors out."""
+
+    def __init__(self, cfg: LayerConfig, n_encoder_layers: int, n_decoder_layers: int, final_norm: bool | None = None) -> None:
+        super().__init__()
+        self.encoder = Encoder(cfg, n_encoder_layers, final_norm)
+        self.decoder = Decoder(cfg, n_decoder_layers, final_norm)
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        causal: bool = True,
+    ) -> torch.Tensor:
+        """``src`` (B, S, D), ``tgt`` (B, T, D) → (B, T, D)."""
+        memory = self.encoder(src, src_mask)
+        return self.decoder(tgt, memory, tgt_mask, memory_mask, causal)

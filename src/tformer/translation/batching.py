@@ -1,0 +1,79 @@
+"""From token-id pairs to padded tensors: teacher forcing and length-bucketed batches.
+
+Teacher forcing (the notes' example, target "je vais bien"):
+
+    decoder input  tgt_in  = <sos> je vais bien
+    labels         tgt_out =       je vais bien <eos>
+
+so position t of the decoder predicts token t+1 of the target. Batches group sentences of similar
+length under a token budget, so little compute goes to padding.
+
+Dimension legend: B batch, S source length, T target length (+1 for <sos>/<eos>).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from tformer.translation.tokenizer import EOS, PAD, SOS
+
+__all__ = ["Batch", "make_batch", "token_budget_batches"]
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) source ids, padded with <pad>
+    tgt_in: torch.Tensor  # (B, T) <sos> + target
+    tgt_out: torch.Tensor  # (B, T) target + <eos>; <pad> where tgt_in is padding
+
+    @property
+    def n_tokens(self) -> int:
+        """Real (non-pad) target tokens: what the loss is averaged over."""
+        return int((self.tgt_out != PAD).sum())
+
+    def to(self, device) -> "Batch":
+        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+
+
+def _pad(rows: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def make_batch(pairs: list[tuple[list[int], list[int]]]) -> Batch:
+    """Pad a list of (source ids, target ids) into a teacher-forcing :class:`Batch`."""
+    src = _pad([s for s, _ in pairs])  # (B, S)
+    tgt_in = _pad([[SOS] + t for _, t in pairs])  # (B, T)
+    tgt_out = _pad([t + [EOS] for _, t in pairs])  # (B, T)
+    return Batch(src, tgt_in, tgt_out)
+
+
+def token_budget_batches(
+    pairs: list[tuple[list[int], list[int]]], max_tokens: int, seed: int, shuffle: bool = True
+) -> list[list[int]]:
+    """Indices of ``pairs`` grouped into batches whose padded size (rows × longest side) ≤ ``max_tokens``.
+
+    Sentences are sorted by length (with a seeded random tie-break) so each batch holds similar
+    lengths; the order of batches is shuffled with ``seed``. Same seed → same batches.
+    """
+    rng = random.Random(seed)
+    noise = [rng.random() for _ in pairs] if shuffle else [0.0] * len(pairs)
+    order = sorted(range(len(pairs)), key=lambda i: (max(len(pairs[i][0]), len(pairs[i][1]) + 1), noise[i]))
+    batches, current, longest = [], [], 0
+    for i in order:
+        size = max(len(pairs[i][0]), len(pairs[i][1]) + 1)
+        if current and max(longest, size) * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, size)
+    if current:
+        batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
