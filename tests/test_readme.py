@@ -55,3 +55,38 @@ def test_every_readme_cli_line_parses():
             parser.parse_args(argv)
         except SystemExit as exc:
             raise AssertionError(f"README line does not parse: {line}") from exc
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors of a markdown text (headings inside ``` fences are not headings)."""
+    anchors, fenced = set(), False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def test_readme_relative_links_point_to_files_that_exist():
+    """Every relative link of the README (and of the docs it links to) names an existing file and heading."""
+    pages = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    checked = 0
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s):, mailto: ...
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            assert file.exists(), f"{page.name} links to {target}, which does not exist"
+            if anchor and file.suffix == ".md":
+                assert anchor in _anchors(file.read_text(encoding="utf-8")), f"{page.name}: no heading for {target}"
+            checked += 1
+    assert checked, "README links to nothing"
+
+
+def test_readme_stays_a_short_users_page():
+    """The measurement history lives in docs/benchmarks.md; the README stays a page a user reads (issue 21)."""
+    assert len(README.read_text(encoding="utf-8").splitlines()) < 260
