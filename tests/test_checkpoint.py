@@ -126,6 +126,18 @@ def test_bad_config_values(gpt, tmp_path, changes, message):
         GPT.from_pretrained(tmp_path)
 
 
+def test_old_field_names_still_load(seq2seq, tmp_path):
+    """A config.json written with 0.1's ``tie_output`` loads as ``tie_embeddings``."""
+    seq2seq.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert "tie_embeddings" in config and "tie_output" not in config
+    config["tie_output"] = config.pop("tie_embeddings")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = Seq2SeqTransformer.from_pretrained(tmp_path)
+    assert loaded.config == seq2seq.config
+    assert torch.equal(loaded(SRC, TGT), seq2seq(SRC, TGT))
+
+
 def test_wrong_family(gpt, tmp_path):
     gpt.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="'gpt' model, not a 'seq2seq'"):

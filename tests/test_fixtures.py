@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from tformer.bert import fill_mask, load_masked_lm
-from tformer.lm.task import load_lm_tokenizer
+from tformer.lm import load_lm_tokenizer
 from tformer.models.gpt import GPT
 from tformer.translation.task import Translator
 

@@ -1,9 +1,12 @@
 """The three model families at their tiny presets: shapes, attention weights, KV cache, configs, ties, input checks."""
 
+import inspect
+
 import pytest
 import torch
 
 from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+from tformer.models import ModelConfig
 from tformer.nn.masks import causal_mask
 
 VOCAB = 50  # vocabulary of the conftest fixtures (the seq2seq target vocabulary is VOCAB + 7)
@@ -227,6 +230,67 @@ def test_invalid_config_names_the_field(config_class, fields, field):
         {Seq2SeqConfig: Seq2SeqTransformer, GPTConfig: GPT, BertConfig: Bert}[config_class](config)
 
 
+@pytest.mark.parametrize("config_class, vocab", [
+    (Seq2SeqConfig, dict(src_vocab_size=30, tgt_vocab_size=40)), (GPTConfig, dict(vocab_size=30)), (BertConfig, dict(vocab_size=30)),
+])
+def test_config_base_dict_round_trip_and_replace(config_class, vocab):
+    """One base for the three configs: to_dict / from_dict round trip, replace validates, the layer config is derived."""
+    config = config_class.preset("tiny", **vocab)
+    assert isinstance(config, ModelConfig)
+    assert config_class.from_dict(config.to_dict()) == config
+    assert config_class.from_dict({"model_type": "x", **config.to_dict()}) == config  # config.json's extra key
+    assert config.replace(dropout=0.0).dropout == 0.0 and config.dropout == 0.1
+    assert (config.layer.d_model, config.layer.n_heads, config.head_dim) == (64, 4, 16)
+    with pytest.raises(ValueError, match="n_heads"):
+        config.replace(n_heads=5)
+    with pytest.raises(ValueError, match="unknown config fields.*colour"):
+        config_class.from_dict({**config.to_dict(), "colour": "blue"})
+
+
+def test_seq2seq_from_dict_maps_the_old_tie_output_name():
+    """tformer 0.1 wrote seq2seq's output tying as ``tie_output``; it is ``tie_embeddings`` in every family now."""
+    old = dict(src_vocab_size=40, tgt_vocab_size=40, tie_output=False)
+    assert Seq2SeqConfig.from_dict(old).tie_embeddings is False
+    assert "tie_output" not in Seq2SeqConfig.from_dict(old).to_dict()
+
+
+@pytest.mark.parametrize("config_class, field, value, allowed", [
+    (Seq2SeqConfig, "positional", "rope", "'sinusoidal', 'learned'"),
+    (GPTConfig, "positional", "rotary", "'sinusoidal', 'learned', 'rope'"),
+    (BertConfig, "activation", "tanh", "'gelu'"),
+])
+def test_invalid_choice_names_the_class_field_and_the_allowed_values(config_class, field, value, allowed):
+    vocab = dict(src_vocab_size=10, tgt_vocab_size=10) if config_class is Seq2SeqConfig else dict(vocab_size=10)
+    with pytest.raises(ValueError, match=rf"{config_class.__name__}\.{field} must be one of .*{allowed}.*got {value!r}"):
+        config_class(**vocab, **{field: value})
+
+
+def test_seq2seq_attention_mask_is_the_source_padding_mask(seq2seq):
+    """Seq2seq takes the padding mask under the name GPT and BERT use: (B, S), True = real token."""
+    assert (seq2seq(SRC, TGT, attention_mask=SRC != 0) - seq2seq(SRC, TGT)).abs().max() == 0
+    keep_all = seq2seq(SRC, TGT, attention_mask=torch.ones(2, 6, dtype=torch.bool))
+    assert (keep_all[1] - seq2seq(SRC, TGT)[1]).abs().max() > 1e-4  # row 1's padding now attended
+    with pytest.raises(ValueError, match="attention_mask"):
+        seq2seq(SRC, TGT, attention_mask=torch.ones(2, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("family", ["seq2seq", "gpt", "bert"])
+def test_return_attention_is_keyword_only_and_documented(family, request):
+    forward = request.getfixturevalue(family).forward
+    param = inspect.signature(forward).parameters["return_attention"]
+    assert param.kind is inspect.Parameter.KEYWORD_ONLY and param.default is False
+
+
+def test_bert_pretraining_logits_at_picked_positions(bert):
+    picked = torch.zeros(SRC.shape, dtype=torch.bool)
+    picked[0, 1], picked[0, 4], picked[1, 2] = True, True, True
+    full_mlm, full_nsp = bert.pretraining_logits(SRC)
+    mlm, nsp = bert.pretraining_logits(SRC, mlm_positions=picked)
+    assert mlm.shape == (3, VOCAB)
+    torch.testing.assert_close(mlm, full_mlm[picked], atol=1e-6, rtol=0)
+    assert torch.equal(nsp, full_nsp)
+
+
 # --- tied weights -------------------------------------------------------------------------------
 
 def _tiny_seq2seq(**overrides):
@@ -234,8 +298,8 @@ def _tiny_seq2seq(**overrides):
 
 
 @pytest.mark.parametrize("tie", [True, False])
-def test_seq2seq_tie_output(tie):
-    model = _tiny_seq2seq(tie_output=tie)
+def test_seq2seq_tie_embeddings(tie):
+    model = _tiny_seq2seq(tie_embeddings=tie)
     assert (model.output.weight is model.tgt_embed.token.weight) == tie
     if tie:
         with torch.no_grad():

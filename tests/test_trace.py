@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tformer.cli import main
-from tformer.nn.recorder import Recorder
 from tformer.inspect.trace import top_k_probs, toy_seq2seq, trace
+from tformer.nn.recorder import Recorder
 
 SRC = [[5, 6, 7, 8, 0, 0]]  # two padding positions: the cross-attention and encoder masks block them
 TGT = [[2, 9, 10, 11]]
@@ -35,7 +35,7 @@ def _forward(family, model):
 def _traced_and_direct(family, request):
     model = request.getfixturevalue(family)
     with torch.no_grad():
-        tr = model.trace(SRC, TGT) if family == "seq2seq" else model.trace(TGT if family == "gpt" else SRC)
+        tr = trace(model, SRC, TGT) if family == "seq2seq" else trace(model, TGT if family == "gpt" else SRC)
         with Recorder(model):  # the inspection path: the one a trace runs
             inspected = _forward(family, model)
         return tr, inspected, _forward(family, model)
@@ -69,7 +69,7 @@ def test_traced_weights_applied_to_traced_v_give_the_traced_context(family, requ
 
 def test_traced_stages_chain_into_each_other(seq2seq):
     """Embedding = token + position; add & norm = LayerNorm(x + sublayer(x)); FFN reads add & norm 1."""
-    tr = seq2seq.trace(SRC, TGT)
+    tr = trace(seq2seq, SRC, TGT)
     get = lambda stage, **kw: tr.get(stage, block="encoder", **kw).tensor  # noqa: E731
     torch.testing.assert_close(get("embedding"), get("token_embedding") + get("positional"), atol=1e-6, rtol=0)
     layer = seq2seq.encoder.layers[0]
@@ -81,7 +81,7 @@ def test_traced_stages_chain_into_each_other(seq2seq):
 
 
 def test_stages_come_in_data_flow_order(seq2seq):
-    stages = [(e.block, e.stage) for e in seq2seq.trace(SRC, TGT).entries]
+    stages = [(e.block, e.stage) for e in trace(seq2seq, SRC, TGT).entries]
     order = [("encoder", "token_embedding"), ("encoder", "positional"), ("encoder", "embedding"),
              ("encoder", "q"), ("encoder", "weights"), ("encoder", "add_norm"), ("encoder", "ffn"),
              ("decoder", "embedding"), ("decoder", "weights"), ("output", "logits"), ("output", "probs")]
@@ -90,7 +90,7 @@ def test_stages_come_in_data_flow_order(seq2seq):
 
 
 def test_masked_positions_are_exactly_zero_in_recorded_weights(seq2seq):
-    tr = seq2seq.trace(SRC, TGT)
+    tr = trace(seq2seq, SRC, TGT)
     n_blocked = 0
     for w in tr.select(stages=["weights"]):
         mask = tr.get("mask", w.block, w.layer, w.kind).tensor  # (B, Tq, Tk) 1 = may attend
@@ -149,7 +149,7 @@ def test_format_filters_layer_head_and_stage(toy_trace):
 
 
 def test_large_tensors_are_summarised(seq2seq):
-    text = seq2seq.trace(SRC, TGT).format(stages=["masked_scores"], max_full=16)
+    text = trace(seq2seq, SRC, TGT).format(stages=["masked_scores"], max_full=16)
     assert "mean" in text and "corner" in text and "entries are -inf" in text
 
 
@@ -176,7 +176,7 @@ def test_trace_refuses_unknown_models_and_bad_ids(gpt):
     with pytest.raises(TypeError, match="model"):
         trace(torch.nn.Linear(2, 2), [1, 2])
     with pytest.raises(ValueError, match="ids"):
-        gpt.trace([[1, 2], [3, 4]])
+        trace(gpt, [[1, 2], [3, 4]])
 
 
 def test_cli_trace_toy_prints_the_walk_through(capsys):

@@ -6,12 +6,12 @@
 
 __version__ = "0.1.0"
 
+from tformer.models import GPT, Bert, BertConfig, GPTConfig, ModelConfig, Seq2SeqConfig, Seq2SeqTransformer
+from tformer.models.checkpoint import load_pretrained
 from tformer.nn.attention import MultiHeadAttention, scaled_dot_product_attention
 from tformer.nn.cache import KVCache
-from tformer.models.checkpoint import load_pretrained
-from tformer.nn.recorder import Recorder
 from tformer.nn.layers import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, FeedForward, LayerConfig
-from tformer.models import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+from tformer.nn.recorder import Recorder
 
 __all__ = [
     "__version__",
@@ -27,6 +27,7 @@ __all__ = [
     "Encoder",
     "Decoder",
     "EncoderDecoder",
+    "ModelConfig",
     "Seq2SeqConfig",
     "Seq2SeqTransformer",
     "GPTConfig",

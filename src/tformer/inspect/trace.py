@@ -6,6 +6,7 @@ final norms, the output head) plus the :class:`~tformer.nn.recorder.Recorder`, w
 attention call keep its Q, K, V, scores, mask, weights and context. The numbers shown are the
 numbers the model used; ``tests/test_trace.py`` proves it against ``model(...)``.
 
+    >>> t = trace(model, src_ids, tgt_ids)                    # doctest: +SKIP
     >>> toy = toy_seq2seq()                                   # d_model = 4, the notes' example
     >>> t = toy.trace(max_new_tokens=5)                       # doctest: +SKIP
     >>> print(t.format(layer=0, stages=["weights"]))          # doctest: +SKIP
@@ -26,11 +27,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tformer.inspect.format import format_trace, summary
 from tformer.nn.attention import MultiHeadAttention
-from tformer.nn.recorder import Recorder
 from tformer.nn.layers import AddNorm, Decoder, Encoder, FeedForward
 from tformer.nn.positional import InputEmbedding
-from tformer.inspect.format import format_trace, summary
+from tformer.nn.recorder import Recorder
+from tformer.tokens import TRANSLATION_EOS, TRANSLATION_SOS
 
 __all__ = ["STAGES", "Entry", "Trace", "Toy", "trace", "trace_seq2seq", "trace_gpt", "trace_bert",
            "top_k_probs", "greedy_steps", "toy_seq2seq"]
@@ -38,7 +40,7 @@ __all__ = ["STAGES", "Entry", "Trace", "Toy", "trace", "trace_seq2seq", "trace_g
 STAGES = ("tokens", "token_embedding", "positional", "segment", "embedding", "q", "k", "v", "scores", "mask",
           "masked_scores", "weights", "context", "attn_output", "add_norm", "ffn", "final_norm", "logits", "probs",
           "top_k", "generation")
-SOS, EOS = 2, 3  # seq2seq special ids (see tformer.translation.tokenizer)
+SOS, EOS = TRANSLATION_SOS, TRANSLATION_EOS  # seq2seq special ids (the layouts: tformer.tokens)
 
 
 @dataclass
@@ -324,8 +326,8 @@ def trace_bert(model, ids, tokens=None, token_type_ids=None, vocab=None, k: int 
     """Trace the encoder and the MLM head; top-k at the ``mask_token`` positions (all positions if none)."""
     ids = _as_ids(ids, "ids")
     labels = {"encoder": _labels(ids, tokens, vocab, "tokens")}
-    segments = None if token_type_ids is None else _as_ids(token_type_ids, "token_type_ids")
-    tr = _run(model, labels, {"encoder": ids}, vocab, lambda: model.pretraining_logits(ids, segments))
+    types = None if token_type_ids is None else _as_ids(token_type_ids, "token_type_ids")
+    tr = _run(model, labels, {"encoder": ids}, vocab, lambda: model.pretraining_logits(ids, types))
     positions = [i for i, t in enumerate(labels["encoder"]) if t == mask_token] or list(range(ids.shape[1]))
     _add_top_k(tr, vocab, k, positions)
     return tr

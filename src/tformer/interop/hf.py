@@ -7,6 +7,9 @@
   → :class:`tformer.Bert`;
 * ``MarianMTModel`` → :class:`tformer.Seq2SeqTransformer` (in :mod:`tformer.interop.hf_marian`).
 
+The helpers both converter modules use live in :mod:`tformer.interop.common`; this module imports
+:mod:`~tformer.interop.hf_marian` for the dispatch, never the other way round.
+
 The weight-name mapping for BERT (:func:`bert_state_from_hf`) and the config mapping
 (:func:`bert_config_from_hf`) work on plain dicts, so :mod:`tformer.bert.embeddings` reuses them to read a
 ``config.json`` + ``model.safetensors`` directory without importing ``transformers`` at all.
@@ -26,19 +29,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
+from tformer.interop.common import activation, drop_tied, fuse_qkv, rename
+from tformer.interop.hf_marian import marian_from_hf
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.models.seq2seq import Seq2SeqTransformer
 
 __all__ = ["from_hf", "bert_config_from_hf", "bert_state_from_hf", "load_hf_bert_state"]
-
-# Hugging Face ``hidden_act`` / ``activation_function`` name -> ours.
-_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                "relu2": "relu2"}
 
 # HF BERT weight names -> ours: the prefix rules first, then the one rename that matches.
 # Heads absent from a checkpoint keep our fresh init.
@@ -86,23 +88,6 @@ _GPT2_RENAMES = [
 _GPT2_IGNORED = re.compile(r"\.attn\.(bias|masked_bias)$")  # causal-mask buffers of older versions
 
 
-def _rename(key: str, prefix: list[tuple[str, str]], renames: list[tuple[str, str]], family: str) -> str:
-    """Normalise ``key`` with the ``prefix`` rules, then apply the one ``renames`` rule that matches it."""
-    for pattern, repl in prefix:
-        key = re.sub(pattern, repl, key)
-    for pattern, repl in renames:
-        new, n = re.subn(pattern, repl, key)
-        if n:
-            return new
-    raise ValueError(f"from_hf: unexpected {family} weight {key!r} (no mapping to tformer)")
-
-
-def _activation(name: str, field: str) -> str:
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"from_hf: {field}={name!r} is not supported; supported: {sorted(_ACTIVATIONS)}")
-    return _ACTIVATIONS[name]
-
-
 # ----------------------------------------------------------------------------------------------- BERT
 
 
@@ -130,21 +115,11 @@ def bert_config_from_hf(hf: Mapping, num_labels: int = 0) -> BertConfig:
         n_segments=hf["type_vocab_size"],
         dropout=hf["hidden_dropout_prob"],
         attn_dropout=hf["attention_probs_dropout_prob"],
-        activation=_activation(hf["hidden_act"], "hidden_act"),
+        activation=activation(hf["hidden_act"], "hidden_act"),
         norm_eps=hf["layer_norm_eps"],
         pad_id=0 if pad is None else pad,
         num_labels=num_labels,
     )
-
-
-def _fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Replace each layer's ``self_attn.{query,key,value}.{weight,bias}`` by one ``self_attn.qkv_proj.*``."""
-    fused = {}
-    for key in [k for k in state if ".self_attn.query." in k]:
-        prefix, kind = key.split(".self_attn.query.")  # e.g. "encoder.layers.0", "weight"
-        parts = [state.pop(f"{prefix}.self_attn.{name}.{kind}") for name in ("query", "key", "value")]
-        fused[f"{prefix}.self_attn.qkv_proj.{kind}"] = torch.cat(parts, dim=0)  # 3 × (D, D) -> (3D, D); bias (3D,)
-    return {**state, **fused}
 
 
 def bert_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -156,24 +131,18 @@ def bert_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.
     for key, tensor in hf_state.items():
         if _BERT_IGNORED.search(key):
             continue
-        ours = _rename(key, _BERT_PREFIX, _BERT_RENAMES, "BERT")
+        ours = rename(key, _BERT_PREFIX, _BERT_RENAMES, "BERT")
         state[ours] = tensor
-    return _fuse_qkv(state)
-
-
-def _drop_tied_decoder(state: dict[str, torch.Tensor]) -> None:
-    """Our MLM decoder weight *is* the token embedding; refuse an untied checkpoint instead of losing weights."""
-    decoder = state.pop("mlm_head.decoder.weight", None)
-    token = state.get("embed.token.weight")
-    if decoder is not None and token is not None and not torch.equal(decoder, token):
-        raise ValueError("from_hf: the MLM decoder weight differs from the word embeddings (tie_word_embeddings=False) "
-                         "and tformer's Bert always ties them")
+    return fuse_qkv(state, ("query", "key", "value"))
 
 
 def load_hf_bert_state(model: Bert, hf_state: Mapping[str, torch.Tensor]) -> Bert:
     """Copy Hugging Face BERT weights into ``model`` (in place); heads the checkpoint lacks keep their init."""
     state = bert_state_from_hf(hf_state)
-    _drop_tied_decoder(state)
+    # our MLM decoder weight *is* the token embedding: refuse an untied checkpoint instead of losing weights
+    drop_tied(state, "mlm_head.decoder.weight", "embed.token.weight",
+              "from_hf: the MLM decoder weight differs from the word embeddings (tie_word_embeddings=False) "
+              "and tformer's Bert always ties them")
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith(_BERT_HEADS) and k != "mlm_head.decoder.weight"]
     if missing or unexpected:
@@ -181,10 +150,10 @@ def load_hf_bert_state(model: Bert, hf_state: Mapping[str, torch.Tensor]) -> Ber
     return model
 
 
-def _bert_from_hf(model: nn.Module) -> Bert:
+def _bert_from_hf(model: Any) -> Bert:
     from transformers import BertForSequenceClassification
 
-    num_labels = model.config.num_labels if isinstance(model, BertForSequenceClassification) else 0
+    num_labels = (model.config.num_labels or 0) if isinstance(model, BertForSequenceClassification) else 0
     ours = Bert(bert_config_from_hf(model.config.to_dict(), num_labels=num_labels))
     return load_hf_bert_state(ours, model.state_dict())
 
@@ -209,7 +178,7 @@ def gpt_config_from_hf(hf: Mapping) -> GPTConfig:
         max_len=hf["n_positions"],
         dropout=hf["resid_pdrop"],
         attn_dropout=hf["attn_pdrop"],
-        activation=_activation(hf["activation_function"], "activation_function"),
+        activation=activation(hf["activation_function"], "activation_function"),
         norm_eps=hf["layer_norm_epsilon"],
         pad_id=hf.get("pad_token_id"),
     )
@@ -221,19 +190,18 @@ def gpt_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.T
     for key, tensor in hf_state.items():
         if _GPT2_IGNORED.search(key):
             continue
-        ours = _rename(key, _GPT2_PREFIX, _GPT2_RENAMES, "GPT-2")
+        ours = rename(key, _GPT2_PREFIX, _GPT2_RENAMES, "GPT-2")
         conv1d = ours.startswith("decoder.layers.") and tensor.dim() == 2  # every matrix in a GPT-2 block
         state[ours] = tensor.t() if conv1d else tensor  # Conv1D (in, out) -> Linear (out, in)
     return state
 
 
-def _gpt_from_hf(model: nn.Module) -> GPT:
+def _gpt_from_hf(model: Any) -> GPT:
     ours = GPT(gpt_config_from_hf(model.config.to_dict()))
     state = gpt_state_from_hf(model.state_dict())
-    head = state.pop("output.weight", None)  # ours is tied to embed.token
-    if head is not None and not torch.equal(head, state["embed.token.weight"]):
-        raise ValueError("from_hf: GPT-2 lm_head differs from the token embedding (tie_word_embeddings=False); "
-                         "tformer's GPT converter only handles tied heads")
+    drop_tied(state, "output.weight", "embed.token.weight",  # ours is tied to embed.token
+              "from_hf: GPT-2 lm_head differs from the token embedding (tie_word_embeddings=False); "
+              "tformer's GPT converter only handles tied heads")
     missing, unexpected = ours.load_state_dict(state, strict=False)
     if [k for k in missing if k != "output.weight"] or unexpected:
         raise ValueError(f"from_hf: GPT-2 weights do not fit the model: missing {missing}, unexpected {unexpected}")
@@ -264,13 +232,12 @@ def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
 
     bert_types = (transformers.BertModel, transformers.BertForPreTraining, transformers.BertForMaskedLM,
                   transformers.BertForSequenceClassification)
+    ours: GPT | Bert | Seq2SeqTransformer
     if isinstance(model, (transformers.GPT2LMHeadModel, transformers.GPT2Model)):
         ours = _gpt_from_hf(model)
     elif isinstance(model, bert_types):
         ours = _bert_from_hf(model)
     elif isinstance(model, transformers.MarianMTModel):
-        from tformer.interop.hf_marian import marian_from_hf
-
         ours = marian_from_hf(model)
     else:
         raise TypeError(

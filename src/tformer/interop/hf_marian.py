@@ -11,7 +11,7 @@ our config like this:
   uses ``positional="learned"`` and Marian's own table is copied into the position weights (frozen,
   ``requires_grad=False``, as Marian keeps it);
 * one embedding table shared by encoder, decoder and ``lm_head`` (``share_encoder_decoder_embeddings``,
-  ``tie_word_embeddings``); untied variants map to ``share_embeddings=False`` / ``tie_output=False``;
+  ``tie_word_embeddings``); untied variants map to ``share_embeddings=False`` / ``tie_embeddings=False``;
 * ``final_logits_bias`` is added to the logits by Marian; ours has no output bias, so a nonzero one
   is refused (a freshly built model has zeros);
 * ``q_proj``, ``k_proj``, ``v_proj`` are concatenated into our fused ``qkv_proj`` (rows Q, K, V);
@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import torch
-from torch import nn
 
+from tformer.interop.common import activation, drop_tied, fuse_qkv, rename
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
-from tformer.interop.hf import _activation, _rename
 
 __all__ = ["marian_config_from_hf", "marian_state_from_hf", "marian_from_hf"]
 
@@ -64,7 +64,7 @@ _MARIAN_RENAMES = [
 def _marian_activation(name: str) -> str:
     if name in ("swish", "silu"):  # x·sigmoid(x)
         return "silu"
-    return _activation(name, "activation_function")
+    return activation(name, "activation_function")
 
 
 def marian_config_from_hf(hf: Mapping) -> Seq2SeqConfig:
@@ -96,19 +96,9 @@ def marian_config_from_hf(hf: Mapping) -> Seq2SeqConfig:
         positional="learned",  # Marian's [sin | cos] table is copied in (see the module docstring)
         scale_embeddings=bool(hf.get("scale_embedding", False)),
         share_embeddings=share and hf.get("tie_word_embeddings", True),  # HF ties nothing without the latter
-        tie_output=hf.get("tie_word_embeddings", True),
+        tie_embeddings=hf.get("tie_word_embeddings", True),
         pad_id=hf["pad_token_id"],
     )
-
-
-def _fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``*_attn.{q,k,v}_proj.{weight,bias}`` → one ``*_attn.qkv_proj.*`` (rows Q, K, V) per attention."""
-    fused = {}
-    for key in [k for k in state if re.search(r"_attn\.q_proj\.", k)]:
-        prefix, kind = key.split(".q_proj.")  # e.g. "decoder.layers.0.cross_attn", "weight"
-        parts = [state.pop(f"{prefix}.{name}_proj.{kind}") for name in "qkv"]
-        fused[f"{prefix}.qkv_proj.{kind}"] = torch.cat(parts, dim=0)  # 3 × (D, D) -> (3D, D); bias (3D,)
-    return {**state, **fused}
 
 
 def marian_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -120,32 +110,30 @@ def marian_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torc
     bias = hf_state.get("final_logits_bias")
     if bias is not None and torch.count_nonzero(bias):
         raise ValueError("from_hf: Marian's final_logits_bias is nonzero and tformer's output layer has no bias")
-    state = {_rename(key, _MARIAN_PREFIX, _MARIAN_RENAMES, "Marian"): tensor
+    state = {rename(key, _MARIAN_PREFIX, _MARIAN_RENAMES, "Marian"): tensor
              for key, tensor in hf_state.items() if not _MARIAN_IGNORED.match(key)}
-    return _fuse_qkv(state)
+    return fuse_qkv(state, ("q_proj", "k_proj", "v_proj"))
 
 
 def _drop_tied(state: dict[str, torch.Tensor], key: str, tied_to: str) -> str:
-    """Remove ``key`` (tied to ``tied_to`` in our model) after checking the checkpoint really ties them."""
-    tensor = state.pop(key, None)
-    if tensor is not None and not torch.equal(tensor, state[tied_to]):
-        raise ValueError(f"from_hf: Marian weight for {key} differs from {tied_to}, but the config ties them")
-    return key
+    return drop_tied(state, key, tied_to, f"from_hf: Marian weight for {key} differs from {tied_to}, but the config ties them")
 
 
-def marian_from_hf(model: nn.Module) -> Seq2SeqTransformer:
+def marian_from_hf(model: Any) -> Seq2SeqTransformer:
+    """The :class:`Seq2SeqTransformer` of a ``MarianMTModel`` (see the module docstring); not moved, not in eval mode."""
     config = marian_config_from_hf(model.config.to_dict())
     ours = Seq2SeqTransformer(config)
     state = marian_state_from_hf(model.state_dict())
     tied = []
     if config.share_embeddings:
         tied.append(_drop_tied(state, "tgt_embed.token.weight", "src_embed.token.weight"))
-    if config.tie_output:
+    if config.tie_embeddings:
         tgt_table = "src_embed.token.weight" if config.share_embeddings else "tgt_embed.token.weight"
         tied.append(_drop_tied(state, "output.weight", tgt_table))
     missing, unexpected = ours.load_state_dict(state, strict=False)
     if [k for k in missing if k not in tied] or unexpected:
         raise ValueError(f"from_hf: Marian weights do not fit the model: missing {missing}, unexpected {unexpected}")
     for embed in (ours.src_embed, ours.tgt_embed):
+        assert embed.position is not None  # positional="learned"
         embed.position.weight.requires_grad_(False)  # a fixed sinusoidal table in Marian
     return ours

@@ -15,6 +15,7 @@ Two boundary differences to remember when feeding both:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 from torch import nn
@@ -59,7 +60,7 @@ def _activation(layer: nn.Module) -> str:
     raise ValueError(f"from_torch: activation {act!r} is not supported (use ReLU or GELU)")
 
 
-def _layer_config(layer: nn.Module) -> LayerConfig:
+def _layer_config(layer: Any) -> LayerConfig:  # an nn.TransformerEncoderLayer / DecoderLayer
     _check_attention(layer.self_attn)
     return LayerConfig(
         d_model=layer.self_attn.embed_dim,

@@ -4,36 +4,48 @@
         hidden ─ MLM head (dense, GELU, LayerNorm, Linear tied to the token embeddings) → (B, T, V)
         hidden[:, 0] ─ pooler (dense, tanh) ─ NSP head → (B, 2)   /   classification head → (B, num_labels)
 
-Defaults follow BERT: post-LN, exact GELU, learned positions, LayerNorm eps 1e-12.
+Defaults follow BERT: post-LN, exact GELU, learned positions, LayerNorm eps 1e-12. The MLM decoder
+is always tied to the token embeddings (as in BERT), so there is no ``tie_embeddings`` field.
+
+Forward conventions shared with the other families: token ids first, then ``token_type_ids`` (the
+segment ids, Hugging Face's name, also the name in :class:`~tformer.bert.pretraining.BertBatch`),
+``attention_mask`` (B, T) bool, ``True`` = real token, and keyword-only ``return_attention``.
+Pretraining calls :meth:`Bert.pretraining_logits`, which gives the MLM logits at the picked
+positions and the NSP logits; classification calls :meth:`Bert.classify`.
 
 Dimension legend: B batch, T sequence length, D model dim, V vocabulary size.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, cast
 
 import torch
 from torch import nn
 
+from tformer.checks import check_ids, check_length
+from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
-from tformer.checks import check_ids, check_length, check_positive
-from tformer.fast.dropout import Dropout
-from tformer.nn.recorder import Recorder
-from tformer.nn.layers import ACTIVATIONS, Encoder, LayerConfig
+from tformer.models.config import ModelConfig
+from tformer.nn.layers import ACTIVATIONS, Encoder
 from tformer.nn.positional import InputEmbedding
 
 __all__ = ["BertConfig", "Bert"]
 
-_PRESETS = {
-    "tiny": dict(d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=128),
-    "small": dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, max_len=128),
-    "base": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_len=512),  # BERT-base
-}
-
 
 @dataclass(frozen=True)
-class BertConfig:
+class BertConfig(ModelConfig):
+    """``BertConfig.preset("tiny", vocab_size=8000)``; presets: tiny, small, base (= BERT-base)."""
+
+    PRESETS: ClassVar[dict] = {
+        "tiny": dict(d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=128),
+        "small": dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, max_len=128),
+        "base": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_len=512),  # BERT-base
+    }
+    POSITIVE: ClassVar[tuple] = ("vocab_size", "n_layers", "n_segments")
+
     vocab_size: int = 30522
     d_model: int = 768
     n_heads: int = 12
@@ -50,28 +62,10 @@ class BertConfig:
     pad_id: int = 0
     num_labels: int = 0  # size of the sequence-classification head (0 = no head)
 
-    def __post_init__(self) -> None:
-        check_positive(self, "vocab_size", "n_layers", "max_len", "n_segments")
-        _ = self.layer
+    def validate(self) -> None:
         if self.num_labels < 0:
-            raise ValueError(f"num_labels must be >= 0, got {self.num_labels}")
-        if not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"pad_id must be a valid token id, got {self.pad_id}")
-
-    @property
-    def layer(self) -> LayerConfig:
-        return LayerConfig(self.d_model, self.n_heads, self.d_ff, self.dropout, self.attn_dropout,
-                           self.activation, self.norm_first, self.norm_eps, self.bias)
-
-    @classmethod
-    def preset(cls, name: str, **overrides) -> "BertConfig":
-        """``BertConfig.preset("tiny", vocab_size=8000)``; presets: tiny, small, base (= BERT-base)."""
-        if name not in _PRESETS:
-            raise ValueError(f"preset must be one of {sorted(_PRESETS)}, got {name!r}")
-        return cls(**{**_PRESETS[name], **overrides})
-
-    def replace(self, **changes) -> "BertConfig":
-        return replace(self, **changes)
+            raise ValueError(f"BertConfig.num_labels must be >= 0 (0 = no classification head), got {self.num_labels}")
+        self.check_token_id("pad_id", self.vocab_size)
 
 
 class MLMHead(nn.Module):
@@ -80,7 +74,7 @@ class MLMHead(nn.Module):
     def __init__(self, config: BertConfig, embedding: nn.Embedding) -> None:
         super().__init__()
         self.dense = nn.Linear(config.d_model, config.d_model)
-        self.activation = ACTIVATIONS[config.activation]
+        self.activation = cast(Callable[[torch.Tensor], torch.Tensor], ACTIVATIONS[config.activation])
         self.norm = nn.LayerNorm(config.d_model, eps=config.norm_eps)
         self.decoder = nn.Linear(config.d_model, config.vocab_size)
         self.decoder.weight = embedding.weight
@@ -92,6 +86,7 @@ class MLMHead(nn.Module):
 class Bert(PretrainedMixin, nn.Module):
     model_type = "bert"
     config_class = BertConfig
+    config: BertConfig
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -102,7 +97,7 @@ class Bert(PretrainedMixin, nn.Module):
         self.pooler = nn.Linear(c.d_model, c.d_model)
         self.mlm_head = MLMHead(c, self.embed.token)
         self.nsp_head = nn.Linear(c.d_model, 2)
-        self.classifier = nn.Sequential(Dropout(c.dropout), nn.Linear(c.d_model, c.num_labels)) if c.num_labels else None
+        self.classifier = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(c.d_model, c.num_labels)) if c.num_labels else None
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -112,23 +107,19 @@ class Bert(PretrainedMixin, nn.Module):
             elif name.endswith("bias") and "norm" not in name:
                 nn.init.zeros_(p)
 
+    @returns_attention
     def forward(
         self,
         ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        return_attention: bool = False,
-    ):
+    ) -> torch.Tensor:
         """``ids`` (B, T) → hidden states (B, T, D).
 
         ``token_type_ids`` (B, T): 0 for sentence A, 1 for sentence B. ``attention_mask`` (B, T):
         1/``True`` = real token; defaults to ``ids != pad_id``.
         ``return_attention=True`` returns ``(hidden, weights)`` (weights by module name).
         """
-        if return_attention:
-            with Recorder(self) as rec:
-                hidden = self.forward(ids, token_type_ids, attention_mask)
-            return hidden, rec.weights()
         check_ids(ids, "ids", self.config.vocab_size)
         check_length(ids.shape[1], self.config.max_len, "ids")
         if token_type_ids is not None:
@@ -144,19 +135,25 @@ class Bert(PretrainedMixin, nn.Module):
         """The [CLS] vector through dense + tanh: (B, T, D) → (B, D)."""
         return torch.tanh(self.pooler(hidden[:, 0]))
 
-    def pretraining_logits(self, ids, token_type_ids=None, attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """MLM logits (B, T, V) and NSP logits (B, 2); NSP class 0 = "B follows A" (as in BERT)."""
-        hidden = self(ids, token_type_ids, attention_mask)
-        return self.mlm_head(hidden), self.nsp_head(self.pool(hidden))
+    def pretraining_logits(
+        self,
+        ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        mlm_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """MLM logits (B, T, V) and NSP logits (B, 2); NSP class 0 = "B follows A" (as in BERT).
+
+        ``mlm_positions`` (B, T) bool, ``True`` = a picked token: the MLM logits are then computed at
+        those N positions only, (N, V) in row-major order — what pretraining needs, at a fraction of
+        the cost of the vocabulary projection at every position.
+        """
+        hidden = self(ids, token_type_ids, attention_mask)  # (B, T, D)
+        picked = hidden if mlm_positions is None else hidden[mlm_positions]  # (B, T, D) or (N, D)
+        return self.mlm_head(picked), self.nsp_head(self.pool(hidden))
 
     def classify(self, ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
         """Sequence-classification logits (B, num_labels) from the pooled [CLS] vector."""
         if self.classifier is None:
             raise ValueError("this model has no classification head: build it with BertConfig(num_labels=N)")
         return self.classifier(self.pool(self(ids, token_type_ids, attention_mask)))
-
-    def trace(self, *args, **kwargs):
-        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.inspect.trace.trace_bert`."""
-        from tformer.inspect.trace import trace_bert
-
-        return trace_bert(self, *args, **kwargs)

@@ -4,27 +4,30 @@ A model directory holds ``config.json`` (the config fields plus ``model_type``) 
 ``model.safetensors`` (the weights). Both are written atomically (temp file + rename), so an
 interrupted save never leaves a half-written checkpoint behind. Nothing is unpickled: weights go
 through safetensors, everything else through JSON. Tied weights are stored once.
+
+The config is read back with ``config_class.from_dict``, which maps the field names of older
+releases to today's, so checkpoints written by tformer 0.1 still load.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from tformer.files import atomic_write
+from tformer.models.config import ModelConfig
 
 __all__ = ["load_pretrained", "CONFIG_NAME", "WEIGHTS_NAME"]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
-_MODEL_TYPES: dict[str, type] = {}
+_MODEL_TYPES: dict[str, Any] = {}  # model_type -> model class
 
 
 def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -44,7 +47,8 @@ class PretrainedMixin:
     """Adds ``save_pretrained`` / ``from_pretrained`` to a model with a dataclass ``config``."""
 
     model_type: str = ""
-    config_class: type = object
+    config_class: type[ModelConfig] = ModelConfig
+    config: ModelConfig
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -54,27 +58,34 @@ class PretrainedMixin:
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        config = {"model_type": self.model_type, **dataclasses.asdict(self.config)}
+        config = {"model_type": self.model_type, **self.config.to_dict()}
         text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-        atomic_write(directory / WEIGHTS_NAME, lambda tmp: save_file(_unique_state(self), tmp, metadata={"format": "pt"}))
+        state = _unique_state(cast(torch.nn.Module, self))
+        atomic_write(directory / WEIGHTS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
         atomic_write(directory / CONFIG_NAME, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
         return directory
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
-        config = _read_config(Path(directory), expected_type=cls.model_type)
-        model = cls(cls.config_class(**config))
-        _load_weights(model, Path(directory) / WEIGHTS_NAME, map_location)
+        directory = Path(directory)
+        config = _read_config(directory, expected_type=cls.model_type)
+        try:
+            model_config = cls.config_class.from_dict(config)
+        except (TypeError, ValueError) as err:  # unknown fields, invalid values
+            raise ValueError(f"{str(directory / CONFIG_NAME)!r}: {err}") from None
+        model = cast(Any, cls)(model_config)
+        _load_weights(model, directory / WEIGHTS_NAME, map_location)
         return model.eval()
 
 
 def load_pretrained(directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
     """Load any tformer model directory, choosing the class from ``model_type`` in ``config.json``."""
-    config_type = _read_config(Path(directory), expected_type=None, keep_type=True)["model_type"]
+    config_type = _read_config(Path(directory), expected_type=None)["model_type"]
     return _MODEL_TYPES[config_type].from_pretrained(directory, map_location)
 
 
-def _read_config(directory: Path, expected_type: str | None, keep_type: bool = False) -> dict[str, Any]:
+def _read_config(directory: Path, expected_type: str | None) -> dict[str, Any]:
+    """``config.json`` as a dict (``model_type`` included), checked to name a known (or the expected) family."""
     path = directory / CONFIG_NAME
     if not directory.is_dir():
         raise FileNotFoundError(f"checkpoint directory {str(directory)!r} does not exist")
@@ -89,13 +100,6 @@ def _read_config(directory: Path, expected_type: str | None, keep_type: bool = F
         raise ValueError(f"{str(path)!r} has model_type={model_type!r}, expected one of {sorted(_MODEL_TYPES)}")
     if expected_type is not None and model_type != expected_type:
         raise ValueError(f"{str(path)!r} holds a {model_type!r} model, not a {expected_type!r} model")
-    if keep_type:
-        return config
-    config.pop("model_type")
-    fields = {f.name for f in dataclasses.fields(_MODEL_TYPES[model_type].config_class)}
-    unknown = sorted(set(config) - fields)
-    if unknown:
-        raise ValueError(f"{str(path)!r} has unknown config fields {unknown}")
     return config
 
 

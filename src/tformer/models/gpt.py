@@ -7,36 +7,43 @@ GPT-2: pre-LN with a final LayerNorm, GELU (tanh approximation), learned positio
 scaling, output projection tied to the token embedding. ``positional="rope"`` replaces the learned
 position table by rotary position embedding in every self-attention (GPT-NeoX, LLaMA).
 
+Forward conventions shared with the other families: token ids first, ``attention_mask`` (B, Tk)
+bool, ``True`` = real token, keyword-only ``return_attention``.
+
 Dimension legend: B batch, T sequence length, D model dim, V vocabulary size.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-from tformer.nn.cache import KVCache
+from tformer.checks import check_ids, check_length
+from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
-from tformer.checks import check_ids, check_length, check_positive
-from tformer.nn.recorder import Recorder
-from tformer.nn.layers import Decoder, LayerConfig
-from tformer.fast.linear import Linear
+from tformer.models.config import ModelConfig
+from tformer.nn.cache import KVCache
+from tformer.nn.layers import Decoder
 from tformer.nn.positional import InputEmbedding, rotary_tables
 
 __all__ = ["GPTConfig", "GPT"]
 
-_PRESETS = {
-    "tiny": dict(d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=128),
-    "small": dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, max_len=256),
-    "base": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_len=1024),  # GPT-2 small
-}
-
 
 @dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(ModelConfig):
+    """``GPTConfig.preset("small", vocab_size=65)``; presets: tiny, small, base (= GPT-2 small)."""
+
+    PRESETS: ClassVar[dict] = {
+        "tiny": dict(d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=128),
+        "small": dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, max_len=256),
+        "base": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_len=1024),  # GPT-2 small
+    }
+    POSITIVE: ClassVar[tuple] = ("vocab_size", "n_layers")
+
     vocab_size: int
     d_model: int = 768
     n_heads: int = 12
@@ -55,43 +62,25 @@ class GPTConfig:
     tie_embeddings: bool = True  # output projection = token embedding matrix
     pad_id: int | None = None  # a padding token, if the tokenizer has one (ignored by the loss)
 
-    def __post_init__(self) -> None:
-        check_positive(self, "vocab_size", "n_layers", "max_len")
-        _ = self.layer
-        if self.positional not in ("sinusoidal", "learned", "rope"):
-            raise ValueError(f"positional must be 'sinusoidal', 'learned' or 'rope', got {self.positional!r}")
-        if self.positional == "rope" and (self.d_model // self.n_heads) % 2 != 0:
-            raise ValueError(f"positional='rope' needs an even head dimension, got d_model / n_heads = "
+    def validate(self) -> None:
+        self.check_choice("positional", ("sinusoidal", "learned", "rope"))
+        if self.positional == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(f"GPTConfig.positional='rope' needs an even head dimension, got d_model / n_heads = "
                              f"{self.d_model} / {self.n_heads}")
-        if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"pad_id must be None or a valid token id, got {self.pad_id}")
-
-    @property
-    def layer(self) -> LayerConfig:
-        return LayerConfig(self.d_model, self.n_heads, self.d_ff, self.dropout, self.attn_dropout,
-                           self.activation, self.norm_first, self.norm_eps, self.bias)
-
-    @classmethod
-    def preset(cls, name: str, **overrides) -> "GPTConfig":
-        """``GPTConfig.preset("small", vocab_size=65)``; presets: tiny, small, base (= GPT-2 small)."""
-        if name not in _PRESETS:
-            raise ValueError(f"preset must be one of {sorted(_PRESETS)}, got {name!r}")
-        return cls(**{**_PRESETS[name], **overrides})
-
-    def replace(self, **changes) -> "GPTConfig":
-        return replace(self, **changes)
+        self.check_token_id("pad_id", self.vocab_size, optional=True)
 
 
 class GPT(PretrainedMixin, nn.Module):
     model_type = "gpt"
     config_class = GPTConfig
+    config: GPTConfig
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = c = config
         self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.positional, scale=False, dropout=c.dropout)
         self.decoder = Decoder(c.layer, c.n_layers, c.final_norm, cross_attention=False)
-        self.output = Linear(c.d_model, c.vocab_size, bias=False)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.output.weight = self.embed.token.weight
         self._init_weights()
@@ -105,14 +94,14 @@ class GPT(PretrainedMixin, nn.Module):
             elif name.endswith("bias") and "norm" not in name:
                 nn.init.zeros_(p)
 
+    @returns_attention
     def forward(
         self,
         ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
-        return_attention: bool = False,
-    ):
+    ) -> torch.Tensor:
         """``ids`` (B, T) → logits (B, T, V).
 
         ``attention_mask`` (B, Tk) bool, ``True`` = real token, covers the cached positions too
@@ -120,16 +109,15 @@ class GPT(PretrainedMixin, nn.Module):
         tokens only. With a ``cache``, ``ids`` holds only the new positions.
         ``return_attention=True`` returns ``(logits, weights)`` (weights by module name).
         """
-        if return_attention:
-            with Recorder(self) as rec:
-                logits = self.forward(ids, attention_mask, positions, cache)
-            return logits, rec.weights()
         check_ids(ids, "ids", self.config.vocab_size)
         start = cache.length if cache is not None else 0
         check_length(start + ids.shape[1], self.config.max_len, "ids")
         rope = self.config.positional == "rope"
-        if positions is None:  # counted from the cache: RoPE's tables need the ids, a position table a slice of its rows
-            positions = torch.arange(start, start + ids.shape[1], device=ids.device) if rope else slice(start, start + ids.shape[1])
+        where: torch.Tensor | slice  # the positions of ids: RoPE's tables need them as ids, a position table a slice of its rows
+        if positions is not None:
+            where = positions
+        else:  # counted from the cache
+            where = torch.arange(start, start + ids.shape[1], device=ids.device) if rope else slice(start, start + ids.shape[1])
         mask = None
         if attention_mask is not None:
             if attention_mask.shape != (ids.shape[0], start + ids.shape[1]):
@@ -138,19 +126,13 @@ class GPT(PretrainedMixin, nn.Module):
                     f"got {tuple(attention_mask.shape)}"
                 )
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
-        x = self.embed(ids, positions)  # (B, T, D)
+        x = self.embed(ids, where)  # (B, T, D)
         rotary = None
-        if rope:
-            cos, sin = rotary_tables(positions, self.config.d_model // self.config.n_heads, self.config.rope_base)
-            rotary = (cos[:, None], sin[:, None]) if positions.dim() == 2 else (cos, sin)  # (B or 1, 1, T, Dh)
+        if isinstance(where, torch.Tensor) and rope:
+            cos, sin = rotary_tables(where, self.config.head_dim, self.config.rope_base)
+            rotary = (cos[:, None], sin[:, None]) if where.dim() == 2 else (cos, sin)  # (B or 1, 1, T, Dh)
         x = self.decoder(x, self_mask=mask, causal=True, cache=cache, rotary=rotary)  # (B, T, D)
         return self.output(x)  # (B, T, V)
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
         return KVCache(self.config.n_layers, max_len or self.config.max_len)
-
-    def trace(self, *args, **kwargs):
-        """Glass box: every intermediate tensor of one forward pass; see :func:`tformer.inspect.trace.trace_gpt`."""
-        from tformer.inspect.trace import trace_gpt
-
-        return trace_gpt(self, *args, **kwargs)
