@@ -45,6 +45,7 @@ PAD, EOS, NEVER = 0, 3, -1  # NEVER: an eos_id no token has, so tformer decodes 
 def _marian_pair(c: dict, device: str):
     import transformers
 
+    from tformer.fast import speed_up
     from tformer.interop import from_hf
 
     hf = transformers.MarianMTModel(transformers.MarianConfig(
@@ -53,7 +54,7 @@ def _marian_pair(c: dict, device: str):
         decoder_ffn_dim=c["ff"], max_position_embeddings=max(64, c["new_tokens"] + 1, c["src_len"]),
         activation_function="relu", scale_embedding=True, pad_token_id=PAD, decoder_start_token_id=PAD,
         eos_token_id=EOS, forced_eos_token_id=None)).to(device).eval()
-    return hf, from_hf(hf)
+    return hf, speed_up(from_hf(hf))  # tformer's CPU fast paths (generation applies them too)
 
 
 def translation_candidates(mode: str, c: dict, batch: int, device: str) -> list[Candidate]:
@@ -89,12 +90,13 @@ def translation_candidates(mode: str, c: dict, batch: int, device: str) -> list[
 def _gpt_pair(c: dict, device: str):
     import transformers
 
+    from tformer.fast import speed_up
     from tformer.interop import from_hf
 
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=c["vocab"], n_positions=c["prompt_len"] + c["new_tokens"], n_embd=c["d"], n_layer=c["layers"],
         n_head=c["heads"], bos_token_id=0, eos_token_id=0, pad_token_id=0)).to(device).eval()
-    return hf, from_hf(hf)
+    return hf, speed_up(from_hf(hf))  # tformer's CPU fast paths, also for the loop without a cache
 
 
 def _greedy_without_cache(model, ids: torch.Tensor, n: int) -> torch.Tensor:

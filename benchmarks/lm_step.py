@@ -44,7 +44,7 @@ def _shape(recipe_name: str, quick: bool) -> dict:
 
 
 def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int, seed: int, **model) -> Candidate:
-    from tformer.nn.losses import sequence_cross_entropy
+    from tformer.fast import sequence_cross_entropy, speed_up
     from tformer.models.gpt import GPT, GPTConfig
     from tformer.training.trainer import TrainConfig, _optimizer
 
@@ -52,7 +52,7 @@ def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int,
     config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, activation=activation,
                               **{**shape["model"], **model})
     torch.manual_seed(seed)
-    model = GPT(config).train()
+    model = speed_up(GPT(config).train())  # the CPU fast paths, as the Trainer applies them
     if fused:
         optimizer = _optimizer(model, TrainConfig(out_dir="-", lr=1e-3, max_steps=1))
         assert optimizer.defaults["fused"], "the Trainer's optimizer is the fused one"

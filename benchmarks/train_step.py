@@ -7,10 +7,11 @@
 Groups (one AdamW step = zero_grad, forward, cross-entropy, backward, optimizer step; dropout 0.1 everywhere,
 random token ids, no padding). Every candidate uses the same optimizer, PyTorch's fused AdamW (what
 tformer's ``Trainer`` and Hugging Face's ``Trainer`` both use on torch ≥ 2.8), and its own library's loss:
-``F.cross_entropy`` for the anchors, ``tformer.nn.losses.sequence_cross_entropy`` for tformer. Each group also
-times tformer on its reference paths ("tformer, reference paths": ``F.dropout`` in its dropout layers and
-``F.cross_entropy`` as its loss, through ``tformer.fast.dropout.reference()`` and ``tformer.nn.losses.reference()``),
-which shows what its cheaper CPU dropout mask and cross-entropy backward gain:
+``F.cross_entropy`` for the anchors, ``tformer.fast.sequence_cross_entropy`` for tformer, whose models get the
+fast paths swapped in (``tformer.fast.speed_up``, as its ``Trainer`` does). Each group also times tformer on its
+reference paths ("tformer, reference paths": ``F.dropout`` in its dropout layers and ``F.cross_entropy`` as its
+loss, through ``tformer.fast.reference()``), which shows what its cheaper CPU dropout mask and cross-entropy
+backward gain:
 
 * ``seq2seq`` — d_model 256, 4 heads, FFN 1024, 3+3 layers, vocab 8000, batch 64 × 16 → 16; tformer
   ``Seq2SeqTransformer`` vs ``nn.Transformer`` + embeddings + output projection vs HF ``MarianMTModel``
@@ -85,11 +86,10 @@ def _step(model: nn.Module, loss_fn, n_tokens: int):
 
 def _reference_paths(run):
     """The same step with tformer's dropout layers on ``F.dropout`` and its loss on ``F.cross_entropy``."""
-    from tformer.fast import dropout
-    from tformer.nn import losses
+    from tformer import fast
 
     def wrapped() -> float:
-        with dropout.reference(), losses.reference():
+        with fast.reference():
             return run()
 
     return wrapped
@@ -100,8 +100,8 @@ def _ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """tformer's training loss (its fused CPU backward; ``F.cross_entropy`` inside ``losses.reference()``)."""
-    from tformer.nn.losses import sequence_cross_entropy
+    """tformer's training loss (its fused CPU backward; ``F.cross_entropy`` inside ``fast.reference()``)."""
+    from tformer.fast import sequence_cross_entropy
 
     return sequence_cross_entropy(logits, labels)
 
@@ -154,6 +154,7 @@ def seq2seq_candidates(c: dict, device: str) -> list[Candidate]:
     import transformers
 
     from tformer import Seq2SeqConfig, Seq2SeqTransformer
+    from tformer.fast import speed_up
 
     max_len = max(64, c["src_len"], c["tgt_len"])
     g = torch.Generator().manual_seed(0)
@@ -166,6 +167,7 @@ def seq2seq_candidates(c: dict, device: str) -> list[Candidate]:
         src_vocab_size=c["vocab"], tgt_vocab_size=c["vocab"], d_model=c["d"], n_heads=c["heads"],
         n_encoder_layers=c["enc"], n_decoder_layers=c["dec"], d_ff=c["ff"], dropout=DROPOUT, max_len=max_len,
         share_embeddings=True, pad_id=PAD)).to(device)
+    speed_up(ours)
     torch_model = TorchSeq2Seq(c, max_len).to(device)
     marian = transformers.MarianMTModel(transformers.MarianConfig(
         vocab_size=c["vocab"], d_model=c["d"], encoder_layers=c["enc"], decoder_layers=c["dec"],
@@ -199,12 +201,14 @@ def gpt_candidates(c: dict, device: str) -> list[Candidate]:
     import transformers
 
     from tformer import GPT, GPTConfig
+    from tformer.fast import speed_up
 
     ids = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"] + 1), generator=torch.Generator().manual_seed(1))
     ids = ids.to(device)
     inputs, labels = ids[:, :-1], ids[:, 1:]  # (B, T) each
     ours = GPT(GPTConfig(vocab_size=c["vocab"], d_model=c["d"], n_heads=c["heads"], n_layers=c["layers"], d_ff=c["ff"],
                          max_len=c["seq_len"], dropout=DROPOUT)).to(device)
+    speed_up(ours)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=c["vocab"], n_positions=c["seq_len"], n_embd=c["d"], n_layer=c["layers"], n_head=c["heads"],
         n_inner=c["ff"], resid_pdrop=DROPOUT, embd_pdrop=DROPOUT, attn_pdrop=DROPOUT)).to(device)
@@ -230,6 +234,7 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
     import transformers
 
     from tformer import Bert, BertConfig
+    from tformer.fast import speed_up
 
     g = torch.Generator().manual_seed(2)
     b, t = c["batch"], c["seq_len"]
@@ -241,6 +246,7 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
     mask = torch.ones_like(ids)
     ours = Bert(BertConfig(vocab_size=c["vocab"], d_model=c["d"], n_heads=c["heads"], n_layers=c["layers"],
                            d_ff=c["ff"], max_len=t, dropout=DROPOUT)).to(device)
+    speed_up(ours)
     hf = transformers.BertForPreTraining(transformers.BertConfig(
         vocab_size=c["vocab"], hidden_size=c["d"], num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
         intermediate_size=c["ff"], max_position_embeddings=t, hidden_dropout_prob=DROPOUT,

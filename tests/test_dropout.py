@@ -1,5 +1,7 @@
-"""tformer.fast.dropout: the fast CPU mask drops at the asked rate, keeps the expectation, and matches F.dropout's contract."""
+"""tformer.fast.dropout: the fast CPU mask drops at the asked rate, keeps the expectation, and matches F.dropout's contract;
+the attention function that uses it on the weights."""
 
+import contextlib
 import sys
 
 import pytest
@@ -92,7 +94,8 @@ def test_bad_rate_is_refused():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_dropout_on_the_cpu_uses_the_fast_mask_on_the_weights(causal):
-    from tformer.nn.attention import scaled_dot_product_attention
+    from tformer.fast.dropout import scaled_dot_product_attention
+    from tformer.nn import attention
     from tformer.nn.masks import causal_mask
 
     q, k, v = torch.randn(3, 2, 4, 5, 8).unbind(0)  # (B=2, H=4, T=5, Dh=8) each
@@ -105,8 +108,10 @@ def test_attention_dropout_on_the_cpu_uses_the_fast_mask_on_the_weights(causal):
     keep = fast_cpu_multiplier(torch.Size([2, 4, 5, 5]), 0.25)  # the same draws, on the (B, H, Tq, Tk) weights
     assert torch.allclose(out, (torch.softmax(scores, -1) * keep) @ v, atol=1e-6)
     assert (keep == 0).any() and (keep != 0).any()
-    with reference():  # PyTorch's own kernel and mask: same seed, same result as calling it directly
-        torch.manual_seed(7)
-        ours = scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal)
-        torch.manual_seed(7)
-        assert torch.equal(ours, F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal))
+    for plain in (reference, contextlib.nullcontext):  # PyTorch's own kernel and mask: same seed, same result
+        with plain():
+            torch.manual_seed(7)
+            ours = (scaled_dot_product_attention if plain is reference else attention.scaled_dot_product_attention)(
+                q, k, v, dropout_p=0.25, is_causal=causal)  # inside reference(), or the plain function of tformer.nn
+            torch.manual_seed(7)
+            assert torch.equal(ours, F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal))

@@ -1,10 +1,12 @@
-"""tformer.nn.losses: the CPU training path of sequence_cross_entropy equals F.cross_entropy, loss and gradient."""
+"""Losses: tformer.nn.losses.sequence_cross_entropy is F.cross_entropy over the flattened positions; the training loss
+tformer.fast.losses.sequence_cross_entropy (fused backward on the CPU) equals it, loss and gradient."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.nn.losses import reference, sequence_cross_entropy
+from tformer.fast.losses import reference, sequence_cross_entropy
+from tformer.nn import losses as plain
 
 
 def _both(logits, labels, **kw):
@@ -70,9 +72,23 @@ def test_bad_arguments_are_named():
     x = torch.randn(2, 3, 10, requires_grad=True)
     with pytest.raises(ValueError, match="labels contain class 10"):
         sequence_cross_entropy(x, torch.full((2, 3), 10))
-    with pytest.raises(ValueError, match="do not match"):
-        sequence_cross_entropy(x, torch.zeros(2, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match="reduction must be"):
-        sequence_cross_entropy(x, torch.zeros(2, 3, dtype=torch.long), reduction="avg")
-    with pytest.raises(ValueError, match="label_smoothing must be"):
-        sequence_cross_entropy(x, torch.zeros(2, 3, dtype=torch.long), label_smoothing=1.5)
+    for loss in (sequence_cross_entropy, plain.sequence_cross_entropy):
+        with pytest.raises(ValueError, match="do not match"):
+            loss(x, torch.zeros(2, 4, dtype=torch.long))
+        with pytest.raises(ValueError, match="reduction must be"):
+            loss(x, torch.zeros(2, 3, dtype=torch.long), reduction="avg")
+        with pytest.raises(ValueError, match="label_smoothing must be"):
+            loss(x, torch.zeros(2, 3, dtype=torch.long), label_smoothing=1.5)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_the_plain_loss_is_f_cross_entropy_over_the_flattened_positions(reduction):
+    """The reference of the fused loss: exactly F.cross_entropy, in training too (no custom backward)."""
+    torch.manual_seed(1)
+    logits = torch.randn(2, 5, 11, requires_grad=True)
+    labels = torch.randint(0, 11, (2, 5))
+    labels[1, 3:] = 0
+    kw = dict(ignore_index=0, label_smoothing=0.1, reduction=reduction)
+    ours = plain.sequence_cross_entropy(logits, labels, **kw)
+    assert "_CrossEntropy" not in type(ours.grad_fn).__name__
+    torch.testing.assert_close(ours, F.cross_entropy(logits.reshape(-1, 11), labels.reshape(-1), **kw), rtol=0, atol=0)

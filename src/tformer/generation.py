@@ -9,17 +9,22 @@ a time and keep keys/values in a :class:`~tformer.nn.cache.KVCache`, so each ste
 * :func:`generate_lm` — decoder-only: prompts of different lengths are left-padded; positions
   count real tokens only, so a batch gives the same tokens as one prompt at a time.
 
+Each of the three first applies :func:`tformer.fast.speed_up` to the model, in place (its decoding fast paths:
+the weight layouts of :class:`tformer.fast.linear.Linear`; same numbers to float rounding); ``fast=False``
+leaves the model plain.
+
 Dimension legend: B batch, K beams, S source length, T generated length, V vocabulary size.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
 from tformer.checks import check_positive_int
+from tformer.fast import speed_up
 from tformer.nn.masks import padding_mask
 
 __all__ = [
@@ -106,13 +111,16 @@ def choose_next(logits: torch.Tensor, config: SamplingConfig, generator: torch.G
 
 @torch.inference_mode()
 def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: int = 128,
-                  sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None) -> list[list[int]]:
+                  sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
+                  fast: bool = True) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
 
     A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
     sources still running (R of them).
     """
     check_positive_int(max_len, "max_len")
+    if fast:
+        speed_up(model)
     memory_mask = _source_mask(src, model.config.pad_id)  # (B, 1, 1, S), or None
     memory = model.encode(src, memory_mask)  # (B, S, D)
     cache = model.new_cache(max_len + 1)
@@ -146,7 +154,7 @@ def _source_mask(src: torch.Tensor, pad_id: int) -> torch.Tensor | None:
 
 @torch.inference_mode()
 def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: int = 5, max_len: int = 128,
-                length_penalty: float = 1.0) -> list[list[int]]:
+                length_penalty: float = 1.0, fast: bool = True) -> list[list[int]]:
     """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
 
     A finished hypothesis scores ``sum(log p) / length ** length_penalty`` (length counts the
@@ -162,6 +170,8 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
     """
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
+    if fast:
+        speed_up(model)
     b, k, device = src.shape[0], beam_size, src.device
     memory_mask = _source_mask(src, model.config.pad_id)  # (B, 1, 1, S), or None
     # each source once: the K beams of source i (rows i·K … i·K + K − 1) share its memory, and cross-attention
@@ -228,7 +238,7 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
 @torch.inference_mode()
 def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(),
                 eos_id: int | None = None, pad_id: int = 0, seed: int | None = None, on_token=None,
-                stop_ids: Sequence[int] = (), stop=None) -> list[list[int]]:
+                stop_ids: Sequence[int] = (), stop=None, fast: bool = True) -> list[list[int]]:
     """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
 
     Prompts are left-padded into one batch; ``attention_mask`` hides the padding and positions
@@ -243,6 +253,8 @@ def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: 
     last ¾ of the context, with positions counted from the window's start (as in training).
     """
     check_positive_int(max_new_tokens, "max_new_tokens")
+    if fast:
+        speed_up(model)
     if isinstance(prompts, torch.Tensor):  # a (B, T) batch of equal-length prompts, as HF's input_ids
         if prompts.dim() != 2:
             raise ValueError(f"prompts as a tensor must have shape (B, T), got {tuple(prompts.shape)}")

@@ -1,0 +1,63 @@
+"""CPU fast paths, applied as swaps onto a plain model (in the spirit of gpt-fast's ``quantize.py`` / ``tp.py``).
+
+:mod:`tformer.nn` is the readable reference, in plain PyTorch. What exists only for speed lives here, and
+:func:`speed_up` puts it into a model built from those parts, in place, without changing its parameters, its
+state dict or (beyond float rounding) its numbers:
+
+================================  ===================================  ==================================================
+swap                              reference it replaces                faster where
+================================  ===================================  ==================================================
+:func:`linear.swap_linear`        ``nn.Linear``                        decoding on the CPU (1 to 256 rows a product): a
+                                                                       split between the threads, a transposed or a
+                                                                       oneDNN-packed copy of the weight. Training and
+                                                                       GPUs: ``F.linear`` itself.
+:func:`dropout.swap_dropout`      ``nn.Dropout``; the attention        training on the CPU in float32/64: one random
+                                  weights' dropout in                  64-bit word per four elements instead of a
+                                  :func:`tformer.nn.attention.         double-precision draw per element (a third more
+                                  scaled_dot_product_attention`        steps per second on a small LM with dropout 0.1).
+:func:`losses.sequence_cross_     :func:`tformer.nn.losses.            training on the CPU: the backward written in one
+entropy` (not a module: the       sequence_cross_entropy`              pass from the saved log-softmax, not three over
+tasks' training loss)                                                  the (N, V) logits.
+================================  ===================================  ==================================================
+
+Each keeps its reference and a parity test (``tests/test_fast.py``); ``python -m benchmarks.train_step`` and
+``python -m benchmarks.decode`` time them. :class:`~tformer.training.Trainer` (``TrainConfig.fast``, default True)
+and the decoding functions of :mod:`tformer.generation` (``fast=True``) apply :func:`speed_up`; with
+``fast=False`` the model stays plain. Inside :func:`reference` every fast path runs its reference and
+:func:`speed_up` swaps nothing (this is how ``TrainConfig(fast=False)`` trains, evaluates and decodes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from torch import nn
+
+from tformer.fast import dropout, linear, losses
+from tformer.fast.losses import sequence_cross_entropy
+
+__all__ = ["speed_up", "reference", "sequence_cross_entropy"]
+
+_SWAPS_ON = True
+
+
+def speed_up(model: nn.Module) -> nn.Module:
+    """Apply every swap to ``model`` in place (idempotent) and return it: fast :class:`~tformer.fast.linear.Linear`
+    layers, the fast dropout mask. Inside :func:`reference`, leave it as it is."""
+    if _SWAPS_ON:
+        linear.swap_linear(model)
+        dropout.swap_dropout(model)
+    return model
+
+
+@contextlib.contextmanager
+def reference():
+    """Within this block tformer runs its plain code: :func:`speed_up` swaps nothing, and what it swapped in before
+    runs its reference (``F.linear``, ``F.dropout``, the plain attention function, ``F.cross_entropy``)."""
+    global _SWAPS_ON
+    previous, _SWAPS_ON = _SWAPS_ON, False
+    try:
+        with linear.reference(), dropout.reference(), losses.reference():
+            yield
+    finally:
+        _SWAPS_ON = previous

@@ -1,4 +1,5 @@
-"""``Dropout``: inverted dropout, as ``nn.Dropout``, with a cheaper random mask on the CPU.
+"""``Dropout``: inverted dropout, as ``nn.Dropout``, with a cheaper random mask on the CPU, and the swap that puts it
+into a plain model (:func:`swap_dropout`: every ``nn.Dropout``, and the dropout of every attention's weights).
 
 Training with dropout zeroes each element with probability p and scales the survivors by 1/(1 − p),
 so the expected output equals the input. On the CPU, PyTorch draws that mask with one
@@ -20,6 +21,13 @@ paths (README).
 Elsewhere it is exactly ``F.dropout``: on GPUs (PyTorch's fused dropout kernel is already cheap), in
 eval mode, for p = 0, for rates the lanes cannot resolve (p < 2⁻¹⁷, or within 2⁻¹⁷ of 1), for half-precision
 tensors, and inside :func:`reference`.
+
+Attention weights: PyTorch's CPU attention kernels take dropout only on their unfused path, which draws the
+mask one element at a time. :func:`scaled_dot_product_attention` here runs the reference path of
+:mod:`tformer.nn.attention` with the cheaper mask instead when that mask applies (training on the CPU), and is
+the plain function everywhere else. The swap gives it to every ``MultiHeadAttention``.
+
+Dimension legend: B batch, H heads, Tq query length, Tk key length, Dh head dim.
 """
 
 from __future__ import annotations
@@ -30,7 +38,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Dropout", "dropout", "fast_cpu_multiplier", "reference"]
+from tformer.fast.swap import replace_modules
+from tformer.nn import attention
+from tformer.nn.attention import AttentionDetails, MultiHeadAttention
+from tformer.nn.masks import causal_mask
+
+__all__ = ["Dropout", "dropout", "fast_cpu_multiplier", "reference", "scaled_dot_product_attention", "swap_dropout"]
 
 _LEVELS = 65536  # each lane holds 16 random bits
 _LANES = 4  # 16-bit lanes per 64-bit word, whatever the byte order
@@ -39,7 +52,8 @@ _USE_FAST = True
 
 @contextlib.contextmanager
 def reference():
-    """Within this block every :class:`Dropout` runs ``F.dropout`` (for A/B benchmarks and tests)."""
+    """Within this block every :class:`Dropout` runs ``F.dropout`` and :func:`scaled_dot_product_attention` the plain
+    function (for A/B benchmarks and tests)."""
     global _USE_FAST
     previous, _USE_FAST = _USE_FAST, False
     try:
@@ -85,3 +99,40 @@ class Dropout(nn.Dropout):
         if self.inplace:
             return super().forward(x)
         return dropout(x, self.p, self.training)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    return_details: bool = False,
+    is_causal: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, AttentionDetails]:
+    """:func:`tformer.nn.attention.scaled_dot_product_attention` (same arguments, same results) whose weight dropout
+    draws the fast CPU mask: the reference path with :func:`dropout`, where the fused kernel would draw PyTorch's."""
+    if not (dropout_p > 0 and uses_fast_mask(q, dropout_p)):
+        return attention.scaled_dot_product_attention(q, k, v, mask, dropout_p, return_details, is_causal)
+    attention.check_attention_mask(mask, is_causal)
+    if is_causal:  # the reference path spells the look-ahead mask out
+        mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (1, 1, Tq, Tk)
+    out, details = attention.reference_attention(q, k, v, mask, dropout_p, dropout=dropout)  # (B, H, Tq, Dh)
+    return (out, details) if return_details else out
+
+
+def swap_dropout(model: nn.Module) -> nn.Module:
+    """Swap the fast CPU mask into ``model`` in place: every ``nn.Dropout`` becomes a :class:`Dropout` (same rate,
+    same mode), every :class:`~tformer.nn.attention.MultiHeadAttention` drops its weights with
+    :func:`scaled_dot_product_attention`. Idempotent; returns ``model``."""
+    replace_modules(model, _fast_dropout)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.attention = scaled_dot_product_attention
+    return model
+
+
+def _fast_dropout(module: nn.Module) -> Dropout | None:
+    if type(module) is not nn.Dropout:  # exactly torch's: a subclass (ours included) may do something else
+        return None
+    return Dropout(module.p, module.inplace).train(module.training)

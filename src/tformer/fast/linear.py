@@ -1,4 +1,5 @@
-"""``Linear``: ``nn.Linear`` with more weight layouts for decoding a few rows at a time.
+"""``Linear``: ``nn.Linear`` with more weight layouts for decoding a few rows at a time, and :func:`swap_linear`,
+which puts it in place of every ``nn.Linear`` of a plain model.
 
 A decoding step multiplies a handful of rows (one per sequence, or per beam) by every weight matrix
 of the decoder. For so few rows the layout of the weight decides the speed, so in inference on the CPU
@@ -34,18 +35,24 @@ GPT-2-small-sized model about 0.5 GB; the transposed copy, a padded split where 
 divide evenly between the threads, and up to three packings, so at most five such copies), made lazily
 and only when such a product actually runs. A weight made under ``torch.inference_mode`` has no version
 counter to tell when a copy goes stale, so it gets plain ``F.linear``. The result is the same product
-(the summation order inside the kernels differs, ~1e-7 relative).
+(the summation order inside the kernels differs, ~1e-7 relative). Inside :func:`reference` it is ``F.linear``.
+
+Dimension legend: P threads (parts of a split), C outputs per thread, n outputs of the rows computed, in inputs.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Linear", "FEW_ROWS", "SPLIT_MIN_COLUMNS", "PACKED_ROWS", "PACKED_MIN_WEIGHTS", "MAX_PACKINGS"]
+from tformer.fast.swap import replace_modules
+
+__all__ = ["Linear", "swap_linear", "reference", "FEW_ROWS", "SPLIT_MIN_COLUMNS", "PACKED_ROWS", "PACKED_MIN_WEIGHTS",
+           "MAX_PACKINGS"]
 
 # Up to this many rows the transposed copy is used where the packed one is not.
 # ``python -m benchmarks.decode_floor``: the copy wins at batch 1 and for a beam of 5, and F.linear's
@@ -77,6 +84,18 @@ def _has_onednn() -> bool:
 
 
 _ONEDNN = _has_onednn()
+_USE_FAST = True
+
+
+@contextlib.contextmanager
+def reference():
+    """Within this block every :class:`Linear` runs ``F.linear`` (for A/B benchmarks and tests)."""
+    global _USE_FAST
+    previous, _USE_FAST = _USE_FAST, False
+    try:
+        yield
+    finally:
+        _USE_FAST = previous
 
 
 class _Split(NamedTuple):
@@ -103,12 +122,27 @@ class _Copies:
 class Linear(nn.Linear):
     """``y = x Wᵀ + b``, exactly ``nn.Linear``; see the module docstring for the decoding layouts."""
 
+    @classmethod
+    def from_linear(cls, plain: nn.Linear) -> Linear:
+        """A :class:`Linear` holding the very ``weight`` and ``bias`` Parameters of ``plain`` (tied weights stay
+        tied, an optimizer that holds them still updates them), in the same train/eval mode."""
+        fast = cls.__new__(cls)
+        nn.Module.__init__(fast)  # no new weight: nn.Linear.__init__ would allocate and initialize one
+        fast.in_features, fast.out_features = plain.in_features, plain.out_features
+        fast.register_parameter("weight", plain.weight)
+        fast.register_parameter("bias", plain.bias)
+        return fast.train(plain.training)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():  # training: nn.Linear itself
+            return F.linear(x, self.weight, self.bias)
         return self.forward_rows(x, 0, self.out_features)
 
     def forward_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
-        """Only output features ``start:end`` (e.g. W_Q out of a fused W_Q/W_K/W_V): ``x W[start:end]ᵀ + b[start:end]``."""
-        if torch.is_grad_enabled() or not x.is_cpu or x.shape[-1] != self.in_features or torch.compiler.is_compiling():
+        """Only output features ``start:end`` (e.g. W_Q out of a fused W_Q/W_K/W_V): ``x W[start:end]ᵀ + b[start:end]``
+        (the fast version of :func:`tformer.nn.attention.project_rows`)."""
+        if (torch.is_grad_enabled() or not x.is_cpu or x.shape[-1] != self.in_features or not _USE_FAST
+                or torch.compiler.is_compiling()):
             return self._plain(x, start, end)  # training (autograd), GPUs, compiled graphs; a wrong width: F.linear's error
         copies = self._copies()
         if copies is None:  # a weight made in inference mode: it keeps no version counter, a copy could go stale
@@ -191,15 +225,6 @@ class Linear(nn.Linear):
         copies.splits[(start, end, parts)] = split
         return split
 
-    def packed_weight(self, start: int, end: int, rows: int) -> torch.Tensor:
-        """Rows ``start:end`` of the weight packed by oneDNN for products of about ``rows`` rows (rounded up to a
-        power of two, so a few packings serve every batch size), cached until the weight changes (at most
-        :data:`MAX_PACKINGS` at a time)."""
-        copies = self._copies()
-        if copies is None:
-            raise RuntimeError("a weight made in inference mode has no version counter: no packed copy is kept for it")
-        return self._packed(copies, start, end, rows)
-
     def _packed(self, copies: _Copies, start: int, end: int, rows: int) -> torch.Tensor:
         hint = 1 << max(rows - 1, 1).bit_length()
         found = copies.packed.get((start, end, hint))
@@ -210,6 +235,13 @@ class Linear(nn.Linear):
                 w = copies.weight.detach()[start:end].contiguous()
                 copies.packed[(start, end, hint)] = found = torch.ops.mkldnn._reorder_linear_weight(w, hint)
         return found
+
+
+def swap_linear(model: nn.Module) -> nn.Module:
+    """Replace every ``nn.Linear`` of ``model`` (exactly that class) by a :class:`Linear` holding the same Parameters,
+    in place; the state dict, the numbers and training are unchanged. Idempotent; returns ``model``."""
+    replace_modules(model, lambda m: Linear.from_linear(m) if type(m) is nn.Linear else None)
+    return model
 
 
 def _rows(t: torch.Tensor | None, start: int, end: int) -> torch.Tensor | None:

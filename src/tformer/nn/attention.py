@@ -13,12 +13,18 @@ Two paths compute the same thing:
 Masks follow :mod:`tformer.nn.masks`: boolean, ``True`` = may attend. A query row with nothing to
 attend to outputs zeros (never NaN), in every dtype.
 
-Dimension legend: B batch, H heads, Tq query length, Tk key length, Dh head dim, D model dim.
+This module is plain PyTorch. :func:`tformer.fast.speed_up` swaps in faster CPU versions of two of its
+pieces without changing the numbers: the projection of a slice of the fused W_Q/W_K/W_V rows
+(:func:`project_rows`) and, in training, the attention function itself (a cheaper dropout mask).
+
+Dimension legend: B batch, H heads, Tq query length, Tk key length, Dh head dim, D model dim,
+G rows of the queries per row of the memory (beam search: the beams of one source).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,13 +32,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from tformer.nn.cache import LayerKV
-from tformer.fast.dropout import dropout, uses_fast_mask
-from tformer.nn.recorder import AttentionRecord, current_recorder
-from tformer.fast.linear import Linear
 from tformer.nn.masks import causal_mask, check_mask, combine_masks
 from tformer.nn.positional import apply_rotary
+from tformer.nn.recorder import AttentionRecord, Recorder, current_recorder
 
-__all__ = ["AttentionDetails", "scaled_dot_product_attention", "MultiHeadAttention"]
+__all__ = ["AttentionDetails", "scaled_dot_product_attention", "reference_attention", "check_attention_mask",
+           "project_rows", "MultiHeadAttention"]
 
 
 @dataclass
@@ -58,28 +63,35 @@ def scaled_dot_product_attention(
     ``mask`` is boolean (``True`` = may attend) and broadcasts to (B, H, Tq, Tk). ``dropout_p`` is
     applied to the weights (pass 0 in eval mode). With ``return_details=True`` the readable reference
     path runs and returns ``(context, AttentionDetails)``; otherwise the fused kernel runs and only
-    the context (B, H, Tq, Dh) is returned (with dropout on the CPU, the reference path with tformer's
-    cheaper dropout mask: PyTorch's CPU kernels draw theirs one element at a time). ``is_causal=True`` (only without ``mask``) is the look-ahead
+    the context (B, H, Tq, Dh) is returned. ``is_causal=True`` (only without ``mask``) is the look-ahead
     mask for Tq = Tk, applied inside the fused kernel without building a (Tq, Tk) tensor.
     """
-    if mask is not None and mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
-    if is_causal and mask is not None:
-        raise ValueError("pass either mask or is_causal=True, not both (combine them with tformer.nn.masks.combine_masks)")
-    # PyTorch's CPU kernels take dropout only on their unfused path, which draws the mask one element at a
-    # time; the reference path below computes the same with tformer's cheaper mask (tformer.fast.dropout)
-    spelled_out = return_details or (dropout_p > 0 and uses_fast_mask(q, dropout_p))
-    if is_causal and spelled_out:  # the reference path spells the mask out
-        mask, is_causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device), False
-    if not spelled_out:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
-        if mask is not None:  # some kernels give NaN for fully masked rows: make them exactly 0
-            has_key = mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
-            if not bool(has_key.all()):
-                out = out.masked_fill(~has_key, 0.0)
-        return out
+    check_attention_mask(mask, is_causal)
+    if return_details:
+        if is_causal:  # the reference path spells the look-ahead mask out
+            mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (1, 1, Tq, Tk)
+        return reference_attention(q, k, v, mask, dropout_p)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    if mask is not None:  # some kernels give NaN for fully masked rows: make them exactly 0
+        has_key = mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
+        if not bool(has_key.all()):
+            out = out.masked_fill(~has_key, 0.0)
+    return out  # (B, H, Tq, Dh)
 
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dropout: Callable[[torch.Tensor, float], torch.Tensor] = F.dropout,
+) -> tuple[torch.Tensor, AttentionDetails]:
+    """The reference path, step by step: returns the context (B, H, Tq, Dh) and the :class:`AttentionDetails`.
+
+    ``dropout(weights, dropout_p)`` drops attention weights in training (``F.dropout``; ``tformer.fast``
+    passes its cheaper CPU mask)."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Dh) @ (B, H, Dh, Tk) -> (B, H, Tq, Tk)
     if mask is None:
         masked_scores = scores
         weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
@@ -87,10 +99,32 @@ def scaled_dot_product_attention(
         masked_scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, Tq, Tk)
         weights = torch.softmax(masked_scores.float(), dim=-1).to(q.dtype)
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # all −∞ row: NaN → 0
-    out = dropout(weights, dropout_p) @ v  # (B, H, Tq, Dh)
-    if not return_details:
-        return out
+    dropped = dropout(weights, dropout_p) if dropout_p > 0 else weights
+    out = dropped @ v  # (B, H, Tq, Tk) @ (B, H, Tk, Dh) -> (B, H, Tq, Dh)
     return out, AttentionDetails(scores=scores, masked_scores=masked_scores, weights=weights)
+
+
+def check_attention_mask(mask: torch.Tensor | None, is_causal: bool) -> None:
+    """The attention functions take a boolean ``mask`` or ``is_causal=True``, not both."""
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
+    if is_causal and mask is not None:
+        raise ValueError("pass either mask or is_causal=True, not both (combine them with tformer.nn.masks.combine_masks)")
+
+
+def project_rows(layer: nn.Linear, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """Output features ``start:end`` of ``layer(x)`` only: ``x · W[start:end]ᵀ + b[start:end]``, (..., end − start).
+
+    Cross-attention needs only W_Q (for the decoder's states) or only W_K, W_V (for the encoder output) of the
+    fused W_Q/W_K/W_V matrix. Here that is ``F.linear`` on a slice of the weight's rows. A layer that has its own
+    ``forward_rows(x, start, end)`` computes it that way instead: :class:`tformer.fast.linear.Linear`, which
+    ``tformer.fast.speed_up`` swaps in, keeps faster layouts of the weight for decoding (same numbers).
+    """
+    forward_rows = getattr(layer, "forward_rows", None)
+    if forward_rows is not None:
+        return forward_rows(x, start, end)
+    bias = None if layer.bias is None else layer.bias[start:end]
+    return F.linear(x, layer.weight[start:end], bias)
 
 
 class MultiHeadAttention(nn.Module):
@@ -102,7 +136,12 @@ class MultiHeadAttention(nn.Module):
 
     The three input projections W_Q, W_K, W_V are stored as one ``(3D, D)`` matrix (rows in that
     order, as ``nn.MultiheadAttention`` does) so self-attention computes them in one matmul.
+    ``dropout`` is the dropout rate of the attention weights.
     """
+
+    # The attention function (fused and reference paths). ``tformer.fast.speed_up`` sets a per-module one that
+    # computes the same with a cheaper CPU dropout mask in training.
+    attention = staticmethod(scaled_dot_product_attention)
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
@@ -110,25 +149,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"d_model must be divisible by n_heads, got d_model={d_model}, n_heads={n_heads}")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
-        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)  # rows: W_Q, W_K, W_V
-        self.out_proj = Linear(d_model, d_model, bias=bias)  # W_O
-
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        if t == 1:  # one position (a decoding step): (B, 1, D) already reads as (B, H, 1, Dh)
-            return x.view(b, self.n_heads, 1, self.head_dim)
-        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
-
-    def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, T, 3D) fused projections → Q, K, V as (B, H, T, Dh) views (one view, not a chunk and three splits)."""
-        b, t, _ = qkv.shape
-        if t == 1:  # a decoding step: (B, 1, 3D) reads as (B, 3, H, 1, Dh)
-            return qkv.view(b, 3, self.n_heads, 1, self.head_dim).unbind(1)
-        return qkv.view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # -> (3, B, H, T, Dh)
-
-    def _project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        k, v = self.qkv_proj.forward_rows(memory, self.d_model, 3 * self.d_model).chunk(2, dim=-1)  # W_K, W_V: (B, Tk, D) each
-        return self._split_heads(k), self._split_heads(v)
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # rows: W_Q, W_K, W_V
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
 
     def forward(
         self,
@@ -149,61 +171,111 @@ class MultiHeadAttention(nn.Module):
         ``rotary`` = (cos, sin) of the new positions (:func:`~tformer.nn.positional.rotary_tables`, broadcastable
         to (B, H, Tq, Dh)) rotates queries and keys before the keys are cached (self-attention only).
         """
+        self._check_inputs(x, memory, causal, rotary)
+        cross = memory is not None
+        if cross and memory.shape[0] != x.shape[0]:
+            return self._grouped_cross_attention(x, memory, mask, cache)
+        if cross:
+            q, k, v = self._cross_qkv(x, memory, cache)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
+        else:
+            q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
+        recorder = current_recorder()
+        mask, is_causal = self._prepare_mask(mask, causal, cross, q, k, recording=recorder is not None)
+        context, details = self._attend(q, k, v, mask, is_causal, recording=recorder is not None)  # (B, H, Tq, Dh)
+        out = self.out_proj(self._merge_heads(context))  # (B, Tq, D)
+        if recorder is not None:
+            self._record(recorder, cross, q, k, v, mask, details, context, out)
+        return out
+
+    # ---------------------------------------------------------------- the steps of forward, in order
+    def _check_inputs(self, x: torch.Tensor, memory: torch.Tensor | None, causal: bool, rotary) -> None:
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, {self.d_model}), got {tuple(x.shape)}")
-        cross = memory is not None
-        if cross:
-            if causal:
-                raise ValueError("causal=True is not allowed in cross-attention: the decoder may see the whole source")
-            if rotary is not None:
-                raise ValueError("rotary position embedding applies to self-attention only, not to cross-attention")
-            if memory.shape[0] != x.shape[0]:  # G rows of x per source: they attend as G·Tq query positions of it
-                sources, rows, tq = memory.shape[0], x.shape[0], x.shape[1]
-                if sources == 0 or rows % sources != 0:
-                    raise ValueError(f"memory must have as many rows as x ({rows}) or a divisor of it, got {sources}")
-                queries = x.reshape(sources, rows // sources * tq, self.d_model)  # (B, Tq, D) -> (B/G, G·Tq, D)
-                return self.forward(queries, memory, mask, cache=cache).view(rows, tq, self.d_model)  # -> (B, Tq, D)
-            q = self._split_heads(self.qkv_proj.forward_rows(x, 0, self.d_model))
-            if cache is not None and cache.cross_k is not None:
-                k, v = cache.cross_k, cache.cross_v  # computed once per source
-            else:
-                k, v = self._project_kv(memory)  # (B, H, Tk, Dh)
-                if cache is not None:
-                    cache.cross_k, cache.cross_v = k, v
-        else:
-            q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, H, T, Dh) each
-            if rotary is not None:
-                q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)  # the cache keeps rotated keys
-            if cache is not None:
-                k, v = cache.append(k, v)  # (B, H, Tk, Dh) with the cached positions
-        b, tq, tk = x.shape[0], q.shape[2], k.shape[2]
+        if memory is not None and causal:
+            raise ValueError("causal=True is not allowed in cross-attention: the decoder may see the whole source")
+        if memory is not None and rotary is not None:
+            raise ValueError("rotary position embedding applies to self-attention only, not to cross-attention")
+
+    def _grouped_cross_attention(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
+                                 cache: LayerKV | None) -> torch.Tensor:
+        """G rows of ``x`` per row of ``memory``: they attend to it as G·Tq query positions of one row."""
+        sources, rows, tq = memory.shape[0], x.shape[0], x.shape[1]
+        if sources == 0 or rows % sources != 0:
+            raise ValueError(f"memory must have as many rows as x ({rows}) or a divisor of it, got {sources}")
+        queries = x.reshape(sources, rows // sources * tq, self.d_model)  # (B, Tq, D) -> (B/G, G·Tq, D)
+        return self.forward(queries, memory, mask, cache=cache).view(rows, tq, self.d_model)  # -> (B, Tq, D)
+
+    def _self_qkv(self, x: torch.Tensor, cache: LayerKV | None, rotary) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K, V of self-attention, one matmul; RoPE rotates Q and K; the cache adds the earlier keys/values."""
+        q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, T, D) -> (B, T, 3D) -> (B, H, T, Dh) each
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)  # the cache keeps rotated keys
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H, Tk, Dh) with the cached positions
+        return q, k, v
+
+    def _cross_qkv(self, x: torch.Tensor, memory: torch.Tensor,
+                   cache: LayerKV | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q from the decoder states (rows W_Q); K, V from the memory (rows W_K, W_V), once per source with a cache."""
+        q = self._split_heads(project_rows(self.qkv_proj, x, 0, self.d_model))  # (B, Tq, D) -> (B, H, Tq, Dh)
+        if cache is not None and cache.cross_k is not None:
+            return q, cache.cross_k, cache.cross_v  # computed at the first step
+        kv = project_rows(self.qkv_proj, memory, self.d_model, 3 * self.d_model)  # (B, Tk, 2D)
+        k, v = (self._split_heads(t) for t in kv.chunk(2, dim=-1))  # (B, Tk, D) -> (B, H, Tk, Dh) each
+        if cache is not None:
+            cache.cross_k, cache.cross_v = k, v
+        return q, k, v
+
+    def _prepare_mask(self, mask: torch.Tensor | None, causal: bool, cross: bool, q: torch.Tensor, k: torch.Tensor,
+                      recording: bool) -> tuple[torch.Tensor | None, bool]:
+        """Check ``mask`` and add the look-ahead part: returns ``(mask or None, is_causal)``."""
+        b, tq, tk = q.shape[0], q.shape[2], k.shape[2]
         check_mask(mask, "mask", b, tq, tk, self.n_heads)
         if cross and mask is not None and mask.shape[-2] > 1:
             _refuse_query_dependent_mask(mask)
-        recorder = current_recorder()
-        if mask is not None and recorder is None and not torch.compiler.is_compiling() and bool(mask.all()):
+        if mask is not None and not recording and not torch.compiler.is_compiling() and bool(mask.all()):
             mask = None  # hides nothing (e.g. a batch without padding): the fused kernel's unmasked path is faster
-        is_causal = False
-        if causal:
-            if recorder is None and mask is None and tq == tk:
-                is_causal = True  # the fused kernel hides the future itself (no (Tq, Tk) mask tensor)
-            elif recorder is not None or tq > 1:  # a single new query sits after every key: nothing to hide
-                mask = combine_masks(causal_mask(tq, tk, device=x.device), mask)
+        if not causal:
+            return mask, False
+        if not recording and mask is None and tq == tk:
+            return None, True  # the fused kernel hides the future itself (no (Tq, Tk) mask tensor)
+        if recording or tq > 1:  # a single new query sits after every key: nothing to hide
+            mask = combine_masks(causal_mask(tq, tk, device=q.device), mask)  # (B, 1, Tq, Tk)
+        return mask, False
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
+                recording: bool) -> tuple[torch.Tensor, AttentionDetails | None]:
+        """The context (B, H, Tq, Dh): the fused path, or the reference path with its details while recording."""
         dropout_p = self.dropout if self.training else 0.0
-        if recorder is None:
-            context = scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal=is_causal)
-        else:
-            context, details = scaled_dot_product_attention(q, k, v, mask, dropout_p, return_details=True)
-        # (B, H, Tq, Dh) -> (B, Tq, D); one query position needs no transpose
-        merged = (context if tq == 1 else context.transpose(1, 2)).reshape(b, tq, self.d_model)
-        out = self.out_proj(merged)  # (B, Tq, D)
-        if recorder is not None:
-            recorder.add(AttentionRecord(
-                name=recorder.name_of(self), kind="cross" if cross else "self", q=q, k=k, v=v, mask=mask,
-                scores=details.scores, masked_scores=details.masked_scores, weights=details.weights,
-                context=context, output=out,
-            ))
-        return out
+        if not recording:
+            return self.attention(q, k, v, mask, dropout_p, is_causal=is_causal), None
+        return self.attention(q, k, v, mask, dropout_p, return_details=True)
+
+    def _merge_heads(self, context: torch.Tensor) -> torch.Tensor:
+        """(B, H, Tq, Dh) -> (B, Tq, D): the heads side by side; one query position needs no transpose."""
+        b, _, tq, _ = context.shape
+        return (context if tq == 1 else context.transpose(1, 2)).reshape(b, tq, self.d_model)
+
+    def _record(self, recorder: Recorder, cross: bool, q, k, v, mask, details: AttentionDetails, context, out) -> None:
+        recorder.add(AttentionRecord(
+            name=recorder.name_of(self), kind="cross" if cross else "self", q=q, k=k, v=v, mask=mask,
+            scores=details.scores, masked_scores=details.masked_scores, weights=details.weights,
+            context=context, output=out,
+        ))
+
+    # ---------------------------------------------------------------- head reshapes
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        if t == 1:  # one position (a decoding step): (B, 1, D) already reads as (B, H, 1, Dh)
+            return x.view(b, self.n_heads, 1, self.head_dim)
+        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, T, D) -> (B, T, H, Dh) -> (B, H, T, Dh)
+
+    def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, T, 3D) fused projections → Q, K, V as (B, H, T, Dh) views (one view, not a chunk and three splits)."""
+        b, t, _ = qkv.shape
+        if t == 1:  # a decoding step: (B, 1, 3D) reads as (B, 3, H, 1, Dh)
+            return qkv.view(b, 3, self.n_heads, 1, self.head_dim).unbind(1)
+        return qkv.view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # -> (3, B, H, T, Dh)
 
 
 def _refuse_query_dependent_mask(mask: torch.Tensor) -> None:

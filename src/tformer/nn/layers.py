@@ -24,8 +24,6 @@ from torch import nn
 
 from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.cache import KVCache, LayerKV
-from tformer.fast.dropout import Dropout
-from tformer.fast.linear import Linear
 
 __all__ = ["LayerConfig", "FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
 
@@ -74,10 +72,10 @@ class FeedForward(nn.Module):
 
     def __init__(self, cfg: LayerConfig) -> None:
         super().__init__()
-        self.linear1 = Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
-        self.linear2 = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
         self.activation = ACTIVATIONS[cfg.activation]
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.activation(self.linear1(x))  # (B, T, D) -> (B, T, F)
@@ -92,7 +90,7 @@ class AddNorm(nn.Module):
     def __init__(self, cfg: LayerConfig) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
     def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:

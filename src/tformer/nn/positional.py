@@ -23,8 +23,6 @@ import math
 import torch
 from torch import nn
 
-from tformer.fast.dropout import Dropout
-
 __all__ = ["sinusoidal_table", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "rotary_tables",
            "apply_rotary", "InputEmbedding"]
 
@@ -119,7 +117,7 @@ class InputEmbedding(nn.Module):
         if self.segment is not None:
             nn.init.normal_(self.segment.weight, std=0.02)
         self.norm = nn.LayerNorm(d_model, eps=norm_eps) if norm_eps is not None else None
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.max_len = max_len
 
     def forward(

@@ -19,7 +19,7 @@ from torch import nn
 
 __all__ = ["AttentionRecord", "Recorder", "current_recorder"]
 
-_ACTIVE: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("tformer_recorder", default=None)
+_ACTIVE: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("tformer_recorder", default=None)
 
 
 @dataclass
@@ -63,7 +63,7 @@ class Recorder:
         """Attention weights by module name (the last call of each module wins)."""
         return {r.name: r.weights for r in self.records}
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         self._token = _ACTIVE.set(self)
         return self
 
