@@ -14,6 +14,11 @@ A task provides::
     metric: str, higher_is_better: bool        # which evaluation picks the best checkpoint
     save_extra(directory)                      # tokenizer files etc. next to the weights
 
+``TrainConfig.fast`` (default True) trains, evaluates and decodes with the CPU fast paths of
+:mod:`tformer.fast`: :func:`tformer.fast.speed_up` swaps them into the model, and the tasks' loss
+(:func:`tformer.fast.sequence_cross_entropy`) takes its fused backward. ``fast=False`` keeps the model plain and
+runs every step and evaluation inside :func:`tformer.fast.reference`, where the loss is ``F.cross_entropy``.
+
 Several processes (``torchrun --nproc-per-node N -m tformer train ...``) train data-parallel:
 see :mod:`tformer.training.distributed`.
 
@@ -36,8 +41,9 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from tformer.training import distributed
+from tformer import fast
 from tformer.files import atomic_write
+from tformer.training import distributed
 
 __all__ = ["TrainConfig", "Trainer", "lr_factor"]
 
@@ -62,6 +68,7 @@ class TrainConfig:
     bf16: bool = False
     device: str = "cpu"
     progress: bool = True
+    fast: bool = True  # CPU fast paths (tformer.fast): swapped into the model, the fused loss backward
 
     def __post_init__(self) -> None:
         if self.schedule not in ("inverse_sqrt", "cosine", "constant"):
@@ -105,6 +112,8 @@ class Trainer:
     def __init__(self, model: torch.nn.Module, task, cfg: TrainConfig) -> None:
         self.world, device = distributed.init(cfg.device)
         self.model, self.task, self.cfg, self.device = model.to(device), task, cfg, device
+        if cfg.fast:
+            fast.speed_up(self.model)  # in place: the parameters stay the same objects
         distributed.broadcast_parameters(self.model, self.world)
         self.out = Path(cfg.out_dir)
         self.optimizer = _optimizer(self.model, cfg)
@@ -162,6 +171,10 @@ class Trainer:
                 or (c.epochs is not None and self.epoch >= c.epochs)
                 or (c.minutes is not None and self.elapsed >= c.minutes * 60))
 
+    def _paths(self):
+        """The fast paths as configured: on (nothing to do), or every fast path on its reference."""
+        return contextlib.nullcontext() if self.cfg.fast else fast.reference()
+
     def _autocast(self):
         if not self.cfg.bf16:
             return contextlib.nullcontext()
@@ -177,9 +190,10 @@ class Trainer:
         total_tokens = sum(self.task.count_tokens(b) for b in group)
         loss_sum = 0.0
         for batch in group[self.world.rank :: self.world.size]:  # this process's share
-            with self._autocast():
-                loss, _ = self.task.loss(self.model, batch)
-            (loss / max(total_tokens, 1)).backward()
+            with self._paths():
+                with self._autocast():
+                    loss, _ = self.task.loss(self.model, batch)
+                (loss / max(total_tokens, 1)).backward()
             loss_sum += float(loss.detach())
         loss_sum, elapsed = distributed.sync_gradients(self.model, self.world, [loss_sum, self.elapsed + time.perf_counter() - start])
         self.elapsed = elapsed / self.world.size  # the same on every process, so all stop together
@@ -195,7 +209,7 @@ class Trainer:
         if not self.world.is_main:  # rank 0 evaluates and saves; the others go on to the next step
             return {"step": self.step}
         self.model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), self._paths():
             metrics = self.task.evaluate(self.model)
         record = {"step": self.step, "epoch": self.epoch, **metrics}
         self._log(record)
