@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tformer.nn.losses import sequence_cross_entropy
+from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.bert.tokenizer import WordPiece
 
 __all__ = ["IGNORE", "read_documents", "split_documents", "nsp_pairs", "BertBatch", "collate", "MLMCollator", "BertPretrainTask"]

@@ -27,7 +27,7 @@ from typing import Iterable
 import torch
 
 from tformer.files import atomic_write
-from tformer.nn.losses import sequence_cross_entropy
+from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 
 __all__ = [
     "SPECIALS", "UNK", "PAD", "EOT", "CharTokenizer", "ByteBPETokenizer", "train_lm_tokenizer", "load_lm_tokenizer",

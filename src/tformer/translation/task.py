@@ -20,7 +20,7 @@ from tformer.translation.batching import Batch, make_batch, token_budget_batches
 from tformer.translation.pairs import filter_pairs, group_references, read_aligned, read_tsv, split_pairs
 from tformer.translation.toy_corpus import builtin_pairs
 from tformer.generation import SamplingConfig, beam_search, translate_ids
-from tformer.nn.losses import sequence_cross_entropy
+from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.models.seq2seq import Seq2SeqTransformer
 from tformer.translation.tokenizer import EOS, PAD, SOS, TextTokenizer
 
