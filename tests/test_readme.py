@@ -92,11 +92,6 @@ def test_readme_stays_a_short_users_page():
     assert len(README.read_text(encoding="utf-8").splitlines()) < 260
 
 
-# Entry points issue 21 introduces while this page is written; drop each from here once it exists.
-_PENDING = {"tformer.translation.train", "tformer.translation.prepare", "tformer.lm.train", "tformer.bert.train",
-            "tformer.fast.speed_up"}
-
-
 def _resolves(name: str) -> bool:
     import importlib
 
@@ -119,5 +114,5 @@ def test_readme_names_exist():
     """Every dotted ``tformer.x.y`` name of the README and docs/ is importable (no lines about things gone)."""
     pages = [README, *sorted((README.parent / "docs").glob("*.md"))]
     names = {n for p in pages for n in re.findall(r"\btformer(?:\.[A-Za-z_]\w*)+", p.read_text(encoding="utf-8"))}
-    missing = sorted(n for n in names - _PENDING if not _resolves(n))
+    missing = sorted(n for n in names if not _resolves(n))
     assert not missing, f"README/docs name things that do not exist: {missing}"
