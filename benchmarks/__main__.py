@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "list"):
         print(listing())
         return 0
+    if argv[0] not in BENCHMARKS:
+        print(f"benchmarks: error: unknown benchmark {argv[0]!r}; choose from {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
     run(argv[0], argv[1:])
     return 0
 

@@ -111,15 +111,15 @@ def test_peak_memory_sees_an_allocation():
     assert peak_memory_mb(two_at_once) == pytest.approx(32, abs=0.1)
 
 
-def test_listing_and_cli(capsys, tmp_path):
+def test_listing_and_cli(capfd, tmp_path):
     from benchmarks.__main__ import BENCHMARKS
     from benchmarks.__main__ import main as bench_main
     from tformer.cli import main as cli_main
 
     assert bench_main([]) == 0
-    listing = capsys.readouterr().out
+    listing = capfd.readouterr().out
     assert all(name in listing for name in BENCHMARKS)
     assert cli_main(["bench"]) == 0
-    assert "train_step" in capsys.readouterr().out
+    assert "train_step" in capfd.readouterr().out
     assert cli_main(["bench", "nope"]) == 2  # unknown name: a clean error
-    assert "unknown benchmark" in capsys.readouterr().err
+    assert "unknown benchmark" in capfd.readouterr().err

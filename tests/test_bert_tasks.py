@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tformer.bert import (BertPretrainTask, MLMCollator, TextClassifier, WordPiece, fill_mask, langid_examples,
-                          load_masked_lm, nsp_pairs, read_documents, train_wordpiece)
+                          load_masked_lm, nsp_pairs, read_sentence_documents, train_wordpiece)
 from tformer.bert.classification import read_labelled_tsv, write_tsv
 from tformer.bert.pretraining import IGNORE, collate, split_documents
 from tformer.cli import main
@@ -90,13 +90,13 @@ def test_nsp_single_document_never_uses_the_true_next_as_random():
 def test_documents_and_held_out_tail(tmp_path):
     path = tmp_path / "docs.txt"
     path.write_text("a1\na2\n\n\nb1\nb2\nb3\n\nc1\n", encoding="utf-8")
-    docs = read_documents(path)
+    docs = read_sentence_documents(path)
     assert docs == [["a1", "a2"], ["b1", "b2", "b3"], ["c1"]]
     train, valid = split_documents(docs, valid=3)
     assert train == [["a1", "a2"], ["b1"]] and valid == [["b2", "b3"], ["c1"]]
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("Go.\tVa !\nGo.\tMarche.\nHi.\tSalut !\n", encoding="utf-8")
-    assert read_documents(tsv) == [["Go.", "Hi."]]
+    assert read_sentence_documents(tsv) == [["Go.", "Hi."]]
 
 
 # ------------------------------------------------------------------------------------------------- MLM

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from tformer.bert import fill_mask, load_masked_lm
 from tformer.lm import load_lm_tokenizer
 from tformer.models.gpt import GPT
-from tformer.translation.task import Translator
+from tformer.translation import Translator
 
 ROOT = Path(__file__).parent / "fixtures" / "v0.1"
 EXPECTED = load_file(str(ROOT / "expected.safetensors"))

@@ -9,7 +9,7 @@ import torch
 from tformer import GPT, GPTConfig
 from tformer.cli import main
 from tformer.generation import generate_lm
-from tformer.lm.task import (EOT, PAD, SPECIALS, UNK, ByteBPETokenizer, CharTokenizer, LMTask, TextStream, encode_documents,
+from tformer.lm import (EOT, PAD, SPECIALS, UNK, ByteBPETokenizer, CharTokenizer, LMTask, TextStream, encode_documents,
                         evaluate_stream, load_lm_tokenizer, read_documents, split_ids)
 from tformer.training.trainer import TrainConfig, Trainer, lr_factor
 
@@ -178,10 +178,12 @@ def test_resume_through_the_cli_equals_the_uninterrupted_run(tmp_path):
 
 def test_train_lm_settings_come_from_the_flag_then_the_recipe_then_the_default():
     from tformer.cli import build_parser
-    from tformer.cli.lm import RECIPES, _resolve
+    from tformer.lm import RECIPES, resolve
 
-    def resolved(*flags):
-        return _resolve(build_parser().parse_args(["train", "lm", "--data", "x.txt", "--out", "y", *flags]))
+    def resolved(*flags):  # the flags as `tformer train lm` parses them (unset: None), resolved by the library
+        args = build_parser().parse_args(["train", "lm", "--data", "x.txt", "--out", "y", *flags])
+        names = ("tokenizer", "batch_size", "lr", "warmup_steps", "weight_decay", "vocab_size", "block_size", "dropout")
+        return resolve(args.preset, **{k: getattr(args, k) for k in names})
 
     recipe = RECIPES["shakespeare-char-6min"]
     six = resolved("--preset", "shakespeare-char-6min")

@@ -36,7 +36,7 @@ def test_lm_shakespeare_quick(tmp_path):
 
 def test_lm_shakespeare_picks_the_recipe_tuned_for_the_budget():
     from benchmarks.lm_shakespeare import recipe_for
-    from tformer.cli.lm import RECIPES
+    from tformer.lm import RECIPES
 
     assert [recipe_for(m) for m in (1, 1.5, 3, 6, 10, 30, 60)] == [
         "shakespeare-char", "shakespeare-char", "shakespeare-char", "shakespeare-char-6min", "shakespeare-char-6min",

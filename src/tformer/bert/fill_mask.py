@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from tformer.models.bert import Bert
 from tformer.bert.tokenizer import WordPiece
+from tformer.models.bert import Bert
 
 __all__ = ["load_masked_lm", "fill_mask"]
 

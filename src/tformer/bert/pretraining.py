@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.bert.tokenizer import WordPiece
 
-__all__ = ["IGNORE", "read_documents", "split_documents", "nsp_pairs", "BertBatch", "collate", "MLMCollator", "BertPretrainTask"]
+__all__ = ["IGNORE", "read_sentence_documents", "split_documents", "nsp_pairs", "BertBatch", "collate", "MLMCollator", "BertPretrainTask"]
 
 IGNORE = -100  # label of positions that carry no loss
 
@@ -44,7 +44,7 @@ IGNORE = -100  # label of positions that carry no loss
 # ------------------------------------------------------------------------------------------ documents
 
 
-def read_documents(path: str | Path) -> list[list[str]]:
+def read_sentence_documents(path: str | Path) -> list[list[str]]:
     """Documents (lists of sentences) from a text file (blank line = new document) or a ``.tsv`` (first column)."""
     path = Path(path)
     if not path.is_file():
@@ -218,9 +218,9 @@ class BertPretrainTask:
     @staticmethod
     def _outputs(model, batch: BertBatch):
         """MLM logits at the picked positions only (N, V), their labels (N,), NSP logits (B, 2)."""
-        hidden = model(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, T, D)
         picked = batch.mlm_labels != IGNORE  # (B, T)
-        return model.mlm_head(hidden[picked]), batch.mlm_labels[picked], model.nsp_head(model.pool(hidden))
+        mlm_logits, nsp_logits = model.pretraining_logits(batch.ids, batch.token_type_ids, batch.attention_mask, picked)
+        return mlm_logits, batch.mlm_labels[picked], nsp_logits  # (N, V), (N,), (B, 2)
 
     def loss(self, model, batch: BertBatch) -> tuple[torch.Tensor, int]:
         batch = batch.to(next(model.parameters()).device)

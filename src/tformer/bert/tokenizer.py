@@ -2,7 +2,8 @@
 
 Our tokenizers are trained with the ``tokenizers`` library the way BERT's was: the BERT normaliser
 (clean text, lowercase, strip accents), the BERT pre-tokeniser (split at spaces and punctuation) and
-WordPiece with ``##`` continuation pieces. The special tokens come first::
+WordPiece with ``##`` continuation pieces. The special tokens come first (the layouts are in
+:mod:`tformer.tokens`)::
 
     [PAD] = 0   [UNK] = 1   [CLS] = 2   [SEP] = 3   [MASK] = 4
 
@@ -18,24 +19,44 @@ specials and the segment (token-type) ids themselves, so truncation stays under 
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 
 from tformer.files import atomic_write
+from tformer.tokens import BERT_SPECIALS
 
-__all__ = ["SPECIAL_TOKENS", "TOKENIZER_FILE", "WordPiece", "train_wordpiece", "truncate_pair"]
+__all__ = ["SPECIAL_TOKENS", "TOKENIZER_FILE", "WordPiece", "train_wordpiece", "truncate_pair", "bert_tokenizer"]
 
-SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+SPECIAL_TOKENS = BERT_SPECIALS
 TOKENIZER_FILE = "tokenizer.json"
 # "[PAD]", "[MASK]", "[unused42]": bracketed names are never picked by MLM nor drawn as random tokens.
 _SPECIAL = re.compile(r"^\[[A-Za-z0-9_]+\]$")
 
 
-def train_wordpiece(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2, limit_alphabet: int = 1000) -> "WordPiece":
+def bert_tokenizer(path: str | os.PathLike) -> Tokenizer | BertWordPieceTokenizer:
+    """The uncased BERT WordPiece tokenizer of a model directory: ``tokenizer.json``, else ``vocab.txt``.
+
+    Padding and truncation baked into ``tokenizer.json`` are switched off: ``encode`` returns exactly
+    the sentence's tokens, ``[CLS] … [SEP]``.
+    """
+    path = Path(path)
+    if (path / "tokenizer.json").is_file():
+        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    elif (path / "vocab.txt").is_file():
+        tokenizer = BertWordPieceTokenizer(str(path / "vocab.txt"), lowercase=True)
+    else:
+        raise FileNotFoundError(f"path {str(path)!r} has neither tokenizer.json nor vocab.txt")
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2, limit_alphabet: int = 1000) -> WordPiece:
     """Train an uncased BERT-style WordPiece tokenizer on ``texts``, the special tokens first."""
     trainer = BertWordPieceTokenizer(lowercase=True)
     trainer.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
@@ -99,8 +120,6 @@ class WordPiece:
         atomic_write(Path(directory) / TOKENIZER_FILE, lambda tmp: self.tokenizer.save(tmp))
 
     @classmethod
-    def load(cls, directory: str | Path) -> "WordPiece":
+    def load(cls, directory: str | Path) -> WordPiece:
         """From a model directory's ``tokenizer.json`` (ours or Hugging Face's), else its ``vocab.txt``."""
-        from tformer.bert.embeddings import bert_tokenizer
-
         return cls(bert_tokenizer(directory))

@@ -1,5 +1,9 @@
-"""The ``tformer`` command line. Each subcommand lives in ``tformer/cli/<name>.py`` and
-provides ``add_parser(subparsers)``; the parser it adds has ``run`` as its ``func`` default."""
+"""The ``tformer`` command line: argument parsing and printing only; the work is done by the library
+(``tformer.translation``, ``tformer.lm``, ``tformer.bert``, ``tformer.inspect``, ...).
+
+Each subcommand lives in ``tformer/cli/<name>.py`` (``evaluate-lm`` in ``evaluate_lm.py``) and provides
+``add_parser(subparsers)``; the parser it adds sets ``func``, the function that runs it. Flags shared
+by several subcommands are in :mod:`tformer.cli.common`; no module of the CLI imports one that imports it back."""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ import sys
 from tformer import __version__
 
 # Subcommand modules, in the order `tformer --help` lists them.
-COMMANDS = ["demo", "train", "translate", "lm", "bert", "embed", "trace", "plot", "data", "info", "bench"]
+COMMANDS = ["demo", "train", "translate", "evaluate", "generate", "evaluate_lm", "fill_mask", "classify", "embed", "trace",
+            "plot", "data", "info", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = args.func(args) or 0
         if "torch.distributed" in sys.modules:  # leave a torchrun process group cleanly; only after success,
-            from tformer.training.distributed import shutdown  # since a failed rank would leave the others at the barrier
+            from tformer.training.distributed import (
+                shutdown,  # since a failed rank would leave the others at the barrier
+            )
 
             shutdown()
         return code

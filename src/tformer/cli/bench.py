@@ -12,6 +12,8 @@ from a source checkout, or from a directory that holds ``benchmarks/``.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,21 +26,19 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _import_benchmarks():
-    for root in (Path(__file__).resolve().parents[3], Path.cwd()):  # the checkout holding src/, then here
+def _checkout() -> Path:
+    """The directory holding ``benchmarks/``: the checkout this tformer runs from, else the current one."""
+    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
         if (root / "benchmarks" / "__main__.py").is_file():
-            if str(root) not in sys.path:
-                sys.path.insert(0, str(root))
-            import benchmarks.__main__ as registry
-
-            return registry
+            return root
     raise FileNotFoundError("no benchmarks/ directory found: run `tformer bench` from a tformer source checkout")
 
 
 def run(args) -> int:
-    registry = _import_benchmarks()
-    if not args.name:
-        print(registry.listing())
-        return 0
-    registry.run(args.name, args.args)
-    return 0
+    """``python -m benchmarks [NAME ARGS...]`` in a child process that finds the checkout's ``benchmarks``."""
+    root = str(_checkout())
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": root if not path else root + os.pathsep + path}
+    argv = [sys.executable, "-m", "benchmarks", *([args.name] if args.name else ["list"]), *args.args]
+    sys.stdout.flush()
+    return subprocess.run(argv, env=env).returncode

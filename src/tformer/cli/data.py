@@ -1,4 +1,4 @@
-"""``tformer data download NAME``: fetch a corpus into the cache directory."""
+"""``tformer data download NAME`` and ``tformer data langid``: fetch a corpus; build English-vs-French examples."""
 
 from __future__ import annotations
 
@@ -12,8 +12,13 @@ def add_parser(sub) -> None:
     d.add_argument("--url", help="base URL of a mirror (replaces the directory part of each URL)")
     d.add_argument("--timeout", type=float, default=60.0)
     d.set_defaults(func=run_download)
-    from tformer.cli.bert import add_data_parsers
-    add_data_parsers(sp)
+
+    g = sp.add_parser("langid", help="English-vs-French text<TAB>label examples from the Tatoeba pairs")
+    g.add_argument("--tatoeba", required=True, help="Tatoeba English<TAB>French TSV (e.g. ../shared/data/tatoeba-eng-fra.tsv)")
+    g.add_argument("--out", required=True, help="output TSV")
+    g.add_argument("--n", type=int, default=20000, help="number of examples (half English, half French)")
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(func=run_langid)
 
 
 def run_download(args) -> int:
@@ -21,4 +26,14 @@ def run_download(args) -> int:
 
     path = download(args.name, args.cache, args.url, args.timeout)
     print(path)
+    return 0
+
+
+def run_langid(args) -> int:
+    from tformer.bert import langid_examples, write_tsv
+
+    examples = langid_examples(args.tatoeba, args.n, args.seed)
+    write_tsv(examples, args.out)
+    print(f"wrote {len(examples)} examples ({sum(y == 'en' for _, y in examples)} en, "
+          f"{sum(y == 'fr' for _, y in examples)} fr) to {args.out}")
     return 0

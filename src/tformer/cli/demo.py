@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-EXAMPLES = ["I am good.", "She is tired.", "We do not eat bread today.", "Do you like coffee?", "They have a dog."]
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="train a small translator on the built-in corpus and show it working")
@@ -26,51 +24,23 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from tformer.training.trainer import Trainer, TrainConfig
-    from tformer.translation.task import TranslationTask, load_corpus, prepare, split_corpus
+    from tformer import translation
+    from tformer.translation.demo import EXAMPLES, cross_attention_png
 
     out = Path(args.out)
-    split = split_corpus(load_corpus(args.data), args.seed, valid=0.05, test=0.05)
-    translator = prepare(split, out, args.preset, args.vocab_size, joint=True, seed=args.seed, max_len=128)
-    task = TranslationTask(translator, split.train, split.valid, max_tokens=2048, seed=args.seed, bleu_sentences=200)
-    cfg = TrainConfig(out_dir=str(out), lr=1e-3, warmup_steps=200, minutes=args.minutes, eval_every=200,
-                      seed=args.seed, progress=not args.no_progress)
-    n_params = sum(p.numel() for p in translator.model.parameters())
-    print(f"training a {args.preset} Seq2SeqTransformer ({n_params:,} parameters) for {args.minutes:g} min on {len(split.train)} pairs")
-    result = Trainer(translator.model, task, cfg).fit()
+    trainer = translation.setup(args.data, out, preset=args.preset, vocab_size=args.vocab_size, max_len=128,
+                                max_tokens=2048, bleu_sentences=200, lr=1e-3, warmup_steps=200, minutes=args.minutes,
+                                eval_every=200, seed=args.seed, progress=not args.no_progress)
+    n_params = sum(p.numel() for p in trainer.model.parameters())
+    print(f"training a {args.preset} Seq2SeqTransformer ({n_params:,} parameters) for {args.minutes:g} min "
+          f"on {len(trainer.task.train_pairs)} pairs")
+    result = trainer.fit()
     print(f"validation: loss {result['val_loss']:.3f}, BLEU {result['bleu']:.1f}, chrF {result['chrf']:.1f}")
 
-    from tformer.translation.task import Translator
-
-    best = Translator.load(out)
+    best = translation.Translator.load(out)
     sentences = args.sentences or EXAMPLES
     for src, hyp in zip(sentences, best.translate(sentences)):
         print(f"  {src:32s} → {hyp}")
-    heatmap = _cross_attention_png(best, sentences[0], out / "cross_attention.png")
+    heatmap = cross_attention_png(best, sentences[0], out / "cross_attention.png")
     print(f"wrote {out}/ (model, tokenizers), {out / 'curves.png'}, {heatmap}")
     return 0
-
-
-def _cross_attention_png(translator, sentence: str, path: Path) -> Path:
-    """Heatmap of the last decoder layer's cross-attention (averaged over heads) for one translation."""
-    import torch
-
-    from tformer.generation import translate_ids
-    from tformer.translation.tokenizer import EOS, SOS
-    from tformer.inspect.plots import plot_attention
-
-    src = translator.encode_sources([sentence])
-    max_len = translator.model.config.max_len - 1
-    hyp_ids = translate_ids(translator.model, src, SOS, EOS, max_len=min(max_len, 40))[0]
-    tgt = torch.tensor([[SOS] + hyp_ids])
-    with torch.no_grad():
-        _, weights = translator.model(src, tgt, return_attention=True)
-    last = f"decoder.layers.{translator.model.config.n_decoder_layers - 1}.cross_attn"
-    def label(tokenizer, i):
-        return tokenizer.id_to_token(i).replace("\u2581", "") or "\u2581"  # "▁" marks a word start
-
-    src_tokens = [label(translator.src_tokenizer, i) for i in src[0].tolist()]
-    tgt_tokens = ["<sos>"] + [label(translator.tgt_tokenizer, i) for i in hyp_ids]
-    plot_attention(weights[last][0].mean(0), src_tokens, tgt_tokens, path,
-                   title=f"cross-attention, last decoder layer (mean over heads): {sentence}")
-    return path

@@ -94,7 +94,7 @@ def run_mask(args) -> int:
 
 
 def run_curves(args) -> int:
-    from tformer.inspect.plots import plot_curves
+    from tformer.training.curves import plot_curves
 
     plot_curves(args.run, args.out)
     return _done(args.out)

@@ -6,12 +6,15 @@
     tformer trace --model DIR --ids "4 5 6 7"             # no tokenizer files: raw ids
 
 Tokenizer files are picked up from the model directory when present: ``src_tokenizer.json`` and
-``tgt_tokenizer.json`` (seq2seq; <pad>=0 <unk>=1 <sos>=2 <eos>=3) or ``tokenizer.json`` (GPT, BERT).
+``tgt_tokenizer.json`` (seq2seq; <pad>=0 <unk>=1 <sos>=2 <eos>=3, see ``tformer.tokens``) or ``tokenizer.json``
+(GPT, BERT).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from tformer.translation.tokenizer import SOS
 
 
 def add_input_args(p) -> None:
@@ -110,9 +113,9 @@ def _inputs(model, directory: Path, args) -> dict:
             tgt_ids, tgt_tokens = _parse_ids(args.target_ids, "--target-ids"), None
         elif args.target is not None:
             ids, tokens = _encode(tgt_tok, args.target, None, "tgt_tokenizer.json (for --target)", special=False)
-            tgt_ids, tgt_tokens = [2] + ids, ["<sos>"] + tokens  # decoder input = <sos> + target
+            tgt_ids, tgt_tokens = [SOS] + ids, ["<sos>"] + tokens  # decoder input = <sos> + target
         else:
-            tgt_ids, tgt_tokens = [2], ["<sos>"]
+            tgt_ids, tgt_tokens = [SOS], ["<sos>"]
         return dict(src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=_vocab(tgt_tok))
     tok = _tokenizer(directory, "tokenizer.json")
     ids, tokens = _encode(tok, text, args.ids, "tokenizer.json", special=model.model_type == "bert")

@@ -1,55 +1,30 @@
-"""``tformer train translation|...``: train a model; flags map onto TrainConfig and the model config."""
+"""``tformer train translation|lm|bert|classify``: train a model; flags map onto TrainConfig and the model config.
+
+    tformer train translation --data pairs.tsv --out runs/fr --preset small --minutes 30
+    tformer train lm --data ../shared/data/tinyshakespeare.txt --out runs/shakespeare --preset shakespeare-char --minutes 1.5
+    tformer train bert --data text.txt --out runs/bert --minutes 10
+    tformer train classify --data langid.tsv --out runs/langid --init runs/bert --epochs 2
+
+Each family's parser calls that family's entry point (``tformer.translation.train``, ``tformer.lm.train``,
+``tformer.bert.train``, ``tformer.bert.train_classifier``) and prints the last evaluation.
+"""
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-
-def add_training_flags(p: argparse.ArgumentParser, lr: float, warmup: int, schedule: str) -> None:
-    """Flags shared by every family; each maps onto a TrainConfig field."""
-    g = p.add_argument_group("training (TrainConfig)")
-    g.add_argument("--out", required=True, help="run directory (best model, last state, log, curves)")
-    g.add_argument("--lr", type=float, default=lr)
-    g.add_argument("--schedule", choices=["inverse_sqrt", "cosine", "constant"], default=schedule)
-    g.add_argument("--warmup-steps", type=int, default=warmup)
-    g.add_argument("--weight-decay", type=float, default=0.01)
-    g.add_argument("--clip", type=float, default=1.0, help="max gradient norm (0 = off)")
-    g.add_argument("--accum-steps", type=int, default=1, help="gradient accumulation")
-    g.add_argument("--epochs", type=int)
-    g.add_argument("--max-steps", type=int)
-    g.add_argument("--minutes", type=float, help="training time budget")
-    g.add_argument("--eval-every", type=int, help="optimizer steps between evaluations (default: every epoch)")
-    g.add_argument("--log-every", type=int, default=10)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--bf16", action="store_true", help="bfloat16 autocast (for GPUs; slow on most CPUs)")
-    g.add_argument("--device", default="cpu")
-    g.add_argument("--resume", action="store_true", help="continue exactly from OUT/last")
-    g.add_argument("--no-progress", action="store_true")
-
-
-def say(text: str) -> None:
-    """Print a line of a training command's report: once, from rank 0, when torchrun runs several processes."""
-    from tformer.training.distributed import is_main_process
-
-    if is_main_process():
-        print(text, flush=True)
-
-
-def train_config(args):
-    from tformer.training.trainer import TrainConfig
-
-    return TrainConfig(
-        out_dir=args.out, lr=args.lr, schedule=args.schedule, warmup_steps=args.warmup_steps, weight_decay=args.weight_decay,
-        clip=args.clip, accum_steps=args.accum_steps, epochs=args.epochs, max_steps=args.max_steps, minutes=args.minutes,
-        eval_every=args.eval_every, log_every=args.log_every, seed=args.seed, bf16=args.bf16, device=args.device,
-        progress=not args.no_progress,
-    )
+from tformer.cli.common import add_training_flags, train_options
+from tformer.lm.recipes import RECIPES
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a model: translation, lm, bert, classify")
     fam = p.add_subparsers(dest="family", metavar="FAMILY", required=True)
+    _add_translation(fam)
+    _add_lm(fam)
+    _add_bert(fam)
+    _add_classify(fam)
+
+
+def _add_translation(fam) -> None:
     t = fam.add_parser("translation", help="encoder-decoder translation model")
     t.add_argument("--data", default="builtin", help="'builtin', a TSV pairs file, or a Multi30k-style directory")
     t.add_argument("--src-lang", default="en")
@@ -66,35 +41,115 @@ def add_parser(sub) -> None:
     t.add_argument("--max-len", type=int, default=256, help="longest sequence in tokens")
     add_training_flags(t, lr=7e-4, warmup=400, schedule="inverse_sqrt")
     t.set_defaults(func=run_translation)
-    from tformer.cli.lm import add_train_lm_parser
 
-    add_train_lm_parser(fam)
-    from tformer.cli.bert import add_train_parsers
-    add_train_parsers(fam)
+
+def _add_lm(fam) -> None:
+    t = fam.add_parser("lm", help="decoder-only (GPT) language model on a text file, a folder of .txt files or JSONL",
+                       description="Unset --lr/--warmup-steps/--weight-decay/--batch-size/--block-size/--tokenizer come "
+                                   "from the preset's recipe, else lr 1e-3, warmup 100, weight decay 0.01, batch 16, "
+                                   "the preset's context, char. "
+                                   "Cosine decays over --max-steps, else over --minutes.")
+    t.add_argument("--data", required=True, help="a UTF-8 text file, a folder of .txt files, or a JSONL file with a 'text' field")
+    t.add_argument("--preset", choices=["tiny", "small", "base", *RECIPES], default="tiny",
+                   help="model size (GPTConfig preset) or a tuned CPU recipe")
+    t.add_argument("--tokenizer", choices=["char", "bpe"], help="character-level or byte-level BPE (default: char)")
+    t.add_argument("--vocab-size", type=int, help="BPE vocabulary size (default 4096; char: the text's characters)")
+    t.add_argument("--block-size", type=int, help="context length in tokens (default: the preset's max_len)")
+    t.add_argument("--batch-size", type=int, help="blocks per batch (default 16)")
+    t.add_argument("--dropout", type=float, help="override the preset's dropout")
+    t.add_argument("--batches-per-epoch", type=int, default=200, help="random batches per 'epoch' (evaluation cadence)")
+    t.add_argument("--eval-blocks", type=int, default=400, help="validation blocks scored at each evaluation")
+    t.add_argument("--val-fraction", type=float, default=0.1, help="the last part of the text kept for validation")
+    t.add_argument("--compile", action="store_true", help="torch.compile the model for training (the saved model is unwrapped)")
+    add_training_flags(t, lr=1e-3, warmup=100, schedule="cosine")
+    t.set_defaults(func=run_lm, lr=None, warmup_steps=None, weight_decay=None)
+
+
+def _bert_model_flags(p, preset: str) -> None:
+    g = p.add_argument_group("model and data")
+    g.add_argument("--preset", choices=["tiny", "small", "base"], default=preset)
+    g.add_argument("--tokenizer-dir", help="use this directory's WordPiece (tokenizer.json or vocab.txt, e.g. the uncased "
+                                           "BERT vocabulary) instead of training one on --data")
+    g.add_argument("--vocab-size", type=int, default=8000, help="size of the WordPiece trained on --data")
+    g.add_argument("--max-len", type=int, default=128, help="longest sequence in tokens, [CLS]/[SEP] included")
+    g.add_argument("--batch-size", type=int, default=32, help="sequences per batch")
+    g.add_argument("--dropout", type=float, help="override the preset's dropout")
+
+
+def _add_bert(fam) -> None:
+    b = fam.add_parser("bert", help="encoder-only BERT: MLM + NSP pretraining")
+    b.add_argument("--data", required=True, help="text file (blank line = new document, one sentence per line) or a .tsv "
+                                                 "(first column)")
+    b.add_argument("--valid", type=float, default=0.05, help="held-out tail of the text (fraction, or sentences if >= 1)")
+    b.add_argument("--mlm-prob", type=float, default=0.15, help="fraction of the non-special tokens picked for MLM")
+    _bert_model_flags(b, "small")
+    add_training_flags(b, lr=5e-4, warmup=400, schedule="inverse_sqrt")
+    b.set_defaults(func=run_bert)
+
+
+def _add_classify(fam) -> None:
+    c = fam.add_parser("classify", help="BERT sequence classification on text<TAB>label lines")
+    c.add_argument("--data", required=True, help="TSV file of text<TAB>label lines")
+    c.add_argument("--valid", type=float, default=0.1, help="held-out split (fraction, or examples if >= 1)")
+    c.add_argument("--init", help="start from this `tformer train bert` model (its tokenizer and weights)")
+    _bert_model_flags(c, "small")
+    add_training_flags(c, lr=3e-4, warmup=100, schedule="inverse_sqrt")
+    c.set_defaults(func=run_classify)
+
+
+# --------------------------------------------------------------------------------------------- runners
+
+
+def _bert_options(args) -> dict:
+    return dict(preset=args.preset, tokenizer_dir=args.tokenizer_dir, vocab_size=args.vocab_size, max_len=args.max_len,
+                batch_size=args.batch_size, dropout=args.dropout, valid=args.valid, **train_options(args))
+
+
+def _report(trainer, result: dict, out: str) -> None:
+    from tformer.training.distributed import say
+
+    say(f"done: step {trainer.step}, " + ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("step", "epoch"))
+        + f" -> {out}")
 
 
 def run_translation(args) -> int:
-    from tformer.training.distributed import from_rank0, is_main_process
-    from tformer.training.trainer import Trainer
-    from tformer.translation.task import TranslationTask, Translator, load_corpus, prepare, split_corpus, train_tokenizers
+    from tformer import translation
+    from tformer.training.distributed import say
 
-    cfg = train_config(args)
-    overrides = {"max_len": args.max_len}
-    if args.dropout is not None:
-        overrides["dropout"] = args.dropout
-    split = split_corpus(load_corpus(args.data, args.src_lang, args.tgt_lang), args.seed, args.valid, args.test,
-                         verbose=is_main_process())
-    if args.resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
-        translator = Translator.load(Path(args.out) / "last")
-    else:  # under torchrun rank 0 trains the tokenizers and every process gets them
-        tokenizers = from_rank0(lambda: train_tokenizers(split, args.vocab_size, not args.separate_vocab), args.device)
-        translator = prepare(split, args.out, args.preset, args.vocab_size, not args.separate_vocab, args.seed,
-                             tokenizers, **overrides)
-    train, valid = split.train, split.valid
-    task = TranslationTask(translator, train, valid, args.max_tokens, args.label_smoothing, args.seed, args.bleu_sentences)
-    trainer = Trainer(translator.model, task, cfg)
-    if args.resume:
-        trainer.resume()
-    result = trainer.fit()
+    trainer, result = translation.train(
+        args.data, args.out, src_lang=args.src_lang, tgt_lang=args.tgt_lang, preset=args.preset,
+        vocab_size=args.vocab_size, joint=not args.separate_vocab, max_tokens=args.max_tokens,
+        label_smoothing=args.label_smoothing, valid=args.valid, test=args.test, bleu_sentences=args.bleu_sentences,
+        dropout=args.dropout, max_len=args.max_len, **train_options(args))
     say(f"done: step {trainer.step}, val_loss {result['val_loss']:.3f}, BLEU {result['bleu']:.1f} -> {args.out}")
+    return 0
+
+
+def run_lm(args) -> int:
+    from tformer import lm
+    from tformer.training.distributed import say
+
+    trainer, result = lm.train(
+        args.data, args.out, args.preset, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+        block_size=args.block_size, batch_size=args.batch_size, dropout=args.dropout,
+        batches_per_epoch=args.batches_per_epoch, eval_blocks=args.eval_blocks, val_fraction=args.val_fraction,
+        compile=args.compile, **train_options(args))
+    say(f"done: step {trainer.step}, val_loss {result['val_loss']:.4f} (best {trainer.best:.4f}), "
+        f"ppl {result['val_ppl']:.2f}, bpc {result['val_bpc']:.3f} -> {args.out}")
+    return 0
+
+
+def run_bert(args) -> int:
+    from tformer import bert
+
+    trainer, result = bert.train(args.data, args.out, mlm_prob=args.mlm_prob, **_bert_options(args))
+    _report(trainer, result, args.out)
+    return 0
+
+
+def run_classify(args) -> int:
+    from tformer import bert
+
+    trainer, result = bert.train_classifier(args.data, args.out, init=args.init, **_bert_options(args))
+    _report(trainer, result, args.out)
     return 0

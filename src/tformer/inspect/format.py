@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import torch
+
+Entry = Trace = Any  # tformer.inspect.trace's classes (it imports this module, so they are not imported back)
 
 __all__ = ["format_trace", "summary"]
 

@@ -1,4 +1,4 @@
-"""Pictures of a Transformer: attention heatmaps, the positional table, masks, training curves.
+"""Pictures of a Transformer: attention heatmaps, the positional table, masks (training curves: :mod:`tformer.training.curves`).
 
 Everything draws on a bare :class:`matplotlib.figure.Figure` rendered by the Agg canvas, so it
 works headless (CI, servers) and never touches pyplot's global state or a notebook's backend.
@@ -11,7 +11,6 @@ Dimension legend: H heads, Tq query length (rows), Tk key length (columns), T po
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["plot_attention", "plot_positional_encoding", "plot_mask", "plot_curves", "read_log"]
+__all__ = ["plot_attention", "plot_positional_encoding", "plot_mask"]
 
 DPI = 100
 _ANNOTATE_MAX = 12  # write the value in each cell when the grid is at most this many rows and columns
@@ -134,54 +133,4 @@ def plot_mask(mask, path=None, labels=None, title: str = "attention mask (1 = ma
     ax.set_ylabel("query position")
     ax.set_title(title)
     fig.colorbar(image, ax=ax, label="1 = may attend, 0 = blocked", ticks=[0, 1])
-    return _save(fig, path)
-
-
-def read_log(run_dir_or_jsonl: str | Path) -> list[dict]:
-    """The records of a training log: ``RUN_DIR/log.jsonl`` or a ``.jsonl`` file, one JSON object a line."""
-    path = Path(run_dir_or_jsonl)
-    if path.is_dir():
-        path = path / "log.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"run_dir_or_jsonl: no training log at {path}")
-    records = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{n}: not a JSON object ({err.msg})") from None
-        if not isinstance(record, dict) or "step" not in record:
-            raise ValueError(f"{path}:{n}: each log line must be a JSON object with a 'step' field")
-        records.append(record)
-    if not records:
-        raise ValueError(f"{path} holds no log records")
-    return records
-
-
-def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
-    pairs = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
-    """Training curves: train/val loss vs step, plus a panel each for BLEU and the learning rate if logged."""
-    records = read_log(run_dir_or_jsonl)
-    panels = [("loss", ("train_loss", "val_loss")), ("BLEU", ("bleu",)), ("learning rate", ("lr",))]
-    panels = [(label, keys) for label, keys in panels if any(_series(records, k)[0] for k in keys)]
-    if not panels:
-        raise ValueError("the log has none of 'train_loss', 'val_loss', 'bleu', 'lr' to plot")
-    fig = _new_figure(5.0 * len(panels), 4.0)
-    for i, (label, keys) in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), i + 1)
-        for key in keys:
-            steps, values = _series(records, key)
-            if steps:
-                ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=key)
-        ax.set_xlabel("step")
-        ax.set_ylabel(label)
-        ax.set_title(label)
-        ax.grid(alpha=0.3)
-        ax.legend()
     return _save(fig, path)

@@ -1,196 +1,26 @@
-"""Language modelling end to end: text → tokenizer → random blocks → training → perplexity → samples.
+"""The language-model task: what the :class:`~tformer.training.trainer.Trainer` trains, and how a stream is scored.
 
-* Tokenizers: :class:`CharTokenizer` (one id per character, nanoGPT's Shakespeare setup) and
-  :class:`ByteBPETokenizer` (GPT-2 style byte-level BPE trained with the ``tokenizers`` library).
-  Both put the special tokens first: ``<unk>`` = 0, ``<pad>`` = 1, ``<|endoftext|>`` = 2, and share
-  one small interface (``encode``, ``decode``, ``vocab_size``, ``unit_lengths``, ``save``, ``load``);
-  :func:`load_lm_tokenizer` picks the right one from the files in a model directory.
-* Data: :func:`read_documents` reads a text file, a folder of ``.txt`` files or a JSONL file with a
-  ``"text"`` field; :func:`encode_documents` joins the documents with ``<|endoftext|>`` into one
-  stream of ids; :func:`split_ids` keeps the last 10% for validation (as nanoGPT does).
-* :class:`LMTask` is what the :class:`~tformer.training.trainer.Trainer` trains: random contiguous blocks of
-  ``block_size + 1`` tokens (input = the first ``block_size``, labels = the same shifted by one),
-  drawn from a generator seeded per epoch so that resuming is exact.
-* :func:`evaluate_stream` scores a stream in non-overlapping blocks: loss per token, perplexity
-  and bits per character (char tokenizer) or per byte (BPE).
+* :class:`LMTask`: random contiguous blocks of ``block_size + 1`` tokens (input = the first
+  ``block_size``, labels = the same shifted by one), drawn from a generator seeded per epoch so that
+  resuming is exact.
+* :func:`evaluate_stream` scores a stream in non-overlapping blocks: loss per token, perplexity and
+  bits per character (char tokenizer) or per byte (BPE).
 
 Dimension legend: B batch, T block size, V vocabulary size, N tokens in a stream.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
-from typing import Iterable
 
 import torch
 
-from tformer.files import atomic_write
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
+from tformer.lm.data import blocks
+from tformer.lm.tokenizer import EOT, PAD
 
-__all__ = [
-    "SPECIALS", "UNK", "PAD", "EOT", "CharTokenizer", "ByteBPETokenizer", "train_lm_tokenizer", "load_lm_tokenizer",
-    "read_documents", "encode_documents", "split_ids", "evaluate_stream", "LMTask", "TextStream",
-]
-
-SPECIALS = ["<unk>", "<pad>", "<|endoftext|>"]
-UNK, PAD, EOT = range(3)
-
-
-class CharTokenizer:
-    """Character-level: the vocabulary is the set of characters of the training text, after the specials."""
-
-    file_name = "char_tokenizer.json"
-
-    def __init__(self, chars: Iterable[str]) -> None:
-        self.itos = SPECIALS + sorted(set(chars))
-        self.stoi = {c: i for i, c in enumerate(self.itos)}
-
-    @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int | None = None) -> "CharTokenizer":
-        chars: set[str] = set()
-        for text in texts:
-            chars.update(text)
-        return cls(chars)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
-
-    def encode(self, text: str) -> list[int]:
-        return [self.stoi.get(c, UNK) for c in text]
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """ids → text; ``<pad>`` is dropped, ``<unk>`` and ``<|endoftext|>`` are written out."""
-        return "".join(self.itos[i] for i in ids if i != PAD)
-
-    def unit_lengths(self) -> list[int]:
-        """Characters per token (1 each, specials included), for bits per character."""
-        return [1] * self.vocab_size
-
-    def save(self, directory: str | Path) -> None:
-        text = json.dumps({"type": "char", "tokens": self.itos}, ensure_ascii=False, indent=0)
-        atomic_write(Path(directory) / self.file_name, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-
-    @classmethod
-    def load(cls, directory: str | Path) -> "CharTokenizer":
-        tokens = json.loads((Path(directory) / cls.file_name).read_text(encoding="utf-8"))["tokens"]
-        if tokens[: len(SPECIALS)] != SPECIALS:
-            raise ValueError(f"{directory}/{cls.file_name}: the vocabulary must start with {SPECIALS}")
-        return cls(tokens[len(SPECIALS):])
-
-
-class ByteBPETokenizer:
-    """Byte-level BPE (GPT-2 style): any text encodes without ``<unk>``; decoding gives it back exactly."""
-
-    file_name = "tokenizer.json"
-
-    def __init__(self, tokenizer) -> None:
-        for i, name in enumerate(SPECIALS):
-            if tokenizer.token_to_id(name) != i:
-                raise ValueError(f"tokenizer must have {name} at id {i}, got {tokenizer.token_to_id(name)}")
-        self.tokenizer = tokenizer
-
-    @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 4096) -> "ByteBPETokenizer":
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-        tok = Tokenizer(models.BPE(unk_token="<unk>"))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tok.train_from_iterator(texts, trainer=trainer)
-        return cls(tok)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size()
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: Iterable[int]) -> str:
-        return self.tokenizer.decode([i for i in ids if i != PAD], skip_special_tokens=False)
-
-    def unit_lengths(self) -> list[int]:
-        """Bytes per token (a byte-level symbol is one byte; a special token counts as one), for bits per byte."""
-        return [1 if i < len(SPECIALS) else len(self.tokenizer.id_to_token(i)) for i in range(self.vocab_size)]
-
-    def save(self, directory: str | Path) -> None:
-        atomic_write(Path(directory) / self.file_name, lambda tmp: self.tokenizer.save(tmp))
-
-    @classmethod
-    def load(cls, directory: str | Path) -> "ByteBPETokenizer":
-        from tokenizers import Tokenizer
-
-        return cls(Tokenizer.from_file(str(Path(directory) / cls.file_name)))
-
-
-TOKENIZERS = {"char": CharTokenizer, "bpe": ByteBPETokenizer}
-
-
-def train_lm_tokenizer(kind: str, texts: list[str], vocab_size: int = 4096):
-    """``kind`` "char" (vocab_size ignored) or "bpe"."""
-    if kind not in TOKENIZERS:
-        raise ValueError(f"tokenizer must be one of {sorted(TOKENIZERS)}, got {kind!r}")
-    return TOKENIZERS[kind].train(texts, vocab_size)
-
-
-def load_lm_tokenizer(directory: str | Path):
-    """The tokenizer saved in a model directory (``char_tokenizer.json`` or ``tokenizer.json``)."""
-    for cls in TOKENIZERS.values():
-        if (Path(directory) / cls.file_name).is_file():
-            return cls.load(directory)
-    names = " or ".join(c.file_name for c in TOKENIZERS.values())
-    raise FileNotFoundError(f"{str(directory)!r} has no LM tokenizer ({names}); is it a `tformer train lm` run?")
-
-
-# ------------------------------------------------------------------------------------------- data
-def read_documents(path: str | Path) -> list[str]:
-    """A UTF-8 text file (one document), a folder of ``.txt`` files, or a JSONL file with a ``"text"`` field."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(path.rglob("*.txt"))
-        if not files:
-            raise FileNotFoundError(f"--data {str(path)!r}: the folder holds no .txt files")
-        return [f.read_text(encoding="utf-8") for f in files]
-    if not path.is_file():
-        raise FileNotFoundError(f"--data {str(path)!r}: no such file or folder")
-    if path.suffix == ".jsonl":
-        docs = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                record = json.loads(line)
-                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                    raise ValueError(f"{path}:{n}: each JSONL line must be an object with a string 'text' field")
-                docs.append(record["text"])
-        return docs
-    return [path.read_text(encoding="utf-8")]
-
-
-def encode_documents(tokenizer, documents: list[str]) -> torch.Tensor:
-    """One stream of ids (N,): the documents joined with ``<|endoftext|>``."""
-    ids: list[int] = []
-    for i, doc in enumerate(documents):
-        if i:
-            ids.append(EOT)
-        ids.extend(tokenizer.encode(doc))
-    return torch.tensor(ids, dtype=torch.long)
-
-
-def split_ids(ids: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train, validation): the last ``val_fraction`` of the stream is the validation part (nanoGPT's split)."""
-    n = int(len(ids) * (1 - val_fraction))
-    return ids[:n], ids[n:]
-
-
-def _blocks(ids: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Tensor:
-    """Rows ``ids[s : s + length]`` for each start s, right-padded with ``<pad>`` past the end → (B, length)."""
-    index = starts[:, None] + torch.arange(length)  # (B, length)
-    padded = torch.cat([ids, torch.full((length,), PAD, dtype=ids.dtype)])
-    return padded[index]
+__all__ = ["LMTask", "evaluate_stream"]
 
 
 @torch.no_grad()
@@ -210,7 +40,7 @@ def evaluate_stream(model, ids: torch.Tensor, unit_lengths: torch.Tensor, block_
     was_training = model.training
     model.eval()
     for chunk in starts.split(batch_size):
-        rows = _blocks(ids, chunk, block_size + 1)  # (B, T+1)
+        rows = blocks(ids, chunk, block_size + 1)  # (B, T+1)
         x, y = rows[:, :-1].to(device), rows[:, 1:].to(device)
         x = x.masked_fill(x == PAD, EOT)  # positions past the end: any real id (their labels are ignored)
         nats += float(sequence_cross_entropy(model(x), y, ignore_index=PAD, reduction="sum"))
@@ -263,7 +93,7 @@ class LMTask:
 
     def loss(self, model, batch: torch.Tensor) -> tuple[torch.Tensor, int]:
         device = next(model.parameters()).device
-        rows = _blocks(self.train_ids, batch, self.block_size + 1).to(device)  # (B, T+1)
+        rows = blocks(self.train_ids, batch, self.block_size + 1).to(device)  # (B, T+1)
         logits = self._forward(model)(rows[:, :-1])  # (B, T, V)
         labels = rows[:, 1:]  # (B, T) the input shifted by one
         loss = sequence_cross_entropy(logits, labels, ignore_index=PAD, reduction="sum")
@@ -277,40 +107,3 @@ class LMTask:
     def save_extra(self, directory) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
         self.tokenizer.save(directory)
-
-
-class TextStream:
-    """Incremental decoding for streaming: ``push(id)`` returns the text that is now safe to print.
-
-    Holds back a trailing incomplete UTF-8 character (byte-level BPE) and any tail that could be
-    the start of a stop string; once a stop string appears, the text ends before it.
-    """
-
-    def __init__(self, tokenizer, stop: Iterable[str] = ()) -> None:
-        self.tokenizer, self.stop_strings = tokenizer, [s for s in stop if s]
-        self.ids: list[int] = []
-        self.text, self.printed, self.stopped = "", 0, False
-
-    def push(self, token_id: int) -> str:
-        if self.stopped:
-            return ""
-        self.ids.append(int(token_id))
-        text = self.tokenizer.decode(self.ids)
-        hits = [text.find(s, max(self.printed - len(s), 0)) for s in self.stop_strings]
-        hits = [h for h in hits if h >= 0]
-        if hits:
-            self.stopped, text = True, text[: min(hits)]
-            safe = len(text)
-        else:
-            safe = len(text.rstrip("\ufffd"))
-            tails = [k for s in self.stop_strings for k in range(1, min(len(s), safe + 1)) if text[:safe].endswith(s[:k])]
-            safe -= max(tails, default=0)  # a tail that may still grow into a stop string waits
-        self.text = text
-        out = text[self.printed : max(safe, self.printed)]
-        self.printed = max(safe, self.printed)
-        return out
-
-    def flush(self) -> str:
-        """The rest of the text (what was held back) once generation has ended."""
-        out, self.printed = self.text[self.printed :], len(self.text)
-        return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["World", "init", "shutdown", "is_main_process", "from_rank0", "sync_gradients", "broadcast_parameters",
+__all__ = ["World", "init", "shutdown", "is_main_process", "say", "from_rank0", "sync_gradients", "broadcast_parameters",
            "gather_objects", "broadcast_object"]
 
 
@@ -57,6 +57,12 @@ def is_main_process() -> bool:
     Commands print, and write files into the run directory, only where this is true.
     """
     return int(os.environ.get("RANK", "0")) == 0
+
+
+def say(text: str) -> None:
+    """Print a line of a training run's report: once, from rank 0, when torchrun runs several processes."""
+    if is_main_process():
+        print(text, flush=True)
 
 
 def from_rank0(make, device: str = "cpu"):

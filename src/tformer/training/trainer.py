@@ -45,7 +45,7 @@ from tformer import fast
 from tformer.files import atomic_write
 from tformer.training import distributed
 
-__all__ = ["TrainConfig", "Trainer", "lr_factor"]
+__all__ = ["TrainConfig", "Trainer", "lr_factor", "make_optimizer"]
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,8 @@ def lr_factor(step: int, cfg: TrainConfig, time_used: float = 0.0) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (what the Trainer steps with)."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -116,7 +117,7 @@ class Trainer:
             fast.speed_up(self.model)  # in place: the parameters stay the same objects
         distributed.broadcast_parameters(self.model, self.world)
         self.out = Path(cfg.out_dir)
-        self.optimizer = _optimizer(self.model, cfg)
+        self.optimizer = make_optimizer(self.model, cfg)
         time_used = lambda: getattr(self, "elapsed", 0.0) / (60 * cfg.minutes) if cfg.minutes else 0.0  # noqa: E731
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, cfg, time_used()))
         self.step, self.epoch, self.batch_index, self.elapsed = 0, 0, 0, 0.0
@@ -272,7 +273,7 @@ class Trainer:
 
     def _plot(self) -> None:
         try:
-            from tformer.inspect.plots import plot_curves
+            from tformer.training.curves import plot_curves
         except ImportError:  # matplotlib missing: the JSONL log is still there
             return
         plot_curves(self.out / "log.jsonl", self.out / "curves.png")

@@ -34,7 +34,7 @@ class Batch:
         """Real (non-pad) target tokens: what the loss is averaged over."""
         return int((self.tgt_out != PAD).sum())
 
-    def to(self, device) -> "Batch":
+    def to(self, device) -> Batch:
         return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import shutil
 import urllib.request
 import zipfile
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from tformer.files import atomic_write
 
-__all__ = ["SOURCES", "default_cache_dir", "download", "copy_local"]
+__all__ = ["SOURCES", "default_cache_dir", "download"]
 
 
 @dataclass(frozen=True)
@@ -80,19 +79,7 @@ def download(name: str, cache_dir: str | Path | None = None, base_url: str | Non
             data = _unpack(_fetch(url, timeout), remote, url)
         except OSError as err:
             raise ConnectionError(f"could not download {url}: {err}; pass a local path instead") from None
-        atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+        atomic_write(path, lambda tmp, data=data: Path(tmp).write_bytes(data))
         print(f"downloaded {url} -> {path}")
     files = SOURCES[name]
     return target / files[0].filename if len(files) == 1 else target
-
-
-def copy_local(path: str | Path, name: str, cache_dir: str | Path | None = None) -> Path:
-    """Put a local copy of a source into the cache (for machines without a network)."""
-    target = Path(cache_dir or default_cache_dir()) / name
-    target.mkdir(parents=True, exist_ok=True)
-    src = Path(path)
-    if src.is_dir():
-        shutil.copytree(src, target, dirs_exist_ok=True)
-        return target
-    shutil.copy2(src, target / src.name)
-    return target / src.name

@@ -5,9 +5,8 @@ Two on-disk formats:
 * a tab-separated file, ``English<TAB>French[<TAB>attribution]`` (Tatoeba / manythings.org);
 * two aligned plain-text files, line N of one translating line N of the other (Multi30k).
 
-Normalisation is Unicode NFC plus one space kind: the French side of Tatoeba mixes U+202F (narrow
-no-break space), U+00A0 (no-break space) and plain spaces before ``? ! : ;``; all become plain
-spaces, and runs of whitespace collapse to one.
+Normalisation (:func:`tformer.text.normalize`) is Unicode NFC plus one space kind: the French side of
+Tatoeba mixes U+202F, U+00A0 and plain spaces before ``? ! : ;``; all become plain spaces.
 
 Splits are grouped by source sentence, so one English sentence never lands in two splits and all
 its references stay together (multi-reference BLEU).
@@ -16,33 +15,14 @@ its references stay together (multi-reference BLEU).
 from __future__ import annotations
 
 import random
-import re
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["normalize", "read_tsv", "read_aligned", "filter_pairs", "split_pairs", "group_references", "Split", "FilterStats"]
+from tformer.text import normalize, read_tsv
+from tformer.translation.toy_corpus import builtin_pairs
 
-_SPACES = re.compile(r"[\s\u00a0\u202f\u2009\u2007]+")
-
-
-def normalize(text: str) -> str:
-    """NFC, every kind of space → one plain space, stripped."""
-    return _SPACES.sub(" ", unicodedata.normalize("NFC", text)).strip()
-
-
-def read_tsv(path: str | Path) -> list[tuple[str, str]]:
-    """Read ``source<TAB>target[<TAB>attribution]`` lines (the attribution is ignored)."""
-    pairs = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            cols = line.rstrip("\n").split("\t")
-            if cols == [""]:
-                continue
-            if len(cols) < 2:
-                raise ValueError(f"{path}:{lineno}: expected 2 or 3 tab-separated columns, got {len(cols)}")
-            pairs.append((normalize(cols[0]), normalize(cols[1])))
-    return pairs
+__all__ = ["normalize", "read_tsv", "read_aligned", "load_corpus", "filter_pairs", "split_pairs", "split_corpus",
+           "group_references", "Split", "FilterStats"]
 
 
 def read_aligned(src_path: str | Path, tgt_path: str | Path) -> list[tuple[str, str]]:
@@ -52,6 +32,19 @@ def read_aligned(src_path: str | Path, tgt_path: str | Path) -> list[tuple[str, 
     if len(src) != len(tgt):
         raise ValueError(f"aligned files differ in length: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}")
     return [(normalize(s), normalize(t)) for s, t in zip(src, tgt)]
+
+
+def load_corpus(data: str | None, src_lang: str = "en", tgt_lang: str = "fr") -> list[tuple[str, str]]:
+    """Pairs from ``data``: ``None``/``"builtin"`` (the built-in corpus), a ``.tsv`` file, or a
+    directory with ``train.<src_lang>`` and ``train.<tgt_lang>`` (Multi30k layout)."""
+    if data in (None, "builtin"):
+        return builtin_pairs()
+    path = Path(data)
+    if path.is_dir():
+        return read_aligned(path / f"train.{src_lang}", path / f"train.{tgt_lang}")
+    if path.is_file():
+        return read_tsv(path)
+    raise FileNotFoundError(f"--data {data!r}: no such file or directory (expected a .tsv file or a Multi30k-style directory)")
 
 
 @dataclass
@@ -116,3 +109,13 @@ def group_references(pairs: list[tuple[str, str]]) -> tuple[list[str], list[list
     n_refs = max((len(v) for v in by_src.values()), default=0)
     refs = [[by_src[s][k] if k < len(by_src[s]) else "" for s in sources] for k in range(n_refs)]
     return sources, refs
+
+
+def split_corpus(pairs: list[tuple[str, str]], seed: int = 0, valid: float | int = 0.05, test: float | int = 0.05,
+                 max_chars: int = 300, verbose: bool = True):
+    """Filter (empty / over-long) and split grouped by source; deterministic for a given seed."""
+    kept, stats = filter_pairs(pairs, max_chars)
+    split = split_pairs(kept, valid, test, seed)
+    if verbose:
+        print(f"data: {stats}; split into {len(split.train)} train / {len(split.valid)} valid / {len(split.test)} test pairs")
+    return split

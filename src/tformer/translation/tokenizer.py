@@ -2,7 +2,7 @@
 
 A BPE model over words split at spaces (kept as a leading ``▁``, SentencePiece style) and
 punctuation, so decoding gives back normal text ("Je vais bien.") for BLEU. The special tokens
-come first, always with the same ids:
+come first, always with the same ids (the layout is defined in :mod:`tformer.tokens`):
 
     <pad> = 0   <unk> = 1   <sos> = 2   <eos> = 3
 
@@ -12,18 +12,21 @@ notes say (decoder input = ``<sos>`` + target, labels = target + ``<eos>``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from tformer.files import atomic_write
+from tformer.tokens import TRANSLATION_EOS, TRANSLATION_PAD, TRANSLATION_SOS, TRANSLATION_SPECIALS, TRANSLATION_UNK
+
 __all__ = ["SPECIALS", "PAD", "UNK", "SOS", "EOS", "train_bpe", "TextTokenizer"]
 
-SPECIALS = ["<pad>", "<unk>", "<sos>", "<eos>"]
-PAD, UNK, SOS, EOS = range(4)
+SPECIALS = TRANSLATION_SPECIALS
+PAD, UNK, SOS, EOS = TRANSLATION_PAD, TRANSLATION_UNK, TRANSLATION_SOS, TRANSLATION_EOS
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> "TextTokenizer":
+def train_bpe(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> TextTokenizer:
     """Train a BPE tokenizer on ``texts`` with the special tokens first."""
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.normalizer = normalizers.NFC()
@@ -70,12 +73,10 @@ class TextTokenizer:
         return self.tokenizer.id_to_token(i)
 
     def save(self, path: str | Path) -> None:
-        from tformer.files import atomic_write
-
         atomic_write(path, lambda tmp: self.tokenizer.save(tmp))
 
     @classmethod
-    def load(cls, path: str | Path) -> "TextTokenizer":
+    def load(cls, path: str | Path) -> TextTokenizer:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file {str(path)!r} is missing")

@@ -1,0 +1,123 @@
+"""BERT's library entry points: pretrain (MLM + NSP) on text, fine-tune a classifier on ``text<TAB>label``.
+
+    trainer, result = tformer.bert.train("tinyshakespeare.txt", "runs/bert", preset="tiny", minutes=5)
+    trainer, result = tformer.bert.train_classifier("langid.tsv", "runs/langid", init="runs/bert", epochs=1)
+
+``tformer train bert`` and ``tformer train classify`` are these functions behind flags; tests and
+benchmarks call them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from tformer.bert.classification import ClassifyTask, read_labelled_tsv, split_examples
+from tformer.bert.pretraining import BertPretrainTask, read_sentence_documents, split_documents
+from tformer.bert.tokenizer import WordPiece, train_wordpiece
+from tformer.models.bert import Bert, BertConfig
+from tformer.training.distributed import from_rank0, say
+from tformer.training.resume import make_trainer, saved_run
+from tformer.training.trainer import TrainConfig, Trainer
+
+__all__ = ["setup", "train", "setup_classifier", "train_classifier"]
+
+
+def _tokenizer(texts: list[str], tokenizer_dir: str | Path | None, vocab_size: int, device: str) -> WordPiece:
+    """The WordPiece of ``tokenizer_dir``, else one trained on ``texts`` (by rank 0, for every process)."""
+    if tokenizer_dir:
+        return WordPiece.load(tokenizer_dir)
+    return from_rank0(lambda: train_wordpiece(texts, vocab_size), device)
+
+
+def _overrides(dropout: float | None) -> dict:
+    return {} if dropout is None else {"dropout": dropout}
+
+
+def setup(data: str | Path, out_dir: str | Path, *, preset: str = "small", tokenizer_dir: str | Path | None = None,
+          vocab_size: int = 8000, max_len: int = 128, batch_size: int = 32, dropout: float | None = None,
+          valid: float = 0.05, mlm_prob: float = 0.15, resume: bool = False, log: Callable[[str], None] = say,
+          **train_options) -> Trainer:
+    """A :class:`Trainer` of MLM + NSP pretraining on the documents of ``data``, ready to ``fit()``.
+
+    ``data``: a text file (blank line = new document, one sentence per line) or a ``.tsv`` (first column);
+    the last ``valid`` sentences are held out. The WordPiece comes from ``tokenizer_dir`` or is trained on
+    the training part; with ``resume``, tokenizer and config come from ``OUT/last``. ``train_options`` are
+    the other :class:`TrainConfig` fields.
+    """
+    cfg = TrainConfig(out_dir=str(out_dir), **train_options)
+    train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
+    log(f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
+        f"in {len(train_docs)} / {len(valid_docs)} documents")
+    if resume:
+        config, tokenizer = saved_run(out_dir, Bert, WordPiece.load)
+    else:
+        tokenizer = _tokenizer([s for d in train_docs for s in d], tokenizer_dir, vocab_size, cfg.device)
+        config = BertConfig.preset(preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id,
+                                   **_overrides(dropout))
+    torch.manual_seed(cfg.seed)
+    task = BertPretrainTask(tokenizer, train_docs, valid_docs, max_len, batch_size, cfg.seed, mlm_prob)
+    return make_trainer(Bert(config), task, cfg, resume)
+
+
+def train(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, dict]:
+    """Pretrain a BERT (see :func:`setup` for the options); returns the trainer and its last evaluation
+    (``val_loss``, ``mlm_loss``, ``nsp_loss``, ``mlm_acc``, ``nsp_acc``)."""
+    trainer = setup(data, out_dir, **options)
+    return trainer, trainer.fit()
+
+
+def _classifier(init: str | Path | None, preset: str, tokenizer: WordPiece, n_labels: int, max_len: int,
+                dropout: float | None) -> Bert:
+    """A new classifier of the preset's size, or the ``init`` model with a new head of ``n_labels``."""
+    if not init:
+        config = BertConfig.preset(preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id,
+                                   num_labels=n_labels, **_overrides(dropout))
+        return Bert(config)
+    base = Bert.from_pretrained(init)
+    if max_len > base.config.max_len:
+        raise ValueError(f"--max-len {max_len} exceeds the --init model's max_len {base.config.max_len}")
+    model = Bert(base.config.replace(num_labels=n_labels, **_overrides(dropout)))
+    state = {k: v for k, v in base.state_dict().items() if not k.startswith("classifier.")}
+    model.load_state_dict(state, strict=False)  # everything but the new classification head
+    return model
+
+
+def setup_classifier(data: str | Path, out_dir: str | Path, *, init: str | Path | None = None, preset: str = "small",
+                     tokenizer_dir: str | Path | None = None, vocab_size: int = 8000, max_len: int = 128,
+                     batch_size: int = 32, dropout: float | None = None, valid: float = 0.1, resume: bool = False,
+                     log: Callable[[str], None] = say, **train_options) -> Trainer:
+    """A :class:`Trainer` of sequence classification on the ``text<TAB>label`` lines of ``data``.
+
+    ``init``: start from this pretrained model (its tokenizer and weights, a new head); else a new model of
+    ``preset``, with the WordPiece of ``tokenizer_dir`` or one trained on the training texts. ``valid``: the
+    held-out examples (a fraction, or a count when >= 1). ``train_options``: the other :class:`TrainConfig`
+    fields (lr 3e-4 and 100 warmup steps unless given).
+    """
+    cfg = TrainConfig(out_dir=str(out_dir), **{"lr": 3e-4, "warmup_steps": 100, **train_options})
+    examples = read_labelled_tsv(data)
+    labels = sorted({y for _, y in examples})
+    if len(labels) < 2:
+        raise ValueError(f"--data {str(data)!r}: need at least 2 distinct labels, got {labels}")
+    train_part, valid_part = split_examples(examples, valid, cfg.seed)
+    log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples, labels {labels}")
+    if resume:
+        config, tokenizer = saved_run(out_dir, Bert, WordPiece.load)
+        torch.manual_seed(cfg.seed)
+        model = Bert(config)
+    else:
+        tokenizer = (WordPiece.load(init) if init else
+                     _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device))
+        torch.manual_seed(cfg.seed)
+        model = _classifier(init, preset, tokenizer, len(labels), max_len, dropout)
+    task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed)
+    return make_trainer(model, task, cfg, resume)
+
+
+def train_classifier(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, dict]:
+    """Fine-tune a classifier (see :func:`setup_classifier`); returns the trainer and its last evaluation
+    (``val_loss``, ``accuracy``). ``TextClassifier.load(out_dir)`` then labels new texts."""
+    trainer = setup_classifier(data, out_dir, **options)
+    return trainer, trainer.fit()

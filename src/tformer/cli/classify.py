@@ -1,0 +1,19 @@
+"""``tformer classify --model DIR "text" …``: label and probability for each text (a `tformer train classify` model)."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("classify", help="label texts with a `tformer train classify` model")
+    c.add_argument("texts", nargs="+")
+    c.add_argument("--model", required=True, help="`tformer train classify` directory")
+    c.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tformer.bert import TextClassifier
+
+    classifier = TextClassifier.load(args.model)
+    for text, (label, p) in zip(args.texts, classifier.predict(args.texts)):
+        print(f"{label}\t{p:.4f}\t{text}")
+    return 0

@@ -1,0 +1,28 @@
+"""``tformer evaluate``: sacreBLEU BLEU and chrF of a translation model on a test set (source and reference files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tformer.cli.common import add_translation_flags
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF of a translation model on a test set")
+    e.add_argument("--src", required=True, help="source sentences, one per line")
+    e.add_argument("--ref", required=True, action="append", help="reference file (repeat for multiple references)")
+    e.add_argument("--out-hyp", help="write the translations to this file")
+    add_translation_flags(e)
+    e.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tformer.translation import Translator, evaluate_files
+
+    translator = Translator.load(args.model, args.device)
+    result = evaluate_files(translator, args.src, args.ref, beam=args.beam, max_len=args.max_len)
+    if args.out_hyp:
+        Path(args.out_hyp).write_text("\n".join(result["hypotheses"]) + "\n", encoding="utf-8")
+    print(f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}")
+    print(f"chrF {result['chrf']:.2f}  {result['chrf_signature']}")
+    return 0

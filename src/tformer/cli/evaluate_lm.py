@@ -1,0 +1,26 @@
+"""``tformer evaluate-lm``: loss, perplexity and bits per character/byte of a language model on a text.
+
+    tformer evaluate-lm --model runs/shakespeare --data other.txt
+"""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser("evaluate-lm", help="loss, perplexity and bits per character/byte of a language model on a text")
+    e.add_argument("--model", required=True, help="model directory (from tformer train lm)")
+    e.add_argument("--data", required=True, help="a UTF-8 text file, a folder of .txt files, or a JSONL file")
+    e.add_argument("--block-size", type=int, help="tokens per block (default: the model's context)")
+    e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--device", default="cpu")
+    e.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tformer import lm
+
+    model, tokenizer = lm.load(args.model, args.device)
+    r = lm.evaluate(model, tokenizer, args.data, args.block_size, args.batch_size)
+    print(f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {r['val_ppl']:.3f}  "
+          f"bits per {r['unit']} {r['val_bpc']:.4f}")
+    return 0

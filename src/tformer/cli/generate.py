@@ -1,0 +1,50 @@
+"""``tformer generate``: continue a prompt with a trained language model, streaming to stdout.
+
+    tformer generate --model runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 50 --seed 1
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    g = sub.add_parser("generate", help="continue a prompt with a trained language model (streams to stdout)")
+    g.add_argument("--model", required=True, help="model directory (from tformer train lm)")
+    g.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
+    g.add_argument("--max-new-tokens", type=int, default=300)
+    g.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
+    g.add_argument("--temperature", type=float, default=0.8)
+    g.add_argument("--top-k", type=int, default=50, help="0 = off")
+    g.add_argument("--top-p", type=float, default=0.95, help="1 = off")
+    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
+    g.add_argument("--num-samples", type=int, default=1)
+    g.add_argument("--seed", type=int, help="sample i uses seed + i (default: random)")
+    g.add_argument("--device", default="cpu")
+    g.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tformer import lm
+    from tformer.generation import SamplingConfig
+
+    if args.num_samples < 1:
+        raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
+    model, tokenizer = lm.load(args.model, args.device)
+    sampling = SamplingConfig(not args.greedy, args.temperature, args.top_k or None,
+                              args.top_p if args.top_p < 1 else None, args.repetition_penalty)
+    out = sys.stdout
+
+    def show(text: str) -> None:
+        out.write(text)
+        out.flush()
+
+    for i in range(args.num_samples):
+        if i:
+            out.write("\n" + "-" * 40 + "\n")
+        show(args.prompt)
+        seed = None if args.seed is None else args.seed + i
+        lm.generate(model, tokenizer, args.prompt, args.max_new_tokens, sampling, args.stop, seed, on_text=show)
+        show("\n")
+    return 0

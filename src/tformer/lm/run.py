@@ -1,0 +1,114 @@
+"""The language model's library entry points: train a model on text, load it, continue a prompt, score a text.
+
+    trainer, result = tformer.lm.train("tinyshakespeare.txt", "runs/lm", "shakespeare-char", minutes=1.5)
+    model, tokenizer = tformer.lm.load("runs/lm")
+    tformer.lm.generate(model, tokenizer, "ROMEO:", 100, on_text=print)
+
+``tformer train lm``, ``tformer generate`` and ``tformer evaluate-lm`` are these functions behind flags;
+tests and benchmarks call them too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+from tformer.generation import SamplingConfig, generate_lm
+from tformer.lm.data import encode_documents, read_documents, split_ids
+from tformer.lm.recipes import resolve
+from tformer.lm.stream import TextStream
+from tformer.lm.task import LMTask, evaluate_stream
+from tformer.lm.tokenizer import EOT, PAD, ByteBPETokenizer, CharTokenizer, load_lm_tokenizer, train_lm_tokenizer
+from tformer.models.gpt import GPT, GPTConfig
+from tformer.training.distributed import from_rank0, say
+from tformer.training.resume import make_trainer, saved_run
+from tformer.training.trainer import TrainConfig, Trainer
+
+__all__ = ["setup", "train", "load", "generate", "evaluate"]
+
+
+def setup(data: str | Path, out_dir: str | Path, preset: str = "tiny", *, tokenizer: str | None = None,
+          vocab_size: int | None = None, block_size: int | None = None, batch_size: int | None = None,
+          dropout: float | None = None, lr: float | None = None, warmup_steps: int | None = None,
+          weight_decay: float | None = None, batches_per_epoch: int = 200, eval_blocks: int | None = 400,
+          val_fraction: float = 0.1, compile: bool = False, resume: bool = False,
+          log: Callable[[str], None] = say, **train_options) -> Trainer:
+    """A :class:`Trainer` of a GPT on the documents of ``data``, ready to ``fit()``.
+
+    Unset settings come from the recipe of ``preset`` (:mod:`tformer.lm.recipes`), else the defaults;
+    ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``max_steps``, ``device``, ...;
+    the schedule is cosine unless given). With ``resume``, the tokenizer and the config come from
+    ``OUT/last`` and training continues exactly where it stopped.
+    """
+    r = resolve(preset, tokenizer=tokenizer, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
+                weight_decay=weight_decay, vocab_size=vocab_size, block_size=block_size, dropout=dropout)
+    options = {"schedule": "cosine", **train_options}
+    if (options["schedule"] == "cosine" and options.get("max_steps") is None and options.get("minutes") is None
+            and options.get("epochs") is not None):  # decay over the epochs
+        options["max_steps"] = math.ceil(options["epochs"] * batches_per_epoch / options.get("accum_steps", 1))
+    cfg = TrainConfig(out_dir=str(out_dir), lr=r["lr"], warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"],
+                      **options)
+    docs = read_documents(data)
+    if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
+        config, tok = saved_run(out_dir, GPT, load_lm_tokenizer)
+    else:
+        tok = from_rank0(lambda: train_lm_tokenizer(r["tokenizer"], docs, r["vocab_size"]), cfg.device)
+        config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=PAD, **r["model"])
+    train_ids, val_ids = split_ids(encode_documents(tok, docs), val_fraction)
+    torch.manual_seed(cfg.seed)
+    model = GPT(config)
+    log(f"data: {len(docs)} document(s), {len(train_ids):,} train / {len(val_ids):,} validation tokens, "
+        f"vocabulary {tok.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} parameters, "
+        f"context {config.max_len}")
+    task = LMTask(tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed,
+                  compile)
+    return make_trainer(model, task, cfg, resume)
+
+
+def train(data: str | Path, out_dir: str | Path, preset: str = "tiny", **options) -> tuple[Trainer, dict]:
+    """Train a GPT (see :func:`setup` for the options); returns the trainer and its last evaluation
+    (``val_loss``, ``val_ppl``, ``val_bpc``). The best model is in ``out_dir``, the last state in ``OUT/last``."""
+    trainer = setup(data, out_dir, preset, **options)
+    return trainer, trainer.fit()
+
+
+def load(directory: str | Path, device: str = "cpu") -> tuple[GPT, CharTokenizer | ByteBPETokenizer]:
+    """A trained GPT (in eval mode) and its tokenizer, from a ``tformer train lm`` directory."""
+    return GPT.from_pretrained(directory).to(device).eval(), load_lm_tokenizer(directory)
+
+
+def generate(model: GPT, tokenizer, prompt: str, max_new_tokens: int, sampling: SamplingConfig | None = None,
+             stop: Iterable[str] = (), seed: int | None = None, on_text: Callable[[str], None] | None = None) -> str:
+    """Continue ``prompt`` (no prompt: start a new document); ``on_text`` receives the text as it becomes safe
+    to show (never the end-of-document token, nothing from a stop string on). Returns the continuation."""
+    prompt_ids = tokenizer.encode(prompt) or [EOT]  # no prompt: start as after a document boundary
+    stream = TextStream(tokenizer, stop)
+    pieces: list[str] = []
+
+    def emit(text: str) -> None:
+        pieces.append(text)
+        if on_text is not None:
+            on_text(text)
+
+    def show(step, ids) -> None:
+        if int(ids[0]) != EOT:  # the end of the document is not shown
+            emit(stream.push(int(ids[0])))
+
+    generate_lm(model, [prompt_ids], max_new_tokens, sampling or SamplingConfig(), eos_id=EOT, pad_id=PAD, seed=seed,
+                on_token=show, stop=lambda step, ids: [stream.stopped])
+    emit(stream.flush())
+    return "".join(pieces)
+
+
+def evaluate(model: GPT, tokenizer, data: str | Path, block_size: int | None = None, batch_size: int = 32) -> dict:
+    """Loss per token, perplexity and bits per unit of ``model`` on the documents of ``data``; ``unit`` says
+    which ("character" for the char tokenizer, else "byte"), ``tokens`` how many were scored."""
+    ids = encode_documents(tokenizer, read_documents(data))
+    if len(ids) < 2:
+        raise ValueError(f"--data {str(data)!r} has fewer than 2 tokens")
+    block = min(block_size or model.config.max_len, model.config.max_len)
+    result = evaluate_stream(model, ids, torch.tensor(tokenizer.unit_lengths()), block, batch_size)
+    return {**result, "unit": "character" if isinstance(tokenizer, CharTokenizer) else "byte"}

@@ -1,0 +1,77 @@
+"""Training curves: the records of a run's ``log.jsonl`` and their plot (loss, BLEU, learning rate vs step).
+
+Drawn on a bare :class:`matplotlib.figure.Figure` rendered by the Agg canvas (headless, no pyplot state),
+like the pictures of :mod:`tformer.inspect.plots`. This module knows the log's format and nothing about
+models or families.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+__all__ = ["read_log", "plot_curves"]
+
+DPI = 100
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")  # labels never clipped
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def read_log(run_dir_or_jsonl: str | Path) -> list[dict]:
+    """The records of a training log: ``RUN_DIR/log.jsonl`` or a ``.jsonl`` file, one JSON object a line."""
+    path = Path(run_dir_or_jsonl)
+    if path.is_dir():
+        path = path / "log.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"run_dir_or_jsonl: no training log at {path}")
+    records = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{n}: not a JSON object ({err.msg})") from None
+        if not isinstance(record, dict) or "step" not in record:
+            raise ValueError(f"{path}:{n}: each log line must be a JSON object with a 'step' field")
+        records.append(record)
+    if not records:
+        raise ValueError(f"{path} holds no log records")
+    return records
+
+
+def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
+    pairs = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
+    """Training curves: train/val loss vs step, plus a panel each for BLEU and the learning rate if logged."""
+    records = read_log(run_dir_or_jsonl)
+    panels = [("loss", ("train_loss", "val_loss")), ("BLEU", ("bleu",)), ("learning rate", ("lr",))]
+    panels = [(label, keys) for label, keys in panels if any(_series(records, k)[0] for k in keys)]
+    if not panels:
+        raise ValueError("the log has none of 'train_loss', 'val_loss', 'bleu', 'lr' to plot")
+    fig = _new_figure(5.0 * len(panels), 4.0)
+    for i, (label, keys) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        for key in keys:
+            steps, values = _series(records, key)
+            if steps:
+                ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=key)
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", dpi=DPI)
+    return fig

@@ -1,0 +1,110 @@
+"""Translation's library entry points: prepare a model for a corpus, train it, evaluate it on files.
+
+    trainer, result = tformer.translation.train("builtin", "runs/fr", preset="tiny", minutes=2)
+    Translator.load("runs/fr").translate(["I am good."])
+
+``tformer train translation``, ``tformer demo`` and ``tformer evaluate`` are these functions behind
+flags; tests and benchmarks call them too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from tformer.training import distributed
+from tformer.training.resume import make_trainer, saved_run
+from tformer.training.trainer import TrainConfig, Trainer
+from tformer.translation.pairs import Split, load_corpus, split_corpus
+from tformer.translation.task import TranslationTask
+from tformer.translation.tokenizer import PAD, train_bpe
+from tformer.translation.translator import Translator, load_tokenizers
+
+__all__ = ["train_tokenizers", "prepare", "setup", "train", "evaluate_files"]
+
+
+def train_tokenizers(split: Split, vocab_size: int = 8000, joint: bool = True) -> tuple:
+    """BPE tokenizers (source, target) trained on the training split; one shared tokenizer when ``joint``."""
+    if joint:
+        tok = train_bpe([x for pair in split.train for x in pair], vocab_size)
+        return tok, tok
+    return train_bpe([s for s, _ in split.train], vocab_size), train_bpe([t for _, t in split.train], vocab_size)
+
+
+def prepare(split: Split, out_dir: str | Path, preset: str = "small", vocab_size: int = 8000, joint: bool = True,
+            seed: int = 0, tokenizers: tuple | None = None, **config_overrides) -> Translator:
+    """Train BPE tokenizers on the training split (or take ``tokenizers`` = (source, target)) and build the model.
+
+    Writes the held-out splits to ``OUT/data/{valid,test}.tsv`` so evaluation can be repeated (rank 0 alone,
+    under torchrun).
+    """
+    src_tok, tgt_tok = tokenizers or train_tokenizers(split, vocab_size, joint)
+    config = Seq2SeqConfig.preset(preset, src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size,
+                                  share_embeddings=joint, pad_id=PAD, **config_overrides)
+    torch.manual_seed(seed)
+    translator = Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
+    if distributed.is_main_process():
+        data_dir = Path(out_dir) / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        for name, part in (("valid", split.valid), ("test", split.test)):
+            (data_dir / f"{name}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in part), encoding="utf-8")
+    return translator
+
+
+def _resumed(out_dir: str | Path, seed: int) -> Translator:
+    """The run's tokenizers and a model of its config (the weights come back in ``trainer.resume()``)."""
+    config, (src_tok, tgt_tok) = saved_run(out_dir, Seq2SeqTransformer, load_tokenizers)
+    torch.manual_seed(seed)
+    return Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
+
+
+def setup(data: str | None = "builtin", out_dir: str | Path = "runs/translation", *, src_lang: str = "en",
+          tgt_lang: str = "fr", preset: str = "small", vocab_size: int = 8000, joint: bool = True,
+          max_tokens: int = 4096, label_smoothing: float = 0.1, valid: float = 0.05, test: float = 0.05,
+          bleu_sentences: int = 500, dropout: float | None = None, max_len: int = 256, resume: bool = False,
+          **train_options) -> Trainer:
+    """A :class:`Trainer` of a seq2seq Transformer on the pairs of ``data``, ready to ``fit()``.
+
+    ``data``: ``"builtin"``, a TSV pairs file or a Multi30k-style directory (:func:`load_corpus`); the split
+    is deterministic for the seed. ``train_options`` are the other :class:`TrainConfig` fields (``minutes``,
+    ``epochs``, ``device``, ...; lr 7e-4 unless given). Under torchrun rank 0 trains the tokenizers and every
+    process gets them; with ``resume`` they come from ``OUT/last``.
+    """
+    cfg = TrainConfig(out_dir=str(out_dir), **{"lr": 7e-4, **train_options})
+    overrides: dict = {"max_len": max_len}
+    if dropout is not None:
+        overrides["dropout"] = dropout
+    split = split_corpus(load_corpus(data, src_lang, tgt_lang), cfg.seed, valid, test,
+                         verbose=distributed.is_main_process())
+    if resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
+        translator = _resumed(out_dir, cfg.seed)
+    else:
+        tokenizers = distributed.from_rank0(lambda: train_tokenizers(split, vocab_size, joint), cfg.device)
+        translator = prepare(split, out_dir, preset, vocab_size, joint, cfg.seed, tokenizers, **overrides)
+    task = TranslationTask(translator, split.train, split.valid, max_tokens, label_smoothing, cfg.seed, bleu_sentences)
+    return make_trainer(translator.model, task, cfg, resume)
+
+
+def train(data: str | None = "builtin", out_dir: str | Path = "runs/translation", **options) -> tuple[Trainer, dict]:
+    """Train a translation model (see :func:`setup` for the options); returns the trainer and its last
+    evaluation (``val_loss``, ``bleu``, ``chrf``). The best model is in ``out_dir``
+    (``Translator.load(out_dir)``), the last state in ``OUT/last``."""
+    trainer = setup(data, out_dir, **options)
+    return trainer, trainer.fit()
+
+
+def evaluate_files(translator: Translator, src: str | Path, refs: list[str | Path], beam: int = 1,
+                   max_len: int = 128) -> dict:
+    """BLEU and chrF of ``translator`` on a file of source sentences and one or more reference files
+    (one sentence a line, aligned); the result also holds the ``hypotheses``."""
+    def lines(path):
+        return Path(path).read_text(encoding="utf-8").splitlines()
+
+    sources = lines(src)
+    references = [lines(r) for r in refs]
+    for path, r in zip(refs, references):
+        if len(r) != len(sources):
+            raise ValueError(f"--ref {path} has {len(r)} lines, --src {src} has {len(sources)}")
+    return translator.evaluate(sources, references, beam=beam, max_len=max_len)

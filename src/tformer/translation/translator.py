@@ -1,0 +1,102 @@
+"""The :class:`Translator`: a seq2seq model and its tokenizers, from sentences to translations and BLEU.
+
+``translate(["I am good."])`` with greedy, beam or sampling decoding, batched; ``evaluate(sources,
+references)`` → sacreBLEU BLEU and chrF with their signatures. A model directory holds the model and
+``src_tokenizer.json`` / ``tgt_tokenizer.json``.
+
+Dimension legend: B batch, S source length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tformer.generation import SamplingConfig, beam_search, translate_ids
+from tformer.models.seq2seq import Seq2SeqTransformer
+from tformer.text import normalize
+from tformer.translation.tokenizer import EOS, PAD, SOS, TextTokenizer
+
+__all__ = ["SRC_TOKENIZER", "TGT_TOKENIZER", "Translator", "load_tokenizers", "corpus_bleu"]
+
+SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
+
+
+def load_tokenizers(directory: str | Path) -> tuple[TextTokenizer, TextTokenizer]:
+    """The (source, target) tokenizers saved in a model directory."""
+    return TextTokenizer.load(Path(directory) / SRC_TOKENIZER), TextTokenizer.load(Path(directory) / TGT_TOKENIZER)
+
+
+def corpus_bleu(hypotheses: list[str], references: list[list[str]]) -> tuple[float, float, str, str]:
+    """sacreBLEU BLEU and chrF on detokenised text: (bleu, chrf, bleu_signature, chrf_signature).
+
+    ``references[k][i]`` is the k-th reference of sentence i ('' where a sentence has fewer).
+    """
+    import sacrebleu
+
+    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+    b = bleu.corpus_score(hypotheses, references)
+    c = chrf.corpus_score(hypotheses, references)
+    return b.score, c.score, str(bleu.get_signature()), str(chrf.get_signature())
+
+
+@dataclass
+class Translator:
+    """A trained translation model and its tokenizers: ``translate`` and ``evaluate`` on raw sentences."""
+
+    model: Seq2SeqTransformer
+    src_tokenizer: TextTokenizer
+    tgt_tokenizer: TextTokenizer
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str = "cpu") -> Translator:
+        directory = Path(directory)
+        model = Seq2SeqTransformer.from_pretrained(directory).to(device)
+        return cls(model, *load_tokenizers(directory))
+
+    def save(self, directory: str | Path) -> None:
+        self.model.save_pretrained(directory)
+        self.save_tokenizers(directory)
+
+    def save_tokenizers(self, directory: str | Path) -> None:
+        """``src_tokenizer.json`` and ``tgt_tokenizer.json`` in ``directory``."""
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.src_tokenizer.save(Path(directory) / SRC_TOKENIZER)
+        self.tgt_tokenizer.save(Path(directory) / TGT_TOKENIZER)
+
+    def encode_sources(self, sentences: list[str]) -> torch.Tensor:
+        limit = self.model.config.max_len
+        rows = [ids[:limit] or [PAD] for ids in self.src_tokenizer.encode_batch([normalize(s) for s in sentences])]
+        src = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)  # (B, S)
+        for i, r in enumerate(rows):
+            src[i, : len(r)] = torch.tensor(r)
+        return src.to(next(self.model.parameters()).device)
+
+    @torch.no_grad()
+    def translate(self, sentences: list[str], beam: int = 1, max_len: int = 128, batch_size: int = 64,
+                  length_penalty: float = 1.0, sampling: SamplingConfig | None = None, seed: int | None = None) -> list[str]:
+        """Translate a list of sentences, ``batch_size`` at a time (sorted by length to limit padding)."""
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        self.model.eval()
+        max_len = min(max_len, self.model.config.max_len - 1)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        out: list[str] = [""] * len(sentences)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            src = self.encode_sources([sentences[i] for i in idx])
+            if beam > 1:
+                ids = beam_search(self.model, src, SOS, EOS, beam, max_len, length_penalty)
+            else:
+                ids = translate_ids(self.model, src, SOS, EOS, max_len, sampling or SamplingConfig(), generator)
+            for i, row in zip(idx, ids):
+                out[i] = self.tgt_tokenizer.decode(row)
+        return out
+
+    def evaluate(self, sources: list[str], references: list[list[str]], beam: int = 1, max_len: int = 128) -> dict:
+        hyps = self.translate(sources, beam=beam, max_len=max_len)
+        bleu, chrf, bleu_sig, chrf_sig = corpus_bleu(hyps, references)
+        return {"bleu": bleu, "chrf": chrf, "bleu_signature": bleu_sig, "chrf_signature": chrf_sig, "hypotheses": hyps}
