@@ -3,7 +3,7 @@
     python -m benchmarks.bert_pretrain --minutes 10 30            # Tiny Shakespeare (speeches = documents)
     python -m benchmarks.bert_pretrain --minutes 0.05 --quick      # smoke test
 
-Runs ``tformer train bert`` for each budget and reads the final held-out evaluation from the run's
+Runs ``tformer.bert.train`` (what ``tformer train bert`` calls) for each budget and reads the final held-out evaluation from the run's
 log. Baselines: MLM = always predicting the most frequent word piece of the training text;
 NSP = 0.5 (the pairs are balanced). Writes ``OUT/bert_pretrain.json``.
 """
@@ -14,6 +14,8 @@ import argparse
 import collections
 import json
 from pathlib import Path
+
+from benchmarks.common import options
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -36,18 +38,18 @@ def main(argv=None) -> dict:
     p.add_argument("--data", default=str(SHARED / "tinyshakespeare.txt"))
     p.add_argument("--out", default="runs/bench-bert")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("extra", nargs="*", help="extra `tformer train bert` flags after --")
+    p.add_argument("extra", nargs="*", help="keyword arguments of tformer.bert.train after --, e.g. -- preset=tiny lr=1e-3")
     args = p.parse_args(argv)
-    from tformer.cli import main as cli
+    from tformer import bert
 
-    extra = args.extra or ["--preset", "small", "--max-len", "64", "--batch-size", "32", "--vocab-size", "4000",
-                           "--lr", "1e-3", "--warmup-steps", "200", "--eval-every", "500"]
+    extra = options(args.extra) if args.extra else dict(preset="small", max_len=64, batch_size=32, vocab_size=4000,
+                                                        lr=1e-3, warmup_steps=200, eval_every=500)
     if args.quick:
-        extra = ["--preset", "tiny", "--max-len", "32", "--batch-size", "8", "--vocab-size", "300", "--eval-every", "20"]
+        extra = dict(preset="tiny", max_len=32, batch_size=8, vocab_size=300, eval_every=20)
     results = []
     for minutes in args.minutes:
         run = Path(args.out) / f"{minutes:g}min"
-        assert cli(["train", "bert", "--data", args.data, "--out", str(run), "--minutes", str(minutes), "--no-progress", *extra]) == 0
+        bert.train(args.data, run, minutes=minutes, progress=False, **extra)
         evals = [r for r in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if "mlm_acc" in r]
         last = evals[-1]
         results.append({"minutes": minutes, "steps": last["step"], "mlm_acc": round(last["mlm_acc"], 4),

@@ -24,9 +24,9 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -44,6 +44,23 @@ class Candidate:
     run: Callable[[], float]
     flops: float | None = None  # floating-point operations per call, for GFLOP/s
     extra: dict = field(default_factory=dict)  # anything else for the report (parameter count, ...)
+
+
+def options(pairs: list[str]) -> dict:
+    """``["lr=3e-3", "preset=shakespeare-char"]`` → ``{"lr": 0.003, "preset": "shakespeare-char"}``: keyword
+    arguments of a library entry point given on a benchmark's command line (numbers, booleans and None parsed)."""
+    import ast
+
+    out = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"expected key=value (a keyword argument of the entry point), got {pair!r}")
+        try:
+            out[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[key] = text  # a plain string
+    return out
 
 
 def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:

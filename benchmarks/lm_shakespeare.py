@@ -5,7 +5,7 @@
 
 The validation split is the last 10% of ``tinyshakespeare.txt`` (as nanoGPT's prepare.py does).
 After training, the whole validation split is scored in non-overlapping blocks of the context
-length (``tformer.lm.task.evaluate_stream``). The anchor is nanoGPT's published CPU recipe
+length (``tformer.lm.evaluate_stream``). The anchor is nanoGPT's published CPU recipe
 (``benchmarks.nanogpt_recipe``), trained right after tformer for the same budget in the same process,
 so both see the machine's speed that hour (it varies up to 2× between days here); ``--no-anchor``
 skips it. The issue's author measured that recipe on this machine at 1.886 after 2,000 iterations
@@ -21,6 +21,8 @@ import math
 import time
 from pathlib import Path
 
+from benchmarks.common import options
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 NANOGPT_CPU = {"1.5": 1.886, "6": 1.62}  # val loss of nanoGPT's CPU recipe on this machine (issue #4)
 GOALS = {"1.5": 1.75, "6": 1.55, "30": 1.50}  # issue #4
@@ -32,16 +34,15 @@ def recipe_for(minutes: float) -> str:
     return min(BUDGET_RECIPES.items(), key=lambda kv: abs(math.log(kv[0] / minutes)))[1]
 
 
-def run_budget(minutes: float, out: Path, data: Path, extra: list[str]) -> dict:
+def run_budget(minutes: float, out: Path, data: Path, extra: dict) -> dict:
     import torch
 
-    from tformer.cli import main as cli
-    from tformer.lm.task import evaluate_stream, load_lm_tokenizer, read_documents, encode_documents, split_ids
+    from tformer import lm
+    from tformer.lm import encode_documents, evaluate_stream, load_lm_tokenizer, read_documents, split_ids
     from tformer.models.gpt import GPT
 
-    args = ["train", "lm", "--data", str(data), "--out", str(out), "--minutes", str(minutes), "--no-progress", *extra]
     start = time.perf_counter()
-    assert cli(args) == 0
+    lm.train(data, out, minutes=minutes, progress=False, **extra)
     wall = time.perf_counter() - start
     model, tok = GPT.from_pretrained(out / "last"), load_lm_tokenizer(out / "last")
     _, val = split_ids(encode_documents(tok, read_documents(data)), 0.1)
@@ -66,14 +67,14 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default="runs/bench-lm")
     p.add_argument("--quick", action="store_true", help="tiny models, a few seconds")
     p.add_argument("--no-anchor", action="store_true", help="train tformer only")
-    p.add_argument("extra", nargs="*", help="`tformer train lm` flags after -- (default: --preset, the recipe tuned "
-                                            "for the nearest budget), e.g. -- --preset shakespeare-char --lr 3e-3")
+    p.add_argument("extra", nargs="*", help="keyword arguments of tformer.lm.train after -- (default: preset=, the recipe "
+                                            "tuned for the nearest budget), e.g. -- preset=shakespeare-char lr=3e-3")
     args = p.parse_args(argv)
     results = []
     for m in args.minutes:
-        extra = args.extra or ["--preset", recipe_for(m)]
+        extra = options(args.extra) if args.extra else {"preset": recipe_for(m)}
         if args.quick:
-            extra = ["--preset", "tiny", "--block-size", "32", "--batch-size", "4", "--eval-blocks", "4"]
+            extra = dict(preset="tiny", block_size=32, batch_size=4, eval_blocks=4)
         r = run_budget(m, Path(args.out) / f"{m:g}min", Path(args.data), extra)
         if not args.no_anchor:
             r["nanogpt_recipe"] = run_anchor(m, Path(args.data), args.quick)

@@ -4,7 +4,7 @@
     python -m benchmarks.lm_step --recipe shakespeare-char-6min --repeats 11
     python -m benchmarks.lm_step --quick                            # tiny sizes, seconds: proves the script works
 
-The model is the recipe's (``tformer.cli.lm.RECIPES``: layers, width, context, batch) on a
+The model is the recipe's (``tformer.lm.RECIPES``: layers, width, context, batch) on a
 68-character vocabulary, random ids. One call = ``--steps`` AdamW steps (forward, cross-entropy,
 backward, gradient clipping, optimizer step). Candidates, each its own model with the same initial
 weights:
@@ -30,7 +30,7 @@ VOCAB, PAD = 68, 1  # Tiny Shakespeare's characters after the three special toke
 
 
 def _shape(recipe_name: str, quick: bool) -> dict:
-    from tformer.cli.lm import RECIPES
+    from tformer.lm import RECIPES
 
     if recipe_name not in RECIPES:
         raise ValueError(f"--recipe must be one of {sorted(RECIPES)}, got {recipe_name!r}")
@@ -46,7 +46,7 @@ def _shape(recipe_name: str, quick: bool) -> dict:
 def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int, seed: int, **model) -> Candidate:
     from tformer.fast import sequence_cross_entropy, speed_up
     from tformer.models.gpt import GPT, GPTConfig
-    from tformer.training.trainer import TrainConfig, _optimizer
+    from tformer.training.trainer import TrainConfig, make_optimizer
 
     t, b = shape["block_size"], shape["batch_size"]
     config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, activation=activation,
@@ -54,7 +54,7 @@ def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int,
     torch.manual_seed(seed)
     model = speed_up(GPT(config).train())  # the CPU fast paths, as the Trainer applies them
     if fused:
-        optimizer = _optimizer(model, TrainConfig(out_dir="-", lr=1e-3, max_steps=1))
+        optimizer = make_optimizer(model, TrainConfig(out_dir="-", lr=1e-3, max_steps=1))
         assert optimizer.defaults["fused"], "the Trainer's optimizer is the fused one"
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01, foreach=False)

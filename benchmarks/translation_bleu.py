@@ -58,7 +58,7 @@ def main(argv=None) -> dict:
     p.add_argument("--quick", action="store_true", help="tiny model, a few seconds: proves the script works")
     args = p.parse_args(argv)
     from tformer.training.trainer import TrainConfig, Trainer
-    from tformer.translation.task import TranslationTask, Translator, load_corpus, prepare, split_corpus
+    from tformer.translation import TranslationTask, Translator, load_corpus, prepare, split_corpus
 
     if args.data is None:
         args.data = {"multi30k": SHARED / "multi30k", "tatoeba": SHARED / "tatoeba-eng-fra.tsv", "builtin": "builtin"}[args.corpus]
