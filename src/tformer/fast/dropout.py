@@ -125,14 +125,16 @@ def swap_dropout(model: nn.Module) -> nn.Module:
     """Swap the fast CPU mask into ``model`` in place: every ``nn.Dropout`` becomes a :class:`Dropout` (same rate,
     same mode), every :class:`~tformer.nn.attention.MultiHeadAttention` drops its weights with
     :func:`scaled_dot_product_attention`. Idempotent; returns ``model``."""
+    if isinstance(model, MultiHeadAttention):
+        _fast_dropout(model)
     replace_modules(model, _fast_dropout)
-    for module in model.modules():
-        if isinstance(module, MultiHeadAttention):
-            module.attention = scaled_dot_product_attention
     return model
 
 
 def _fast_dropout(module: nn.Module) -> Dropout | None:
+    """The replacement of an ``nn.Dropout``; an attention module gets the fast attention function (and stays)."""
+    if isinstance(module, MultiHeadAttention) and vars(module).get("attention") is not scaled_dot_product_attention:
+        module.attention = scaled_dot_product_attention
     if type(module) is not nn.Dropout:  # exactly torch's: a subclass (ours included) may do something else
         return None
     return Dropout(module.p, module.inplace).train(module.training)
