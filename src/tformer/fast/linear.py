@@ -43,7 +43,7 @@ Dimension legend: P threads (parts of a split), C outputs per thread, n outputs 
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import torch
 import torch.nn.functional as F
@@ -129,8 +129,8 @@ class Linear(nn.Linear):
         fast = cls.__new__(cls)
         nn.Module.__init__(fast)  # no new weight: nn.Linear.__init__ would allocate and initialize one
         fast.in_features, fast.out_features = plain.in_features, plain.out_features
-        fast.register_parameter("weight", plain.weight)
-        fast.register_parameter("bias", plain.bias)
+        fast.register_parameter("weight", plain._parameters["weight"])  # the Parameter objects themselves
+        fast.register_parameter("bias", plain._parameters["bias"])
         return fast.train(plain.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -179,6 +179,7 @@ class Linear(nn.Linear):
         inference mode, which has no version counter."""
         params = self._parameters  # not self.weight: nn.Module.__getattr__ costs a microsecond a call
         w, b = params["weight"], params["bias"]
+        assert w is not None  # nn.Linear always has a weight
         if w.is_inference():
             return None
         key = (w._version, w.data_ptr(), w.dtype, w.device, None if b is None else (b._version, b.data_ptr()))
@@ -244,6 +245,10 @@ def swap_linear(model: nn.Module) -> nn.Module:
     return model
 
 
+@overload
+def _rows(t: torch.Tensor, start: int, end: int) -> torch.Tensor: ...
+@overload
+def _rows(t: torch.Tensor | None, start: int, end: int) -> torch.Tensor | None: ...
 def _rows(t: torch.Tensor | None, start: int, end: int) -> torch.Tensor | None:
     """Rows ``start:end`` of a weight or bias: the tensor itself when that is all of it (no slicing op); None stays None."""
     return t if t is None or (start == 0 and end == t.shape[0]) else t[start:end]

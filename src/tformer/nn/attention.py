@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -141,7 +142,7 @@ class MultiHeadAttention(nn.Module):
 
     # The attention function (fused and reference paths). ``tformer.fast.speed_up`` sets a per-module one that
     # computes the same with a cheaper CPU dropout mask in training.
-    attention = staticmethod(scaled_dot_product_attention)
+    attention: Callable[..., Any] = staticmethod(scaled_dot_product_attention)
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
@@ -173,9 +174,9 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(x, memory, causal, rotary)
         cross = memory is not None
-        if cross and memory.shape[0] != x.shape[0]:
+        if memory is not None and memory.shape[0] != x.shape[0]:
             return self._grouped_cross_attention(x, memory, mask, cache)
-        if cross:
+        if memory is not None:
             q, k, v = self._cross_qkv(x, memory, cache)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
         else:
             q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
@@ -183,7 +184,7 @@ class MultiHeadAttention(nn.Module):
         mask, is_causal = self._prepare_mask(mask, causal, cross, q, k, recording=recorder is not None)
         context, details = self._attend(q, k, v, mask, is_causal, recording=recorder is not None)  # (B, H, Tq, Dh)
         out = self.out_proj(self._merge_heads(context))  # (B, Tq, D)
-        if recorder is not None:
+        if recorder is not None and details is not None:  # details: always there while recording
             self._record(recorder, cross, q, k, v, mask, details, context, out)
         return out
 
@@ -218,7 +219,7 @@ class MultiHeadAttention(nn.Module):
                    cache: LayerKV | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q from the decoder states (rows W_Q); K, V from the memory (rows W_K, W_V), once per source with a cache."""
         q = self._split_heads(project_rows(self.qkv_proj, x, 0, self.d_model))  # (B, Tq, D) -> (B, H, Tq, Dh)
-        if cache is not None and cache.cross_k is not None:
+        if cache is not None and cache.cross_k is not None and cache.cross_v is not None:
             return q, cache.cross_k, cache.cross_v  # computed at the first step
         kv = project_rows(self.qkv_proj, memory, self.d_model, 3 * self.d_model)  # (B, Tk, 2D)
         k, v = (self._split_heads(t) for t in kv.chunk(2, dim=-1))  # (B, Tk, D) -> (B, H, Tk, Dh) each
@@ -274,8 +275,10 @@ class MultiHeadAttention(nn.Module):
         """(B, T, 3D) fused projections → Q, K, V as (B, H, T, Dh) views (one view, not a chunk and three splits)."""
         b, t, _ = qkv.shape
         if t == 1:  # a decoding step: (B, 1, 3D) reads as (B, 3, H, 1, Dh)
-            return qkv.view(b, 3, self.n_heads, 1, self.head_dim).unbind(1)
-        return qkv.view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # -> (3, B, H, T, Dh)
+            q, k, v = qkv.view(b, 3, self.n_heads, 1, self.head_dim).unbind(1)
+        else:  # (B, T, 3D) -> (B, T, 3, H, Dh) -> (3, B, H, T, Dh)
+            q, k, v = qkv.view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        return q, k, v
 
 
 def _refuse_query_dependent_mask(mask: torch.Tensor) -> None:

@@ -33,18 +33,20 @@ class LayerKV:
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new positions' keys/values; return keys/values of all positions so far."""
         start, end = self.length, self.length + k.shape[2]
-        if self.k is None:
+        keys, values = self.k, self.v
+        if keys is None or values is None:
             capacity = max(self.max_len, end)
-            self.k = k.new_empty(k.shape[0], k.shape[1], capacity, k.shape[3])
-            self.v = v.new_empty(v.shape[0], v.shape[1], capacity, v.shape[3])
-        elif end > self.k.shape[2]:
-            grow = max(end, 2 * self.k.shape[2]) - self.k.shape[2]
-            self.k = torch.cat([self.k, self.k.new_empty(*self.k.shape[:2], grow, self.k.shape[3])], dim=2)
-            self.v = torch.cat([self.v, self.v.new_empty(*self.v.shape[:2], grow, self.v.shape[3])], dim=2)
-        self.k.narrow(2, start, end - start).copy_(k)  # narrow: a view, cheaper than indexing with slices
-        self.v.narrow(2, start, end - start).copy_(v)
+            keys = k.new_empty(k.shape[0], k.shape[1], capacity, k.shape[3])  # (B, H, capacity, Dh)
+            values = v.new_empty(v.shape[0], v.shape[1], capacity, v.shape[3])
+        elif end > keys.shape[2]:
+            grow = max(end, 2 * keys.shape[2]) - keys.shape[2]
+            keys = torch.cat([keys, keys.new_empty(*keys.shape[:2], grow, keys.shape[3])], dim=2)  # (B, H, capacity', Dh)
+            values = torch.cat([values, values.new_empty(*values.shape[:2], grow, values.shape[3])], dim=2)
+        self.k, self.v = keys, values
+        keys.narrow(2, start, end - start).copy_(k)  # narrow: a view, cheaper than indexing with slices
+        values.narrow(2, start, end - start).copy_(v)
         self.length = end
-        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)  # (B, H, T, Dh) each
+        return keys.narrow(2, 0, end), values.narrow(2, 0, end)  # (B, H, T, Dh) each
 
     def reorder(self, index: torch.Tensor, cross: bool | torch.Tensor = True) -> None:
         """Keep batch rows ``index`` (beam search: follow the surviving beams).
@@ -54,13 +56,13 @@ class LayerKV:
         those rows hold the same encoder output. ``cross`` as a tensor keeps those cross-attention rows
         instead (beam search, whose cross-attention keys/values are per source, dropping done sources).
         """
-        if self.k is not None:
+        if self.k is not None and self.v is not None:
             spare_k, spare_v = self._spare if self._spare is not None else (None, None)
             new_k, new_v = _gather_rows(self.k, index, self.length, spare_k), _gather_rows(self.v, index, self.length, spare_v)
             self._spare = (self.k, self.v)  # the old buffers receive the next reorder
             self.k, self.v = new_k, new_v
         cross_index = cross if isinstance(cross, torch.Tensor) else (index if cross else None)
-        if cross_index is not None and self.cross_k is not None:
+        if cross_index is not None and self.cross_k is not None and self.cross_v is not None:
             self.cross_k, self.cross_v = self.cross_k.index_select(0, cross_index), self.cross_v.index_select(0, cross_index)
 
 
@@ -76,7 +78,7 @@ def _gather_rows(buffer: torch.Tensor, index: torch.Tensor, length: int, spare: 
     # decoding: gather straight into place, one copy, into the buffer the reorder before last left (a new
     # buffer would be fresh memory, whose first touch costs page faults: 4 MB a layer per step at beam 5 × 32)
     fits = spare is not None and spare.shape == shape and spare.dtype == buffer.dtype and spare.device == buffer.device
-    out = spare if fits else buffer.new_empty(shape)
+    out = spare if spare is not None and fits else buffer.new_empty(shape)
     torch.index_select(filled, 0, index, out=out[:, :, :length])
     return out
 

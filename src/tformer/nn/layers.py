@@ -16,6 +16,7 @@ Dimension legend: B batch, S source length, T target length, D model dim, F feed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +28,7 @@ from tformer.nn.cache import KVCache, LayerKV
 
 __all__ = ["LayerConfig", "FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact erf GELU (BERT)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
@@ -141,10 +142,11 @@ class DecoderLayer(nn.Module):
 
         ``rotary``: cos/sin of the positions for rotary self-attention (GPT with ``positional="rope"``)."""
         x = self.add_norm1(x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache, rotary=rotary))
-        if self.cross_attn is not None:
+        cross_attn, add_norm2 = self.cross_attn, self.add_norm2
+        if cross_attn is not None and add_norm2 is not None:
             if memory is None:
                 raise ValueError("memory (the encoder output) is required by a decoder layer with cross-attention")
-            x = self.add_norm2(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, cache=cache))
+            x = add_norm2(x, lambda h: cross_attn(h, memory, mask=memory_mask, cache=cache))
         return self.add_norm3(x, self.ff)
 
 

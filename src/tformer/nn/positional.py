@@ -42,6 +42,8 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed table lookup; the table is a (non-persistent) buffer, not a parameter."""
 
+    table: torch.Tensor  # (max_len, D)
+
     def __init__(self, max_len: int, d_model: int) -> None:
         super().__init__()
         self.max_len = max_len

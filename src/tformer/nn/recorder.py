@@ -51,7 +51,7 @@ class Recorder:
     def __init__(self, model: nn.Module | None = None) -> None:
         self._names = {id(m): name for name, m in model.named_modules()} if model is not None else {}
         self.records: list[AttentionRecord] = []
-        self._token: contextvars.Token | None = None
+        self._token: contextvars.Token[Recorder | None] | None = None
 
     def name_of(self, module: nn.Module) -> str:
         return self._names.get(id(module), type(module).__name__)
@@ -68,7 +68,8 @@ class Recorder:
         return self
 
     def __exit__(self, *exc) -> None:
-        _ACTIVE.reset(self._token)
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
 
 
 def current_recorder() -> Recorder | None:
