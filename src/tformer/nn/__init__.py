@@ -1,0 +1,16 @@
+"""The parts of the Transformer as the notes teach them, in plain PyTorch; read in this order:
+
+* :mod:`.masks` — the one mask convention (boolean, ``True`` = may attend), padding and look-ahead masks;
+* :mod:`.positional` — sinusoidal, learned and rotary positions, the input embedding;
+* :mod:`.attention` — scaled dot-product attention (fused and reference paths), multi-head attention;
+* :mod:`.cache` — the KV cache of incremental decoding;
+* :mod:`.layers` — feed-forward, add & norm, encoder and decoder layers and stacks;
+* :mod:`.losses` — cross-entropy over real tokens, with label smoothing;
+* :mod:`.recorder` — recording what every attention computed.
+
+Nothing here exists only for speed: the CPU fast paths live in :mod:`tformer.fast`, swapped onto these modules
+by :func:`tformer.fast.speed_up`, and nothing in this package imports them.
+
+Dimension legend: B batch, H heads, T length, Tq/Tk query/key length, D model dim, Dh head dim, F feed-forward
+dim, V vocabulary size.
+"""
