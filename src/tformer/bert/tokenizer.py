@@ -23,6 +23,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
@@ -45,6 +46,7 @@ def bert_tokenizer(path: str | os.PathLike) -> Tokenizer | BertWordPieceTokenize
     the sentence's tokens, ``[CLS] … [SEP]``.
     """
     path = Path(path)
+    tokenizer: Tokenizer | BertWordPieceTokenizer
     if (path / "tokenizer.json").is_file():
         tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
     elif (path / "vocab.txt").is_file():
@@ -59,8 +61,9 @@ def bert_tokenizer(path: str | os.PathLike) -> Tokenizer | BertWordPieceTokenize
 def train_wordpiece(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2, limit_alphabet: int = 1000) -> WordPiece:
     """Train an uncased BERT-style WordPiece tokenizer on ``texts``, the special tokens first."""
     trainer = BertWordPieceTokenizer(lowercase=True)
-    trainer.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
-                                limit_alphabet=limit_alphabet, show_progress=False)
+    trainer.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency,  # type: ignore[arg-type]
+                                special_tokens=SPECIAL_TOKENS, limit_alphabet=limit_alphabet,  # type: ignore[arg-type]
+                                show_progress=False)
     return WordPiece(Tokenizer.from_str(trainer.to_str()))
 
 
@@ -82,7 +85,8 @@ class WordPiece:
         tokenizer.no_padding()
         tokenizer.no_truncation()
         self.tokenizer = tokenizer
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (tokenizer.token_to_id(t) for t in SPECIAL_TOKENS)
+        ids = [cast(int, tokenizer.token_to_id(t)) for t in SPECIAL_TOKENS]  # all present (checked above)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = ids
         vocab = tokenizer.get_vocab()
         self.special_ids = sorted(i for token, i in vocab.items() if _SPECIAL.match(token))
 
@@ -98,7 +102,7 @@ class WordPiece:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
     def id_to_token(self, i: int) -> str:
-        return self.tokenizer.id_to_token(int(i))
+        return cast(str, self.tokenizer.id_to_token(int(i)))
 
     def single(self, a: list[int], max_len: int) -> tuple[list[int], list[int]]:
         """``[CLS] A [SEP]`` (A cut to fit ``max_len``) and its segment ids (all 0)."""

@@ -82,7 +82,9 @@ def mask_for(kind: str, tokens: list[str]):
     t = len(tokens)
     parts = {"causal": [causal_mask(t)], "padding": [padding_mask(ids, 0)],
              "combined": [causal_mask(t), padding_mask(ids, 0)]}[kind]
-    return combine_masks(*parts).expand(1, 1, t, t)[0, 0]  # (T, T)
+    mask = combine_masks(*parts)
+    assert mask is not None  # at least one part
+    return mask.expand(1, 1, t, t)[0, 0]  # (T, T)
 
 
 def run_mask(args) -> int:

@@ -113,7 +113,7 @@ def _inputs(model, directory: Path, args) -> dict:
             tgt_ids, tgt_tokens = _parse_ids(args.target_ids, "--target-ids"), None
         elif args.target is not None:
             ids, tokens = _encode(tgt_tok, args.target, None, "tgt_tokenizer.json (for --target)", special=False)
-            tgt_ids, tgt_tokens = [SOS] + ids, ["<sos>"] + tokens  # decoder input = <sos> + target
+            tgt_ids, tgt_tokens = [SOS] + ids, ["<sos>"] + (tokens or [])  # decoder input = <sos> + target
         else:
             tgt_ids, tgt_tokens = [SOS], ["<sos>"]
         return dict(src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=_vocab(tgt_tok))

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-Entry = Trace = Any  # tformer.inspect.trace's classes (it imports this module, so they are not imported back)
+Entry = Any  # tformer.inspect.trace.Entry (trace imports this module, so its classes are not imported back)
+Trace = Any  # tformer.inspect.trace.Trace
 
 __all__ = ["format_trace", "summary"]
 

@@ -94,6 +94,7 @@ def plot_attention(weights, x_labels=None, y_labels=None, path=None, title: str 
         if h % cols == 0:
             ax.set_ylabel("query (attending)")
         ax.set_title(head_titles[h] if head_titles else (f"head {h}" if n_heads > 1 else title), fontsize=9)
+    assert image is not None  # at least one head
     fig.colorbar(image, ax=fig.axes, label="weight", shrink=0.8)
     if n_heads > 1:
         fig.suptitle(title)

@@ -7,11 +7,13 @@ the caller gave, else the recipe, else :data:`DEFAULTS`.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["RECIPES", "DEFAULTS", "resolve"]
 
 # Training recipes tuned for this project's 2-core CPU: a model shape (on top of a GPTConfig preset)
 # plus data and optimiser settings. Flags given on the command line win over the recipe.
-RECIPES = {
+RECIPES: dict[str, dict[str, Any]] = {
     # Tuned by training for the budget on this 2-core CPU (README): the fewer the minutes, the shallower the model
     # that wins, because a cheaper step buys more steps. From two layers on they use rotary positions (RoPE: at
     # 9,000 steps of the 6-minute model, val 1.546 against 1.578 with GPT-2's learned table, for 8% more time a
@@ -45,7 +47,7 @@ def resolve(preset: str = "tiny", *, tokenizer: str | None = None, batch_size: i
     (the GPTConfig preset) and ``model`` (the GPTConfig overrides)."""
     given = dict(tokenizer=tokenizer, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps, weight_decay=weight_decay,
                  vocab_size=vocab_size, block_size=block_size)
-    recipe = RECIPES.get(preset, dict(base=preset, model={}))
+    recipe: dict[str, Any] = RECIPES.get(preset, dict(base=preset, model={}))
     pick = {k: v if v is not None else recipe.get(k, DEFAULTS.get(k)) for k, v in given.items()}
     model = dict(recipe["model"])
     if dropout is not None:

@@ -114,7 +114,7 @@ class ByteBPETokenizer:
         return cls(Tokenizer.from_file(str(Path(directory) / cls.file_name)))
 
 
-TOKENIZERS = {"char": CharTokenizer, "bpe": ByteBPETokenizer}
+TOKENIZERS: dict[str, type[CharTokenizer] | type[ByteBPETokenizer]] = {"char": CharTokenizer, "bpe": ByteBPETokenizer}
 
 
 def train_lm_tokenizer(kind: str, texts: list[str], vocab_size: int = 4096):

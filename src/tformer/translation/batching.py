@@ -64,7 +64,9 @@ def token_budget_batches(
     rng = random.Random(seed)
     noise = [rng.random() for _ in pairs] if shuffle else [0.0] * len(pairs)
     order = sorted(range(len(pairs)), key=lambda i: (max(len(pairs[i][0]), len(pairs[i][1]) + 1), noise[i]))
-    batches, current, longest = [], [], 0
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
     for i in order:
         size = max(len(pairs[i][0]), len(pairs[i][1]) + 1)
         if current and max(longest, size) * (len(current) + 1) > max_tokens:

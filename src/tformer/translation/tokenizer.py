@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -70,7 +71,7 @@ class TextTokenizer:
         return self.tokenizer.decode(out)
 
     def id_to_token(self, i: int) -> str:
-        return self.tokenizer.id_to_token(i)
+        return cast(str, self.tokenizer.id_to_token(i))
 
     def save(self, path: str | Path) -> None:
         atomic_write(path, lambda tmp: self.tokenizer.save(tmp))

@@ -77,9 +77,9 @@ def _elide(word: str, next_word: str) -> str:
 
 def _join(*words: str) -> str:
     """Join French words, applying elision between them."""
-    words = [w for w in words if w]
+    kept = [w for w in words if w]
     out = ""
-    for word, nxt in zip(words, words[1:] + [""]):
+    for word, nxt in zip(kept, kept[1:] + [""]):
         out += _elide(word, nxt) if nxt else word
     return out
 
