@@ -38,7 +38,8 @@ def main(argv=None) -> dict:
     p.add_argument("--data", default=str(SHARED / "tinyshakespeare.txt"))
     p.add_argument("--out", default="runs/bench-bert")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("extra", nargs="*", help="keyword arguments of tformer.bert.train after --, e.g. -- preset=tiny lr=1e-3")
+    p.add_argument("extra", nargs="*", help="settings of tformer.bert.train after --, as key=value or as `tformer train "
+                                            "bert` flags, e.g. -- --preset tiny --lr 1e-3")
     args = p.parse_args(argv)
     from tformer import bert
 

@@ -46,20 +46,30 @@ class Candidate:
     extra: dict = field(default_factory=dict)  # anything else for the report (parameter count, ...)
 
 
-def options(pairs: list[str]) -> dict:
-    """``["lr=3e-3", "preset=shakespeare-char"]`` → ``{"lr": 0.003, "preset": "shakespeare-char"}``: keyword
-    arguments of a library entry point given on a benchmark's command line (numbers, booleans and None parsed)."""
+def options(words: list[str]) -> dict:
+    """Keyword arguments of a library entry point given on a benchmark's command line, as ``key=value`` or as
+    the CLI's ``--key-name value``: ``["lr=3e-3", "--max-steps", "9000"]`` → ``{"lr": 0.003, "max_steps": 9000}``
+    (numbers, booleans and None parsed; anything else is a string; a ``--flag`` without a value is True)."""
     import ast
 
-    out = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise ValueError(f"expected key=value (a keyword argument of the entry point), got {pair!r}")
+    def value(text: str):
         try:
-            out[key] = ast.literal_eval(text)
+            return ast.literal_eval(text)
         except (ValueError, SyntaxError):
-            out[key] = text  # a plain string
+            return text  # a plain string
+
+    out, k = {}, 0
+    while k < len(words):
+        word = words[k]
+        if word.startswith("--"):
+            key = word[2:].replace("-", "_")
+            has_value = k + 1 < len(words) and not words[k + 1].startswith("--")
+            out[key], k = (value(words[k + 1]), k + 2) if has_value else (True, k + 1)
+        else:
+            key, sep, text = word.partition("=")
+            if not sep or not key.isidentifier():
+                raise ValueError(f"expected key=value or --key value (a keyword argument of the entry point), got {word!r}")
+            out[key], k = value(text), k + 1
     return out
 
 

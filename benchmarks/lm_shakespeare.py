@@ -67,8 +67,9 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default="runs/bench-lm")
     p.add_argument("--quick", action="store_true", help="tiny models, a few seconds")
     p.add_argument("--no-anchor", action="store_true", help="train tformer only")
-    p.add_argument("extra", nargs="*", help="keyword arguments of tformer.lm.train after -- (default: preset=, the recipe "
-                                            "tuned for the nearest budget), e.g. -- preset=shakespeare-char lr=3e-3")
+    p.add_argument("extra", nargs="*", help="settings of tformer.lm.train after --, as key=value or as `tformer train lm` "
+                                            "flags (default: the preset tuned for the nearest budget), e.g. "
+                                            "-- --preset shakespeare-char --lr 3e-3")
     args = p.parse_args(argv)
     results = []
     for m in args.minutes:
