@@ -83,7 +83,7 @@ def main(argv=None) -> dict:
         for name, pair, decoder_only in (("marian", _marian_pair, False), ("gpt", _gpt_pair, True)):
             _, ours = pair(sizes[name], args.device)
             reps = 1 if args.quick else 200  # one call = one step; time many steps per round
-            run = [Candidate(c.name, (lambda f=c.run: sum(f() for _ in range(reps))), extra=c.extra)
+            run = [Candidate(c.name, (lambda f=c.run, reps=reps: sum(f() for _ in range(reps))), extra=c.extra)
                    for c in floor_candidates(ours, decoder_only, args.device)]
             results[name] = compare(run, args.repeats, args.warmup, args.device, not args.no_memory,
                                     anchor="matmuls only, F.linear (out, in)")

@@ -1,6 +1,8 @@
 """Shared fixtures: the three model families at their tiny presets, dropout off, in eval mode.
 
-Session-scoped (built once, never mutated by the tests) so hypothesis tests can use them too.
+Session-scoped (built once; no test trains them or changes a weight) so hypothesis tests can use them too. The
+decoding functions swap their fast layers in (``tformer.fast.speed_up``: same parameters, same numbers to float
+rounding), so a test that needs plain modules builds its own model.
 """
 
 import pytest

@@ -6,8 +6,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from tformer.bert import (BertPretrainTask, MLMCollator, TextClassifier, WordPiece, fill_mask, langid_examples,
-                          load_masked_lm, nsp_pairs, read_sentence_documents, train_wordpiece)
+from tformer.bert import (
+    BertPretrainTask,
+    MLMCollator,
+    TextClassifier,
+    WordPiece,
+    fill_mask,
+    langid_examples,
+    load_masked_lm,
+    nsp_pairs,
+    read_sentence_documents,
+    train_wordpiece,
+)
 from tformer.bert.classification import read_labelled_tsv, write_tsv
 from tformer.bert.pretraining import IGNORE, collate, split_documents
 from tformer.cli import main

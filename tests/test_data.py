@@ -12,8 +12,8 @@ import torch
 from tformer.translation.batching import make_batch, token_budget_batches
 from tformer.translation.download import download
 from tformer.translation.pairs import filter_pairs, group_references, normalize, read_aligned, read_tsv, split_pairs
-from tformer.translation.toy_corpus import builtin_pairs
 from tformer.translation.tokenizer import EOS, PAD, SOS, SPECIALS, TextTokenizer, train_bpe
+from tformer.translation.toy_corpus import builtin_pairs
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

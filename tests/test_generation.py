@@ -6,8 +6,15 @@ import pytest
 import torch
 
 from tformer import GPT, GPTConfig
-from tformer.generation import (SamplingConfig, apply_repetition_penalty, choose_next, generate_lm, process_logits,
-                                top_k_filter, top_p_filter)
+from tformer.generation import (
+    SamplingConfig,
+    apply_repetition_penalty,
+    choose_next,
+    generate_lm,
+    process_logits,
+    top_k_filter,
+    top_p_filter,
+)
 
 PROMPTS = [[5, 9, 3], [7, 1, 2, 8, 4, 6, 11], [12], [3, 3, 14, 15, 9]]
 

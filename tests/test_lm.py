@@ -9,8 +9,21 @@ import torch
 from tformer import GPT, GPTConfig
 from tformer.cli import main
 from tformer.generation import generate_lm
-from tformer.lm import (EOT, PAD, SPECIALS, UNK, ByteBPETokenizer, CharTokenizer, LMTask, TextStream, encode_documents,
-                        evaluate_stream, load_lm_tokenizer, read_documents, split_ids)
+from tformer.lm import (
+    EOT,
+    PAD,
+    SPECIALS,
+    UNK,
+    ByteBPETokenizer,
+    CharTokenizer,
+    LMTask,
+    TextStream,
+    encode_documents,
+    evaluate_stream,
+    load_lm_tokenizer,
+    read_documents,
+    split_ids,
+)
 from tformer.training.trainer import TrainConfig, Trainer, lr_factor
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
@@ -202,3 +215,24 @@ def test_cosine_over_a_time_budget_decays_with_the_time_used():
     assert lr_factor(1000, cfg, 1.0) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="max_steps or minutes"):
         TrainConfig(out_dir="unused", schedule="cosine", epochs=1)
+
+
+def test_no_fast_generates_the_same_text_with_plain_modules(memorised, capsys, monkeypatch):
+    """``--no-fast`` runs the command inside tformer.fast.reference(): no swap happens, the text is the same."""
+    from torch import nn
+
+    import tformer.lm
+    from tformer.fast.linear import Linear as FastLinear
+
+    out, tok, result = memorised
+    loaded = []
+    real_load = tformer.lm.load
+    monkeypatch.setattr(tformer.lm, "load", lambda *a, **k: loaded.append(real_load(*a, **k)) or loaded[-1])
+    args = ["generate", "--model", str(out), "--prompt", TEXT[:6], "--greedy", "--max-new-tokens", str(len(TEXT) - 6)]
+    assert main([*args, "--no-fast"]) == 0
+    assert capsys.readouterr().out == TEXT + "\n"
+    plain = [m for m in loaded[-1][0].modules() if isinstance(m, nn.Linear)]
+    assert plain and not any(isinstance(m, FastLinear) for m in plain)
+    assert main(args) == 0
+    assert capsys.readouterr().out == TEXT + "\n"
+    assert any(isinstance(m, FastLinear) for m in loaded[-1][0].modules())  # the default swaps them in

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from tformer import GPT, GPTConfig
-from tformer.nn.positional import InputEmbedding, SinusoidalPositionalEncoding, apply_rotary, rotary_tables, sinusoidal_table
+from tformer.nn.positional import (
+    InputEmbedding,
+    SinusoidalPositionalEncoding,
+    apply_rotary,
+    rotary_tables,
+    sinusoidal_table,
+)
 
 
 def test_sinusoidal_check_values():

@@ -9,11 +9,11 @@ import torch
 
 from tformer import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.cli import main
-from tformer.translation.toy_corpus import builtin_pairs
 from tformer.generation import beam_search, translate_ids
-from tformer.translation.tokenizer import EOS, SOS, train_bpe
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation import TranslationTask, Translator, corpus_bleu
+from tformer.translation.tokenizer import EOS, SOS, train_bpe
+from tformer.translation.toy_corpus import builtin_pairs
 
 PAIRS = builtin_pairs()[::59][:20]  # 20 varied pairs
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tformer.cli import main
+from tformer.inspect.plots import plot_attention, plot_mask, plot_positional_encoding
 from tformer.nn.masks import causal_mask
 from tformer.nn.positional import sinusoidal_table
-from tformer.inspect.plots import plot_attention, plot_mask, plot_positional_encoding
 from tformer.training.curves import plot_curves
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.bert.tokenizer import WordPiece
+from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 
 __all__ = ["IGNORE", "read_sentence_documents", "split_documents", "nsp_pairs", "BertBatch", "collate", "MLMCollator", "BertPretrainTask"]
 
@@ -117,7 +117,7 @@ class BertBatch:
     labels: torch.Tensor  # (B,) NSP label (0 = B follows A) or class id
     mlm_labels: torch.Tensor | None = None  # (B, T) original id at picked positions, IGNORE elsewhere
 
-    def to(self, device) -> "BertBatch":
+    def to(self, device) -> BertBatch:
         return BertBatch(*(None if (t := getattr(self, f.name)) is None else t.to(device) for f in fields(self)))
 
 

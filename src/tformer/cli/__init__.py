@@ -31,6 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run(args) -> int:
+    """The subcommand; with ``--no-fast``, inside ``tformer.fast.reference()`` (plain code, no swaps)."""
+    if not getattr(args, "no_fast", False):
+        return args.func(args) or 0
+    from tformer.fast import reference
+
+    with reference():
+        return args.func(args) or 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -38,11 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        code = args.func(args) or 0
+        code = _run(args)
         if "torch.distributed" in sys.modules:  # leave a torchrun process group cleanly; only after success,
-            from tformer.training.distributed import (
-                shutdown,  # since a failed rank would leave the others at the barrier
-            )
+            from tformer.training.distributed import shutdown  # since a failed rank would leave the others waiting
 
             shutdown()
         return code

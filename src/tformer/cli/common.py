@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_training_flags", "train_options", "add_translation_flags"]
+__all__ = ["add_fast_flag", "add_training_flags", "train_options", "add_translation_flags"]
+
+
+def add_fast_flag(p) -> None:
+    """``--no-fast``: run the plain reference code of :mod:`tformer.nn` (``tformer.fast.reference()``)."""
+    p.add_argument("--no-fast", action="store_true",
+                   help="no CPU fast paths (tformer.fast): the plain reference code, same numbers to float rounding")
 
 
 def add_training_flags(p: argparse.ArgumentParser, lr: float, warmup: int, schedule: str) -> None:
@@ -28,6 +34,7 @@ def add_training_flags(p: argparse.ArgumentParser, lr: float, warmup: int, sched
     g.add_argument("--device", default="cpu")
     g.add_argument("--resume", action="store_true", help="continue exactly from OUT/last")
     g.add_argument("--no-progress", action="store_true")
+    add_fast_flag(g)
 
 
 def train_options(args) -> dict:
@@ -36,13 +43,14 @@ def train_options(args) -> dict:
         lr=args.lr, schedule=args.schedule, warmup_steps=args.warmup_steps, weight_decay=args.weight_decay,
         clip=args.clip, accum_steps=args.accum_steps, epochs=args.epochs, max_steps=args.max_steps, minutes=args.minutes,
         eval_every=args.eval_every, log_every=args.log_every, seed=args.seed, bf16=args.bf16, device=args.device,
-        progress=not args.no_progress, resume=args.resume,
+        progress=not args.no_progress, fast=not args.no_fast, resume=args.resume,
     )
 
 
 def add_translation_flags(p) -> None:
     """The model and decoding flags of ``tformer translate`` and ``tformer evaluate``."""
     p.add_argument("--model", required=True, help="model directory (from tformer train translation / demo)")
+    add_fast_flag(p)
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
     p.add_argument("--length-penalty", type=float, default=1.0)
     p.add_argument("--max-len", type=int, default=128, help="longest translation in tokens")

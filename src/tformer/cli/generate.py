@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+from tformer.cli.common import add_fast_flag
+
 
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="continue a prompt with a trained language model (streams to stdout)")
@@ -22,6 +24,7 @@ def add_parser(sub) -> None:
     g.add_argument("--num-samples", type=int, default=1)
     g.add_argument("--seed", type=int, help="sample i uses seed + i (default: random)")
     g.add_argument("--device", default="cpu")
+    add_fast_flag(g)
     g.set_defaults(func=run)
 
 

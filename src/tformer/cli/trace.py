@@ -53,7 +53,7 @@ def run(args) -> int:
 
 def build_trace(args):
     """Load the model (or build the toy), tokenize the input and trace it."""
-    from tformer.inspect.trace import toy_seq2seq, trace
+    from tformer.inspect.tracing import toy_seq2seq, trace
 
     if args.top_k < 1:
         raise ValueError(f"--top-k must be a positive integer, got {args.top_k}")

@@ -43,8 +43,9 @@ _SWAPS_ON = True
 
 def speed_up(model: nn.Module) -> nn.Module:
     """Apply every swap to ``model`` in place (idempotent) and return it: fast :class:`~tformer.fast.linear.Linear`
-    layers, the fast dropout mask. Inside :func:`reference`, leave it as it is."""
-    if _SWAPS_ON:
+    layers, the fast dropout mask. Inside :func:`reference`, leave it as it is; an object that is not an
+    ``nn.Module`` (a stand-in model of a test, say) has nothing to swap and is returned as it is."""
+    if _SWAPS_ON and isinstance(model, nn.Module):
         linear.swap_linear(model)
         dropout.swap_dropout(model)
     return model

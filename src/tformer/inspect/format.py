@@ -1,4 +1,4 @@
-"""Rendering a :class:`~tformer.inspect.trace.Trace` as text: labelled grids for small tensors, summaries for large ones.
+"""Rendering a :class:`~tformer.inspect.tracing.Trace` as text: labelled grids for small tensors, summaries for large ones.
 
 Values that are exactly zero print as ``0`` (a masked weight), −∞ as ``-inf`` (a blocked score).
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-Entry = Any  # tformer.inspect.trace.Entry (trace imports this module, so its classes are not imported back)
-Trace = Any  # tformer.inspect.trace.Trace
+Entry = Any  # tformer.inspect.tracing.Entry (trace imports this module, so its classes are not imported back)
+Trace = Any  # tformer.inspect.tracing.Trace
 
 __all__ = ["format_trace", "summary"]
 

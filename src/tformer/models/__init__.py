@@ -7,7 +7,7 @@
   token, keyword-only ``return_attention``, see :mod:`.attention_output`);
 * :mod:`.checkpoint` — ``save_pretrained`` / ``from_pretrained`` / :func:`load_pretrained`.
 
-The models know nothing of tracing, plotting, training or tokenizers: :func:`tformer.inspect.trace.trace`
+The models know nothing of tracing, plotting, training or tokenizers: :func:`tformer.inspect.tracing.trace`
 takes a model, the models never import :mod:`tformer.inspect`.
 """
 
