@@ -44,8 +44,10 @@ def main(argv=None) -> dict:
         ours = encoder.model.to(args.device).eval()
         hf = transformers.BertModel.from_pretrained(path, add_pooling_layer=False).to(args.device).eval()
         lines = open(args.sentences, encoding="utf-8").read().splitlines()[: args.batch_size * args.batches]
-        batches = [tuple(t.to(args.device) for t in encoder.tokenize(lines[i : i + args.batch_size]))
-                   for i in range(0, len(lines), args.batch_size)]  # (ids (B, T), mask (B, T)) each
+        batches = [
+            tuple(t.to(args.device) for t in encoder.tokenize(lines[i : i + args.batch_size]))
+            for i in range(0, len(lines), args.batch_size)
+        ]  # (ids (B, T), mask (B, T)) each
 
         def ours_embed(ids, mask):
             return mean_pool(ours(ids, attention_mask=mask), mask)  # (B, D)
@@ -65,14 +67,25 @@ def main(argv=None) -> dict:
         with torch.inference_mode():
             diff = max(float((ours_embed(*b) - hf_embed(*b)).abs().max()) for b in batches)
         candidates = [Candidate("HF BertModel", timed(hf_embed)), Candidate("tformer", timed(ours_embed))]
-        results = {f"MiniLM b{args.batch_size}": compare(candidates, args.repeats, args.warmup, args.device,
-                                                         not args.no_memory)}
+        results = {
+            f"MiniLM b{args.batch_size}": compare(
+                candidates, args.repeats, args.warmup, args.device, not args.no_memory
+            )
+        }
         machine = machine_info(args, None)
-    payload = {"benchmark": "bert_encode", "description": "sentence encoding with all-MiniLM-L6-v2, sentences/s",
-               "machine": machine,
-               "config": {"model": path, "batch_size": args.batch_size, "batches_per_round": len(batches),
-                          "sentences_per_round": len(lines)},
-               "max_abs_diff": diff, "results": results}
+    payload = {
+        "benchmark": "bert_encode",
+        "description": "sentence encoding with all-MiniLM-L6-v2, sentences/s",
+        "machine": machine,
+        "config": {
+            "model": path,
+            "batch_size": args.batch_size,
+            "batches_per_round": len(batches),
+            "sentences_per_round": len(lines),
+        },
+        "max_abs_diff": diff,
+        "results": results,
+    }
     return write_report(args.out, "bert_encode", payload, "sentences/s")
 
 

@@ -26,7 +26,7 @@ def _majority_baseline(run: Path, data: Path) -> float:
 
     tok = WordPiece.load(run)
     text = data.read_text(encoding="utf-8")
-    tail = text[int(len(text) * 0.95):]
+    tail = text[int(len(text) * 0.95) :]
     ids = [i for line in tail.splitlines() if line.strip() for i in tok.encode(line)]
     counts = collections.Counter(ids)
     return counts.most_common(1)[0][1] / max(len(ids), 1)
@@ -38,13 +38,20 @@ def main(argv=None) -> dict:
     p.add_argument("--data", default=str(SHARED / "tinyshakespeare.txt"))
     p.add_argument("--out", default="runs/bench-bert")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("extra", nargs="*", help="settings of tformer.bert.train after --, as key=value or as `tformer train "
-                                            "bert` flags, e.g. -- --preset tiny --lr 1e-3")
+    p.add_argument(
+        "extra",
+        nargs="*",
+        help="settings of tformer.bert.train after --, as key=value or as `tformer train "
+        "bert` flags, e.g. -- --preset tiny --lr 1e-3",
+    )
     args = p.parse_args(argv)
     from tformer import bert
 
-    extra = options(args.extra) if args.extra else dict(preset="small", max_len=64, batch_size=32, vocab_size=4000,
-                                                        lr=1e-3, warmup_steps=200, eval_every=500)
+    extra = (
+        options(args.extra)
+        if args.extra
+        else dict(preset="small", max_len=64, batch_size=32, vocab_size=4000, lr=1e-3, warmup_steps=200, eval_every=500)
+    )
     if args.quick:
         extra = dict(preset="tiny", max_len=32, batch_size=8, vocab_size=300, eval_every=20)
     results = []
@@ -53,15 +60,26 @@ def main(argv=None) -> dict:
         bert.train(args.data, run, minutes=minutes, progress=False, **extra)
         evals = [r for r in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if "mlm_acc" in r]
         last = evals[-1]
-        results.append({"minutes": minutes, "steps": last["step"], "mlm_acc": round(last["mlm_acc"], 4),
-                        "nsp_acc": round(last["nsp_acc"], 4), "mlm_loss": round(last["mlm_loss"], 4),
-                        "nsp_loss": round(last["nsp_loss"], 4), "mlm_majority_baseline": round(_majority_baseline(run, Path(args.data)), 4),
-                        "nsp_chance": 0.5, "args": extra})
+        results.append(
+            {
+                "minutes": minutes,
+                "steps": last["step"],
+                "mlm_acc": round(last["mlm_acc"], 4),
+                "nsp_acc": round(last["nsp_acc"], 4),
+                "mlm_loss": round(last["mlm_loss"], 4),
+                "nsp_loss": round(last["nsp_loss"], 4),
+                "mlm_majority_baseline": round(_majority_baseline(run, Path(args.data)), 4),
+                "nsp_chance": 0.5,
+                "args": extra,
+            }
+        )
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "bert_pretrain.json").write_text(json.dumps(results, indent=2))
     print("| budget | steps | MLM acc (majority baseline) | NSP acc (chance 0.5) |\n|---|---|---|---|")
     for r in results:
-        print(f"| {r['minutes']:g} min | {r['steps']} | {r['mlm_acc']:.3f} ({r['mlm_majority_baseline']:.3f}) | {r['nsp_acc']:.3f} |")
+        print(
+            f"| {r['minutes']:g} min | {r['steps']} | {r['mlm_acc']:.3f} ({r['mlm_majority_baseline']:.3f}) | {r['nsp_acc']:.3f} |"
+        )
     return {"results": results}
 
 

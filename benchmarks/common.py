@@ -30,8 +30,17 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Candidate", "base_parser", "session", "compare", "peak_memory_mb", "matmul_peak_gflops", "machine_info",
-           "write_report", "SHARED_DATA"]
+__all__ = [
+    "Candidate",
+    "base_parser",
+    "session",
+    "compare",
+    "peak_memory_mb",
+    "matmul_peak_gflops",
+    "machine_info",
+    "write_report",
+    "SHARED_DATA",
+]
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -68,7 +77,9 @@ def options(words: list[str]) -> dict:
         else:
             key, sep, text = word.partition("=")
             if not sep or not key.isidentifier():
-                raise ValueError(f"expected key=value or --key value (a keyword argument of the entry point), got {word!r}")
+                raise ValueError(
+                    f"expected key=value or --key value (a keyword argument of the entry point), got {word!r}"
+                )
             out[key], k = value(text), k + 1
     return out
 
@@ -109,8 +120,14 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def compare(candidates: list[Candidate], repeats: int, warmup: int, device: str = "cpu", memory: bool = True,
-            anchor: str | None = None) -> dict:
+def compare(
+    candidates: list[Candidate],
+    repeats: int,
+    warmup: int,
+    device: str = "cpu",
+    memory: bool = True,
+    anchor: str | None = None,
+) -> dict:
     """Time ``candidates`` alternately; returns ``{name: stats}`` with ``ratio`` against ``anchor``."""
     rounds: dict[str, list[float]] = {c.name: [] for c in candidates}
     seconds: dict[str, list[float]] = {c.name: [] for c in candidates}
@@ -128,8 +145,14 @@ def compare(candidates: list[Candidate], repeats: int, warmup: int, device: str 
     stats = {}
     for c in candidates:
         tput, secs = rounds[c.name], seconds[c.name]
-        s = {"median": statistics.median(tput), "min": min(tput), "max": max(tput),
-             "median_seconds": statistics.median(secs), "rounds": len(tput), **c.extra}
+        s = {
+            "median": statistics.median(tput),
+            "min": min(tput),
+            "max": max(tput),
+            "median_seconds": statistics.median(secs),
+            "rounds": len(tput),
+            **c.extra,
+        }
         if c.flops:
             s["gflops"] = c.flops / s["median_seconds"] / 1e9
         if memory:
@@ -179,9 +202,18 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 5, device: str = "cpu") -> 
 
 
 def machine_info(args, peak: float | None) -> dict:
-    return {"torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": args.device,
-            "matmul_peak_gflops_fp32": peak, "quick": args.quick, "repeats": args.repeats, "warmup": args.warmup}
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": args.device,
+        "matmul_peak_gflops_fp32": peak,
+        "quick": args.quick,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+    }
 
 
 def _fmt(x, spec: str = ",.0f") -> str:
@@ -189,8 +221,10 @@ def _fmt(x, spec: str = ",.0f") -> str:
 
 
 def markdown_table(results: dict[str, dict[str, dict]], unit: str) -> str:
-    lines = [f"| group | candidate | median {unit} | min–max | ratio | GFLOP/s | % of peak | peak MiB |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"| group | candidate | median {unit} | min–max | ratio | GFLOP/s | % of peak | peak MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for group, stats in results.items():
         for name, s in stats.items():
             frac = s.get("fraction_of_peak")
@@ -211,8 +245,10 @@ def write_report(out: str | Path, name: str, payload: dict, unit: str) -> dict:
     machine = payload["machine"]
     peak = machine.get("matmul_peak_gflops_fp32")
     peak = "" if peak is None else f"; fp32 matmul peak {_fmt(peak, '.1f')} GFLOP/s"  # measured for training only
-    header = (f"# {name}\n\n{payload.get('description', '')}\n\nMachine: {machine['cpu_count']} CPUs, "
-              f"{machine['torch_threads']} torch threads, torch {machine['torch']}, device {machine['device']}{peak}.\n\n")
+    header = (
+        f"# {name}\n\n{payload.get('description', '')}\n\nMachine: {machine['cpu_count']} CPUs, "
+        f"{machine['torch_threads']} torch threads, torch {machine['torch']}, device {machine['device']}{peak}.\n\n"
+    )
     (out / f"{name}.md").write_text(header + table + "\n")
     print(header + table)
     return payload

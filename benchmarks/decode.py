@@ -48,12 +48,29 @@ def _marian_pair(c: dict, device: str):
     from tformer.fast import speed_up
     from tformer.interop import from_hf
 
-    hf = transformers.MarianMTModel(transformers.MarianConfig(
-        vocab_size=c["vocab"], d_model=c["d"], encoder_layers=c["layers"], decoder_layers=c["layers"],
-        encoder_attention_heads=c["heads"], decoder_attention_heads=c["heads"], encoder_ffn_dim=c["ff"],
-        decoder_ffn_dim=c["ff"], max_position_embeddings=max(64, c["new_tokens"] + 1, c["src_len"]),
-        activation_function="relu", scale_embedding=True, pad_token_id=PAD, decoder_start_token_id=PAD,
-        eos_token_id=EOS, forced_eos_token_id=None)).to(device).eval()
+    hf = (
+        transformers.MarianMTModel(
+            transformers.MarianConfig(
+                vocab_size=c["vocab"],
+                d_model=c["d"],
+                encoder_layers=c["layers"],
+                decoder_layers=c["layers"],
+                encoder_attention_heads=c["heads"],
+                decoder_attention_heads=c["heads"],
+                encoder_ffn_dim=c["ff"],
+                decoder_ffn_dim=c["ff"],
+                max_position_embeddings=max(64, c["new_tokens"] + 1, c["src_len"]),
+                activation_function="relu",
+                scale_embedding=True,
+                pad_token_id=PAD,
+                decoder_start_token_id=PAD,
+                eos_token_id=EOS,
+                forced_eos_token_id=None,
+            )
+        )
+        .to(device)
+        .eval()
+    )
     return hf, speed_up(from_hf(hf))  # tformer's CPU fast paths (generation applies them too)
 
 
@@ -93,9 +110,22 @@ def _gpt_pair(c: dict, device: str):
     from tformer.fast import speed_up
     from tformer.interop import from_hf
 
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=c["vocab"], n_positions=c["prompt_len"] + c["new_tokens"], n_embd=c["d"], n_layer=c["layers"],
-        n_head=c["heads"], bos_token_id=0, eos_token_id=0, pad_token_id=0)).to(device).eval()
+    hf = (
+        transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(
+                vocab_size=c["vocab"],
+                n_positions=c["prompt_len"] + c["new_tokens"],
+                n_embd=c["d"],
+                n_layer=c["layers"],
+                n_head=c["heads"],
+                bos_token_id=0,
+                eos_token_id=0,
+                pad_token_id=0,
+            )
+        )
+        .to(device)
+        .eval()
+    )
     return hf, speed_up(from_hf(hf))  # tformer's CPU fast paths, also for the loop without a cache
 
 
@@ -117,8 +147,9 @@ def gpt_candidates(c: dict, batch: int, device: str, uncached: bool = True) -> l
 
     def hf_run() -> float:
         with torch.inference_mode():
-            out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                              min_new_tokens=n, max_new_tokens=n)
+            out = hf.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, min_new_tokens=n, max_new_tokens=n
+            )
         return (out.shape[1] - ids.shape[1]) * batch
 
     def cached_run() -> float:
@@ -138,8 +169,11 @@ GROUPS = ("greedy", "beam5", "sample", "gpt")
 def main(argv=None) -> dict:
     p = base_parser(__doc__, "runs/bench")
     p.add_argument("--only", choices=GROUPS, action="append", help="run only these groups (repeatable)")
-    p.add_argument("--no-uncached", action="store_true",
-                   help="gpt: skip the no-cache loop (on a CPU it takes most of the benchmark's time)")
+    p.add_argument(
+        "--no-uncached",
+        action="store_true",
+        help="gpt: skip the no-cache loop (on a CPU it takes most of the benchmark's time)",
+    )
     p.set_defaults(repeats=5, warmup=1)
     args = p.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -152,11 +186,17 @@ def main(argv=None) -> dict:
                     candidates = gpt_candidates(c, batch, args.device, not args.no_uncached)
                 else:
                     candidates = translation_candidates(group, c, batch, args.device)
-                results[f"{group} b{batch}"] = compare(candidates, args.repeats, args.warmup, args.device,
-                                                       not args.no_memory, anchor="HF generate")
+                results[f"{group} b{batch}"] = compare(
+                    candidates, args.repeats, args.warmup, args.device, not args.no_memory, anchor="HF generate"
+                )
         machine = machine_info(args, None)
-    payload = {"benchmark": "decode", "description": "decoding throughput, new tokens/s (per source, not per beam)",
-               "machine": machine, "config": sizes, "results": results}
+    payload = {
+        "benchmark": "decode",
+        "description": "decoding throughput, new tokens/s (per source, not per beam)",
+        "machine": machine,
+        "config": sizes,
+        "results": results,
+    }
     return write_report(args.out, "decode", payload, "tokens/s")
 
 

@@ -25,8 +25,10 @@ from benchmarks.decode import FULL, QUICK, _gpt_pair, _marian_pair
 
 def step_weights(model: torch.nn.Module, decoder_only: bool) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     """(weight, bias) of every matmul one cached decoding step does, in order."""
-    return [(module.weight.detach()[start:end], None if module.bias is None else module.bias.detach()[start:end])
-            for module, start, end in step_layers(model, decoder_only)]
+    return [
+        (module.weight.detach()[start:end], None if module.bias is None else module.bias.detach()[start:end])
+        for module, start, end in step_layers(model, decoder_only)
+    ]
 
 
 def step_layers(model: torch.nn.Module, decoder_only: bool) -> list[tuple[torch.nn.Linear, int, int]]:
@@ -68,9 +70,11 @@ def floor_candidates(model: torch.nn.Module, decoder_only: bool, device: str) ->
         return 1.0
 
     extra = {"weights_mb": round(mb, 1), "matmuls": len(weights)}
-    return [Candidate("matmuls only, F.linear (out, in)", linear_layout, extra=extra),
-            Candidate("matmuls only, weight stored (in, out)", transposed_layout, extra=extra),
-            Candidate("matmuls only, tformer.Linear", tformer_layout, extra=extra)]
+    return [
+        Candidate("matmuls only, F.linear (out, in)", linear_layout, extra=extra),
+        Candidate("matmuls only, weight stored (in, out)", transposed_layout, extra=extra),
+        Candidate("matmuls only, tformer.Linear", tformer_layout, extra=extra),
+    ]
 
 
 def main(argv=None) -> dict:
@@ -83,13 +87,26 @@ def main(argv=None) -> dict:
         for name, pair, decoder_only in (("marian", _marian_pair, False), ("gpt", _gpt_pair, True)):
             _, ours = pair(sizes[name], args.device)
             reps = 1 if args.quick else 200  # one call = one step; time many steps per round
-            run = [Candidate(c.name, (lambda f=c.run, reps=reps: sum(f() for _ in range(reps))), extra=c.extra)
-                   for c in floor_candidates(ours, decoder_only, args.device)]
-            results[name] = compare(run, args.repeats, args.warmup, args.device, not args.no_memory,
-                                    anchor="matmuls only, F.linear (out, in)")
+            run = [
+                Candidate(c.name, (lambda f=c.run, reps=reps: sum(f() for _ in range(reps))), extra=c.extra)
+                for c in floor_candidates(ours, decoder_only, args.device)
+            ]
+            results[name] = compare(
+                run,
+                args.repeats,
+                args.warmup,
+                args.device,
+                not args.no_memory,
+                anchor="matmuls only, F.linear (out, in)",
+            )
         machine = machine_info(args, None)
-    payload = {"benchmark": "decode_floor", "description": "batch-1 decoding steps/s if a step were only its matmuls",
-               "machine": machine, "config": sizes, "results": results}
+    payload = {
+        "benchmark": "decode_floor",
+        "description": "batch-1 decoding steps/s if a step were only its matmuls",
+        "machine": machine,
+        "config": sizes,
+        "results": results,
+    }
     return write_report(args.out, "decode_floor", payload, "steps/s")
 
 

@@ -48,9 +48,16 @@ def run_budget(minutes: float, out: Path, data: Path, extra: dict) -> dict:
     _, val = split_ids(encode_documents(tok, read_documents(data)), 0.1)
     r = evaluate_stream(model, val, torch.tensor(tok.unit_lengths()), model.config.max_len, 64)
     state = json.loads((out / "last" / "state.json").read_text())
-    return {"minutes": minutes, "val_loss": round(r["val_loss"], 4), "steps": state["step"],
-            "train_seconds": round(state["elapsed"], 1), "wall_seconds": round(wall, 1),
-            "nanogpt_cpu_val_loss_issue": NANOGPT_CPU.get(f"{minutes:g}"), "goal": GOALS.get(f"{minutes:g}"), "args": extra}
+    return {
+        "minutes": minutes,
+        "val_loss": round(r["val_loss"], 4),
+        "steps": state["step"],
+        "train_seconds": round(state["elapsed"], 1),
+        "wall_seconds": round(wall, 1),
+        "nanogpt_cpu_val_loss_issue": NANOGPT_CPU.get(f"{minutes:g}"),
+        "goal": GOALS.get(f"{minutes:g}"),
+        "args": extra,
+    }
 
 
 def run_anchor(minutes: float, data: Path, quick: bool) -> dict:
@@ -67,9 +74,13 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default="runs/bench-lm")
     p.add_argument("--quick", action="store_true", help="tiny models, a few seconds")
     p.add_argument("--no-anchor", action="store_true", help="train tformer only")
-    p.add_argument("extra", nargs="*", help="settings of tformer.lm.train after --, as key=value or as `tformer train lm` "
-                                            "flags (default: the preset tuned for the nearest budget), e.g. "
-                                            "-- --preset shakespeare-char --lr 3e-3")
+    p.add_argument(
+        "extra",
+        nargs="*",
+        help="settings of tformer.lm.train after --, as key=value or as `tformer train lm` "
+        "flags (default: the preset tuned for the nearest budget), e.g. "
+        "-- --preset shakespeare-char --lr 3e-3",
+    )
     args = p.parse_args(argv)
     results = []
     for m in args.minutes:
@@ -82,12 +93,16 @@ def main(argv=None) -> dict:
         results.append(r)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "lm_shakespeare.json").write_text(json.dumps(results, indent=2))
-    print("| budget | tformer steps | tformer val loss | nanoGPT recipe steps | nanoGPT recipe val loss | goal |\n"
-          "|---|---|---|---|---|---|")
+    print(
+        "| budget | tformer steps | tformer val loss | nanoGPT recipe steps | nanoGPT recipe val loss | goal |\n"
+        "|---|---|---|---|---|---|"
+    )
     for r in results:
         a = r.get("nanogpt_recipe", {})
-        print(f"| {r['minutes']:g} min | {r['steps']} | {r['val_loss']:.3f} | {a.get('steps', '—')} | "
-              f"{a.get('val_loss', '—')} | {r['goal'] or '—'} |")
+        print(
+            f"| {r['minutes']:g} min | {r['steps']} | {r['val_loss']:.3f} | {a.get('steps', '—')} | "
+            f"{a.get('val_loss', '—')} | {r['goal'] or '—'} |"
+        )
     return {"results": results}
 
 

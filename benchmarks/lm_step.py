@@ -38,8 +38,13 @@ def _shape(recipe_name: str, quick: bool) -> dict:
     model = {k: v for k, v in recipe["model"].items() if k != "activation"}
     shape = dict(model=model, block_size=recipe["block_size"], batch_size=recipe["batch_size"])
     if quick:
-        shape = dict(model=dict(d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0,
-                                positional=model.get("positional", "learned")), block_size=16, batch_size=2)
+        shape = dict(
+            model=dict(
+                d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0, positional=model.get("positional", "learned")
+            ),
+            block_size=16,
+            batch_size=2,
+        )
     return shape
 
 
@@ -49,8 +54,9 @@ def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int,
     from tformer.training.trainer import TrainConfig, make_optimizer
 
     t, b = shape["block_size"], shape["batch_size"]
-    config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, activation=activation,
-                              **{**shape["model"], **model})
+    config = GPTConfig.preset(
+        "tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, activation=activation, **{**shape["model"], **model}
+    )
     torch.manual_seed(seed)
     model = speed_up(GPT(config).train())  # the CPU fast paths, as the Trainer applies them
     if fused:
@@ -90,13 +96,26 @@ def main(argv=None) -> dict:
         ]
         # the other kind of positions (rotary <-> GPT-2's learned table): what RoPE costs a step
         other = "learned" if shape["model"].get("positional") == "rope" else "rope"
-        candidates.append(_candidate(f"gelu, fused AdamW, {'learned' if other == 'learned' else 'rotary'} positions",
-                                     "gelu", True, shape, steps, args.seed, positional=other))
+        candidates.append(
+            _candidate(
+                f"gelu, fused AdamW, {'learned' if other == 'learned' else 'rotary'} positions",
+                "gelu",
+                True,
+                shape,
+                steps,
+                args.seed,
+                positional=other,
+            )
+        )
         stats = compare(candidates, args.repeats, args.warmup, args.device, memory=not args.no_memory)
         machine = machine_info(args, None)
-    payload = {"benchmark": "lm_step", "description": f"Training tokens/s, recipe {args.recipe} ({steps} steps per call)",
-               "machine": machine, "config": {"recipe": args.recipe, **shape, "steps_per_call": steps},
-               "results": {args.recipe: stats}}
+    payload = {
+        "benchmark": "lm_step",
+        "description": f"Training tokens/s, recipe {args.recipe} ({steps} steps per call)",
+        "machine": machine,
+        "config": {"recipe": args.recipe, **shape, "steps_per_call": steps},
+        "results": {args.recipe: stats},
+    }
     return write_report(args.out, "lm_step", payload, "tokens/s")
 
 

@@ -59,8 +59,10 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2)
-                   for z in self.c_attn(self.ln_1(x)).split(d, dim=2))  # (B, H, T, Dh) each
+        q, k, v = (
+            z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2)
+            for z in self.c_attn(self.ln_1(x)).split(d, dim=2)
+        )  # (B, H, T, Dh) each
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
         x = x + self.attn_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
@@ -103,8 +105,10 @@ def train_and_score(text_path: Path, minutes: float, recipe: Recipe = Recipe(), 
     torch.manual_seed(seed)
     model = BabyGPT(len(chars), recipe)
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": recipe.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": recipe.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     optimizer = torch.optim.AdamW(groups, lr=recipe.lr, betas=recipe.betas)
     t, b = recipe.block_size, recipe.batch_size
     elapsed, it = 0.0, 0
@@ -133,5 +137,10 @@ def train_and_score(text_path: Path, minutes: float, recipe: Recipe = Recipe(), 
                 logits = model(x[i : i + 64])
                 total += float(F.cross_entropy(logits.flatten(0, 1), y[i : i + 64].flatten(), reduction="sum"))
                 count += y[i : i + 64].numel()
-    return {"val_loss": round(total / count, 4), "steps": it, "train_seconds": round(elapsed, 1),
-            "final_train_loss": round(float(loss.detach()), 4), "tokens_per_step": b * t}
+    return {
+        "val_loss": round(total / count, 4),
+        "steps": it,
+        "train_seconds": round(elapsed, 1),
+        "final_train_loss": round(float(loss.detach()), 4),
+        "tokens_per_step": b * t,
+    }

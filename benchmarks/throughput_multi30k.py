@@ -97,8 +97,9 @@ def main(argv=None) -> dict:
         padded_batches = [order[i : i + args.batch_size] for i in range(0, len(order), args.batch_size)]
 
         preset = "tiny" if args.quick else "small"
-        config = Seq2SeqConfig.preset(preset, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size,
-                                      share_embeddings=True, max_len=512)
+        config = Seq2SeqConfig.preset(
+            preset, src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, share_embeddings=True, max_len=512
+        )
         torch.manual_seed(args.seed)
         initial = Seq2SeqTransformer(config).state_dict()
         candidates, stats = [], {}
@@ -108,21 +109,31 @@ def main(argv=None) -> dict:
             model.to(args.device)
             model.train()
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            run, stats[name] = _cycle_rounds(batches, pairs, model, opt, args.round_sentences, args.seed,
-                                           args.device)
+            run, stats[name] = _cycle_rounds(batches, pairs, model, opt, args.round_sentences, args.seed, args.device)
             mean_rows = len(pairs) / len(batches)
-            candidates.append(Candidate(name, run, extra={"batches": len(batches), "mean_sentences_per_batch": mean_rows}))
+            candidates.append(
+                Candidate(name, run, extra={"batches": len(batches), "mean_sentences_per_batch": mean_rows})
+            )
         results = {"multi30k": compare(candidates, args.repeats, args.warmup, args.device, not args.no_memory)}
         for name, s in stats.items():
             results["multi30k"][name]["padding_fraction"] = 1 - s["real"] / max(s["padded"], 1)
         machine = machine_info(args, None)
-    payload = {"benchmark": "throughput_multi30k",
-               "description": "end-to-end training throughput on Multi30k, real (non-pad) target tokens/s",
-               "machine": machine,
-               "config": {"pair": f"{args.src}-{args.tgt}", "sentences": len(pairs), "vocab_size": tok.vocab_size,
-                          "batch_size": args.batch_size, "max_tokens": max_tokens, "preset": preset,
-                          "round_sentences": args.round_sentences, "mean_padded_length": mean_len},
-               "results": results}
+    payload = {
+        "benchmark": "throughput_multi30k",
+        "description": "end-to-end training throughput on Multi30k, real (non-pad) target tokens/s",
+        "machine": machine,
+        "config": {
+            "pair": f"{args.src}-{args.tgt}",
+            "sentences": len(pairs),
+            "vocab_size": tok.vocab_size,
+            "batch_size": args.batch_size,
+            "max_tokens": max_tokens,
+            "preset": preset,
+            "round_sentences": args.round_sentences,
+            "mean_padded_length": mean_len,
+        },
+        "results": results,
+    }
     return write_report(args.out, "throughput_multi30k", payload, "real tokens/s")
 
 

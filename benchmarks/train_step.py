@@ -136,8 +136,15 @@ class TorchSeq2Seq(nn.Module):
         t = tgt.shape[1]
         blocked = torch.triu(torch.ones(t, t, dtype=torch.bool, device=tgt.device), 1)  # True = blocked (PyTorch)
         src_pad = src == PAD
-        h = self.transformer(self._embed(src), self._embed(tgt), tgt_mask=blocked, src_key_padding_mask=src_pad,
-                             tgt_key_padding_mask=tgt == PAD, memory_key_padding_mask=src_pad, tgt_is_causal=True)
+        h = self.transformer(
+            self._embed(src),
+            self._embed(tgt),
+            tgt_mask=blocked,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt == PAD,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
+        )
         return self.output(h)  # (B, T, V)
 
 
@@ -163,29 +170,72 @@ def seq2seq_candidates(c: dict, device: str) -> list[Candidate]:
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: shifted by one
     n_tokens = tgt_out.numel()
 
-    ours = Seq2SeqTransformer(Seq2SeqConfig(
-        src_vocab_size=c["vocab"], tgt_vocab_size=c["vocab"], d_model=c["d"], n_heads=c["heads"],
-        n_encoder_layers=c["enc"], n_decoder_layers=c["dec"], d_ff=c["ff"], dropout=DROPOUT, max_len=max_len,
-        share_embeddings=True, pad_id=PAD)).to(device)
+    ours = Seq2SeqTransformer(
+        Seq2SeqConfig(
+            src_vocab_size=c["vocab"],
+            tgt_vocab_size=c["vocab"],
+            d_model=c["d"],
+            n_heads=c["heads"],
+            n_encoder_layers=c["enc"],
+            n_decoder_layers=c["dec"],
+            d_ff=c["ff"],
+            dropout=DROPOUT,
+            max_len=max_len,
+            share_embeddings=True,
+            pad_id=PAD,
+        )
+    ).to(device)
     speed_up(ours)
     torch_model = TorchSeq2Seq(c, max_len).to(device)
-    marian = transformers.MarianMTModel(transformers.MarianConfig(
-        vocab_size=c["vocab"], d_model=c["d"], encoder_layers=c["enc"], decoder_layers=c["dec"],
-        encoder_attention_heads=c["heads"], decoder_attention_heads=c["heads"], encoder_ffn_dim=c["ff"],
-        decoder_ffn_dim=c["ff"], max_position_embeddings=max_len, dropout=DROPOUT, attention_dropout=DROPOUT,
-        activation_dropout=DROPOUT, activation_function="relu", scale_embedding=True, pad_token_id=PAD,
-        decoder_start_token_id=PAD, eos_token_id=3, forced_eos_token_id=None)).to(device)
+    marian = transformers.MarianMTModel(
+        transformers.MarianConfig(
+            vocab_size=c["vocab"],
+            d_model=c["d"],
+            encoder_layers=c["enc"],
+            decoder_layers=c["dec"],
+            encoder_attention_heads=c["heads"],
+            decoder_attention_heads=c["heads"],
+            encoder_ffn_dim=c["ff"],
+            decoder_ffn_dim=c["ff"],
+            max_position_embeddings=max_len,
+            dropout=DROPOUT,
+            attention_dropout=DROPOUT,
+            activation_dropout=DROPOUT,
+            activation_function="relu",
+            scale_embedding=True,
+            pad_token_id=PAD,
+            decoder_start_token_id=PAD,
+            eos_token_id=3,
+            forced_eos_token_id=None,
+        )
+    ).to(device)
     mask = (src != PAD).long()
     flops = seq2seq_flops(c)
     ours_loss = lambda: _loss(ours(src, tgt_in), tgt_out)  # noqa: E731
     return [
-        Candidate("nn.Transformer", _step(torch_model, lambda: _ce(torch_model(src, tgt_in), tgt_out), n_tokens),
-                  flops, {"params": _n_params(torch_model)}),
-        Candidate("HF Marian", _step(marian, lambda: _ce(marian(input_ids=src, attention_mask=mask,
-                                                                decoder_input_ids=tgt_in).logits, tgt_out), n_tokens),
-                  flops, {"params": _n_params(marian)}),
+        Candidate(
+            "nn.Transformer",
+            _step(torch_model, lambda: _ce(torch_model(src, tgt_in), tgt_out), n_tokens),
+            flops,
+            {"params": _n_params(torch_model)},
+        ),
+        Candidate(
+            "HF Marian",
+            _step(
+                marian,
+                lambda: _ce(marian(input_ids=src, attention_mask=mask, decoder_input_ids=tgt_in).logits, tgt_out),
+                n_tokens,
+            ),
+            flops,
+            {"params": _n_params(marian)},
+        ),
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
-        Candidate("tformer, reference paths", _reference_paths(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
+        Candidate(
+            "tformer, reference paths",
+            _reference_paths(_step(ours, ours_loss, n_tokens)),
+            flops,
+            {"params": _n_params(ours)},
+        ),
     ]
 
 
@@ -206,19 +256,47 @@ def gpt_candidates(c: dict, device: str) -> list[Candidate]:
     ids = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"] + 1), generator=torch.Generator().manual_seed(1))
     ids = ids.to(device)
     inputs, labels = ids[:, :-1], ids[:, 1:]  # (B, T) each
-    ours = GPT(GPTConfig(vocab_size=c["vocab"], d_model=c["d"], n_heads=c["heads"], n_layers=c["layers"], d_ff=c["ff"],
-                         max_len=c["seq_len"], dropout=DROPOUT)).to(device)
+    ours = GPT(
+        GPTConfig(
+            vocab_size=c["vocab"],
+            d_model=c["d"],
+            n_heads=c["heads"],
+            n_layers=c["layers"],
+            d_ff=c["ff"],
+            max_len=c["seq_len"],
+            dropout=DROPOUT,
+        )
+    ).to(device)
     speed_up(ours)
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=c["vocab"], n_positions=c["seq_len"], n_embd=c["d"], n_layer=c["layers"], n_head=c["heads"],
-        n_inner=c["ff"], resid_pdrop=DROPOUT, embd_pdrop=DROPOUT, attn_pdrop=DROPOUT)).to(device)
+    hf = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=c["vocab"],
+            n_positions=c["seq_len"],
+            n_embd=c["d"],
+            n_layer=c["layers"],
+            n_head=c["heads"],
+            n_inner=c["ff"],
+            resid_pdrop=DROPOUT,
+            embd_pdrop=DROPOUT,
+            attn_pdrop=DROPOUT,
+        )
+    ).to(device)
     n_tokens, flops = labels.numel(), gpt_flops(c)
     ours_loss = lambda: _loss(ours(inputs), labels)  # noqa: E731
     return [
-        Candidate("HF GPT2LMHeadModel", _step(hf, lambda: _ce(hf(input_ids=inputs).logits, labels), n_tokens), flops,
-                  {"params": _n_params(hf)}),
+        Candidate(
+            "HF GPT2LMHeadModel",
+            _step(hf, lambda: _ce(hf(input_ids=inputs).logits, labels), n_tokens),
+            flops,
+            {"params": _n_params(hf)},
+        ),
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
-        Candidate("tformer, reference paths", _reference_paths(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
+        Candidate(
+            "tformer, reference paths",
+            _reference_paths(_step(ours, ours_loss, n_tokens)),
+            flops,
+            {"params": _n_params(ours)},
+        ),
     ]
 
 
@@ -244,13 +322,30 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
     nsp_labels = torch.randint(0, 2, (b,), generator=g)
     ids, segments, mlm_labels, nsp_labels = (x.to(device) for x in (ids, segments, mlm_labels, nsp_labels))
     mask = torch.ones_like(ids)
-    ours = Bert(BertConfig(vocab_size=c["vocab"], d_model=c["d"], n_heads=c["heads"], n_layers=c["layers"],
-                           d_ff=c["ff"], max_len=t, dropout=DROPOUT)).to(device)
+    ours = Bert(
+        BertConfig(
+            vocab_size=c["vocab"],
+            d_model=c["d"],
+            n_heads=c["heads"],
+            n_layers=c["layers"],
+            d_ff=c["ff"],
+            max_len=t,
+            dropout=DROPOUT,
+        )
+    ).to(device)
     speed_up(ours)
-    hf = transformers.BertForPreTraining(transformers.BertConfig(
-        vocab_size=c["vocab"], hidden_size=c["d"], num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
-        intermediate_size=c["ff"], max_position_embeddings=t, hidden_dropout_prob=DROPOUT,
-        attention_probs_dropout_prob=DROPOUT)).to(device)
+    hf = transformers.BertForPreTraining(
+        transformers.BertConfig(
+            vocab_size=c["vocab"],
+            hidden_size=c["d"],
+            num_hidden_layers=c["layers"],
+            num_attention_heads=c["heads"],
+            intermediate_size=c["ff"],
+            max_position_embeddings=t,
+            hidden_dropout_prob=DROPOUT,
+            attention_probs_dropout_prob=DROPOUT,
+        )
+    ).to(device)
 
     def ours_loss():
         mlm, nsp = ours.pretraining_logits(ids, segments, mask)
@@ -264,7 +359,12 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
     return [
         Candidate("HF BertForPreTraining", _step(hf, hf_loss, n_tokens), flops, {"params": _n_params(hf)}),
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
-        Candidate("tformer, reference paths", _reference_paths(_step(ours, ours_loss, n_tokens)), flops, {"params": _n_params(ours)}),
+        Candidate(
+            "tformer, reference paths",
+            _reference_paths(_step(ours, ours_loss, n_tokens)),
+            flops,
+            {"params": _n_params(ours)},
+        ),
     ]
 
 
@@ -277,6 +377,7 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     with session(args):
+
         def measure_peak():
             return matmul_peak_gflops(256 if args.quick else 2048, 2 if args.quick else 5, args.device)
 
@@ -284,8 +385,9 @@ def main(argv=None) -> dict:
         results = {}
         for group in args.only or list(GROUPS):
             candidates = GROUPS[group](sizes[group], args.device)
-            results[group] = compare(candidates, args.repeats, args.warmup, args.device, not args.no_memory,
-                                     anchor=candidates[0].name)
+            results[group] = compare(
+                candidates, args.repeats, args.warmup, args.device, not args.no_memory, anchor=candidates[0].name
+            )
         # this machine's speed drifts over minutes: the better of a reading before and after the groups
         peak = max(before, measure_peak())
         for stats in results.values():
@@ -293,8 +395,13 @@ def main(argv=None) -> dict:
                 if "gflops" in s:
                     s["fraction_of_peak"] = s["gflops"] / peak
         machine = machine_info(args, peak)
-    payload = {"benchmark": "train_step", "description": "training-step throughput, tokens/s (target tokens for seq2seq)",
-               "machine": machine, "config": {g: sizes[g] for g in results}, "results": results}
+    payload = {
+        "benchmark": "train_step",
+        "description": "training-step throughput, tokens/s (target tokens for seq2seq)",
+        "machine": machine,
+        "config": {g: sizes[g] for g in results},
+        "results": results,
+    }
     return write_report(args.out, "train_step", payload, "tokens/s")
 
 

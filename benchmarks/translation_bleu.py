@@ -48,7 +48,9 @@ def main(argv=None) -> dict:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup-steps", type=int, default=300)
     p.add_argument("--schedule", choices=["inverse_sqrt", "cosine", "constant"], default="cosine")
-    p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps (with --minutes: whichever first)")
+    p.add_argument(
+        "--max-steps", type=int, help="stop after this many optimizer steps (with --minutes: whichever first)"
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (GPUs)")
     p.add_argument("--eval-every", type=int, default=300)
@@ -61,7 +63,9 @@ def main(argv=None) -> dict:
     from tformer.translation import TranslationTask, Translator, load_corpus, prepare, split_corpus
 
     if args.data is None:
-        args.data = {"multi30k": SHARED / "multi30k", "tatoeba": SHARED / "tatoeba-eng-fra.tsv", "builtin": "builtin"}[args.corpus]
+        args.data = {"multi30k": SHARED / "multi30k", "tatoeba": SHARED / "tatoeba-eng-fra.tsv", "builtin": "builtin"}[
+            args.corpus
+        ]
     if args.quick:
         args.preset, args.vocab_size, args.max_tokens = "tiny", 500, 1024
     pairs = load_corpus(str(args.data), args.src, args.tgt)
@@ -69,24 +73,48 @@ def main(argv=None) -> dict:
     split = split_corpus(pairs, seed=0, valid=held, test=0 if args.corpus == "multi30k" else 0.05)
     translator = prepare(split, args.out, args.preset, args.vocab_size, joint=True, dropout=args.dropout, max_len=256)
     task = TranslationTask(translator, split.train, split.valid, args.max_tokens, bleu_sentences=500)
-    cfg = TrainConfig(out_dir=args.out, lr=args.lr, schedule=args.schedule, warmup_steps=args.warmup_steps,
-                      minutes=args.minutes, max_steps=args.max_steps, device=args.device, bf16=args.bf16,
-                      eval_every=40 if args.quick else args.eval_every, log_every=50)
+    cfg = TrainConfig(
+        out_dir=args.out,
+        lr=args.lr,
+        schedule=args.schedule,
+        warmup_steps=args.warmup_steps,
+        minutes=args.minutes,
+        max_steps=args.max_steps,
+        device=args.device,
+        bf16=args.bf16,
+        eval_every=40 if args.quick else args.eval_every,
+        log_every=50,
+    )
     trainer = Trainer(translator.model, task, cfg)
     trainer.fit()
     best = Translator.load(args.out, args.device)
     sources, refs = _test_set(args, split)
     if args.quick:
         sources, refs = sources[:20], [r[:20] for r in refs]
-    result = {"corpus": args.corpus, "pair": f"{args.src}-{args.tgt}", "minutes": args.minutes, "preset": args.preset,
-              "lr": args.lr, "schedule": args.schedule, "warmup_steps": args.warmup_steps, "max_tokens": args.max_tokens,
-              "device": args.device, "steps": trainer.step, "test_sentences": len(sources), "n_refs": len(refs)}
+    result = {
+        "corpus": args.corpus,
+        "pair": f"{args.src}-{args.tgt}",
+        "minutes": args.minutes,
+        "preset": args.preset,
+        "lr": args.lr,
+        "schedule": args.schedule,
+        "warmup_steps": args.warmup_steps,
+        "max_tokens": args.max_tokens,
+        "device": args.device,
+        "steps": trainer.step,
+        "test_sentences": len(sources),
+        "n_refs": len(refs),
+    }
     for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
         start = time.perf_counter()
         scores = best.evaluate(sources, refs, beam=beam)
         seconds = time.perf_counter() - start
-        result[name] = {"bleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2),
-                        "sentences_per_s": round(len(sources) / seconds, 1), "signature": scores["bleu_signature"]}
+        result[name] = {
+            "bleu": round(scores["bleu"], 2),
+            "chrf": round(scores["chrf"], 2),
+            "sentences_per_s": round(len(sources) / seconds, 1),
+            "signature": scores["bleu_signature"],
+        }
     Path(args.out, "bleu.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return result

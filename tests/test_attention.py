@@ -47,8 +47,12 @@ def _padding():
 @pytest.mark.parametrize("mask_name", ["none", "causal", "padding", "causal+padding"])
 def test_fused_path_matches_reference_path(mask_name):
     q, k, v = _qkv(tq=6, tk=6)
-    mask = {"none": None, "causal": causal_mask(6), "padding": _padding(),
-            "causal+padding": causal_mask(6) & _padding()}[mask_name]
+    mask = {
+        "none": None,
+        "causal": causal_mask(6),
+        "padding": _padding(),
+        "causal+padding": causal_mask(6) & _padding(),
+    }[mask_name]
     fused = scaled_dot_product_attention(q, k, v, mask)
     reference, _ = scaled_dot_product_attention(q, k, v, mask, return_details=True)
     assert (fused - reference).abs().max() <= 1e-5
@@ -120,7 +124,7 @@ def test_queries_keys_and_values_are_the_three_projections_split_into_heads(mha,
     (record,) = rec.records
     w, bias = mha.qkv_proj.weight.detach(), mha.qkv_proj.bias.detach()
     for i, got in enumerate((record.q, record.k, record.v)):
-        projected = x @ w[16 * i:16 * (i + 1)].t() + bias[16 * i:16 * (i + 1)]  # (B, T, D)
+        projected = x @ w[16 * i : 16 * (i + 1)].t() + bias[16 * i : 16 * (i + 1)]  # (B, T, D)
         expected = projected.view(2, t, 4, 4).transpose(1, 2)  # (B, H, T, Dh): head h = features 4h..4h+3
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
@@ -154,7 +158,9 @@ def test_cross_attention_with_one_memory_row_per_group_of_rows_equals_the_repeat
     sources, g = 2, 3
     x, memory = torch.randn(sources * g, tq, 16), torch.randn(sources, 7, 16)
     src_mask = padding_mask(torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1] * 7]), 0)  # (2, 1, 1, 7)
-    expected = mha(x, memory.repeat_interleave(g, 0), mask=src_mask.repeat_interleave(g, 0))  # rows i·G … i·G + G − 1: source i
+    expected = mha(
+        x, memory.repeat_interleave(g, 0), mask=src_mask.repeat_interleave(g, 0)
+    )  # rows i·G … i·G + G − 1: source i
     with torch.no_grad():
         torch.testing.assert_close(mha(x, memory, mask=src_mask), expected, rtol=1e-5, atol=1e-6)
         cache = LayerKV()

@@ -22,18 +22,47 @@ STAT_KEYS = {"median", "min", "max", "median_seconds", "rounds", "ratio", "peak_
 
 # benchmark -> (extra argv, the candidates every group must hold, groups expected)
 CASES = {
-    "train_step": ([], None, {"seq2seq": {"tformer", "tformer, reference paths", "nn.Transformer", "HF Marian"},
-                              "gpt": {"tformer", "tformer, reference paths", "HF GPT2LMHeadModel"},
-                              "bert": {"tformer", "tformer, reference paths", "HF BertForPreTraining"}}),
-    "decode": ([], None, {f"{mode} b{b}": {"tformer", "HF generate"} for mode in ("greedy", "beam5", "sample")
-                          for b in (1, 3)} | {f"gpt b{b}": {"tformer KV cache", "tformer no cache", "HF generate"}
-                                              for b in (1, 2)}),
-    "decode_floor": ([], None, {m: {"matmuls only, F.linear (out, in)", "matmuls only, weight stored (in, out)",
-                                    "matmuls only, tformer.Linear"} for m in ("marian", "gpt")}),
+    "train_step": (
+        [],
+        None,
+        {
+            "seq2seq": {"tformer", "tformer, reference paths", "nn.Transformer", "HF Marian"},
+            "gpt": {"tformer", "tformer, reference paths", "HF GPT2LMHeadModel"},
+            "bert": {"tformer", "tformer, reference paths", "HF BertForPreTraining"},
+        },
+    ),
+    "decode": (
+        [],
+        None,
+        {f"{mode} b{b}": {"tformer", "HF generate"} for mode in ("greedy", "beam5", "sample") for b in (1, 3)}
+        | {f"gpt b{b}": {"tformer KV cache", "tformer no cache", "HF generate"} for b in (1, 2)},
+    ),
+    "decode_floor": (
+        [],
+        None,
+        {
+            m: {
+                "matmuls only, F.linear (out, in)",
+                "matmuls only, weight stored (in, out)",
+                "matmuls only, tformer.Linear",
+            }
+            for m in ("marian", "gpt")
+        },
+    ),
     "throughput_multi30k": ([], None, {"multi30k": {"pad-to-longest", "tformer token budget"}}),
     "bert_encode": ([], None, {"MiniLM b4": {"tformer", "HF BertModel"}}),
-    "lm_step": ([], None, {"shakespeare-char": {"gelu_tanh, AdamW loop", "gelu_tanh, fused AdamW", "gelu, fused AdamW",
-                                                 "gelu, fused AdamW, rotary positions"}}),
+    "lm_step": (
+        [],
+        None,
+        {
+            "shakespeare-char": {
+                "gelu_tanh, AdamW loop",
+                "gelu_tanh, fused AdamW",
+                "gelu, fused AdamW",
+                "gelu, fused AdamW, rotary positions",
+            }
+        },
+    ),
 }
 
 
@@ -83,7 +112,9 @@ def test_train_step_reports_gflops_against_measured_peak(tmp_path):
     report = main(["--quick", "--only", "seq2seq", "--no-memory", "--out", str(tmp_path)])
     assert report["machine"]["matmul_peak_gflops_fp32"] > 0
     for s in report["results"]["seq2seq"].values():
-        assert s["gflops"] > 0 and s["fraction_of_peak"] == pytest.approx(s["gflops"] / report["machine"]["matmul_peak_gflops_fp32"])
+        assert s["gflops"] > 0 and s["fraction_of_peak"] == pytest.approx(
+            s["gflops"] / report["machine"]["matmul_peak_gflops_fp32"]
+        )
 
 
 def test_seq2seq_flops_formula():

@@ -23,7 +23,12 @@ from tformer.bert.pretraining import IGNORE, collate, split_documents
 from tformer.cli import main
 
 TATOEBA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tatoeba-eng-fra.tsv"
-SENTENCES = ["the cat sat on the mat.", "the dog ate a bone.", "a bird sang in the tree.", "my friend drinks hot coffee."]
+SENTENCES = [
+    "the cat sat on the mat.",
+    "the dog ate a bone.",
+    "a bird sang in the tree.",
+    "my friend drinks hot coffee.",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,13 +61,34 @@ def test_uncased_bert_vocabulary_check_value():
     wp = WordPiece.load(minilm_path())
     text = "I like coffee in the morning because it helps me wake up and stay focused."
     ids, types = wp.single(wp.encode(text), 512)
-    assert ids == [101, 1045, 2066, 4157, 1999, 1996, 2851, 2138, 2009, 7126, 2033, 5256, 2039, 1998, 2994, 4208, 1012, 102]
+    assert ids == [
+        101,
+        1045,
+        2066,
+        4157,
+        1999,
+        1996,
+        2851,
+        2138,
+        2009,
+        7126,
+        2033,
+        5256,
+        2039,
+        1998,
+        2994,
+        4208,
+        1012,
+        102,
+    ]
     assert types == [0] * 18
     assert (wp.pad_id, wp.mask_id) == (0, 103) and 1 in wp.special_ids  # [unused0] is never a random MLM token
 
 
-@pytest.mark.parametrize("len_a, len_b, max_len, keep_a, keep_b",
-                         [(3, 4, 64, 3, 4), (30, 5, 16, 8, 5), (5, 30, 16, 5, 8), (20, 20, 11, 4, 4), (9, 0, 8, 5, 0), (7, 6, 12, 4, 5)])
+@pytest.mark.parametrize(
+    "len_a, len_b, max_len, keep_a, keep_b",
+    [(3, 4, 64, 3, 4), (30, 5, 16, 8, 5), (5, 30, 16, 5, 8), (20, 20, 11, 4, 4), (9, 0, 8, 5, 0), (7, 6, 12, 4, 5)],
+)
 def test_pair_layout_segments_and_truncation(tokenizer, len_a, len_b, max_len, keep_a, keep_b):
     a, b = list(range(100, 100 + len_a)), list(range(200, 200 + len_b))
     ids, types = tokenizer.pair(a, b, max_len)
@@ -170,12 +196,42 @@ def pretrained(tmp_path_factory) -> Path:
     """A tiny BERT that has memorised four sentences (via `tformer train bert`)."""
     root = tmp_path_factory.mktemp("bert")
     data = root / "docs.txt"
-    rotations = ["\n".join(SENTENCES[k % 4 :] + SENTENCES[: k % 4]) for k in range(16)]  # every sentence both as A and as B
+    rotations = [
+        "\n".join(SENTENCES[k % 4 :] + SENTENCES[: k % 4]) for k in range(16)
+    ]  # every sentence both as A and as B
     data.write_text("\n\n".join(rotations) + "\n", encoding="utf-8")
     out = root / "run"
-    code = main(["train", "bert", "--data", str(data), "--out", str(out), "--preset", "tiny", "--vocab-size", "100",
-                 "--max-len", "32", "--batch-size", "32", "--max-steps", "500", "--lr", "2e-3", "--warmup-steps", "20",
-                 "--valid", "8", "--eval-every", "250", "--dropout", "0", "--no-progress"])
+    code = main(
+        [
+            "train",
+            "bert",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--preset",
+            "tiny",
+            "--vocab-size",
+            "100",
+            "--max-len",
+            "32",
+            "--batch-size",
+            "32",
+            "--max-steps",
+            "500",
+            "--lr",
+            "2e-3",
+            "--warmup-steps",
+            "20",
+            "--valid",
+            "8",
+            "--eval-every",
+            "250",
+            "--dropout",
+            "0",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     return out
 
@@ -192,11 +248,18 @@ def test_train_bert_reports_mlm_and_nsp(pretrained):
     assert (pretrained / "tokenizer.json").is_file() and (pretrained / "last" / "state.json").is_file()
 
 
-@pytest.mark.parametrize("text, word", [("the cat sat on the [MASK].", "mat"), ("the [MASK] ate a bone.", "dog"),
-                                        ("a bird sang in the [MASK].", "tree"), ("my friend drinks hot [MASK].", "coffee")])
+@pytest.mark.parametrize(
+    "text, word",
+    [
+        ("the cat sat on the [MASK].", "mat"),
+        ("the [MASK] ate a bone.", "dog"),
+        ("a bird sang in the [MASK].", "tree"),
+        ("my friend drinks hot [MASK].", "coffee"),
+    ],
+)
 def test_tiny_model_overfits_fill_mask(pretrained, text, word):
     model, tok = load_masked_lm(pretrained)
-    (top, *_), = fill_mask(model, tok, text, top_k=3)
+    ((top, *_),) = fill_mask(model, tok, text, top_k=3)
     assert top[0] == word
 
 
@@ -211,8 +274,14 @@ def test_cli_fill_mask(pretrained, capsys):
 
 def test_fill_mask_on_a_hugging_face_directory_matches_transformers(tokenizer, tmp_path):
     transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=64, max_position_embeddings=32)
+    config = transformers.BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
     torch.manual_seed(0)
     hf = transformers.BertForMaskedLM(config).eval()
     hf.save_pretrained(tmp_path)
@@ -244,9 +313,36 @@ def test_language_identification_beats_chance(tmp_path, capsys):
     write_tsv(examples, data)
     assert read_labelled_tsv(data) == examples
     out = tmp_path / "cls"
-    assert main(["train", "classify", "--data", str(data), "--out", str(out), "--preset", "tiny", "--vocab-size", "300",
-                 "--max-len", "32", "--epochs", "6", "--batch-size", "32", "--valid", "0.2", "--lr", "1e-3",
-                 "--warmup-steps", "20", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "classify",
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--preset",
+                "tiny",
+                "--vocab-size",
+                "300",
+                "--max-len",
+                "32",
+                "--epochs",
+                "6",
+                "--batch-size",
+                "32",
+                "--valid",
+                "0.2",
+                "--lr",
+                "1e-3",
+                "--warmup-steps",
+                "20",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "labels.json").read_text())["labels"] == ["en", "fr"]
     evals = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if "accuracy" in line]
     assert evals[0]["accuracy"] < 0.9 <= max(e["accuracy"] for e in evals)  # learnt, not given: held-out accuracy
@@ -261,8 +357,30 @@ def test_classify_from_a_pretrained_bert(pretrained, tmp_path):
     data = tmp_path / "animals.tsv"
     write_tsv([(s, "animal" if any(w in s for w in ("cat", "dog", "bird")) else "person") for s in SENTENCES * 5], data)
     out = tmp_path / "cls"
-    assert main(["train", "classify", "--data", str(data), "--out", str(out), "--init", str(pretrained), "--max-len", "32",
-                 "--max-steps", "0", "--batch-size", "8", "--valid", "4", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "classify",
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--init",
+                str(pretrained),
+                "--max-len",
+                "32",
+                "--max-steps",
+                "0",
+                "--batch-size",
+                "8",
+                "--valid",
+                "4",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     classifier = TextClassifier.load(out)
     assert classifier.labels == ["animal", "person"] and classifier.model.config.num_labels == 2
     assert (out / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()

@@ -114,11 +114,14 @@ def test_config_with_fewer_layers_than_weights(bert, tmp_path):
         Bert.from_pretrained(tmp_path)
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(model_type="llama"), "model_type"),
-    (dict(colour="blue"), "unknown config fields"),
-    (dict(n_heads=5), "n_heads"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(model_type="llama"), "model_type"),
+        (dict(colour="blue"), "unknown config fields"),
+        (dict(n_heads=5), "n_heads"),
+    ],
+)
 def test_bad_config_values(gpt, tmp_path, changes, message):
     gpt.save_pretrained(tmp_path)
     _edit_config(tmp_path, **changes)

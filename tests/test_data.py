@@ -27,7 +27,10 @@ def test_normalize_unifies_spaces_before_punctuation():
 
 def test_read_tsv_two_and_three_columns(tmp_path):
     f = tmp_path / "pairs.tsv"
-    f.write_text("Run!\tCours\u202f!\tCC-BY 2.0 (France) Attribution: tatoeba.org #906328\nI'm OK.\tJe vais bien.\n", encoding="utf-8")
+    f.write_text(
+        "Run!\tCours\u202f!\tCC-BY 2.0 (France) Attribution: tatoeba.org #906328\nI'm OK.\tJe vais bien.\n",
+        encoding="utf-8",
+    )
     assert read_tsv(f) == [("Run!", "Cours !"), ("I'm OK.", "Je vais bien.")]
 
 
@@ -105,14 +108,19 @@ def test_make_batch_teacher_forcing_offsets():
     assert batch.src.tolist() == [[5, 6, 7], [8, PAD, PAD]]
     real = batch.tgt_out != PAD
     # labels are the inputs shifted left by one: input t+1 == label t wherever both are real tokens
-    assert torch.equal(batch.tgt_in[:, 1:][real[:, :-1] & (batch.tgt_in[:, 1:] != PAD)],
-                       batch.tgt_out[:, :-1][real[:, :-1] & (batch.tgt_in[:, 1:] != PAD)])
+    assert torch.equal(
+        batch.tgt_in[:, 1:][real[:, :-1] & (batch.tgt_in[:, 1:] != PAD)],
+        batch.tgt_out[:, :-1][real[:, :-1] & (batch.tgt_in[:, 1:] != PAD)],
+    )
     assert batch.n_tokens == 6
 
 
 def test_token_budget_batches_respect_budget_and_cover_everything():
     g = torch.Generator().manual_seed(0)
-    pairs = [([1] * int(torch.randint(1, 30, (1,), generator=g)), [1] * int(torch.randint(1, 30, (1,), generator=g))) for _ in range(300)]
+    pairs = [
+        ([1] * int(torch.randint(1, 30, (1,), generator=g)), [1] * int(torch.randint(1, 30, (1,), generator=g)))
+        for _ in range(300)
+    ]
     batches = token_budget_batches(pairs, max_tokens=200, seed=1)
     assert sorted(i for b in batches for i in b) == list(range(300))
     for b in batches:

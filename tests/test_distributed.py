@@ -17,9 +17,23 @@ from safetensors.torch import load_file
 
 from tformer.translation.toy_corpus import builtin_pairs
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available(), reason="this torch build has no torch.distributed"
+)
 
-STEPS = ["--max-steps", "4", "--lr", "3e-3", "--warmup-steps", "1", "--eval-every", "100", "--log-every", "1", "--no-progress"]
+STEPS = [
+    "--max-steps",
+    "4",
+    "--lr",
+    "3e-3",
+    "--warmup-steps",
+    "1",
+    "--eval-every",
+    "100",
+    "--log-every",
+    "1",
+    "--no-progress",
+]
 
 
 def _write_data(tmp_path) -> dict[str, list[str]]:
@@ -30,12 +44,47 @@ def _write_data(tmp_path) -> dict[str, list[str]]:
     documents = ["\n".join(s for s, _ in pairs[k : k + 4]) for k in range(0, 800, 4)]  # 4 sentences a document
     (tmp_path / "docs.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
     return {
-        "translation": ["translation", "--data", "pairs.tsv", "--preset", "tiny", "--vocab-size", "300",
-                        "--max-tokens", "400", "--bleu-sentences", "2"],
-        "lm": ["lm", "--data", "text.txt", "--preset", "tiny", "--block-size", "32", "--batch-size", "4",
-               "--batches-per-epoch", "50", "--eval-blocks", "4"],
-        "bert": ["bert", "--data", "docs.txt", "--preset", "tiny", "--vocab-size", "300", "--max-len", "32",
-                 "--batch-size", "8"],
+        "translation": [
+            "translation",
+            "--data",
+            "pairs.tsv",
+            "--preset",
+            "tiny",
+            "--vocab-size",
+            "300",
+            "--max-tokens",
+            "400",
+            "--bleu-sentences",
+            "2",
+        ],
+        "lm": [
+            "lm",
+            "--data",
+            "text.txt",
+            "--preset",
+            "tiny",
+            "--block-size",
+            "32",
+            "--batch-size",
+            "4",
+            "--batches-per-epoch",
+            "50",
+            "--eval-blocks",
+            "4",
+        ],
+        "bert": [
+            "bert",
+            "--data",
+            "docs.txt",
+            "--preset",
+            "tiny",
+            "--vocab-size",
+            "300",
+            "--max-len",
+            "32",
+            "--batch-size",
+            "8",
+        ],
     }
 
 
@@ -65,12 +114,39 @@ def _torchrun(args, tmp_path, launch="standalone") -> str:
     train = ["-m", "tformer", "train", *args]
     run = [sys.executable, "-m", "torch.distributed.run"]
     if launch == "standalone":
-        return _check(subprocess.run([*run, "--standalone", "--nproc-per-node", "2", *train], cwd=tmp_path, env=_env(),
-                                     capture_output=True, text=True, timeout=600))
-    rendezvous = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                  "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "tformer-test"]
-    agents = [subprocess.Popen([*run, *rendezvous, *train], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        return _check(
+            subprocess.run(
+                [*run, "--standalone", "--nproc-per-node", "2", *train],
+                cwd=tmp_path,
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        )
+    rendezvous = [
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        "--rdzv-id",
+        "tformer-test",
+    ]
+    agents = [
+        subprocess.Popen(
+            [*run, *rendezvous, *train],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     try:
         return "".join(_check(agent) for agent in agents)
     finally:  # a failed agent leaves the other waiting at the rendezvous: end it
@@ -105,24 +181,44 @@ def test_torchrun_matches_one_process(tmp_path, family, launch):
     assert len(losses) == 4 and losses[-1] < losses[0]  # it really trained
     assert losses == pytest.approx(_losses(tmp_path / "two"), abs=1e-5)
     state = json.loads((tmp_path / "two" / "last" / "state.json").read_text())
-    assert state["step"] == 4 and len(torch.load(tmp_path / "two" / "last" / "trainer_state.pt", weights_only=True)["rng"]) == 2
+    assert (
+        state["step"] == 4
+        and len(torch.load(tmp_path / "two" / "last" / "trainer_state.pt", weights_only=True)["rng"]) == 2
+    )
 
 
 def test_torchrun_resume_continues_exactly(tmp_path):
     """With dropout, 2 steps + --resume to 4 = 4 steps straight: every rank's RNG and the data position come back."""
     from tformer.bert import read_sentence_documents, train_wordpiece
 
-    args = [*_write_data(tmp_path)["bert"], "--dropout", "0.1", "--eval-every", "100", "--log-every", "1", "--no-progress"]
+    args = [
+        *_write_data(tmp_path)["bert"],
+        "--dropout",
+        "0.1",
+        "--eval-every",
+        "100",
+        "--log-every",
+        "1",
+        "--no-progress",
+    ]
     # one WordPiece for both runs: the tokenizers library's trainer can give another vocabulary each run (#1794)
-    train_wordpiece([s for d in read_sentence_documents(tmp_path / "docs.txt") for s in d], 300).save(tmp_path / "wordpiece")
+    train_wordpiece([s for d in read_sentence_documents(tmp_path / "docs.txt") for s in d], 300).save(
+        tmp_path / "wordpiece"
+    )
     args += ["--tokenizer-dir", str(tmp_path / "wordpiece")]
     _torchrun([*args, "--out", "straight", "--max-steps", "4"], tmp_path)
     _torchrun([*args, "--out", "cut", "--max-steps", "2"], tmp_path)
     _torchrun([*args, "--out", "cut", "--max-steps", "4", "--resume"], tmp_path)
     assert _max_weight_gap(tmp_path / "straight", tmp_path / "cut") <= 1e-6
     assert _losses(tmp_path / "cut") == pytest.approx(_losses(tmp_path / "straight"), abs=1e-6)
-    alone = subprocess.run([sys.executable, "-m", "tformer", "train", *args, "--out", "cut", "--max-steps", "6", "--resume"],
-                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    alone = subprocess.run(
+        [sys.executable, "-m", "tformer", "train", *args, "--out", "cut", "--max-steps", "6", "--resume"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert alone.returncode == 2 and "the run used 2 processes, this one has 1" in alone.stderr  # refused, clearly
 
 
@@ -148,13 +244,22 @@ def test_rank0_results_and_different_models_across_processes(tmp_path):
         "    print(f'rank {world.rank}: {err}')\n"
         "distributed.shutdown()\n"
     )
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     pids = {rank: (pid, got) for rank, pid, got in re.findall(r"rank (\d): pid (\d+), from rank 0 (\d+)", proc.stdout)}
     assert pids["0"][0] != pids["1"][0] and pids["0"][1] == pids["1"][1] == pids["0"][0]  # both hold rank 0's result
     assert "rank 0: bad data on rank 0" in proc.stdout and "rank 1: bad data on rank 0" in proc.stdout
-    assert "rank 0: process 0 and process 1 built different models (first difference: ('weight', (300, 8)) vs ('weight', (302, 8)))" in proc.stdout
+    assert (
+        "rank 0: process 0 and process 1 built different models (first difference: ('weight', (300, 8)) vs ('weight', (302, 8)))"
+        in proc.stdout
+    )
     assert "rank 1: process 1 and process 0 built different models" in proc.stdout
 
 

@@ -112,6 +112,7 @@ def test_attention_dropout_on_the_cpu_uses_the_fast_mask_on_the_weights(causal):
         with plain():
             torch.manual_seed(7)
             ours = (scaled_dot_product_attention if plain is reference else attention.scaled_dot_product_attention)(
-                q, k, v, dropout_p=0.25, is_causal=causal)  # inside reference(), or the plain function of tformer.nn
+                q, k, v, dropout_p=0.25, is_causal=causal
+            )  # inside reference(), or the plain function of tformer.nn
             torch.manual_seed(7)
             assert torch.equal(ours, F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal))

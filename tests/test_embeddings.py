@@ -16,7 +16,13 @@ from tformer.cli import main  # noqa: E402
 
 ATOL = 1e-4
 FOOD1, FOOD2, BABY = "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby."
-SENTENCES = [FOOD1, FOOD2, BABY, "Un homme mange.", "I like coffee in the morning because it helps me wake up and stay focused."]
+SENTENCES = [
+    FOOD1,
+    FOOD2,
+    BABY,
+    "Un homme mange.",
+    "I like coffee in the morning because it helps me wake up and stay focused.",
+]
 COFFEE = SENTENCES[-1]
 COFFEE_IDS = [101, 1045, 2066, 4157, 1999, 1996, 2851, 2138, 2009, 7126, 2033, 5256, 2039, 1998, 2994, 4208, 1012, 102]
 

@@ -27,8 +27,9 @@ VOCAB = 40
 
 def _seq2seq(dropout: float = 0.0) -> Seq2SeqTransformer:
     torch.manual_seed(0)
-    config = Seq2SeqConfig.preset("tiny", src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, dropout=dropout, max_len=32,
-                                  share_embeddings=True)
+    config = Seq2SeqConfig.preset(
+        "tiny", src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, dropout=dropout, max_len=32, share_embeddings=True
+    )
     return Seq2SeqTransformer(config)
 
 
@@ -87,8 +88,11 @@ def test_speed_up_swaps_every_linear_and_dropout_and_keeps_the_parameters(family
     assert nn.Linear not in _kinds(model) and nn.Dropout not in _kinds(model)
     assert sum(type(m) is fast_linear.Linear for m in model.modules()) == n_linear > 0
     assert sum(type(m) is fast_dropout.Dropout for m in model.modules()) == n_dropout > 0
-    assert all(m.attention is fast_dropout.scaled_dot_product_attention
-               for m in model.modules() if isinstance(m, MultiHeadAttention))
+    assert all(
+        m.attention is fast_dropout.scaled_dot_product_attention
+        for m in model.modules()
+        if isinstance(m, MultiHeadAttention)
+    )
     assert all(p is params[name] for name, p in model.named_parameters())  # the very same Parameter objects
     assert list(model.state_dict()) == list(state)  # checkpoints keep their keys
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
@@ -145,12 +149,19 @@ def test_swapped_model_equals_the_plain_one_in_evaluation(family, mode):
 def test_swapped_model_has_the_plain_gradients_in_training(family):
     """Dropout off: F.linear in both, the fused loss against F.cross_entropy: same loss, same gradients."""
     plain, swapped = _swapped(MODELS[family])
-    labels = torch.randint(0, VOCAB, TGT.shape if family != "bert" else SRC.shape, generator=torch.Generator().manual_seed(4))
+    labels = torch.randint(
+        0, VOCAB, TGT.shape if family != "bert" else SRC.shape, generator=torch.Generator().manual_seed(4)
+    )
     results = []
     for model, loss_fn in ((plain, losses.sequence_cross_entropy), (swapped, fast.sequence_cross_entropy)):
         model.train()
-        logits = model(SRC, TGT) if family == "seq2seq" else model(TGT) if family == "gpt" else \
-            model.pretraining_logits(SRC, attention_mask=SRC != 0)[0]
+        logits = (
+            model(SRC, TGT)
+            if family == "seq2seq"
+            else model(TGT)
+            if family == "gpt"
+            else model.pretraining_logits(SRC, attention_mask=SRC != 0)[0]
+        )
         loss = loss_fn(logits, labels, ignore_index=0, label_smoothing=0.1)
         assert ("_CrossEntropy" in type(loss.grad_fn).__name__) == (model is swapped)  # the fused backward ran
         loss.backward()
@@ -188,10 +199,15 @@ def test_fast_linear_equals_nn_linear_and_project_rows(rows, bias):
     with torch.inference_mode():
         torch.testing.assert_close(swapped(x), plain(x), rtol=1e-5, atol=1e-5)
         for start, end in ((0, 256), (256, 768)):  # W_Q; W_K and W_V
-            torch.testing.assert_close(attention.project_rows(swapped, x, start, end),
-                                       attention.project_rows(plain, x, start, end), rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(attention.project_rows(plain, x, start, end), plain(x)[..., start:end],
-                                       rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(
+                attention.project_rows(swapped, x, start, end),
+                attention.project_rows(plain, x, start, end),
+                rtol=1e-5,
+                atol=1e-5,
+            )
+            torch.testing.assert_close(
+                attention.project_rows(plain, x, start, end), plain(x)[..., start:end], rtol=1e-6, atol=1e-6
+            )
     with fast_linear.reference(), torch.inference_mode():
         torch.testing.assert_close(swapped(x), plain(x), rtol=0, atol=0)
     torch.testing.assert_close(swapped(x), plain(x), rtol=0, atol=0)  # training: F.linear itself
@@ -331,8 +347,14 @@ def test_the_plain_trainer_and_the_fast_one_train_the_same_model_without_dropout
     exact arithmetic, such as W_K's bias's, into full-size steps of either sign; they change no output)."""
     losses_of = []
     for use_fast in (True, False):
-        cfg = TrainConfig(out_dir=str(tmp_path / str(use_fast)), max_steps=4, warmup_steps=1, log_every=1,
-                          progress=False, fast=use_fast)
+        cfg = TrainConfig(
+            out_dir=str(tmp_path / str(use_fast)),
+            max_steps=4,
+            warmup_steps=1,
+            log_every=1,
+            progress=False,
+            fast=use_fast,
+        )
         trainer = Trainer(_gpt(), _LMTask(), cfg)
         trainer.fit()
         losses_of.append([r["train_loss"] for r in trainer.history if "train_loss" in r])
@@ -347,8 +369,11 @@ def test_tformer_nn_imports_nothing_from_tformer_fast():
     nn_dir = Path(attention.__file__).parent
     for path in nn_dir.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
-                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else ([a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            )
             assert not any(n.startswith("tformer.fast") for n in names), f"{path.name} imports {names}"
 
 

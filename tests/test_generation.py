@@ -23,7 +23,7 @@ def _greedy_without_cache(model, prompt, steps):
     ids = list(prompt)
     for _ in range(steps):
         ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 @pytest.mark.parametrize("model", ["gpt", "gpt_rope"])
@@ -86,7 +86,11 @@ def test_temperature_divides_the_logits():
     hot = process_logits(logits, SamplingConfig(do_sample=True, temperature=2.0))
     assert hot.tolist() == [[1.0, 0.5, -0.5]]
     # lower temperature sharpens: the top token gets more probability
-    assert process_logits(logits, SamplingConfig(True, 0.5)).softmax(-1)[0, 0] > logits.softmax(-1)[0, 0] > hot.softmax(-1)[0, 0]
+    assert (
+        process_logits(logits, SamplingConfig(True, 0.5)).softmax(-1)[0, 0]
+        > logits.softmax(-1)[0, 0]
+        > hot.softmax(-1)[0, 0]
+    )
 
 
 def test_repetition_penalty_on_a_hand_made_example():
@@ -94,7 +98,12 @@ def test_repetition_penalty_on_a_hand_made_example():
     previous = torch.tensor([[0, 1, 0]])  # tokens 0 (twice) and 1 were seen
     out = apply_repetition_penalty(logits, previous, 2.0)
     assert out.tolist() == [[1.0, -2.0, 0.5, 3.0]]  # positive divided, negative multiplied, once per token
-    assert choose_next(torch.tensor([[3.0, 2.9]]), SamplingConfig(repetition_penalty=1.5), previous=torch.tensor([[0]])).item() == 1
+    assert (
+        choose_next(
+            torch.tensor([[3.0, 2.9]]), SamplingConfig(repetition_penalty=1.5), previous=torch.tensor([[0]])
+        ).item()
+        == 1
+    )
 
 
 def test_stop_tokens_and_stop_callback_end_rows(gpt):
@@ -114,8 +123,13 @@ def test_finished_rows_leave_the_batch_and_the_others_decode_as_before(request, 
     sizes, seen = [], []
     hook = gpt.register_forward_pre_hook(lambda m, args: sizes.append(args[0].shape[0]))
     try:
-        out = generate_lm(gpt, PROMPTS, 10, on_token=lambda step, ids: seen.append(ids.tolist()),
-                          stop=lambda step, ids: [step == e for e in ends_at])
+        out = generate_lm(
+            gpt,
+            PROMPTS,
+            10,
+            on_token=lambda step, ids: seen.append(ids.tolist()),
+            stop=lambda step, ids: [step == e for e in ends_at],
+        )
     finally:
         hook.remove()
     assert out == [free[0][:3], free[1][:6], free[2], free[3][:1]]
@@ -123,19 +137,23 @@ def test_finished_rows_leave_the_batch_and_the_others_decode_as_before(request, 
     assert seen[0] == [row[0] for row in free]
     assert seen[1] == [free[0][1], free[1][1], free[2][1], 0] and seen[6] == [0, 0, free[2][6], 0]  # pad_id once ended
     eos = free[2][0]  # ends row 2 at once, and any other row that makes it
-    assert generate_lm(gpt, PROMPTS, 10, eos_id=eos) == [row[:row.index(eos) + 1] if eos in row else row for row in free]
+    assert generate_lm(gpt, PROMPTS, 10, eos_id=eos) == [
+        row[: row.index(eos) + 1] if eos in row else row for row in free
+    ]
 
 
 def test_generation_slides_past_the_context_window():
     torch.manual_seed(0)
     model = GPT(GPTConfig.preset("tiny", vocab_size=20, max_len=8, dropout=0.0)).eval()
     calls = []
+
     def positions_used(args, kwargs):  # positions=None means counted on from the cache's length
         ids, given, start = args[0], kwargs["positions"], kwargs["cache"].length
         return given if given is not None else torch.arange(start, start + ids.shape[1])[None]
 
-    hook = model.register_forward_pre_hook(lambda m, args, kwargs: calls.append((args[0], positions_used(args, kwargs))),
-                                           with_kwargs=True)
+    hook = model.register_forward_pre_hook(
+        lambda m, args, kwargs: calls.append((args[0], positions_used(args, kwargs))), with_kwargs=True
+    )
     try:
         out = generate_lm(model, [[1, 2, 3]], 30)[0]
     finally:

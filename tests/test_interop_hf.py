@@ -19,14 +19,33 @@ VOCAB = 97
 
 
 def _gpt2_config(**overrides):
-    kwargs = dict(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0,
-                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    kwargs = dict(
+        vocab_size=VOCAB,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     return transformers.GPT2Config(**{**kwargs, **overrides})
 
 
 def _bert_config(**overrides):
-    kwargs = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                  max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3)
+    kwargs = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=3,
+    )
     return transformers.BertConfig(**{**kwargs, **overrides})
 
 
@@ -97,7 +116,7 @@ def _greedy(step, prompt: torch.Tensor, n: int) -> list[int]:
     for _ in range(n):
         next_id = step(ids)[:, -1].argmax(-1, keepdim=True)  # (1, 1)
         ids = torch.cat([ids, next_id], dim=1)
-    return ids[0, prompt.shape[1]:].tolist()
+    return ids[0, prompt.shape[1] :].tolist()
 
 
 def test_gpt2_greedy_tokens_match(gpt2):
@@ -109,12 +128,15 @@ def test_gpt2_greedy_tokens_match(gpt2):
     assert mine == theirs
 
 
-@pytest.mark.parametrize("field, value", [
-    ("scale_attn_by_inverse_layer_idx", True),
-    ("reorder_and_upcast_attn", True),
-    ("activation_function", "silu"),
-    ("scale_attn_weights", False),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("scale_attn_by_inverse_layer_idx", True),
+        ("reorder_and_upcast_attn", True),
+        ("activation_function", "silu"),
+        ("scale_attn_weights", False),
+    ],
+)
 def test_gpt2_unsupported_config_refused(field, value):
     model = transformers.GPT2LMHeadModel(_gpt2_config(**{field: value}))
     with pytest.raises(ValueError, match=field):
@@ -143,8 +165,15 @@ def test_bert_sequence_classification_matches(bert_batch):
     ours = from_hf(model)
     assert ours.config.num_labels == 3
     with torch.no_grad():
-        diff = (model(ids, attention_mask=mask, token_type_ids=token_type_ids).logits
-                - ours.classify(ids, token_type_ids, mask)).abs().max().item()
+        diff = (
+            (
+                model(ids, attention_mask=mask, token_type_ids=token_type_ids).logits
+                - ours.classify(ids, token_type_ids, mask)
+            )
+            .abs()
+            .max()
+            .item()
+        )
     assert diff <= ATOL
 
 

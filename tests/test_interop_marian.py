@@ -22,10 +22,25 @@ PAD = VOCAB - 1  # as in OPUS-MT: the pad token is the last id and doubles as th
 
 
 def _config(**overrides):
-    kwargs = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                  decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-                  pad_token_id=PAD, decoder_start_token_id=PAD, eos_token_id=EOS, forced_eos_token_id=None,
-                  scale_embedding=True, activation_function="relu", dropout=0.0, attention_dropout=0.0)
+    kwargs = dict(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+        decoder_start_token_id=PAD,
+        eos_token_id=EOS,
+        forced_eos_token_id=None,
+        scale_embedding=True,
+        activation_function="relu",
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
     return transformers.MarianConfig(**{**kwargs, **overrides})
 
 
@@ -66,13 +81,16 @@ def _hf_ids(rows: torch.Tensor) -> list[list[int]]:
     return out
 
 
-@pytest.mark.parametrize("overrides", [
-    {},
-    {"activation_function": "gelu", "scale_embedding": False},
-    {"activation_function": "swish"},
-    {"tie_word_embeddings": False},
-    {"share_encoder_decoder_embeddings": False, "decoder_vocab_size": VOCAB + 5},
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"activation_function": "gelu", "scale_embedding": False},
+        {"activation_function": "swish"},
+        {"tie_word_embeddings": False},
+        {"share_encoder_decoder_embeddings": False, "decoder_vocab_size": VOCAB + 5},
+    ],
+)
 def test_marian_logits_match(overrides):
     hf = _random_marian(_config(**overrides))
     ours = from_hf(hf)
@@ -105,22 +123,39 @@ def test_marian_greedy_matches_generate(seed):
     hf = _random_marian(_config(tie_word_embeddings=False), seed=seed, eos_bias=3.0)
     ours = from_hf(hf)
     src = _sources(seed + 10)
-    expected = hf.generate(input_ids=src, attention_mask=(src != PAD).long(), num_beams=1, do_sample=False,
-                           max_new_tokens=16)
+    expected = hf.generate(
+        input_ids=src, attention_mask=(src != PAD).long(), num_beams=1, do_sample=False, max_new_tokens=16
+    )
     assert translate_ids(ours, src, sos_id=PAD, eos_id=EOS, max_len=16) == _hf_ids(expected)
 
 
 # Cases picked from a sweep of 960 sentences: (13, 16, 29) once caught an <eos> accepted outside the K best
 # candidates, (28, 1) hypotheses at the length limit that HF finishes together with that step's <eos>.
-@pytest.mark.parametrize("seed,length_penalty,eos_bias", [
-    (0, 1.0, 3.0), (16, 1.0, 3.0), (29, 1.0, 3.0), (13, 1.0, 5.0), (16, 0.6, 3.0), (28, 2.0, 4.0), (1, 2.0, 4.0),
-])
+@pytest.mark.parametrize(
+    "seed,length_penalty,eos_bias",
+    [
+        (0, 1.0, 3.0),
+        (16, 1.0, 3.0),
+        (29, 1.0, 3.0),
+        (13, 1.0, 5.0),
+        (16, 0.6, 3.0),
+        (28, 2.0, 4.0),
+        (1, 2.0, 4.0),
+    ],
+)
 def test_marian_beam5_matches_generate(seed, length_penalty, eos_bias):
     hf = _random_marian(_config(tie_word_embeddings=False), seed=seed, eos_bias=eos_bias)
     ours = from_hf(hf)
     src = _sources(seed + 100, batch=8)
-    expected = hf.generate(input_ids=src, attention_mask=(src != PAD).long(), num_beams=5, do_sample=False,
-                           max_new_tokens=16, length_penalty=length_penalty, early_stopping=True)
+    expected = hf.generate(
+        input_ids=src,
+        attention_mask=(src != PAD).long(),
+        num_beams=5,
+        do_sample=False,
+        max_new_tokens=16,
+        length_penalty=length_penalty,
+        early_stopping=True,
+    )
     got = beam_search(ours, src, sos_id=PAD, eos_id=EOS, beam_size=5, max_len=16, length_penalty=length_penalty)
     assert got == _hf_ids(expected)
 

@@ -97,8 +97,9 @@ LAYER_OPTIONS = pytest.mark.parametrize(
 @LAYER_OPTIONS
 @pytest.mark.parametrize("no_grad", [False, True], ids=["grad", "no_grad(fast path)"])
 def test_encoder_layer(norm_first, activation, no_grad):
-    theirs = nn.TransformerEncoderLayer(D, H, F, dropout=0.0, activation=activation,
-                                        norm_first=norm_first, batch_first=True).eval()
+    theirs = nn.TransformerEncoderLayer(
+        D, H, F, dropout=0.0, activation=activation, norm_first=norm_first, batch_first=True
+    ).eval()
     ours = from_torch(theirs)
     assert isinstance(ours, EncoderLayer)
     src, _, _, _ = _inputs(True)
@@ -111,14 +112,14 @@ def test_encoder_layer(norm_first, activation, no_grad):
 
 @LAYER_OPTIONS
 def test_decoder_layer(norm_first, activation):
-    theirs = nn.TransformerDecoderLayer(D, H, F, dropout=0.0, activation=activation,
-                                        norm_first=norm_first, batch_first=True).eval()
+    theirs = nn.TransformerDecoderLayer(
+        D, H, F, dropout=0.0, activation=activation, norm_first=norm_first, batch_first=True
+    ).eval()
     ours = from_torch(theirs)
     assert isinstance(ours, DecoderLayer)
     memory, tgt, _, _ = _inputs(True)
     tgt_kpm, mem_kpm = _key_padding(TGT_LENS, 5), _key_padding(SRC_LENS, 7)
-    expected = theirs(tgt, memory, tgt_mask=_causal(5),
-                      tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=mem_kpm)
+    expected = theirs(tgt, memory, tgt_mask=_causal(5), tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=mem_kpm)
     got = ours(tgt, memory, self_mask=_ours(tgt_kpm), memory_mask=_ours(mem_kpm), causal=True)
     _assert_close_at_real(expected, got, TGT_LENS, True)
 
@@ -127,8 +128,9 @@ def test_decoder_layer(norm_first, activation):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_stack(norm_first, final_norm):
     layer = nn.TransformerEncoderLayer(D, H, F, dropout=0.0, norm_first=norm_first, batch_first=True)
-    theirs = nn.TransformerEncoder(layer, num_layers=2, norm=nn.LayerNorm(D) if final_norm else None,
-                                   enable_nested_tensor=False).eval()
+    theirs = nn.TransformerEncoder(
+        layer, num_layers=2, norm=nn.LayerNorm(D) if final_norm else None, enable_nested_tensor=False
+    ).eval()
     with torch.no_grad():  # the clones start identical: make the layers differ
         for p in theirs.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -150,8 +152,14 @@ def test_decoder_stack(norm_first):
     assert isinstance(ours, Decoder) and len(ours.layers) == 2
     memory, tgt, _, _ = _inputs(True)
     tgt_kpm, mem_kpm = _key_padding(TGT_LENS, 5), _key_padding(SRC_LENS, 7)
-    expected = theirs(tgt, memory, tgt_mask=_causal(5), tgt_is_causal=True,
-                      tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=mem_kpm)
+    expected = theirs(
+        tgt,
+        memory,
+        tgt_mask=_causal(5),
+        tgt_is_causal=True,
+        tgt_key_padding_mask=tgt_kpm,
+        memory_key_padding_mask=mem_kpm,
+    )
     got = ours(tgt, memory, _ours(tgt_kpm), _ours(mem_kpm), causal=True)
     _assert_close_at_real(expected, got, TGT_LENS, True)
 
@@ -160,8 +168,16 @@ def test_decoder_stack(norm_first):
 @pytest.mark.parametrize("batch_first", [True, False])
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_full_transformer(batch_first, norm_first):
-    theirs = nn.Transformer(D, H, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=F, dropout=0.0,
-                            norm_first=norm_first, batch_first=batch_first).eval()
+    theirs = nn.Transformer(
+        D,
+        H,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=F,
+        dropout=0.0,
+        norm_first=norm_first,
+        batch_first=batch_first,
+    ).eval()
     with torch.no_grad():
         for p in theirs.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -169,8 +185,14 @@ def test_full_transformer(batch_first, norm_first):
     assert isinstance(ours, EncoderDecoder)
     src, tgt, src_in, tgt_in = _inputs(batch_first)
     src_kpm, tgt_kpm = _key_padding(SRC_LENS, 7), _key_padding(TGT_LENS, 5)
-    expected = theirs(src_in, tgt_in, tgt_mask=_causal(5),
-                      src_key_padding_mask=src_kpm, tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=src_kpm)
+    expected = theirs(
+        src_in,
+        tgt_in,
+        tgt_mask=_causal(5),
+        src_key_padding_mask=src_kpm,
+        tgt_key_padding_mask=tgt_kpm,
+        memory_key_padding_mask=src_kpm,
+    )
     got = ours(src, tgt, src_mask=_ours(src_kpm), tgt_mask=_ours(tgt_kpm), memory_mask=_ours(src_kpm), causal=True)
     _assert_close_at_real(expected, got, TGT_LENS, batch_first)
 

@@ -177,13 +177,21 @@ def test_packings_are_bounded_and_the_oldest_goes_first():
 
 # (in, out) with 2 threads: wide (in < out / 2) is split by inputs, tall by outputs; 1001 outputs pad the last block,
 # and an odd input width cannot be split by inputs
-@pytest.mark.parametrize("in_features, out_features, by_inputs, padded",
-                         [(64, 384, True, False), (64, 1001, True, False), (63, 1001, False, True),
-                          (512, 384, False, False), (512, 1001, False, True)])
+@pytest.mark.parametrize(
+    "in_features, out_features, by_inputs, padded",
+    [
+        (64, 384, True, False),
+        (64, 1001, True, False),
+        (63, 1001, False, True),
+        (512, 384, False, False),
+        (512, 1001, False, True),
+    ],
+)
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [(1, 1), (1,), ()])
-def test_one_row_is_split_between_the_threads_with_the_same_numbers(threads, in_features, out_features, by_inputs,
-                                                                      padded, bias, shape):
+def test_one_row_is_split_between_the_threads_with_the_same_numbers(
+    threads, in_features, out_features, by_inputs, padded, bias, shape
+):
     threads(2)
     torch.manual_seed(0)
     layer = Linear(in_features, out_features, bias=bias)
@@ -195,7 +203,7 @@ def test_one_row_is_split_between_the_threads_with_the_same_numbers(threads, in_
         slice_of_it = layer.forward_rows(x, 10, 10 + width)  # e.g. W_Q of a fused W_Q/W_K/W_V
     assert got.shape == expected.shape
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(slice_of_it, expected[..., 10:10 + width], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(slice_of_it, expected[..., 10 : 10 + width], rtol=1e-5, atol=1e-5)
     splits = _made(layer, "splits")
     assert set(splits) == {(0, out_features, 2), (10, 10 + width, 2)}
     split = splits[(0, out_features, 2)]
@@ -204,7 +212,7 @@ def test_one_row_is_split_between_the_threads_with_the_same_numbers(threads, in_
     w = layer.weight.detach()
     if by_inputs:  # (2, in/2, out): halves of the transposed copy, the bias added once
         assert split.blocks.shape == (2, in_features // 2, out_features)
-        torch.testing.assert_close(split.blocks[1], w[:, in_features // 2:].t(), rtol=0, atol=0)
+        torch.testing.assert_close(split.blocks[1], w[:, in_features // 2 :].t(), rtol=0, atol=0)
         assert split.blocks.data_ptr() == _made(layer, "transposed").data_ptr()  # a view, not one more copy
         if bias:
             torch.testing.assert_close(split.bias[:, 0], torch.stack([layer.bias.detach(), torch.zeros(out_features)]))

@@ -27,8 +27,10 @@ from tformer.lm import (
 from tformer.training.trainer import TrainConfig, Trainer, lr_factor
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
-SPEECH = ("All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n\n"
-          "All:\nResolved. resolved.\n\nFirst Citizen:\nFirst, you know Caius Marcius is chief enemy to the people.\n\n")
+SPEECH = (
+    "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n\n"
+    "All:\nResolved. resolved.\n\nFirst Citizen:\nFirst, you know Caius Marcius is chief enemy to the people.\n\n"
+)
 
 
 def test_char_tokenizer_round_trip_and_specials_first(tmp_path):
@@ -62,7 +64,9 @@ def test_documents_from_a_folder_or_jsonl_are_separated_by_endoftext(tmp_path):
     for name, text in [("b.txt", "second"), ("a.txt", "first"), ("c.txt", "third"), ("skip.md", "not me")]:
         (folder / name).write_text(text, encoding="utf-8")
     jsonl = tmp_path / "docs.jsonl"
-    jsonl.write_text("\n".join(json.dumps({"text": t, "id": i}) for i, t in enumerate(["first", "second", "third"])) + "\n")
+    jsonl.write_text(
+        "\n".join(json.dumps({"text": t, "id": i}) for i, t in enumerate(["first", "second", "third"])) + "\n"
+    )
     tok = CharTokenizer.train(["firstsecondthird"])
     for source in (folder, jsonl):
         docs = read_documents(source)
@@ -114,7 +118,9 @@ def test_bits_per_character_is_loss_over_ln2_and_bits_per_byte_counts_bytes():
     text = "Speak, café, speak — résolu."
     ids = encode_documents(bpe, [text])
     r = evaluate_stream(_tiny(bpe.vocab_size), ids, torch.tensor(bpe.unit_lengths()), block_size=16)
-    n_bytes = len(text.encode("utf-8")) - len(bpe.decode(ids[:1].tolist()).encode("utf-8"))  # the first token is never predicted
+    n_bytes = len(text.encode("utf-8")) - len(
+        bpe.decode(ids[:1].tolist()).encode("utf-8")
+    )  # the first token is never predicted
     assert r["val_bpc"] == pytest.approx(r["val_loss"] * r["tokens"] / math.log(2) / n_bytes)
 
 
@@ -126,8 +132,16 @@ def memorised(tmp_path_factory):
     ids = encode_documents(tok, [TEXT])
     model = _tiny(tok.vocab_size).train()
     task = LMTask(tok, ids, ids, block_size=len(ids) - 1, batch_size=1, batches_per_epoch=40, eval_blocks=None)
-    cfg = TrainConfig(out_dir=str(out), lr=3e-3, schedule="constant", warmup_steps=10, max_steps=80, progress=False,
-                      log_every=50, weight_decay=0.0)
+    cfg = TrainConfig(
+        out_dir=str(out),
+        lr=3e-3,
+        schedule="constant",
+        warmup_steps=10,
+        max_steps=80,
+        progress=False,
+        log_every=50,
+        weight_decay=0.0,
+    )
     result = Trainer(model, task, cfg).fit()
     return out, tok, result
 
@@ -143,12 +157,37 @@ def test_tiny_model_memorises_a_short_text(memorised):
 
 def test_generate_and_evaluate_lm_commands(memorised, tmp_path, capsys):
     out, tok, result = memorised
-    assert main(["generate", "--model", str(out), "--prompt", TEXT[:6], "--greedy", "--max-new-tokens", str(len(TEXT) - 6)]) == 0
+    assert (
+        main(
+            ["generate", "--model", str(out), "--prompt", TEXT[:6], "--greedy", "--max-new-tokens", str(len(TEXT) - 6)]
+        )
+        == 0
+    )
     assert capsys.readouterr().out == TEXT + "\n"
-    assert main(["generate", "--model", str(out), "--prompt", "First", "--greedy", "--stop", "proceed", "--stop", "hear"]) == 0
+    assert (
+        main(["generate", "--model", str(out), "--prompt", "First", "--greedy", "--stop", "proceed", "--stop", "hear"])
+        == 0
+    )
     assert capsys.readouterr().out == "First Citizen:\nBefore we \n"
-    args = ["generate", "--model", str(out), "--prompt", "F", "--seed", "1", "--num-samples", "2", "--max-new-tokens", "20",
-            "--temperature", "1.5", "--top-k", "0", "--top-p", "1"]
+    args = [
+        "generate",
+        "--model",
+        str(out),
+        "--prompt",
+        "F",
+        "--seed",
+        "1",
+        "--num-samples",
+        "2",
+        "--max-new-tokens",
+        "20",
+        "--temperature",
+        "1.5",
+        "--top-k",
+        "0",
+        "--top-p",
+        "1",
+    ]
     assert main(args) == 0
     first = capsys.readouterr().out
     assert main(args) == 0 and capsys.readouterr().out == first  # same seed, same samples
@@ -171,22 +210,50 @@ def test_text_stream_holds_back_a_possible_stop_string():
 
 
 def _losses(out):
-    return [(r["step"], r["train_loss"]) for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "train_loss" in r]
+    return [
+        (r["step"], r["train_loss"])
+        for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())
+        if "train_loss" in r
+    ]
 
 
 def test_resume_through_the_cli_equals_the_uninterrupted_run(tmp_path):
     data = tmp_path / "speech.txt"
     data.write_text(SPEECH * 6, encoding="utf-8")
-    args = ["train", "lm", "--data", str(data), "--preset", "tiny", "--block-size", "16", "--batch-size", "4",
-            "--batches-per-epoch", "5", "--eval-blocks", "8", "--log-every", "1", "--schedule", "inverse_sqrt",
-            "--warmup-steps", "3", "--dropout", "0.1", "--no-progress"]
+    args = [
+        "train",
+        "lm",
+        "--data",
+        str(data),
+        "--preset",
+        "tiny",
+        "--block-size",
+        "16",
+        "--batch-size",
+        "4",
+        "--batches-per-epoch",
+        "5",
+        "--eval-blocks",
+        "8",
+        "--log-every",
+        "1",
+        "--schedule",
+        "inverse_sqrt",
+        "--warmup-steps",
+        "3",
+        "--dropout",
+        "0.1",
+        "--no-progress",
+    ]
     assert main(args + ["--out", str(tmp_path / "full"), "--max-steps", "12"]) == 0
     assert main(args + ["--out", str(tmp_path / "cut"), "--max-steps", "7"]) == 0
     assert main(args + ["--out", str(tmp_path / "cut"), "--max-steps", "12", "--resume"]) == 0
     full, cut = _losses(tmp_path / "full"), _losses(tmp_path / "cut")
     assert [s for s, _ in full] == list(range(1, 13))
     assert cut == full  # every step's loss, bit for bit
-    assert (tmp_path / "full" / "char_tokenizer.json").is_file() and GPT.from_pretrained(tmp_path / "full").config.max_len == 16
+    assert (tmp_path / "full" / "char_tokenizer.json").is_file() and GPT.from_pretrained(
+        tmp_path / "full"
+    ).config.max_len == 16
 
 
 def test_train_lm_settings_come_from_the_flag_then_the_recipe_then_the_default():
@@ -200,7 +267,11 @@ def test_train_lm_settings_come_from_the_flag_then_the_recipe_then_the_default()
 
     recipe = RECIPES["shakespeare-char-6min"]
     six = resolved("--preset", "shakespeare-char-6min")
-    assert (six["weight_decay"], six["lr"], six["batch_size"]) == (recipe["weight_decay"], recipe["lr"], recipe["batch_size"])
+    assert (six["weight_decay"], six["lr"], six["batch_size"]) == (
+        recipe["weight_decay"],
+        recipe["lr"],
+        recipe["batch_size"],
+    )
     assert six["model"]["max_len"] == recipe["block_size"] and six["model"]["positional"] == "rope"
     flagged = resolved("--preset", "shakespeare-char-6min", "--weight-decay", "0.05", "--lr", "1e-4")
     assert (flagged["weight_decay"], flagged["lr"]) == (0.05, 1e-4)

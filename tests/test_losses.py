@@ -12,8 +12,10 @@ from tformer.nn import losses as plain
 def _both(logits, labels, **kw):
     """(loss, gradient) from tformer's path and from F.cross_entropy, for the same logits and a non-unit upstream grad."""
     out = []
-    for fn in (sequence_cross_entropy,
-               lambda x, y, **k: F.cross_entropy(x.reshape(-1, x.shape[-1]), y.reshape(-1), **k)):
+    for fn in (
+        sequence_cross_entropy,
+        lambda x, y, **k: F.cross_entropy(x.reshape(-1, x.shape[-1]), y.reshape(-1), **k),
+    ):
         x = logits.detach().clone().requires_grad_()
         loss = fn(x, labels, **kw)
         (loss * 0.37).backward()
@@ -37,7 +39,9 @@ def test_fused_loss_and_gradient_equal_torch(smoothing, reduction):
 def test_fused_path_is_the_one_that_ran():
     """The custom backward, not F.cross_entropy's, produced the gradient in training on the CPU."""
     x = torch.randn(2, 3, 10, requires_grad=True)
-    assert type(sequence_cross_entropy(x, torch.zeros(2, 3, dtype=torch.long)).grad_fn).__name__ == "_CrossEntropyBackward"
+    assert (
+        type(sequence_cross_entropy(x, torch.zeros(2, 3, dtype=torch.long)).grad_fn).__name__ == "_CrossEntropyBackward"
+    )
     with reference():
         assert "NllLoss" in type(sequence_cross_entropy(x, torch.zeros(2, 3, dtype=torch.long)).grad_fn).__name__
     with torch.no_grad():

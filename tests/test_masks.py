@@ -17,18 +17,22 @@ from tformer.nn.masks import (
 )
 
 # The course notes' 4×4 look-ahead mask: 1 = blocked (upper triangle above the diagonal).
-NOTES_BLOCKED = torch.tensor([
-    [0, 1, 1, 1],
-    [0, 0, 1, 1],
-    [0, 0, 0, 1],
-    [0, 0, 0, 0],
-])
-MAY_ATTEND = torch.tensor([
-    [True, False, False, False],
-    [True, True, False, False],
-    [True, True, True, False],
-    [True, True, True, True],
-])
+NOTES_BLOCKED = torch.tensor(
+    [
+        [0, 1, 1, 1],
+        [0, 0, 1, 1],
+        [0, 0, 0, 1],
+        [0, 0, 0, 0],
+    ]
+)
+MAY_ATTEND = torch.tensor(
+    [
+        [True, False, False, False],
+        [True, True, False, False],
+        [True, True, True, False],
+        [True, True, True, True],
+    ]
+)
 
 
 def test_causal_mask_is_lower_triangular_may_attend():
@@ -38,7 +42,9 @@ def test_causal_mask_is_lower_triangular_may_attend():
     assert torch.equal(mask[0, 0], MAY_ATTEND)
 
 
-@pytest.mark.parametrize("blocked", [NOTES_BLOCKED, NOTES_BLOCKED.float(), NOTES_BLOCKED.bool()], ids=["int", "float", "bool"])
+@pytest.mark.parametrize(
+    "blocked", [NOTES_BLOCKED, NOTES_BLOCKED.float(), NOTES_BLOCKED.bool()], ids=["int", "float", "bool"]
+)
 def test_from_blocked_of_notes_mask_equals_causal_mask(blocked):
     assert torch.equal(from_blocked(blocked), causal_mask(4)[0, 0])
 

@@ -19,6 +19,7 @@ TGT = torch.tensor([[1, 20, 21, 22, 23], [1, 24, 25, 0, 0]])
 
 # --- shapes -------------------------------------------------------------------------------------
 
+
 def test_seq2seq_shapes(seq2seq):
     assert seq2seq(SRC, TGT).shape == (2, 5, VOCAB + 7)
     memory = seq2seq.encode(SRC)
@@ -44,6 +45,7 @@ def test_bert_shapes(bert):
 
 # --- attention weights --------------------------------------------------------------------------
 
+
 def _real(ids):
     return ids != 0  # (B, T)
 
@@ -53,9 +55,11 @@ def _expected_masks(family):
     src_keys = _real(SRC)[:, None, None, :]  # (B, 1, 1, S)
     tgt_self = causal_mask(5) & _real(TGT)[:, None, None, :]  # (B, 1, T, T)
     if family == "seq2seq":
-        return {"encoder.layers.{}.self_attn": src_keys.expand(2, 1, 6, 6),
-                "decoder.layers.{}.self_attn": tgt_self,
-                "decoder.layers.{}.cross_attn": src_keys.expand(2, 1, 5, 6)}
+        return {
+            "encoder.layers.{}.self_attn": src_keys.expand(2, 1, 6, 6),
+            "decoder.layers.{}.self_attn": tgt_self,
+            "decoder.layers.{}.cross_attn": src_keys.expand(2, 1, 5, 6),
+        }
     if family == "gpt":
         return {"decoder.layers.{}.self_attn": causal_mask(5).expand(2, 1, 5, 5)}
     return {"encoder.layers.{}.self_attn": src_keys.expand(2, 1, 6, 6)}
@@ -88,6 +92,7 @@ def test_return_attention(family, request):
 
 # --- KV cache -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("prefix", [1, 3])
 def test_seq2seq_cached_decoding_equals_full(seq2seq, prefix):
     src = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 0, 0]])
@@ -100,7 +105,7 @@ def test_seq2seq_cached_decoding_equals_full(seq2seq, prefix):
     cross_k = [layer.cross_k for layer in cache.layers]
     assert all(k is not None for k in cross_k)
     for t in range(prefix, tgt.shape[1]):
-        steps.append(seq2seq.decode(tgt[:, t:t + 1], memory, memory_mask, cache=cache))
+        steps.append(seq2seq.decode(tgt[:, t : t + 1], memory, memory_mask, cache=cache))
         # cross-attention keys/values are computed once per source, not per step
         assert all(layer.cross_k is k for layer, k in zip(cache.layers, cross_k))
     assert cache.length == tgt.shape[1]
@@ -115,7 +120,7 @@ def test_gpt_cached_decoding_equals_full(gpt, prefix, capacity):
     cache = gpt.new_cache(capacity)
     steps = [gpt(ids[:, :prefix], cache=cache)]
     for t in range(prefix, ids.shape[1]):
-        steps.append(gpt(ids[:, t:t + 1], cache=cache))
+        steps.append(gpt(ids[:, t : t + 1], cache=cache))
     assert cache.length == ids.shape[1]
     assert (torch.cat(steps, dim=1) - full).abs().max() <= TOL
 
@@ -181,6 +186,7 @@ def test_gpt_cache_respects_max_len(gpt):
 
 # --- configs ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("preset", ["tiny", "small", "base"])
 def test_presets(preset):
     s = Seq2SeqConfig.preset(preset, src_vocab_size=100, tgt_vocab_size=120)
@@ -196,9 +202,14 @@ def test_presets(preset):
         assert (s.d_model, s.n_heads, s.d_ff) == (512, 8, 2048)  # the paper's base model
 
 
-@pytest.mark.parametrize("config_class, vocab", [
-    (Seq2SeqConfig, dict(src_vocab_size=10, tgt_vocab_size=10)), (GPTConfig, dict(vocab_size=10)), (BertConfig, dict(vocab_size=10)),
-])
+@pytest.mark.parametrize(
+    "config_class, vocab",
+    [
+        (Seq2SeqConfig, dict(src_vocab_size=10, tgt_vocab_size=10)),
+        (GPTConfig, dict(vocab_size=10)),
+        (BertConfig, dict(vocab_size=10)),
+    ],
+)
 def test_unknown_preset(config_class, vocab):
     with pytest.raises(ValueError, match="preset must be one of"):
         config_class.preset("huge", **vocab)
@@ -207,22 +218,25 @@ def test_unknown_preset(config_class, vocab):
 S2S = dict(src_vocab_size=100, tgt_vocab_size=100)
 
 
-@pytest.mark.parametrize("config_class, fields, field", [
-    (Seq2SeqConfig, dict(S2S, d_model=30, n_heads=4), "d_model"),
-    (Seq2SeqConfig, dict(S2S, activation="swish"), "activation"),
-    (Seq2SeqConfig, dict(src_vocab_size=100, tgt_vocab_size=90, share_embeddings=True), "share_embeddings"),
-    (Seq2SeqConfig, dict(S2S, dropout=1.0), "dropout"),
-    (Seq2SeqConfig, dict(S2S, n_encoder_layers=0), "n_encoder_layers"),
-    (Seq2SeqConfig, dict(S2S, pad_id=100), "pad_id"),
-    (Seq2SeqConfig, dict(S2S, positional="rotary"), "positional"),
-    (GPTConfig, dict(vocab_size=0), "vocab_size"),
-    (GPTConfig, dict(vocab_size=100, d_model=64, n_heads=5), "n_heads"),
-    (GPTConfig, dict(vocab_size=100, attn_dropout=-0.1), "attn_dropout"),
-    (GPTConfig, dict(vocab_size=100, pad_id=100), "pad_id"),
-    (BertConfig, dict(vocab_size=100, max_len=0), "max_len"),
-    (BertConfig, dict(vocab_size=100, num_labels=-1), "num_labels"),
-    (BertConfig, dict(vocab_size=100, activation="tanh"), "activation"),
-])
+@pytest.mark.parametrize(
+    "config_class, fields, field",
+    [
+        (Seq2SeqConfig, dict(S2S, d_model=30, n_heads=4), "d_model"),
+        (Seq2SeqConfig, dict(S2S, activation="swish"), "activation"),
+        (Seq2SeqConfig, dict(src_vocab_size=100, tgt_vocab_size=90, share_embeddings=True), "share_embeddings"),
+        (Seq2SeqConfig, dict(S2S, dropout=1.0), "dropout"),
+        (Seq2SeqConfig, dict(S2S, n_encoder_layers=0), "n_encoder_layers"),
+        (Seq2SeqConfig, dict(S2S, pad_id=100), "pad_id"),
+        (Seq2SeqConfig, dict(S2S, positional="rotary"), "positional"),
+        (GPTConfig, dict(vocab_size=0), "vocab_size"),
+        (GPTConfig, dict(vocab_size=100, d_model=64, n_heads=5), "n_heads"),
+        (GPTConfig, dict(vocab_size=100, attn_dropout=-0.1), "attn_dropout"),
+        (GPTConfig, dict(vocab_size=100, pad_id=100), "pad_id"),
+        (BertConfig, dict(vocab_size=100, max_len=0), "max_len"),
+        (BertConfig, dict(vocab_size=100, num_labels=-1), "num_labels"),
+        (BertConfig, dict(vocab_size=100, activation="tanh"), "activation"),
+    ],
+)
 def test_invalid_config_names_the_field(config_class, fields, field):
     with pytest.raises(ValueError, match=field):
         config = config_class(**fields)
@@ -230,9 +244,14 @@ def test_invalid_config_names_the_field(config_class, fields, field):
         {Seq2SeqConfig: Seq2SeqTransformer, GPTConfig: GPT, BertConfig: Bert}[config_class](config)
 
 
-@pytest.mark.parametrize("config_class, vocab", [
-    (Seq2SeqConfig, dict(src_vocab_size=30, tgt_vocab_size=40)), (GPTConfig, dict(vocab_size=30)), (BertConfig, dict(vocab_size=30)),
-])
+@pytest.mark.parametrize(
+    "config_class, vocab",
+    [
+        (Seq2SeqConfig, dict(src_vocab_size=30, tgt_vocab_size=40)),
+        (GPTConfig, dict(vocab_size=30)),
+        (BertConfig, dict(vocab_size=30)),
+    ],
+)
 def test_config_base_dict_round_trip_and_replace(config_class, vocab):
     """One base for the three configs: to_dict / from_dict round trip, replace validates, the layer config is derived."""
     config = config_class.preset("tiny", **vocab)
@@ -254,14 +273,19 @@ def test_seq2seq_from_dict_maps_the_old_tie_output_name():
     assert "tie_output" not in Seq2SeqConfig.from_dict(old).to_dict()
 
 
-@pytest.mark.parametrize("config_class, field, value, allowed", [
-    (Seq2SeqConfig, "positional", "rope", "'sinusoidal', 'learned'"),
-    (GPTConfig, "positional", "rotary", "'sinusoidal', 'learned', 'rope'"),
-    (BertConfig, "activation", "tanh", "'gelu'"),
-])
+@pytest.mark.parametrize(
+    "config_class, field, value, allowed",
+    [
+        (Seq2SeqConfig, "positional", "rope", "'sinusoidal', 'learned'"),
+        (GPTConfig, "positional", "rotary", "'sinusoidal', 'learned', 'rope'"),
+        (BertConfig, "activation", "tanh", "'gelu'"),
+    ],
+)
 def test_invalid_choice_names_the_class_field_and_the_allowed_values(config_class, field, value, allowed):
     vocab = dict(src_vocab_size=10, tgt_vocab_size=10) if config_class is Seq2SeqConfig else dict(vocab_size=10)
-    with pytest.raises(ValueError, match=rf"{config_class.__name__}\.{field} must be one of .*{allowed}.*got {value!r}"):
+    with pytest.raises(
+        ValueError, match=rf"{config_class.__name__}\.{field} must be one of .*{allowed}.*got {value!r}"
+    ):
         config_class(**vocab, **{field: value})
 
 
@@ -293,6 +317,7 @@ def test_bert_pretraining_logits_at_picked_positions(bert):
 
 # --- tied weights -------------------------------------------------------------------------------
 
+
 def _tiny_seq2seq(**overrides):
     return Seq2SeqTransformer(Seq2SeqConfig.preset("tiny", src_vocab_size=40, tgt_vocab_size=40, **overrides))
 
@@ -306,7 +331,8 @@ def test_seq2seq_tie_embeddings(tie):
             model.tgt_embed.token.weight[3, 0] = 42.0
         assert model.output.weight[3, 0] == 42.0
         assert sum(p.numel() for p in model.parameters()) == sum(
-            p.numel() for n, p in model.named_parameters(remove_duplicate=False) if n != "output.weight")
+            p.numel() for n, p in model.named_parameters(remove_duplicate=False) if n != "output.weight"
+        )
 
 
 @pytest.mark.parametrize("share", [True, False])
@@ -330,25 +356,28 @@ def test_bert_mlm_decoder_is_the_token_embedding(bert):
 GOOD = torch.tensor([[1, 2, 3]])
 
 
-@pytest.mark.parametrize("family, call, error, name", [
-    ("seq2seq", lambda m: m(torch.tensor([[1, VOCAB]]), GOOD), ValueError, "src"),
-    ("seq2seq", lambda m: m(GOOD, torch.tensor([[1, VOCAB + 7]])), ValueError, "tgt"),
-    ("seq2seq", lambda m: m(GOOD, torch.tensor([[1, -1]])), ValueError, "tgt"),
-    ("seq2seq", lambda m: m(GOOD.float(), GOOD), TypeError, "src"),
-    ("seq2seq", lambda m: m(GOOD[:0], GOOD[:0]), ValueError, "empty"),
-    ("gpt", lambda m: m(torch.tensor([[1, VOCAB]])), ValueError, "ids"),
-    ("gpt", lambda m: m(GOOD.float()), TypeError, "ids"),
-    ("gpt", lambda m: m(GOOD.bool()), TypeError, "ids"),
-    ("gpt", lambda m: m(GOOD[:0]), ValueError, "empty"),
-    ("gpt", lambda m: m(GOOD[:, :0]), ValueError, "empty"),
-    ("gpt", lambda m: m(GOOD[0]), ValueError, "shape"),
-    ("gpt", lambda m: m(GOOD, attention_mask=torch.ones(1, 4, dtype=torch.bool)), ValueError, "attention_mask"),
-    ("bert", lambda m: m(torch.tensor([[1, VOCAB]])), ValueError, "ids"),
-    ("bert", lambda m: m(GOOD, token_type_ids=torch.tensor([[0, 1, 2]])), ValueError, "token_type_ids"),
-    ("bert", lambda m: m(GOOD.double()), TypeError, "ids"),
-    ("bert", lambda m: m(GOOD[:0]), ValueError, "empty"),
-    ("bert", lambda m: m(GOOD, attention_mask=torch.ones(3, dtype=torch.bool)), ValueError, "attention_mask"),
-])
+@pytest.mark.parametrize(
+    "family, call, error, name",
+    [
+        ("seq2seq", lambda m: m(torch.tensor([[1, VOCAB]]), GOOD), ValueError, "src"),
+        ("seq2seq", lambda m: m(GOOD, torch.tensor([[1, VOCAB + 7]])), ValueError, "tgt"),
+        ("seq2seq", lambda m: m(GOOD, torch.tensor([[1, -1]])), ValueError, "tgt"),
+        ("seq2seq", lambda m: m(GOOD.float(), GOOD), TypeError, "src"),
+        ("seq2seq", lambda m: m(GOOD[:0], GOOD[:0]), ValueError, "empty"),
+        ("gpt", lambda m: m(torch.tensor([[1, VOCAB]])), ValueError, "ids"),
+        ("gpt", lambda m: m(GOOD.float()), TypeError, "ids"),
+        ("gpt", lambda m: m(GOOD.bool()), TypeError, "ids"),
+        ("gpt", lambda m: m(GOOD[:0]), ValueError, "empty"),
+        ("gpt", lambda m: m(GOOD[:, :0]), ValueError, "empty"),
+        ("gpt", lambda m: m(GOOD[0]), ValueError, "shape"),
+        ("gpt", lambda m: m(GOOD, attention_mask=torch.ones(1, 4, dtype=torch.bool)), ValueError, "attention_mask"),
+        ("bert", lambda m: m(torch.tensor([[1, VOCAB]])), ValueError, "ids"),
+        ("bert", lambda m: m(GOOD, token_type_ids=torch.tensor([[0, 1, 2]])), ValueError, "token_type_ids"),
+        ("bert", lambda m: m(GOOD.double()), TypeError, "ids"),
+        ("bert", lambda m: m(GOOD[:0]), ValueError, "empty"),
+        ("bert", lambda m: m(GOOD, attention_mask=torch.ones(3, dtype=torch.bool)), ValueError, "attention_mask"),
+    ],
+)
 def test_bad_input(family, call, error, name, request):
     with pytest.raises(error, match=name):
         call(request.getfixturevalue(family))

@@ -23,8 +23,9 @@ def _ids(tokens):
 @given(data=st.data(), tokens=st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=12))
 def test_gpt_is_causal(gpt, data, tokens):
     t = data.draw(st.integers(0, len(tokens) - 2), label="t")
-    future = data.draw(st.lists(st.integers(0, VOCAB - 1), min_size=len(tokens) - t - 1,
-                                max_size=len(tokens) - t - 1), label="future")
+    future = data.draw(
+        st.lists(st.integers(0, VOCAB - 1), min_size=len(tokens) - t - 1, max_size=len(tokens) - t - 1), label="future"
+    )
     changed = tokens[: t + 1] + future
     before, after = gpt(_ids(tokens)), gpt(_ids(changed))
     assert (before[:, : t + 1] - after[:, : t + 1]).abs().max() <= TOL
@@ -34,8 +35,9 @@ def test_gpt_is_causal(gpt, data, tokens):
 @given(data=st.data(), src=real_tokens, tokens=st.lists(st.integers(1, VOCAB + 6), min_size=2, max_size=10))
 def test_seq2seq_decoder_is_causal(seq2seq, data, src, tokens):
     t = data.draw(st.integers(0, len(tokens) - 2), label="t")
-    future = data.draw(st.lists(st.integers(0, VOCAB + 6), min_size=len(tokens) - t - 1,
-                                max_size=len(tokens) - t - 1), label="future")
+    future = data.draw(
+        st.lists(st.integers(0, VOCAB + 6), min_size=len(tokens) - t - 1, max_size=len(tokens) - t - 1), label="future"
+    )
     changed = tokens[: t + 1] + future
     before, after = seq2seq(_ids(src), _ids(tokens)), seq2seq(_ids(src), _ids(changed))
     assert (before[:, : t + 1] - after[:, : t + 1]).abs().max() <= TOL
@@ -56,8 +58,12 @@ def test_seq2seq_encoder_padding_invariance(seq2seq, tokens, n_pad):
 
 
 @PROPERTY
-@given(src=real_tokens, tgt=st.lists(st.integers(1, VOCAB + 6), min_size=1, max_size=10),
-       src_pad=st.integers(0, 5), tgt_pad=st.integers(0, 5))
+@given(
+    src=real_tokens,
+    tgt=st.lists(st.integers(1, VOCAB + 6), min_size=1, max_size=10),
+    src_pad=st.integers(0, 5),
+    tgt_pad=st.integers(0, 5),
+)
 def test_seq2seq_padding_invariance(seq2seq, src, tgt, src_pad, tgt_pad):
     """Extra source padding (cross-attention) and target padding (decoder) never change real positions."""
     reference = seq2seq(_ids(src), _ids(tgt))
@@ -66,7 +72,10 @@ def test_seq2seq_padding_invariance(seq2seq, src, tgt, src_pad, tgt_pad):
 
 
 @PROPERTY
-@given(lengths=st.lists(st.integers(1, 8), min_size=2, max_size=3), tgt=st.lists(st.integers(1, VOCAB + 6), min_size=1, max_size=6))
+@given(
+    lengths=st.lists(st.integers(1, 8), min_size=2, max_size=3),
+    tgt=st.lists(st.integers(1, VOCAB + 6), min_size=1, max_size=6),
+)
 def test_seq2seq_batch_padding_matches_single_examples(seq2seq, lengths, tgt):
     """A batch padded to its longest source gives each row the output it gets alone."""
     g = torch.Generator().manual_seed(sum(lengths))

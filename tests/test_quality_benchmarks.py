@@ -39,8 +39,14 @@ def test_lm_shakespeare_picks_the_recipe_tuned_for_the_budget():
     from tformer.lm import RECIPES
 
     assert [recipe_for(m) for m in (1, 1.5, 3, 6, 10, 30, 60)] == [
-        "shakespeare-char", "shakespeare-char", "shakespeare-char", "shakespeare-char-6min", "shakespeare-char-6min",
-        "shakespeare-char-30min", "shakespeare-char-30min"]
+        "shakespeare-char",
+        "shakespeare-char",
+        "shakespeare-char",
+        "shakespeare-char-6min",
+        "shakespeare-char-6min",
+        "shakespeare-char-30min",
+        "shakespeare-char-30min",
+    ]
     layers = [RECIPES[recipe_for(m)]["model"]["n_layers"] for m in (1.5, 6, 30)]
     assert layers == sorted(layers) and layers[0] < layers[-1]  # the longer the budget, the deeper the model
 

@@ -74,7 +74,9 @@ def test_traced_stages_chain_into_each_other(seq2seq):
     torch.testing.assert_close(get("embedding"), get("token_embedding") + get("positional"), atol=1e-6, rtol=0)
     layer = seq2seq.encoder.layers[0]
     norm1, norm2 = (e.tensor for e in tr.select(layer=0, stages=["add_norm"], block="encoder"))
-    torch.testing.assert_close(norm1, layer.add_norm1.norm(get("embedding") + get("attn_output", layer=0)), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        norm1, layer.add_norm1.norm(get("embedding") + get("attn_output", layer=0)), atol=1e-6, rtol=0
+    )
     torch.testing.assert_close(get("ffn", layer=0), layer.ff(norm1), atol=1e-6, rtol=0)
     torch.testing.assert_close(norm2, layer.add_norm2.norm(norm1 + get("ffn", layer=0)), atol=1e-6, rtol=0)
     assert tr.get("add_norm", block="encoder", layer=1).tensor.shape == (1, 6, 64)
@@ -82,9 +84,19 @@ def test_traced_stages_chain_into_each_other(seq2seq):
 
 def test_stages_come_in_data_flow_order(seq2seq):
     stages = [(e.block, e.stage) for e in trace(seq2seq, SRC, TGT).entries]
-    order = [("encoder", "token_embedding"), ("encoder", "positional"), ("encoder", "embedding"),
-             ("encoder", "q"), ("encoder", "weights"), ("encoder", "add_norm"), ("encoder", "ffn"),
-             ("decoder", "embedding"), ("decoder", "weights"), ("output", "logits"), ("output", "probs")]
+    order = [
+        ("encoder", "token_embedding"),
+        ("encoder", "positional"),
+        ("encoder", "embedding"),
+        ("encoder", "q"),
+        ("encoder", "weights"),
+        ("encoder", "add_norm"),
+        ("encoder", "ffn"),
+        ("decoder", "embedding"),
+        ("decoder", "weights"),
+        ("output", "logits"),
+        ("output", "probs"),
+    ]
     positions = [stages.index(s) for s in order]
     assert positions == sorted(positions)
 
@@ -158,7 +170,9 @@ def test_to_json_writes_the_same_numbers(toy_trace, tmp_path):
     entries = [e for e in data["entries"] if e["stage"] == "weights" and e["kind"] == "cross"]
     assert entries[0]["dims"] == ["B", "H", "Tq", "Tk"]
     torch.testing.assert_close(torch.tensor(entries[0]["values"]), toy_trace.get("weights", kind="cross").tensor)
-    masked = next(e for e in data["entries"] if e["stage"] == "masked_scores" and e["block"] == "decoder" and e["kind"] == "self")
+    masked = next(
+        e for e in data["entries"] if e["stage"] == "masked_scores" and e["block"] == "decoder" and e["kind"] == "self"
+    )
     assert masked["values"][0][0][0][1] == "-inf"
     assert [s["token"] for s in data["generation"]] == ["Je", "vais", "bien", "<eos>"]
 
@@ -167,7 +181,9 @@ def test_trace_plot_attention_draws_the_traced_weights(toy_trace):
     fig = toy_trace.plot_attention(block="decoder", layer=0, kind="cross")
     weights = toy_trace.get("weights", "decoder", 0, "cross").tensor[0]  # (H, Tq, Tk)
     for h in range(2):
-        torch.testing.assert_close(torch.tensor(fig.axes[h].images[0].get_array()), weights[h].double(), atol=1e-7, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(fig.axes[h].images[0].get_array()), weights[h].double(), atol=1e-7, rtol=0
+        )
     with pytest.raises(ValueError, match="no 'weights' entry"):
         toy_trace.plot_attention(block="encoder", kind="cross")
 
@@ -208,11 +224,16 @@ def test_cli_trace_model_dir_with_tokenizers_and_ids(seq2seq, gpt, tmp_path, cap
     specials = ["<pad>", "<unk>", "<sos>", "<eos>"]
     _word_tokenizer(specials + ["I", "am", "good", "."]).save(str(s2s_dir / "src_tokenizer.json"))
     _word_tokenizer(specials + ["Je", "vais", "bien"]).save(str(s2s_dir / "tgt_tokenizer.json"))
-    assert main(["trace", "--model", str(s2s_dir), "I am good.", "--target", "Je vais bien", "--max-new-tokens", "3"]) == 0
+    assert (
+        main(["trace", "--model", str(s2s_dir), "I am good.", "--target", "Je vais bien", "--max-new-tokens", "3"]) == 0
+    )
     out = capsys.readouterr().out
     assert "encoder tokens: I am good ." in out and "decoder tokens: <sos> Je vais bien" in out
     assert "step 3:" in out
-    assert main(["trace", "--model", str(gpt_dir), "--ids", "5 6 7", "--stage", "generation", "--max-new-tokens", "2"]) == 0
+    assert (
+        main(["trace", "--model", str(gpt_dir), "--ids", "5 6 7", "--stage", "generation", "--max-new-tokens", "2"])
+        == 0
+    )
     assert "step 2: fed" in capsys.readouterr().out
     assert main(["trace", "--model", str(gpt_dir), "--prompt", "to be"]) == 2
     assert "--ids" in capsys.readouterr().err

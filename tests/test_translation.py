@@ -20,8 +20,14 @@ PAIRS = builtin_pairs()[::59][:20]  # 20 varied pairs
 
 def _translator(pairs, seed=0, **overrides):
     tok = train_bpe([t for p in pairs for t in p], vocab_size=200, min_frequency=1)
-    cfg = Seq2SeqConfig.preset("tiny", src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, share_embeddings=True,
-                               max_len=64, **overrides)
+    cfg = Seq2SeqConfig.preset(
+        "tiny",
+        src_vocab_size=tok.vocab_size,
+        tgt_vocab_size=tok.vocab_size,
+        share_embeddings=True,
+        max_len=64,
+        **overrides,
+    )
     torch.manual_seed(seed)
     return Translator(Seq2SeqTransformer(cfg), tok, tok)
 
@@ -109,8 +115,14 @@ class _ToyModel:
     """
 
     config = type("C", (), {"pad_id": 0})()
-    table = {(): {4: 0.6, 5: 0.4}, (4,): {6: 0.4, 5: 0.3, 3: 0.3}, (4, 6): {3: 1.0}, (5,): {3: 0.9, 6: 0.1},
-             (4, 5): {3: 1.0}, (5, 6): {3: 1.0}}
+    table = {
+        (): {4: 0.6, 5: 0.4},
+        (4,): {6: 0.4, 5: 0.3, 3: 0.3},
+        (4, 6): {3: 1.0},
+        (5,): {3: 0.9, 6: 0.1},
+        (4, 5): {3: 1.0},
+        (5, 6): {3: 1.0},
+    }
 
     def encode(self, src, mask=None):
         return torch.zeros(src.shape[0], 1, 1)
@@ -131,9 +143,15 @@ def test_beam_search_finds_the_known_best_sequence():
     model, src = _ToyModel(), torch.ones(1, 3, dtype=torch.long)
     assert translate_ids(model, src, SOS, EOS, max_len=5) == [[4, 6]]  # greedy is fooled
     assert beam_search(model, src, SOS, EOS, beam_size=2, max_len=5, length_penalty=0.0) == [[5]]
-    assert beam_search(model, torch.ones(3, 2, dtype=torch.long), SOS, EOS, beam_size=3, max_len=5, length_penalty=0.0) == [[5]] * 3
+    assert (
+        beam_search(model, torch.ones(3, 2, dtype=torch.long), SOS, EOS, beam_size=3, max_len=5, length_penalty=0.0)
+        == [[5]] * 3
+    )
     # 2K = 8 candidates asked of a 7-token vocabulary at the first step, which decodes one row per source
-    assert beam_search(model, torch.ones(2, 2, dtype=torch.long), SOS, EOS, beam_size=4, max_len=5, length_penalty=0.0) == [[5]] * 2
+    assert (
+        beam_search(model, torch.ones(2, 2, dtype=torch.long), SOS, EOS, beam_size=4, max_len=5, length_penalty=0.0)
+        == [[5]] * 2
+    )
 
 
 @pytest.mark.parametrize("kwargs, name", [(dict(max_len=0), "max_len"), (dict(beam_size=0), "beam_size")])
@@ -154,18 +172,43 @@ def test_bleu_matches_sacrebleu_and_hand_value():
     assert bleu == pytest.approx(sacrebleu.corpus_bleu(hyp, ref).score)
     assert chrf == pytest.approx(sacrebleu.corpus_chrf(hyp, ref).score)
     assert "nrefs:1" in bleu_sig
-    two_refs = corpus_bleu(["the cat sat on the mat", "a dog"], [["the cat sat on a mat", "a dog"], ["the cat sat on the mat", ""]])
+    two_refs = corpus_bleu(
+        ["the cat sat on the mat", "a dog"], [["the cat sat on a mat", "a dog"], ["the cat sat on the mat", ""]]
+    )
     assert two_refs[0] == pytest.approx(100.0)
 
 
 def _losses(out):
-    return [(r["step"], r["train_loss"]) for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "train_loss" in r]
+    return [
+        (r["step"], r["train_loss"])
+        for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())
+        if "train_loss" in r
+    ]
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     pairs = builtin_pairs()[::7]
-    args = ["train", "translation", "--preset", "tiny", "--vocab-size", "300", "--max-tokens", "512", "--log-every", "1",
-            "--warmup-steps", "5", "--eval-every", "6", "--bleu-sentences", "5", "--no-progress", "--accum-steps", "2"]
+    args = [
+        "train",
+        "translation",
+        "--preset",
+        "tiny",
+        "--vocab-size",
+        "300",
+        "--max-tokens",
+        "512",
+        "--log-every",
+        "1",
+        "--warmup-steps",
+        "5",
+        "--eval-every",
+        "6",
+        "--bleu-sentences",
+        "5",
+        "--no-progress",
+        "--accum-steps",
+        "2",
+    ]
     data = tmp_path / "pairs.tsv"
     data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     args += ["--data", str(data)]
@@ -186,15 +229,30 @@ def test_translate_and_evaluate_commands(overfit, tmp_path, capsys, monkeypatch)
     assert capsys.readouterr().out.strip() == PAIRS[2][1]
     (tmp_path / "src.txt").write_text("\n".join(s for s, _ in PAIRS) + "\n")
     (tmp_path / "ref.txt").write_text("\n".join(t for _, t in PAIRS) + "\n")
-    assert main(["evaluate", "--model", str(out), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]) == 0
+    assert (
+        main(["evaluate", "--model", str(out), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")])
+        == 0
+    )
     text = capsys.readouterr().out
     assert text.startswith("BLEU 100.00") and "nrefs:1" in text and "chrF 100.00" in text
 
 
 def test_demo_runs_end_to_end(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--minutes", "0.05", "--preset", "tiny", "--vocab-size", "300", "--no-progress"]) == 0
+    assert (
+        main(
+            ["demo", "--out", str(out), "--minutes", "0.05", "--preset", "tiny", "--vocab-size", "300", "--no-progress"]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "I am good." in text and "validation: loss" in text
-    for name in ("config.json", "model.safetensors", "src_tokenizer.json", "curves.png", "cross_attention.png", "log.jsonl"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "src_tokenizer.json",
+        "curves.png",
+        "cross_attention.png",
+        "log.jsonl",
+    ):
         assert (out / name).stat().st_size > 0, name

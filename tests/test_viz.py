@@ -74,7 +74,9 @@ def test_training_curves(tmp_path, with_bleu, size):
     loss_ax = fig.axes[0]
     train = next(line for line in loss_ax.get_lines() if line.get_label() == "train_loss")
     assert list(train.get_xdata()) == [1, 2, 3, 4, 5] and list(train.get_ydata()) == [5.0 / s for s in range(1, 6)]
-    assert [ax.get_title() for ax in fig.axes] == (["loss", "BLEU", "learning rate"] if with_bleu else ["loss", "learning rate"])
+    assert [ax.get_title() for ax in fig.axes] == (
+        ["loss", "BLEU", "learning rate"] if with_bleu else ["loss", "learning rate"]
+    )
 
 
 def test_training_curves_errors_name_the_problem(tmp_path):
@@ -85,15 +87,18 @@ def test_training_curves_errors_name_the_problem(tmp_path):
         plot_curves(tmp_path)
 
 
-@pytest.mark.parametrize("argv, size", [
-    (["plot", "positional", "--max-len", "20", "--d-model", "8"], (800, 600)),
-    (["plot", "mask", "--kind", "causal"], (600, 500)),
-    (["plot", "mask", "--kind", "padding"], (600, 500)),
-    (["plot", "mask", "--kind", "combined", "--tokens", "a b <pad>"], (600, 500)),
-    (["plot", "attention", "--toy"], (900, 440)),
-    (["plot", "attention", "--toy", "--block", "encoder", "--head", "1"], (500, 440)),
-    (["plot", "curves", "RUN"], (1500, 400)),
-])
+@pytest.mark.parametrize(
+    "argv, size",
+    [
+        (["plot", "positional", "--max-len", "20", "--d-model", "8"], (800, 600)),
+        (["plot", "mask", "--kind", "causal"], (600, 500)),
+        (["plot", "mask", "--kind", "padding"], (600, 500)),
+        (["plot", "mask", "--kind", "combined", "--tokens", "a b <pad>"], (600, 500)),
+        (["plot", "attention", "--toy"], (900, 440)),
+        (["plot", "attention", "--toy", "--block", "encoder", "--head", "1"], (500, 440)),
+        (["plot", "curves", "RUN"], (1500, 400)),
+    ],
+)
 def test_plot_commands_write_pngs(tmp_path, capsys, argv, size):
     argv = [str(_write_log(tmp_path / "run")) if a == "RUN" else a for a in argv]
     out = tmp_path / "out.png"

@@ -100,8 +100,12 @@ def process_logits(logits: torch.Tensor, config: SamplingConfig, previous: torch
     return logits
 
 
-def choose_next(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None = None,
-                previous: torch.Tensor | None = None) -> torch.Tensor:
+def choose_next(
+    logits: torch.Tensor,
+    config: SamplingConfig,
+    generator: torch.Generator | None = None,
+    previous: torch.Tensor | None = None,
+) -> torch.Tensor:
     """(B, V) logits of the last position → (B,) next token ids."""
     logits = process_logits(logits.float(), config, previous)
     if not config.do_sample:
@@ -110,9 +114,16 @@ def choose_next(logits: torch.Tensor, config: SamplingConfig, generator: torch.G
 
 
 @torch.inference_mode()
-def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: int = 128,
-                  sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
-                  fast: bool = True) -> list[list[int]]:
+def translate_ids(
+    model,
+    src: torch.Tensor,
+    sos_id: int,
+    eos_id: int,
+    max_len: int = 128,
+    sampling: SamplingConfig = SamplingConfig(),
+    generator: torch.Generator | None = None,
+    fast: bool = True,
+) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
 
     A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
@@ -124,7 +135,9 @@ def translate_ids(model, src: torch.Tensor, sos_id: int, eos_id: int, max_len: i
     memory_mask = _source_mask(src, model.config.pad_id)  # (B, 1, 1, S), or None
     memory = model.encode(src, memory_mask)  # (B, S, D)
     cache = model.new_cache(max_len + 1)
-    tokens = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)  # (R, 1): <sos>, then the ids so far
+    tokens = torch.full(
+        (src.shape[0], 1), sos_id, dtype=torch.long, device=src.device
+    )  # (R, 1): <sos>, then the ids so far
     running = list(range(src.shape[0]))  # the source of each running row
     out: list[list[int]] = [[] for _ in running]
     for _ in range(max_len):
@@ -153,8 +166,16 @@ def _source_mask(src: torch.Tensor, pad_id: int) -> torch.Tensor | None:
 
 
 @torch.inference_mode()
-def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: int = 5, max_len: int = 128,
-                length_penalty: float = 1.0, fast: bool = True) -> list[list[int]]:
+def beam_search(
+    model,
+    src: torch.Tensor,
+    sos_id: int,
+    eos_id: int,
+    beam_size: int = 5,
+    max_len: int = 128,
+    length_penalty: float = 1.0,
+    fast: bool = True,
+) -> list[list[int]]:
     """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
 
     A finished hypothesis scores ``sum(log p) / length ** length_penalty`` (length counts the
@@ -236,9 +257,19 @@ def beam_search(model, src: torch.Tensor, sos_id: int, eos_id: int, beam_size: i
 
 
 @torch.inference_mode()
-def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(),
-                eos_id: int | None = None, pad_id: int = 0, seed: int | None = None, on_token=None,
-                stop_ids: Sequence[int] = (), stop=None, fast: bool = True) -> list[list[int]]:
+def generate_lm(
+    model,
+    prompts: list[list[int]] | torch.Tensor,
+    max_new_tokens: int,
+    sampling: SamplingConfig = SamplingConfig(),
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    seed: int | None = None,
+    on_token=None,
+    stop_ids: Sequence[int] = (),
+    stop=None,
+    fast: bool = True,
+) -> list[list[int]]:
     """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
 
     Prompts are left-padded into one batch; ``attention_mask`` hides the padding and positions
@@ -264,7 +295,7 @@ def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: 
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     limit = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
-    prompts = [p[-(limit - 1):] if limit > 1 else p[-1:] for p in prompts]  # leave room for one new token
+    prompts = [p[-(limit - 1) :] if limit > 1 else p[-1:] for p in prompts]  # leave room for one new token
     longest = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (longest - len(p)) + p for p in prompts], device=device)  # (B, T0)
     attention = positions = None  # prompts of one length: no padding to hide, positions 0, 1, 2, ...
@@ -283,8 +314,13 @@ def generate_lm(model, prompts: list[list[int]] | torch.Tensor, max_new_tokens: 
         nxt = choose_next(logits, sampling, generator, history)  # (R,)
         steps.append((running, nxt))
         if on_token is not None or stop is not None:  # the callbacks see every prompt's row: (B,)
-            batch_ids = nxt if len(running) == len(prompts) else torch.full(
-                (len(prompts),), filler, dtype=nxt.dtype, device=device).index_copy_(0, torch.tensor(running, device=device), nxt)
+            batch_ids = (
+                nxt
+                if len(running) == len(prompts)
+                else torch.full((len(prompts),), filler, dtype=nxt.dtype, device=device).index_copy_(
+                    0, torch.tensor(running, device=device), nxt
+                )
+            )
         if on_token is not None:
             on_token(step, batch_ids)
         if ends or stop is not None:  # with neither, no row can end early: nothing to check

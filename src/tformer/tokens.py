@@ -24,8 +24,15 @@ families, ``inspect.tracing``) reads it from here; it knows nothing about tokeni
 from __future__ import annotations
 
 __all__ = [
-    "TRANSLATION_SPECIALS", "TRANSLATION_PAD", "TRANSLATION_UNK", "TRANSLATION_SOS", "TRANSLATION_EOS",
-    "LM_SPECIALS", "LM_UNK", "LM_PAD", "LM_EOT",
+    "TRANSLATION_SPECIALS",
+    "TRANSLATION_PAD",
+    "TRANSLATION_UNK",
+    "TRANSLATION_SOS",
+    "TRANSLATION_EOS",
+    "LM_SPECIALS",
+    "LM_UNK",
+    "LM_PAD",
+    "LM_EOT",
     "BERT_SPECIALS",
 ]
 

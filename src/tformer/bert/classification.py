@@ -28,7 +28,15 @@ from tformer.files import atomic_write
 from tformer.models.bert import Bert
 from tformer.text import read_tsv
 
-__all__ = ["LABELS_FILE", "read_labelled_tsv", "split_examples", "ClassifyTask", "TextClassifier", "langid_examples", "write_tsv"]
+__all__ = [
+    "LABELS_FILE",
+    "read_labelled_tsv",
+    "split_examples",
+    "ClassifyTask",
+    "TextClassifier",
+    "langid_examples",
+    "write_tsv",
+]
 
 LABELS_FILE = "labels.json"
 
@@ -68,22 +76,41 @@ class ClassifyTask:
 
     metric, higher_is_better = "accuracy", True
 
-    def __init__(self, tokenizer: WordPiece, labels: list[str], train: list[tuple[str, str]], valid: list[tuple[str, str]],
-                 max_len: int = 128, batch_size: int = 32, seed: int = 0) -> None:
-        self.tokenizer, self.labels, self.max_len, self.batch_size, self.seed = tokenizer, labels, max_len, batch_size, seed
+    def __init__(
+        self,
+        tokenizer: WordPiece,
+        labels: list[str],
+        train: list[tuple[str, str]],
+        valid: list[tuple[str, str]],
+        max_len: int = 128,
+        batch_size: int = 32,
+        seed: int = 0,
+    ) -> None:
+        self.tokenizer, self.labels, self.max_len, self.batch_size, self.seed = (
+            tokenizer,
+            labels,
+            max_len,
+            batch_size,
+            seed,
+        )
         index = {label: i for i, label in enumerate(labels)}
         unknown = sorted({y for _, y in [*train, *valid]} - set(index))
         if unknown:
             raise ValueError(f"labels {unknown[:5]} are not in the label set {labels[:10]}")
         self.train = [(text, index[y]) for text, y in train]
-        self.valid_batches = [_batch(tokenizer, [t for t, _ in chunk], [index[y] for _, y in chunk], max_len)
-                              for chunk in (valid[k : k + batch_size] for k in range(0, len(valid), batch_size))]
+        self.valid_batches = [
+            _batch(tokenizer, [t for t, _ in chunk], [index[y] for _, y in chunk], max_len)
+            for chunk in (valid[k : k + batch_size] for k in range(0, len(valid), batch_size))
+        ]
 
     def train_batches(self, epoch: int) -> list[BertBatch]:
         order = list(range(len(self.train)))
         random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
         chunks = [order[k : k + self.batch_size] for k in range(0, len(order), self.batch_size)]
-        return [_batch(self.tokenizer, [self.train[i][0] for i in c], [self.train[i][1] for i in c], self.max_len) for c in chunks]
+        return [
+            _batch(self.tokenizer, [self.train[i][0] for i in c], [self.train[i][1] for i in c], self.max_len)
+            for c in chunks
+        ]
 
     @staticmethod
     def count_tokens(batch: BertBatch) -> int:
@@ -122,7 +149,9 @@ class TextClassifier:
         directory = Path(directory)
         path = directory / LABELS_FILE
         if not path.is_file():
-            raise FileNotFoundError(f"{str(path)!r} is missing: {str(directory)!r} is not a `tformer train classify` model")
+            raise FileNotFoundError(
+                f"{str(path)!r} is missing: {str(directory)!r} is not a `tformer train classify` model"
+            )
         labels = json.loads(path.read_text(encoding="utf-8"))["labels"]
         return cls(Bert.from_pretrained(directory), WordPiece.load(directory), labels)
 

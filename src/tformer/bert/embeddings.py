@@ -78,7 +78,9 @@ class SentenceEncoder:
     (sentence-transformers' ``max_seq_length``, 256 for all-MiniLM-L6-v2).
     """
 
-    def __init__(self, model: Bert, tokenizer: Tokenizer | BertWordPieceTokenizer, max_length: int | None = None) -> None:
+    def __init__(
+        self, model: Bert, tokenizer: Tokenizer | BertWordPieceTokenizer, max_length: int | None = None
+    ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_length = max_length or model.config.max_len

@@ -33,8 +33,10 @@ def _load_hf(directory: Path, config: dict) -> Bert:
         raise FileNotFoundError(f"{str(weights)!r} is missing (only safetensors Hugging Face checkpoints are read)")
     state = load_file(str(weights))
     if not any(k.startswith("cls.predictions.") for k in state):
-        raise ValueError(f"{str(directory)!r} has no MLM head (cls.predictions.*), e.g. a sentence-transformers encoder: "
-                         "fill-mask needs BertForMaskedLM or BertForPreTraining weights")
+        raise ValueError(
+            f"{str(directory)!r} has no MLM head (cls.predictions.*), e.g. a sentence-transformers encoder: "
+            "fill-mask needs BertForMaskedLM or BertForPreTraining weights"
+        )
     return load_hf_bert_state(Bert(bert_config_from_hf(config)), state).eval()
 
 
@@ -63,5 +65,7 @@ def fill_mask(model: Bert, tokenizer: WordPiece, text: str, top_k: int = 5) -> l
     hidden = model(torch.tensor([ids], device=device), torch.tensor([types], device=device))  # (1, T, D)
     probs = model.mlm_head(hidden[0, positions]).float().softmax(-1)  # (M, D) -> (M, V)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (M, K)
-    return [[(tokenizer.id_to_token(i), p) for i, p in zip(row_ids.tolist(), row_p.tolist())]
-            for row_ids, row_p in zip(top.indices, top.values)]
+    return [
+        [(tokenizer.id_to_token(i), p) for i, p in zip(row_ids.tolist(), row_p.tolist())]
+        for row_ids, row_p in zip(top.indices, top.values)
+    ]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -36,7 +36,16 @@ import torch.nn.functional as F
 from tformer.bert.tokenizer import WordPiece
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 
-__all__ = ["IGNORE", "read_sentence_documents", "split_documents", "nsp_pairs", "BertBatch", "collate", "MLMCollator", "BertPretrainTask"]
+__all__ = [
+    "IGNORE",
+    "read_sentence_documents",
+    "split_documents",
+    "nsp_pairs",
+    "BertBatch",
+    "collate",
+    "MLMCollator",
+    "BertPretrainTask",
+]
 
 IGNORE = -100  # label of positions that carry no loss
 
@@ -52,7 +61,9 @@ def read_sentence_documents(path: str | Path) -> list[list[str]]:
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     if path.suffix == ".tsv":
         column = [line.split("\t")[0].strip() for line in lines if line]
-        return [[s for k, s in enumerate(column) if s and (k == 0 or s != column[k - 1])]]  # Tatoeba repeats a source per translation
+        return [
+            [s for k, s in enumerate(column) if s and (k == 0 or s != column[k - 1])]
+        ]  # Tatoeba repeats a source per translation
     docs, current = [], []
     for line in lines + [""]:
         if line:
@@ -69,7 +80,8 @@ def split_documents(docs: list[list[str]], valid: float | int = 0.05) -> tuple[l
     n_valid = int(valid) if valid >= 1 else max(round(valid * total), 3)
     if n_valid >= total - 2:
         raise ValueError(f"valid={valid} leaves too little training text ({total} sentences in all)")
-    train, held, left = [list(d) for d in docs], [], n_valid
+    train, left = [list(d) for d in docs], n_valid
+    held: list[list[str]] = []
     while left:
         last = train[-1]
         take = min(left, len(last))
@@ -118,7 +130,7 @@ class BertBatch:
     mlm_labels: torch.Tensor | None = None  # (B, T) original id at picked positions, IGNORE elsewhere
 
     def to(self, device) -> BertBatch:
-        return BertBatch(*(None if (t := getattr(self, f.name)) is None else t.to(device) for f in fields(self)))
+        return replace(self, **{f.name: t.to(device) for f in fields(self) if (t := getattr(self, f.name)) is not None})
 
 
 def collate(rows: list[tuple[list[int], list[int], int]], pad_id: int) -> BertBatch:
@@ -139,12 +151,16 @@ class MLMCollator:
 
     def __init__(self, tokenizer: WordPiece, pick: float = 0.15, mask: float = 0.8, random: float = 0.1) -> None:
         if not 0 < pick <= 1 or mask < 0 or random < 0 or mask + random > 1:
-            raise ValueError(f"need 0 < pick <= 1 and mask, random >= 0 with mask + random <= 1; got {pick}, {mask}, {random}")
+            raise ValueError(
+                f"need 0 < pick <= 1 and mask, random >= 0 with mask + random <= 1; got {pick}, {mask}, {random}"
+            )
         self.pick, self.mask, self.random = pick, mask, random
         self.mask_id = tokenizer.mask_id
         self.special_ids = torch.tensor(tokenizer.special_ids)
         specials = set(tokenizer.special_ids)
-        self.candidates = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in specials])  # random replacements
+        self.candidates = torch.tensor(
+            [i for i in range(tokenizer.vocab_size) if i not in specials]
+        )  # random replacements
 
     def __call__(self, batch: BertBatch, generator: torch.Generator) -> BertBatch:
         ids = batch.ids
@@ -185,20 +201,32 @@ class BertPretrainTask:
 
     metric, higher_is_better = "val_loss", False
 
-    def __init__(self, tokenizer: WordPiece, train_docs: list[list[str]], valid_docs: list[list[str]], max_len: int = 128,
-                 batch_size: int = 32, seed: int = 0, mlm_pick: float = 0.15) -> None:
+    def __init__(
+        self,
+        tokenizer: WordPiece,
+        train_docs: list[list[str]],
+        valid_docs: list[list[str]],
+        max_len: int = 128,
+        batch_size: int = 32,
+        seed: int = 0,
+        mlm_pick: float = 0.15,
+    ) -> None:
         self.tokenizer, self.max_len, self.batch_size, self.seed = tokenizer, max_len, batch_size, seed
         self.collator = MLMCollator(tokenizer, pick=mlm_pick)
         self.train_sentences = tokenizer.encode_batch([s for d in train_docs for s in d])
         self.train_sizes = [len(d) for d in train_docs]
         valid_sentences = tokenizer.encode_batch([s for d in valid_docs for s in d])
         valid_pairs = nsp_pairs([len(d) for d in valid_docs], seed=12345)
-        self.valid_batches = [self._batch(valid_sentences, valid_pairs, k, torch.Generator().manual_seed(12345 + k))
-                              for k in range(0, len(valid_pairs), batch_size)]
+        self.valid_batches = [
+            self._batch(valid_sentences, valid_pairs, k, torch.Generator().manual_seed(12345 + k))
+            for k in range(0, len(valid_pairs), batch_size)
+        ]
 
     def _batch(self, sentences, pairs, start: int, generator: torch.Generator) -> BertBatch:
-        rows = [(*self.tokenizer.pair(sentences[a], sentences[b], self.max_len), label)
-                for a, b, label in pairs[start : start + self.batch_size]]
+        rows = [
+            (*self.tokenizer.pair(sentences[a], sentences[b], self.max_len), label)
+            for a, b, label in pairs[start : start + self.batch_size]
+        ]
         return self.collator(collate(rows, self.tokenizer.pad_id), generator)
 
     def train_batches(self, epoch: int) -> LazyBatches:
@@ -207,20 +235,23 @@ class BertPretrainTask:
         pairs = nsp_pairs(self.train_sizes, seed)
 
         def make(i: int) -> BertBatch:
-            return self._batch(self.train_sentences, pairs, i * self.batch_size, torch.Generator().manual_seed(seed * 100_003 + i))
+            return self._batch(
+                self.train_sentences, pairs, i * self.batch_size, torch.Generator().manual_seed(seed * 100_003 + i)
+            )
 
         return LazyBatches((len(pairs) + self.batch_size - 1) // self.batch_size, make)
 
     @staticmethod
     def count_tokens(batch: BertBatch) -> int:
-        return max(int((batch.mlm_labels != IGNORE).sum()), 1)
+        return max(int((_mlm_labels(batch) != IGNORE).sum()), 1)
 
     @staticmethod
     def _outputs(model, batch: BertBatch):
         """MLM logits at the picked positions only (N, V), their labels (N,), NSP logits (B, 2)."""
-        picked = batch.mlm_labels != IGNORE  # (B, T)
+        labels = _mlm_labels(batch)  # (B, T)
+        picked = labels != IGNORE  # (B, T)
         mlm_logits, nsp_logits = model.pretraining_logits(batch.ids, batch.token_type_ids, batch.attention_mask, picked)
-        return mlm_logits, batch.mlm_labels[picked], nsp_logits  # (N, V), (N,), (B, 2)
+        return mlm_logits, labels[picked], nsp_logits  # (N, V), (N,), (B, 2)
 
     def loss(self, model, batch: BertBatch) -> tuple[torch.Tensor, int]:
         batch = batch.to(next(model.parameters()).device)
@@ -243,8 +274,20 @@ class BertPretrainTask:
             nsp_right += float((nsp_logits.argmax(-1) == batch.labels).sum())
             n_seq += len(batch.labels)
         mlm, nsp = mlm_loss / max(n_mlm, 1), nsp_loss / max(n_seq, 1)
-        return {"val_loss": mlm + nsp, "mlm_loss": mlm, "nsp_loss": nsp,
-                "mlm_acc": mlm_right / max(n_mlm, 1), "nsp_acc": nsp_right / max(n_seq, 1)}
+        return {
+            "val_loss": mlm + nsp,
+            "mlm_loss": mlm,
+            "nsp_loss": nsp,
+            "mlm_acc": mlm_right / max(n_mlm, 1),
+            "nsp_acc": nsp_right / max(n_seq, 1),
+        }
 
     def save_extra(self, directory) -> None:
         self.tokenizer.save(directory)
+
+
+def _mlm_labels(batch: BertBatch) -> torch.Tensor:
+    """The MLM labels of a pretraining batch (a classification batch has none)."""
+    if batch.mlm_labels is None:
+        raise ValueError("a pretraining batch needs mlm_labels (this looks like a classification batch)")
+    return batch.mlm_labels

@@ -36,10 +36,22 @@ def _overrides(dropout: float | None) -> dict:
     return {} if dropout is None else {"dropout": dropout}
 
 
-def setup(data: str | Path, out_dir: str | Path, *, preset: str = "small", tokenizer_dir: str | Path | None = None,
-          vocab_size: int = 8000, max_len: int = 128, batch_size: int = 32, dropout: float | None = None,
-          valid: float = 0.05, mlm_prob: float = 0.15, resume: bool = False, log: Callable[[str], None] = say,
-          **train_options) -> Trainer:
+def setup(
+    data: str | Path,
+    out_dir: str | Path,
+    *,
+    preset: str = "small",
+    tokenizer_dir: str | Path | None = None,
+    vocab_size: int = 8000,
+    max_len: int = 128,
+    batch_size: int = 32,
+    dropout: float | None = None,
+    valid: float = 0.05,
+    mlm_prob: float = 0.15,
+    resume: bool = False,
+    log: Callable[[str], None] = say,
+    **train_options,
+) -> Trainer:
     """A :class:`Trainer` of MLM + NSP pretraining on the documents of ``data``, ready to ``fit()``.
 
     ``data``: a text file (blank line = new document, one sentence per line) or a ``.tsv`` (first column);
@@ -49,14 +61,17 @@ def setup(data: str | Path, out_dir: str | Path, *, preset: str = "small", token
     """
     cfg = TrainConfig(out_dir=str(out_dir), **train_options)
     train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
-    log(f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
-        f"in {len(train_docs)} / {len(valid_docs)} documents")
+    log(
+        f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
+        f"in {len(train_docs)} / {len(valid_docs)} documents"
+    )
     if resume:
         config, tokenizer = saved_run(out_dir, Bert, WordPiece.load)
     else:
         tokenizer = _tokenizer([s for d in train_docs for s in d], tokenizer_dir, vocab_size, cfg.device)
-        config = BertConfig.preset(preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id,
-                                   **_overrides(dropout))
+        config = BertConfig.preset(
+            preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id, **_overrides(dropout)
+        )
     torch.manual_seed(cfg.seed)
     task = BertPretrainTask(tokenizer, train_docs, valid_docs, max_len, batch_size, cfg.seed, mlm_prob)
     return make_trainer(Bert(config), task, cfg, resume)
@@ -69,12 +84,19 @@ def train(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, di
     return trainer, trainer.fit()
 
 
-def _classifier(init: str | Path | None, preset: str, tokenizer: WordPiece, n_labels: int, max_len: int,
-                dropout: float | None) -> Bert:
+def _classifier(
+    init: str | Path | None, preset: str, tokenizer: WordPiece, n_labels: int, max_len: int, dropout: float | None
+) -> Bert:
     """A new classifier of the preset's size, or the ``init`` model with a new head of ``n_labels``."""
     if not init:
-        config = BertConfig.preset(preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id,
-                                   num_labels=n_labels, **_overrides(dropout))
+        config = BertConfig.preset(
+            preset,
+            vocab_size=tokenizer.vocab_size,
+            max_len=max_len,
+            pad_id=tokenizer.pad_id,
+            num_labels=n_labels,
+            **_overrides(dropout),
+        )
         return Bert(config)
     base = Bert.from_pretrained(init)
     if max_len > base.config.max_len:
@@ -85,10 +107,22 @@ def _classifier(init: str | Path | None, preset: str, tokenizer: WordPiece, n_la
     return model
 
 
-def setup_classifier(data: str | Path, out_dir: str | Path, *, init: str | Path | None = None, preset: str = "small",
-                     tokenizer_dir: str | Path | None = None, vocab_size: int = 8000, max_len: int = 128,
-                     batch_size: int = 32, dropout: float | None = None, valid: float = 0.1, resume: bool = False,
-                     log: Callable[[str], None] = say, **train_options) -> Trainer:
+def setup_classifier(
+    data: str | Path,
+    out_dir: str | Path,
+    *,
+    init: str | Path | None = None,
+    preset: str = "small",
+    tokenizer_dir: str | Path | None = None,
+    vocab_size: int = 8000,
+    max_len: int = 128,
+    batch_size: int = 32,
+    dropout: float | None = None,
+    valid: float = 0.1,
+    resume: bool = False,
+    log: Callable[[str], None] = say,
+    **train_options,
+) -> Trainer:
     """A :class:`Trainer` of sequence classification on the ``text<TAB>label`` lines of ``data``.
 
     ``init``: start from this pretrained model (its tokenizer and weights, a new head); else a new model of
@@ -108,8 +142,11 @@ def setup_classifier(data: str | Path, out_dir: str | Path, *, init: str | Path 
         torch.manual_seed(cfg.seed)
         model = Bert(config)
     else:
-        tokenizer = (WordPiece.load(init) if init else
-                     _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device))
+        tokenizer = (
+            WordPiece.load(init)
+            if init
+            else _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device)
+        )
         torch.manual_seed(cfg.seed)
         model = _classifier(init, preset, tokenizer, len(labels), max_len, dropout)
     task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed)

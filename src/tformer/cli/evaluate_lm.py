@@ -1,6 +1,6 @@
 """``tformer evaluate-lm``: loss, perplexity and bits per character/byte of a language model on a text.
 
-    tformer evaluate-lm --model runs/shakespeare --data other.txt
+tformer evaluate-lm --model runs/shakespeare --data other.txt
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ def run(args) -> int:
 
     model, tokenizer = lm.load(args.model, args.device)
     r = lm.evaluate(model, tokenizer, args.data, args.block_size, args.batch_size)
-    print(f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {r['val_ppl']:.3f}  "
-          f"bits per {r['unit']} {r['val_bpc']:.4f}")
+    print(
+        f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {r['val_ppl']:.3f}  "
+        f"bits per {r['unit']} {r['val_bpc']:.4f}"
+    )
     return 0

@@ -1,6 +1,6 @@
 """``tformer generate``: continue a prompt with a trained language model, streaming to stdout.
 
-    tformer generate --model runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 50 --seed 1
+tformer generate --model runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 50 --seed 1
 """
 
 from __future__ import annotations
@@ -35,8 +35,13 @@ def run(args) -> int:
     if args.num_samples < 1:
         raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
     model, tokenizer = lm.load(args.model, args.device)
-    sampling = SamplingConfig(not args.greedy, args.temperature, args.top_k or None,
-                              args.top_p if args.top_p < 1 else None, args.repetition_penalty)
+    sampling = SamplingConfig(
+        not args.greedy,
+        args.temperature,
+        args.top_k or None,
+        args.top_p if args.top_p < 1 else None,
+        args.repetition_penalty,
+    )
     out = sys.stdout
 
     def show(text: str) -> None:

@@ -24,7 +24,9 @@ def add_parser(sub) -> None:
     add_input_args(a)
     a.add_argument("--layer", type=int, default=0, help="layer index inside the block (default 0)")
     a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
-    a.add_argument("--block", choices=["encoder", "decoder"], help="default: the decoder for seq2seq and GPT, the encoder for BERT")
+    a.add_argument(
+        "--block", choices=["encoder", "decoder"], help="default: the decoder for seq2seq and GPT, the encoder for BERT"
+    )
     a.add_argument("--kind", choices=["self", "cross"], help="default: cross for seq2seq, self otherwise")
     a.add_argument("--out", default="attention.png", help="PNG file to write (default attention.png)")
     a.set_defaults(func=run_attention)
@@ -37,7 +39,11 @@ def add_parser(sub) -> None:
 
     m = kinds.add_parser("mask", help="a causal, padding or combined attention mask")
     m.add_argument("--kind", choices=["causal", "padding", "combined"], default="combined", help="default combined")
-    m.add_argument("--tokens", default=_DEFAULT_TOKENS, help=f"space-separated tokens; <pad> marks padding (default {_DEFAULT_TOKENS!r})")
+    m.add_argument(
+        "--tokens",
+        default=_DEFAULT_TOKENS,
+        help=f"space-separated tokens; <pad> marks padding (default {_DEFAULT_TOKENS!r})",
+    )
     m.add_argument("--out", default="mask.png", help="PNG file to write (default mask.png)")
     m.set_defaults(func=run_mask)
 
@@ -80,8 +86,11 @@ def mask_for(kind: str, tokens: list[str]):
         raise ValueError("--tokens must hold at least one token")
     ids = torch.tensor([[0 if t == "<pad>" else 1 for t in tokens]])  # (1, T), 0 = padding
     t = len(tokens)
-    parts = {"causal": [causal_mask(t)], "padding": [padding_mask(ids, 0)],
-             "combined": [causal_mask(t), padding_mask(ids, 0)]}[kind]
+    parts = {
+        "causal": [causal_mask(t)],
+        "padding": [padding_mask(ids, 0)],
+        "combined": [causal_mask(t), padding_mask(ids, 0)],
+    }[kind]
     mask = combine_masks(*parts)
     assert mask is not None  # at least one part
     return mask.expand(1, 1, t, t)[0, 0]  # (T, T)

@@ -28,7 +28,9 @@ def add_input_args(p) -> None:
     p.add_argument("--ids", help="space-separated input ids, when the model directory has no tokenizer")
     p.add_argument("--target-ids", help="seq2seq: space-separated decoder input ids (default: 2 = <sos>)")
     p.add_argument("--top-k", type=int, default=5, help="candidates shown for each next token (default 5)")
-    p.add_argument("--max-new-tokens", type=int, help="greedy generation steps after the trace (default 5 for --toy, else 20)")
+    p.add_argument(
+        "--max-new-tokens", type=int, help="greedy generation steps after the trace (default 5 for --toy, else 20)"
+    )
 
 
 def add_parser(sub) -> None:
@@ -37,7 +39,9 @@ def add_parser(sub) -> None:
     p.add_argument("--layer", type=int, help="only this layer's tensors")
     p.add_argument("--head", type=int, help="only this attention head")
     p.add_argument("--stage", action="append", help="only these stages (repeat or comma-separate), e.g. weights,top_k")
-    p.add_argument("--max-full", type=int, default=128, help="print tensors up to this many values in full (default 128)")
+    p.add_argument(
+        "--max-full", type=int, default=128, help="print tensors up to this many values in full (default 128)"
+    )
     p.add_argument("--json", metavar="FILE", help="also write the trace as JSON to FILE")
     p.set_defaults(func=run)
 
@@ -116,7 +120,9 @@ def _inputs(model, directory: Path, args) -> dict:
             tgt_ids, tgt_tokens = [SOS] + ids, ["<sos>"] + (tokens or [])  # decoder input = <sos> + target
         else:
             tgt_ids, tgt_tokens = [SOS], ["<sos>"]
-        return dict(src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=_vocab(tgt_tok))
+        return dict(
+            src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=_vocab(tgt_tok)
+        )
     tok = _tokenizer(directory, "tokenizer.json")
     ids, tokens = _encode(tok, text, args.ids, "tokenizer.json", special=model.model_type == "bert")
     inputs = dict(ids=ids, tokens=tokens, vocab=_vocab(tok))

@@ -44,14 +44,23 @@ def _add_translation(fam) -> None:
 
 
 def _add_lm(fam) -> None:
-    t = fam.add_parser("lm", help="decoder-only (GPT) language model on a text file, a folder of .txt files or JSONL",
-                       description="Unset --lr/--warmup-steps/--weight-decay/--batch-size/--block-size/--tokenizer come "
-                                   "from the preset's recipe, else lr 1e-3, warmup 100, weight decay 0.01, batch 16, "
-                                   "the preset's context, char. "
-                                   "Cosine decays over --max-steps, else over --minutes.")
-    t.add_argument("--data", required=True, help="a UTF-8 text file, a folder of .txt files, or a JSONL file with a 'text' field")
-    t.add_argument("--preset", choices=["tiny", "small", "base", *RECIPES], default="tiny",
-                   help="model size (GPTConfig preset) or a tuned CPU recipe")
+    t = fam.add_parser(
+        "lm",
+        help="decoder-only (GPT) language model on a text file, a folder of .txt files or JSONL",
+        description="Unset --lr/--warmup-steps/--weight-decay/--batch-size/--block-size/--tokenizer come "
+        "from the preset's recipe, else lr 1e-3, warmup 100, weight decay 0.01, batch 16, "
+        "the preset's context, char. "
+        "Cosine decays over --max-steps, else over --minutes.",
+    )
+    t.add_argument(
+        "--data", required=True, help="a UTF-8 text file, a folder of .txt files, or a JSONL file with a 'text' field"
+    )
+    t.add_argument(
+        "--preset",
+        choices=["tiny", "small", "base", *RECIPES],
+        default="tiny",
+        help="model size (GPTConfig preset) or a tuned CPU recipe",
+    )
     t.add_argument("--tokenizer", choices=["char", "bpe"], help="character-level or byte-level BPE (default: char)")
     t.add_argument("--vocab-size", type=int, help="BPE vocabulary size (default 4096; char: the text's characters)")
     t.add_argument("--block-size", type=int, help="context length in tokens (default: the preset's max_len)")
@@ -60,7 +69,9 @@ def _add_lm(fam) -> None:
     t.add_argument("--batches-per-epoch", type=int, default=200, help="random batches per 'epoch' (evaluation cadence)")
     t.add_argument("--eval-blocks", type=int, default=400, help="validation blocks scored at each evaluation")
     t.add_argument("--val-fraction", type=float, default=0.1, help="the last part of the text kept for validation")
-    t.add_argument("--compile", action="store_true", help="torch.compile the model for training (the saved model is unwrapped)")
+    t.add_argument(
+        "--compile", action="store_true", help="torch.compile the model for training (the saved model is unwrapped)"
+    )
     add_training_flags(t, lr=1e-3, warmup=100, schedule="cosine")
     t.set_defaults(func=run_lm, lr=None, warmup_steps=None, weight_decay=None)
 
@@ -68,8 +79,11 @@ def _add_lm(fam) -> None:
 def _bert_model_flags(p, preset: str) -> None:
     g = p.add_argument_group("model and data")
     g.add_argument("--preset", choices=["tiny", "small", "base"], default=preset)
-    g.add_argument("--tokenizer-dir", help="use this directory's WordPiece (tokenizer.json or vocab.txt, e.g. the uncased "
-                                           "BERT vocabulary) instead of training one on --data")
+    g.add_argument(
+        "--tokenizer-dir",
+        help="use this directory's WordPiece (tokenizer.json or vocab.txt, e.g. the uncased "
+        "BERT vocabulary) instead of training one on --data",
+    )
     g.add_argument("--vocab-size", type=int, default=8000, help="size of the WordPiece trained on --data")
     g.add_argument("--max-len", type=int, default=128, help="longest sequence in tokens, [CLS]/[SEP] included")
     g.add_argument("--batch-size", type=int, default=32, help="sequences per batch")
@@ -78,9 +92,14 @@ def _bert_model_flags(p, preset: str) -> None:
 
 def _add_bert(fam) -> None:
     b = fam.add_parser("bert", help="encoder-only BERT: MLM + NSP pretraining")
-    b.add_argument("--data", required=True, help="text file (blank line = new document, one sentence per line) or a .tsv "
-                                                 "(first column)")
-    b.add_argument("--valid", type=float, default=0.05, help="held-out tail of the text (fraction, or sentences if >= 1)")
+    b.add_argument(
+        "--data",
+        required=True,
+        help="text file (blank line = new document, one sentence per line) or a .tsv (first column)",
+    )
+    b.add_argument(
+        "--valid", type=float, default=0.05, help="held-out tail of the text (fraction, or sentences if >= 1)"
+    )
     b.add_argument("--mlm-prob", type=float, default=0.15, help="fraction of the non-special tokens picked for MLM")
     _bert_model_flags(b, "small")
     add_training_flags(b, lr=5e-4, warmup=400, schedule="inverse_sqrt")
@@ -101,15 +120,26 @@ def _add_classify(fam) -> None:
 
 
 def _bert_options(args) -> dict:
-    return dict(preset=args.preset, tokenizer_dir=args.tokenizer_dir, vocab_size=args.vocab_size, max_len=args.max_len,
-                batch_size=args.batch_size, dropout=args.dropout, valid=args.valid, **train_options(args))
+    return dict(
+        preset=args.preset,
+        tokenizer_dir=args.tokenizer_dir,
+        vocab_size=args.vocab_size,
+        max_len=args.max_len,
+        batch_size=args.batch_size,
+        dropout=args.dropout,
+        valid=args.valid,
+        **train_options(args),
+    )
 
 
 def _report(trainer, result: dict, out: str) -> None:
     from tformer.training.distributed import say
 
-    say(f"done: step {trainer.step}, " + ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("step", "epoch"))
-        + f" -> {out}")
+    say(
+        f"done: step {trainer.step}, "
+        + ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("step", "epoch"))
+        + f" -> {out}"
+    )
 
 
 def run_translation(args) -> int:
@@ -117,10 +147,22 @@ def run_translation(args) -> int:
     from tformer.training.distributed import say
 
     trainer, result = translation.train(
-        args.data, args.out, src_lang=args.src_lang, tgt_lang=args.tgt_lang, preset=args.preset,
-        vocab_size=args.vocab_size, joint=not args.separate_vocab, max_tokens=args.max_tokens,
-        label_smoothing=args.label_smoothing, valid=args.valid, test=args.test, bleu_sentences=args.bleu_sentences,
-        dropout=args.dropout, max_len=args.max_len, **train_options(args))
+        args.data,
+        args.out,
+        src_lang=args.src_lang,
+        tgt_lang=args.tgt_lang,
+        preset=args.preset,
+        vocab_size=args.vocab_size,
+        joint=not args.separate_vocab,
+        max_tokens=args.max_tokens,
+        label_smoothing=args.label_smoothing,
+        valid=args.valid,
+        test=args.test,
+        bleu_sentences=args.bleu_sentences,
+        dropout=args.dropout,
+        max_len=args.max_len,
+        **train_options(args),
+    )
     say(f"done: step {trainer.step}, val_loss {result['val_loss']:.3f}, BLEU {result['bleu']:.1f} -> {args.out}")
     return 0
 
@@ -130,12 +172,24 @@ def run_lm(args) -> int:
     from tformer.training.distributed import say
 
     trainer, result = lm.train(
-        args.data, args.out, args.preset, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-        block_size=args.block_size, batch_size=args.batch_size, dropout=args.dropout,
-        batches_per_epoch=args.batches_per_epoch, eval_blocks=args.eval_blocks, val_fraction=args.val_fraction,
-        compile=args.compile, **train_options(args))
-    say(f"done: step {trainer.step}, val_loss {result['val_loss']:.4f} (best {trainer.best:.4f}), "
-        f"ppl {result['val_ppl']:.2f}, bpc {result['val_bpc']:.3f} -> {args.out}")
+        args.data,
+        args.out,
+        args.preset,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        block_size=args.block_size,
+        batch_size=args.batch_size,
+        dropout=args.dropout,
+        batches_per_epoch=args.batches_per_epoch,
+        eval_blocks=args.eval_blocks,
+        val_fraction=args.val_fraction,
+        compile=args.compile,
+        **train_options(args),
+    )
+    say(
+        f"done: step {trainer.step}, val_loss {result['val_loss']:.4f} (best {trainer.best:.4f}), "
+        f"ppl {result['val_ppl']:.2f}, bpc {result['val_bpc']:.3f} -> {args.out}"
+    )
     return 0
 
 

@@ -26,7 +26,14 @@ def run(args) -> int:
     translator = Translator.load(args.model, args.device)
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     sampling = SamplingConfig(True, args.temperature, args.top_k, args.top_p) if args.sample else None
-    for out in translator.translate(sentences, beam=args.beam, max_len=args.max_len, batch_size=args.batch_size,
-                                    length_penalty=args.length_penalty, sampling=sampling, seed=args.seed):
+    for out in translator.translate(
+        sentences,
+        beam=args.beam,
+        max_len=args.max_len,
+        batch_size=args.batch_size,
+        length_penalty=args.length_penalty,
+        sampling=sampling,
+        seed=args.seed,
+    ):
         print(out, flush=True)
     return 0

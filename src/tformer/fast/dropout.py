@@ -62,8 +62,9 @@ def reference():
         _USE_FAST = previous
 
 
-def fast_cpu_multiplier(shape: torch.Size, p: float, dtype: torch.dtype = torch.float32,
-                        generator: torch.Generator | None = None) -> torch.Tensor:
+def fast_cpu_multiplier(
+    shape: torch.Size, p: float, dtype: torch.dtype = torch.float32, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """The (0 or 1/(1 − rate)) multiplier of the fast path for a tensor of ``shape``; rate = round(p·65536)/65536."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"p must be in [0, 1), got {p}")
@@ -71,7 +72,9 @@ def fast_cpu_multiplier(shape: torch.Size, p: float, dtype: torch.dtype = torch.
     if q == _LEVELS:
         raise ValueError(f"p = {p} rounds to 1 in 16-bit lanes; use F.dropout for rates this close to 1")
     n = shape.numel()
-    words = torch.empty(-(-n // _LANES), dtype=torch.int64).random_(-(2**63), None, generator=generator)  # 64 random bits
+    words = torch.empty(-(-n // _LANES), dtype=torch.int64).random_(
+        -(2**63), None, generator=generator
+    )  # 64 random bits
     lanes = words.view(torch.int16)  # four lanes per word, each uniform on −32768…32767
     keep = (lanes[:n] >= q - _LEVELS // 2).view(shape)  # dropped: the q lowest of the 65,536 values
     return keep.to(dtype).mul_(_LEVELS / (_LEVELS - q))

@@ -51,8 +51,16 @@ from torch import nn
 
 from tformer.fast.swap import replace_modules
 
-__all__ = ["Linear", "swap_linear", "reference", "FEW_ROWS", "SPLIT_MIN_COLUMNS", "PACKED_ROWS", "PACKED_MIN_WEIGHTS",
-           "MAX_PACKINGS"]
+__all__ = [
+    "Linear",
+    "swap_linear",
+    "reference",
+    "FEW_ROWS",
+    "SPLIT_MIN_COLUMNS",
+    "PACKED_ROWS",
+    "PACKED_MIN_WEIGHTS",
+    "MAX_PACKINGS",
+]
 
 # Up to this many rows the transposed copy is used where the packed one is not.
 # ``python -m benchmarks.decode_floor``: the copy wins at batch 1 and for a beam of 5, and F.linear's
@@ -77,8 +85,11 @@ PACKED_MIN_WEIGHTS = 1 << 17
 
 def _has_onednn() -> bool:
     try:
-        return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-                and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+        return (
+            torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        )
     except (AttributeError, RuntimeError):
         return False
 
@@ -102,7 +113,9 @@ class _Split(NamedTuple):
     """A one-row product split between ``parts`` threads, ready for ``torch.bmm``/``baddbmm``."""
 
     by_inputs: bool  # True: thread p multiplies its share of x by all outputs, the partial sums added after
-    blocks: torch.Tensor  # the right operand: (P, in, C) rows of W, transposed (by outputs); (P, in/P, n) of Wᵀ (by inputs)
+    blocks: (
+        torch.Tensor
+    )  # the right operand: (P, in, C) rows of W, transposed (by outputs); (P, in/P, n) of Wᵀ (by inputs)
     bias: torch.Tensor | None  # (P, 1, C) by outputs; (P, 1, n) by inputs: the bias for thread 0, zeros for the others
     padded: bool  # by outputs: the last block was padded with zero rows (n not a multiple of P)
 
@@ -141,9 +154,16 @@ class Linear(nn.Linear):
     def forward_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Only output features ``start:end`` (e.g. W_Q out of a fused W_Q/W_K/W_V): ``x W[start:end]ᵀ + b[start:end]``
         (the fast version of :func:`tformer.nn.attention.project_rows`)."""
-        if (torch.is_grad_enabled() or not x.is_cpu or x.shape[-1] != self.in_features or not _USE_FAST
-                or torch.compiler.is_compiling()):
-            return self._plain(x, start, end)  # training (autograd), GPUs, compiled graphs; a wrong width: F.linear's error
+        if (
+            torch.is_grad_enabled()
+            or not x.is_cpu
+            or x.shape[-1] != self.in_features
+            or not _USE_FAST
+            or torch.compiler.is_compiling()
+        ):
+            return self._plain(
+                x, start, end
+            )  # training (autograd), GPUs, compiled graphs; a wrong width: F.linear's error
         copies = self._copies()
         if copies is None:  # a weight made in inference mode: it keeps no version counter, a copy could go stale
             return self._plain(x, start, end)
@@ -152,7 +172,9 @@ class Linear(nn.Linear):
             parts = min(torch.get_num_threads(), (end - start) // SPLIT_MIN_COLUMNS)
             if parts > 1 and x.dim() <= 3:  # split between the threads (see _split), one batch entry of bmm each
                 split = copies.splits.get((start, end, parts)) or self._split(copies, start, end, parts)
-                row = x.reshape(parts, 1, -1) if split.by_inputs else x.expand(parts, 1, -1)  # (P, 1, in/P) or (P, 1, in)
+                row = (
+                    x.reshape(parts, 1, -1) if split.by_inputs else x.expand(parts, 1, -1)
+                )  # (P, 1, in/P) or (P, 1, in)
                 y = torch.bmm(row, split.blocks) if split.bias is None else torch.baddbmm(split.bias, row, split.blocks)
                 if split.by_inputs:  # the threads' partial sums of every output, added: (P, 1, n) -> (1, 1, n)
                     y = y.sum(0, keepdim=True)
@@ -161,10 +183,15 @@ class Linear(nn.Linear):
                     y = y.view(-1)[: end - start]  # the last block's zero padding dropped
                 return y.view(*x.shape[:-1], end - start)  # (..., n), the leading dims of x
             return _project(x, self._transposed(copies, start, end), _rows(copies.bias, start, end))
-        if (_ONEDNN and PACKED_ROWS[0] <= rows <= PACKED_ROWS[1] and (end - start) * self.in_features >= PACKED_MIN_WEIGHTS
-                and x.dtype == copies.weight.dtype == torch.float32):
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed(copies, start, end, rows), _rows(copies.bias, start, end),
-                                                      "none", [], "")
+        if (
+            _ONEDNN
+            and PACKED_ROWS[0] <= rows <= PACKED_ROWS[1]
+            and (end - start) * self.in_features >= PACKED_MIN_WEIGHTS
+            and x.dtype == copies.weight.dtype == torch.float32
+        ):
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self._packed(copies, start, end, rows), _rows(copies.bias, start, end), "none", [], ""
+            )
         if rows <= FEW_ROWS:
             return _project(x, self._transposed(copies, start, end), _rows(copies.bias, start, end))
         return self._plain(x, start, end)

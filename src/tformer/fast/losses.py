@@ -41,7 +41,11 @@ def reference():
 
 
 def sequence_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean"
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """:func:`tformer.nn.losses.sequence_cross_entropy` (same arguments, same result) with the fused CPU backward."""
     losses.check_loss_arguments(logits, labels, label_smoothing, reduction)
@@ -54,8 +58,13 @@ def sequence_cross_entropy(
 
 
 def _uses_fused(logits: torch.Tensor) -> bool:
-    return (_USE_FUSED and logits.device.type == "cpu" and logits.requires_grad and torch.is_grad_enabled()
-            and not torch.compiler.is_compiling())
+    return (
+        _USE_FUSED
+        and logits.device.type == "cpu"
+        and logits.requires_grad
+        and torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+    )
 
 
 def _check_labels(labels: torch.Tensor, ignore_index: int, n_classes: int) -> None:

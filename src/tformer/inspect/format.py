@@ -42,7 +42,12 @@ def summary(t: torch.Tensor) -> dict:
     finite = t[torch.isfinite(t)]
     stats = dict(shape=list(t.shape), n_inf=int((~torch.isfinite(t)).sum()))
     if finite.numel():
-        stats.update(mean=finite.mean().item(), std=finite.std(unbiased=False).item(), min=finite.min().item(), max=finite.max().item())
+        stats.update(
+            mean=finite.mean().item(),
+            std=finite.std(unbiased=False).item(),
+            min=finite.min().item(),
+            max=finite.max().item(),
+        )
     return stats
 
 
@@ -60,7 +65,8 @@ def _render(e: Entry, head: int | None, max_full: int) -> list[str]:
         first = t[(0,) * (t.dim() - 2)][:4, :6]  # (≤4, ≤6) corner of the first matrix
         corner = f"    corner [{', '.join(f'{n}=0' for n in names)}{', ' if names else ''}:4, :6]"
         return [line + (f"  ({s['n_inf']} entries are -inf)" if s["n_inf"] else ""), corner] + _grid(
-            first, e.rows[:4] if e.rows else None, e.cols[:6] if e.cols else None)
+            first, e.rows[:4] if e.rows else None, e.cols[:6] if e.cols else None
+        )
     lines = []
     for idx in itertools.product(*map(range, t.shape[:-2])):
         if any(n > 1 for n in t.shape[:-2]) or (head is not None and h_axis is not None):
@@ -82,7 +88,9 @@ def _most_attended(e: Entry, head: int | None) -> str:
 def format_trace(tr: Trace, entries: list[Entry], head, stages, layer, max_full: int) -> str:
     lines = [f"tformer trace · {tr.model_type}"] + [f"  {b} tokens: {' '.join(t)}" for b, t in tr.tokens.items()]
     for e in entries:
-        place = e.block + (f" layer {e.layer}" if e.layer is not None else "") + (f" {e.kind}-attention" if e.kind else "")
+        place = (
+            e.block + (f" layer {e.layer}" if e.layer is not None else "") + (f" {e.kind}-attention" if e.kind else "")
+        )
         dims = ", ".join(f"{d}={n}" for d, n in zip(e.dims, e.tensor.shape))
         lines += ["", f"── {place} · {e.stage}  ({dims})  {e.note}"] + _render(e, head, max_full)
         if e.stage == "weights" and e.kind == "cross":

@@ -68,8 +68,14 @@ def _annotate(ax, matrix: np.ndarray, fmt: str = "{:.2f}") -> None:
         ax.text(j, i, text, ha="center", va="center", fontsize=7, color="black" if value > 0.5 else "white")
 
 
-def plot_attention(weights, x_labels=None, y_labels=None, path=None, title: str = "attention weights",
-                   head_titles: list[str] | None = None) -> Figure:
+def plot_attention(
+    weights,
+    x_labels=None,
+    y_labels=None,
+    path=None,
+    title: str = "attention weights",
+    head_titles: list[str] | None = None,
+) -> Figure:
     """Heatmap of attention ``weights`` (Tq, Tk), or a grid with one panel per head for (H, Tq, Tk).
 
     Rows are queries (``y_labels``, the tokens that look), columns keys (``x_labels``, the tokens

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,12 +35,43 @@ from tformer.nn.positional import InputEmbedding
 from tformer.nn.recorder import Recorder
 from tformer.tokens import TRANSLATION_EOS, TRANSLATION_SOS
 
-__all__ = ["STAGES", "Entry", "Trace", "Toy", "trace", "trace_seq2seq", "trace_gpt", "trace_bert",
-           "top_k_probs", "greedy_steps", "toy_seq2seq"]
+__all__ = [
+    "STAGES",
+    "Entry",
+    "Trace",
+    "Toy",
+    "trace",
+    "trace_seq2seq",
+    "trace_gpt",
+    "trace_bert",
+    "top_k_probs",
+    "greedy_steps",
+    "toy_seq2seq",
+]
 
-STAGES = ("tokens", "token_embedding", "positional", "segment", "embedding", "q", "k", "v", "scores", "mask",
-          "masked_scores", "weights", "context", "attn_output", "add_norm", "ffn", "final_norm", "logits", "probs",
-          "top_k", "generation")
+STAGES = (
+    "tokens",
+    "token_embedding",
+    "positional",
+    "segment",
+    "embedding",
+    "q",
+    "k",
+    "v",
+    "scores",
+    "mask",
+    "masked_scores",
+    "weights",
+    "context",
+    "attn_output",
+    "add_norm",
+    "ffn",
+    "final_norm",
+    "logits",
+    "probs",
+    "top_k",
+    "generation",
+)
 SOS, EOS = TRANSLATION_SOS, TRANSLATION_EOS  # seq2seq special ids (the layouts: tformer.tokens)
 
 
@@ -59,7 +91,7 @@ class Entry:
 
     @property
     def kind(self) -> str:
-        """"self" or "cross" for attention entries, "" otherwise."""
+        """ "self" or "cross" for attention entries, "" otherwise."""
         tail = self.where.rsplit(".", 1)[-1]
         return {"self_attn": "self", "cross_attn": "cross"}.get(tail, "")
 
@@ -75,8 +107,13 @@ class Trace:
     def select(self, layer: int | None = None, stages=None, block: str | None = None) -> list[Entry]:
         """Entries of that ``layer`` (entries outside the layers are dropped), ``stages`` and ``block``."""
         stages = _check_stages(stages)
-        return [e for e in self.entries if (layer is None or e.layer == layer)
-                and (stages is None or e.stage in stages) and (block is None or e.block == block)]
+        return [
+            e
+            for e in self.entries
+            if (layer is None or e.layer == layer)
+            and (stages is None or e.stage in stages)
+            and (block is None or e.block == block)
+        ]
 
     def get(self, stage: str, block: str | None = None, layer: int | None = None, kind: str | None = None) -> Entry:
         """The first entry of ``stage`` matching ``block``/``layer``/``kind`` ("self"/"cross")."""
@@ -84,7 +121,9 @@ class Trace:
             if kind is None or e.kind == kind:
                 return e
         have = sorted({(e.block, e.layer, e.kind) for e in self.entries if e.stage == stage}, key=str)
-        raise ValueError(f"no {stage!r} entry for block={block!r}, layer={layer!r}, kind={kind!r}; the trace has {have}")
+        raise ValueError(
+            f"no {stage!r} entry for block={block!r}, layer={layer!r}, kind={kind!r}; the trace has {have}"
+        )
 
     def format(self, layer: int | None = None, head: int | None = None, stages=None, max_full: int = 128) -> str:
         """Readable text: values in full for tensors of at most ``max_full`` elements, else a summary."""
@@ -101,12 +140,29 @@ class Trace:
 
     def to_dict(self, max_values: int = 100_000) -> dict:
         """Plain data: each entry with its dims, labels and values (a summary above ``max_values`` elements)."""
-        entries = [dict(stage=e.stage, block=e.block, layer=e.layer, where=e.where, kind=e.kind, dims=list(e.dims),
-                        shape=list(e.tensor.shape), note=e.note, rows=e.rows, cols=e.cols,
-                        **({"values": _jsonable(e.tensor.tolist())} if e.tensor.numel() <= max_values
-                           else {"summary": summary(e.tensor)}))
-                   for e in self.entries]
-        return dict(model_type=self.model_type, tokens=self.tokens, entries=entries, top_k=self.top_k, generation=self.steps)
+        entries = [
+            dict(
+                stage=e.stage,
+                block=e.block,
+                layer=e.layer,
+                where=e.where,
+                kind=e.kind,
+                dims=list(e.dims),
+                shape=list(e.tensor.shape),
+                note=e.note,
+                rows=e.rows,
+                cols=e.cols,
+                **(
+                    {"values": _jsonable(e.tensor.tolist())}
+                    if e.tensor.numel() <= max_values
+                    else {"summary": summary(e.tensor)}
+                ),
+            )
+            for e in self.entries
+        ]
+        return dict(
+            model_type=self.model_type, tokens=self.tokens, entries=entries, top_k=self.top_k, generation=self.steps
+        )
 
     def to_json(self, path: str | Path, max_values: int = 100_000) -> Path:
         """Write the trace as JSON (−∞ is written as the string "-inf"); tensors above ``max_values`` as summaries."""
@@ -114,8 +170,9 @@ class Trace:
         path.write_text(json.dumps(self.to_dict(max_values), indent=1) + "\n", encoding="utf-8")
         return path
 
-    def plot_attention(self, path=None, block: str | None = None, layer: int = 0, kind: str | None = None,
-                       head: int | None = None):
+    def plot_attention(
+        self, path=None, block: str | None = None, layer: int = 0, kind: str | None = None, head: int | None = None
+    ):
         """Heatmap of one attention module's weights (all heads in a grid, or ``head``); returns the Figure."""
         from tformer.inspect.plots import plot_attention
 
@@ -172,7 +229,8 @@ class _Collector:
 
     def __init__(self, model: nn.Module, rec: Recorder, labels: dict[str, list[str]], vocab: list[str] | None) -> None:
         self.entries: list[Entry] = []
-        self.rec, self.labels, self.vocab, self.handles = rec, labels, vocab, []
+        self.rec, self.labels, self.vocab = rec, labels, vocab
+        self.handles: list[torch.utils.hooks.RemovableHandle] = []
         self.embed_block = "decoder" if model.model_type == "gpt" else "encoder"
         for name, m in model.named_modules():
             self._attach(name, m)
@@ -183,9 +241,21 @@ class _Collector:
         watch = functools.partial(self._watch, block=self._locate(name)[0], layer=self._locate(name)[1])
         if isinstance(m, InputEmbedding):
             scale, extra = m.scale, " + segment" * (m.segment is not None) + " → LayerNorm" * (m.norm is not None)
-            watch(m.token, "token_embedding", name + ".token", BTD, "token embedding lookup"
-                  + (f" × √D = × {scale:.4g}" if scale != 1.0 else ""), value=lambda o: o * scale)  # as the model does
-            watch(m.position, "positional", name + ".position", ("T", "D"), f"{type(m.position).__name__}, one row per position")
+            watch(
+                m.token,
+                "token_embedding",
+                name + ".token",
+                BTD,
+                "token embedding lookup" + (f" × √D = × {scale:.4g}" if scale != 1.0 else ""),
+                value=lambda o: o * scale,
+            )  # as the model does
+            watch(
+                m.position,
+                "positional",
+                name + ".position",
+                ("T", "D"),
+                f"{type(m.position).__name__}, one row per position",
+            )
             watch(m.segment, "segment", name + ".segment", BTD, "segment (token-type) embedding")
             position = "position" if m.position is not None else "no position (RoPE rotates q and k in self-attention)"
             watch(m, "embedding", name, BTD, f"token + {position}{extra} → dropout")
@@ -208,9 +278,13 @@ class _Collector:
 
     def _watch(self, module, stage, where, dims, note, block, layer=None, value=None) -> None:
         """Hook ``module`` (if any): its output, through ``value`` if given, becomes an entry of ``stage``."""
-        if module is not None:
-            hook = lambda _m, _i, out: self._add(stage, out if value is None else value(out), dims, block, layer, where, note)  # noqa: E731
-            self.handles.append(module.register_forward_hook(hook))
+        if module is None:
+            return
+
+        def hook(_module, _inputs, out) -> None:
+            self._add(stage, out if value is None else value(out), dims, block, layer, where, note)
+
+        self.handles.append(module.register_forward_hook(hook))
 
     def vocab_cols(self, n: int) -> list[str] | None:
         return self.vocab if self.vocab is not None and len(self.vocab) == n <= 64 else None
@@ -240,7 +314,14 @@ class _Collector:
             ("scores", r.scores, ("B", "H", "Tq", "Tk"), "Q·Kᵀ / √Dh", q_rows, k_rows),
             ("mask", mask, ("B", "Tq", "Tk"), "1 = may attend, 0 = blocked", q_rows, k_rows),
             ("masked_scores", r.masked_scores, ("B", "H", "Tq", "Tk"), "blocked scores set to -inf", q_rows, k_rows),
-            ("weights", r.weights, ("B", "H", "Tq", "Tk"), "softmax over Tk; blocked entries are exactly 0", q_rows, k_rows),
+            (
+                "weights",
+                r.weights,
+                ("B", "H", "Tq", "Tk"),
+                "softmax over Tk; blocked entries are exactly 0",
+                q_rows,
+                k_rows,
+            ),
             ("context", r.context, ("B", "H", "Tq", "Dh"), "weights · V", q_rows, None),
             ("attn_output", r.output, ("B", "Tq", "D"), "heads concatenated → W_O", q_rows, None),
         ):
@@ -272,7 +353,7 @@ def _run(model: nn.Module, labels: dict[str, list[str]], ids: dict[str, torch.Te
     """Run ``call()`` once with hooks and a recorder attached, in eval mode; restore the mode after."""
     was_training = model.training
     model.eval()
-    tr = Trace(model.model_type, tokens=labels)
+    tr = Trace(str(model.model_type), tokens=labels)
     for block, t in ids.items():
         tr.entries.append(Entry("tokens", t, ("B", "T"), block, None, "", "token ids", cols=labels[block]))
     last = labels[list(ids)[-1]]  # the output head reads the last block's positions
@@ -285,25 +366,40 @@ def _run(model: nn.Module, labels: dict[str, list[str]], ids: dict[str, torch.Te
             model.train(was_training)
     tr.entries += collector.entries
     logits = tr.get("logits").tensor  # (B, T, V)
-    tr.entries.append(Entry("probs", torch.softmax(logits, dim=-1), ("B", "T", "V"), "output", None, "output",
-                            "softmax over V", last, collector.vocab_cols(logits.shape[-1])))
+    tr.entries.append(
+        Entry(
+            "probs",
+            torch.softmax(logits, dim=-1),
+            ("B", "T", "V"),
+            "output",
+            None,
+            "output",
+            "softmax over V",
+            last,
+            collector.vocab_cols(logits.shape[-1]),
+        )
+    )
     return tr
 
 
 def _add_top_k(tr: Trace, vocab, k: int, positions: list[int]) -> None:
     logits = tr.get("logits").tensor[0]  # (T, V)
-    rows = tr.get("probs").rows
+    rows = tr.get("probs").rows or []
     tr.top_k = [dict(position=p, token=rows[p], candidates=top_k_probs(logits[p], vocab, k)) for p in positions]
 
 
-def trace_seq2seq(model, src_ids, tgt_ids=(SOS,), src_tokens=None, tgt_tokens=None, vocab=None, k: int = 5,
-                  max_new_tokens: int = 0) -> Trace:
+def trace_seq2seq(
+    model, src_ids, tgt_ids=(SOS,), src_tokens=None, tgt_tokens=None, vocab=None, k: int = 5, max_new_tokens: int = 0
+) -> Trace:
     """Trace ``model(src, tgt)`` (teacher forcing; ``tgt`` starts with <sos>), then greedy generation.
 
     ``vocab`` maps target ids to token strings (for top-k and generation).
     """
     src, tgt = _as_ids(src_ids, "src_ids"), _as_ids(tgt_ids, "tgt_ids")
-    labels = {"encoder": _labels(src, src_tokens, None, "src_tokens"), "decoder": _labels(tgt, tgt_tokens, vocab, "tgt_tokens")}
+    labels = {
+        "encoder": _labels(src, src_tokens, None, "src_tokens"),
+        "decoder": _labels(tgt, tgt_tokens, vocab, "tgt_tokens"),
+    }
     tr = _run(model, labels, {"encoder": src, "decoder": tgt}, vocab, lambda: model(src, tgt))
     _add_top_k(tr, vocab, k, list(range(tgt.shape[1])))
     if max_new_tokens:
@@ -311,7 +407,9 @@ def trace_seq2seq(model, src_ids, tgt_ids=(SOS,), src_tokens=None, tgt_tokens=No
     return tr
 
 
-def trace_gpt(model, ids, tokens=None, vocab=None, k: int = 5, max_new_tokens: int = 0, eos_id: int | None = None) -> Trace:
+def trace_gpt(
+    model, ids, tokens=None, vocab=None, k: int = 5, max_new_tokens: int = 0, eos_id: int | None = None
+) -> Trace:
     """Trace ``model(ids)`` (a prompt), top-k at the last position, then greedy continuation."""
     ids = _as_ids(ids, "ids")
     labels = {"decoder": _labels(ids, tokens, vocab, "tokens")}
@@ -322,7 +420,9 @@ def trace_gpt(model, ids, tokens=None, vocab=None, k: int = 5, max_new_tokens: i
     return tr
 
 
-def trace_bert(model, ids, tokens=None, token_type_ids=None, vocab=None, k: int = 5, mask_token: str = "[MASK]") -> Trace:
+def trace_bert(
+    model, ids, tokens=None, token_type_ids=None, vocab=None, k: int = 5, mask_token: str = "[MASK]"
+) -> Trace:
     """Trace the encoder and the MLM head; top-k at the ``mask_token`` positions (all positions if none)."""
     ids = _as_ids(ids, "ids")
     labels = {"encoder": _labels(ids, tokens, vocab, "tokens")}
@@ -335,7 +435,7 @@ def trace_bert(model, ids, tokens=None, token_type_ids=None, vocab=None, k: int 
 
 def trace(model, *args, **kwargs) -> Trace:
     """Dispatch on ``model.model_type`` to :func:`trace_seq2seq`, :func:`trace_gpt` or :func:`trace_bert`."""
-    fns = {"seq2seq": trace_seq2seq, "gpt": trace_gpt, "bert": trace_bert}
+    fns: dict[str, Callable[..., Trace]] = {"seq2seq": trace_seq2seq, "gpt": trace_gpt, "bert": trace_bert}
     kind = getattr(model, "model_type", None)
     if kind not in fns:
         raise TypeError(f"model must be a tformer Seq2SeqTransformer, GPT or Bert, got {type(model).__name__}")
@@ -388,21 +488,42 @@ class Toy:
         return [vocab.index(t) for t in tokens]
 
     def trace(self, k: int = 3, max_new_tokens: int = 5) -> Trace:
-        return trace_seq2seq(self.model, self.ids(self.src_tokens, self.src_vocab), self.ids(self.tgt_tokens, self.tgt_vocab),
-                             self.src_tokens, self.tgt_tokens, self.tgt_vocab, k, max_new_tokens)
+        return trace_seq2seq(
+            self.model,
+            self.ids(self.src_tokens, self.src_vocab),
+            self.ids(self.tgt_tokens, self.tgt_vocab),
+            self.src_tokens,
+            self.tgt_tokens,
+            self.tgt_vocab,
+            k,
+            max_new_tokens,
+        )
 
 
 _SPECIALS = ["<pad>", "<unk>", "<sos>", "<eos>"]
-_TOY_TEXT = dict(src_vocab=_SPECIALS + ["I", "am", "good", "."], tgt_vocab=_SPECIALS + ["Je", "vais", "bien"],
-                 src_tokens=["I", "am", "good", "."], tgt_tokens=["<sos>", "Je", "vais", "bien"])
+_TOY_TEXT = dict(
+    src_vocab=_SPECIALS + ["I", "am", "good", "."],
+    tgt_vocab=_SPECIALS + ["Je", "vais", "bien"],
+    src_tokens=["I", "am", "good", "."],
+    tgt_tokens=["<sos>", "Je", "vais", "bien"],
+)
 
 
 def toy_seq2seq(n_heads: int = 2, train_steps: int = 60, seed: int = 0) -> Toy:
     """A 1-layer, d_model = 4 seq2seq model overfit on the one pair, with a fixed seed (global RNG untouched)."""
     from tformer.models import Seq2SeqConfig, Seq2SeqTransformer
 
-    config = Seq2SeqConfig(src_vocab_size=8, tgt_vocab_size=7, d_model=4, n_heads=n_heads, n_encoder_layers=1,
-                           n_decoder_layers=1, d_ff=16, dropout=0.0, max_len=16)
+    config = Seq2SeqConfig(
+        src_vocab_size=8,
+        tgt_vocab_size=7,
+        d_model=4,
+        n_heads=n_heads,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=16,
+        dropout=0.0,
+        max_len=16,
+    )
     toy = Toy(Seq2SeqTransformer(config), **{k: list(v) for k, v in _TOY_TEXT.items()})
     toy.model.load_state_dict(_toy_weights(config, train_steps, seed))
     toy.model.eval()

@@ -15,8 +15,13 @@ import torch
 __all__ = ["ACTIVATIONS", "activation", "rename", "fuse_qkv", "drop_tied"]
 
 # Hugging Face ``hidden_act`` / ``activation_function`` name -> ours.
-ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-               "relu2": "relu2"}
+ACTIVATIONS = {
+    "gelu": "gelu",
+    "relu": "relu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu2": "relu2",
+}
 
 Rules = list[tuple[str, str]]  # (regex, replacement)
 

@@ -140,9 +140,13 @@ def load_hf_bert_state(model: Bert, hf_state: Mapping[str, torch.Tensor]) -> Ber
     """Copy Hugging Face BERT weights into ``model`` (in place); heads the checkpoint lacks keep their init."""
     state = bert_state_from_hf(hf_state)
     # our MLM decoder weight *is* the token embedding: refuse an untied checkpoint instead of losing weights
-    drop_tied(state, "mlm_head.decoder.weight", "embed.token.weight",
-              "from_hf: the MLM decoder weight differs from the word embeddings (tie_word_embeddings=False) "
-              "and tformer's Bert always ties them")
+    drop_tied(
+        state,
+        "mlm_head.decoder.weight",
+        "embed.token.weight",
+        "from_hf: the MLM decoder weight differs from the word embeddings (tie_word_embeddings=False) "
+        "and tformer's Bert always ties them",
+    )
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith(_BERT_HEADS) and k != "mlm_head.decoder.weight"]
     if missing or unexpected:
@@ -199,9 +203,13 @@ def gpt_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.T
 def _gpt_from_hf(model: Any) -> GPT:
     ours = GPT(gpt_config_from_hf(model.config.to_dict()))
     state = gpt_state_from_hf(model.state_dict())
-    drop_tied(state, "output.weight", "embed.token.weight",  # ours is tied to embed.token
-              "from_hf: GPT-2 lm_head differs from the token embedding (tie_word_embeddings=False); "
-              "tformer's GPT converter only handles tied heads")
+    drop_tied(
+        state,
+        "output.weight",
+        "embed.token.weight",  # ours is tied to embed.token
+        "from_hf: GPT-2 lm_head differs from the token embedding (tie_word_embeddings=False); "
+        "tformer's GPT converter only handles tied heads",
+    )
     missing, unexpected = ours.load_state_dict(state, strict=False)
     if [k for k in missing if k != "output.weight"] or unexpected:
         raise ValueError(f"from_hf: GPT-2 weights do not fit the model: missing {missing}, unexpected {unexpected}")
@@ -230,8 +238,12 @@ def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
     """
     import transformers
 
-    bert_types = (transformers.BertModel, transformers.BertForPreTraining, transformers.BertForMaskedLM,
-                  transformers.BertForSequenceClassification)
+    bert_types = (
+        transformers.BertModel,
+        transformers.BertForPreTraining,
+        transformers.BertForMaskedLM,
+        transformers.BertForSequenceClassification,
+    )
     ours: GPT | Bert | Seq2SeqTransformer
     if isinstance(model, (transformers.GPT2LMHeadModel, transformers.GPT2Model)):
         ours = _gpt_from_hf(model)

@@ -110,13 +110,18 @@ def marian_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torc
     bias = hf_state.get("final_logits_bias")
     if bias is not None and torch.count_nonzero(bias):
         raise ValueError("from_hf: Marian's final_logits_bias is nonzero and tformer's output layer has no bias")
-    state = {rename(key, _MARIAN_PREFIX, _MARIAN_RENAMES, "Marian"): tensor
-             for key, tensor in hf_state.items() if not _MARIAN_IGNORED.match(key)}
+    state = {
+        rename(key, _MARIAN_PREFIX, _MARIAN_RENAMES, "Marian"): tensor
+        for key, tensor in hf_state.items()
+        if not _MARIAN_IGNORED.match(key)
+    }
     return fuse_qkv(state, ("q_proj", "k_proj", "v_proj"))
 
 
 def _drop_tied(state: dict[str, torch.Tensor], key: str, tied_to: str) -> str:
-    return drop_tied(state, key, tied_to, f"from_hf: Marian weight for {key} differs from {tied_to}, but the config ties them")
+    return drop_tied(
+        state, key, tied_to, f"from_hf: Marian weight for {key} differs from {tied_to}, but the config ties them"
+    )
 
 
 def marian_from_hf(model: Any) -> Seq2SeqTransformer:

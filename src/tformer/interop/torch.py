@@ -78,7 +78,9 @@ def _layer_config(layer: Any) -> LayerConfig:  # an nn.TransformerEncoderLayer /
 def _build(module: nn.Module) -> nn.Module:
     if isinstance(module, nn.MultiheadAttention):
         _check_attention(module)
-        return MultiHeadAttention(module.embed_dim, module.num_heads, module.dropout, bias=module.in_proj_bias is not None)
+        return MultiHeadAttention(
+            module.embed_dim, module.num_heads, module.dropout, bias=module.in_proj_bias is not None
+        )
     if isinstance(module, nn.TransformerEncoderLayer):
         return EncoderLayer(_layer_config(module))
     if isinstance(module, nn.TransformerDecoderLayer):
@@ -91,7 +93,9 @@ def _build(module: nn.Module) -> nn.Module:
         enc, dec = module.encoder, module.decoder
         if (enc.norm is None) != (dec.norm is None):
             raise ValueError("from_torch: nn.Transformer with a final norm on only one stack is not supported")
-        return EncoderDecoder(_layer_config(enc.layers[0]), len(enc.layers), len(dec.layers), final_norm=enc.norm is not None)
+        return EncoderDecoder(
+            _layer_config(enc.layers[0]), len(enc.layers), len(dec.layers), final_norm=enc.norm is not None
+        )
     raise TypeError(
         "from_torch expects nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, "
         f"nn.TransformerEncoder, nn.TransformerDecoder or nn.Transformer, got {type(module).__name__}"

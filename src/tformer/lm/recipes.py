@@ -19,34 +19,77 @@ RECIPES: dict[str, dict[str, Any]] = {
     # 9,000 steps of the 6-minute model, val 1.546 against 1.578 with GPT-2's learned table, for 8% more time a
     # step); all use the exact (erf) GELU, as nanoGPT (PyTorch's tanh GELU, GPT-2's, is ~3× slower on this CPU).
     # ~1.5 minutes: one layer, learned positions (with RoPE it ended worse: 4,008 steps -> 1.710 vs ~1.66)
-    "shakespeare-char": dict(base="tiny", model=dict(d_model=128, n_heads=4, n_layers=1, d_ff=512, dropout=0.0,
-                                                     activation="gelu"),
-                             tokenizer="char", block_size=128, batch_size=8, lr=3e-3, warmup_steps=50),
+    "shakespeare-char": dict(
+        base="tiny",
+        model=dict(d_model=128, n_heads=4, n_layers=1, d_ff=512, dropout=0.0, activation="gelu"),
+        tokenizer="char",
+        block_size=128,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=50,
+    ),
     # ~6 minutes: two layers, a lower peak lr, weight decay 0.1 (at 9,000 steps: val 1.533 against 1.546 with 0.01;
     # 0.3 gave 1.533 too)
-    "shakespeare-char-6min": dict(base="tiny", model=dict(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0,
-                                                          activation="gelu", positional="rope"),
-                                  tokenizer="char", block_size=128, batch_size=8, lr=2e-3, warmup_steps=50,
-                                  weight_decay=0.1),
+    "shakespeare-char-6min": dict(
+        base="tiny",
+        model=dict(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, activation="gelu", positional="rope"),
+        tokenizer="char",
+        block_size=128,
+        batch_size=8,
+        lr=2e-3,
+        warmup_steps=50,
+        weight_decay=0.1,
+    ),
     # ~30 minutes: four layers with dropout 0.1 on the residual paths (none on the attention weights, so the
     # fused attention kernel keeps running) and weight decay 0.1; without dropout four layers overfit (val 1.53
     # after 9,000 steps, 1.57 at the end of 13,611), with weight decay 0.01 validation stalled at 1.50; twice the batch
-    "shakespeare-char-30min": dict(base="tiny", model=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.1,
-                                                           attn_dropout=0.0, activation="gelu", positional="rope"),
-                                   tokenizer="char", block_size=128, batch_size=16, lr=2e-3, warmup_steps=100,
-                                   weight_decay=0.1),
+    "shakespeare-char-30min": dict(
+        base="tiny",
+        model=dict(
+            d_model=128,
+            n_heads=4,
+            n_layers=4,
+            d_ff=512,
+            dropout=0.1,
+            attn_dropout=0.0,
+            activation="gelu",
+            positional="rope",
+        ),
+        tokenizer="char",
+        block_size=128,
+        batch_size=16,
+        lr=2e-3,
+        warmup_steps=100,
+        weight_decay=0.1,
+    ),
 }
 DEFAULTS = dict(tokenizer="char", batch_size=16, lr=1e-3, warmup_steps=100, weight_decay=0.01, vocab_size=4096)
 
 
-def resolve(preset: str = "tiny", *, tokenizer: str | None = None, batch_size: int | None = None, lr: float | None = None,
-            warmup_steps: int | None = None, weight_decay: float | None = None, vocab_size: int | None = None,
-            block_size: int | None = None, dropout: float | None = None) -> dict:
+def resolve(
+    preset: str = "tiny",
+    *,
+    tokenizer: str | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    warmup_steps: int | None = None,
+    weight_decay: float | None = None,
+    vocab_size: int | None = None,
+    block_size: int | None = None,
+    dropout: float | None = None,
+) -> dict:
     """The settings of a run: each given value (not None) wins over the recipe of ``preset``, which wins over
     :data:`DEFAULTS`. ``preset`` is a recipe name or a GPTConfig preset. Returns the seven settings, ``base``
     (the GPTConfig preset) and ``model`` (the GPTConfig overrides)."""
-    given = dict(tokenizer=tokenizer, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps, weight_decay=weight_decay,
-                 vocab_size=vocab_size, block_size=block_size)
+    given = dict(
+        tokenizer=tokenizer,
+        batch_size=batch_size,
+        lr=lr,
+        warmup_steps=warmup_steps,
+        weight_decay=weight_decay,
+        vocab_size=vocab_size,
+        block_size=block_size,
+    )
     recipe: dict[str, Any] = RECIPES.get(preset, dict(base=preset, model={}))
     pick = {k: v if v is not None else recipe.get(k, DEFAULTS.get(k)) for k, v in given.items()}
     model = dict(recipe["model"])

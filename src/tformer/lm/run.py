@@ -30,12 +30,27 @@ from tformer.training.trainer import TrainConfig, Trainer
 __all__ = ["setup", "train", "load", "generate", "evaluate"]
 
 
-def setup(data: str | Path, out_dir: str | Path, preset: str = "tiny", *, tokenizer: str | None = None,
-          vocab_size: int | None = None, block_size: int | None = None, batch_size: int | None = None,
-          dropout: float | None = None, lr: float | None = None, warmup_steps: int | None = None,
-          weight_decay: float | None = None, batches_per_epoch: int = 200, eval_blocks: int | None = 400,
-          val_fraction: float = 0.1, compile: bool = False, resume: bool = False,
-          log: Callable[[str], None] = say, **train_options) -> Trainer:
+def setup(
+    data: str | Path,
+    out_dir: str | Path,
+    preset: str = "tiny",
+    *,
+    tokenizer: str | None = None,
+    vocab_size: int | None = None,
+    block_size: int | None = None,
+    batch_size: int | None = None,
+    dropout: float | None = None,
+    lr: float | None = None,
+    warmup_steps: int | None = None,
+    weight_decay: float | None = None,
+    batches_per_epoch: int = 200,
+    eval_blocks: int | None = 400,
+    val_fraction: float = 0.1,
+    compile: bool = False,
+    resume: bool = False,
+    log: Callable[[str], None] = say,
+    **train_options,
+) -> Trainer:
     """A :class:`Trainer` of a GPT on the documents of ``data``, ready to ``fit()``.
 
     Unset settings come from the recipe of ``preset`` (:mod:`tformer.lm.recipes`), else the defaults;
@@ -43,14 +58,28 @@ def setup(data: str | Path, out_dir: str | Path, preset: str = "tiny", *, tokeni
     the schedule is cosine unless given). With ``resume``, the tokenizer and the config come from
     ``OUT/last`` and training continues exactly where it stopped.
     """
-    r = resolve(preset, tokenizer=tokenizer, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
-                weight_decay=weight_decay, vocab_size=vocab_size, block_size=block_size, dropout=dropout)
+    r = resolve(
+        preset,
+        tokenizer=tokenizer,
+        batch_size=batch_size,
+        lr=lr,
+        warmup_steps=warmup_steps,
+        weight_decay=weight_decay,
+        vocab_size=vocab_size,
+        block_size=block_size,
+        dropout=dropout,
+    )
     options = {"schedule": "cosine", **train_options}
-    if (options["schedule"] == "cosine" and options.get("max_steps") is None and options.get("minutes") is None
-            and options.get("epochs") is not None):  # decay over the epochs
+    if (
+        options["schedule"] == "cosine"
+        and options.get("max_steps") is None
+        and options.get("minutes") is None
+        and options.get("epochs") is not None
+    ):  # decay over the epochs
         options["max_steps"] = math.ceil(options["epochs"] * batches_per_epoch / options.get("accum_steps", 1))
-    cfg = TrainConfig(out_dir=str(out_dir), lr=r["lr"], warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"],
-                      **options)
+    cfg = TrainConfig(
+        out_dir=str(out_dir), lr=r["lr"], warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"], **options
+    )
     docs = read_documents(data)
     if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
         config, tok = saved_run(out_dir, GPT, load_lm_tokenizer)
@@ -60,11 +89,14 @@ def setup(data: str | Path, out_dir: str | Path, preset: str = "tiny", *, tokeni
     train_ids, val_ids = split_ids(encode_documents(tok, docs), val_fraction)
     torch.manual_seed(cfg.seed)
     model = GPT(config)
-    log(f"data: {len(docs)} document(s), {len(train_ids):,} train / {len(val_ids):,} validation tokens, "
+    log(
+        f"data: {len(docs)} document(s), {len(train_ids):,} train / {len(val_ids):,} validation tokens, "
         f"vocabulary {tok.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} parameters, "
-        f"context {config.max_len}")
-    task = LMTask(tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed,
-                  compile)
+        f"context {config.max_len}"
+    )
+    task = LMTask(
+        tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed, compile
+    )
     return make_trainer(model, task, cfg, resume)
 
 
@@ -80,8 +112,16 @@ def load(directory: str | Path, device: str = "cpu") -> tuple[GPT, CharTokenizer
     return GPT.from_pretrained(directory).to(device).eval(), load_lm_tokenizer(directory)
 
 
-def generate(model: GPT, tokenizer, prompt: str, max_new_tokens: int, sampling: SamplingConfig | None = None,
-             stop: Iterable[str] = (), seed: int | None = None, on_text: Callable[[str], None] | None = None) -> str:
+def generate(
+    model: GPT,
+    tokenizer,
+    prompt: str,
+    max_new_tokens: int,
+    sampling: SamplingConfig | None = None,
+    stop: Iterable[str] = (),
+    seed: int | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> str:
     """Continue ``prompt`` (no prompt: start a new document); ``on_text`` receives the text as it becomes safe
     to show (never the end-of-document token, nothing from a stop string on). Returns the continuation."""
     prompt_ids = tokenizer.encode(prompt) or [EOT]  # no prompt: start as after a document boundary
@@ -97,8 +137,17 @@ def generate(model: GPT, tokenizer, prompt: str, max_new_tokens: int, sampling: 
         if int(ids[0]) != EOT:  # the end of the document is not shown
             emit(stream.push(int(ids[0])))
 
-    generate_lm(model, [prompt_ids], max_new_tokens, sampling or SamplingConfig(), eos_id=EOT, pad_id=PAD, seed=seed,
-                on_token=show, stop=lambda step, ids: [stream.stopped])
+    generate_lm(
+        model,
+        [prompt_ids],
+        max_new_tokens,
+        sampling or SamplingConfig(),
+        eos_id=EOT,
+        pad_id=PAD,
+        seed=seed,
+        on_token=show,
+        stop=lambda step, ids: [stream.stopped],
+    )
     emit(stream.flush())
     return "".join(pieces)
 

@@ -31,7 +31,9 @@ class TextStream:
             safe = len(text)
         else:
             safe = len(text.rstrip("\ufffd"))
-            tails = [k for s in self.stop_strings for k in range(1, min(len(s), safe + 1)) if text[:safe].endswith(s[:k])]
+            tails = [
+                k for s in self.stop_strings for k in range(1, min(len(s), safe + 1)) if text[:safe].endswith(s[:k])
+            ]
             safe -= max(tails, default=0)  # a tail that may still grow into a stop string waits
         self.text = text
         out = text[self.printed : max(safe, self.printed)]

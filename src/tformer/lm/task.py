@@ -24,8 +24,14 @@ __all__ = ["LMTask", "evaluate_stream"]
 
 
 @torch.no_grad()
-def evaluate_stream(model, ids: torch.Tensor, unit_lengths: torch.Tensor, block_size: int | None = None,
-                    batch_size: int = 32, max_blocks: int | None = None) -> dict:
+def evaluate_stream(
+    model,
+    ids: torch.Tensor,
+    unit_lengths: torch.Tensor,
+    block_size: int | None = None,
+    batch_size: int = 32,
+    max_blocks: int | None = None,
+) -> dict:
     """Loss per token, perplexity and bits per unit (character or byte) over ``ids`` (N,).
 
     The stream is cut into non-overlapping blocks of ``block_size`` predictions (the last one
@@ -49,8 +55,12 @@ def evaluate_stream(model, ids: torch.Tensor, unit_lengths: torch.Tensor, block_
         units += int(unit_lengths.to(device)[y][real].sum())
     model.train(was_training)
     loss = nats / max(tokens, 1)
-    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 700)), "val_bpc": nats / math.log(2) / max(units, 1),
-            "tokens": tokens}
+    return {
+        "val_loss": loss,
+        "val_ppl": math.exp(min(loss, 700)),
+        "val_bpc": nats / math.log(2) / max(units, 1),
+        "tokens": tokens,
+    }
 
 
 class LMTask:
@@ -63,11 +73,23 @@ class LMTask:
 
     metric, higher_is_better = "val_loss", False
 
-    def __init__(self, tokenizer, train_ids: torch.Tensor, val_ids: torch.Tensor, block_size: int, batch_size: int,
-                 batches_per_epoch: int = 200, eval_blocks: int | None = 400, seed: int = 0, compile: bool = False) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        train_ids: torch.Tensor,
+        val_ids: torch.Tensor,
+        block_size: int,
+        batch_size: int,
+        batches_per_epoch: int = 200,
+        eval_blocks: int | None = 400,
+        seed: int = 0,
+        compile: bool = False,
+    ) -> None:
         if len(train_ids) < block_size + 1:
-            raise ValueError(f"the training text has {len(train_ids)} tokens, fewer than block_size + 1 = {block_size + 1}; "
-                             "use a smaller --block-size or more data")
+            raise ValueError(
+                f"the training text has {len(train_ids)} tokens, fewer than block_size + 1 = {block_size + 1}; "
+                "use a smaller --block-size or more data"
+            )
         if len(val_ids) < 2:
             raise ValueError(f"the validation part has {len(val_ids)} tokens; give more data")
         self.tokenizer, self.train_ids, self.val_ids = tokenizer, train_ids, val_ids

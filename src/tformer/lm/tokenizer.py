@@ -18,7 +18,16 @@ from pathlib import Path
 from tformer.files import atomic_write
 from tformer.tokens import LM_EOT, LM_PAD, LM_SPECIALS, LM_UNK
 
-__all__ = ["SPECIALS", "UNK", "PAD", "EOT", "CharTokenizer", "ByteBPETokenizer", "train_lm_tokenizer", "load_lm_tokenizer"]
+__all__ = [
+    "SPECIALS",
+    "UNK",
+    "PAD",
+    "EOT",
+    "CharTokenizer",
+    "ByteBPETokenizer",
+    "train_lm_tokenizer",
+    "load_lm_tokenizer",
+]
 
 SPECIALS = LM_SPECIALS
 UNK, PAD, EOT = LM_UNK, LM_PAD, LM_EOT
@@ -64,7 +73,7 @@ class CharTokenizer:
         tokens = json.loads((Path(directory) / cls.file_name).read_text(encoding="utf-8"))["tokens"]
         if tokens[: len(SPECIALS)] != SPECIALS:
             raise ValueError(f"{directory}/{cls.file_name}: the vocabulary must start with {SPECIALS}")
-        return cls(tokens[len(SPECIALS):])
+        return cls(tokens[len(SPECIALS) :])
 
 
 class ByteBPETokenizer:
@@ -85,8 +94,12 @@ class ByteBPETokenizer:
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIALS,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
         tok.train_from_iterator(texts, trainer=trainer)
         return cls(tok)
 

@@ -17,5 +17,13 @@ from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
-__all__ = ["ModelConfig", "Seq2SeqConfig", "Seq2SeqTransformer", "GPTConfig", "GPT", "BertConfig", "Bert",
-           "load_pretrained"]
+__all__ = [
+    "ModelConfig",
+    "Seq2SeqConfig",
+    "Seq2SeqTransformer",
+    "GPTConfig",
+    "GPT",
+    "BertConfig",
+    "Bert",
+    "load_pretrained",
+]

@@ -91,13 +91,23 @@ class Bert(PretrainedMixin, nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, "learned", scale=False,
-                                    dropout=c.dropout, n_segments=c.n_segments, norm_eps=c.norm_eps)
+        self.embed = InputEmbedding(
+            c.vocab_size,
+            c.d_model,
+            c.max_len,
+            "learned",
+            scale=False,
+            dropout=c.dropout,
+            n_segments=c.n_segments,
+            norm_eps=c.norm_eps,
+        )
         self.encoder = Encoder(c.layer, c.n_layers, final_norm=c.norm_first)
         self.pooler = nn.Linear(c.d_model, c.d_model)
         self.mlm_head = MLMHead(c, self.embed.token)
         self.nsp_head = nn.Linear(c.d_model, 2)
-        self.classifier = nn.Sequential(nn.Dropout(c.dropout), nn.Linear(c.d_model, c.num_labels)) if c.num_labels else None
+        self.classifier = (
+            nn.Sequential(nn.Dropout(c.dropout), nn.Linear(c.d_model, c.num_labels)) if c.num_labels else None
+        )
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -127,7 +137,9 @@ class Bert(PretrainedMixin, nn.Module):
         if attention_mask is None:
             attention_mask = ids != self.config.pad_id
         elif attention_mask.shape != ids.shape:
-            raise ValueError(f"attention_mask must have the shape of ids {tuple(ids.shape)}, got {tuple(attention_mask.shape)}")
+            raise ValueError(
+                f"attention_mask must have the shape of ids {tuple(ids.shape)}, got {tuple(attention_mask.shape)}"
+            )
         mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
         return self.encoder(self.embed(ids, segments=token_type_ids), mask)  # (B, T, D)
 

@@ -43,8 +43,8 @@ def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-class PretrainedMixin:
-    """Adds ``save_pretrained`` / ``from_pretrained`` to a model with a dataclass ``config``."""
+class PretrainedMixin(torch.nn.Module):
+    """An ``nn.Module`` with ``save_pretrained`` / ``from_pretrained`` and a ``config`` (a :class:`ModelConfig`)."""
 
     model_type: str = ""
     config_class: type[ModelConfig] = ModelConfig
@@ -121,6 +121,9 @@ def _load_weights(model: torch.nn.Module, path: Path, map_location) -> None:
         if unexpected:
             details.append(f"unexpected {unexpected[:5]}")
         if wrong:
-            details.append("shape mismatch " + ", ".join(f"{k}: file {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}" for k in wrong[:5]))
+            details.append(
+                "shape mismatch "
+                + ", ".join(f"{k}: file {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}" for k in wrong[:5])
+            )
         raise ValueError(f"{str(path)!r} does not match the config: " + "; ".join(details))
     model.load_state_dict(state, strict=False)

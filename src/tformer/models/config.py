@@ -61,8 +61,10 @@ class ModelConfig:
     def __post_init__(self) -> None:
         check_positive(self, "d_model", "n_heads", "d_ff", "max_len", *self.POSITIVE)
         if self.d_model % self.n_heads != 0:
-            raise ValueError(f"{self._name('d_model')} must be divisible by n_heads, "
-                             f"got d_model={self.d_model}, n_heads={self.n_heads}")
+            raise ValueError(
+                f"{self._name('d_model')} must be divisible by n_heads, "
+                f"got d_model={self.d_model}, n_heads={self.n_heads}"
+            )
         self.check_choice("activation", sorted(ACTIVATIONS))
         for name in ("dropout", "attn_dropout"):
             p = getattr(self, name)
@@ -102,8 +104,17 @@ class ModelConfig:
     @property
     def layer(self) -> LayerConfig:
         """What one encoder/decoder layer needs."""
-        return LayerConfig(self.d_model, self.n_heads, self.d_ff, self.dropout, self.attn_dropout,
-                           self.activation, self.norm_first, self.norm_eps, self.bias)
+        return LayerConfig(
+            self.d_model,
+            self.n_heads,
+            self.d_ff,
+            self.dropout,
+            self.attn_dropout,
+            self.activation,
+            self.norm_first,
+            self.norm_eps,
+            self.bias,
+        )
 
     @classmethod
     def preset(cls: type[C], name: str, **overrides: Any) -> C:

@@ -57,7 +57,9 @@ class GPTConfig(ModelConfig):
     final_norm: bool | None = None  # None = only for pre-LN (GPT-2's ln_f)
     norm_eps: float = 1e-5
     bias: bool = True
-    positional: str = "learned"  # "learned" (GPT-2) | "sinusoidal" | "rope" (rotary, in self-attention: GPT-NeoX, LLaMA)
+    positional: str = (
+        "learned"  # "learned" (GPT-2) | "sinusoidal" | "rope" (rotary, in self-attention: GPT-NeoX, LLaMA)
+    )
     rope_base: float = 10000.0  # RoPE: angle of pair i at position t = t · rope_base^(−2i/head_dim)
     tie_embeddings: bool = True  # output projection = token embedding matrix
     pad_id: int | None = None  # a padding token, if the tokenizer has one (ignored by the loss)
@@ -65,8 +67,10 @@ class GPTConfig(ModelConfig):
     def validate(self) -> None:
         self.check_choice("positional", ("sinusoidal", "learned", "rope"))
         if self.positional == "rope" and self.head_dim % 2 != 0:
-            raise ValueError(f"GPTConfig.positional='rope' needs an even head dimension, got d_model / n_heads = "
-                             f"{self.d_model} / {self.n_heads}")
+            raise ValueError(
+                f"GPTConfig.positional='rope' needs an even head dimension, got d_model / n_heads = "
+                f"{self.d_model} / {self.n_heads}"
+            )
         self.check_token_id("pad_id", self.vocab_size, optional=True)
 
 
@@ -89,7 +93,11 @@ class GPT(PretrainedMixin, nn.Module):
         """GPT-2 initialisation: N(0, 0.02), residual output projections scaled by 1/√(2·n_layers)."""
         for name, p in self.named_parameters():
             if p.dim() > 1:
-                std = 0.02 / math.sqrt(2 * self.config.n_layers) if name.endswith(("out_proj.weight", "linear2.weight")) else 0.02
+                std = (
+                    0.02 / math.sqrt(2 * self.config.n_layers)
+                    if name.endswith(("out_proj.weight", "linear2.weight"))
+                    else 0.02
+                )
                 nn.init.normal_(p, std=std)
             elif name.endswith("bias") and "norm" not in name:
                 nn.init.zeros_(p)
@@ -113,11 +121,17 @@ class GPT(PretrainedMixin, nn.Module):
         start = cache.length if cache is not None else 0
         check_length(start + ids.shape[1], self.config.max_len, "ids")
         rope = self.config.positional == "rope"
-        where: torch.Tensor | slice  # the positions of ids: RoPE's tables need them as ids, a position table a slice of its rows
+        where: (
+            torch.Tensor | slice
+        )  # the positions of ids: RoPE's tables need them as ids, a position table a slice of its rows
         if positions is not None:
             where = positions
         else:  # counted from the cache
-            where = torch.arange(start, start + ids.shape[1], device=ids.device) if rope else slice(start, start + ids.shape[1])
+            where = (
+                torch.arange(start, start + ids.shape[1], device=ids.device)
+                if rope
+                else slice(start, start + ids.shape[1])
+            )
         mask = None
         if attention_mask is not None:
             if attention_mask.shape != (ids.shape[0], start + ids.shape[1]):

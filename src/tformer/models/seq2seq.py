@@ -87,8 +87,9 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
     def __init__(self, config: Seq2SeqConfig) -> None:
         super().__init__()
         self.config = c = config
-        embed: dict[str, Any] = dict(d_model=c.d_model, max_len=c.max_len, positional=c.positional,
-                                     scale=c.scale_embeddings, dropout=c.dropout)
+        embed: dict[str, Any] = dict(
+            d_model=c.d_model, max_len=c.max_len, positional=c.positional, scale=c.scale_embeddings, dropout=c.dropout
+        )
         self.src_embed = InputEmbedding(c.src_vocab_size, **embed)
         self.tgt_embed = InputEmbedding(c.tgt_vocab_size, **embed)
         if c.share_embeddings:
@@ -150,7 +151,9 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         if attention_mask is None:
             memory_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         elif attention_mask.shape != src.shape:
-            raise ValueError(f"attention_mask must have the shape of src {tuple(src.shape)}, got {tuple(attention_mask.shape)}")
+            raise ValueError(
+                f"attention_mask must have the shape of src {tuple(src.shape)}, got {tuple(attention_mask.shape)}"
+            )
         else:
             memory_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
         return self.decode(tgt, self.encode(src, memory_mask), memory_mask)

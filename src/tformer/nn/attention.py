@@ -37,8 +37,14 @@ from tformer.nn.masks import causal_mask, check_mask, combine_masks
 from tformer.nn.positional import apply_rotary
 from tformer.nn.recorder import AttentionRecord, Recorder, current_recorder
 
-__all__ = ["AttentionDetails", "scaled_dot_product_attention", "reference_attention", "check_attention_mask",
-           "project_rows", "MultiHeadAttention"]
+__all__ = [
+    "AttentionDetails",
+    "scaled_dot_product_attention",
+    "reference_attention",
+    "check_attention_mask",
+    "project_rows",
+    "MultiHeadAttention",
+]
 
 
 @dataclass
@@ -110,7 +116,9 @@ def check_attention_mask(mask: torch.Tensor | None, is_causal: bool) -> None:
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
     if is_causal and mask is not None:
-        raise ValueError("pass either mask or is_causal=True, not both (combine them with tformer.nn.masks.combine_masks)")
+        raise ValueError(
+            "pass either mask or is_causal=True, not both (combine them with tformer.nn.masks.combine_masks)"
+        )
 
 
 def project_rows(layer: nn.Linear, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
@@ -197,8 +205,9 @@ class MultiHeadAttention(nn.Module):
         if memory is not None and rotary is not None:
             raise ValueError("rotary position embedding applies to self-attention only, not to cross-attention")
 
-    def _grouped_cross_attention(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
-                                 cache: LayerKV | None) -> torch.Tensor:
+    def _grouped_cross_attention(
+        self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None, cache: LayerKV | None
+    ) -> torch.Tensor:
         """G rows of ``x`` per row of ``memory``: they attend to it as G·Tq query positions of one row."""
         sources, rows, tq = memory.shape[0], x.shape[0], x.shape[1]
         if sources == 0 or rows % sources != 0:
@@ -206,7 +215,9 @@ class MultiHeadAttention(nn.Module):
         queries = x.reshape(sources, rows // sources * tq, self.d_model)  # (B, Tq, D) -> (B/G, G·Tq, D)
         return self.forward(queries, memory, mask, cache=cache).view(rows, tq, self.d_model)  # -> (B, Tq, D)
 
-    def _self_qkv(self, x: torch.Tensor, cache: LayerKV | None, rotary) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _self_qkv(
+        self, x: torch.Tensor, cache: LayerKV | None, rotary
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q, K, V of self-attention, one matmul; RoPE rotates Q and K; the cache adds the earlier keys/values."""
         q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, T, D) -> (B, T, 3D) -> (B, H, T, Dh) each
         if rotary is not None:
@@ -215,8 +226,9 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.append(k, v)  # (B, H, Tk, Dh) with the cached positions
         return q, k, v
 
-    def _cross_qkv(self, x: torch.Tensor, memory: torch.Tensor,
-                   cache: LayerKV | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _cross_qkv(
+        self, x: torch.Tensor, memory: torch.Tensor, cache: LayerKV | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q from the decoder states (rows W_Q); K, V from the memory (rows W_K, W_V), once per source with a cache."""
         q = self._split_heads(project_rows(self.qkv_proj, x, 0, self.d_model))  # (B, Tq, D) -> (B, H, Tq, Dh)
         if cache is not None and cache.cross_k is not None and cache.cross_v is not None:
@@ -227,8 +239,9 @@ class MultiHeadAttention(nn.Module):
             cache.cross_k, cache.cross_v = k, v
         return q, k, v
 
-    def _prepare_mask(self, mask: torch.Tensor | None, causal: bool, cross: bool, q: torch.Tensor, k: torch.Tensor,
-                      recording: bool) -> tuple[torch.Tensor | None, bool]:
+    def _prepare_mask(
+        self, mask: torch.Tensor | None, causal: bool, cross: bool, q: torch.Tensor, k: torch.Tensor, recording: bool
+    ) -> tuple[torch.Tensor | None, bool]:
         """Check ``mask`` and add the look-ahead part: returns ``(mask or None, is_causal)``."""
         b, tq, tk = q.shape[0], q.shape[2], k.shape[2]
         check_mask(mask, "mask", b, tq, tk, self.n_heads)
@@ -244,8 +257,15 @@ class MultiHeadAttention(nn.Module):
             mask = combine_masks(causal_mask(tq, tk, device=q.device), mask)  # (B, 1, Tq, Tk)
         return mask, False
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
-                recording: bool) -> tuple[torch.Tensor, AttentionDetails | None]:
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        recording: bool,
+    ) -> tuple[torch.Tensor, AttentionDetails | None]:
         """The context (B, H, Tq, Dh): the fused path, or the reference path with its details while recording."""
         dropout_p = self.dropout if self.training else 0.0
         if not recording:
@@ -258,11 +278,21 @@ class MultiHeadAttention(nn.Module):
         return (context if tq == 1 else context.transpose(1, 2)).reshape(b, tq, self.d_model)
 
     def _record(self, recorder: Recorder, cross: bool, q, k, v, mask, details: AttentionDetails, context, out) -> None:
-        recorder.add(AttentionRecord(
-            name=recorder.name_of(self), kind="cross" if cross else "self", q=q, k=k, v=v, mask=mask,
-            scores=details.scores, masked_scores=details.masked_scores, weights=details.weights,
-            context=context, output=out,
-        ))
+        recorder.add(
+            AttentionRecord(
+                name=recorder.name_of(self),
+                kind="cross" if cross else "self",
+                q=q,
+                k=k,
+                v=v,
+                mask=mask,
+                scores=details.scores,
+                masked_scores=details.masked_scores,
+                weights=details.weights,
+                context=context,
+                output=out,
+            )
+        )
 
     # ---------------------------------------------------------------- head reshapes
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:

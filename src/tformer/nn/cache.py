@@ -40,7 +40,9 @@ class LayerKV:
             values = v.new_empty(v.shape[0], v.shape[1], capacity, v.shape[3])
         elif end > keys.shape[2]:
             grow = max(end, 2 * keys.shape[2]) - keys.shape[2]
-            keys = torch.cat([keys, keys.new_empty(*keys.shape[:2], grow, keys.shape[3])], dim=2)  # (B, H, capacity', Dh)
+            keys = torch.cat(
+                [keys, keys.new_empty(*keys.shape[:2], grow, keys.shape[3])], dim=2
+            )  # (B, H, capacity', Dh)
             values = torch.cat([values, values.new_empty(*values.shape[:2], grow, values.shape[3])], dim=2)
         self.k, self.v = keys, values
         keys.narrow(2, start, end - start).copy_(k)  # narrow: a view, cheaper than indexing with slices
@@ -58,15 +60,23 @@ class LayerKV:
         """
         if self.k is not None and self.v is not None:
             spare_k, spare_v = self._spare if self._spare is not None else (None, None)
-            new_k, new_v = _gather_rows(self.k, index, self.length, spare_k), _gather_rows(self.v, index, self.length, spare_v)
+            new_k, new_v = (
+                _gather_rows(self.k, index, self.length, spare_k),
+                _gather_rows(self.v, index, self.length, spare_v),
+            )
             self._spare = (self.k, self.v)  # the old buffers receive the next reorder
             self.k, self.v = new_k, new_v
         cross_index = cross if isinstance(cross, torch.Tensor) else (index if cross else None)
         if cross_index is not None and self.cross_k is not None and self.cross_v is not None:
-            self.cross_k, self.cross_v = self.cross_k.index_select(0, cross_index), self.cross_v.index_select(0, cross_index)
+            self.cross_k, self.cross_v = (
+                self.cross_k.index_select(0, cross_index),
+                self.cross_v.index_select(0, cross_index),
+            )
 
 
-def _gather_rows(buffer: torch.Tensor, index: torch.Tensor, length: int, spare: torch.Tensor | None = None) -> torch.Tensor:
+def _gather_rows(
+    buffer: torch.Tensor, index: torch.Tensor, length: int, spare: torch.Tensor | None = None
+) -> torch.Tensor:
     """Rows ``index`` of ``buffer`` (B, H, capacity, Dh) into ``spare`` (if it has the right shape) or a new buffer of the
     same capacity; copies the first ``length`` positions only."""
     shape = (len(index), *buffer.shape[1:])

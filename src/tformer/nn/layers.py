@@ -53,9 +53,13 @@ class LayerConfig:
 
     def __post_init__(self) -> None:
         if self.d_model <= 0 or self.n_heads <= 0 or self.d_ff <= 0:
-            raise ValueError(f"d_model, n_heads and d_ff must be positive, got {self.d_model}, {self.n_heads}, {self.d_ff}")
+            raise ValueError(
+                f"d_model, n_heads and d_ff must be positive, got {self.d_model}, {self.n_heads}, {self.d_ff}"
+            )
         if self.d_model % self.n_heads != 0:
-            raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}")
+            raise ValueError(
+                f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}"
+            )
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
         for name in ("dropout", "attn_dropout"):
@@ -123,7 +127,9 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.bias)
         self.add_norm1 = AddNorm(cfg)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.bias) if cross_attention else None
+        self.cross_attn = (
+            MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.bias) if cross_attention else None
+        )
         self.add_norm2 = AddNorm(cfg) if cross_attention else None
         self.ff = FeedForward(cfg)
         self.add_norm3 = AddNorm(cfg)
@@ -168,7 +174,9 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """N decoder layers; the same encoder output ``memory`` feeds the cross-attention of every layer."""
 
-    def __init__(self, cfg: LayerConfig, n_layers: int, final_norm: bool | None = None, cross_attention: bool = True) -> None:
+    def __init__(
+        self, cfg: LayerConfig, n_layers: int, final_norm: bool | None = None, cross_attention: bool = True
+    ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(cfg, cross_attention) for _ in range(n_layers))
         final_norm = cfg.norm_first if final_norm is None else final_norm
@@ -195,7 +203,9 @@ class Decoder(nn.Module):
 class EncoderDecoder(nn.Module):
     """The bare encoder–decoder stacks (the equivalent of ``nn.Transformer``): vectors in, vectors out."""
 
-    def __init__(self, cfg: LayerConfig, n_encoder_layers: int, n_decoder_layers: int, final_norm: bool | None = None) -> None:
+    def __init__(
+        self, cfg: LayerConfig, n_encoder_layers: int, n_decoder_layers: int, final_norm: bool | None = None
+    ) -> None:
         super().__init__()
         self.encoder = Encoder(cfg, n_encoder_layers, final_norm)
         self.decoder = Decoder(cfg, n_decoder_layers, final_norm)

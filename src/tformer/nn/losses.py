@@ -22,15 +22,20 @@ __all__ = ["sequence_cross_entropy", "check_loss_arguments"]
 
 
 def sequence_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean"
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """``logits`` (B, T, V), ``labels`` (B, T) → loss averaged (``"mean"``) or summed (``"sum"``) over non-ignored
     tokens, or one loss per token (``"none"``, (B·T,), 0 where ignored)."""
     check_loss_arguments(logits, labels, label_smoothing, reduction)
     flat_logits = logits.reshape(-1, logits.shape[-1]).float()  # (B, T, V) -> (N, V)
     flat_labels = labels.reshape(-1)  # (B, T) -> (N,)
-    return F.cross_entropy(flat_logits, flat_labels, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                           reduction=reduction)
+    return F.cross_entropy(
+        flat_logits, flat_labels, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction
+    )
 
 
 def check_loss_arguments(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float, reduction: str) -> None:

@@ -73,7 +73,9 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     return result
 
 
-def to_additive(mask: torch.Tensor, neg_value: float = float("-inf"), dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def to_additive(
+    mask: torch.Tensor, neg_value: float = float("-inf"), dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Boolean "may attend" mask → additive float mask (0 where allowed, ``neg_value`` where blocked).
 
     ``neg_value=-1e9`` gives the style of the course notes; note that −1e9 overflows to −∞ in float16.
@@ -91,7 +93,9 @@ def from_additive(mask: torch.Tensor, threshold: float = -1e4) -> torch.Tensor:
         raise TypeError(f"from_additive expects a float mask, got dtype {mask.dtype}")
     blocked = mask <= threshold
     if not torch.all(blocked | (mask == 0)):
-        raise ValueError("from_additive: mask has entries that are neither 0 nor a large negative value (a bias, not a mask)")
+        raise ValueError(
+            "from_additive: mask has entries that are neither 0 nor a large negative value (a bias, not a mask)"
+        )
     return ~blocked
 
 

@@ -23,8 +23,14 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["sinusoidal_table", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "rotary_tables",
-           "apply_rotary", "InputEmbedding"]
+__all__ = [
+    "sinusoidal_table",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "rotary_tables",
+    "apply_rotary",
+    "InputEmbedding",
+]
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -76,7 +82,9 @@ def rotary_tables(positions: torch.Tensor, head_dim: int, base: float = 10000.0)
     """
     if head_dim % 2 != 0:
         raise ValueError(f"rotary position embedding needs an even head dimension, got head_dim={head_dim}")
-    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)  # (Dh/2,)
+    inv_freq = base ** (
+        -torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim
+    )  # (Dh/2,)
     angles = positions.float()[..., None] * inv_freq  # (..., T, Dh/2)
     angles = torch.cat([angles, angles], dim=-1)  # (..., T, Dh)
     return angles.cos(), angles.sin()
@@ -129,9 +137,13 @@ class InputEmbedding(nn.Module):
         slice ``start:start + T`` of consecutive ones (decoding with a cache: the table rows as a view, no gather)."""
         if positions is None:
             positions = slice(0, ids.shape[1])  # 0..T-1
-        elif isinstance(positions, slice) and (positions.stop - positions.start != ids.shape[1] or positions.stop > self.max_len):
-            raise ValueError(f"positions {positions.start}:{positions.stop} must cover the {ids.shape[1]} tokens of ids "
-                             f"and end within max_len={self.max_len}")
+        elif isinstance(positions, slice) and (
+            positions.stop - positions.start != ids.shape[1] or positions.stop > self.max_len
+        ):
+            raise ValueError(
+                f"positions {positions.start}:{positions.stop} must cover the {ids.shape[1]} tokens of ids "
+                f"and end within max_len={self.max_len}"
+            )
         x = self.token(ids)  # (B, T, D)
         if self.scale != 1.0:  # × √D for the paper's embeddings; GPT and BERT leave it out (no multiply by 1)
             x = x * self.scale

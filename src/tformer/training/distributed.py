@@ -21,8 +21,18 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["World", "init", "shutdown", "is_main_process", "say", "from_rank0", "sync_gradients", "broadcast_parameters",
-           "gather_objects", "broadcast_object"]
+__all__ = [
+    "World",
+    "init",
+    "shutdown",
+    "is_main_process",
+    "say",
+    "from_rank0",
+    "sync_gradients",
+    "broadcast_parameters",
+    "gather_objects",
+    "broadcast_object",
+]
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,9 @@ def sync_gradients(model: torch.nn.Module, world: World, extra: list[float]) -> 
         return extra
     params = [p for p in model.parameters() if p.requires_grad]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor(extra, dtype=grads[0].dtype, device=grads[0].device)])
+    flat = torch.cat(
+        [g.reshape(-1) for g in grads] + [torch.tensor(extra, dtype=grads[0].dtype, device=grads[0].device)]
+    )
     dist.all_reduce(flat)
     offset = 0
     for p, g in zip(params, grads):
@@ -123,8 +135,10 @@ def broadcast_parameters(model: torch.nn.Module, world: World) -> None:
     for rank, theirs in enumerate(gather_objects(shapes, world)):
         if theirs != shapes:
             diff = next(((a, b) for a, b in zip(shapes, theirs) if a != b), (len(shapes), len(theirs)))
-            raise ValueError(f"process {world.rank} and process {rank} built different models (first difference: "
-                             f"{diff[0]} vs {diff[1]}); every process must build the same model from the same data")
+            raise ValueError(
+                f"process {world.rank} and process {rank} built different models (first difference: "
+                f"{diff[0]} vs {diff[1]}); every process must build the same model from the same data"
+            )
     for _, tensor in named:
         dist.broadcast(tensor.data, src=0)
 

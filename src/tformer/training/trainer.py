@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from tformer import fast
 from tformer.files import atomic_write
+from tformer.models.checkpoint import PretrainedMixin
 from tformer.training import distributed
 
 __all__ = ["TrainConfig", "Trainer", "lr_factor", "make_optimizer"]
@@ -111,8 +112,13 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
 
 class Trainer:
     def __init__(self, model: torch.nn.Module, task, cfg: TrainConfig) -> None:
+        if not isinstance(model, PretrainedMixin):
+            raise TypeError(
+                f"model must be a tformer model (save_pretrained/from_pretrained), got {type(model).__name__}"
+            )
         self.world, device = distributed.init(cfg.device)
-        self.model, self.task, self.cfg, self.device = model.to(device), task, cfg, device
+        self.model: PretrainedMixin = model.to(device)
+        self.task, self.cfg, self.device = task, cfg, device
         if cfg.fast:
             fast.speed_up(self.model)  # in place: the parameters stay the same objects
         distributed.broadcast_parameters(self.model, self.world)
@@ -135,8 +141,14 @@ class Trainer:
         self.task.save_extra(last)
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng}
         atomic_write(last / "trainer_state.pt", lambda tmp: torch.save(state, tmp))
-        meta = {"step": self.step, "epoch": self.epoch, "batch_index": self.batch_index, "elapsed": self.elapsed,
-                "best": self.best, "train_config": asdict(self.cfg)}
+        meta = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_index": self.batch_index,
+            "elapsed": self.elapsed,
+            "best": self.best,
+            "train_config": asdict(self.cfg),
+        }
         atomic_write(last / "state.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=2)))
 
     def resume(self) -> None:
@@ -168,9 +180,11 @@ class Trainer:
     # ---------------------------------------------------------------- loop
     def _done(self) -> bool:
         c = self.cfg
-        return ((c.max_steps is not None and self.step >= c.max_steps)
-                or (c.epochs is not None and self.epoch >= c.epochs)
-                or (c.minutes is not None and self.elapsed >= c.minutes * 60))
+        return (
+            (c.max_steps is not None and self.step >= c.max_steps)
+            or (c.epochs is not None and self.epoch >= c.epochs)
+            or (c.minutes is not None and self.elapsed >= c.minutes * 60)
+        )
 
     def _paths(self):
         """The fast paths as configured: on (nothing to do), or every fast path on its reference."""
@@ -196,7 +210,9 @@ class Trainer:
                     loss, _ = self.task.loss(self.model, batch)
                 (loss / max(total_tokens, 1)).backward()
             loss_sum += float(loss.detach())
-        loss_sum, elapsed = distributed.sync_gradients(self.model, self.world, [loss_sum, self.elapsed + time.perf_counter() - start])
+        loss_sum, elapsed = distributed.sync_gradients(
+            self.model, self.world, [loss_sum, self.elapsed + time.perf_counter() - start]
+        )
         self.elapsed = elapsed / self.world.size  # the same on every process, so all stop together
         if self.cfg.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip)
@@ -226,8 +242,13 @@ class Trainer:
         """Train until the epochs, steps or minutes run out; returns the last evaluation."""
         if self.world.is_main:
             self.task.save_extra(self.out)
-        bar = tqdm(total=self.cfg.max_steps, initial=self.step, disable=not (self.cfg.progress and self.world.is_main),
-                   unit="step", dynamic_ncols=True)
+        bar = tqdm(
+            total=self.cfg.max_steps,
+            initial=self.step,
+            disable=not (self.cfg.progress and self.world.is_main),
+            unit="step",
+            dynamic_ncols=True,
+        )
         last_eval: dict = {}
         window_tokens, window_start = 0, time.perf_counter()
         while not self._done():
@@ -241,9 +262,17 @@ class Trainer:
                 if self.step % self.cfg.log_every == 0 or self.step == 1:
                     rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
                     lr = self.scheduler.get_last_lr()[0]
-                    self._log({"step": self.step, "epoch": self.epoch, "train_loss": loss, "lr": lr, "tokens_per_s": rate,
-                               "elapsed_s": round(self.elapsed, 2)})
-                    bar.set_postfix_str(self._postfix(loss, lr, rate))
+                    self._log(
+                        {
+                            "step": self.step,
+                            "epoch": self.epoch,
+                            "train_loss": loss,
+                            "lr": lr,
+                            "tokens_per_s": rate,
+                            "elapsed_s": round(self.elapsed, 2),
+                        }
+                    )
+                    bar.set_postfix_str(self._postfix(float(loss), float(lr), rate))
                     window_tokens, window_start = 0, time.perf_counter()
                 bar.update(1)
                 if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:

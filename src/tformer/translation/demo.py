@@ -35,6 +35,11 @@ def cross_attention_png(translator: Translator, sentence: str, path: str | Path)
 
     src_tokens = [label(translator.src_tokenizer, i) for i in src[0].tolist()]
     tgt_tokens = ["<sos>"] + [label(translator.tgt_tokenizer, i) for i in hyp_ids]
-    plot_attention(weights[last][0].mean(0), src_tokens, tgt_tokens, path,  # (H, T, S) -> (T, S)
-                   title=f"cross-attention, last decoder layer (mean over heads): {sentence}")
+    plot_attention(
+        weights[last][0].mean(0),
+        src_tokens,
+        tgt_tokens,
+        path,  # (H, T, S) -> (T, S)
+        title=f"cross-attention, last decoder layer (mean over heads): {sentence}",
+    )
     return Path(path)

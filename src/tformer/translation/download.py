@@ -34,7 +34,8 @@ SOURCES: dict[str, list[RemoteFile]] = {
     "tatoeba-eng-fra": [RemoteFile("https://www.manythings.org/anki/fra-eng.zip", "tatoeba-eng-fra.tsv", "fra.txt")],
     "multi30k": [
         RemoteFile(f"{MULTI30K}/{split}.{lang}.gz", f"{split}.{lang}")
-        for split in ("train", "val") for lang in ("en", "fr", "de")
+        for split in ("train", "val")
+        for lang in ("en", "fr", "de")
     ],
 }
 
@@ -61,7 +62,9 @@ def _unpack(data: bytes, remote: RemoteFile, url: str) -> bytes:
     return data
 
 
-def download(name: str, cache_dir: str | Path | None = None, base_url: str | None = None, timeout: float = 60.0) -> Path:
+def download(
+    name: str, cache_dir: str | Path | None = None, base_url: str | None = None, timeout: float = 60.0
+) -> Path:
     """Fetch source ``name`` into ``cache_dir/name/``; return that directory (or the single file).
 
     ``base_url`` replaces the directory part of every URL (a mirror, or a local test server).

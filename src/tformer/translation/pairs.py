@@ -21,8 +21,18 @@ from pathlib import Path
 from tformer.text import normalize, read_tsv
 from tformer.translation.toy_corpus import builtin_pairs
 
-__all__ = ["normalize", "read_tsv", "read_aligned", "load_corpus", "filter_pairs", "split_pairs", "split_corpus",
-           "group_references", "Split", "FilterStats"]
+__all__ = [
+    "normalize",
+    "read_tsv",
+    "read_aligned",
+    "load_corpus",
+    "filter_pairs",
+    "split_pairs",
+    "split_corpus",
+    "group_references",
+    "Split",
+    "FilterStats",
+]
 
 
 def read_aligned(src_path: str | Path, tgt_path: str | Path) -> list[tuple[str, str]]:
@@ -44,7 +54,9 @@ def load_corpus(data: str | None, src_lang: str = "en", tgt_lang: str = "fr") ->
         return read_aligned(path / f"train.{src_lang}", path / f"train.{tgt_lang}")
     if path.is_file():
         return read_tsv(path)
-    raise FileNotFoundError(f"--data {data!r}: no such file or directory (expected a .tsv file or a Multi30k-style directory)")
+    raise FileNotFoundError(
+        f"--data {data!r}: no such file or directory (expected a .tsv file or a Multi30k-style directory)"
+    )
 
 
 @dataclass
@@ -78,7 +90,9 @@ class Split:
     test: list[tuple[str, str]] = field(default_factory=list)
 
 
-def split_pairs(pairs: list[tuple[str, str]], valid: float | int = 0.05, test: float | int = 0.05, seed: int = 0) -> Split:
+def split_pairs(
+    pairs: list[tuple[str, str]], valid: float | int = 0.05, test: float | int = 0.05, seed: int = 0
+) -> Split:
     """Deterministic train/valid/test split grouped by source sentence.
 
     ``valid``/``test`` are fractions of the distinct source sentences (or counts, when ≥ 1).
@@ -91,7 +105,9 @@ def split_pairs(pairs: list[tuple[str, str]], valid: float | int = 0.05, test: f
     n_valid = int(valid) if valid >= 1 else round(valid * len(sources))
     n_test = int(test) if test >= 1 else round(test * len(sources))
     if n_valid + n_test >= len(sources):
-        raise ValueError(f"valid + test ({n_valid} + {n_test}) leave no training data out of {len(sources)} source sentences")
+        raise ValueError(
+            f"valid + test ({n_valid} + {n_test}) leave no training data out of {len(sources)} source sentences"
+        )
     split = Split()
     for i, src in enumerate(sources):
         part = split.valid if i < n_valid else split.test if i < n_valid + n_test else split.train
@@ -111,11 +127,19 @@ def group_references(pairs: list[tuple[str, str]]) -> tuple[list[str], list[list
     return sources, refs
 
 
-def split_corpus(pairs: list[tuple[str, str]], seed: int = 0, valid: float | int = 0.05, test: float | int = 0.05,
-                 max_chars: int = 300, verbose: bool = True):
+def split_corpus(
+    pairs: list[tuple[str, str]],
+    seed: int = 0,
+    valid: float | int = 0.05,
+    test: float | int = 0.05,
+    max_chars: int = 300,
+    verbose: bool = True,
+):
     """Filter (empty / over-long) and split grouped by source; deterministic for a given seed."""
     kept, stats = filter_pairs(pairs, max_chars)
     split = split_pairs(kept, valid, test, seed)
     if verbose:
-        print(f"data: {stats}; split into {len(split.train)} train / {len(split.valid)} valid / {len(split.test)} test pairs")
+        print(
+            f"data: {stats}; split into {len(split.train)} train / {len(split.valid)} valid / {len(split.test)} test pairs"
+        )
     return split

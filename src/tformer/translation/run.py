@@ -33,16 +33,30 @@ def train_tokenizers(split: Split, vocab_size: int = 8000, joint: bool = True) -
     return train_bpe([s for s, _ in split.train], vocab_size), train_bpe([t for _, t in split.train], vocab_size)
 
 
-def prepare(split: Split, out_dir: str | Path, preset: str = "small", vocab_size: int = 8000, joint: bool = True,
-            seed: int = 0, tokenizers: tuple | None = None, **config_overrides) -> Translator:
+def prepare(
+    split: Split,
+    out_dir: str | Path,
+    preset: str = "small",
+    vocab_size: int = 8000,
+    joint: bool = True,
+    seed: int = 0,
+    tokenizers: tuple | None = None,
+    **config_overrides,
+) -> Translator:
     """Train BPE tokenizers on the training split (or take ``tokenizers`` = (source, target)) and build the model.
 
     Writes the held-out splits to ``OUT/data/{valid,test}.tsv`` so evaluation can be repeated (rank 0 alone,
     under torchrun).
     """
     src_tok, tgt_tok = tokenizers or train_tokenizers(split, vocab_size, joint)
-    config = Seq2SeqConfig.preset(preset, src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size,
-                                  share_embeddings=joint, pad_id=PAD, **config_overrides)
+    config = Seq2SeqConfig.preset(
+        preset,
+        src_vocab_size=src_tok.vocab_size,
+        tgt_vocab_size=tgt_tok.vocab_size,
+        share_embeddings=joint,
+        pad_id=PAD,
+        **config_overrides,
+    )
     torch.manual_seed(seed)
     translator = Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
     if distributed.is_main_process():
@@ -60,11 +74,25 @@ def _resumed(out_dir: str | Path, seed: int) -> Translator:
     return Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
 
 
-def setup(data: str | None = "builtin", out_dir: str | Path = "runs/translation", *, src_lang: str = "en",
-          tgt_lang: str = "fr", preset: str = "small", vocab_size: int = 8000, joint: bool = True,
-          max_tokens: int = 4096, label_smoothing: float = 0.1, valid: float = 0.05, test: float = 0.05,
-          bleu_sentences: int = 500, dropout: float | None = None, max_len: int = 256, resume: bool = False,
-          **train_options) -> Trainer:
+def setup(
+    data: str | None = "builtin",
+    out_dir: str | Path = "runs/translation",
+    *,
+    src_lang: str = "en",
+    tgt_lang: str = "fr",
+    preset: str = "small",
+    vocab_size: int = 8000,
+    joint: bool = True,
+    max_tokens: int = 4096,
+    label_smoothing: float = 0.1,
+    valid: float = 0.05,
+    test: float = 0.05,
+    bleu_sentences: int = 500,
+    dropout: float | None = None,
+    max_len: int = 256,
+    resume: bool = False,
+    **train_options,
+) -> Trainer:
     """A :class:`Trainer` of a seq2seq Transformer on the pairs of ``data``, ready to ``fit()``.
 
     ``data``: ``"builtin"``, a TSV pairs file or a Multi30k-style directory (:func:`load_corpus`); the split
@@ -76,8 +104,9 @@ def setup(data: str | None = "builtin", out_dir: str | Path = "runs/translation"
     overrides: dict = {"max_len": max_len}
     if dropout is not None:
         overrides["dropout"] = dropout
-    split = split_corpus(load_corpus(data, src_lang, tgt_lang), cfg.seed, valid, test,
-                         verbose=distributed.is_main_process())
+    split = split_corpus(
+        load_corpus(data, src_lang, tgt_lang), cfg.seed, valid, test, verbose=distributed.is_main_process()
+    )
     if resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
         translator = _resumed(out_dir, cfg.seed)
     else:
@@ -95,10 +124,12 @@ def train(data: str | None = "builtin", out_dir: str | Path = "runs/translation"
     return trainer, trainer.fit()
 
 
-def evaluate_files(translator: Translator, src: str | Path, refs: list[str | Path], beam: int = 1,
-                   max_len: int = 128) -> dict:
+def evaluate_files(
+    translator: Translator, src: str | Path, refs: list[str | Path], beam: int = 1, max_len: int = 128
+) -> dict:
     """BLEU and chrF of ``translator`` on a file of source sentences and one or more reference files
     (one sentence a line, aligned); the result also holds the ``hypotheses``."""
+
     def lines(path):
         return Path(path).read_text(encoding="utf-8").splitlines()
 

@@ -25,10 +25,24 @@ class TranslationTask:
 
     metric, higher_is_better = "bleu", True
 
-    def __init__(self, translator: Translator, train: list[tuple[str, str]], valid: list[tuple[str, str]],
-                 max_tokens: int = 4096, label_smoothing: float = 0.1, seed: int = 0, bleu_sentences: int = 500,
-                 beam: int = 1) -> None:
-        self.translator, self.max_tokens, self.label_smoothing, self.seed, self.beam = translator, max_tokens, label_smoothing, seed, beam
+    def __init__(
+        self,
+        translator: Translator,
+        train: list[tuple[str, str]],
+        valid: list[tuple[str, str]],
+        max_tokens: int = 4096,
+        label_smoothing: float = 0.1,
+        seed: int = 0,
+        bleu_sentences: int = 500,
+        beam: int = 1,
+    ) -> None:
+        self.translator, self.max_tokens, self.label_smoothing, self.seed, self.beam = (
+            translator,
+            max_tokens,
+            label_smoothing,
+            seed,
+            beam,
+        )
         self.train_pairs = train
         limit = translator.model.config.max_len - 1
         self.train_ids = self._encode(train, limit)
@@ -53,7 +67,9 @@ class TranslationTask:
     def loss(self, model, batch: Batch) -> tuple[torch.Tensor, int]:
         batch = batch.to(next(model.parameters()).device)
         logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-        loss = sequence_cross_entropy(logits, batch.tgt_out, ignore_index=PAD, label_smoothing=self.label_smoothing, reduction="sum")
+        loss = sequence_cross_entropy(
+            logits, batch.tgt_out, ignore_index=PAD, label_smoothing=self.label_smoothing, reduction="sum"
+        )
         return loss, batch.n_tokens
 
     def evaluate(self, model) -> dict:

@@ -33,7 +33,9 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int =
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()])
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS, show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS, show_progress=False
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     return TextTokenizer(tok)
 

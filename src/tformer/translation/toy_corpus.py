@@ -59,11 +59,36 @@ VERBS = [
 ]
 # object: English, French article, French noun (article "un"/"une"/"du" become "de" after negation)
 OBJECTS = {
-    "eat": [("an apple", "une", "pomme"), ("bread", "du", "pain"), ("the cake", "le", "gâteau"), ("the soup", "la", "soupe")],
-    "see": [("the cat", "le", "chat"), ("the house", "la", "maison"), ("a bird", "un", "oiseau"), ("the sea", "la", "mer")],
-    "like": [("music", "la", "musique"), ("coffee", "le", "café"), ("the book", "le", "livre"), ("the film", "le", "film")],
-    "have": [("a dog", "un", "chien"), ("a car", "une", "voiture"), ("a brother", "un", "frère"), ("time", "du", "temps")],
-    "want": [("an apple", "une", "pomme"), ("a coffee", "un", "café"), ("the book", "le", "livre"), ("water", "de l'", "eau")],
+    "eat": [
+        ("an apple", "une", "pomme"),
+        ("bread", "du", "pain"),
+        ("the cake", "le", "gâteau"),
+        ("the soup", "la", "soupe"),
+    ],
+    "see": [
+        ("the cat", "le", "chat"),
+        ("the house", "la", "maison"),
+        ("a bird", "un", "oiseau"),
+        ("the sea", "la", "mer"),
+    ],
+    "like": [
+        ("music", "la", "musique"),
+        ("coffee", "le", "café"),
+        ("the book", "le", "livre"),
+        ("the film", "le", "film"),
+    ],
+    "have": [
+        ("a dog", "un", "chien"),
+        ("a car", "une", "voiture"),
+        ("a brother", "un", "frère"),
+        ("time", "du", "temps"),
+    ],
+    "want": [
+        ("an apple", "une", "pomme"),
+        ("a coffee", "un", "café"),
+        ("the book", "le", "livre"),
+        ("water", "de l'", "eau"),
+    ],
 }
 TIMES = [("", ""), (" today", " aujourd'hui"), (" every day", " tous les jours")]
 

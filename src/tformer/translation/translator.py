@@ -75,8 +75,16 @@ class Translator:
         return src.to(next(self.model.parameters()).device)
 
     @torch.no_grad()
-    def translate(self, sentences: list[str], beam: int = 1, max_len: int = 128, batch_size: int = 64,
-                  length_penalty: float = 1.0, sampling: SamplingConfig | None = None, seed: int | None = None) -> list[str]:
+    def translate(
+        self,
+        sentences: list[str],
+        beam: int = 1,
+        max_len: int = 128,
+        batch_size: int = 64,
+        length_penalty: float = 1.0,
+        sampling: SamplingConfig | None = None,
+        seed: int | None = None,
+    ) -> list[str]:
         """Translate a list of sentences, ``batch_size`` at a time (sorted by length to limit padding)."""
         if isinstance(sentences, str):
             sentences = [sentences]
