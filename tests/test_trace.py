@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tformer.cli import main
-from tformer.inspect.tracing import top_k_probs, toy_seq2seq, trace
+from tformer.inspect import top_k_probs, toy_seq2seq, trace
 from tformer.nn.recorder import Recorder
 
 SRC = [[5, 6, 7, 8, 0, 0]]  # two padding positions: the cross-attention and encoder masks block them

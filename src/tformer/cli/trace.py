@@ -14,35 +14,36 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tformer.cli.validate import existing_dir, non_negative_int, output_file, positive_int
 from tformer.translation.tokenizer import SOS
 
 
 def add_input_args(p) -> None:
     """The model and input options shared by ``tformer trace`` and ``tformer plot attention``."""
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="model directory written by save_pretrained")
+    src.add_argument("--model", type=existing_dir, help="model directory written by save_pretrained")
     src.add_argument("--toy", action="store_true", help="the notes' d_model = 4 translator of 'I am good .'")
     p.add_argument("text", nargs="?", help="input text: the source sentence (seq2seq), prompt (GPT) or text (BERT)")
     p.add_argument("--prompt", help="the same as TEXT (reads better for GPT)")
     p.add_argument("--target", help="seq2seq: target text fed to the decoder after <sos> (teacher forcing)")
     p.add_argument("--ids", help="space-separated input ids, when the model directory has no tokenizer")
     p.add_argument("--target-ids", help="seq2seq: space-separated decoder input ids (default: 2 = <sos>)")
-    p.add_argument("--top-k", type=int, default=5, help="candidates shown for each next token (default 5)")
+    p.add_argument("--top-k", type=positive_int, default=5, help="candidates shown for each next token (default 5)")
     p.add_argument(
-        "--max-new-tokens", type=int, help="greedy generation steps after the trace (default 5 for --toy, else 20)"
+        "--max-new-tokens", type=non_negative_int, help="greedy generation steps after the trace (default 5 for --toy, else 20)"
     )
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("trace", help="print every intermediate tensor of one forward pass")
     add_input_args(p)
-    p.add_argument("--layer", type=int, help="only this layer's tensors")
-    p.add_argument("--head", type=int, help="only this attention head")
+    p.add_argument("--layer", type=non_negative_int, help="only this layer's tensors")
+    p.add_argument("--head", type=non_negative_int, help="only this attention head")
     p.add_argument("--stage", action="append", help="only these stages (repeat or comma-separate), e.g. weights,top_k")
     p.add_argument(
-        "--max-full", type=int, default=128, help="print tensors up to this many values in full (default 128)"
+        "--max-full", type=non_negative_int, default=128, help="print tensors up to this many values in full (default 128)"
     )
-    p.add_argument("--json", metavar="FILE", help="also write the trace as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", type=output_file, help="also write the trace as JSON to FILE")
     p.set_defaults(func=run)
 
 
@@ -57,7 +58,7 @@ def run(args) -> int:
 
 def build_trace(args):
     """Load the model (or build the toy), tokenize the input and trace it."""
-    from tformer.inspect.tracing import toy_seq2seq, trace
+    from tformer.inspect import toy_seq2seq, trace
 
     if args.top_k < 1:
         raise ValueError(f"--top-k must be a positive integer, got {args.top_k}")

@@ -2,7 +2,9 @@
 
 * :mod:`tformer.inspect.tracing` — :func:`trace` collects every intermediate tensor of a real forward pass
   (embeddings, Q/K/V, scores, masks, weights, add & norm, feed-forward, logits, top-k) through forward hooks
-  and the attention :class:`~tformer.nn.recorder.Recorder`; :func:`toy_seq2seq` is the notes' d_model = 4 model.
+  and the attention :class:`~tformer.nn.recorder.Recorder`.
+* :mod:`tformer.inspect.decoding` — :func:`greedy_steps`: decoding one step at a time, each pick with its top-k.
+* :mod:`tformer.inspect.toy` — :func:`toy_seq2seq`, the notes' d_model = 4 model.
 * :mod:`tformer.inspect.format` — a trace as labelled text grids (``tformer trace``).
 * :mod:`tformer.inspect.plots` — heatmaps of attention, masks and the positional encoding (matplotlib,
   imported only when a plot is drawn).
@@ -10,6 +12,8 @@
 It knows nothing about training, tokenizer files or the command line; models never import it.
 """
 
-from tformer.inspect.tracing import Entry, Toy, Trace, greedy_steps, top_k_probs, toy_seq2seq, trace
+from tformer.inspect.decoding import greedy_steps, top_k_probs
+from tformer.inspect.toy import Toy, toy_seq2seq
+from tformer.inspect.tracing import Entry, Trace, trace
 
 __all__ = ["Entry", "Toy", "Trace", "greedy_steps", "top_k_probs", "toy_seq2seq", "trace"]

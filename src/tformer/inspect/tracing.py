@@ -28,25 +28,22 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tformer.inspect.decoding import as_ids, greedy_steps, token_text, top_k_probs
 from tformer.inspect.format import format_trace, summary
 from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.layers import AddNorm, Decoder, Encoder, FeedForward
 from tformer.nn.positional import InputEmbedding
 from tformer.nn.recorder import Recorder
-from tformer.tokens import TRANSLATION_EOS, TRANSLATION_SOS
+from tformer.tokens import TRANSLATION_SOS
 
 __all__ = [
     "STAGES",
     "Entry",
     "Trace",
-    "Toy",
     "trace",
     "trace_seq2seq",
     "trace_gpt",
     "trace_bert",
-    "top_k_probs",
-    "greedy_steps",
-    "toy_seq2seq",
 ]
 
 STAGES = (
@@ -72,7 +69,7 @@ STAGES = (
     "top_k",
     "generation",
 )
-SOS, EOS = TRANSLATION_SOS, TRANSLATION_EOS  # seq2seq special ids (the layouts: tformer.tokens)
+SOS = TRANSLATION_SOS  # the seq2seq decoder starts here (the layouts: tformer.tokens)
 
 
 @dataclass
@@ -202,25 +199,6 @@ def _jsonable(v):
     return v if not isinstance(v, float) or math.isfinite(v) else str(v)
 
 
-def top_k_probs(logits: torch.Tensor, vocab: list[str] | None = None, k: int = 5) -> list[tuple[str, int, float]]:
-    """softmax(``logits`` (V,)) → the ``k`` most likely tokens as (token, id, probability), best first.
-
-    >>> top_k_probs(torch.tensor([45., 40., 49.]), ["bien", "Je", "vais"], k=3)[0][0]
-    'vais'
-    """
-    if logits.dim() != 1:
-        raise ValueError(f"logits must have shape (V,), got {tuple(logits.shape)}")
-    if k < 1:
-        raise ValueError(f"k must be a positive integer, got {k}")
-    probs = torch.softmax(logits.double(), dim=-1)  # (V,)
-    values, ids = probs.topk(min(k, probs.numel()))
-    return [(_token(vocab, int(i)), int(i), float(p)) for p, i in zip(values, ids)]
-
-
-def _token(vocab: list[str] | None, i: int) -> str:
-    return vocab[i] if vocab is not None and 0 <= i < len(vocab) else str(i)
-
-
 BTD = ("B", "T", "D")
 
 
@@ -332,18 +310,9 @@ class _Collector:
             handle.remove()
 
 
-def _as_ids(ids, name: str) -> torch.Tensor:
-    ids = torch.as_tensor(ids, dtype=torch.long)
-    if ids.dim() == 1:
-        ids = ids[None]  # (T,) → (1, T)
-    if ids.dim() != 2 or ids.shape[0] != 1:
-        raise ValueError(f"{name} must be one sequence of ids, shape (T,) or (1, T), got {tuple(ids.shape)}")
-    return ids
-
-
 def _labels(ids: torch.Tensor, tokens: list[str] | None, vocab: list[str] | None, name: str) -> list[str]:
     if tokens is None:
-        return [_token(vocab, int(i)) for i in ids[0]]
+        return [token_text(vocab, int(i)) for i in ids[0]]
     if len(tokens) != ids.shape[1]:
         raise ValueError(f"{name} has {len(tokens)} tokens but the ids have length {ids.shape[1]}")
     return list(tokens)
@@ -395,7 +364,7 @@ def trace_seq2seq(
 
     ``vocab`` maps target ids to token strings (for top-k and generation).
     """
-    src, tgt = _as_ids(src_ids, "src_ids"), _as_ids(tgt_ids, "tgt_ids")
+    src, tgt = as_ids(src_ids, "src_ids"), as_ids(tgt_ids, "tgt_ids")
     labels = {
         "encoder": _labels(src, src_tokens, None, "src_tokens"),
         "decoder": _labels(tgt, tgt_tokens, vocab, "tgt_tokens"),
@@ -411,7 +380,7 @@ def trace_gpt(
     model, ids, tokens=None, vocab=None, k: int = 5, max_new_tokens: int = 0, eos_id: int | None = None
 ) -> Trace:
     """Trace ``model(ids)`` (a prompt), top-k at the last position, then greedy continuation."""
-    ids = _as_ids(ids, "ids")
+    ids = as_ids(ids, "ids")
     labels = {"decoder": _labels(ids, tokens, vocab, "tokens")}
     tr = _run(model, labels, {"decoder": ids}, vocab, lambda: model(ids))
     _add_top_k(tr, vocab, k, [ids.shape[1] - 1])
@@ -424,9 +393,9 @@ def trace_bert(
     model, ids, tokens=None, token_type_ids=None, vocab=None, k: int = 5, mask_token: str = "[MASK]"
 ) -> Trace:
     """Trace the encoder and the MLM head; top-k at the ``mask_token`` positions (all positions if none)."""
-    ids = _as_ids(ids, "ids")
+    ids = as_ids(ids, "ids")
     labels = {"encoder": _labels(ids, tokens, vocab, "tokens")}
-    types = None if token_type_ids is None else _as_ids(token_type_ids, "token_type_ids")
+    types = None if token_type_ids is None else as_ids(token_type_ids, "token_type_ids")
     tr = _run(model, labels, {"encoder": ids}, vocab, lambda: model.pretraining_logits(ids, types))
     positions = [i for i, t in enumerate(labels["encoder"]) if t == mask_token] or list(range(ids.shape[1]))
     _add_top_k(tr, vocab, k, positions)
@@ -440,112 +409,3 @@ def trace(model, *args, **kwargs) -> Trace:
     if kind not in fns:
         raise TypeError(f"model must be a tformer Seq2SeqTransformer, GPT or Bert, got {type(model).__name__}")
     return fns[kind](model, *args, **kwargs)
-
-
-@torch.no_grad()
-def greedy_steps(model, ids, max_new_tokens: int, vocab=None, k: int = 5, eos_id: int | None = None) -> list[dict]:
-    """Greedy decoding with the KV cache, one dict per step: the fed tokens, the pick and its top-k.
-
-    Seq2seq: ``ids`` is the source; decoding starts from <sos> and stops at ``eos_id`` (default <eos> = 3).
-    GPT: ``ids`` is the prompt; it stops at ``eos_id`` if given, or at the context length.
-    """
-    if model.model_type not in ("seq2seq", "gpt"):
-        raise TypeError(f"greedy generation needs a seq2seq or GPT model, got {type(model).__name__}")
-    ids, cache, was_training, steps = _as_ids(ids, "ids"), model.new_cache(), model.training, []
-    try:
-        model.eval()
-        if model.model_type == "seq2seq":
-            memory = model.encode(ids)  # (1, S, D), computed once
-            step_fn = lambda x: model.decode(x, memory, cache=cache)  # noqa: E731
-            fed, limit, eos_id = torch.tensor([[SOS]]), model.config.max_len, EOS if eos_id is None else eos_id
-        else:
-            step_fn = lambda x: model(x, cache=cache)  # noqa: E731
-            fed, limit = ids, model.config.max_len - ids.shape[1]
-        for step in range(min(max_new_tokens, limit)):
-            top = top_k_probs(step_fn(fed)[0, -1], vocab, k)  # logits (V,) of the last position
-            token, next_id, prob = top[0]
-            fed_tokens = [_token(vocab, int(i)) for i in fed[0]]
-            steps.append(dict(step=step + 1, fed=fed_tokens, token=token, id=next_id, prob=prob, candidates=top))
-            if next_id == eos_id:
-                break
-            fed = torch.tensor([[next_id]])  # (1, 1): the cache holds everything before
-    finally:
-        model.train(was_training)
-    return steps
-
-
-@dataclass
-class Toy:
-    """The notes' teaching example: a d_model = 4 translator of "I am good ." → "Je vais bien"."""
-
-    model: nn.Module
-    src_vocab: list[str]
-    tgt_vocab: list[str]
-    src_tokens: list[str]
-    tgt_tokens: list[str]  # decoder input: <sos> + target
-
-    def ids(self, tokens: list[str], vocab: list[str]) -> list[int]:
-        return [vocab.index(t) for t in tokens]
-
-    def trace(self, k: int = 3, max_new_tokens: int = 5) -> Trace:
-        return trace_seq2seq(
-            self.model,
-            self.ids(self.src_tokens, self.src_vocab),
-            self.ids(self.tgt_tokens, self.tgt_vocab),
-            self.src_tokens,
-            self.tgt_tokens,
-            self.tgt_vocab,
-            k,
-            max_new_tokens,
-        )
-
-
-_SPECIALS = ["<pad>", "<unk>", "<sos>", "<eos>"]
-_TOY_TEXT = dict(
-    src_vocab=_SPECIALS + ["I", "am", "good", "."],
-    tgt_vocab=_SPECIALS + ["Je", "vais", "bien"],
-    src_tokens=["I", "am", "good", "."],
-    tgt_tokens=["<sos>", "Je", "vais", "bien"],
-)
-
-
-def toy_seq2seq(n_heads: int = 2, train_steps: int = 60, seed: int = 0) -> Toy:
-    """A 1-layer, d_model = 4 seq2seq model overfit on the one pair, with a fixed seed (global RNG untouched)."""
-    from tformer.models import Seq2SeqConfig, Seq2SeqTransformer
-
-    config = Seq2SeqConfig(
-        src_vocab_size=8,
-        tgt_vocab_size=7,
-        d_model=4,
-        n_heads=n_heads,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        d_ff=16,
-        dropout=0.0,
-        max_len=16,
-    )
-    toy = Toy(Seq2SeqTransformer(config), **{k: list(v) for k, v in _TOY_TEXT.items()})
-    toy.model.load_state_dict(_toy_weights(config, train_steps, seed))
-    toy.model.eval()
-    return toy
-
-
-@functools.lru_cache(maxsize=4)
-def _toy_weights(config, train_steps: int, seed: int) -> dict[str, torch.Tensor]:
-    """Teacher forcing on the one pair: input <sos> Je vais bien, labels Je vais bien <eos> (cached per process)."""
-    from tformer.models import Seq2SeqTransformer
-
-    t = _TOY_TEXT
-    src = torch.tensor([[t["src_vocab"].index(w) for w in t["src_tokens"]]])  # (1, S)
-    tgt = torch.tensor([[t["tgt_vocab"].index(w) for w in t["tgt_tokens"] + ["<eos>"]]])  # (1, T + 1)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Seq2SeqTransformer(config)
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
-        for _ in range(train_steps):
-            logits = model(src, tgt[:, :-1])  # (1, T, V)
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    return {name: p.detach().clone() for name, p in model.state_dict().items()}
