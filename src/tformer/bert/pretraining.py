@@ -75,9 +75,10 @@ def read_sentence_documents(path: str | Path) -> list[list[str]]:
 
 
 def split_documents(docs: list[list[str]], valid: float | int = 0.05) -> tuple[list[list[str]], list[list[str]]]:
-    """Hold out the last ``valid`` sentences (a fraction, or a count when >= 1) of the text, cutting a document if needed."""
+    """Hold out the last ``valid`` sentences (a fraction, or a count when >= 1) of the text, cutting a document if
+    needed; at least 3 for a fraction > 0 (NSP needs them), none for ``valid=0`` (no validation data)."""
     total = sum(len(d) for d in docs)
-    n_valid = int(valid) if valid >= 1 else max(round(valid * total), 3)
+    n_valid = int(valid) if valid >= 1 or valid == 0 else max(round(valid * total), 3)
     if n_valid >= total - 2:
         raise ValueError(f"valid={valid} leaves too little training text ({total} sentences in all)")
     train, left = [list(d) for d in docs], n_valid
@@ -216,7 +217,7 @@ class BertPretrainTask:
         self.train_sentences = tokenizer.encode_batch([s for d in train_docs for s in d])
         self.train_sizes = [len(d) for d in train_docs]
         valid_sentences = tokenizer.encode_batch([s for d in valid_docs for s in d])
-        valid_pairs = nsp_pairs([len(d) for d in valid_docs], seed=12345)
+        valid_pairs = nsp_pairs([len(d) for d in valid_docs], seed=12345) if valid_docs else []
         self.valid_batches = [
             self._batch(valid_sentences, valid_pairs, k, torch.Generator().manual_seed(12345 + k))
             for k in range(0, len(valid_pairs), batch_size)
@@ -262,6 +263,9 @@ class BertPretrainTask:
         return mlm + nsp * n, n
 
     def evaluate(self, model) -> dict:
+        """Held-out MLM and NSP loss and accuracy; ``{}`` when nothing is held out (never a loss of 0)."""
+        if not self.valid_batches:
+            return {}
         device = next(model.parameters()).device
         mlm_loss = mlm_right = n_mlm = nsp_loss = nsp_right = n_seq = 0.0
         for batch in self.valid_batches:

@@ -37,6 +37,8 @@ def evaluate_stream(
     The stream is cut into non-overlapping blocks of ``block_size`` predictions (the last one
     shorter); with ``max_blocks``, that many blocks evenly spaced over the stream are scored.
     """
+    if len(ids) < 2:
+        raise ValueError(f"nothing to score: the text has {len(ids)} token(s), at least 2 are needed")
     block_size = block_size or model.config.max_len
     device = next(model.parameters()).device
     starts = torch.arange(0, max(len(ids) - 1, 1), block_size)  # every block predicts ids[s+1 : s+T+1]
@@ -90,8 +92,6 @@ class LMTask:
                 f"the training text has {len(train_ids)} tokens, fewer than block_size + 1 = {block_size + 1}; "
                 "use a smaller --block-size or more data"
             )
-        if len(val_ids) < 2:
-            raise ValueError(f"the validation part has {len(val_ids)} tokens; give more data")
         self.tokenizer, self.train_ids, self.val_ids = tokenizer, train_ids, val_ids
         self.block_size, self.batch_size, self.batches_per_epoch = block_size, batch_size, batches_per_epoch
         self.eval_blocks, self.seed, self.compile = eval_blocks, seed, compile
@@ -122,6 +122,9 @@ class LMTask:
         return loss, int((labels != PAD).sum())
 
     def evaluate(self, model) -> dict:
+        """Validation loss, perplexity, bits per unit; ``{}`` when there is no validation text (never a 0)."""
+        if len(self.val_ids) < 2:
+            return {}
         result = evaluate_stream(model, self.val_ids, self.unit_lengths, self.block_size, max_blocks=self.eval_blocks)
         result.pop("tokens")
         return result

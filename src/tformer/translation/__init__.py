@@ -13,7 +13,7 @@ language model, BERT or the command line.
 """
 
 from tformer.translation.batching import Batch, make_batch, token_budget_batches
-from tformer.translation.pairs import Split, load_corpus, read_aligned, read_tsv, split_corpus
+from tformer.translation.pairs import Split, load_corpus, load_splits, read_aligned, read_tsv, split_corpus
 from tformer.translation.run import evaluate_files, prepare, setup, train, train_tokenizers
 from tformer.translation.task import TranslationTask
 from tformer.translation.tokenizer import EOS, PAD, SOS, SPECIALS, UNK, TextTokenizer, train_bpe
@@ -29,6 +29,7 @@ __all__ = [
     "train_bpe",
     "Split",
     "load_corpus",
+    "load_splits",
     "read_aligned",
     "read_tsv",
     "split_corpus",

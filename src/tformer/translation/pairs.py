@@ -26,6 +26,7 @@ __all__ = [
     "read_tsv",
     "read_aligned",
     "load_corpus",
+    "load_splits",
     "filter_pairs",
     "split_pairs",
     "split_corpus",
@@ -44,14 +45,31 @@ def read_aligned(src_path: str | Path, tgt_path: str | Path) -> list[tuple[str, 
     return [(normalize(s), normalize(t)) for s, t in zip(src, tgt)]
 
 
+def _aligned_pair(directory: Path, part: str, src_lang: str, tgt_lang: str) -> tuple[Path, Path] | None:
+    """``(DIR/part.src, DIR/part.tgt)`` when both exist, None when neither does; one alone is an error."""
+    src, tgt = directory / f"{part}.{src_lang}", directory / f"{part}.{tgt_lang}"
+    if src.is_file() and tgt.is_file():
+        return src, tgt
+    if src.is_file() or tgt.is_file():
+        have, missing = (src, tgt) if src.is_file() else (tgt, src)
+        raise FileNotFoundError(f"--data {str(directory)!r} has {have.name} but no {missing.name}")
+    return None
+
+
 def load_corpus(data: str | None, src_lang: str = "en", tgt_lang: str = "fr") -> list[tuple[str, str]]:
     """Pairs from ``data``: ``None``/``"builtin"`` (the built-in corpus), a ``.tsv`` file, or a
-    directory with ``train.<src_lang>`` and ``train.<tgt_lang>`` (Multi30k layout)."""
+    directory with ``train.<src_lang>`` and ``train.<tgt_lang>`` (Multi30k layout: its training pairs)."""
     if data in (None, "builtin"):
         return builtin_pairs()
     path = Path(data)
     if path.is_dir():
-        return read_aligned(path / f"train.{src_lang}", path / f"train.{tgt_lang}")
+        train = _aligned_pair(path, "train", src_lang, tgt_lang)
+        if train is None:
+            raise FileNotFoundError(
+                f"--data {data!r}: a corpus directory needs train.{src_lang} and train.{tgt_lang} "
+                f"(Multi30k layout; val.{src_lang} and val.{tgt_lang} are used for validation when present)"
+            )
+        return read_aligned(*train)
     if path.is_file():
         return read_tsv(path)
     raise FileNotFoundError(
@@ -127,6 +145,47 @@ def group_references(pairs: list[tuple[str, str]]) -> tuple[list[str], list[list
     return sources, refs
 
 
+def load_splits(
+    data: str | None,
+    src_lang: str = "en",
+    tgt_lang: str = "fr",
+    seed: int = 0,
+    valid: float | int = 0.05,
+    test: float | int = 0.05,
+    max_chars: int = 300,
+    verbose: bool = True,
+) -> Split:
+    """The train / valid / test pairs of ``data``, as the user gave them where they can.
+
+    A directory with ``val.<src>`` and ``val.<tgt>`` next to ``train.*`` (Multi30k) trains on all of
+    ``train.*`` and validates on ``val.*`` (and tests on ``test.*`` if present; else there is no test part);
+    ``valid`` and ``test`` are not used then. Any other input (a TSV, the built-in corpus, a directory
+    without ``val.*``) is split by :func:`split_corpus` (``valid`` / ``test`` held out, grouped by source).
+    """
+    path = Path(data) if data not in (None, "builtin") else None
+    val_files = _aligned_pair(path, "val", src_lang, tgt_lang) if path is not None and path.is_dir() else None
+    if val_files is None:
+        return split_corpus(load_corpus(data, src_lang, tgt_lang), seed, valid, test, max_chars, verbose)
+    assert path is not None
+    parts = {"train": load_corpus(data, src_lang, tgt_lang), "valid": read_aligned(*val_files)}
+    test_files = _aligned_pair(path, "test", src_lang, tgt_lang)
+    parts["test"] = read_aligned(*test_files) if test_files else []
+    split, dropped = Split(), 0
+    for name, pairs in parts.items():
+        kept, stats = filter_pairs(pairs, max_chars)
+        setattr(split, name, kept)
+        dropped += stats.empty + stats.too_long
+    if not split.train:
+        raise ValueError(f"--data {data!r}: train.{src_lang} / train.{tgt_lang} hold no usable pairs")
+    if verbose:
+        print(
+            f"data: {len(split.train)} train pairs (all of train.*), {len(split.valid)} validation pairs (val.*), "
+            f"{len(split.test)} test pairs{' (test.*)' if test_files else ''}: the directory's own split "
+            f"(--valid/--test not used)" + (f"; dropped {dropped} empty or over-long pairs" if dropped else "")
+        )
+    return split
+
+
 def split_corpus(
     pairs: list[tuple[str, str]],
     seed: int = 0,
@@ -139,7 +198,9 @@ def split_corpus(
     kept, stats = filter_pairs(pairs, max_chars)
     split = split_pairs(kept, valid, test, seed)
     if verbose:
+        none = " (no validation data)" if not split.valid else ""
         print(
-            f"data: {stats}; split into {len(split.train)} train / {len(split.valid)} valid / {len(split.test)} test pairs"
+            f"data: {stats}; split into {len(split.train)} train / {len(split.valid)} valid{none} / "
+            f"{len(split.test)} test pairs, held out by source sentence (seed {seed})"
         )
     return split

@@ -2,7 +2,8 @@
 
 Teacher-forced batches by length under a token budget (:mod:`.batching`), label-smoothed cross-entropy
 over real target tokens, and an evaluation that reports the validation loss and sacreBLEU (decoding
-with the :class:`~tformer.translation.translator.Translator`).
+with the :class:`~tformer.translation.translator.Translator`). With no validation pairs the evaluation
+returns nothing (``{}``), never a loss of 0.
 
 Dimension legend: B batch, T target length, V target vocabulary.
 """
@@ -50,6 +51,8 @@ class TranslationTask:
         sources, refs = group_references(valid)
         self.bleu_sources = sources[:bleu_sentences]
         self.bleu_refs = [r[:bleu_sentences] for r in refs]
+        if not self.bleu_sources:  # no BLEU computed (bleu_sentences=0): the best model is the lowest loss
+            self.metric, self.higher_is_better = "val_loss", False
 
     def _encode(self, pairs: list[tuple[str, str]], limit: int) -> list[tuple[list[int], list[int]]]:
         src = self.translator.src_tokenizer.encode_batch([s for s, _ in pairs])
@@ -73,18 +76,19 @@ class TranslationTask:
         return loss, batch.n_tokens
 
     def evaluate(self, model) -> dict:
+        """Validation loss, BLEU and chrF; ``{}`` when there is no validation data (never a made-up 0)."""
+        if not self.valid_ids:
+            return {}
         total, tokens = 0.0, 0
         for g in token_budget_batches(self.valid_ids, self.max_tokens, seed=0, shuffle=False):
             batch = make_batch([self.valid_ids[i] for i in g]).to(next(model.parameters()).device)
             logits = model(batch.src, batch.tgt_in)
             total += float(sequence_cross_entropy(logits, batch.tgt_out, ignore_index=PAD, reduction="sum"))
             tokens += batch.n_tokens
-        result = {"val_loss": total / max(tokens, 1)}
+        result = {"val_loss": total / tokens}
         if self.bleu_sources:
             scores = self.translator.evaluate(self.bleu_sources, self.bleu_refs, beam=self.beam)
             result.update(bleu=scores["bleu"], chrf=scores["chrf"])
-        else:
-            result["bleu"] = 0.0
         return result
 
     def save_extra(self, directory) -> None:
