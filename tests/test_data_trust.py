@@ -129,6 +129,7 @@ def test_good_download_lands_verified(server, tmp_path, capsys):
     assert read_tsv(path) == [("I'm OK.", "Je vais bien."), ("Run!", "Cours !")]
     assert f"sha256 {sha(TSV.encode())}, verified" in capsys.readouterr().out
     assert leftovers(tmp_path / "cache") == ["tatoeba-eng-fra/tatoeba-eng-fra.tsv"]
+    assert path.stat().st_mode & 0o777 == 0o644
 
 
 def test_pinned_gzip_source_verified(server, tmp_path, toy):

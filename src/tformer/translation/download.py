@@ -281,6 +281,7 @@ def _fetch_one(url: str, remote: RemoteFile, path: Path, deadline: _Deadline, ma
         problem = _mismatch(remote, got)
         if problem:
             raise ValueError(f"{url}: refused: {problem}")
+        os.chmod(unpacked, 0o644)  # mkstemp made it private; a cached corpus is an ordinary file
         os.replace(unpacked, path)
         return got
     finally:
