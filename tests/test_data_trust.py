@@ -408,6 +408,27 @@ def test_lm_bert_classify_without_validation_say_so(tmp_path):
     assert bert.TextClassifier.load(tmp_path / "cls").labels == ["a", "b"]  # the latest model is kept
 
 
+def test_cli_translation_and_classify_without_validation_done_lines(tmp_path, capsys):
+    from tformer.cli import main
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"sentence {i} .\tphrase {i} .\n" for i in range(40)), encoding="utf-8")
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("".join(f"text number {i}\t{'ab'[i % 2]}\n" for i in range(20)), encoding="utf-8")
+    common = ["--preset", "tiny", "--vocab-size", "60", "--max-steps", "2", "--no-progress"]
+    for family, data, none in (
+        ("translation", pairs, ["--valid", "0", "--test", "0"]),
+        ("classify", labels, ["--valid", "0"]),
+    ):
+        out = tmp_path / family
+        assert main(["train", family, "--data", str(data), "--out", str(out), *none, *common]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert "no validation data" in next(line for line in lines if line.startswith("data:")), family
+        assert [line for line in lines if line.startswith("done:")] == [
+            f"done: step 2, no validation data (the model kept is the latest) -> {out}"
+        ], family
+
+
 def test_cli_lm_without_validation_done_line(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("abcdefgh " * 200, encoding="utf-8")
