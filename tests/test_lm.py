@@ -261,7 +261,7 @@ def test_train_lm_settings_come_from_the_flag_then_the_recipe_then_the_default()
     from tformer.lm import RECIPES, resolve
 
     def resolved(*flags):  # the flags as `tformer train lm` parses them (unset: None), resolved by the library
-        args = build_parser().parse_args(["train", "lm", "--data", "x.txt", "--out", "y", *flags])
+        args = build_parser().parse_args(["train", "lm", "--data", __file__, "--out", "y", *flags])  # --data must exist
         names = ("tokenizer", "batch_size", "lr", "warmup_steps", "weight_decay", "vocab_size", "block_size", "dropout")
         return resolve(args.preset, **{k: getattr(args, k) for k in names})
 

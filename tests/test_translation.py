@@ -248,9 +248,9 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "I am good." in text and "validation: loss" in text
     for name in (
-        "config.json",
-        "model.safetensors",
-        "src_tokenizer.json",
+        "best/config.json",  # the best model and its tokenizers, swapped in together
+        "best/model.safetensors",
+        "best/src_tokenizer.json",
         "curves.png",
         "cross_attention.png",
         "log.jsonl",

@@ -1,10 +1,31 @@
-"""Input checks shared by the models: clear errors instead of shape errors from deep inside PyTorch."""
+"""Input checks: clear errors instead of shape errors from deep inside PyTorch, and readers of the files a
+user hands us (JSON objects, safetensors weights) that name the file when it is missing, empty, truncated,
+binary or of the wrong kind."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+from typing import Any
+
 import torch
 
-__all__ = ["check_ids", "check_length", "check_positive", "check_positive_int"]
+__all__ = [
+    "check_ids",
+    "check_length",
+    "check_positive",
+    "check_positive_int",
+    "read_json_object",
+    "load_safetensors",
+    "load_tokenizer_file",
+    "read_text_file",
+    "MAX_JSON_BYTES",
+]
+
+# Larger JSON files are refused unread: our config.json and tokenizer files are kilobytes to a few MB
+# (a 250k-token BPE vocabulary with its merges is ~20 MB).
+MAX_JSON_BYTES = 256 * 2**20
 
 
 def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
@@ -42,3 +63,74 @@ def check_positive(config, *names: str) -> None:
     """Each named field of a config must be a positive integer."""
     for name in names:
         check_positive_int(getattr(config, name), f"{type(config).__name__}.{name}")
+
+
+def read_json_object(path: str | os.PathLike, what: str = "file") -> dict[str, Any]:
+    """The JSON object (a dict) in ``path``; any other content is a ``ValueError`` that names the file.
+
+    Missing: ``FileNotFoundError``. Empty, binary, truncated, not UTF-8, not JSON, a JSON list or number,
+    over :data:`MAX_JSON_BYTES`: ``ValueError``. ``what`` says what the file should be ("model config").
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {str(path)!r} is missing")
+    size = path.stat().st_size
+    if size == 0:
+        raise ValueError(f"{what} {str(path)!r} is empty")
+    if size > MAX_JSON_BYTES:
+        raise ValueError(f"{what} {str(path)!r} is {size:,} bytes, more than the {MAX_JSON_BYTES:,} allowed")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (a binary or corrupted file?)") from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise ValueError(f"{what} {str(path)!r} is not valid JSON (truncated or corrupted?): {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {str(path)!r} must hold a JSON object, got a JSON {type(data).__name__}")
+    return data
+
+
+def load_safetensors(path: str | os.PathLike, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; a missing file is ``FileNotFoundError``, an unreadable one (empty,
+    truncated, not safetensors, a pickle renamed) a ``ValueError`` that names the file. Nothing is unpickled."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"weights file {str(path)!r} is missing")
+    try:
+        return load_file(str(path), device=device)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"weights file {str(path)!r} is not a readable safetensors file (truncated or corrupted?): {err}"
+        ) from None
+
+
+def load_tokenizer_file(path: str | os.PathLike, what: str = "tokenizer file"):
+    """A ``tokenizers.Tokenizer`` from its JSON file; anything unreadable is a ``ValueError`` naming the file."""
+    from tokenizers import Tokenizer
+
+    read_json_object(path, what)  # missing, empty, binary, truncated, too large, not an object
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # the Rust library raises a bare Exception for any content it cannot read
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{what} {str(path)!r} is not a tokenizer saved by the tokenizers library: {reason}") from None
+
+
+def read_text_file(path: str | os.PathLike, what: str = "file") -> str:
+    """The UTF-8 text of ``path``; missing: ``FileNotFoundError``; empty or binary: ``ValueError`` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {str(path)!r} is missing")
+    data = path.read_bytes()
+    if not data.strip():
+        raise ValueError(f"{what} {str(path)!r} is empty")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (a binary or corrupted file?)") from None
+    if "\x00" in text:
+        raise ValueError(f"{what} {str(path)!r} holds NUL bytes: a binary file, not text")
+    return text

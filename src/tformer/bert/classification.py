@@ -26,6 +26,7 @@ from tformer.bert.pretraining import BertBatch, collate
 from tformer.bert.tokenizer import WordPiece
 from tformer.files import atomic_write
 from tformer.models.bert import Bert
+from tformer.models.checkpoint import check_vocab, model_dir
 from tformer.text import read_tsv
 
 __all__ = [
@@ -146,14 +147,16 @@ class TextClassifier:
 
     @classmethod
     def load(cls, directory: str | Path) -> TextClassifier:
-        directory = Path(directory)
+        directory = model_dir(directory)  # a training run's: its best model
         path = directory / LABELS_FILE
         if not path.is_file():
             raise FileNotFoundError(
                 f"{str(path)!r} is missing: {str(directory)!r} is not a `tformer train classify` model"
             )
         labels = json.loads(path.read_text(encoding="utf-8"))["labels"]
-        return cls(Bert.from_pretrained(directory), WordPiece.load(directory), labels)
+        model, tokenizer = Bert.from_pretrained(directory), WordPiece.load(directory)
+        check_vocab(directory, "tokenizer.json", tokenizer.vocab_size, "vocab_size", model.config.vocab_size)
+        return cls(model, tokenizer, labels)
 
     @torch.no_grad()
     def predict(self, texts: list[str]) -> list[tuple[str, float]]:

@@ -16,18 +16,17 @@ Dimension legend: N sentences, B batch, T tokens (longest in the batch), D model
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 
 from tformer.bert.tokenizer import bert_tokenizer
-from tformer.interop.hf import bert_config_from_hf, load_hf_bert_state
+from tformer.checks import read_json_object
+from tformer.interop.hf import bert_from_hf_dir, read_hf_bert_dir
 from tformer.models.bert import Bert
 
 __all__ = ["SentenceEncoder", "bert_tokenizer", "minilm_path", "mean_pool"]
@@ -54,15 +53,18 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json_object(path, "config file")
 
 
 def _max_length(path: Path, config: dict) -> int:
     """sentence-transformers' ``max_seq_length`` if the directory has one, else the position table size."""
     st_config = path / "sentence_bert_config.json"
-    if st_config.is_file():
-        return _read_json(st_config).get("max_seq_length") or config["max_position_embeddings"]
-    return config["max_position_embeddings"]
+    if not st_config.is_file():
+        return config["max_position_embeddings"]
+    length = _read_json(st_config).get("max_seq_length") or config["max_position_embeddings"]
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise ValueError(f"config file {str(st_config)!r}: max_seq_length must be a positive integer, got {length!r}")
+    return length
 
 
 def _check_pooling(path: Path) -> None:
@@ -101,8 +103,8 @@ class SentenceEncoder:
             if not (path / name).is_file():
                 raise FileNotFoundError(f"path {str(path)!r} has no {name}: not a sentence-transformers/BERT directory")
         _check_pooling(path)
-        config = _read_json(path / "config.json")
-        model = load_hf_bert_state(Bert(bert_config_from_hf(config)), load_file(str(path / "model.safetensors")))
+        config, bert_config, state = read_hf_bert_dir(path)  # one-line errors that name the file
+        model = bert_from_hf_dir(path, bert_config, state)
         return cls(model, bert_tokenizer(path), _max_length(path, config))
 
     def tokenize(self, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,32 +12,27 @@ Dimension legend: T tokens, D model dim, V vocabulary, M number of [MASK] tokens
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from tformer.bert.tokenizer import WordPiece
+from tformer.checks import read_json_object
 from tformer.models.bert import Bert
 
 __all__ = ["load_masked_lm", "fill_mask"]
 
 
-def _load_hf(directory: Path, config: dict) -> Bert:
-    from safetensors.torch import load_file
+def _load_hf(directory: Path) -> Bert:
+    from tformer.interop.hf import bert_from_hf_dir, read_hf_bert_dir
 
-    from tformer.interop.hf import bert_config_from_hf, load_hf_bert_state
-
-    weights = directory / "model.safetensors"
-    if not weights.is_file():
-        raise FileNotFoundError(f"{str(weights)!r} is missing (only safetensors Hugging Face checkpoints are read)")
-    state = load_file(str(weights))
+    _, config, state = read_hf_bert_dir(directory)
     if not any(k.startswith("cls.predictions.") for k in state):
         raise ValueError(
             f"{str(directory)!r} has no MLM head (cls.predictions.*), e.g. a sentence-transformers encoder: "
             "fill-mask needs BertForMaskedLM or BertForPreTraining weights"
         )
-    return load_hf_bert_state(Bert(bert_config_from_hf(config)), state).eval()
+    return bert_from_hf_dir(directory, config, state)
 
 
 def load_masked_lm(directory: str | Path) -> tuple[Bert, WordPiece]:
@@ -46,9 +41,18 @@ def load_masked_lm(directory: str | Path) -> tuple[Bert, WordPiece]:
     path = directory / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{str(path)!r} is missing: {str(directory)!r} is not a model directory")
-    config = json.loads(path.read_text(encoding="utf-8"))
-    model = _load_hf(directory, config) if "hidden_size" in config else Bert.from_pretrained(directory)
-    return model, WordPiece.load(directory)
+    config = read_json_object(path, "model config")
+    hf = "hidden_size" in config
+    model = _load_hf(directory) if hf else Bert.from_pretrained(directory)
+    tokenizer = WordPiece.load(directory)
+    n, v = tokenizer.vocab_size, model.config.vocab_size
+    if n > v or (n != v and not hf):  # a Hugging Face vocab_size may be padded above the tokenizer's
+        name = "tokenizer.json" if (directory / "tokenizer.json").is_file() else "vocab.txt"
+        raise ValueError(
+            f"tokenizer file {str(directory / name)!r} has {n} tokens but the model's vocab_size is {v}: "
+            "the tokenizer and the weights do not belong together"
+        )
+    return model, tokenizer
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ from tformer.bert.pretraining import BertPretrainTask, read_sentence_documents, 
 from tformer.bert.tokenizer import WordPiece, train_wordpiece
 from tformer.models.bert import Bert, BertConfig
 from tformer.training.distributed import from_rank0, say
-from tformer.training.resume import make_trainer, saved_run
+from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = ["setup", "train", "setup_classifier", "train_classifier"]
@@ -60,6 +60,7 @@ def setup(
     the other :class:`TrainConfig` fields.
     """
     cfg = TrainConfig(out_dir=str(out_dir), **train_options)
+    start_run(cfg, resume)  # a non-empty out_dir needs resume or overwrite
     train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
     log(
         f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
@@ -131,6 +132,7 @@ def setup_classifier(
     fields (lr 3e-4 and 100 warmup steps unless given).
     """
     cfg = TrainConfig(out_dir=str(out_dir), **{"lr": 3e-4, "warmup_steps": 100, **train_options})
+    start_run(cfg, resume)  # a non-empty out_dir needs resume or overwrite
     examples = read_labelled_tsv(data)
     labels = sorted({y for _, y in examples})
     if len(labels) < 2:

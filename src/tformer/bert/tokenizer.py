@@ -28,6 +28,7 @@ from typing import Any, cast
 from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 
+from tformer.checks import load_tokenizer_file, read_text_file
 from tformer.files import atomic_write
 from tformer.tokens import BERT_SPECIALS
 
@@ -48,9 +49,14 @@ def bert_tokenizer(path: str | os.PathLike) -> Tokenizer | BertWordPieceTokenize
     path = Path(path)
     tokenizer: Tokenizer | BertWordPieceTokenizer
     if (path / "tokenizer.json").is_file():
-        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        tokenizer = load_tokenizer_file(path / "tokenizer.json")
     elif (path / "vocab.txt").is_file():
-        tokenizer = BertWordPieceTokenizer(str(path / "vocab.txt"), lowercase=True)
+        vocab = path / "vocab.txt"
+        read_text_file(vocab, "vocabulary file")  # empty, binary: one line naming it
+        try:
+            tokenizer = BertWordPieceTokenizer(str(vocab), lowercase=True)
+        except Exception as err:  # the Rust library raises a bare Exception for what it cannot read
+            raise ValueError(f"vocabulary file {str(vocab)!r} is not a WordPiece vocab.txt: {err}") from None
     else:
         raise FileNotFoundError(f"path {str(path)!r} has neither tokenizer.json nor vocab.txt")
     tokenizer.no_padding()
@@ -133,4 +139,11 @@ class WordPiece:
     @classmethod
     def load(cls, directory: str | Path) -> WordPiece:
         """From a model directory's ``tokenizer.json`` (ours or Hugging Face's), else its ``vocab.txt``."""
-        return cls(bert_tokenizer(directory))
+        directory = Path(directory)
+        name = TOKENIZER_FILE if (directory / TOKENIZER_FILE).is_file() else "vocab.txt"
+        try:
+            return cls(bert_tokenizer(directory))
+        except ValueError as err:
+            if name in str(err):  # already names the file
+                raise
+            raise ValueError(f"tokenizer file {str(directory / name)!r}: {err}") from None

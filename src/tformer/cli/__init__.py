@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="The Transformer from its parts: train, run and inspect seq2seq, GPT and BERT models.",
     )
     parser.add_argument("--version", action="version", version=f"tformer {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of any error (default: one line for expected ones)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"tformer.cli.{name}").add_parser(sub)
@@ -55,7 +60,34 @@ def _run(args) -> int:
         return args.func(args) or 0
 
 
+def _command(args) -> str:
+    """``train lm``, ``plot attention``, ``data download``: the words that chose the subcommand."""
+    words = [args.command] + [getattr(args, k) for k in ("family", "picture", "action") if getattr(args, k, None)]
+    return " ".join(words)
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """``torch.cuda.OutOfMemoryError``, ``MemoryError``, or the CPU allocator's RuntimeError."""
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def _fail(args, message: str, code: int) -> int:
+    print(f"tformer {_command(args)}: error: {message}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parse, run, and the CLI's one error boundary.
+
+    Expected failures print one line ``tformer CMD: error: ...`` and give a non-zero exit status: bad input
+    (``ValueError``), a missing file (``FileNotFoundError``, status 2), permission, disk full and other
+    ``OSError`` (status 1), out of memory (status 1), Ctrl-C outside training (status 130). Anything else is a
+    bug and shows its traceback, as does every error with ``tformer --debug CMD``. Bad flags never get here:
+    their ``type=`` validators (:mod:`tformer.cli.validate`) make argparse exit with status 2.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -71,9 +103,21 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         sys.stdout = open(os.devnull, "w")
         return 0
-    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
-        print(f"tformer {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt as err:  # training's TrainingInterrupted says what was saved, and its status (130 / 143)
+        if args.debug:
+            raise
+        return _fail(args, str(err) or "interrupted (Ctrl-C)", getattr(err, "exit_code", 130))
+    except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, ConnectionError) as err:
+        if args.debug:
+            raise
+        return _fail(args, str(err), 2)
+    except (OSError, MemoryError, RuntimeError) as err:  # permission, disk full, ...; out of memory
+        if args.debug or not (isinstance(err, OSError) or _out_of_memory(err)):
+            raise
+        if _out_of_memory(err):
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            return _fail(args, f"out of memory: {first} (try a smaller batch, model or --max-len)", 1)
+        return _fail(args, str(err) or type(err).__name__, 1)
 
 
 if __name__ == "__main__":

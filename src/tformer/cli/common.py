@@ -5,6 +5,17 @@ from __future__ import annotations
 
 import argparse
 
+from tformer.cli.validate import (
+    device,
+    existing_dir,
+    non_negative_float,
+    non_negative_int,
+    output_dir,
+    positive_float,
+    positive_int,
+    seed,
+)
+
 __all__ = ["add_fast_flag", "add_training_flags", "train_options", "add_translation_flags"]
 
 
@@ -20,21 +31,21 @@ def add_fast_flag(p) -> None:
 def add_training_flags(p: argparse.ArgumentParser, lr: float, warmup: int, schedule: str) -> None:
     """Flags shared by every family; each maps onto a TrainConfig field."""
     g = p.add_argument_group("training (TrainConfig)")
-    g.add_argument("--out", required=True, help="run directory (best model, last state, log, curves)")
-    g.add_argument("--lr", type=float, default=lr)
+    g.add_argument("--out", required=True, type=output_dir, help="run directory (best model, last state, log, curves)")
+    g.add_argument("--lr", type=positive_float, default=lr)
     g.add_argument("--schedule", choices=["inverse_sqrt", "cosine", "constant"], default=schedule)
-    g.add_argument("--warmup-steps", type=int, default=warmup)
-    g.add_argument("--weight-decay", type=float, default=0.01)
-    g.add_argument("--clip", type=float, default=1.0, help="max gradient norm (0 = off)")
-    g.add_argument("--accum-steps", type=int, default=1, help="gradient accumulation")
-    g.add_argument("--epochs", type=int)
-    g.add_argument("--max-steps", type=int)
-    g.add_argument("--minutes", type=float, help="training time budget")
-    g.add_argument("--eval-every", type=int, help="optimizer steps between evaluations (default: every epoch)")
-    g.add_argument("--log-every", type=int, default=10)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--warmup-steps", type=non_negative_int, default=warmup)
+    g.add_argument("--weight-decay", type=non_negative_float, default=0.01)
+    g.add_argument("--clip", type=non_negative_float, default=1.0, help="max gradient norm (0 = off)")
+    g.add_argument("--accum-steps", type=positive_int, default=1, help="gradient accumulation")
+    g.add_argument("--epochs", type=positive_int)
+    g.add_argument("--max-steps", type=positive_int)
+    g.add_argument("--minutes", type=positive_float, help="training time budget")
+    g.add_argument("--eval-every", type=positive_int, help="optimizer steps between evaluations (default: every epoch)")
+    g.add_argument("--log-every", type=positive_int, default=10)
+    g.add_argument("--seed", type=seed, default=0)
     g.add_argument("--bf16", action="store_true", help="bfloat16 autocast (for GPUs; slow on most CPUs)")
-    g.add_argument("--device", default="cpu")
+    g.add_argument("--device", type=device, default="cpu")
     g.add_argument("--resume", action="store_true", help="continue exactly from OUT/last")
     g.add_argument("--no-progress", action="store_true")
     add_fast_flag(g)
@@ -65,10 +76,12 @@ def train_options(args) -> dict:
 
 def add_translation_flags(p) -> None:
     """The model and decoding flags of ``tformer translate`` and ``tformer evaluate``."""
-    p.add_argument("--model", required=True, help="model directory (from tformer train translation / demo)")
+    p.add_argument(
+        "--model", required=True, type=existing_dir, help="model directory (from tformer train translation / demo)"
+    )
     add_fast_flag(p)
-    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--length-penalty", type=float, default=1.0)
-    p.add_argument("--max-len", type=int, default=128, help="longest translation in tokens")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy)")
+    p.add_argument("--length-penalty", type=non_negative_float, default=1.0)
+    p.add_argument("--max-len", type=positive_int, default=128, help="longest translation in tokens")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--device", type=device, default="cpu")

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tformer.cli.validate import data_source, int_at_least, output_dir, positive_float, seed
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="train a small translator on the built-in corpus and show it working")
-    p.add_argument("--data", default="builtin", help="'builtin', a TSV pairs file, or a Multi30k-style directory")
-    p.add_argument("--out", default="runs/demo", help="run directory")
-    p.add_argument("--minutes", type=float, default=2.0, help="training time budget")
+    p.add_argument(
+        "--data", default="builtin", type=data_source, help="'builtin', a TSV pairs file, or a Multi30k-style directory"
+    )
+    p.add_argument("--out", default="runs/demo", type=output_dir, help="run directory")
+    p.add_argument("--minutes", type=positive_float, default=2.0, help="training time budget")
     p.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny")
-    p.add_argument("--vocab-size", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab-size", type=int_at_least(5, " (4 special tokens + 1)"), default=1000)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("sentences", nargs="*", help="sentences to translate at the end (default: a few examples)")
     p.set_defaults(func=run)

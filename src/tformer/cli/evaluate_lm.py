@@ -5,14 +5,18 @@ tformer evaluate-lm --model runs/shakespeare --data other.txt
 
 from __future__ import annotations
 
+from tformer.cli.validate import device, existing_dir, existing_path, positive_int
+
 
 def add_parser(sub) -> None:
     e = sub.add_parser("evaluate-lm", help="loss, perplexity and bits per character/byte of a language model on a text")
-    e.add_argument("--model", required=True, help="model directory (from tformer train lm)")
-    e.add_argument("--data", required=True, help="a UTF-8 text file, a folder of .txt files, or a JSONL file")
-    e.add_argument("--block-size", type=int, help="tokens per block (default: the model's context)")
-    e.add_argument("--batch-size", type=int, default=32)
-    e.add_argument("--device", default="cpu")
+    e.add_argument("--model", required=True, type=existing_dir, help="model directory (from tformer train lm)")
+    e.add_argument(
+        "--data", required=True, type=existing_path, help="a UTF-8 text file, a folder of .txt files, or a JSONL file"
+    )
+    e.add_argument("--block-size", type=positive_int, help="tokens per block (default: the model's context)")
+    e.add_argument("--batch-size", type=positive_int, default=32)
+    e.add_argument("--device", type=device, default="cpu")
     e.set_defaults(func=run)
 
 

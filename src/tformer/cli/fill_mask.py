@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from tformer.cli.validate import existing_dir, positive_int
+
 
 def add_parser(sub) -> None:
     f = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] of a BERT model")
     f.add_argument("texts", nargs="+", help='sentences with [MASK], e.g. "the cat sat on the [MASK]."')
-    f.add_argument("--model", required=True, help="`tformer train bert` directory or a Hugging Face BERT directory")
-    f.add_argument("--top-k", type=int, default=5)
+    f.add_argument(
+        "--model",
+        required=True,
+        type=existing_dir,
+        help="`tformer train bert` directory or a Hugging Face BERT directory",
+    )
+    f.add_argument("--top-k", type=positive_int, default=5)
     f.set_defaults(func=run)
 
 

@@ -8,22 +8,23 @@ from __future__ import annotations
 import sys
 
 from tformer.cli.common import add_fast_flag
+from tformer.cli.validate import device, existing_dir, non_negative_int, positive_float, positive_int, probability, seed
 
 
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="continue a prompt with a trained language model (streams to stdout)")
-    g.add_argument("--model", required=True, help="model directory (from tformer train lm)")
+    g.add_argument("--model", required=True, type=existing_dir, help="model directory (from tformer train lm)")
     g.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
-    g.add_argument("--max-new-tokens", type=int, default=300)
+    g.add_argument("--max-new-tokens", type=non_negative_int, default=300)
     g.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
-    g.add_argument("--temperature", type=float, default=0.8)
-    g.add_argument("--top-k", type=int, default=50, help="0 = off")
-    g.add_argument("--top-p", type=float, default=0.95, help="1 = off")
-    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--temperature", type=positive_float, default=0.8)
+    g.add_argument("--top-k", type=non_negative_int, default=50, help="0 = off")
+    g.add_argument("--top-p", type=probability, default=0.95, help="1 = off")
+    g.add_argument("--repetition-penalty", type=positive_float, default=1.0)
     g.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
-    g.add_argument("--num-samples", type=int, default=1)
-    g.add_argument("--seed", type=int, help="sample i uses seed + i (default: random)")
-    g.add_argument("--device", default="cpu")
+    g.add_argument("--num-samples", type=positive_int, default=1)
+    g.add_argument("--seed", type=seed, help="sample i uses seed + i (default: random)")
+    g.add_argument("--device", type=device, default="cpu")
     add_fast_flag(g)
     g.set_defaults(func=run)
 
@@ -32,8 +33,6 @@ def run(args) -> int:
     from tformer import lm
     from tformer.generation import SamplingConfig
 
-    if args.num_samples < 1:
-        raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
     model, tokenizer = lm.load(args.model, args.device)
     sampling = SamplingConfig(
         not args.greedy,

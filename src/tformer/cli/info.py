@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from tformer.cli.validate import existing_dir
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("info", help="describe a saved model directory")
-    p.add_argument("model", help="model directory written by save_pretrained")
+    p.add_argument("model", type=existing_dir, help="model directory written by save_pretrained")
     p.set_defaults(func=run)
 
 

@@ -12,6 +12,7 @@ Every picture is a PNG drawn headless (matplotlib's Agg canvas).
 from __future__ import annotations
 
 from tformer.cli.trace import add_input_args
+from tformer.cli.validate import existing_path, int_in, non_negative_int, output_file
 
 _DEFAULT_TOKENS = "<sos> Je vais bien <pad> <pad>"
 
@@ -22,19 +23,21 @@ def add_parser(sub) -> None:
 
     a = kinds.add_parser("attention", help="attention weights of one layer: all heads, or --head")
     add_input_args(a)
-    a.add_argument("--layer", type=int, default=0, help="layer index inside the block (default 0)")
-    a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
+    a.add_argument("--layer", type=non_negative_int, default=0, help="layer index inside the block (default 0)")
+    a.add_argument("--head", type=non_negative_int, help="one head (default: a grid of all heads)")
     a.add_argument(
         "--block", choices=["encoder", "decoder"], help="default: the decoder for seq2seq and GPT, the encoder for BERT"
     )
     a.add_argument("--kind", choices=["self", "cross"], help="default: cross for seq2seq, self otherwise")
-    a.add_argument("--out", default="attention.png", help="PNG file to write (default attention.png)")
+    a.add_argument("--out", default="attention.png", type=output_file, help="PNG file to write (default attention.png)")
     a.set_defaults(func=run_attention)
 
     pe = kinds.add_parser("positional", help="the sinusoidal positional-encoding table")
-    pe.add_argument("--max-len", type=int, default=100, help="positions (rows), default 100")
-    pe.add_argument("--d-model", type=int, default=64, help="dimensions (columns), default 64")
-    pe.add_argument("--out", default="positional.png", help="PNG file to write (default positional.png)")
+    pe.add_argument("--max-len", type=int_in(1, 10_000), default=100, help="positions (rows), default 100")
+    pe.add_argument("--d-model", type=int_in(2, 10_000), default=64, help="dimensions (columns), default 64")
+    pe.add_argument(
+        "--out", default="positional.png", type=output_file, help="PNG file to write (default positional.png)"
+    )
     pe.set_defaults(func=run_positional)
 
     m = kinds.add_parser("mask", help="a causal, padding or combined attention mask")
@@ -44,12 +47,17 @@ def add_parser(sub) -> None:
         default=_DEFAULT_TOKENS,
         help=f"space-separated tokens; <pad> marks padding (default {_DEFAULT_TOKENS!r})",
     )
-    m.add_argument("--out", default="mask.png", help="PNG file to write (default mask.png)")
+    m.add_argument("--out", default="mask.png", type=output_file, help="PNG file to write (default mask.png)")
     m.set_defaults(func=run_mask)
 
     c = kinds.add_parser("curves", help="training curves from RUN_DIR/log.jsonl")
-    c.add_argument("run", metavar="RUN_DIR", help="a run directory holding log.jsonl, or the .jsonl file itself")
-    c.add_argument("--out", default="curves.png", help="PNG file to write (default curves.png)")
+    c.add_argument(
+        "run",
+        metavar="RUN_DIR",
+        type=existing_path,
+        help="a run directory holding log.jsonl, or the .jsonl file itself",
+    )
+    c.add_argument("--out", default="curves.png", type=output_file, help="PNG file to write (default curves.png)")
     c.set_defaults(func=run_curves)
 
 

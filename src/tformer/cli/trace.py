@@ -30,7 +30,9 @@ def add_input_args(p) -> None:
     p.add_argument("--target-ids", help="seq2seq: space-separated decoder input ids (default: 2 = <sos>)")
     p.add_argument("--top-k", type=positive_int, default=5, help="candidates shown for each next token (default 5)")
     p.add_argument(
-        "--max-new-tokens", type=non_negative_int, help="greedy generation steps after the trace (default 5 for --toy, else 20)"
+        "--max-new-tokens",
+        type=non_negative_int,
+        help="greedy generation steps after the trace (default 5 for --toy, else 20)",
     )
 
 
@@ -41,7 +43,10 @@ def add_parser(sub) -> None:
     p.add_argument("--head", type=non_negative_int, help="only this attention head")
     p.add_argument("--stage", action="append", help="only these stages (repeat or comma-separate), e.g. weights,top_k")
     p.add_argument(
-        "--max-full", type=non_negative_int, default=128, help="print tensors up to this many values in full (default 128)"
+        "--max-full",
+        type=non_negative_int,
+        default=128,
+        help="print tensors up to this many values in full (default 128)",
     )
     p.add_argument("--json", metavar="FILE", type=output_file, help="also write the trace as JSON to FILE")
     p.set_defaults(func=run)

@@ -12,6 +12,18 @@ Each family's parser calls that family's entry point (``tformer.translation.trai
 from __future__ import annotations
 
 from tformer.cli.common import add_training_flags, train_options
+from tformer.cli.validate import (
+    count_or_fraction,
+    data_source,
+    existing_dir,
+    existing_file,
+    existing_path,
+    fraction,
+    int_at_least,
+    non_negative_int,
+    positive_int,
+    probability,
+)
 from tformer.lm.recipes import RECIPES
 
 
@@ -26,19 +38,32 @@ def add_parser(sub) -> None:
 
 def _add_translation(fam) -> None:
     t = fam.add_parser("translation", help="encoder-decoder translation model")
-    t.add_argument("--data", default="builtin", help="'builtin', a TSV pairs file, or a Multi30k-style directory")
+    t.add_argument(
+        "--data",
+        default="builtin",
+        type=data_source,
+        help="'builtin', a TSV pairs file, or a Multi30k-style directory (with val.*: all of train.* trains, "
+        "val.* validates)",
+    )
     t.add_argument("--src-lang", default="en")
     t.add_argument("--tgt-lang", default="fr")
     t.add_argument("--preset", choices=["tiny", "small", "base"], default="small")
-    t.add_argument("--vocab-size", type=int, default=8000)
+    t.add_argument("--vocab-size", type=int_at_least(5, " (4 special tokens + 1)"), default=8000)
     t.add_argument("--separate-vocab", action="store_true", help="separate source/target vocabularies (default: joint)")
-    t.add_argument("--max-tokens", type=int, default=4096, help="token budget per batch")
-    t.add_argument("--label-smoothing", type=float, default=0.1)
-    t.add_argument("--valid", type=float, default=0.05, help="validation fraction (or count if >= 1)")
-    t.add_argument("--test", type=float, default=0.05, help="test fraction (or count if >= 1)")
-    t.add_argument("--bleu-sentences", type=int, default=500, help="validation sentences translated for BLEU")
-    t.add_argument("--dropout", type=float, help="override the preset's dropout")
-    t.add_argument("--max-len", type=int, default=256, help="longest sequence in tokens")
+    t.add_argument("--max-tokens", type=positive_int, default=4096, help="token budget per batch")
+    t.add_argument("--label-smoothing", type=fraction, default=0.1)
+    t.add_argument(
+        "--valid",
+        type=count_or_fraction,
+        default=0.05,
+        help="validation fraction (or count if >= 1; 0: none); a directory with val.* uses val.*",
+    )
+    t.add_argument("--test", type=count_or_fraction, default=0.05, help="test fraction (or count if >= 1)")
+    t.add_argument(
+        "--bleu-sentences", type=non_negative_int, default=500, help="validation sentences translated for BLEU"
+    )
+    t.add_argument("--dropout", type=fraction, help="override the preset's dropout")
+    t.add_argument("--max-len", type=positive_int, default=256, help="longest sequence in tokens")
     add_training_flags(t, lr=7e-4, warmup=400, schedule="inverse_sqrt")
     t.set_defaults(func=run_translation)
 
@@ -53,7 +78,10 @@ def _add_lm(fam) -> None:
         "Cosine decays over --max-steps, else over --minutes.",
     )
     t.add_argument(
-        "--data", required=True, help="a UTF-8 text file, a folder of .txt files, or a JSONL file with a 'text' field"
+        "--data",
+        required=True,
+        type=existing_path,
+        help="a UTF-8 text file, a folder of .txt files, or a JSONL file with a 'text' field",
     )
     t.add_argument(
         "--preset",
@@ -62,13 +90,19 @@ def _add_lm(fam) -> None:
         help="model size (GPTConfig preset) or a tuned CPU recipe",
     )
     t.add_argument("--tokenizer", choices=["char", "bpe"], help="character-level or byte-level BPE (default: char)")
-    t.add_argument("--vocab-size", type=int, help="BPE vocabulary size (default 4096; char: the text's characters)")
-    t.add_argument("--block-size", type=int, help="context length in tokens (default: the preset's max_len)")
-    t.add_argument("--batch-size", type=int, help="blocks per batch (default 16)")
-    t.add_argument("--dropout", type=float, help="override the preset's dropout")
-    t.add_argument("--batches-per-epoch", type=int, default=200, help="random batches per 'epoch' (evaluation cadence)")
-    t.add_argument("--eval-blocks", type=int, default=400, help="validation blocks scored at each evaluation")
-    t.add_argument("--val-fraction", type=float, default=0.1, help="the last part of the text kept for validation")
+    t.add_argument(
+        "--vocab-size",
+        type=int_at_least(4, " (3 special tokens + 1)"),
+        help="BPE vocabulary size (default 4096; char: the text's characters)",
+    )
+    t.add_argument("--block-size", type=positive_int, help="context length in tokens (default: the preset's max_len)")
+    t.add_argument("--batch-size", type=positive_int, help="blocks per batch (default 16)")
+    t.add_argument("--dropout", type=fraction, help="override the preset's dropout")
+    t.add_argument(
+        "--batches-per-epoch", type=positive_int, default=200, help="random batches per 'epoch' (evaluation cadence)"
+    )
+    t.add_argument("--eval-blocks", type=positive_int, default=400, help="validation blocks scored at each evaluation")
+    t.add_argument("--val-fraction", type=fraction, default=0.1, help="the last part of the text kept for validation")
     t.add_argument(
         "--compile", action="store_true", help="torch.compile the model for training (the saved model is unwrapped)"
     )
@@ -81,13 +115,24 @@ def _bert_model_flags(p, preset: str) -> None:
     g.add_argument("--preset", choices=["tiny", "small", "base"], default=preset)
     g.add_argument(
         "--tokenizer-dir",
+        type=existing_dir,
         help="use this directory's WordPiece (tokenizer.json or vocab.txt, e.g. the uncased "
         "BERT vocabulary) instead of training one on --data",
     )
-    g.add_argument("--vocab-size", type=int, default=8000, help="size of the WordPiece trained on --data")
-    g.add_argument("--max-len", type=int, default=128, help="longest sequence in tokens, [CLS]/[SEP] included")
-    g.add_argument("--batch-size", type=int, default=32, help="sequences per batch")
-    g.add_argument("--dropout", type=float, help="override the preset's dropout")
+    g.add_argument(
+        "--vocab-size",
+        type=int_at_least(6, " (5 special tokens + 1)"),
+        default=8000,
+        help="size of the WordPiece trained on --data",
+    )
+    g.add_argument(
+        "--max-len",
+        type=int_at_least(3, " ([CLS] A [SEP] B [SEP] needs 3)"),
+        default=128,
+        help="longest sequence in tokens, [CLS]/[SEP] included",
+    )
+    g.add_argument("--batch-size", type=positive_int, default=32, help="sequences per batch")
+    g.add_argument("--dropout", type=fraction, help="override the preset's dropout")
 
 
 def _add_bert(fam) -> None:
@@ -95,12 +140,18 @@ def _add_bert(fam) -> None:
     b.add_argument(
         "--data",
         required=True,
+        type=existing_file,
         help="text file (blank line = new document, one sentence per line) or a .tsv (first column)",
     )
     b.add_argument(
-        "--valid", type=float, default=0.05, help="held-out tail of the text (fraction, or sentences if >= 1)"
+        "--valid",
+        type=count_or_fraction,
+        default=0.05,
+        help="held-out tail of the text (fraction, or sentences if >= 1)",
     )
-    b.add_argument("--mlm-prob", type=float, default=0.15, help="fraction of the non-special tokens picked for MLM")
+    b.add_argument(
+        "--mlm-prob", type=probability, default=0.15, help="fraction of the non-special tokens picked for MLM"
+    )
     _bert_model_flags(b, "small")
     add_training_flags(b, lr=5e-4, warmup=400, schedule="inverse_sqrt")
     b.set_defaults(func=run_bert)
@@ -108,9 +159,13 @@ def _add_bert(fam) -> None:
 
 def _add_classify(fam) -> None:
     c = fam.add_parser("classify", help="BERT sequence classification on text<TAB>label lines")
-    c.add_argument("--data", required=True, help="TSV file of text<TAB>label lines")
-    c.add_argument("--valid", type=float, default=0.1, help="held-out split (fraction, or examples if >= 1)")
-    c.add_argument("--init", help="start from this `tformer train bert` model (its tokenizer and weights)")
+    c.add_argument("--data", required=True, type=existing_file, help="TSV file of text<TAB>label lines")
+    c.add_argument(
+        "--valid", type=count_or_fraction, default=0.1, help="held-out split (fraction, or examples if >= 1)"
+    )
+    c.add_argument(
+        "--init", type=existing_dir, help="start from this `tformer train bert` model (its tokenizer and weights)"
+    )
     _bert_model_flags(c, "small")
     add_training_flags(c, lr=3e-4, warmup=100, schedule="inverse_sqrt")
     c.set_defaults(func=run_classify)
@@ -132,14 +187,14 @@ def _bert_options(args) -> dict:
     )
 
 
+NO_VALIDATION = "no validation data (the model kept is the latest)"
+
+
 def _report(trainer, result: dict, out: str) -> None:
     from tformer.training.distributed import say
 
-    say(
-        f"done: step {trainer.step}, "
-        + ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("step", "epoch"))
-        + f" -> {out}"
-    )
+    scores = [f"{k} {v:.4f}" for k, v in result.items() if k not in ("step", "epoch")]
+    say(f"done: step {trainer.step}, {', '.join(scores) or NO_VALIDATION} -> {out}")
 
 
 def run_translation(args) -> int:
@@ -163,7 +218,11 @@ def run_translation(args) -> int:
         max_len=args.max_len,
         **train_options(args),
     )
-    say(f"done: step {trainer.step}, val_loss {result['val_loss']:.3f}, BLEU {result['bleu']:.1f} -> {args.out}")
+    if "val_loss" not in result:
+        scores = NO_VALIDATION
+    else:
+        scores = f"val_loss {result['val_loss']:.3f}" + (f", BLEU {result['bleu']:.1f}" if "bleu" in result else "")
+    say(f"done: step {trainer.step}, {scores} -> {args.out}")
     return 0
 
 
@@ -186,6 +245,9 @@ def run_lm(args) -> int:
         compile=args.compile,
         **train_options(args),
     )
+    if "val_loss" not in result:
+        say(f"done: step {trainer.step}, {NO_VALIDATION} -> {args.out}")
+        return 0
     say(
         f"done: step {trainer.step}, val_loss {result['val_loss']:.4f} (best {trainer.best:.4f}), "
         f"ppl {result['val_ppl']:.2f}, bpc {result['val_bpc']:.3f} -> {args.out}"

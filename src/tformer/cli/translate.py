@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from tformer.cli.common import add_translation_flags
+from tformer.cli.validate import positive_float, positive_int, probability, seed
 
 
 def add_parser(sub) -> None:
@@ -12,10 +13,10 @@ def add_parser(sub) -> None:
     p.add_argument("sentences", nargs="*", help="sentences to translate; none = read lines from stdin")
     add_translation_flags(p)
     p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--temperature", type=positive_float, default=1.0)
+    p.add_argument("--top-k", type=positive_int)
+    p.add_argument("--top-p", type=probability)
+    p.add_argument("--seed", type=seed)
     p.set_defaults(func=run)
 
 

@@ -27,20 +27,30 @@ Dimension legend: D model dim, V vocabulary size, L number of layers.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from tformer.checks import load_safetensors, read_json_object
 from tformer.interop.common import activation, drop_tied, fuse_qkv, rename
 from tformer.interop.hf_marian import marian_from_hf
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.models.seq2seq import Seq2SeqTransformer
 
-__all__ = ["from_hf", "bert_config_from_hf", "bert_state_from_hf", "load_hf_bert_state"]
+__all__ = [
+    "from_hf",
+    "bert_config_from_hf",
+    "bert_state_from_hf",
+    "load_hf_bert_state",
+    "read_hf_bert_dir",
+    "bert_from_hf_dir",
+]
 
 # HF BERT weight names -> ours: the prefix rules first, then the one rename that matches.
 # Heads absent from a checkpoint keep our fresh init.
@@ -105,6 +115,11 @@ def bert_config_from_hf(hf: Mapping, num_labels: int = 0) -> BertConfig:
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         raise ValueError("from_hf: BERT as a decoder (is_decoder / add_cross_attention) is not supported")
     pad = hf.get("pad_token_id")
+    missing = [name for name in _BERT_FIELDS if name not in hf]
+    if missing:
+        raise ValueError(f"from_hf: the BERT config has no {', '.join(map(repr, missing))} (not a BERT config?)")
+    if not isinstance(hf["hidden_act"], str):
+        raise ValueError(f"from_hf: hidden_act must be a string, got {hf['hidden_act']!r}")
     return BertConfig(
         vocab_size=hf["vocab_size"],
         d_model=hf["hidden_size"],
@@ -120,6 +135,50 @@ def bert_config_from_hf(hf: Mapping, num_labels: int = 0) -> BertConfig:
         pad_id=0 if pad is None else pad,
         num_labels=num_labels,
     )
+
+
+_BERT_FIELDS = (  # what bert_config_from_hf reads from a Hugging Face BERT config.json
+    "vocab_size",
+    "hidden_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "hidden_act",
+    "layer_norm_eps",
+)
+
+
+def read_hf_bert_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], BertConfig, dict[str, torch.Tensor]]:
+    """The ``config.json`` (as a dict), our :class:`BertConfig` and the weights of a Hugging Face BERT directory.
+
+    Checked before any model is built: a missing, empty, binary, truncated or non-object ``config.json``, a
+    config that is not BERT's or whose values are out of range (the size limit of
+    :data:`tformer.models.config.MAX_PARAMETERS` included), a ``model.safetensors`` that is missing or not
+    readable: each is one ``ValueError`` / ``FileNotFoundError`` that names the file.
+    """
+    directory = Path(directory)
+    config_path, weights_path = directory / "config.json", directory / "model.safetensors"
+    config = read_json_object(config_path, "model config")
+    try:
+        bert_config = bert_config_from_hf(config)
+    except (ValueError, TypeError) as err:  # missing fields; values of the wrong type or out of range
+        raise ValueError(f"model config {str(config_path)!r}: {err}") from None
+    return config, bert_config, load_safetensors(weights_path)
+
+
+def bert_from_hf_dir(directory: str | os.PathLike, config: BertConfig, state: Mapping[str, torch.Tensor]) -> Bert:
+    """A :class:`Bert` of ``config`` holding ``state`` (from :func:`read_hf_bert_dir`); weights that do not fit
+    the config (names, shapes) are a ``ValueError`` naming the weights file."""
+    weights_path = Path(directory) / "model.safetensors"
+    try:
+        return load_hf_bert_state(Bert(config), state).eval()
+    except (ValueError, RuntimeError, KeyError) as err:  # unknown names, shapes that differ, a missing Q/K/V
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"weights file {str(weights_path)!r} does not fit its config.json: {reason}") from None
 
 
 def bert_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

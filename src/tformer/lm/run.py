@@ -22,9 +22,10 @@ from tformer.lm.recipes import resolve
 from tformer.lm.stream import TextStream
 from tformer.lm.task import LMTask, evaluate_stream
 from tformer.lm.tokenizer import EOT, PAD, ByteBPETokenizer, CharTokenizer, load_lm_tokenizer, train_lm_tokenizer
+from tformer.models.checkpoint import check_vocab, model_dir
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.training.distributed import from_rank0, say
-from tformer.training.resume import make_trainer, saved_run
+from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = ["setup", "train", "load", "generate", "evaluate"]
@@ -80,6 +81,7 @@ def setup(
     cfg = TrainConfig(
         out_dir=str(out_dir), lr=r["lr"], warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"], **options
     )
+    start_run(cfg, resume)  # a non-empty out_dir needs resume or overwrite
     docs = read_documents(data)
     if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
         config, tok = saved_run(out_dir, GPT, load_lm_tokenizer)
@@ -108,8 +110,11 @@ def train(data: str | Path, out_dir: str | Path, preset: str = "tiny", **options
 
 
 def load(directory: str | Path, device: str = "cpu") -> tuple[GPT, CharTokenizer | ByteBPETokenizer]:
-    """A trained GPT (in eval mode) and its tokenizer, from a ``tformer train lm`` directory."""
-    return GPT.from_pretrained(directory).to(device).eval(), load_lm_tokenizer(directory)
+    """A trained GPT (in eval mode) and its tokenizer, from a ``tformer train lm`` directory (checked to match)."""
+    directory = model_dir(directory)
+    model, tokenizer = GPT.from_pretrained(directory).to(device).eval(), load_lm_tokenizer(directory)
+    check_vocab(directory, tokenizer.file_name, tokenizer.vocab_size, "vocab_size", model.config.vocab_size)
+    return model, tokenizer
 
 
 def generate(

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from tformer.checks import load_tokenizer_file, read_json_object
 from tformer.files import atomic_write
 from tformer.tokens import LM_EOT, LM_PAD, LM_SPECIALS, LM_UNK
 
@@ -70,10 +71,21 @@ class CharTokenizer:
 
     @classmethod
     def load(cls, directory: str | Path) -> CharTokenizer:
-        tokens = json.loads((Path(directory) / cls.file_name).read_text(encoding="utf-8"))["tokens"]
+        path = Path(directory) / cls.file_name
+        data = read_json_object(path, "tokenizer file")
+        tokens = data.get("tokens")
+        if data.get("type") != "char" or not isinstance(tokens, list):
+            raise ValueError(
+                f"tokenizer file {str(path)!r} is not a character tokenizer (type 'char', a 'tokens' list)"
+            )
         if tokens[: len(SPECIALS)] != SPECIALS:
-            raise ValueError(f"{directory}/{cls.file_name}: the vocabulary must start with {SPECIALS}")
-        return cls(tokens[len(SPECIALS) :])
+            raise ValueError(f"tokenizer file {str(path)!r}: the vocabulary must start with {SPECIALS}")
+        chars = tokens[len(SPECIALS) :]
+        bad = next((t for t in chars if not isinstance(t, str) or len(t) != 1), None)
+        if bad is not None or len(set(chars)) != len(chars):
+            what = f"{bad!r} is not one character" if bad is not None else "a character appears twice"
+            raise ValueError(f"tokenizer file {str(path)!r}: {what}")
+        return cls(chars)
 
 
 class ByteBPETokenizer:
@@ -122,9 +134,12 @@ class ByteBPETokenizer:
 
     @classmethod
     def load(cls, directory: str | Path) -> ByteBPETokenizer:
-        from tokenizers import Tokenizer
-
-        return cls(Tokenizer.from_file(str(Path(directory) / cls.file_name)))
+        path = Path(directory) / cls.file_name
+        tokenizer = load_tokenizer_file(path)  # missing, empty, corrupt, not a tokenizer: one line naming it
+        try:
+            return cls(tokenizer)
+        except ValueError as err:  # not an LM tokenizer (special tokens elsewhere)
+            raise ValueError(f"tokenizer file {str(path)!r}: {err}") from None
 
 
 TOKENIZERS: dict[str, type[CharTokenizer] | type[ByteBPETokenizer]] = {"char": CharTokenizer, "bpe": ByteBPETokenizer}

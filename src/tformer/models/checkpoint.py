@@ -20,6 +20,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from tformer.checks import read_json_object
 from tformer.files import atomic_write
 from tformer.models.config import ModelConfig
 
@@ -91,12 +92,9 @@ def _read_config(directory: Path, expected_type: str | None) -> dict[str, Any]:
         raise FileNotFoundError(f"checkpoint directory {str(directory)!r} does not exist")
     if not path.is_file():
         raise FileNotFoundError(f"{str(path)!r} is missing: {directory} is not a tformer checkpoint")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{str(path)!r} is not valid JSON (truncated or corrupted?): {err}") from None
+    config = read_json_object(path, "model config")  # empty, binary, truncated, not an object: one line naming it
     model_type = config.get("model_type")
-    if model_type not in _MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in _MODEL_TYPES:
         raise ValueError(f"{str(path)!r} has model_type={model_type!r}, expected one of {sorted(_MODEL_TYPES)}")
     if expected_type is not None and model_type != expected_type:
         raise ValueError(f"{str(path)!r} holds a {model_type!r} model, not a {expected_type!r} model")

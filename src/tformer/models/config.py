@@ -5,9 +5,15 @@ Each family keeps its own frozen dataclass (:class:`~tformer.models.seq2seq.Seq2
 fields and defaults — the paper's, GPT-2's, BERT's — and derives from :class:`ModelConfig`, which
 holds what is the same for all three:
 
-* ``__post_init__`` validates: positive sizes, ``d_model`` divisible by ``n_heads``, the activation,
-  dropouts in [0, 1), then the family's own checks (:meth:`ModelConfig.validate`). Every message
-  names the field and what it may be, e.g. ``GPTConfig.positional must be one of 'learned', ...``;
+* ``__post_init__`` validates, before anything is allocated: each field's type against its annotation
+  (an ``int`` field takes an integer, not ``"64"``, ``64.0`` or ``true``; a ``float`` field a finite number;
+  a ``bool`` field ``true``/``false``), positive sizes, ``d_model`` divisible by ``n_heads``, the
+  activation, dropouts in [0, 1), ``norm_eps`` > 0, then the family's own checks
+  (:meth:`ModelConfig.validate`), then the size: a config whose parameter count, computed from its fields
+  (:meth:`ModelConfig.approx_parameters`), exceeds :data:`MAX_PARAMETERS` (20 billion, 80 GB of float32
+  weights: far beyond what this toolkit trains, so a typo or a crafted ``config.json``) is refused before a
+  tensor exists. Every message names the field and what it may be, e.g.
+  ``GPTConfig.positional must be one of 'learned', ...``;
 * ``preset(name, **overrides)`` from the family's ``PRESETS`` table;
 * ``replace(**changes)``, a validated copy;
 * ``layer``: the :class:`~tformer.nn.layers.LayerConfig` one encoder/decoder layer needs;
@@ -23,13 +29,19 @@ The same idea has the same field name in every family: ``d_model``, ``n_heads``,
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from tformer.checks import check_positive
 from tformer.nn.layers import ACTIVATIONS, LayerConfig
 
-__all__ = ["ModelConfig"]
+__all__ = ["ModelConfig", "MAX_PARAMETERS"]
+
+# The largest model a config may describe (parameters, counted from the fields before building):
+# 20 billion, 80 GB of float32 weights. Far above anything this toolkit trains; a config.json past it
+# is a typo or a crafted file, refused before a tensor is allocated.
+MAX_PARAMETERS = 20_000_000_000
 
 C = TypeVar("C", bound="ModelConfig")
 
@@ -59,6 +71,7 @@ class ModelConfig:
     max_len: int
 
     def __post_init__(self) -> None:
+        self.check_types()
         check_positive(self, "d_model", "n_heads", "d_ff", "max_len", *self.POSITIVE)
         if self.d_model % self.n_heads != 0:
             raise ValueError(
@@ -70,7 +83,54 @@ class ModelConfig:
             p = getattr(self, name)
             if p is not None and not 0.0 <= p < 1.0:
                 raise ValueError(f"{self._name(name)} must be in [0, 1), got {p}")
+        if not self.norm_eps > 0:
+            raise ValueError(f"{self._name('norm_eps')} must be > 0, got {self.norm_eps}")
         self.validate()
+        n = self.approx_parameters()
+        if n > MAX_PARAMETERS:
+            sizes = ", ".join(
+                f"{name}={getattr(self, name)}"
+                for name in self._field_names()
+                if name in ("d_model", "d_ff", "max_len", "n_segments", "num_labels")
+                or name.endswith("vocab_size")
+                or name.startswith("n_")
+                and name.endswith("layers")
+            )
+            raise ValueError(
+                f"{type(self).__name__} describes about {n:,} parameters, more than the limit of "
+                f"{MAX_PARAMETERS:,} (tformer.models.config.MAX_PARAMETERS): {sizes}"
+            )
+
+    def check_types(self) -> None:
+        """Each field's value must match its annotation (``int``, ``float``, ``bool``, ``str``, ``X | None``).
+
+        JSON gives ``"64"``, ``64.0``, ``1e9`` or ``true`` as easily as ``64``: each is refused here with
+        the field's name, instead of failing later deep inside PyTorch (or allocating terabytes).
+        """
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
+            value = getattr(self, f.name)
+            kinds = [k.strip() for k in str(f.type).split("|")]
+            if value is None and "None" in kinds:
+                continue
+            if not any(_is_kind(value, k) for k in kinds):
+                raise ValueError(f"{self._name(f.name)} must be {_describe(kinds)}, got {value!r}")
+
+    def approx_parameters(self) -> int:
+        """The parameter count, from the fields (no tensor built), within a few percent.
+
+        Every embedding-like table (``*vocab_size``, ``n_segments``, ``max_len``, ``num_labels``) has
+        ``d_model`` columns; an encoder layer has 4·D² (attention) + 2·D·F (feed-forward) weights, a
+        decoder layer with cross-attention 8·D² + 2·D·F. Biases and norms are left out.
+        """
+        d, f = self.d_model, self.d_ff
+        tables = [n for n in self._field_names() if n.endswith("vocab_size") or n in ("n_segments", "num_labels")]
+        rows = self.max_len + sum(getattr(self, n) or 0 for n in tables)
+        n_layers = getattr(self, "n_layers", 0) + getattr(self, "n_encoder_layers", 0)
+        n_cross = getattr(self, "n_decoder_layers", 0)
+        return rows * d + n_layers * (4 * d * d + 2 * d * f) + n_cross * (8 * d * d + 2 * d * f)
+
+    def _field_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self)]  # type: ignore[arg-type]
 
     def validate(self) -> None:
         """The family's own checks (overridden); the shared ones ran before."""
@@ -139,3 +199,20 @@ class ModelConfig:
         if unknown:
             raise ValueError(f"unknown config fields {unknown} for {cls.__name__}")
         return cls(**data)
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == "str":
+        return isinstance(value, str)
+    return True  # an annotation this check does not know: left to the family's own checks
+
+
+def _describe(kinds: list[str]) -> str:
+    words = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string"}
+    return " or ".join(words.get(k, k) for k in kinds)

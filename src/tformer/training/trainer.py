@@ -24,9 +24,17 @@ see :mod:`tformer.training.distributed`.
 
 Run directory layout::
 
-    OUT/config.json, model.safetensors, ...    the best model so far (load with from_pretrained)
-    OUT/last/                                  the latest full state, for --resume
-    OUT/log.jsonl, OUT/curves.png              every training/evaluation record, and their plot
+    OUT/best/                                  the best model so far, with its tokenizer (from_pretrained(OUT))
+    OUT/last/                                  the latest full state, for --resume (:mod:`tformer.training.state`)
+    OUT/log.jsonl, OUT/curves.png              one record per step and evaluation (strict JSON), and their plot
+
+A run is never lost: ``best/`` and ``last/`` are each written into a temporary directory, fsynced and swapped
+in whole (:func:`tformer.files.staged_dir`), so a crash, a full disk or a refused write leaves the previous
+state as it was (the error names the directory). SIGINT and SIGTERM finish the current step, save ``last/``
+and raise :class:`TrainingInterrupted` (exit status 130 / 143 in the CLI); a second one stops at once. A step
+whose loss or gradient norm is not finite is skipped (no update, gradients dropped) and counted;
+``max_bad_steps`` of them in a row raise :class:`TrainingDiverged`. A non-finite evaluation is never the best.
+Progress: a bar on a terminal, plain lines elsewhere (:mod:`tformer.training.progress`).
 """
 
 from __future__ import annotations
@@ -34,19 +42,37 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import signal
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from tformer import fast
-from tformer.files import atomic_write
-from tformer.models.checkpoint import PretrainedMixin
+from tformer.files import current_dir, staged_dir
+from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.training import distributed
+from tformer.training.progress import Progress
+from tformer.training.state import STATE_NAME, dumps, read_state, write_json, write_state
 
-__all__ = ["TrainConfig", "Trainer", "lr_factor", "make_optimizer"]
+__all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "TrainingInterrupted", "lr_factor", "make_optimizer"]
+
+
+class TrainingDiverged(ValueError):
+    """The loss or the gradient norm was not finite for ``max_bad_steps`` steps in a row."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped training (``last/`` saved, unless a second signal came); ``exit_code`` = 128 + signal."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -70,6 +96,8 @@ class TrainConfig:
     device: str = "cpu"
     progress: bool = True
     fast: bool = True  # CPU fast paths (tformer.fast): swapped into the model, the fused loss backward
+    overwrite: bool = False  # start a new run in a non-empty out_dir (its old run is deleted); else refused
+    max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
 
     def __post_init__(self) -> None:
         if self.schedule not in ("inverse_sqrt", "cosine", "constant"):
@@ -78,6 +106,8 @@ class TrainConfig:
             raise ValueError("give at least one of epochs, max_steps or minutes")
         if self.accum_steps < 1:
             raise ValueError(f"accum_steps must be >= 1, got {self.accum_steps}")
+        if self.max_bad_steps < 1:
+            raise ValueError(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
         if self.schedule == "cosine" and self.max_steps is None and self.minutes is None:
             raise ValueError("schedule='cosine' needs max_steps or minutes (the length of the decay)")
 
@@ -129,45 +159,72 @@ class Trainer:
         self.step, self.epoch, self.batch_index, self.elapsed = 0, 0, 0, 0.0
         self.best: float | None = None
         self.history: list[dict] = []
+        self.bad_steps, self.skipped_steps = 0, 0  # non-finite steps: in a row, and in all
+        self._signal: int | None = None  # the first SIGINT/SIGTERM received during fit()
+        self._stop = False  # a process received one (agreed by all processes at the last step)
+        self._saved_step: int | None = None
         torch.manual_seed(cfg.seed + 1000 * self.world.rank)  # dropout differs between processes
 
     # ---------------------------------------------------------------- state
+    @contextlib.contextmanager
+    def _saving(self, dest: Path) -> Iterator[Path]:
+        """A temporary directory that replaces ``dest`` as a whole; a failed write names ``dest`` and leaves it be."""
+        try:
+            with staged_dir(dest) as tmp:
+                yield tmp
+        except OSError as err:
+            message = f"could not save {dest}: {err.strerror or err}; the previous {dest.name}/ is left as it was"
+            raise type(err)(err.errno, message) if err.errno else OSError(message) from err
+
+    def _rng_state(self) -> dict[str, torch.Tensor]:
+        state = {"rng": torch.get_rng_state()}
+        if torch.device(self.device).type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return state
+
     def save_last(self) -> None:
-        rng = distributed.gather_objects(torch.get_rng_state(), self.world)  # every rank's dropout RNG
+        """``OUT/last``: model, tokenizer, optimizer, scheduler, every process's RNG, step and data position."""
+        rng = distributed.gather_objects(self._rng_state(), self.world)  # every rank's dropout RNG
+        self._saved_step = self.step
         if not self.world.is_main:
             return
-        last = self.out / "last"
-        self.model.save_pretrained(last)
-        self.task.save_extra(last)
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng}
-        atomic_write(last / "trainer_state.pt", lambda tmp: torch.save(state, tmp))
         meta = {
             "step": self.step,
             "epoch": self.epoch,
             "batch_index": self.batch_index,
             "elapsed": self.elapsed,
             "best": self.best,
+            "skipped_steps": self.skipped_steps,
             "train_config": asdict(self.cfg),
         }
-        atomic_write(last / "state.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=2)))
+        with self._saving(self.out / "last") as tmp:
+            self.model.save_pretrained(tmp)
+            self.task.save_extra(tmp)
+            write_state(tmp, self.optimizer.state_dict(), self.scheduler.state_dict(), rng)
+            write_json(tmp / STATE_NAME, meta)
 
     def resume(self) -> None:
         """Continue exactly from ``OUT/last``: model, optimizer, scheduler, step, RNG, data position."""
-        last = self.out / "last"
-        if not (last / "state.json").is_file():
+        last = current_dir(self.out / "last")
+        if not (last / STATE_NAME).is_file():
             raise FileNotFoundError(f"--resume: {str(last)!r} holds no training state to resume from")
         weights = type(self.model).from_pretrained(last).state_dict()
         self.model.load_state_dict(weights)
         self.model.train()
-        state = torch.load(last / "trainer_state.pt", weights_only=True)
+        state = read_state(last)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if len(state["rng"]) != self.world.size:
             raise ValueError(f"--resume: the run used {len(state['rng'])} processes, this one has {self.world.size}")
-        torch.set_rng_state(state["rng"][self.world.rank])
-        meta = json.loads((last / "state.json").read_text())
+        mine = state["rng"][self.world.rank]
+        torch.set_rng_state(mine["rng"])
+        if "cuda_rng" in mine and torch.device(self.device).type == "cuda":
+            torch.cuda.set_rng_state(mine["cuda_rng"], self.device)
+        meta = json.loads((last / STATE_NAME).read_text(encoding="utf-8"))
         self.step, self.epoch, self.batch_index = meta["step"], meta["epoch"], meta["batch_index"]
         self.elapsed, self.best = meta["elapsed"], meta["best"]
+        self.skipped_steps = meta.get("skipped_steps", 0)
+        self._saved_step = self.step
 
     def _log(self, record: dict) -> None:
         self.history.append(record)
@@ -175,7 +232,53 @@ class Trainer:
             return
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(dumps(record) + "\n")  # strict JSON: a non-finite number is written as null
+
+    def _warn(self, text: str) -> None:
+        if self.world.is_main:
+            print(text, file=sys.stderr, flush=True)
+
+    # ---------------------------------------------------------------- signals
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM ask fit() to stop after the current step; the previous handlers come back after."""
+        if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+            yield
+            return
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, self._on_signal)
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+    def _on_signal(self, signum: int, frame) -> None:
+        name, last = signal.Signals(signum).name, self.out / "last"
+        if self._signal is not None:
+            raise TrainingInterrupted(
+                f"{name} again: stopped at once, without saving; {last} holds the last saved state", 128 + signum
+            )
+        self._signal = signum
+        if self.world.is_main:  # os.write: a print here could re-enter a print the signal interrupted
+            text = f"\n{name}: finishing step {self.step + 1}, then saving {last} (again to stop at once, unsaved)\n"
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.write(sys.stderr.fileno(), text.encode())
+
+    def _check_stop(self) -> None:
+        """After a step: if a signal came (to any process), save ``last/`` and raise TrainingInterrupted."""
+        stop = self._stop or (self.world.size == 1 and self._signal is not None)
+        if not stop:
+            return
+        if self._saved_step != self.step:
+            self.save_last()
+        signum = self._signal or signal.SIGTERM  # a process that got none stops with the others
+        raise TrainingInterrupted(
+            f"interrupted by {signal.Signals(signum).name} at step {self.step}: the state is saved in "
+            f"{self.out / 'last'}; run the same command with --resume to continue exactly from there",
+            128 + signum,
+        )
 
     # ---------------------------------------------------------------- loop
     def _done(self) -> bool:
@@ -195,11 +298,12 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16)
 
-    def _optimizer_step(self, group: list, start: float) -> tuple[float, int]:
+    def _optimizer_step(self, group: list, start: float) -> tuple[float | None, int]:
         """One optimizer step over ``group`` (gradient accumulation, split across processes).
 
         The loss is per real token of the whole group, so the summed gradient is the same for any
-        number of processes. Returns the group's mean loss and its token count.
+        number of processes. Returns the group's mean loss (None: the step was skipped, its loss or
+        gradient norm not finite) and its token count.
         """
         self.model.train()
         total_tokens = sum(self.task.count_tokens(b) for b in group)
@@ -210,17 +314,38 @@ class Trainer:
                     loss, _ = self.task.loss(self.model, batch)
                 (loss / max(total_tokens, 1)).backward()
             loss_sum += float(loss.detach())
-        loss_sum, elapsed = distributed.sync_gradients(
-            self.model, self.world, [loss_sum, self.elapsed + time.perf_counter() - start]
+        # one all-reduce: the gradients, the loss, the time and whether any process was asked to stop
+        loss_sum, elapsed, stop = distributed.sync_gradients(
+            self.model,
+            self.world,
+            [loss_sum, self.elapsed + time.perf_counter() - start, float(self._signal is not None)],
         )
         self.elapsed = elapsed / self.world.size  # the same on every process, so all stop together
-        if self.cfg.clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip)
+        self._stop = stop > 0
+        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf))
+        mean_loss = loss_sum / max(total_tokens, 1)
+        if not (math.isfinite(mean_loss) and math.isfinite(norm)):  # the same on every process: all skip
+            self.optimizer.zero_grad(set_to_none=True)
+            self._skip(mean_loss, norm)
+            return None, total_tokens
+        self.bad_steps = 0
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        return loss_sum / max(total_tokens, 1), total_tokens
+        return mean_loss, total_tokens
+
+    def _skip(self, loss: float, norm: float) -> None:
+        self.bad_steps, self.skipped_steps = self.bad_steps + 1, self.skipped_steps + 1
+        step, n = self.step + 1, self.bad_steps
+        self._warn(f"step {step}: loss {loss}, gradient norm {norm}: not finite, step skipped ({n} in a row)")
+        if n >= self.cfg.max_bad_steps:
+            lr = self.scheduler.get_last_lr()[0]
+            raise TrainingDiverged(
+                f"training diverged at step {step}: the loss or the gradient norm was not finite for {n} steps in "
+                f"a row (last: loss {loss}, gradient norm {norm}, learning rate {lr:.3g}); try a lower --lr "
+                f"(now {self.cfg.lr:g}) or a longer --warmup-steps; what was saved before in {self.out} is kept"
+            )
 
     def evaluate(self) -> dict:
         if not self.world.is_main:  # rank 0 evaluates and saves; the others go on to the next step
@@ -230,73 +355,90 @@ class Trainer:
             metrics = self.task.evaluate(self.model)
         record = {"step": self.step, "epoch": self.epoch, **metrics}
         self._log(record)
-        value = metrics[self.task.metric]
-        better = self.best is None or (value > self.best if self.task.higher_is_better else value < self.best)
+        value = metrics.get(self.task.metric)  # None: no validation data, so the model kept is the latest
+        if value is not None and not math.isfinite(value):
+            self._warn(f"step {self.step}: {self.task.metric} is {value}: not kept as the best model")
+            return record
+        better = (
+            value is None
+            or self.best is None
+            or (value > self.best if self.task.higher_is_better else value < self.best)
+        )
         if better:
-            self.best = value
-            self.model.save_pretrained(self.out)
-            self.task.save_extra(self.out)
+            self.best = value if value is not None else self.best
+            with self._saving(self.out / BEST_DIR) as tmp:
+                self.model.save_pretrained(tmp)
+                self.task.save_extra(tmp)
         return record
 
     def fit(self) -> dict:
         """Train until the epochs, steps or minutes run out; returns the last evaluation."""
-        if self.world.is_main:
-            self.task.save_extra(self.out)
-        bar = tqdm(
-            total=self.cfg.max_steps,
-            initial=self.step,
-            disable=not (self.cfg.progress and self.world.is_main),
-            unit="step",
-            dynamic_ncols=True,
-        )
+        progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main)
+        self._session = (self.step, self.elapsed)  # for the ETA
         last_eval: dict = {}
         window_tokens, window_start = 0, time.perf_counter()
-        while not self._done():
-            batches = self.task.train_batches(self.epoch)
-            while self.batch_index < len(batches) and not self._done():
-                start = time.perf_counter()
-                group = batches[self.batch_index : self.batch_index + self.cfg.accum_steps * self.world.size]
-                loss, tokens = self._optimizer_step(group, start)
-                self.batch_index += len(group)
-                window_tokens += tokens
-                if self.step % self.cfg.log_every == 0 or self.step == 1:
-                    rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-                    lr = self.scheduler.get_last_lr()[0]
-                    self._log(
-                        {
-                            "step": self.step,
-                            "epoch": self.epoch,
-                            "train_loss": loss,
-                            "lr": lr,
-                            "tokens_per_s": rate,
-                            "elapsed_s": round(self.elapsed, 2),
-                        }
-                    )
-                    bar.set_postfix_str(self._postfix(float(loss), float(lr), rate))
-                    window_tokens, window_start = 0, time.perf_counter()
-                bar.update(1)
-                if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
+        try:
+            with self._signals():
+                while not self._done():
+                    batches = self.task.train_batches(self.epoch)
+                    while self.batch_index < len(batches) and not self._done():
+                        start = time.perf_counter()
+                        group = batches[self.batch_index : self.batch_index + self.cfg.accum_steps * self.world.size]
+                        loss, tokens = self._optimizer_step(group, start)
+                        self.batch_index += len(group)
+                        if loss is not None:
+                            window_tokens += tokens
+                            if self.step % self.cfg.log_every == 0 or self.step == 1:
+                                rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
+                                lr = self.scheduler.get_last_lr()[0]
+                                self._log(
+                                    {
+                                        "step": self.step,
+                                        "epoch": self.epoch,
+                                        "train_loss": loss,
+                                        "lr": lr,
+                                        "tokens_per_s": rate,
+                                        "elapsed_s": round(self.elapsed, 2),
+                                    }
+                                )
+                                progress.describe(self._postfix(float(loss), float(lr), rate))
+                                window_tokens, window_start = 0, time.perf_counter()
+                            progress.update(self.step)
+                            if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
+                                last_eval = self.evaluate()
+                                self.save_last()
+                        self._check_stop()
+                    if self.batch_index >= len(batches):
+                        self.epoch, self.batch_index = self.epoch + 1, 0
+                        if not self.cfg.eval_every:
+                            last_eval = self.evaluate()
+                            self.save_last()
+                        self._check_stop()
+                if not last_eval or last_eval["step"] != self.step:
                     last_eval = self.evaluate()
-                    self.save_last()
-            if self.batch_index >= len(batches):
-                self.epoch, self.batch_index = self.epoch + 1, 0
-                if not self.cfg.eval_every:
-                    last_eval = self.evaluate()
-                    self.save_last()
-        bar.close()
-        if not last_eval or last_eval["step"] != self.step:
-            last_eval = self.evaluate()
-        self.save_last()
+                self.save_last()
+        finally:
+            progress.close()
         if self.world.is_main:
             self._plot()
         # every process returns rank 0's evaluation and knows its best metric (only rank 0 evaluated)
         last_eval, self.best = distributed.broadcast_object((last_eval, self.best), self.world)
         return last_eval
 
+    def _seconds_left(self) -> float | None:
+        """Time to the end of the run: the rest of the budget, or the steps left at this session's pace."""
+        left = []
+        if self.cfg.minutes is not None:
+            left.append(max(self.cfg.minutes * 60 - self.elapsed, 0.0))
+        step0, elapsed0 = getattr(self, "_session", (0, 0.0))
+        if self.cfg.max_steps is not None and self.step > step0:
+            left.append((self.cfg.max_steps - self.step) * (self.elapsed - elapsed0) / (self.step - step0))
+        return min(left) if left else None
+
     def _postfix(self, loss: float, lr: float, rate: float) -> str:
         text = f"epoch {self.epoch} loss {loss:.3f} lr {lr:.2e} {rate:,.0f} tok/s"
-        if self.cfg.minutes is not None:
-            left = max(self.cfg.minutes * 60 - self.elapsed, 0)
+        left = self._seconds_left()
+        if left is not None:
             text += f" ETA {int(left // 60)}:{int(left % 60):02d}"
         return text
 

@@ -15,7 +15,7 @@ import torch
 
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.training import distributed
-from tformer.training.resume import make_trainer, saved_run
+from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation.pairs import Split, load_corpus, split_corpus
 from tformer.translation.task import TranslationTask
@@ -101,6 +101,7 @@ def setup(
     process gets them; with ``resume`` they come from ``OUT/last``.
     """
     cfg = TrainConfig(out_dir=str(out_dir), **{"lr": 7e-4, **train_options})
+    start_run(cfg, resume)  # a non-empty out_dir needs resume or overwrite
     overrides: dict = {"max_len": max_len}
     if dropout is not None:
         overrides["dropout"] = dropout

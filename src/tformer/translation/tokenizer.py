@@ -18,6 +18,7 @@ from typing import cast
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from tformer.checks import load_tokenizer_file
 from tformer.files import atomic_write
 from tformer.tokens import TRANSLATION_EOS, TRANSLATION_PAD, TRANSLATION_SOS, TRANSLATION_SPECIALS, TRANSLATION_UNK
 
@@ -80,7 +81,8 @@ class TextTokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> TextTokenizer:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"tokenizer file {str(path)!r} is missing")
-        return cls(Tokenizer.from_file(str(path)))
+        tokenizer = load_tokenizer_file(path)  # missing, empty, corrupt, not a tokenizer: one line naming it
+        try:
+            return cls(tokenizer)
+        except ValueError as err:  # not a translation tokenizer (special tokens elsewhere)
+            raise ValueError(f"tokenizer file {str(path)!r}: {err}") from None

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from tformer.generation import SamplingConfig, beam_search, translate_ids
+from tformer.models.checkpoint import check_vocab, model_dir
 from tformer.models.seq2seq import Seq2SeqTransformer
 from tformer.text import normalize
 from tformer.translation.tokenizer import EOS, PAD, SOS, TextTokenizer
@@ -25,8 +26,9 @@ SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
 
 
 def load_tokenizers(directory: str | Path) -> tuple[TextTokenizer, TextTokenizer]:
-    """The (source, target) tokenizers saved in a model directory."""
-    return TextTokenizer.load(Path(directory) / SRC_TOKENIZER), TextTokenizer.load(Path(directory) / TGT_TOKENIZER)
+    """The (source, target) tokenizers saved in a model directory (a training run's: its best model's)."""
+    directory = model_dir(directory)
+    return TextTokenizer.load(directory / SRC_TOKENIZER), TextTokenizer.load(directory / TGT_TOKENIZER)
 
 
 def corpus_bleu(hypotheses: list[str], references: list[list[str]]) -> tuple[float, float, str, str]:
@@ -52,9 +54,12 @@ class Translator:
 
     @classmethod
     def load(cls, directory: str | Path, device: str = "cpu") -> Translator:
-        directory = Path(directory)
+        directory = model_dir(directory)
         model = Seq2SeqTransformer.from_pretrained(directory).to(device)
-        return cls(model, *load_tokenizers(directory))
+        src_tok, tgt_tok = load_tokenizers(directory)
+        check_vocab(directory, SRC_TOKENIZER, src_tok.vocab_size, "src_vocab_size", model.config.src_vocab_size)
+        check_vocab(directory, TGT_TOKENIZER, tgt_tok.vocab_size, "tgt_vocab_size", model.config.tgt_vocab_size)
+        return cls(model, src_tok, tgt_tok)
 
     def save(self, directory: str | Path) -> None:
         self.model.save_pretrained(directory)

@@ -1,0 +1,64 @@
+"""Training progress on stderr: a tqdm bar on a terminal, plain lines everywhere else.
+
+A bar redraws itself with carriage returns; written to a file (``nohup``, CI, a pipe) that is megabytes of
+half-lines. When stderr is not a terminal, :class:`Progress` writes instead one plain line every
+``PLAIN_EVERY_S`` seconds (and after the first step and the last)::
+
+    step 120/3000 | epoch 1 loss 2.345 lr 4.00e-04 12,345 tok/s ETA 3:12
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from tqdm.auto import tqdm
+
+__all__ = ["Progress", "PLAIN_EVERY_S"]
+
+PLAIN_EVERY_S = 5.0
+
+
+class Progress:
+    """``update(step)`` after every optimizer step, ``describe(text)`` when there is news, ``close()`` at the end."""
+
+    def __init__(self, total: int | None, initial: int, enabled: bool, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.total, self.step, self.text = total, initial, ""
+        self.enabled = enabled
+        self.plain = enabled and not _is_terminal(self.stream)
+        self.bar = None
+        if enabled and not self.plain:
+            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, file=self.stream)
+        self.printed_at, self.printed_step = -float("inf"), initial
+
+    def describe(self, text: str) -> None:
+        self.text = text
+        if self.bar is not None:
+            self.bar.set_postfix_str(text)
+
+    def update(self, step: int) -> None:
+        done, self.step = step - self.step, step
+        if self.bar is not None:
+            self.bar.update(done)
+        elif self.plain and (time.monotonic() - self.printed_at >= PLAIN_EVERY_S):
+            self._line()
+
+    def _line(self) -> None:
+        total = f"/{self.total}" if self.total else ""
+        print(f"step {self.step}{total} | {self.text}".rstrip(" |"), file=self.stream, flush=True)
+        self.printed_at, self.printed_step = time.monotonic(), self.step
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.plain and self.printed_step != self.step:
+            self._line()
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
