@@ -245,7 +245,7 @@ def test_train_bert_reports_mlm_and_nsp(pretrained):
     # which one the model misses depends on the CPU's float rounding (CI measured 5/6 where this machine gets 6/6):
     # ask for far above chance on both (vocabulary 100; NSP 0.5); the fill-mask tests below check memorisation word by word
     assert evals[-1]["mlm_acc"] > 0.75 and evals[-1]["nsp_acc"] > 0.5
-    assert (pretrained / "tokenizer.json").is_file() and (pretrained / "last" / "state.json").is_file()
+    assert (pretrained / "best" / "tokenizer.json").is_file() and (pretrained / "last" / "state.json").is_file()
 
 
 @pytest.mark.parametrize(
@@ -343,7 +343,7 @@ def test_language_identification_beats_chance(tmp_path, capsys):
         )
         == 0
     )
-    assert json.loads((out / "labels.json").read_text())["labels"] == ["en", "fr"]
+    assert json.loads((out / "best" / "labels.json").read_text())["labels"] == ["en", "fr"]
     evals = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if "accuracy" in line]
     assert evals[0]["accuracy"] < 0.9 <= max(e["accuracy"] for e in evals)  # learnt, not given: held-out accuracy
     capsys.readouterr()
@@ -364,7 +364,7 @@ def test_classify_from_a_pretrained_bert(pretrained, tmp_path):
     train_classifier(data, out, init=pretrained, max_len=32, max_steps=0, batch_size=8, valid=4, progress=False)
     classifier = TextClassifier.load(out)
     assert classifier.labels == ["animal", "person"] and classifier.model.config.num_labels == 2
-    assert (out / "tokenizer.json").read_text() == (pretrained / "tokenizer.json").read_text()
+    assert (out / "best" / "tokenizer.json").read_text() == (pretrained / "best" / "tokenizer.json").read_text()
     base = load_masked_lm(pretrained)[0].state_dict()
     for name, tensor in classifier.model.state_dict().items():  # every pretrained weight carried over, plus a new head
         assert name.startswith("classifier.") or torch.equal(tensor, base[name]), name

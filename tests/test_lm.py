@@ -251,7 +251,7 @@ def test_resume_through_the_cli_equals_the_uninterrupted_run(tmp_path):
     full, cut = _losses(tmp_path / "full"), _losses(tmp_path / "cut")
     assert [s for s, _ in full] == list(range(1, 13))
     assert cut == full  # every step's loss, bit for bit
-    assert (tmp_path / "full" / "char_tokenizer.json").is_file() and GPT.from_pretrained(
+    assert (tmp_path / "full" / "best" / "char_tokenizer.json").is_file() and GPT.from_pretrained(
         tmp_path / "full"
     ).config.max_len == 16
 

@@ -19,6 +19,7 @@ import torch
 from tformer.bert.tokenizer import WordPiece
 from tformer.checks import read_json_object
 from tformer.models.bert import Bert
+from tformer.models.checkpoint import model_dir
 
 __all__ = ["load_masked_lm", "fill_mask"]
 
@@ -36,8 +37,9 @@ def _load_hf(directory: Path) -> Bert:
 
 
 def load_masked_lm(directory: str | Path) -> tuple[Bert, WordPiece]:
-    """A BERT with its MLM head and its tokenizer, from our model directory or a Hugging Face one."""
-    directory = Path(directory)
+    """A BERT with its MLM head and its tokenizer, from our model directory (a training run's: its best model)
+    or a Hugging Face one."""
+    directory = model_dir(directory)
     path = directory / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{str(path)!r} is missing: {str(directory)!r} is not a model directory")

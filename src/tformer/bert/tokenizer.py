@@ -138,8 +138,11 @@ class WordPiece:
 
     @classmethod
     def load(cls, directory: str | Path) -> WordPiece:
-        """From a model directory's ``tokenizer.json`` (ours or Hugging Face's), else its ``vocab.txt``."""
-        directory = Path(directory)
+        """From a model directory's ``tokenizer.json`` (ours or Hugging Face's), else its ``vocab.txt`` (a training
+        run's: its best model's)."""
+        from tformer.models.checkpoint import model_dir
+
+        directory = model_dir(directory)
         name = TOKENIZER_FILE if (directory / TOKENIZER_FILE).is_file() else "vocab.txt"
         try:
             return cls(bert_tokenizer(directory))

@@ -153,7 +153,11 @@ def train_lm_tokenizer(kind: str, texts: list[str], vocab_size: int = 4096):
 
 
 def load_lm_tokenizer(directory: str | Path):
-    """The tokenizer saved in a model directory (``char_tokenizer.json`` or ``tokenizer.json``)."""
+    """The tokenizer saved in a model directory (``char_tokenizer.json`` or ``tokenizer.json``; a training run's:
+    its best model's)."""
+    from tformer.models.checkpoint import model_dir
+
+    directory = model_dir(directory)
     for cls in TOKENIZERS.values():
         if (Path(directory) / cls.file_name).is_file():
             return cls.load(directory)

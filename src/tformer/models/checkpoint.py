@@ -7,6 +7,11 @@ through safetensors, everything else through JSON. Tied weights are stored once.
 
 The config is read back with ``config_class.from_dict``, which maps the field names of older
 releases to today's, so checkpoints written by tformer 0.1 still load.
+
+A training run directory keeps its best model in ``OUT/best/`` (swapped in as a whole, see
+:mod:`tformer.files`); tformer 0.1 kept it at the top of ``OUT``. Every loader goes through
+:func:`model_dir`, so ``from_pretrained(OUT)`` and ``--model OUT`` find it in either layout.
+:func:`check_vocab` is the check a family's loader makes that a tokenizer and a model belong together.
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from tformer.checks import read_json_object
-from tformer.files import atomic_write
+from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
 
-__all__ = ["load_pretrained", "CONFIG_NAME", "WEIGHTS_NAME"]
+__all__ = ["load_pretrained", "model_dir", "check_vocab", "CONFIG_NAME", "WEIGHTS_NAME", "BEST_DIR"]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+BEST_DIR = "best"  # a training run's best model: OUT/best/
 _MODEL_TYPES: dict[str, Any] = {}  # model_type -> model class
 
 
@@ -68,7 +74,8 @@ class PretrainedMixin(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
-        directory = Path(directory)
+        """The model saved in ``directory`` (a ``save_pretrained`` directory, or a training run's: its best model)."""
+        directory = model_dir(directory)
         config = _read_config(directory, expected_type=cls.model_type)
         try:
             model_config = cls.config_class.from_dict(config)
@@ -81,8 +88,27 @@ class PretrainedMixin(torch.nn.Module):
 
 def load_pretrained(directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
     """Load any tformer model directory, choosing the class from ``model_type`` in ``config.json``."""
-    config_type = _read_config(Path(directory), expected_type=None)["model_type"]
+    directory = model_dir(directory)
+    config_type = _read_config(directory, expected_type=None)["model_type"]
     return _MODEL_TYPES[config_type].from_pretrained(directory, map_location)
+
+
+def model_dir(directory: str | os.PathLike) -> Path:
+    """Where the model files of ``directory`` are: ``directory/best`` for a training run written by tformer 0.2 on,
+    else ``directory`` itself (a ``save_pretrained`` directory, a run of tformer 0.1, ``OUT/last``)."""
+    directory = Path(directory)
+    best = current_dir(directory / BEST_DIR)
+    return best if (best / CONFIG_NAME).is_file() else directory
+
+
+def check_vocab(directory: str | os.PathLike, tokenizer_file: str, tokenizer_size: int, field: str, size: int) -> None:
+    """Raise a ValueError naming both files unless the tokenizer's vocabulary has the size the config says."""
+    if tokenizer_size != size:
+        directory = Path(directory)
+        raise ValueError(
+            f"{str(directory / tokenizer_file)!r} has {tokenizer_size} tokens but {str(directory / CONFIG_NAME)!r} "
+            f"says {field}={size}: the tokenizer and the model do not belong together (files from different runs?)"
+        )
 
 
 def _read_config(directory: Path, expected_type: str | None) -> dict[str, Any]:
@@ -91,6 +117,11 @@ def _read_config(directory: Path, expected_type: str | None) -> dict[str, Any]:
     if not directory.is_dir():
         raise FileNotFoundError(f"checkpoint directory {str(directory)!r} does not exist")
     if not path.is_file():
+        if (directory / "last" / CONFIG_NAME).is_file():
+            raise FileNotFoundError(
+                f"{str(directory)!r} is a training run with no best model yet (no evaluation has finished); "
+                f"its latest state is in {str(directory / 'last')!r}"
+            )
         raise FileNotFoundError(f"{str(path)!r} is missing: {directory} is not a tformer checkpoint")
     config = read_json_object(path, "model config")  # empty, binary, truncated, not an object: one line naming it
     model_type = config.get("model_type")
