@@ -47,6 +47,17 @@ def add_training_flags(p: argparse.ArgumentParser, lr: float, warmup: int, sched
     g.add_argument("--bf16", action="store_true", help="bfloat16 autocast (for GPUs; slow on most CPUs)")
     g.add_argument("--device", type=device, default="cpu")
     g.add_argument("--resume", action="store_true", help="continue exactly from OUT/last")
+    g.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run in a non-empty --out, deleting the run there (without it, or --resume, it is refused)",
+    )
+    g.add_argument(
+        "--max-bad-steps",
+        type=positive_int,
+        default=5,
+        help="stop when this many steps in a row have a non-finite loss or gradient norm (each is skipped)",
+    )
     g.add_argument("--no-progress", action="store_true")
     add_fast_flag(g)
 
@@ -71,6 +82,8 @@ def train_options(args) -> dict:
         progress=not args.no_progress,
         fast=not args.no_fast,
         resume=args.resume,
+        overwrite=args.overwrite,
+        max_bad_steps=args.max_bad_steps,
     )
 
 
