@@ -18,8 +18,9 @@ Dimension legend: B batch, K beams, S source length, T generated length, V vocab
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -35,6 +36,7 @@ __all__ = [
     "process_logits",
     "choose_next",
     "translate_ids",
+    "BeamCandidate",
     "beam_search",
     "generate_lm",
 ]
@@ -159,6 +161,21 @@ def translate_ids(
     return out
 
 
+class BeamCandidate(NamedTuple):
+    """One of the 2K continuations a beam-search step ranked, as ``beam_search(on_step=...)`` reports it."""
+
+    beam: int  # the beam it continues: its slot at the previous step (0 at step 1, the <sos> root)
+    token: int
+    logp: float  # total log-probability of the hypothesis, this token included
+    status: str  # "alive" (the next step's beam ``slot``), "finished" (a hypothesis) or "pruned"
+    slot: int | None  # alive: its beam slot from now on; else None
+    score: float | None  # finished: logp / length ** length_penalty; else None
+
+
+def _candidates(on_step) -> list[BeamCandidate] | None:
+    return [] if on_step is not None else None
+
+
 def _source_mask(src: torch.Tensor, pad_id: int) -> torch.Tensor | None:
     """The source padding mask, or None when it hides nothing (then no layer checks it again at every step)."""
     mask = padding_mask(src, pad_id)  # (B, 1, 1, S)
@@ -175,6 +192,7 @@ def beam_search(
     max_len: int = 128,
     length_penalty: float = 1.0,
     fast: bool = True,
+    on_step: Callable[[int, int, list[BeamCandidate]], None] | None = None,
 ) -> list[list[int]]:
     """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
 
@@ -188,6 +206,10 @@ def beam_search(
     A done source leaves the batch, its beams, cache rows and memory with it. ``model.decode`` gets the memory
     of the B sources still running and their B·K beam rows (B at the first step, when the K beams of a source
     are all the same): rows i·K to i·K + K − 1 belong to source i.
+
+    ``on_step(step, source, candidates)``, if given, is called after each step for each source still running, with
+    the step's ranked candidates (:class:`BeamCandidate`): which became beams, which finished, which were pruned
+    (``tformer explore`` draws the search tree from it); it only watches, the search is the same with or without it.
     """
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
@@ -221,7 +243,7 @@ def beam_search(
         new_rows = [[i * r] * k for i in range(b)]  # a dead beam (no live candidate left) reads row i·R at score −inf
         new_tokens = [[eos_id] * k for _ in range(b)]
         for i, source in enumerate(sources):
-            slot = 0
+            slot, seen = 0, _candidates(on_step)  # seen: this step's candidates, reported to on_step
             for rank, (score, flat) in enumerate(zip(top_scores[i], top_idx[i])):
                 if score == float("-inf"):
                     break
@@ -230,11 +252,22 @@ def beam_search(
                     if rank < k:  # only the K best candidates may finish (a source open at this step takes them all)
                         hyp = history[i * r + beam] + ([] if tok == eos_id else [tok])
                         finished[source].append((score / (step**length_penalty), hyp))
+                        if seen is not None:
+                            seen.append(BeamCandidate(beam, tok, score, "finished", None, finished[source][-1][0]))
+                    elif seen is not None:
+                        seen.append(BeamCandidate(beam, tok, score, "pruned", None, None))
+                    continue
+                if slot == k:  # the beams are full: the rest is only reported
+                    if seen is None:
+                        break
+                    seen.append(BeamCandidate(beam, tok, score, "pruned", None, None))
                     continue
                 new_scores[i][slot], new_rows[i][slot], new_tokens[i][slot] = score, i * r + beam, tok
+                if seen is not None:
+                    seen.append(BeamCandidate(beam, tok, score, "alive", slot, None))
                 slot += 1
-                if slot == k:
-                    break
+            if on_step is not None and seen is not None:
+                on_step(step, source, seen)
             if 0 < slot < k:  # fewer live candidates than beams: pad with dead copies of the first
                 new_rows[i][slot:] = [new_rows[i][0]] * (k - slot)
         keep = [i for i, source in enumerate(sources) if len(finished[source]) < k]  # the sources still running

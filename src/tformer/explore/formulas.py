@@ -1,0 +1,70 @@
+"""One sentence per traced stage: the formula as the course notes write it, for the explorer's forward path.
+
+The sentence says what the step computes; the numbers come from the trace (:func:`tformer.inspect.trace`), never
+from these strings.
+
+Dimension legend: none (strings only).
+"""
+
+from __future__ import annotations
+
+__all__ = ["formula"]
+
+_FIXED = {
+    "tokens": "text → pieces → ids: each piece's row number in the vocabulary",
+    "segment": "segment embedding S[type id]: 0 for sentence A, 1 for sentence B",
+    "q": "Q = x·W_Q, split into h heads of d_k = d_model / h columns",
+    "scores": "scores = Q·Kᵀ / √d_k",
+    "masked_scores": "masked scores = scores where the mask is 1, −∞ where it is 0",
+    "weights": "weights = softmax(masked scores) over keys; blocked keys get exactly 0",
+    "context": "head_i = weights · V",
+    "attn_output": "MultiHead(Q, K, V) = Concat(head_1, …, head_h)·W_O",
+    "ffn_hidden": "h = x·W₁ + b₁ (before the activation)",
+    "ffn": "FFN(x) = activation(x·W₁ + b₁)·W₂ + b₂",
+    "final_norm": "LayerNorm(x) = γ·(x − mean) / √(var + ε) + β, over d_model",
+    "logits": "logits = x·W_outᵀ (+ b): one score per vocabulary entry",
+    "probs": "probabilities = softmax(logits) over the vocabulary",
+}
+
+_MASKS = {
+    ("encoder", "self"): "padding mask: 1 = a real token may be attended, 0 = <pad> is blocked",
+    ("decoder", "self"): "causal (look-ahead) mask: position i may attend to positions ≤ i only (and no <pad>)",
+    ("decoder", "cross"): "cross-attention mask: every decoder position may attend to every real source token",
+}
+
+
+def formula(stage: str, block: str, kind: str, note: str, activation: str = "") -> str:
+    """The notes' sentence for one traced stage; ``note`` is the trace's own note (norm placement, scale)."""
+    if stage in _FIXED:
+        return _FIXED[stage]
+    if stage == "token_embedding":
+        scaled = "×" in note
+        return "token embedding = E[id] × √d_model" if scaled else "token embedding = E[id] (a row per id)"
+    if stage == "positional":
+        if "Sinus" in note:
+            return "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))"
+        return "positional embedding P[pos]: a learned row per position"
+    if stage == "embedding":
+        return f"x = {note}"
+    if stage in ("k", "v"):
+        name = stage.upper()
+        source = "memory (the encoder output)" if kind == "cross" else "x"
+        return f"{name} = {source}·W_{name}, split into h heads of d_k columns"
+    if stage == "mask":
+        return _MASKS.get((block, kind), "mask: 1 = may attend, 0 = blocked")
+    if stage == "add_norm":
+        if "sublayer(LayerNorm" in note:  # pre-LN (GPT-2)
+            return "x + Dropout(sublayer(LayerNorm(x))) (pre-LN: the norm comes first)"
+        return "x + Dropout(sublayer(x)), then LayerNorm"
+    if stage == "ffn_activation":
+        return f"{activation or 'activation'}(h) = {_ACTIVATION_TEXT.get(activation, 'activation(h)')}"
+    return note
+
+
+_ACTIVATION_TEXT = {
+    "relu": "max(0, h)",
+    "gelu": "h·Φ(h)",
+    "gelu_tanh": "0.5·h·(1 + tanh(√(2/π)·(h + 0.044715·h³)))",
+    "silu": "h·sigmoid(h)",
+    "relu2": "max(0, h)²",
+}

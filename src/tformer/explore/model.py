@@ -1,0 +1,98 @@
+"""The model the explorer shows: any family's directory, loaded through the family's own loader, or the toy.
+
+Dimension legend: none (ids and strings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tformer.explore.codecs import LMCodec, ToyCodec, TranslationCodec, WordPieceCodec
+from tformer.inspect import toy_seq2seq
+
+__all__ = ["Model", "load_model", "MAX_TOKENS"]
+
+MAX_TOKENS = 1024  # an input is capped at the model's context and at this
+DEFAULT_TEXT = {"seq2seq": "I am good.", "gpt": "To be, or not to be", "bert": "the cat sat on the [MASK]."}
+
+
+@dataclass
+class Model:
+    """A loaded model and its codecs: ``src`` (seq2seq source) and ``tgt`` (the target, GPT or BERT text)."""
+
+    family: str  # "seq2seq" | "gpt" | "bert"
+    name: str
+    source: str  # the directory, or "toy"
+    model: Any  # a tformer Seq2SeqTransformer, GPT or Bert, in eval mode
+    tgt: Any
+    src: Any = None
+    default_text: str = ""
+    default_target: str | None = None
+    default_text_b: str | None = None
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest input accepted: the model's context, at most :data:`MAX_TOKENS`."""
+        return min(int(self.config.max_len), MAX_TOKENS)
+
+    def encode(self, text: str, codec: Any, field_name: str = "text") -> tuple[list[int], list[str]]:
+        """``codec``'s ids and pieces of ``text``, checked to be some and at most :attr:`max_tokens`."""
+        ids, tokens = codec.encode(text)
+        if not ids:
+            raise ValueError(f"{field_name} {text!r} gives no tokens")
+        self.check_length(len(ids), field_name)
+        return ids, tokens
+
+    def check_length(self, n: int, field_name: str = "text") -> None:
+        if n > self.max_tokens:
+            raise ValueError(f"{field_name} has {n} tokens, at most {self.max_tokens}")
+
+
+def load_model(directory: str | Path | None) -> Model:
+    """The toy (``None``) or a model directory of any family, through the family's own loader."""
+    if directory is None:
+        toy = toy_seq2seq()
+        return Model(
+            "seq2seq",
+            "toy: the notes' d_model = 4 translator",
+            "toy",
+            toy.model,
+            ToyCodec(toy.tgt_vocab),
+            ToyCodec(toy.src_vocab),
+            "I am good.",
+            "Je vais bien",
+        )
+    from tformer.checks import read_json_object
+    from tformer.models.checkpoint import model_dir
+
+    path = model_dir(directory)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"--model {str(directory)!r} has no config.json: it is not a model directory")
+    config = read_json_object(path / "config.json", "model config")
+    kind = "bert" if "hidden_size" in config else config.get("model_type")  # hidden_size: a Hugging Face BERT
+    name = Path(directory).name
+    if kind == "seq2seq":
+        from tformer.translation import Translator
+
+        tr = Translator.load(path)
+        codecs = TranslationCodec(tr.tgt_tokenizer), TranslationCodec(tr.src_tokenizer)
+        return Model(kind, name, str(directory), tr.model.eval(), *codecs, DEFAULT_TEXT[kind])
+    if kind == "gpt":
+        from tformer import lm
+
+        gpt, tok = lm.load(path)
+        return Model(kind, name, str(directory), gpt.eval(), LMCodec(tok), None, DEFAULT_TEXT[kind])
+    if kind == "bert":
+        from tformer.bert import load_masked_lm
+
+        bert, wp = load_masked_lm(path)
+        m = Model(kind, name, str(directory), bert.eval(), WordPieceCodec(wp), None, DEFAULT_TEXT[kind])
+        m.default_text_b = "it was a sunny day."
+        return m
+    raise ValueError(f"{str(path / 'config.json')!r} has model_type={kind!r}; expected seq2seq, gpt or bert")

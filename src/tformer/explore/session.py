@@ -1,0 +1,338 @@
+"""A :class:`Session`: one model (any family, or the notes' toy) and the answers of the explorer's JSON API.
+
+    >>> s = Session.open(None)                                      # the notes' d_model = 4 toy
+    >>> t = s.call("trace", {"text": "I am good."})                 # doctest: +SKIP
+    >>> s.call("tensor", {"trace_id": t["trace_id"], "id": 12, "head": 0})  # doctest: +SKIP
+
+Every number comes from the model's own code: the forward pass from :func:`tformer.inspect.trace` (plus two
+hooks on the feed-forward's own linears for the values before and after its activation, in the same pass),
+decoding from :mod:`tformer.explore.decoding` (which calls :mod:`tformer.generation`), fill-mask from
+:func:`tformer.bert.fill_mask`. A trace is computed once and kept (a small LRU keyed by ``trace_id``); its
+tensors are sent only when asked for, one at a time. The API is written down in ``docs/explore-api.md``.
+
+This module knows nothing about HTTP; :mod:`tformer.explore.server` serves it.
+
+Dimension legend: B batch (always 1 here), T tokens, H heads, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tformer.explore import decoding
+from tformer.explore.formulas import formula
+from tformer.explore.model import Model, load_model
+from tformer.explore.params import Params
+from tformer.inspect import Entry, Trace, trace
+from tformer.nn.layers import FeedForward
+from tformer.tokens import TRANSLATION_SOS
+
+__all__ = ["Session", "jsonable_tensor"]
+
+MAX_TENSOR_VALUES = 1 << 21  # one tensor answer; a bigger one is asked for a row at a time
+TRACES_KEPT = 8
+
+
+@dataclass
+class _Traced:
+    trace: Trace
+    entries: list[Entry] = field(default_factory=list)  # the trace's entries + the feed-forward's inner two
+
+
+class Session:
+    """The explorer's state: one model, the traces computed so far; ``call(name, params)`` answers the API."""
+
+    def __init__(self, model: Model) -> None:
+        self.m = model
+        self.max_tokens = model.max_tokens
+        self._traces: OrderedDict[str, _Traced] = OrderedDict()
+        self._inputs: dict[str, dict] = {}  # trace_id → its inputs, to recompute a trace the LRU dropped
+        self._lock = threading.Lock()  # one model, hooks attached while tracing: one call at a time
+
+    @classmethod
+    def open(cls, directory: str | Path | None) -> Session:
+        return cls(load_model(directory))
+
+    def call(self, name: str, params: dict) -> dict:
+        """Answer ``POST /api/<name>`` with body ``params``; a bad request raises ValueError naming the field."""
+        methods = {"info", "trace", "tensor", "decode", "sample", "fill_mask", "nsp"}
+        if name not in methods:
+            raise LookupError(f"no API named {name!r}; there are {', '.join(sorted(methods))}")
+        if not isinstance(params, dict):
+            raise ValueError("the request body must be a JSON object")
+        with self._lock, torch.no_grad():
+            return getattr(self, name)(Params(params, name))
+
+    # ------------------------------------------------------------------------------------------- info
+    def info(self, p: Params) -> dict:
+        p.done()
+        m, c = self.m, self.m.config
+        seq2seq = m.family == "seq2seq"
+        layers = (
+            {"encoder": c.n_encoder_layers, "decoder": c.n_decoder_layers}
+            if seq2seq
+            else {"decoder" if m.family == "gpt" else "encoder": c.n_layers}
+        )
+        return dict(
+            family=m.family,
+            name=m.name,
+            source=m.source,
+            config=c.to_dict(),
+            layers=layers,
+            heads=c.n_heads,
+            d_model=c.d_model,
+            vocab_size=len(m.tgt.vocab),
+            max_tokens=self.max_tokens,
+            default_text=m.default_text,
+            default_target=m.default_target,
+            default_text_b=m.default_text_b,
+            defaults=self.default_requests(),
+        )
+
+    def default_requests(self) -> dict[str, dict]:
+        """The requests the page makes first (and an export answers): name → params."""
+        text = self.m.default_text
+        out: dict[str, dict] = {"trace": {"text": text}}
+        if self.m.family in ("seq2seq", "gpt"):
+            out["decode"] = {"text": text, "mode": "greedy"}
+        if self.m.family == "seq2seq":
+            out["beam"] = {"text": text, "mode": "beam", "beam_size": 4}
+        if self.m.family == "gpt":
+            out["sample"] = {"text": text, "temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": 0, "steps": 20}
+        if self.m.family == "bert":
+            out["fill_mask"] = {"text": text, "top_k": 5}
+            out["nsp"] = {"text": text.replace("[MASK]", "mat"), "text_b": self.m.default_text_b}
+        return out
+
+    # ------------------------------------------------------------------------------------------ trace
+    def encode(self, text: str, codec: Any, field_name: str = "text") -> tuple[list[int], list[str]]:
+        return self.m.encode(text, codec, field_name)
+
+    def check_length(self, n: int, field_name: str = "text") -> None:
+        self.m.check_length(n, field_name)
+
+    def trace(self, p: Params) -> dict:
+        inputs = {"text": p.text("text")}
+        if self.m.family == "seq2seq" and p.has("target"):
+            inputs["target"] = p.text("target", empty=True)
+        if self.m.family == "bert" and p.has("text_b"):
+            inputs["text_b"] = p.text("text_b")
+        p.done()
+        trace_id = "t" + hashlib.sha1(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
+        traced = self._traced(trace_id, inputs)
+        tr = traced.trace
+        answer: dict[str, Any] = dict(trace_id=trace_id, tokens=tr.tokens, steps=self._steps(traced))
+        if self.m.family == "bert":
+            answer["token_type_ids"] = self._types(inputs)
+        answer["top_k"] = [
+            dict(position=t["position"], token=t["token"], candidates=[list(c) for c in t["candidates"]])
+            for t in tr.top_k
+        ]
+        return answer
+
+    def _traced(self, trace_id: str, inputs: dict) -> _Traced:
+        if trace_id in self._traces:
+            self._traces.move_to_end(trace_id)
+            return self._traces[trace_id]
+        traced = self._compute_trace(inputs)
+        self._traces[trace_id] = traced
+        self._inputs[trace_id] = inputs
+        while len(self._traces) > TRACES_KEPT:
+            self._traces.popitem(last=False)
+        return traced
+
+    def _bert_layout(self, inputs: dict) -> tuple[list[int], list[int]]:
+        wp = self.m.tgt.tokenizer
+        a = self.m.tgt.encode(inputs["text"])[0]
+        limit = int(self.m.config.max_len)
+        if "text_b" in inputs:
+            b = self.m.tgt.encode(inputs["text_b"])[0]
+            self.check_length(len(a) + len(b) + 3, "text + text_b")
+            return wp.pair(a, b, limit)
+        self.check_length(len(a) + 2, "text")
+        return wp.single(a, limit)
+
+    def _types(self, inputs: dict) -> list[int]:
+        return self._bert_layout(inputs)[1]
+
+    def _compute_trace(self, inputs: dict) -> _Traced:
+        m, k = self.m, 5
+        kwargs: dict[str, Any]
+        if m.family == "seq2seq":
+            src_ids, src_tokens = self.encode(inputs["text"], m.src)
+            if "target" in inputs:
+                tgt_ids = m.tgt.encode(inputs["target"])[0]
+            else:  # the greedy translation
+                tgt_ids = decoding.greedy_ids(m, src_ids, self.max_tokens - 1)
+            self.check_length(len(tgt_ids) + 1, "target")
+            tgt_ids = [TRANSLATION_SOS] + tgt_ids
+            tgt_tokens = [m.tgt.vocab[i] if i < len(m.tgt.vocab) else str(i) for i in tgt_ids]
+            args: tuple = (src_ids, tgt_ids, src_tokens, tgt_tokens)
+            kwargs = dict(vocab=m.tgt.vocab, k=k)
+        elif m.family == "gpt":
+            ids, tokens = self.encode(inputs["text"], m.tgt)
+            args, kwargs = (ids, tokens), dict(vocab=m.tgt.vocab, k=k)
+        else:
+            ids, types = self._bert_layout(inputs)
+            args = (ids, [m.tgt.vocab[i] for i in ids], types)
+            kwargs = dict(vocab=m.tgt.vocab, k=k)
+        inner: dict[str, list[Entry]] = {}
+        with _FeedForwardInside(m.model, inner):
+            tr = trace(m.model, *args, **kwargs)
+        entries: list[Entry] = []
+        for e in tr.entries:
+            if e.stage == "ffn":  # the feed-forward's inner two go just before its output
+                entries += [replace(x, block=e.block, layer=e.layer, rows=e.rows) for x in inner.get(e.where, [])]
+            entries.append(e)
+        return _Traced(tr, entries)
+
+    def _steps(self, traced: _Traced) -> list[dict]:
+        activation = str(self.m.config.activation)
+        out = []
+        for i, e in enumerate(traced.entries):
+            lo, hi = _range(e.tensor)
+            out.append(
+                dict(
+                    id=i,
+                    stage=e.stage,
+                    block=e.block,
+                    layer=e.layer,
+                    kind=e.kind,
+                    where=e.where,
+                    dims=list(e.dims),
+                    shape=list(e.tensor.shape),
+                    formula=formula(e.stage, e.block, e.kind, e.note, activation),
+                    note=e.note,
+                    min=lo,
+                    max=hi,
+                )
+            )
+        return out
+
+    def tensor(self, p: Params) -> dict:
+        trace_id = p.string("trace_id")
+        if trace_id not in self._inputs:
+            raise ValueError(f"trace_id {trace_id!r} is unknown: ask for the trace first")
+        entries = self._traced(trace_id, self._inputs[trace_id]).entries
+        i = p.integer("id", lo=0, hi=len(entries) - 1)
+        e = entries[i]
+        t, dims = e.tensor[0] if e.dims[0] == "B" else e.tensor, list(e.dims[1:] if e.dims[0] == "B" else e.dims)
+        rows, cols = e.rows, e.cols
+        if p.has("head"):
+            if "H" not in dims:
+                raise ValueError(f"head: step {i} ({e.stage}) has no head dimension; its dims are {dims}")
+            t = t.select(dims.index("H"), p.integer("head", lo=0, hi=t.shape[dims.index("H")] - 1))
+            dims.remove("H")
+        if p.has("row"):
+            if t.dim() < 2:
+                raise ValueError(f"row: step {i} ({e.stage}) is one-dimensional; ask without row")
+            r = p.integer("row", lo=0, hi=t.shape[-2] - 1)
+            t, dims, rows = t[..., r, :], dims[:-2] + dims[-1:], [rows[r]] if rows and r < len(rows) else None
+        p.done()
+        if t.numel() > MAX_TENSOR_VALUES:
+            raise ValueError(
+                f"step {i} ({e.stage}) has {t.numel()} values, over the {MAX_TENSOR_VALUES} one answer holds: "
+                "ask one row at a time (row: N)"
+            )
+        lo, hi = _range(t)
+        return dict(shape=list(t.shape), dims=dims, rows=rows, cols=cols, values=jsonable_tensor(t), min=lo, max=hi)
+
+    # --------------------------------------------------------------------------------------- decoding
+    def decode(self, p: Params) -> dict:
+        return decoding.decode(self.m, p)
+
+    def sample(self, p: Params) -> dict:
+        return decoding.sample(self.m, p)
+
+    # ------------------------------------------------------------------------------------------- BERT
+    def _need(self, family: str, what: str) -> None:
+        if self.m.family != family:
+            raise ValueError(f"{what} needs a {family} model; this one is {self.m.family}")
+
+    def fill_mask(self, p: Params) -> dict:
+        from tformer.bert import fill_mask
+
+        self._need("bert", "fill_mask")
+        text, top_k = p.text("text"), p.integer("top_k", 5, lo=1, hi=50)
+        p.done()
+        ids, _ = self._bert_layout({"text": text})
+        wp = self.m.tgt.tokenizer
+        positions = [i for i, t in enumerate(ids) if t == wp.mask_id]
+        masks = fill_mask(self.m.model, wp, text, top_k)  # what `tformer fill-mask` prints
+        return dict(
+            tokens=[self.m.tgt.vocab[i] for i in ids],
+            masks=[dict(position=pos, candidates=[list(c) for c in cands]) for pos, cands in zip(positions, masks)],
+        )
+
+    def nsp(self, p: Params) -> dict:
+        self._need("bert", "nsp")
+        inputs = {"text": p.text("text"), "text_b": p.text("text_b")}
+        p.done()
+        ids, types = self._bert_layout(inputs)
+        _, nsp = self.m.model.pretraining_logits(torch.tensor([ids]), torch.tensor([types]))  # (1, 2)
+        return dict(
+            tokens=[self.m.tgt.vocab[i] for i in ids],
+            token_type_ids=types,
+            is_next_prob=float(nsp.float().softmax(-1)[0, 0]),  # class 0 = "B follows A"
+        )
+
+
+class _FeedForwardInside:
+    """Hooks on each feed-forward's own two linears: the values before (W₁'s output) and after (W₂'s input) the
+    activation, from the same forward pass as the trace, keyed by the feed-forward's module path."""
+
+    def __init__(self, model: Any, out: dict[str, list[Entry]]) -> None:
+        self.model, self.out = model, out
+        self.handles: list[Any] = []
+
+    def __enter__(self) -> _FeedForwardInside:
+        for name, m in self.model.named_modules():
+            if isinstance(m, FeedForward):
+                self.handles.append(m.linear1.register_forward_hook(self._hook(name, "ffn_hidden", 2)))
+                self.handles.append(m.linear2.register_forward_pre_hook(self._hook(name, "ffn_activation", 0)))
+        return self
+
+    def _hook(self, name: str, stage: str, which: int):
+        def hook(_module, *args) -> None:
+            t = args[1] if which == 2 else args[0][0]  # forward hook: (inputs, output); pre-hook: (inputs,)
+            self.out.setdefault(name, []).append(Entry(stage, t.detach(), ("B", "T", "F"), where=name))
+
+        return hook
+
+    def __exit__(self, *exc) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def _range(t: torch.Tensor) -> tuple[float | None, float | None]:
+    """(min, max) of the finite values (None when there are none)."""
+    x = t.detach().float()
+    x = x[torch.isfinite(x)]
+    return (None, None) if x.numel() == 0 else (float(x.min()), float(x.max()))
+
+
+def jsonable_tensor(t: torch.Tensor) -> Any:
+    """Nested lists: integers as they are, floats rounded to 6 significant digits, ±inf and nan as strings."""
+    if not t.is_floating_point():
+        return t.tolist()
+    a = t.detach().double().cpu().numpy()
+    finite = np.isfinite(a)
+    nonzero = finite & (a != 0)
+    x = a[nonzero]
+    e = 5 - np.floor(np.log10(np.abs(x)))  # decimals that keep 6 significant digits
+    p = 10.0 ** np.abs(e)
+    a[nonzero] = np.where(e >= 0, np.round(x * p) / p, np.round(x / p) * p)
+    if finite.all():
+        return a.tolist()
+    obj = a.astype(object)
+    obj[~finite] = [str(float(v)) for v in a[~finite]]
+    return obj.tolist()
