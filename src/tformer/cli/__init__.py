@@ -27,6 +27,7 @@ COMMANDS = [
     "embed",
     "trace",
     "plot",
+    "explore",
     "data",
     "info",
     "bench",

@@ -36,7 +36,9 @@ from tformer.inspect import Entry, Trace, trace
 from tformer.nn.layers import FeedForward
 from tformer.tokens import TRANSLATION_SOS
 
-__all__ = ["Session", "jsonable_tensor"]
+__all__ = ["Session", "API_NAMES", "jsonable_tensor"]
+
+API_NAMES = ("info", "trace", "tensor", "decode", "sample", "fill_mask", "nsp")
 
 MAX_TENSOR_VALUES = 1 << 21  # one tensor answer; a bigger one is asked for a row at a time
 TRACES_KEPT = 8
@@ -64,9 +66,8 @@ class Session:
 
     def call(self, name: str, params: dict) -> dict:
         """Answer ``POST /api/<name>`` with body ``params``; a bad request raises ValueError naming the field."""
-        methods = {"info", "trace", "tensor", "decode", "sample", "fill_mask", "nsp"}
-        if name not in methods:
-            raise LookupError(f"no API named {name!r}; there are {', '.join(sorted(methods))}")
+        if name not in API_NAMES:
+            raise ValueError(f"no API named {name!r}; there are {', '.join(API_NAMES)}")
         if not isinstance(params, dict):
             raise ValueError("the request body must be a JSON object")
         with self._lock, torch.no_grad():

@@ -1,0 +1,124 @@
+"""``tformer explore --export page.html``: one self-contained HTML file, the answers embedded, no server needed.
+
+The page's own files (``static/index.html``, and the scripts and styles it names) are inlined, and the answers
+to a fixed set of requests are embedded as ``<script type="application/json" id="tformer-data">``:
+``{"exported": true, "answers": {"<name> <canonical JSON of params>": answer, ...}}``. The set: ``info``, every
+request of ``info.defaults`` (the default trace, greedy and beam decoding, sampling, fill-mask, NSP, as the
+family has them), and every tensor of the default trace (whole, and per head while the export stays small).
+The page reads the answers instead of calling the server, so it opens from ``file://`` with no network.
+
+Dimension legend: none (files and JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from tformer.explore.server import PLACEHOLDER, static_dir
+from tformer.explore.session import Session
+from tformer.files import atomic_write
+
+__all__ = ["request_key", "export_answers", "export_html", "write_export"]
+
+PER_HEAD_LIMIT = 1 << 20  # per-head copies of the tensors too while the trace holds at most this many values
+
+
+def request_key(name: str, params: dict) -> str:
+    """``name`` + space + the params as JSON with sorted keys and no spaces (whole floats written as integers)."""
+
+    def canon(v: Any) -> Any:
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        return {k: canon(x) for k, x in v.items() if x is not None} if isinstance(v, dict) else v
+
+    return f"{name} " + json.dumps(canon(params), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def export_answers(session: Session) -> dict[str, Any]:
+    """The answers an exported page needs, keyed by :func:`request_key`."""
+    answers: dict[str, Any] = {}
+
+    def ask(name: str, params: dict) -> Any:
+        answers[request_key(name, params)] = answer = session.call(name, dict(params))
+        return answer
+
+    info = ask("info", {})
+    for request, params in info["defaults"].items():
+        name = "decode" if request == "beam" else request
+        answer = ask(name, params)
+        if name == "trace":
+            _tensors(ask, answer)
+    return answers
+
+
+def _tensors(ask, trace: dict) -> None:
+    total = sum(_numel(s["shape"]) for s in trace["steps"])
+    for step in trace["steps"]:
+        params = {"trace_id": trace["trace_id"], "id": step["id"]}
+        ask("tensor", params)
+        if "H" in step["dims"] and total <= PER_HEAD_LIMIT:
+            for head in range(step["shape"][step["dims"].index("H")]):
+                ask("tensor", {**params, "head": head})
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+_SCRIPT = re.compile(r"<script\b([^>]*)\bsrc=[\"']([^\"']+)[\"']([^>]*)>\s*</script>", re.IGNORECASE)
+_LINK = re.compile(r"<link\b[^>]*>", re.IGNORECASE)
+
+
+def export_html(session: Session, static: Path | None = None) -> str:
+    """The page with its scripts and styles inlined and the answers embedded."""
+    folder = static if static is not None else static_dir()
+    page_file = folder / "index.html"
+    page = page_file.read_text(encoding="utf-8") if page_file.is_file() else PLACEHOLDER
+    files = {p.name: p for p in folder.iterdir() if p.is_file()} if folder.is_dir() else {}
+
+    def local(ref: str) -> Path | None:
+        return files.get(ref.rsplit("/", 1)[-1]) if not re.match(r"^[a-z]+:|^//", ref, re.IGNORECASE) else None
+
+    def script(m: re.Match) -> str:
+        path = local(m.group(2))
+        if path is None:
+            return m.group(0)
+        code = path.read_text(encoding="utf-8").replace("</script", "<\\/script")
+        return f"<script{m.group(1)}{m.group(3)}>\n{code}\n</script>"
+
+    def link(m: re.Match) -> str:
+        tag = m.group(0)
+        href = re.search(r"\bhref=[\"']([^\"']+)[\"']", tag)
+        path = local(href.group(1)) if href and re.search(r"\brel=[\"']?stylesheet", tag) else None
+        if path is None:
+            return tag
+        return "<style>\n" + path.read_text(encoding="utf-8").replace("</style", "<\\/style") + "\n</style>"
+
+    page = _LINK.sub(link, _SCRIPT.sub(script, page))
+    data = {"exported": True, "answers": export_answers(session)}
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")  # no </script> inside
+    embedded = f'<script type="application/json" id="tformer-data">{text}</script>\n'
+    at = page.lower().find("<script")  # before the page's own scripts, which read it when they start
+    if at < 0:
+        at = page.lower().find("</body>")
+    return page[:at] + embedded + page[at:] if at >= 0 else page + embedded
+
+
+def write_export(session: Session, path: str | Path, static: Path | None = None) -> Path:
+    """Write :func:`export_html` to ``path`` (atomically); returns the path."""
+    path = Path(path)
+    html = export_html(session, static)
+
+    def write(tmp: str) -> None:
+        Path(tmp).write_text(html, encoding="utf-8")
+        os.chmod(tmp, 0o644)  # a page to hand out, not a private temp file (mkstemp makes 0600)
+
+    atomic_write(path, write)
+    return path
