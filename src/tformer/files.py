@@ -114,13 +114,13 @@ def replace_dir(src: str | os.PathLike, dest: str | os.PathLike) -> None:
         if leftover.is_dir():
             shutil.rmtree(leftover)
     os.replace(src, new)
-    _fsync_dir(dest.parent)
-    if dest.is_dir():
-        os.replace(dest, old)
     try:
+        _fsync_dir(dest.parent)
+        if dest.is_dir():
+            os.replace(dest, old)
         os.replace(new, dest)
-    except BaseException:
-        if old.is_dir() and not dest.exists():  # put the previous state back where it was
+    except BaseException:  # a refused rename, a full disk: the previous state goes back where it was
+        if old.is_dir() and not dest.exists():
             os.replace(old, dest)
         shutil.rmtree(new, ignore_errors=True)
         raise
