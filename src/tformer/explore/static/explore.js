@@ -56,6 +56,9 @@ function fmt(value) {
   return String(Number(value.toPrecision(4)));
 }
 
+/** A token as a chip shows it: spaces and line breaks made visible. */
+const shown = (token) => String(token).replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥") || "∅";
+
 const pct = (p) => `${(100 * p).toFixed(p >= 0.1 ? 1 : 2)}%`;
 
 // ───────────────────────────── errors ─────────────────────────────
@@ -239,8 +242,8 @@ function drawHeatmap(canvas, matrix, { rows = null, cols = null, maxWidth = 640,
   const labelled = cell >= 12 && (rows || cols);
   const ctx = canvas.getContext("2d");
   ctx.font = "11px system-ui, sans-serif";
-  const left = labelled && rows ? 8 + Math.max(...rows.map((r) => ctx.measureText(String(r)).width)) : 0;
-  const top = labelled && cols ? 8 + Math.max(...cols.map((c) => ctx.measureText(String(c)).width)) : 0;
+  const left = labelled && rows ? 8 + Math.max(...rows.map((r) => ctx.measureText(shown(r)).width)) : 0;
+  const top = labelled && cols ? 8 + Math.max(...cols.map((c) => ctx.measureText(shown(c)).width)) : 0;
   const width = Math.min(nc * cell, maxWidth);
   const height = Math.min(nr * cell, maxHeight);
   canvas.width = Math.ceil(left + width);
@@ -299,11 +302,11 @@ function drawLabels(ctx, rows, cols, left, top, cell) {
   ctx.fillStyle = "#222";
   ctx.textBaseline = "middle";
   ctx.textAlign = "right";
-  (rows ?? []).forEach((r, i) => ctx.fillText(String(r), left - 4, top + (i + 0.5) * cell));
+  (rows ?? []).forEach((r, i) => ctx.fillText(shown(r), left - 4, top + (i + 0.5) * cell));
   ctx.save();
   ctx.rotate(-Math.PI / 2);
   ctx.textAlign = "left";
-  (cols ?? []).forEach((c, j) => ctx.fillText(String(c), -top + 4, left + (j + 0.5) * cell));
+  (cols ?? []).forEach((c, j) => ctx.fillText(shown(c), -top + 4, left + (j + 0.5) * cell));
   ctx.restore();
 }
 
@@ -358,9 +361,9 @@ function tensorTable(matrix, rows, cols, { cellAttrs = null } = {}) {
   const nr = Math.min(matrix.length, MAX_TABLE_ROWS);
   const nc = Math.min(matrix[0]?.length ?? 0, MAX_TABLE_COLS);
   const head = el("tr", {}, el("th", { class: "corner" }),
-    Array.from({ length: nc }, (_, j) => el("th", { scope: "col" }, String(cols?.[j] ?? j))));
+    Array.from({ length: nc }, (_, j) => el("th", { scope: "col" }, shown(cols?.[j] ?? j))));
   const body = Array.from({ length: nr }, (_, i) => el("tr", {},
-    el("th", { scope: "row" }, String(rows?.[i] ?? i)),
+    el("th", { scope: "row" }, shown(rows?.[i] ?? i)),
     Array.from({ length: nc }, (_, j) => {
       const v = matrix[i][j];
       return el("td", { title: String(v), class: isBlocked(v) ? "blocked" : null, ...(cellAttrs?.(i, j, v) ?? {}) }, fmt(v));
@@ -517,7 +520,7 @@ function bars(items, { chosen = null, testid = null } = {}) {
   const max = Math.max(...items.map(([, p]) => p), 1e-9);
   return el("div", { class: "bars" }, items.map(([label, p]) => el("div", {
     class: label === chosen ? "bar chosen" : "bar", title: String(p), "data-testid": testid,
-  }, el("span", { class: "bar-label" }, label), el("span", { class: "bar-track" },
+  }, el("span", { class: "bar-label" }, shown(label)), el("span", { class: "bar-track" },
     el("span", { class: "bar-fill", style: `width:${(100 * p) / max}%` })), el("span", { class: "bar-value" }, pct(p)))));
 }
 
@@ -632,10 +635,10 @@ async function showAttention(where) {
   const canvas = el("canvas", { class: "heatmap" });
   const scale = drawHeatmap(canvas, matrix, { rows, cols, fixed: [0, 1], maxWidth: 480, maxHeight: 480 });
   hoverValues(canvas, matrix, rows, cols);
-  const keys = el("div", { class: "chips key-strip" }, (cols ?? []).map((c, j) => el("span", { class: "chip", "data-k": j }, c)));
+  const keys = el("div", { class: "chips key-strip" }, (cols ?? []).map((c, j) => el("span", { class: "chip", "data-k": j }, shown(c))));
   const queries = el("div", { class: "chips" }, (rows ?? []).map((r, i) => el("span", {
     class: "chip query", "data-q": i, on: { mouseenter: () => highlightQuery(i, matrix), mouseleave: () => highlightQuery(null) },
-  }, r)));
+  }, shown(r))));
   const attrs = (i, j, v) => ({ "data-testid": "attn-cell", "data-block": where.block, "data-kind": where.kind,
     "data-layer": where.layer, "data-head": where.head, "data-q": i, "data-k": j, "data-value": String(v) });
   fill($("#attn-detail"),
@@ -711,12 +714,13 @@ function renderGreedy() {
       el("span", { class: "step-count", "data-testid": "decode-step" }, `step ${at} of ${steps.length}`),
       el("button", { type: "button", "data-testid": "decode-next", disabled: at === steps.length, on: { click: () => stepDecode(1) } }, "next ▶")),
     el("div", { class: "strip" }, el("span", { class: "strip-label" }, "output"),
-      el("div", { class: "chips" }, steps.slice(0, at).map((s) => el("span", { class: "chip out", "data-testid": "decode-token", title: `p = ${s.prob}` }, s.token)))),
+      el("div", { class: "chips" }, steps.slice(0, at).map((s) => el("span", { class: "chip out", "data-testid": "decode-token",
+        "data-id": s.id, title: `id ${s.id}, p = ${s.prob}` }, shown(s.token))))),
     step ? el("div", { class: "panel" },
       el("div", { class: "strip" }, el("span", { class: "strip-label" }, "decoder input"),
-        el("div", { class: "chips" }, fedSoFar.map((t, i) => el("span", { class: i >= fedSoFar.length - newFed ? "chip fed" : "chip" }, t)))),
-      el("p", { class: "meta" }, `fed this step: ${step.fed.join(" ")}   ·   KV cache: ${step.cache_len ?? "?"} positions   ·   pick: `,
-        el("b", {}, step.token), ` (id ${step.id}, p = ${fmt(step.prob)})`),
+        el("div", { class: "chips" }, fedSoFar.map((t, i) => el("span", { class: i >= fedSoFar.length - newFed ? "chip fed" : "chip" }, shown(t))))),
+      el("p", { class: "meta" }, `fed this step: ${step.fed.map(shown).join(" ")}   ·   KV cache: ${step.cache_len ?? "?"} positions   ·   pick: `,
+        el("b", {}, shown(step.token)), ` (id ${step.id}, p = ${fmt(step.prob)})`),
       bars(step.candidates.map(([token, , p]) => [token, p]), { chosen: step.token })) : el("p", { class: "muted" },
       "Press next: the decoder starts from <sos> and picks the most probable token at each step."),
     answer.teacher_forced ? teacherForced(answer.teacher_forced) : null,
@@ -743,10 +747,11 @@ function teacherForced(rows) {
 function renderBeam(answer, params) {
   const svg = beamSvg(answer);
   fill($("#decode-out"),
-    el("p", { class: "meta" }, `beam size ${params.beam_size}, length penalty ${params.length_penalty}: `,
+    el("p", { class: "meta" }, `beam size ${answer.beam_size ?? params.beam_size}, ` +
+      `length penalty ${answer.length_penalty ?? params.length_penalty ?? "default"}: `,
       "best ", el("b", { "data-testid": "decode-output" }, answer.output)),
     el("p", { class: "legend" }, el("span", { class: "dot alive" }), " alive ", el("span", { class: "dot pruned" }), " pruned ",
-      el("span", { class: "dot finished" }), " finished   (score = log p with the length penalty)"),
+      el("span", { class: "dot finished" }), " finished   (each box: the token and its score, log p / length^penalty; hover for log p)"),
     el("div", { class: "tree-wrap" }, svg),
     el("div", { class: "buttons" }, pngButton(() => svg, "beam-tree.png"), jsonButton(() => answer, "beam.json")),
   );
@@ -772,13 +777,15 @@ function beamSvg(answer) {
   const steps = [...byStep.keys()].sort((a, b) => a - b);
   for (const s of steps) {
     const nodes = byStep.get(s).sort((a, b) => (place.get(a.parent)?.y ?? 0) - (place.get(b.parent)?.y ?? 0) || b.score - a.score);
-    nodes.forEach((n, i) => place.set(n.id, { x: 20 + (s - steps[0]) * BEAM_COL, y: 24 + i * BEAM_ROW }));
+    nodes.forEach((n, i) => place.set(n.id, { x: 20 + (s - steps[0]) * BEAM_COL, y: 36 + i * BEAM_ROW }));
   }
   const best = bestPath(answer);
-  const height = 40 + Math.max(...steps.map((s) => byStep.get(s).length)) * BEAM_ROW;
+  const height = 52 + Math.max(...steps.map((s) => byStep.get(s).length)) * BEAM_ROW;
   const svg = svgEl("svg", { class: "beam-tree", width: 40 + steps.length * BEAM_COL, height,
     xmlns: "http://www.w3.org/2000/svg", "font-family": "monospace", "font-size": 11 });
   svg.append(svgEl("rect", { width: "100%", height: "100%", fill: "#fff" }));
+  steps.forEach((s, i) => svg.append(svgEl("text", { x: 20 + i * BEAM_COL + 50, y: 12, "text-anchor": "middle",
+    fill: "#6b6b70", text: s === 0 ? "start" : `step ${s}` })));
   for (const node of answer.nodes) {
     const from = place.get(node.parent);
     const to = place.get(node.id);
@@ -842,15 +849,16 @@ async function runSample() {
 function renderSample() {
   const { answer, at } = sampleState;
   const step = answer.steps[at - 1];
-  const drawn = answer.steps.slice(0, at).map((s) => s.token);
   fill($("#sample-out"),
     el("div", { class: "controls" },
       el("button", { type: "button", "data-testid": "sample-prev", disabled: at <= 1, on: { click: () => stepSample(-1) } }, "◀ back"),
       el("span", { class: "step-count" }, `step ${at} of ${answer.steps.length}`),
       el("button", { type: "button", "data-testid": "sample-next", disabled: at >= answer.steps.length, on: { click: () => stepSample(1) } }, "next ▶")),
-    el("p", { class: "meta" }, "so far: ", el("span", { class: "muted" }, state.text), " ",
-      el("b", { "data-testid": "sample-text" }, drawn.join(" "))),
-    el("p", { class: "meta" }, `drawn: `, el("b", {}, step.token), ` (id ${step.id}); ${step.kept} tokens left after the filters`),
+    el("div", { class: "strip" }, el("span", { class: "strip-label" }, "prompt"), el("code", {}, state.text)),
+    el("div", { class: "strip" }, el("span", { class: "strip-label" }, "drawn"), el("div", { class: "chips" },
+      answer.steps.slice(0, at).map((s) => el("span", { class: "chip out", "data-testid": "sample-token", "data-id": s.id,
+        title: `id ${s.id}` }, shown(s.token))))),
+    el("p", { class: "meta" }, `drawn: `, el("b", {}, shown(step.token)), ` (id ${step.id}); ${step.kept} tokens left after the filters`),
     el("div", { class: "row" },
       el("div", { class: "panel" }, el("h3", {}, "before: softmax(logits)"), bars(step.before.map(([t, , p]) => [t, p]), { chosen: step.token })),
       el("div", { class: "panel" }, el("h3", {}, "after: temperature → top-k → top-p, renormalised"),

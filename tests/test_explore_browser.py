@@ -1,0 +1,331 @@
+"""`tformer explore` in a real headless browser (Debian's chromium + chromedriver, driven by Selenium).
+
+The real server (tformer.explore.server's app under uvicorn, in a thread) serves tiny models made here: the notes'
+toy translator, a GPT and a BERT. Every number the page shows is checked against the library's own functions
+(tformer.inspect.trace, the greedy and beam decoders, `tformer fill-mask`), and the page must log no console error.
+The exported file (`tformer explore --export`) is opened from file:// with the network cut off (a proxy that does
+not exist; loopback is still reached, which the server tests need) and must show the same numbers.
+
+One browser for the module. Screenshots of each view go to runs/screenshots/explore/ (git-ignored), to be looked at.
+Without chromium the tests are skipped, loudly (scripts/test.sh says so); with TFORMER_BROWSER_TESTS=1 (CI) a
+missing browser fails them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import string
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tformer import GPT, Bert, BertConfig, GPTConfig
+from tformer.cli import main
+from tformer.generation import SamplingConfig, beam_search, generate_lm, translate_ids
+from tformer.inspect import toy_seq2seq
+from tformer.lm.tokenizer import CharTokenizer
+from tformer.tokens import LM_EOT, LM_PAD, TRANSLATION_EOS, TRANSLATION_SOS
+
+CHROMIUM = os.environ.get("TFORMER_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("TFORMER_CHROMEDRIVER", "/usr/bin/chromedriver")
+REQUIRED = os.environ.get("TFORMER_BROWSER_TESTS") == "1"  # CI: a browser test that cannot run is a failure
+SHOTS = Path(__file__).resolve().parents[1] / "runs" / "screenshots" / "explore"
+WAIT = 30  # seconds: a busy 2-core machine may be slow to answer, never this slow
+BERT_SENTENCES = ["the cat sat on the mat.", "the dog ate a bone.", "a bird sang in the tree."]
+
+
+def _unavailable(why: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"BROWSER TESTS NOT RUN: {why} (TFORMER_BROWSER_TESTS=1 requires them)")
+    pytest.skip(f"BROWSER TESTS NOT RUN: {why}")
+
+
+# ──────────────────────────────── the browser and the server ────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file()):
+        _unavailable(f"chromium not found ({CHROMIUM}, {CHROMEDRIVER})")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _unavailable("selenium is not installed (pip install -e '.[dev]')")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--window-size=1400,1000", "--proxy-server=127.0.0.1:9"):
+        options.add_argument(flag)  # the proxy does not exist: any request off this machine fails
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+@contextlib.contextmanager
+def serve(model_dir: Path | None):
+    """The real app (tformer.explore.server) for ``model_dir`` (None: the toy) under uvicorn, on a free port."""
+    import uvicorn
+
+    from tformer.explore import Session
+    from tformer.explore.server import create_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(Session.open(model_dir), "127.0.0.1", port), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + WAIT
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def wait(driver, condition, what: str):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, WAIT).until(condition, f"waited {WAIT} s for {what}")
+
+
+def wait_for(driver, css: str, what: str) -> list:
+    """The elements matching ``css`` once there are some; the page's error line if it shows one instead."""
+    wait(driver, lambda d: find(d, css) or error_text(d), what)
+    assert error_text(driver) == ""
+    return find(driver, css)
+
+
+def find(driver, css: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_elements(By.CSS_SELECTOR, css)
+
+
+def error_text(driver) -> str:
+    box = find(driver, "[data-testid=error]")[0]
+    return box.text if box.is_displayed() else ""
+
+
+def console_errors(driver) -> list[str]:
+    """SEVERE entries of the browser log since the last call (uncaught errors, failed loads, console.error)."""
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def open_page(driver, url: str) -> None:
+    driver.get(url)
+    wait(driver, lambda d: d.execute_script("return document.body.dataset.ready === '1'") or error_text(d), "the page")
+    assert error_text(driver) == ""
+    assert console_errors(driver) == []
+
+
+def tab(driver, view: str) -> None:
+    find(driver, f"#tabs button[data-view={view}]")[0].click()
+
+
+def shot(driver, name: str) -> None:
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def click_through(driver, testid: str) -> None:
+    """Press a step button (decode-next, sample-next) until it is disabled."""
+    for _ in range(200):
+        (button,) = find(driver, f"[data-testid={testid}]")
+        if not button.is_enabled():
+            return
+        button.click()
+    raise AssertionError(f"{testid} never became disabled")
+
+
+# ──────────────────────────────── the toy translator (no --model) ────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return toy_seq2seq()
+
+
+@pytest.fixture(scope="module")
+def toy_url(browser):
+    with serve(None) as url:
+        yield url
+
+
+def attention_cell(driver, block: str, kind: str, layer: int, head: int, q: int, k: int):
+    """Open (block, kind, layer, head) in the attention view and return its (q, k) cell."""
+    thumb = f"[data-testid=attn-thumb][data-block={block}][data-kind={kind}][data-layer='{layer}'][data-head='{head}']"
+    wait(driver, lambda d: find(d, thumb), "the attention grid")
+    find(driver, thumb)[0].click()
+    cell = f"[data-testid=attn-cell][data-block={block}][data-kind={kind}][data-layer='{layer}'][data-head='{head}']"
+    wait(driver, lambda d: find(d, cell), f"the cells of {block} {kind} layer {layer} head {head}")
+    return find(driver, f"{cell}[data-q='{q}'][data-k='{k}']")[0]
+
+
+def test_toy_forward_path_and_attention_are_the_traces_numbers(browser, toy_url, toy):
+    open_page(browser, toy_url)
+    t = toy.trace(max_new_tokens=0)
+    steps = find(browser, "[data-testid=step]")
+    assert len(steps) >= len(t.entries)  # every traced tensor is a step (and the feed-forward's inside)
+    shot(browser, "toy-1-forward")
+
+    # the first step (pieces → ids): its table holds the source ids under the source tokens
+    steps[0].click()
+    wait(browser, lambda d: "pieces" in d.find_element("css selector", "#step-detail h2").text, "the tokens step")
+    (table,) = find(browser, "#step-detail [data-testid=tensor-table]")
+    heads = [th.text for th in table.find_elements("css selector", "thead th")][1:]
+    ids = [int(td.get_attribute("title")) for td in table.find_elements("css selector", "tbody td")]
+    assert heads == toy.src_tokens and ids == toy.ids(toy.src_tokens, toy.src_vocab)
+
+    tab(browser, "masks")
+    wait(browser, lambda d: len(find(d, ".mask-panel")) == 3, "the three mask panels")
+    assert "all exactly 0" in find(browser, ".mask-panel[data-block=decoder][data-kind=self]")[0].text
+    shot(browser, "toy-2-masks")
+
+    tab(browser, "attention")
+    for block, kind, head, q, k in [("decoder", "cross", 1, 2, 1), ("encoder", "self", 0, 3, 2)]:
+        cell = attention_cell(browser, block, kind, 0, head, q, k)
+        want = float(t.get("weights", block, 0, kind).tensor[0, head, q, k])
+        assert float(cell.get_attribute("data-value")) == pytest.approx(want, rel=1e-5, abs=1e-12)
+    blocked = attention_cell(browser, "decoder", "self", 0, 1, 0, 3)  # <sos> may not see "bien": exactly 0
+    assert (
+        blocked.get_attribute("data-value") == "0"
+        and float(t.get("weights", "decoder", 0, "self").tensor[0, 1, 0, 3]) == 0
+    )
+    rows = [th.text for th in find(browser, "#attn-detail tbody th")]
+    assert rows == toy.tgt_tokens  # the page traced the greedy translation: <sos> Je vais bien
+    shot(browser, "toy-3-attention")
+    assert console_errors(browser) == []
+
+
+def test_toy_decoding_steps_are_greedy_decoding_and_the_beam_tree_keeps_k(browser, toy_url, toy):
+    open_page(browser, toy_url)
+    tab(browser, "decode")
+    wait_for(browser, "[data-testid=decode-next]", "the greedy steps")
+    find(browser, "[data-testid=decode-next]")[0].click()
+    find(browser, "[data-testid=decode-next]")[0].click()
+    shot(browser, "toy-4-decode-greedy")
+    click_through(browser, "decode-next")
+    shown = [e.text for e in find(browser, "[data-testid=decode-token]")]
+    src = torch.tensor([toy.ids(toy.src_tokens, toy.src_vocab)])
+    greedy = [toy.tgt_vocab[i] for i in translate_ids(toy.model, src, TRANSLATION_SOS, TRANSLATION_EOS)[0]]
+    assert shown == greedy + ["<eos>"]
+    assert find(browser, "[data-testid=decode-output]")[0].text == " ".join(greedy)
+
+    find(browser, "#decode-form input[value=beam]")[0].click()
+    wait_for(browser, "[data-testid=beam-node]", "the beam tree")
+    nodes = [
+        (int(n.get_attribute("data-step")), n.get_attribute("data-status"))
+        for n in find(browser, "[data-testid=beam-node]")
+    ]
+    beam = int(find(browser, "#beam-size")[0].get_attribute("value"))
+    alive = {s: sum(1 for step, status in nodes if step == s and status == "alive") for s, _ in nodes}
+    assert max(alive.values()) == beam and all(n <= beam for n in alive.values())
+    assert any(status == "finished" for _, status in nodes) and any(status == "pruned" for _, status in nodes)
+    best = beam_search(toy.model, src, TRANSLATION_SOS, TRANSLATION_EOS, beam, 15)[0]
+    assert find(browser, "[data-testid=decode-output]")[0].text == " ".join(toy.tgt_vocab[i] for i in best if i > 3)
+    shot(browser, "toy-5-decode-beam")
+    assert console_errors(browser) == []
+
+
+# ──────────────────────────────── a GPT ────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def gpt_dir(tmp_path_factory) -> Path:
+    """A tiny character-level GPT (random weights, seeded): enough to check that the page shows its numbers."""
+    path = tmp_path_factory.mktemp("gpt")
+    tokenizer = CharTokenizer(string.ascii_letters + string.digits + " ,.:;!?'-\n")  # 70 tokens
+    tokenizer.save(path)
+    torch.manual_seed(3)
+    config = GPTConfig.preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0, max_len=48)
+    GPT(config).save_pretrained(path)
+    return path
+
+
+def test_gpt_greedy_steps_and_sampling_with_a_seed(browser, gpt_dir):
+    from tformer import lm
+
+    model, tokenizer = lm.load(gpt_dir)
+    with serve(gpt_dir) as url:
+        open_page(browser, url)
+        info = browser.execute_script("return window.explore.state.info")
+        prompt = tokenizer.encode(info["default_text"])
+        shot(browser, "gpt-1-forward")
+
+        tab(browser, "decode")
+        wait_for(browser, "[data-testid=decode-next]", "the greedy steps")
+        click_through(browser, "decode-next")
+        shown = [e.get_attribute("data-id") for e in find(browser, "[data-testid=decode-token]")]
+        room = min(20, model.config.max_len - len(prompt))
+        greedy = generate_lm(model, [prompt], room, SamplingConfig(), eos_id=LM_EOT, pad_id=LM_PAD)[0]
+        assert [int(i) for i in shown] == greedy
+        shot(browser, "gpt-2-decode")
+
+        tab(browser, "sample")
+        wait_for(browser, "[data-testid=sample-next]", "the sampling steps")
+        shot(browser, "gpt-3-sample")
+        click_through(browser, "sample-next")
+        drawn = [int(e.get_attribute("data-id")) for e in find(browser, "[data-testid=sample-token]")]
+        request = info["defaults"]["sample"]
+        config = SamplingConfig(True, request["temperature"], request["top_k"], request["top_p"])
+        want = generate_lm(
+            model, [prompt], request["steps"], config, eos_id=LM_EOT, pad_id=LM_PAD, seed=request["seed"]
+        )
+        assert drawn == want[0]  # what `tformer generate --seed` draws
+        assert console_errors(browser) == []
+
+
+# ──────────────────────────────── a BERT ────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> Path:
+    """A tiny BERT with a WordPiece trained on three sentences (random weights, seeded)."""
+    from tformer.bert import train_wordpiece
+
+    path = tmp_path_factory.mktemp("bert")
+    tokenizer = train_wordpiece(BERT_SENTENCES, vocab_size=120, min_frequency=1)
+    tokenizer.save(path)
+    torch.manual_seed(4)
+    Bert(BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0, max_len=32)).save_pretrained(path)
+    return path
+
+
+def fill_mask_cli(model_dir: Path, text: str, capsys) -> list[str]:
+    """The top token of each [MASK] as `tformer fill-mask` prints it."""
+    capsys.readouterr()
+    assert main(["fill-mask", "--model", str(model_dir), "--top-k", "1", text]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]  # "  [MASK] 1: token 0.1234"
+    return [line.split(":", 1)[1].split()[0] for line in lines]
+
+
+def test_bert_masking_a_token_shows_what_fill_mask_gives(browser, bert_dir, capsys):
+    with serve(bert_dir) as url:
+        open_page(browser, url)
+        tab(browser, "bert")
+        wait(browser, lambda d: find(d, "[data-testid=fill-top]") and find(d, "[data-testid=nsp-prob]"), "fill-mask")
+        text = find(browser, "[data-testid=fill-text]")[0].text
+        assert [e.text for e in find(browser, "[data-testid=fill-top]")] == fill_mask_cli(bert_dir, text, capsys)
+
+        tokens = find(browser, "[data-testid=mask-token]")
+        cat = next(t for t in tokens if t.text == "cat")
+        cat.click()  # mask "cat" too: two [MASK]s now
+        wait(browser, lambda d: len(find(d, "[data-testid=fill-top]")) == 2, "two masks")
+        text = find(browser, "[data-testid=fill-text]")[0].text
+        assert text.count("[MASK]") == 2 and "cat" not in text
+        assert [e.text for e in find(browser, "[data-testid=fill-top]")] == fill_mask_cli(bert_dir, text, capsys)
+        shot(browser, "bert-1-fill-mask")
+        tab(browser, "attention")
+        wait_for(browser, "[data-testid=attn-cell]", "the attention view")
+        shot(browser, "bert-2-attention")
+        assert console_errors(browser) == []
