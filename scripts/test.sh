@@ -13,4 +13,17 @@ if [ $# -eq 0 ]; then
   ruff format --check src tests benchmarks
   mypy
 fi
-python -m pytest "$@"
+# The browser tests (tests/test_explore_browser.py) need Debian's chromium and chromedriver; without them they are
+# skipped, and this says so loudly, before and after the run. CI sets TFORMER_BROWSER_TESTS=1: there a missing
+# browser fails them.
+no_browser=""
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  no_browser="BROWSER TESTS NOT RUN: chromium not found (apt-get install chromium chromium-driver)"
+  printf '\n!!!!! %s !!!!!\n\n' "$no_browser" >&2
+fi
+status=0
+python -m pytest "$@" || status=$?
+if [ -n "$no_browser" ]; then
+  printf '\n!!!!! %s !!!!!\n' "$no_browser" >&2
+fi
+exit "$status"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import string
 import threading
@@ -31,8 +32,8 @@ from tformer.inspect import toy_seq2seq
 from tformer.lm.tokenizer import CharTokenizer
 from tformer.tokens import LM_EOT, LM_PAD, TRANSLATION_EOS, TRANSLATION_SOS
 
-CHROMIUM = os.environ.get("TFORMER_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("TFORMER_CHROMEDRIVER", "/usr/bin/chromedriver")
+CHROMIUM = os.environ.get("TFORMER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = os.environ.get("TFORMER_CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
 REQUIRED = os.environ.get("TFORMER_BROWSER_TESTS") == "1"  # CI: a browser test that cannot run is a failure
 SHOTS = Path(__file__).resolve().parents[1] / "runs" / "screenshots" / "explore"
 WAIT = 30  # seconds: a busy 2-core machine may be slow to answer, never this slow
