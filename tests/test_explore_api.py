@@ -1,0 +1,372 @@
+"""tformer explore's API: every number it sends is the model's own (the trace, greedy/beam decoding, sampling,
+fill-mask), for the toy, a translation model, a GPT, a BERT and a Hugging Face GPT-2 converted with from_hf;
+the beam_search hook only watches; Host/Origin/size checks; the export; the command's start and Ctrl-C."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+from starlette.testclient import TestClient
+
+from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+from tformer.bert import fill_mask, train_wordpiece
+from tformer.cli import main
+from tformer.explore import Session
+from tformer.explore.export import export_html, request_key
+from tformer.explore.server import create_app
+from tformer.generation import beam_search, generate_lm, translate_ids
+from tformer.inspect import trace
+from tformer.lm import ByteBPETokenizer, CharTokenizer
+from tformer.tokens import LM_EOT, TRANSLATION_EOS, TRANSLATION_SOS
+from tformer.translation import Translator, train_bpe
+
+PORT = 8765
+BASE = f"http://127.0.0.1:{PORT}"
+TEXT = "To be, or not to be, that is the question."
+SENTENCES = ["the cat sat on the mat.", "the dog ate a bone.", "a bird sang in the tree.", "I am good."]
+PAIRS = [("I am good.", "Je vais bien."), ("the cat sat.", "le chat est assis."), ("a dog.", "un chien.")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------------------ small model directories
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    """Random tiny models of each family saved with their tokenizers (equality needs no training)."""
+    root = tmp_path_factory.mktemp("explore")
+    torch.manual_seed(0)
+    src, tgt = train_bpe([p[0] for p in PAIRS] * 3, 80, 1), train_bpe([p[1] for p in PAIRS] * 3, 80, 1)
+    config = Seq2SeqConfig.preset(
+        "tiny", src_vocab_size=src.vocab_size, tgt_vocab_size=tgt.vocab_size, dropout=0.0, max_len=24
+    )
+    Translator(Seq2SeqTransformer(config).eval(), src, tgt).save(root / "seq2seq")
+    char = CharTokenizer.train([TEXT])
+    GPT(GPTConfig.preset("tiny", vocab_size=char.vocab_size, dropout=0.0, max_len=64)).save_pretrained(root / "gpt")
+    char.save(root / "gpt")
+    wp = train_wordpiece(SENTENCES * 3, vocab_size=120, min_frequency=1)
+    Bert(BertConfig.preset("tiny", vocab_size=wp.vocab_size, dropout=0.0, max_len=32)).save_pretrained(root / "bert")
+    wp.save(root / "bert")
+    transformers = pytest.importorskip("transformers")
+    from tformer.interop import from_hf
+
+    bpe = ByteBPETokenizer.train([TEXT * 3], vocab_size=280)
+    hf_config = transformers.GPT2Config(
+        vocab_size=bpe.vocab_size, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=2, eos_token_id=2
+    )
+    hf = transformers.GPT2LMHeadModel(hf_config).eval()
+    with torch.no_grad():  # HF zero-inits biases and sets LayerNorms to 1/0: randomise so every weight matters
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    from_hf(hf).save_pretrained(root / "hf_gpt2")
+    bpe.save(root / "hf_gpt2")
+    return root
+
+
+SESSIONS: dict = {}
+
+
+def _session(name, dirs=None):
+    """One Session per model for the whole module (the toy trains for a second; the others load)."""
+    if name not in SESSIONS:
+        SESSIONS[name] = Session.open(None if name == "toy" else dirs / name)
+    return SESSIONS[name]
+
+
+def _client(session):
+    return TestClient(create_app(session, "127.0.0.1", PORT), base_url=BASE)
+
+
+@pytest.fixture(params=["toy", "seq2seq", "gpt", "bert", "hf_gpt2"])
+def served(request, dirs):
+    session = _session(request.param, dirs)
+    return _client(session), session
+
+
+def _post(client, name, **params):
+    r = client.post(f"/api/{name}", json=params)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _array(values) -> np.ndarray:
+    return np.array(values, dtype=np.float64)  # "-inf" strings parse as -inf
+
+
+def _inputs(session, text):
+    """The family's own encoding of ``text``, and ``tformer.inspect.trace``'s arguments for it."""
+    m = session.m
+    if m.family == "seq2seq":
+        target = "Je vais bien" if m.source == "toy" else "le chat"
+        if m.source == "toy":
+            src = [m.src.vocab.index(w) for w in ["I", "am", "good", "."]]
+            tgt = [m.tgt.vocab.index(w) for w in ["Je", "vais", "bien"]]
+        else:
+            tr = Translator.load(m.source)
+            src, tgt = tr.encode_sources([text])[0].tolist(), tr.tgt_tokenizer.encode(target)
+        return {"text": text, "target": target}, (src, [TRANSLATION_SOS] + tgt)
+    if m.family == "gpt":
+        return {"text": text}, (m.tgt.tokenizer.encode(text),)
+    wp = m.tgt.tokenizer
+    ids, types = wp.pair(wp.encode(text), wp.encode("a bird sang."), m.config.max_len)
+    return {"text": text, "text_b": "a bird sang."}, (ids, [wp.id_to_token(i) for i in ids], types)
+
+
+# ----------------------------------------------------------------------------------------------- the trace
+
+
+def test_every_number_of_the_trace_is_the_models_own(served):
+    client, session = served
+    text = "the cat sat on the [MASK]." if session.m.family == "bert" else "I am good."
+    params, args = _inputs(session, text)
+    answer = _post(client, "trace", **params)
+    model = session.m.model
+    expected = trace(model, *args)  # (src, tgt) | (ids,) | (ids, tokens, token_type_ids)
+    steps = [s for s in answer["steps"] if s["stage"] not in ("ffn_hidden", "ffn_activation")]
+    assert [(s["stage"], s["where"]) for s in steps] == [(e.stage, e.where) for e in expected.entries]
+    for step, entry in zip(steps, expected.entries):
+        got = _post(client, "tensor", trace_id=answer["trace_id"], id=step["id"])
+        want = entry.tensor[0] if entry.dims[0] == "B" else entry.tensor
+        assert got["shape"] == list(want.shape) and step["shape"] == list(entry.tensor.shape)
+        np.testing.assert_allclose(_array(got["values"]), want.double().numpy(), rtol=1e-5, atol=1e-30)
+        assert step["formula"] and got["dims"] == list(entry.dims[1:] if entry.dims[0] == "B" else entry.dims)
+    weights = next(s for s in answer["steps"] if s["stage"] == "weights")
+    head = _post(client, "tensor", trace_id=answer["trace_id"], id=weights["id"], head=1)
+    want = expected.get("weights", weights["block"], weights["layer"], weights["kind"]).tensor[0, 1]
+    np.testing.assert_allclose(_array(head["values"]), want.double().numpy(), rtol=1e-5, atol=1e-30)
+    top, want_top = answer["top_k"][-1]["candidates"], expected.top_k[-1]["candidates"]
+    assert [c[1] for c in top] == [c[1] for c in want_top] and top[0][2] == pytest.approx(want_top[0][2])
+    # the feed-forward inside: activation(W₁ output) is W₂'s input, and W₂ of it is the FFN's output
+    ffn = [s for s in answer["steps"] if s["stage"].startswith("ffn")][:3]
+    assert [s["stage"] for s in ffn] == ["ffn_hidden", "ffn_activation", "ffn"]
+    hidden, act, out = (_array(_post(client, "tensor", trace_id=answer["trace_id"], id=s["id"])["values"]) for s in ffn)
+    module = model.get_submodule(ffn[2]["where"])
+    np.testing.assert_allclose(act, module.activation(torch.tensor(hidden)).numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        out, module.linear2(torch.tensor(act).float()).detach().double().numpy(), rtol=1e-4, atol=1e-4
+    )
+
+
+# ------------------------------------------------------------------------------------------------ decoding
+
+
+def test_greedy_decode_is_the_familys_own_greedy(served):
+    client, session = served
+    m = session.m
+    if m.family == "bert":
+        r = client.post("/api/decode", json={"text": "a"})
+        assert r.status_code == 400 and "seq2seq or gpt" in r.json()["error"]
+        return
+    text = "I am good." if m.family == "seq2seq" else "To be"
+    answer = _post(client, "decode", text=text, mode="greedy")
+    ids = [s["id"] for s in answer["steps"]]
+    assert [s["cache_len"] for s in answer["steps"]] == [len(s["input"]) for s in answer["steps"]]
+    assert all(a["cache_len"] < b["cache_len"] for a, b in zip(answer["steps"], answer["steps"][1:]))
+    if m.source == "toy":
+        src = torch.tensor([[m.src.vocab.index(w) for w in ["I", "am", "good", "."]]])
+        assert ids == translate_ids(m.model, src, TRANSLATION_SOS, TRANSLATION_EOS, 15)[0] + [TRANSLATION_EOS]
+        assert answer["output"] == "Je vais bien"
+    elif m.family == "seq2seq":
+        tr = Translator.load(m.source)
+        assert answer["output"] == tr.translate([text])[0]
+    else:
+        prompt = m.tgt.tokenizer.encode(text)
+        assert ids == generate_lm(m.model, [prompt], 20, eos_id=LM_EOT)[0]
+        assert answer["output"] == m.tgt.tokenizer.decode([i for i in ids if i != LM_EOT])
+    reference = "Je vais bien" if m.source == "toy" else ("le chat" if m.family == "seq2seq" else " or not")
+    forced = _post(client, "decode", text=text, reference=reference)["teacher_forced"]
+    assert all(0 <= f["prob_expected"] <= f["prob_predicted"] <= 1 for f in forced)
+    if m.source == "toy":
+        assert [f["expected"] for f in forced] == ["Je", "vais", "bien", "<eos>"]
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_beam_tree_and_output_are_beam_searchs(dirs, k):
+    for name in ("toy", "seq2seq"):
+        session = _session(name, dirs)
+        client = _client(session)
+        answer = _post(client, "decode", text="I am good.", mode="beam", beam_size=k, length_penalty=0.6)
+        if name == "toy":
+            src = torch.tensor([[4, 5, 6, 7]])
+            best = beam_search(session.m.model, src, TRANSLATION_SOS, TRANSLATION_EOS, k, 15, 0.6)[0]
+            assert answer["output"] == "Je vais bien"
+        else:
+            tr = Translator.load(session.m.source)
+            best = beam_search(
+                tr.model, tr.encode_sources(["I am good."]), TRANSLATION_SOS, TRANSLATION_EOS, k, 23, 0.6
+            )[0]
+            assert answer["output"] == tr.translate(["I am good."], beam=k, length_penalty=0.6)[0]
+        assert answer["best"] == [session.m.tgt.vocab[i] for i in best]
+        nodes = answer["nodes"]
+        assert all(n["parent"] is None or n["parent"] < n["id"] for n in nodes)
+        for step in answer["steps"]:
+            assert 1 <= len(step["alive"]) + len(step["finished"]) and len(step["alive"]) <= k
+            assert all(nodes[i]["status"] == "alive" and nodes[i]["step"] == step["step"] for i in step["alive"])
+        chosen = nodes[answer["best_node"]]
+        assert chosen["status"] == "finished"
+        assert chosen["score"] == max(nodes[i]["score"] for s in answer["steps"] for i in s["finished"])
+
+
+def test_beam_search_hook_only_watches(seq2seq):
+    """on_step sees every step of every source; the result is the same with and without it."""
+    src = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]])
+    plain = beam_search(seq2seq, src, 2, 3, beam_size=3, max_len=12, length_penalty=0.7)
+    seen = []
+    watched = beam_search(
+        seq2seq, src, 2, 3, beam_size=3, max_len=12, length_penalty=0.7, on_step=lambda *a: seen.append(a)
+    )
+    assert watched == plain
+    assert {source for _, source, _ in seen} == {0, 1}
+    for step, _, candidates in seen:
+        alive = [c for c in candidates if c.status == "alive"]
+        assert len(alive) <= 3 and sorted(c.slot for c in alive) == list(range(len(alive)))
+        assert all(c.score is not None for c in candidates if c.status == "finished")
+        assert [c.logp for c in candidates] == sorted((c.logp for c in candidates), reverse=True)
+        assert all(c.beam == 0 for c in candidates) or step > 1
+
+
+# ---------------------------------------------------------------------------------------- GPT and BERT
+
+
+def test_sample_with_a_seed_is_tformer_generate_seed(dirs, capsys):
+    session = _session("gpt", dirs)
+    client = _client(session)
+    answer = _post(client, "sample", text="To be", temperature=0.9, top_k=5, top_p=0.9, seed=7, steps=12)
+    flags = ["--prompt", "To be", "--max-new-tokens", "12", "--temperature", "0.9", "--top-k", "5", "--top-p", "0.9"]
+    assert main(["generate", "--model", str(dirs / "gpt"), *flags, "--seed", "7"]) == 0
+    assert capsys.readouterr().out == "To be" + answer["output"] + "\n"
+    for step in answer["steps"]:
+        assert step["kept"] <= 5 and len(step["after"]) == step["kept"]
+        assert sum(p for _, _, p in step["after"]) == pytest.approx(1.0, abs=1e-9)
+        assert step["id"] in [i for _, i, _ in step["after"]]  # the drawn token survived the filters
+
+
+def test_fill_mask_and_nsp_are_the_models(dirs, capsys):
+    session = _session("bert", dirs)
+    client = _client(session)
+    text = "the [MASK] sat on the [MASK]."
+    answer = _post(client, "fill_mask", text=text, top_k=3)
+    assert main(["fill-mask", "--model", str(dirs / "bert"), "--top-k", "3", text]) == 0
+    printed = capsys.readouterr().out.splitlines()[1:]
+    for line, mask in zip(printed, answer["masks"]):
+        assert line.split(": ", 1)[1] == "  ".join(f"{t} {p:.4f}" for t, p in mask["candidates"])
+        assert answer["tokens"][mask["position"]] == "[MASK]"
+    assert [[list(c) for c in m] for m in fill_mask(session.m.model, session.m.tgt.tokenizer, text, 3)] == [
+        m["candidates"] for m in answer["masks"]
+    ]
+    nsp = _post(client, "nsp", text="the cat sat.", text_b="a bird sang.")
+    wp = session.m.tgt.tokenizer
+    ids, types = wp.pair(wp.encode("the cat sat."), wp.encode("a bird sang."), 32)
+    assert nsp["token_type_ids"] == types and nsp["tokens"][0] == "[CLS]"
+    with torch.no_grad():
+        want = session.m.model.pretraining_logits(torch.tensor([ids]), torch.tensor([types]))[1].softmax(-1)[0, 0]
+    assert nsp["is_next_prob"] == pytest.approx(float(want), abs=1e-7)
+
+
+# ------------------------------------------------------------------------------------------------- safety
+
+
+def test_host_origin_and_input_caps():
+    session = _session("toy")
+    app = create_app(session, "127.0.0.1", PORT)
+    ok = TestClient(app, base_url=BASE)
+    assert ok.post("/api/info", json={}).status_code == 200
+    assert TestClient(app, base_url=f"http://localhost:{PORT}").post("/api/info", json={}).status_code == 200
+    rebound = TestClient(app, base_url=f"http://evil.example:{PORT}").post("/api/info", json={})
+    assert rebound.status_code == 400 and "Host" in rebound.json()["error"]
+    assert TestClient(app, base_url=f"http://127.0.0.1:{PORT + 1}").get("/").status_code == 400  # another port
+    foreign = ok.post("/api/info", json={}, headers={"Origin": "http://evil.example"})
+    assert foreign.status_code == 400 and "Origin" in foreign.json()["error"]
+    assert ok.post("/api/info", json={}, headers={"Origin": BASE}).status_code == 200
+    assert "access-control-allow-origin" not in {k.lower() for k in foreign.headers}
+    for params, message in [
+        ({"text": "I am good. " * 10}, "text has 40 tokens, at most 16"),
+        ({"text": "x" * 30_000}, "text has 30000 characters, at most 20000"),
+        ({"text": "I am good.", "colour": 1}, "unknown field 'colour'"),
+        ({"text": 3}, "text must be a string"),
+    ]:
+        r = ok.post("/api/trace", json=params)
+        assert r.status_code == 400 and message in r.json()["error"] and "\n" not in r.json()["error"]
+    r = ok.post("/api/decode", json={"text": "I am good.", "mode": "beam", "beam_size": 17})
+    assert r.status_code == 400 and r.json()["error"] == "decode: beam_size must be in [1, 16], got 17"
+    assert ok.post("/api/nothing", json={}).status_code == 404
+    assert ok.post("/api/info", content=b"[not json").status_code == 400
+    assert ok.post("/api/info", content=b"x" * 70_000).status_code == 400
+    assert ok.get("/").status_code == 200 and "<html" in ok.get("/").text.lower()
+    assert ok.get("/session.py").status_code == 404
+
+
+# ------------------------------------------------------------------------------------------------- export
+
+
+def test_export_embeds_the_answers_and_references_nothing_online(tmp_path):
+    session = _session("toy")
+    assert main(["explore", "--export", str(tmp_path / "page.html")]) == 0
+    html = (tmp_path / "page.html").read_text(encoding="utf-8")
+    assert (tmp_path / "page.html").stat().st_mode & 0o777 == 0o644
+    data = json.loads(re.search(r'<script type="application/json" id="tformer-data">(.*?)</script>', html, re.S)[1])
+    answers = data["answers"]
+    trace_answer = answers[request_key("trace", {"text": "I am good."})]
+    served = session.call("trace", {"text": "I am good."})
+    assert trace_answer["trace_id"] == served["trace_id"] and trace_answer["tokens"] == served["tokens"]
+    assert [(s["stage"], s["shape"]) for s in trace_answer["steps"]] == [
+        (s["stage"], s["shape"]) for s in served["steps"]
+    ]
+    weights = next(s["id"] for s in served["steps"] if s["stage"] == "weights")
+    exported = answers[request_key("tensor", {"trace_id": served["trace_id"], "id": weights, "head": 1})]
+    shown = session.call("tensor", {"trace_id": served["trace_id"], "id": weights, "head": 1})
+    np.testing.assert_allclose(_array(exported["values"]), _array(shown["values"]), rtol=1e-5)
+    for step in trace_answer["steps"]:
+        assert answers[request_key("tensor", {"trace_id": trace_answer["trace_id"], "id": step["id"]})]
+    assert answers[request_key("decode", {"text": "I am good.", "mode": "beam", "beam_size": 4})]["output"] == (
+        "Je vais bien"
+    )
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//|@import|url\(\s*["']?(https?:)?//""", html)
+    assert "<script" in html and 'src="explore.js"' not in html  # the page's script is inlined
+    assert export_html(session).count('<script type="application/json" id="tformer-data">') == 1
+
+
+# ------------------------------------------------------------------------------------------------ command
+
+
+def test_command_serves_refuses_a_foreign_host_and_stops_on_ctrl_c():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tformer", "explore", "--no-browser", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line)[0]
+        request = urllib.request.Request(url + "api/info", data=b"{}", method="POST")
+        assert json.loads(urllib.request.urlopen(request, timeout=30).read())["family"] == "seq2seq"
+        request = urllib.request.Request(url + "api/info", data=b"{}", headers={"Host": "evil.example"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(request, timeout=30)
+        assert err.value.code == 400
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, errors = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, errors
+    assert out.strip().splitlines() == ["tformer explore: stopped"] and "Traceback" not in errors
