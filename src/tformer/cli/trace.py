@@ -72,10 +72,10 @@ def build_trace(args):
         raise ValueError(f"--max-new-tokens must be >= 0, got {steps}")
     if args.toy:
         return toy_seq2seq().trace(k=args.top_k, max_new_tokens=steps)
-    from tformer.models.checkpoint import load_pretrained
+    from tformer.models.checkpoint import load_pretrained, model_dir
 
     model = load_pretrained(args.model)
-    inputs = _inputs(model, Path(args.model), args)
+    inputs = _inputs(model, model_dir(args.model), args)  # a training run's tokenizers are with its best model
     extra = {} if model.model_type == "bert" else {"max_new_tokens": steps}
     return trace(model, **inputs, k=args.top_k, **extra)
 
