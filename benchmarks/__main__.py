@@ -17,6 +17,7 @@ BENCHMARKS = {
     "lm_step": "Tiny Shakespeare recipe's training step: tanh vs exact GELU, Python-loop vs fused AdamW",
     "lm_shakespeare": "Tiny Shakespeare char-level validation loss within 1.5 / 6 / 30 minutes (vs nanoGPT's CPU recipe)",
     "bert_pretrain": "MLM and NSP accuracy on held-out text after N minutes of pretraining, with chance baselines",
+    "explore": "tformer explore: ms from request to answer per API call (toy; 6-layer GPT at 32 and 256 tokens)",
 }
 
 
