@@ -57,7 +57,7 @@ def main(argv=None) -> dict:
     results = []
     for minutes in args.minutes:
         run = Path(args.out) / f"{minutes:g}min"
-        bert.train(args.data, run, minutes=minutes, progress=False, **extra)
+        bert.train(args.data, run, minutes=minutes, progress=False, overwrite=True, **extra)  # starts anew
         evals = [r for r in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if "mlm_acc" in r]
         last = evals[-1]
         results.append(

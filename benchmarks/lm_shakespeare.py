@@ -42,7 +42,7 @@ def run_budget(minutes: float, out: Path, data: Path, extra: dict) -> dict:
     from tformer.models.gpt import GPT
 
     start = time.perf_counter()
-    lm.train(data, out, minutes=minutes, progress=False, **extra)
+    lm.train(data, out, minutes=minutes, progress=False, overwrite=True, **extra)  # a measurement starts anew
     wall = time.perf_counter() - start
     model, tok = GPT.from_pretrained(out / "last"), load_lm_tokenizer(out / "last")
     _, val = split_ids(encode_documents(tok, read_documents(data)), 0.1)
