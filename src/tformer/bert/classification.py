@@ -58,10 +58,11 @@ def read_labelled_tsv(path: str | Path) -> list[tuple[str, str]]:
 
 
 def split_examples(examples: list, valid: float | int = 0.1, seed: int = 0) -> tuple[list, list]:
-    """Shuffle (seeded) and hold out ``valid`` examples (a fraction, or a count when >= 1)."""
+    """Shuffle (seeded) and hold out ``valid`` examples (a fraction, or a count when >= 1; at least one for a
+    fraction > 0, none for ``valid=0``: no validation data)."""
     shuffled = list(examples)
     random.Random(seed).shuffle(shuffled)
-    n_valid = int(valid) if valid >= 1 else max(round(valid * len(shuffled)), 1)
+    n_valid = int(valid) if valid >= 1 or valid == 0 else max(round(valid * len(shuffled)), 1)
     if n_valid >= len(shuffled):
         raise ValueError(f"valid={valid} leaves no training examples out of {len(shuffled)}")
     return shuffled[n_valid:], shuffled[:n_valid]
@@ -123,6 +124,9 @@ class ClassifyTask:
         return F.cross_entropy(logits.float(), batch.labels, reduction="sum"), len(batch.labels)
 
     def evaluate(self, model) -> dict:
+        """Validation loss and accuracy; ``{}`` when nothing is held out (never an accuracy of 0)."""
+        if not self.valid_batches:
+            return {}
         device = next(model.parameters()).device
         total = right = n = 0.0
         for batch in self.valid_batches:

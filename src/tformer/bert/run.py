@@ -64,7 +64,7 @@ def setup(
     train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
     log(
         f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
-        f"in {len(train_docs)} / {len(valid_docs)} documents"
+        f"in {len(train_docs)} / {len(valid_docs)} documents" + ("" if valid_docs else " (no validation data)")
     )
     if resume:
         config, tokenizer = saved_run(out_dir, Bert, WordPiece.load)
@@ -138,7 +138,8 @@ def setup_classifier(
     if len(labels) < 2:
         raise ValueError(f"--data {str(data)!r}: need at least 2 distinct labels, got {labels}")
     train_part, valid_part = split_examples(examples, valid, cfg.seed)
-    log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples, labels {labels}")
+    none = "" if valid_part else " (no validation data)"
+    log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples{none}, labels {labels}")
     if resume:
         config, tokenizer = saved_run(out_dir, Bert, WordPiece.load)
         torch.manual_seed(cfg.seed)

@@ -91,8 +91,9 @@ def setup(
     train_ids, val_ids = split_ids(encode_documents(tok, docs), val_fraction)
     torch.manual_seed(cfg.seed)
     model = GPT(config)
+    val = f"{len(val_ids):,} validation tokens" if len(val_ids) >= 2 else "no validation data"
     log(
-        f"data: {len(docs)} document(s), {len(train_ids):,} train / {len(val_ids):,} validation tokens, "
+        f"data: {len(docs)} document(s), {len(train_ids):,} train tokens / {val}, "
         f"vocabulary {tok.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} parameters, "
         f"context {config.max_len}"
     )

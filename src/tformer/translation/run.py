@@ -17,7 +17,7 @@ from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.training import distributed
 from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
-from tformer.translation.pairs import Split, load_corpus, split_corpus
+from tformer.translation.pairs import Split, load_splits
 from tformer.translation.task import TranslationTask
 from tformer.translation.tokenizer import PAD, train_bpe
 from tformer.translation.translator import Translator, load_tokenizers
@@ -95,9 +95,11 @@ def setup(
 ) -> Trainer:
     """A :class:`Trainer` of a seq2seq Transformer on the pairs of ``data``, ready to ``fit()``.
 
-    ``data``: ``"builtin"``, a TSV pairs file or a Multi30k-style directory (:func:`load_corpus`); the split
-    is deterministic for the seed. ``train_options`` are the other :class:`TrainConfig` fields (``minutes``,
-    ``epochs``, ``device``, ...; lr 7e-4 unless given). Under torchrun rank 0 trains the tokenizers and every
+    ``data``: ``"builtin"``, a TSV pairs file or a Multi30k-style directory (:func:`load_splits`): a directory
+    with ``val.*`` trains on all of ``train.*`` and validates on ``val.*``; other data is split ``valid`` /
+    ``test`` (deterministic for the seed; ``valid=0``: no validation data, the latest model is kept).
+    ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``epochs``, ``device``, ...;
+    lr 7e-4 unless given). Under torchrun rank 0 trains the tokenizers and every
     process gets them; with ``resume`` they come from ``OUT/last``.
     """
     cfg = TrainConfig(out_dir=str(out_dir), **{"lr": 7e-4, **train_options})
@@ -105,9 +107,7 @@ def setup(
     overrides: dict = {"max_len": max_len}
     if dropout is not None:
         overrides["dropout"] = dropout
-    split = split_corpus(
-        load_corpus(data, src_lang, tgt_lang), cfg.seed, valid, test, verbose=distributed.is_main_process()
-    )
+    split = load_splits(data, src_lang, tgt_lang, cfg.seed, valid, test, verbose=distributed.is_main_process())
     if resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
         translator = _resumed(out_dir, cfg.seed)
     else:
