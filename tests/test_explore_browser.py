@@ -14,6 +14,7 @@ missing browser fails them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -28,7 +29,7 @@ import torch
 from tformer import GPT, Bert, BertConfig, GPTConfig
 from tformer.cli import main
 from tformer.generation import SamplingConfig, beam_search, generate_lm, translate_ids
-from tformer.inspect import toy_seq2seq
+from tformer.inspect import toy_seq2seq, trace
 from tformer.lm.tokenizer import CharTokenizer
 from tformer.tokens import LM_EOT, LM_PAD, TRANSLATION_EOS, TRANSLATION_SOS
 
@@ -286,6 +287,30 @@ def test_gpt_greedy_steps_and_sampling_with_a_seed(browser, gpt_dir):
         assert console_errors(browser) == []
 
 
+def test_a_tensor_too_big_for_one_answer_shows_some_rows(browser, gpt_dir, monkeypatch):
+    from tformer import lm
+    from tformer.explore import session
+
+    model, tokenizer = lm.load(gpt_dir)
+    monkeypatch.setattr(session, "MAX_TENSOR_VALUES", 1000)  # logits (T, V) = 19 × 70: one row at a time
+    with serve(gpt_dir) as url:
+        browser.get(url)
+        wait(browser, lambda d: d.execute_script("return document.body.dataset.ready === '1'"), "the page")
+        text = browser.execute_script("return window.explore.state.info.default_text")
+        find(browser, "[data-testid=step][data-stage=logits]")[0].click()
+        (note,) = wait_for(browser, "[data-testid=partial]", "the rows of the logits")
+        ids = tokenizer.encode(text)
+        assert note.text.startswith("rows 0, 1, 2, 3, 4, 5, 6, 7, 18 of 19")
+        cells = find(browser, "#step-detail [data-testid=tensor-table] tbody tr:last-child td")
+        logits = trace(model, ids, vocab=None).get("logits").tensor[0, -1]  # (V,) at the last position
+        shown = [float(td.get_attribute("title")) for td in cells]
+        assert shown == pytest.approx(logits[: len(shown)].tolist(), rel=1e-5, abs=1e-6)
+        shot(browser, "gpt-4-logits-rows")
+        # the whole tensor was refused (400, which Chrome logs) before the rows were asked for; nothing else
+        refused = "/api/tensor - Failed to load resource: the server responded with a status of 400 (Bad Request)"
+        assert all(message.endswith(refused) for message in console_errors(browser))
+
+
 # ──────────────────────────────── a BERT ────────────────────────────────
 
 
@@ -330,3 +355,52 @@ def test_bert_masking_a_token_shows_what_fill_mask_gives(browser, bert_dir, caps
         wait_for(browser, "[data-testid=attn-cell]", "the attention view")
         shot(browser, "bert-2-attention")
         assert console_errors(browser) == []
+
+
+# ──────────────────────────────── the exported file, offline ────────────────────────────────
+
+
+def network_requests(driver) -> list[str]:
+    """URLs the page asked the network for since the last call (from Chrome's performance log)."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
+def test_exported_page_opens_from_file_offline_with_the_same_numbers(browser, toy_url, toy, tmp_path, capsys):
+    open_page(browser, toy_url)
+    tab(browser, "attention")
+    served = attention_cell(browser, "decoder", "cross", 0, 1, 2, 1).get_attribute("data-value")
+
+    page = tmp_path / "toy.html"
+    assert main(["explore", "--export", str(page)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {page}"
+    network_requests(browser)  # forget the served page's requests
+    open_page(browser, page.as_uri())
+    assert find(browser, "#export-note")[0].is_displayed()
+    assert find(browser, "#text")[0].get_property("disabled")  # the inputs are the export's: fixed
+    tab(browser, "attention")
+    assert attention_cell(browser, "decoder", "cross", 0, 1, 2, 1).get_attribute("data-value") == served
+    shot(browser, "export-1-attention")
+
+    tab(browser, "decode")
+    wait_for(browser, "[data-testid=decode-next]", "the greedy steps")
+    click_through(browser, "decode-next")
+    assert [e.text for e in find(browser, "[data-testid=decode-token]")] == ["Je", "vais", "bien", "<eos>"]
+    find(browser, "#decode-form input[value=beam]")[0].click()
+    wait_for(browser, "[data-testid=beam-node]", "the beam tree from the export")
+    tab(browser, "masks")
+    wait(browser, lambda d: len(find(d, ".mask-panel")) == 3, "the three mask panels")
+    shot(browser, "export-2-masks")
+
+    # a request outside the export: one line in the error box, nothing thrown
+    tab(browser, "decode")
+    find(browser, "#max-len")[0].send_keys("3")
+    find(browser, "#decode-form button[type=submit]")[0].click()
+    wait(browser, error_text, "the error line")
+    assert error_text(browser).startswith("not in this export: decode")
+    assert [u for u in network_requests(browser) if not u.startswith(("file:", "data:", "blob:"))] == []
+    assert console_errors(browser) == []

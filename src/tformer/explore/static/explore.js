@@ -149,17 +149,47 @@ const state = {
   masked: new Set(), // BERT: positions masked by a click
 };
 
-/** The tensor of a trace step, fetched on first use (always whole; heads are sliced here). */
+/** The tensor of a trace step, fetched on first use (whole; heads are sliced here). */
 async function tensor(id) {
-  if (!state.tensors.has(id)) {
-    state.tensors.set(id, api("tensor", { trace_id: state.trace.trace_id, id }));
-  }
+  if (!state.tensors.has(id)) state.tensors.set(id, fetchTensor(id));
   try {
     return await state.tensors.get(id);
   } catch (error) {
     state.tensors.delete(id);
     throw error;
   }
+}
+
+/** The most values one tensor answer holds (the server says; else its documented default, 2^21). */
+const maxValues = () => state.info.max_tensor_values ?? 2 ** 21;
+
+async function fetchTensor(id) {
+  const step = state.trace.steps.find((s) => s.id === id);
+  const values = step.shape.reduce((a, b) => a * b, 1) / (step.dims[0] === "B" ? step.shape[0] : 1);
+  if (values > maxValues() && step.shape.length >= 2) return someRows(id);
+  try {
+    return await api("tensor", { trace_id: state.trace.trace_id, id });
+  } catch (error) {
+    if (!/one row at a time/.test(error.message)) throw error;
+    return someRows(id); // too big for one answer (e.g. T × V logits of a big vocabulary)
+  }
+}
+
+const SOME_ROWS = 8;
+
+/** The first rows and the last row of a tensor too big to send whole, one request per row. */
+async function someRows(id) {
+  const step = state.trace.steps.find((s) => s.id === id);
+  const n = step.shape[step.shape.length - 2];
+  const picks = [...new Set([...Array(Math.min(n, SOME_ROWS)).keys(), n - 1])];
+  const parts = await Promise.all(picks.map((row) => api("tensor", { trace_id: state.trace.trace_id, id, row })));
+  return {
+    ...parts[0],
+    dims: [step.dims[step.dims.length - 2], ...parts[0].dims],
+    rows: parts.map((p, i) => p.rows?.[0] ?? `row ${picks[i]}`),
+    values: parts.map((p) => p.values),
+    partial: `rows ${picks.join(", ")} of ${n}: the whole tensor is too big for one answer`,
+  };
 }
 
 const stepsOf = (stage) => state.trace.steps.filter((s) => s.stage === stage);
@@ -357,7 +387,7 @@ const MAX_TABLE_ROWS = 256;
 const MAX_TABLE_COLS = 64;
 
 /** The numbers as a scrolling table; big tensors show their first rows/columns (the JSON has them all). */
-function tensorTable(matrix, rows, cols, { cellAttrs = null } = {}) {
+function tensorTable(matrix, rows, cols, { cellAttrs = null, mask = null } = {}) {
   const nr = Math.min(matrix.length, MAX_TABLE_ROWS);
   const nc = Math.min(matrix[0]?.length ?? 0, MAX_TABLE_COLS);
   const head = el("tr", {}, el("th", { class: "corner" }),
@@ -366,13 +396,14 @@ function tensorTable(matrix, rows, cols, { cellAttrs = null } = {}) {
     el("th", { scope: "row" }, shown(rows?.[i] ?? i)),
     Array.from({ length: nc }, (_, j) => {
       const v = matrix[i][j];
-      return el("td", { title: String(v), class: isBlocked(v) ? "blocked" : null, ...(cellAttrs?.(i, j, v) ?? {}) }, fmt(v));
+      const blocked = isBlocked(v) || mask?.[i]?.[j] === 0;
+      return el("td", { title: String(v), class: blocked ? "blocked" : null, ...(cellAttrs?.(i, j, v) ?? {}) }, fmt(v));
     })));
   const clipped = matrix.length > nr || (matrix[0]?.length ?? 0) > nc;
   return el("div", { class: "table-wrap" },
     el("table", { class: "tensor", "data-testid": "tensor-table" }, el("thead", {}, head), el("tbody", {}, body)),
     clipped ? el("p", { class: "muted" }, `showing ${nr} of ${matrix.length} rows, ${nc} of ${matrix[0].length} columns; ` +
-      "“JSON” downloads them all") : null);
+      "“JSON” downloads every number fetched") : null);
 }
 
 // ───────────────────────────── 7. export: PNG of a panel, JSON of a tensor ─────────────────────────────
@@ -467,14 +498,17 @@ async function showStep(id) {
   if (state.stepId !== id) return; // another step was clicked meanwhile
   const head = state.heads.get(id) ?? 0;
   const { matrix, rows, cols } = matrixOf(answer, head);
+  const mask = await maskOf(step);
+  if (state.stepId !== id) return;
   fill(panel,
     el("h2", {}, `${groupOf(step)} · ${STAGE_NAMES[step.stage] ?? step.stage}`),
     el("p", { class: "formula" }, step.formula),
     el("p", { class: "meta" }, `shape ${dimsText(step)}`, el("span", { class: "muted" },
       `   min ${fmt(step.min)}   max ${fmt(step.max)}   ${step.where ?? ""}`)),
+    answer.partial ? el("p", { class: "muted", "data-testid": "partial" }, answer.partial) : null,
     headPicker(step, head, (h) => { state.heads.set(id, h); showStep(id); }),
-    step.stage === "tokens" ? null : heatmapFigure(matrix, rows, cols, step),
-    tensorTable(matrix, rows, cols),
+    step.stage === "tokens" ? null : heatmapFigure(matrix, rows, cols, step, mask),
+    tensorTable(matrix, rows, cols, { mask: step.stage === "mask" ? matrix : mask }),
     el("div", { class: "buttons" },
       pngButton(() => $("#step-detail canvas.heatmap"), `${step.stage}-${id}.png`),
       jsonButton(() => ({ step, ...answer }), `${step.stage}-${id}.json`)),
@@ -491,14 +525,28 @@ function headPicker(step, head, onPick) {
     }, String(h))));
 }
 
-function heatmapFigure(matrix, rows, cols, step) {
+/** The mask matrix (1 may attend, 0 blocked) of an attention step's module, for the steps drawn over Tq × Tk. */
+async function maskOf(step) {
+  if (!["scores", "weights"].includes(step.stage)) return null;
+  const maskStep = state.trace.steps.find((s) => s.stage === "mask" && s.block === step.block &&
+    s.layer === step.layer && s.kind === step.kind);
+  return maskStep ? matrixOf(await tensor(maskStep.id)).matrix : null;
+}
+
+/** `matrix` with the cells its mask blocks replaced by "-inf", so that they are drawn hatched. */
+const hatchMasked = (matrix, mask) =>
+  (mask ? matrix.map((row, i) => row.map((v, j) => (mask[i]?.[j] === 0 ? "-inf" : v))) : matrix);
+
+/** The heatmap of one step with its legend; blocked cells (mask 0, −∞, or masked away) hatched. */
+function heatmapFigure(matrix, rows, cols, step, mask = null) {
   const canvas = el("canvas", { class: "heatmap" });
   const isMask = step.stage === "mask";
   const blocked = isMask ? (v) => v === 0 : isBlocked;
   const probabilities = ["mask", "weights", "probs"].includes(step.stage);
-  const scale = drawHeatmap(canvas, matrix, { rows, cols, blocked, fixed: probabilities ? [0, 1] : null });
+  const drawn = hatchMasked(matrix, mask);
+  const scale = drawHeatmap(canvas, drawn, { rows, cols, blocked, fixed: probabilities ? [0, 1] : null });
   hoverValues(canvas, matrix, rows, cols);
-  const anyBlocked = matrix.some((r) => r.some(blocked));
+  const anyBlocked = drawn.some((r) => r.some(blocked));
   return el("figure", {}, canvas, legend(scale, { blockedText: anyBlocked ? "blocked (−∞ / mask 0)" : null }));
 }
 
@@ -515,12 +563,12 @@ function showTopK() {
   );
 }
 
-/** Horizontal probability bars: [[label, p], …]; `chosen` is highlighted. */
-function bars(items, { chosen = null, testid = null } = {}) {
+/** Horizontal probability bars: [[label, p], …]; `chosen` is highlighted; labels are tokens unless `raw`. */
+function bars(items, { chosen = null, testid = null, raw = false } = {}) {
   const max = Math.max(...items.map(([, p]) => p), 1e-9);
   return el("div", { class: "bars" }, items.map(([label, p]) => el("div", {
     class: label === chosen ? "bar chosen" : "bar", title: String(p), "data-testid": testid,
-  }, el("span", { class: "bar-label" }, shown(label)), el("span", { class: "bar-track" },
+  }, el("span", { class: "bar-label" }, raw ? label : shown(label)), el("span", { class: "bar-track" },
     el("span", { class: "bar-fill", style: `width:${(100 * p) / max}%` })), el("span", { class: "bar-value" }, pct(p)))));
 }
 
@@ -609,10 +657,11 @@ async function attentionGrid(steps) {
   table.append(el("tr", {}, el("th", {}), Array.from({ length: nHeads }, (_, h) => el("th", {}, `head ${h}`))));
   for (const step of steps) {
     const answer = await tensor(step.id);
+    const mask = await maskOf(step);
     const row = el("tr", {}, el("th", {}, `layer ${step.layer}`));
     for (let h = 0; h < nHeads; h++) {
       const canvas = el("canvas", { class: "thumb" });
-      drawHeatmap(canvas, matrixOf(answer, h).matrix, { maxWidth: 96, maxHeight: 96, maxCell: 16, fixed: [0, 1] });
+      drawHeatmap(canvas, hatchMasked(matrixOf(answer, h).matrix, mask), { maxWidth: 96, maxHeight: 96, maxCell: 16, fixed: [0, 1] });
       const where = { block, kind, layer: step.layer, head: h };
       row.append(el("td", {}, el("button", {
         type: "button", class: "thumb-button", "data-testid": "attn-thumb", "data-block": block, "data-kind": kind,
@@ -632,8 +681,9 @@ async function showAttention(where) {
     b.dataset.kind === where.kind && Number(b.dataset.layer) === where.layer && Number(b.dataset.head) === where.head));
   const step = stepsOf("weights").find((s) => s.block === where.block && s.kind === where.kind && s.layer === where.layer);
   const { matrix, rows, cols } = matrixOf(await tensor(step.id), where.head);
+  const mask = await maskOf(step);
   const canvas = el("canvas", { class: "heatmap" });
-  const scale = drawHeatmap(canvas, matrix, { rows, cols, fixed: [0, 1], maxWidth: 480, maxHeight: 480 });
+  const scale = drawHeatmap(canvas, hatchMasked(matrix, mask), { rows, cols, fixed: [0, 1], maxWidth: 480, maxHeight: 480 });
   hoverValues(canvas, matrix, rows, cols);
   const keys = el("div", { class: "chips key-strip" }, (cols ?? []).map((c, j) => el("span", { class: "chip", "data-k": j }, shown(c))));
   const queries = el("div", { class: "chips" }, (rows ?? []).map((r, i) => el("span", {
@@ -647,8 +697,8 @@ async function showAttention(where) {
     el("p", { class: "muted" }, "hover a query token: the keys it attends to light up with its weights"),
     el("div", { class: "strip" }, el("span", { class: "strip-label" }, "queries"), queries),
     el("div", { class: "strip" }, el("span", { class: "strip-label" }, "keys"), keys),
-    el("figure", {}, canvas, legend(scale)),
-    tensorTable(matrix, rows, cols, { cellAttrs: attrs }),
+    el("figure", {}, canvas, legend(scale, { blockedText: mask?.some((r) => r.includes(0)) ? "blocked by the mask: weight exactly 0" : null })),
+    tensorTable(matrix, rows, cols, { cellAttrs: attrs, mask }),
     el("div", { class: "buttons" }, pngButton(() => canvas, `attention-${where.block}-${where.kind}-l${where.layer}-h${where.head}.png`),
       jsonButton(() => ({ ...where, rows, cols, weights: matrix }), `attention-l${where.layer}-h${where.head}.json`)),
   );
@@ -925,7 +975,7 @@ async function runNsp() {
     el("div", { class: "chips" }, answer.tokens.map((t, i) => el("span", { class: `chip seg${answer.token_type_ids[i]}` },
       t, el("sub", {}, String(answer.token_type_ids[i]))))),
     el("p", { class: "meta" }, "P(B is the next sentence) = ", el("b", { "data-testid": "nsp-prob" }, pct(answer.is_next_prob))),
-    bars([["is next", answer.is_next_prob], ["not next", 1 - answer.is_next_prob]]),
+    bars([["B follows A", answer.is_next_prob], ["B is random", 1 - answer.is_next_prob]], { raw: true }),
   );
 }
 
