@@ -1047,6 +1047,8 @@ async function runTrace() {
   state.tensors.clear();
   state.masked.clear();
   rendered.clear();
+  decodeState.answer = sampleState.answer = null; // decoded from the previous text: asked again when shown
+  ["#decode-out", "#sample-out", "#fill-out", "#nsp-out"].forEach((id) => fill($(id)));
   renderSteps();
   const first = trace.steps.find((s) => s.stage === "weights") ?? trace.steps[0];
   await showStep(first.id);
