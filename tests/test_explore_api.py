@@ -330,9 +330,10 @@ def test_export_embeds_the_answers_and_references_nothing_online(tmp_path):
         (s["stage"], s["shape"]) for s in served["steps"]
     ]
     weights = next(s["id"] for s in served["steps"] if s["stage"] == "weights")
-    exported = answers[request_key("tensor", {"trace_id": served["trace_id"], "id": weights, "head": 1})]
-    shown = session.call("tensor", {"trace_id": served["trace_id"], "id": weights, "head": 1})
+    exported = answers[request_key("tensor", {"trace_id": served["trace_id"], "id": weights})]
+    shown = session.call("tensor", {"trace_id": served["trace_id"], "id": weights})
     np.testing.assert_allclose(_array(exported["values"]), _array(shown["values"]), rtol=1e-5)
+    assert not [k for k in answers if '"head"' in k]  # no per-head copies: the page slices heads itself
     for step in trace_answer["steps"]:
         assert answers[request_key("tensor", {"trace_id": trace_answer["trace_id"], "id": step["id"]})]
     assert answers[request_key("decode", {"text": "I am good.", "mode": "beam", "beam_size": 4})]["output"] == (
@@ -341,6 +342,43 @@ def test_export_embeds_the_answers_and_references_nothing_online(tmp_path):
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//|@import|url\(\s*["']?(https?:)?//""", html)
     assert "<script" in html and 'src="explore.js"' not in html  # the page's script is inlined
     assert export_html(session).count('<script type="application/json" id="tformer-data">') == 1
+
+
+def test_export_of_a_tensor_over_the_limit_holds_the_rows_the_page_asks_for(monkeypatch):
+    import tformer.explore.session as session_module
+
+    session = _session("toy")
+    monkeypatch.setattr(session_module, "MAX_TENSOR_VALUES", 24)  # the toy's [T, V] logits are bigger than that
+    info = session.call("info", {})
+    assert info["max_tensor_values"] == 24
+    answers = json.loads(
+        re.search(r'id="tformer-data">(.*?)</script>', export_html(session), re.S)[1].replace("\\u003c", "<")
+    )["answers"]
+    trace_answer = answers[request_key("trace", info["defaults"]["trace"])]
+    big = [s for s in trace_answer["steps"] if np.prod(s["shape"][1:] if s["dims"][0] == "B" else s["shape"]) > 24]
+    assert big and any(s["stage"] == "logits" for s in big)
+    for step in big:
+        key = {"trace_id": trace_answer["trace_id"], "id": step["id"]}
+        assert request_key("tensor", key) not in answers
+        n = step["shape"][-2]
+        rows = sorted({*range(min(n, 8)), n - 1})
+        asked = [json.loads(k[7:]) for k in answers if k.startswith("tensor ")]
+        assert sorted(a["row"] for a in asked if a["id"] == step["id"]) == rows
+        for r in rows:  # each exported row is the server's row
+            want = session.call("tensor", {**key, "row": r})
+            assert answers[request_key("tensor", {**key, "row": r})] == want
+        r = TestClient(create_app(session, "127.0.0.1", PORT), base_url=BASE).post("/api/tensor", json=key)
+        assert r.status_code == 400 and "one row at a time" in r.json()["error"]
+
+
+def test_default_sample_fits_a_small_vocabulary(dirs):
+    session = _session("gpt", dirs)  # a character GPT: fewer than 50 tokens
+    vocab = len(session.m.tgt.vocab)
+    assert vocab < 50
+    info = session.call("info", {})
+    assert info["defaults"]["sample"]["top_k"] == vocab and info["max_tensor_values"] == 1 << 21
+    answer = _post(_client(session), "sample", **info["defaults"]["sample"])
+    assert 1 <= len(answer["steps"]) <= 20 and all(s["kept"] <= vocab for s in answer["steps"])
 
 
 # ------------------------------------------------------------------------------------------------ command

@@ -24,7 +24,7 @@ from tformer.files import atomic_write
 
 __all__ = ["request_key", "export_answers", "export_html", "write_export"]
 
-PER_HEAD_LIMIT = 1 << 20  # per-head copies of the tensors too while the trace holds at most this many values
+SOME_ROWS = 8  # a tensor too big for one answer is exported as its rows 0..7 and its last row, as the page asks
 
 
 def request_key(name: str, params: dict) -> str:
@@ -51,18 +51,22 @@ def export_answers(session: Session) -> dict[str, Any]:
         name = "decode" if request == "beam" else request
         answer = ask(name, params)
         if name == "trace":
-            _tensors(ask, answer)
+            _tensors(ask, answer, info["max_tensor_values"])
     return answers
 
 
-def _tensors(ask, trace: dict) -> None:
-    total = sum(_numel(s["shape"]) for s in trace["steps"])
+def _tensors(ask, trace: dict, limit: int, name: str = "tensor", **params: Any) -> None:
+    """Every step's tensor (or, with ``name="tensor_diff"``, difference): whole when it fits one answer, else
+    the rows the page asks for (0..7 and the last, one request each). No per-head copies: the page slices them."""
     for step in trace["steps"]:
-        params = {"trace_id": trace["trace_id"], "id": step["id"]}
-        ask("tensor", params)
-        if "H" in step["dims"] and total <= PER_HEAD_LIMIT:
-            for head in range(step["shape"][step["dims"].index("H")]):
-                ask("tensor", {**params, "head": head})
+        key = {**params, "id": step["id"]} if params else {"trace_id": trace["trace_id"], "id": step["id"]}
+        shape = step["shape"][1:] if step["dims"][0] == "B" else step["shape"]
+        if _numel(shape) <= limit or len(shape) < 2:
+            ask(name, key)
+        else:
+            n = shape[-2]
+            for row in sorted({*range(min(n, SOME_ROWS)), n - 1}):
+                ask(name, {**key, "row": row})
 
 
 def _numel(shape: list[int]) -> int:

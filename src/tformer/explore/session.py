@@ -36,7 +36,7 @@ from tformer.inspect import Entry, Trace, trace
 from tformer.nn.layers import FeedForward
 from tformer.tokens import TRANSLATION_SOS
 
-__all__ = ["Session", "API_NAMES", "jsonable_tensor"]
+__all__ = ["Session", "API_NAMES", "MAX_TENSOR_VALUES", "jsonable_tensor"]
 
 API_NAMES = ("info", "trace", "tensor", "decode", "sample", "fill_mask", "nsp")
 
@@ -93,6 +93,7 @@ class Session:
             d_model=c.d_model,
             vocab_size=len(m.tgt.vocab),
             max_tokens=self.max_tokens,
+            max_tensor_values=MAX_TENSOR_VALUES,
             default_text=m.default_text,
             default_target=m.default_target,
             default_text_b=m.default_text_b,
@@ -108,7 +109,8 @@ class Session:
         if self.m.family == "seq2seq":
             out["beam"] = {"text": text, "mode": "beam", "beam_size": 4}
         if self.m.family == "gpt":
-            out["sample"] = {"text": text, "temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": 0, "steps": 20}
+            top_k = min(50, len(self.m.tgt.vocab))  # a small vocabulary (a character GPT) has fewer than 50
+            out["sample"] = {"text": text, "temperature": 0.8, "top_k": top_k, "top_p": 0.95, "seed": 0, "steps": 20}
         if self.m.family == "bert":
             out["fill_mask"] = {"text": text, "top_k": 5}
             out["nsp"] = {"text": text.replace("[MASK]", "mat"), "text_b": self.m.default_text_b}
