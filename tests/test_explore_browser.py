@@ -404,3 +404,121 @@ def test_exported_page_opens_from_file_offline_with_the_same_numbers(browser, to
     assert error_text(browser).startswith("not in this export: decode")
     assert [u for u in network_requests(browser) if not u.startswith(("file:", "data:", "blob:"))] == []
     assert console_errors(browser) == []
+
+
+# ──────────────────────────────── export buttons, teacher forcing, NSP ────────────────────────────────
+
+
+def post(url: str, name: str, **params) -> dict:
+    """The server's own answer to ``name`` (POST /api/<name>), for comparing with what the page shows."""
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{url}api/{name}", json.dumps(params).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=WAIT) as response:
+        return json.load(response)
+
+
+def downloads_to(driver, folder: Path) -> None:
+    """Files the page downloads (the PNG and JSON buttons) land in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(folder)})
+
+
+def downloaded(folder: Path, name: str) -> bytes:
+    path = folder / name
+    wait(None, lambda _: path.is_file() and path.stat().st_size > 0, f"the download {name}")
+    time.sleep(0.2)  # Chrome renames its .crdownload into place once written; the file is whole after that
+    return path.read_bytes()
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of a PNG, read from its IHDR chunk, after checking the 8-byte signature."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_png_and_json_buttons_download_the_heatmap_and_the_tensor_answer(browser, toy_url, tmp_path):
+    open_page(browser, toy_url)
+    downloads_to(browser, tmp_path)
+    state = browser.execute_script("const s = window.explore.state; return [s.trace.trace_id, s.stepId]")
+    trace_id, step_id = state
+    stage = browser.execute_script(f"return window.explore.state.trace.steps.find((s) => s.id === {step_id}).stage")
+    (canvas,) = wait_for(browser, "#step-detail canvas.heatmap", "the first step's heatmap")
+    width, height = (int(canvas.get_attribute(a)) for a in ("width", "height"))
+    (png_button,) = [b for b in find(browser, "#step-detail .buttons button") if b.text == "PNG"]
+    (json_button,) = [b for b in find(browser, "#step-detail .buttons button") if b.text == "JSON"]
+
+    png_button.click()
+    data = downloaded(tmp_path, f"{stage}-{step_id}.png")
+    assert png_size(data) == (width, height) and width > 50 and height > 50  # the heatmap canvas, whole
+    # the same bytes decoded in the page: the canvas' own PNG data URL starts with the PNG signature
+    signature = browser.execute_script(
+        "const c = document.querySelector('#step-detail canvas.heatmap');"
+        "return [...atob(c.toDataURL('image/png').split(',')[1]).slice(0, 8)].map((ch) => ch.charCodeAt(0));"
+    )
+    assert bytes(signature) == b"\x89PNG\r\n\x1a\n"
+
+    json_button.click()
+    shown = json.loads(downloaded(tmp_path, f"{stage}-{step_id}.json"))
+    answer = post(toy_url, "tensor", trace_id=trace_id, id=step_id)
+    step = shown.pop("step")
+    assert step["id"] == step_id and step["stage"] == stage
+    assert shown == answer  # every number, exactly the tensor answer
+
+    # the beam tree (an SVG drawn onto a canvas first) downloads as a PNG of the tree's size
+    tab(browser, "decode")
+    find(browser, "#decode-form input[value=beam]")[0].click()
+    (svg,) = wait_for(browser, "svg.beam-tree", "the beam tree")
+    size = int(svg.get_attribute("width")), int(svg.get_attribute("height"))
+    [b for b in find(browser, "#decode-out .buttons button") if b.text == "PNG"][0].click()
+    assert png_size(downloaded(tmp_path, "beam-tree.png")) == size
+    assert console_errors(browser) == []
+
+
+def test_teacher_forcing_shows_the_apis_expected_and_predicted_tokens(browser, toy_url, toy):
+    open_page(browser, toy_url)
+    tab(browser, "decode")
+    wait_for(browser, "[data-testid=decode-next]", "the greedy steps")
+    reference = "Je bien vais"  # not the greedy translation: some steps must disagree
+    find(browser, "#reference")[0].send_keys(reference)
+    find(browser, "#decode-form button[type=submit]")[0].click()
+    rows = wait_for(browser, "[data-testid=teacher-row]", "the teacher-forced table")
+    shown = [[td.text for td in row.find_elements("css selector", "td")] for row in rows]
+    probs = [float(row.find_elements("css selector", "td")[3].get_attribute("title")) for row in rows]
+    text = browser.execute_script("return window.explore.state.text")
+    want = post(toy_url, "decode", text=text, mode="greedy", reference=reference)["teacher_forced"]
+    assert [[str(r["step"]), r["expected"], r["predicted"]] for r in want] == [s[:3] for s in shown]
+    assert probs == [r["prob_expected"] for r in want]
+    assert [s[1] for s in shown] == reference.split() + ["<eos>"]
+    assert any(s[1] != s[2] for s in shown)  # the reference is not what the model would say: marked as a miss
+    assert len(find(browser, "[data-testid=teacher-row].miss")) == sum(s[1] != s[2] for s in shown)
+    shot(browser, "toy-6-teacher-forcing")
+    assert console_errors(browser) == []
+
+
+def test_nsp_probability_shown_is_the_softmax_of_pretraining_logits(browser, bert_dir):
+    from tformer.bert import load_masked_lm
+
+    model, wp = load_masked_lm(bert_dir)
+    with serve(bert_dir) as url:
+        open_page(browser, url)
+        tab(browser, "bert")
+        a, b = "the dog ate a bone.", "the cat sat on the mat."
+        for selector, text in (("#nsp-a", a), ("#nsp-b", b)):
+            find(browser, selector)[0].clear()
+            find(browser, selector)[0].send_keys(text)
+        find(browser, "#nsp-form button[type=submit]")[0].click()
+        wait(browser, lambda d: find(d, f"[data-testid=nsp-out-tokens][data-a='{a}']") or error_text(d), "NSP")
+        (prob,) = find(browser, "[data-testid=nsp-prob]")
+        ids, types = wp.pair(wp.encode(a), wp.encode(b), 32)
+        with torch.no_grad():
+            nsp = model.pretraining_logits(torch.tensor([ids]), torch.tensor([types]))[1]  # (1, 2)
+        want = float(nsp.softmax(-1)[0, 0])  # class 0: B follows A
+        assert float(prob.get_attribute("data-value")) == pytest.approx(want, rel=1e-6)
+        assert prob.text == f"{100 * want:.{1 if want >= 0.1 else 2}f}%"
+        segments = [int(s.text) for s in find(browser, "[data-testid=nsp-out-tokens] sub")]
+        assert segments == types
+        shot(browser, "bert-3-nsp")
+        assert console_errors(browser) == []

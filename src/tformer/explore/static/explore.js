@@ -789,7 +789,7 @@ function teacherForced(rows) {
   return el("div", { class: "panel" }, el("h3", {}, "teacher-forced: the reference fed in, what the model predicts at each step"),
     el("table", { class: "tensor", "data-testid": "teacher-forced" },
       el("tr", {}, el("th", {}, "step"), el("th", {}, "expected"), el("th", {}, "predicted"), el("th", {}, "p(expected)")),
-      rows.map((r) => el("tr", { class: r.expected === r.predicted ? "" : "miss" }, el("td", {}, String(r.step)),
+      rows.map((r) => el("tr", { class: r.expected === r.predicted ? "" : "miss", "data-testid": "teacher-row" }, el("td", {}, String(r.step)),
         el("td", {}, r.expected), el("td", {}, r.predicted), el("td", { title: String(r.prob_expected) }, fmt(r.prob_expected))))));
 }
 
@@ -970,11 +970,13 @@ async function runFillMask() {
 
 /** Sentence A and B with their segment ids, and P(B follows A) from the NSP head. */
 async function runNsp() {
-  const answer = await api("nsp", { text: $("#nsp-a").value.trim(), text_b: $("#nsp-b").value.trim() });
+  const params = { text: $("#nsp-a").value.trim(), text_b: $("#nsp-b").value.trim() };
+  const answer = await api("nsp", params);
   fill($("#nsp-out"),
-    el("div", { class: "chips" }, answer.tokens.map((t, i) => el("span", { class: `chip seg${answer.token_type_ids[i]}` },
+    el("div", { class: "chips", "data-testid": "nsp-out-tokens", "data-a": params.text, "data-b": params.text_b }, answer.tokens.map((t, i) => el("span", { class: `chip seg${answer.token_type_ids[i]}` },
       t, el("sub", {}, String(answer.token_type_ids[i]))))),
-    el("p", { class: "meta" }, "P(B is the next sentence) = ", el("b", { "data-testid": "nsp-prob" }, pct(answer.is_next_prob))),
+    el("p", { class: "meta" }, "P(B is the next sentence) = ", el("b", { "data-testid": "nsp-prob",
+      "data-value": String(answer.is_next_prob), title: String(answer.is_next_prob) }, pct(answer.is_next_prob))),
     bars([["B follows A", answer.is_next_prob], ["B is random", 1 - answer.is_next_prob]], { raw: true }),
   );
 }
