@@ -25,7 +25,7 @@ from tformer.training import distributed
 from tformer.training.state import STATE_NAME, convert_legacy, dumps
 from tformer.training.trainer import TrainConfig, Trainer
 
-__all__ = ["last_dir", "start_run", "saved_run", "make_trainer", "RUN_FILES"]
+__all__ = ["last_dir", "start_run", "check_out_dir", "saved_run", "make_trainer", "RUN_FILES"]
 
 # What a run writes into OUT, deleted by --overwrite (CONFIG_NAME and WEIGHTS_NAME: tformer 0.1's best model)
 RUN_FILES = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", CONFIG_NAME, WEIGHTS_NAME)
@@ -41,10 +41,16 @@ def start_run(cfg: TrainConfig, resume: bool) -> None:
 
     A new run needs an empty or missing directory, or ``cfg.overwrite``; ``resume`` needs a saved state.
     """
-    distributed.from_rank0(lambda: _start_run(Path(cfg.out_dir), resume, cfg.overwrite), cfg.device)
+    distributed.from_rank0(lambda: check_out_dir(cfg.out_dir, resume, cfg.overwrite), cfg.device)
 
 
-def _start_run(out: Path, resume: bool, overwrite: bool) -> None:
+def check_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = False, resumable: bool = True) -> None:
+    """What :func:`start_run` does, in this process: refuse a non-empty ``out_dir`` for a new run without
+    ``overwrite`` (else delete the old run's files); repair and check ``OUT/last`` for ``resume``.
+
+    ``resumable=False``: the command has no ``--resume`` (``tformer demo``), so the refusal names ``--overwrite`` only.
+    """
+    out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {str(out)!r} is a file, not a directory")
     if resume and overwrite:
@@ -64,10 +70,12 @@ def _start_run(out: Path, resume: bool, overwrite: bool) -> None:
     entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     if entries and not overwrite:
         shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-        raise ValueError(
-            f"--out {str(out)!r} is not empty (it holds {shown}): pass --resume to continue the run in it, "
-            "or --overwrite to delete it and start a new one"
+        remedy = (
+            "pass --resume to continue the run in it, or --overwrite to delete it and start a new one"
+            if resumable
+            else "pass --overwrite to delete its run and start a new one, or give another --out"
         )
+        raise ValueError(f"--out {str(out)!r} is not empty (it holds {shown}): {remedy}")
     for name in entries:
         path = out / name
         if name in RUN_FILES or name.startswith((f".{BEST_DIR}.", ".last.", ".log.jsonl.")):

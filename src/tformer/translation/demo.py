@@ -13,8 +13,9 @@ from tformer.generation import translate_ids
 from tformer.translation.tokenizer import EOS, SOS
 from tformer.translation.translator import Translator
 
-__all__ = ["EXAMPLES", "cross_attention_png"]
+__all__ = ["EXAMPLES", "HEATMAP", "cross_attention_png"]
 
+HEATMAP = "cross_attention.png"  # written by the demo into its run directory
 EXAMPLES = ["I am good.", "She is tired.", "We do not eat bread today.", "Do you like coffee?", "They have a dog."]
 
 
