@@ -249,6 +249,66 @@ def test_a_second_signal_stops_at_once_and_fit_restores_the_handlers(tmp_path):
     assert again.value.exit_code == 130
 
 
+SIGNAL_IN_SAVE = """
+import os, shutil, signal
+from pathlib import Path
+import tformer.files as files
+import tformer.training.trainer as trainer
+saves = {}
+def interrupt(times):
+    for _ in range(times):  # a real signal to this process: its handler runs as soon as os.kill returns
+        os.kill(os.getpid(), signal.SIGINT)
+def write_state(directory, *args):  # last/ being written: the weights and the tokenizer are in, not the state yet
+    run = Path(directory).parent
+    saves[run.name] = saves.get(run.name, 0) + 1
+    if saves[run.name] == 2 and run.name in ("once", "twice"):  # the save of step 4 (--eval-every 2)
+        shutil.copytree(run / "last", run.parent / (run.name + "-before"))
+        interrupt(1 if run.name == "once" else 2)
+    return real_write_state(directory, *args)
+real_write_state, trainer.write_state = trainer.write_state, write_state
+def replace(src, dst):  # the swap of the save of step 4: a second signal between its renames or after the last
+    src, dst = Path(src), Path(dst)
+    run = dst.parent
+    at_step_4 = saves.get(run.name) == 2
+    if at_step_4 and run.name == "aside" and dst.name == ".last.old":
+        shutil.copytree(src, run.parent / "aside-before")
+    real_replace(src, dst)
+    if at_step_4 and (run.name, dst.name) in (("aside", ".last.old"), ("swapped", "last")):
+        interrupt(2)
+real_replace, files.os.replace = os.replace, replace
+"""
+
+
+def test_a_signal_during_a_save_finishes_it_and_a_second_one_leaves_a_whole_last_dir(tmp_path):
+    """SIGINT while ``last/`` is written (the save of step 4): once, the save completes and the run stops with 130
+    at step 4; twice, it stops at once with 130, and ``last/`` is step 2 byte for byte (cut while writing, or
+    between the renames) or the whole step 4 (cut after the last rename). Each resumes to the uninterrupted run."""
+    every2 = ["--max-steps", "6", "--eval-every", "2", "--no-progress"]
+    names = ("straight", "once", "twice", "aside", "swapped")
+    results = dict(zip(names, _cli(tmp_path, *(_lm_args(tmp_path, n, *every2) for n in names), patch=SIGNAL_IN_SAVE)))
+    assert results["straight"]["code"] == 0, results["straight"]["err"]
+
+    once = _one_line_error(results["once"], 130, "interrupted by SIGINT at step 4", "once/last", "--resume")
+    assert "without saving" not in once
+    assert json.loads((tmp_path / "once" / "last" / "state.json").read_text())["step"] == 4  # the save completed
+    for name in ("twice", "aside", "swapped"):
+        _one_line_error(results[name], 130, "SIGINT again: stopped at once, without saving", f"{name}/last")
+    for name in ("twice", "aside"):  # cut before the new state was in: the previous one, as it was
+        assert _snapshot(tmp_path / name / "last") == _snapshot(tmp_path / f"{name}-before")
+        assert json.loads((tmp_path / name / "last" / "state.json").read_text())["step"] == 2
+    assert not [p.name for p in (tmp_path / "twice").iterdir() if p.name.startswith(".")]  # no half-written save
+    assert not [p.name for p in (tmp_path / "aside").iterdir() if p.name.startswith(".")]  # the old one put back
+    swapped = json.loads((tmp_path / "swapped" / "last" / "state.json").read_text())
+    assert swapped["step"] == 4  # cut after the new state was in: the new one, whole
+
+    resumed = _cli(tmp_path, *(_lm_args(tmp_path, n, *every2, "--resume") for n in names[1:]))
+    for name, result in zip(names[1:], resumed):
+        assert result["code"] == 0, (name, result["err"])
+        assert _losses(tmp_path / name) == _losses(tmp_path / "straight"), name  # every step once, bit for bit
+        GPT.from_pretrained(tmp_path / name / "last")
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["best", "curves.png", "last", "log.jsonl"]
+
+
 # ------------------------------------------------------------------------------------------------ divergence
 
 
