@@ -381,6 +381,149 @@ def test_default_sample_fits_a_small_vocabulary(dirs):
     assert 1 <= len(answer["steps"]) <= 20 and all(s["kept"] <= vocab for s in answer["steps"])
 
 
+# ------------------------------------------------------------------------------------------------ compare
+
+
+@pytest.fixture(scope="module")
+def second(dirs):
+    """gpt_b / seq2seq_b: the gpt and seq2seq checkpoints with every weight moved a little (another step of a run);
+    seq2seq_same: an exact copy of seq2seq."""
+    import shutil
+
+    for name in ("gpt", "seq2seq"):
+        shutil.copytree(dirs / name, dirs / f"{name}_b")
+        model = _session(name, dirs).m.model
+        moved = type(model)(model.config).eval()
+        with torch.no_grad():
+            for p, q in zip(moved.parameters(), model.parameters()):
+                p.copy_(q + 0.01 * torch.randn_like(q))
+        moved.save_pretrained(dirs / f"{name}_b")
+    shutil.copytree(dirs / "seq2seq", dirs / "seq2seq_same")
+    return dirs
+
+
+def _expect_diff(a: dict, b: dict) -> tuple[np.ndarray, np.ndarray]:
+    """b − a from two tensor answers (0 where equal, infinities included), and the rounding both carry."""
+    x, y = _array(a["values"]), _array(b["values"])
+    with np.errstate(invalid="ignore"):
+        d = np.where(x == y, 0.0, y - x)
+    return d, 1e-5 * np.maximum(np.abs(np.nan_to_num(x, neginf=0)), np.abs(np.nan_to_num(y, neginf=0))) + 1e-12
+
+
+def _assert_diff(got: dict, a: dict, b: dict) -> None:
+    want, tol = _expect_diff(a, b)
+    d = _array(got["values"])
+    finite = np.isfinite(want)
+    assert (np.isfinite(d) == finite).all() and (d[~finite] == want[~finite]).all()
+    assert (np.abs(d[finite] - want[finite]) <= tol[finite]).all()
+
+
+@pytest.mark.parametrize("name", ["gpt", "seq2seq"])
+def test_compare_two_checkpoints_is_their_traces_difference(second, name):
+    session = Session.open(second / name, second / f"{name}_b")
+    alone = Session.open(second / f"{name}_b")
+    client = _client(session)
+    text = TEXT if name == "gpt" else "I am good."
+    answer = _post(client, "compare", text=text, other="model")
+    assert answer["a"] == _post(client, "trace", text=text)  # a: the first model's own trace
+    assert _post(client, "info")["compare"]["source"] == str(second / f"{name}_b")
+    if name == "seq2seq":  # b is fed the first model's greedy translation
+        assert answer["b"]["tokens"]["decoder"] == answer["a"]["tokens"]["decoder"]
+    want_b = alone.call("trace", {"text": text, "target": None})
+    if name == "gpt":
+        assert [s["shape"] for s in answer["b"]["steps"]] == [s["shape"] for s in want_b["steps"]]
+    moved = 0
+    for d in answer["diff"]:
+        ta = _post(client, "tensor", trace_id=answer["a"]["trace_id"], id=d["id"])
+        tb = _post(client, "tensor", trace_id=answer["b"]["trace_id"], id=d["id"])
+        got = _post(client, "tensor_diff", trace_a=answer["a"]["trace_id"], trace_b=answer["b"]["trace_id"], id=d["id"])
+        _assert_diff(got, ta, tb)
+        want, tol = _expect_diff(ta, tb)
+        assert d["max_abs_diff"] == pytest.approx(float(np.abs(want).max()), abs=float(tol.max()))
+        assert got["max_abs_diff"] == pytest.approx(d["max_abs_diff"], rel=1e-6)
+        moved += d["max_abs_diff"] > 1e-4
+        if name == "gpt":  # b's tensors are the second model's own
+            np.testing.assert_allclose(
+                _array(tb["values"]),
+                _array(alone.call("tensor", {"trace_id": want_b["trace_id"], "id": d["id"]})["values"]),
+                rtol=1e-6,
+            )
+    assert moved > len(answer["diff"]) // 2
+    assert next(d for d in answer["diff"] if d["stage"] in ("tokens", "ids", "token_ids"))["max_abs_diff"] == 0
+
+
+def test_identical_checkpoints_differ_nowhere_and_another_family_is_refused(second, capsys, tmp_path):
+    session = Session.open(second / "seq2seq", second / "seq2seq_same")
+    answer = session.call("compare", {"text": "I am good.", "other": "model"})
+    assert answer["diff"] and all(d["max_abs_diff"] == 0 and d["mean_abs_diff"] == 0 for d in answer["diff"])
+    assert answer["a"]["trace_id"] != answer["b"]["trace_id"]
+    for model, other in [("gpt", "bert"), ("seq2seq", "gpt"), (None, "seq2seq")]:
+        args = ["explore", "--compare", str(second / other), "--export", str(tmp_path / "x.html")]
+        assert main(args + (["--model", str(second / model)] if model else [])) != 0
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(second / other) in err and "one family and shape" in err
+        assert str(second / model) in err if model else "'toy'" in err
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_compare_two_inputs_and_its_errors(dirs):
+    session = _session("gpt", dirs)
+    client = _client(session)
+    answer = _post(client, "compare", text="To be", text2="or no", other="input")
+    assert answer["b"] == _post(client, "trace", text="or no")
+    ids = {a["trace_id"] for a in (answer["a"], answer["b"])}
+    for d in answer["diff"]:
+        ta, tb = (_post(client, "tensor", trace_id=t["trace_id"], id=d["id"]) for t in (answer["a"], answer["b"]))
+        _assert_diff(
+            _post(client, "tensor_diff", trace_a=answer["a"]["trace_id"], trace_b=answer["b"]["trace_id"], id=d["id"]),
+            ta,
+            tb,
+        )
+    assert len(ids) == 2
+    longer = _post(client, "compare", text="To be", text2="To be, or not", other="input")
+    logits = next(d for d in longer["diff"] if d["stage"] == "logits")
+    assert logits["shape_a"] != logits["shape_b"] and logits["max_abs_diff"] is None
+    for params, message in [
+        (
+            {"trace_a": longer["a"]["trace_id"], "trace_b": longer["b"]["trace_id"], "id": logits["id"]},
+            f"tensor_diff: step {logits['id']} (logits) has shape {logits['shape_a']} in trace_a and "
+            f"{logits['shape_b']} in trace_b",
+        ),
+        ({"trace_a": "t000", "trace_b": longer["b"]["trace_id"], "id": 0}, "trace_a 't000' is unknown"),
+    ]:
+        r = client.post("/api/tensor_diff", json=params)
+        assert r.status_code == 400 and message in r.json()["error"], r.text
+    for params, message in [
+        ({"text": "To be", "other": "model"}, "compare: other 'model' needs a second checkpoint"),
+        ({"text": "To be", "other": "input"}, "compare: text2 is required"),
+        ({"text": "To be", "other": "both"}, "compare: other must be one of input, model"),
+    ]:
+        r = client.post("/api/compare", json=params)
+        assert r.status_code == 400 and message in r.json()["error"], r.text
+
+
+def test_export_with_compare_holds_both_traces_and_their_difference(second, tmp_path):
+    page = tmp_path / "page.html"
+    assert (
+        main(["explore", "--model", str(second / "gpt"), "--compare", str(second / "gpt_b"), "--export", str(page)])
+        == 0
+    )
+    html = page.read_text(encoding="utf-8")
+    answers = json.loads(re.search(r'id="tformer-data">(.*?)</script>', html, re.S)[1])["answers"]
+    info = answers[request_key("info", {})]
+    text = info["default_text"]
+    assert info["defaults"]["compare"] == {"text": text, "other": "model"}
+    answer = answers[request_key("compare", info["defaults"]["compare"])]
+    session = Session.open(second / "gpt", second / "gpt_b")
+    assert answer == session.call("compare", {"text": text, "other": "model"})
+    pair = {"trace_a": answer["a"]["trace_id"], "trace_b": answer["b"]["trace_id"]}
+    for d in answer["diff"]:
+        for t in (answer["a"], answer["b"]):
+            assert request_key("tensor", {"trace_id": t["trace_id"], "id": d["id"]}) in answers
+        got = answers[request_key("tensor_diff", {**pair, "id": d["id"]})]
+        assert got == session.call("tensor_diff", {**pair, "id": d["id"]})
+
+
 # ------------------------------------------------------------------------------------------------ command
 
 

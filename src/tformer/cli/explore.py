@@ -3,6 +3,7 @@
     tformer explore                               # the notes' d_model = 4 toy ("I am good." → "Je vais bien")
     tformer explore --model runs/demo             # any tformer model directory: translation, GPT or BERT
     tformer explore --model runs/demo --export page.html   # one self-contained file, no server needed
+    tformer explore --model runs/demo/best --compare runs/demo/last  # two checkpoints side by side, and b − a
 
 It serves on 127.0.0.1 (a non-loopback --host is an explicit choice and prints a warning), prints the URL,
 opens the browser unless --no-browser, and stops on Ctrl-C. The page and its API: ``docs/explore-api.md``.
@@ -18,6 +19,12 @@ from tformer.cli.validate import existing_dir, int_in, output_file
 def add_parser(sub) -> None:
     p = sub.add_parser("explore", help="explore a model's forward pass and decoding in the browser")
     p.add_argument("--model", type=existing_dir, help="model directory of any family (default: the notes' toy)")
+    p.add_argument(
+        "--compare",
+        metavar="DIR2",
+        type=existing_dir,
+        help="a second checkpoint of the same family and shape (another step of one run) to compare with --model",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int_in(0, 65535), default=8765, help="port (default 8765; 0 = any free port)")
     p.add_argument("--no-browser", action="store_true", help="print the URL only; do not open a browser")
@@ -29,7 +36,7 @@ def run(args) -> int:
     from tformer.explore import Session
     from tformer.explore.server import LOOPBACK, serve
 
-    session = Session.open(args.model)
+    session = Session.open(args.model, args.compare)
     if args.export:
         from tformer.explore.export import write_export
 

@@ -47,11 +47,20 @@ def export_answers(session: Session) -> dict[str, Any]:
         return answer
 
     info = ask("info", {})
+    exported: set[str] = set()  # trace ids whose tensors are in
     for request, params in info["defaults"].items():
         name = "decode" if request == "beam" else request
         answer = ask(name, params)
-        if name == "trace":
-            _tensors(ask, answer, info["max_tensor_values"])
+        traces = [answer] if name == "trace" else [answer["a"], answer["b"]] if name == "compare" else []
+        for trace in traces:  # the first of compare is the default trace when its text is
+            if trace["trace_id"] not in exported:
+                exported.add(trace["trace_id"])
+                _tensors(ask, trace, info["max_tensor_values"])
+        if name == "compare":  # and b − a of every step whose shapes match
+            same = {d["id"] for d in answer["diff"] if d["shape_a"] == d["shape_b"]}
+            pairs = {"trace_a": answer["a"]["trace_id"], "trace_b": answer["b"]["trace_id"]}
+            steps = {"steps": [s for s in answer["a"]["steps"] if s["id"] in same]}
+            _tensors(ask, steps, info["max_tensor_values"], "tensor_diff", **pairs)
     return answers
 
 

@@ -38,7 +38,7 @@ from tformer.tokens import TRANSLATION_SOS
 
 __all__ = ["Session", "API_NAMES", "MAX_TENSOR_VALUES", "jsonable_tensor"]
 
-API_NAMES = ("info", "trace", "tensor", "decode", "sample", "fill_mask", "nsp")
+API_NAMES = ("info", "trace", "tensor", "decode", "sample", "fill_mask", "nsp", "compare", "tensor_diff")
 
 MAX_TENSOR_VALUES = 1 << 21  # one tensor answer; a bigger one is asked for a row at a time
 TRACES_KEPT = 8
@@ -48,21 +48,30 @@ TRACES_KEPT = 8
 class _Traced:
     trace: Trace
     entries: list[Entry] = field(default_factory=list)  # the trace's entries + the feed-forward's inner two
+    target_ids: list[int] | None = None  # seq2seq: the decoder input after <sos>
 
 
 class Session:
     """The explorer's state: one model, the traces computed so far; ``call(name, params)`` answers the API."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, other: Model | None = None, tag: str = "t") -> None:
         self.m = model
+        self.tag = tag  # the first letter of this session's trace ids
+        self.other = Session(other, tag="b") if other is not None else None  # --compare: the second checkpoint
         self.max_tokens = model.max_tokens
         self._traces: OrderedDict[str, _Traced] = OrderedDict()
         self._inputs: dict[str, dict] = {}  # trace_id → its inputs, to recompute a trace the LRU dropped
         self._lock = threading.Lock()  # one model, hooks attached while tracing: one call at a time
 
     @classmethod
-    def open(cls, directory: str | Path | None) -> Session:
-        return cls(load_model(directory))
+    def open(cls, directory: str | Path | None, compare: str | Path | None = None) -> Session:
+        """The model of ``directory`` (None: the toy), and with ``compare`` a second checkpoint of the same family
+        and shape to compare it with (a ValueError naming both directories otherwise)."""
+        model = load_model(directory)
+        other = load_model(compare) if compare is not None else None
+        if other is not None:
+            check_comparable(model, other)
+        return cls(model, other)
 
     def call(self, name: str, params: dict) -> dict:
         """Answer ``POST /api/<name>`` with body ``params``; a bad request raises ValueError naming the field."""
@@ -97,6 +106,11 @@ class Session:
             default_text=m.default_text,
             default_target=m.default_target,
             default_text_b=m.default_text_b,
+            compare=(
+                dict(name=self.other.m.name, source=self.other.m.source, family=self.other.m.family)
+                if self.other is not None
+                else None
+            ),
             defaults=self.default_requests(),
         )
 
@@ -114,6 +128,8 @@ class Session:
         if self.m.family == "bert":
             out["fill_mask"] = {"text": text, "top_k": 5}
             out["nsp"] = {"text": text.replace("[MASK]", "mat"), "text_b": self.m.default_text_b}
+        if self.other is not None:
+            out["compare"] = {"text": text, "other": "model"}
         return out
 
     # ------------------------------------------------------------------------------------------ trace
@@ -124,13 +140,21 @@ class Session:
         self.m.check_length(n, field_name)
 
     def trace(self, p: Params) -> dict:
-        inputs = {"text": p.text("text")}
-        if self.m.family == "seq2seq" and p.has("target"):
-            inputs["target"] = p.text("target", empty=True)
-        if self.m.family == "bert" and p.has("text_b"):
-            inputs["text_b"] = p.text("text_b")
+        inputs = self._trace_inputs(p)
         p.done()
-        trace_id = "t" + hashlib.sha1(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
+        return self._trace_answer(inputs)
+
+    def _trace_inputs(self, p: Params, suffix: str = "", required: bool = True) -> dict:
+        """The fields of a trace request (``text``, ``target``, ``text_b``; with ``suffix`` "2": ``text2``...)."""
+        inputs = {"text": p.text("text" + suffix)} if required or p.has("text" + suffix) else {}
+        if self.m.family == "seq2seq" and p.has("target" + suffix):
+            inputs["target"] = p.text("target" + suffix, empty=True)
+        if self.m.family == "bert" and p.has("text_b" + suffix):
+            inputs["text_b"] = p.text("text_b" + suffix)
+        return inputs
+
+    def _trace_answer(self, inputs: dict) -> dict:
+        trace_id = self.tag + hashlib.sha1(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
         traced = self._traced(trace_id, inputs)
         tr = traced.trace
         answer: dict[str, Any] = dict(trace_id=trace_id, tokens=tr.tokens, steps=self._steps(traced))
@@ -172,7 +196,9 @@ class Session:
         kwargs: dict[str, Any]
         if m.family == "seq2seq":
             src_ids, src_tokens = self.encode(inputs["text"], m.src)
-            if "target" in inputs:
+            if "target_ids" in inputs:  # compare: the first model's decoder input, as ids
+                tgt_ids = list(inputs["target_ids"])
+            elif "target" in inputs:
                 tgt_ids = m.tgt.encode(inputs["target"])[0]
             else:  # the greedy translation
                 tgt_ids = decoding.greedy_ids(m, src_ids, self.max_tokens - 1)
@@ -196,7 +222,7 @@ class Session:
             if e.stage == "ffn":  # the feed-forward's inner two go just before its output
                 entries += [replace(x, block=e.block, layer=e.layer, rows=e.rows) for x in inner.get(e.where, [])]
             entries.append(e)
-        return _Traced(tr, entries)
+        return _Traced(tr, entries, tgt_ids[1:] if m.family == "seq2seq" else None)
 
     def _steps(self, traced: _Traced) -> list[dict]:
         activation = str(self.m.config.activation)
@@ -221,15 +247,17 @@ class Session:
             )
         return out
 
-    def tensor(self, p: Params) -> dict:
-        trace_id = p.string("trace_id")
-        if trace_id not in self._inputs:
-            raise ValueError(f"trace_id {trace_id!r} is unknown: ask for the trace first")
-        entries = self._traced(trace_id, self._inputs[trace_id]).entries
-        i = p.integer("id", lo=0, hi=len(entries) - 1)
-        e = entries[i]
+    def _entries(self, trace_id: str, field_name: str) -> list[Entry]:
+        """The entries of ``trace_id``, of either model (recomputed if the LRU dropped them)."""
+        for s in (self, self.other):
+            if s is not None and trace_id in s._inputs:
+                return s._traced(trace_id, s._inputs[trace_id]).entries
+        raise ValueError(f"{field_name} {trace_id!r} is unknown: ask for the trace first")
+
+    def _pick(self, e: Entry, i: int, p: Params) -> tuple[torch.Tensor, list[str], Any]:
+        """Batch 0 of step ``i``'s tensor, then head ``head`` and row ``row`` when asked: (tensor, dims, rows)."""
         t, dims = e.tensor[0] if e.dims[0] == "B" else e.tensor, list(e.dims[1:] if e.dims[0] == "B" else e.dims)
-        rows, cols = e.rows, e.cols
+        rows = e.rows
         if p.has("head"):
             if "H" not in dims:
                 raise ValueError(f"head: step {i} ({e.stage}) has no head dimension; its dims are {dims}")
@@ -246,8 +274,85 @@ class Session:
                 f"step {i} ({e.stage}) has {t.numel()} values, over the {MAX_TENSOR_VALUES} one answer holds: "
                 "ask one row at a time (row: N)"
             )
+        return t, dims, rows
+
+    def tensor(self, p: Params) -> dict:
+        entries = self._entries(p.string("trace_id"), "trace_id")
+        i = p.integer("id", lo=0, hi=len(entries) - 1)
+        e = entries[i]
+        t, dims, rows = self._pick(e, i, p)
         lo, hi = _range(t)
-        return dict(shape=list(t.shape), dims=dims, rows=rows, cols=cols, values=jsonable_tensor(t), min=lo, max=hi)
+        return dict(shape=list(t.shape), dims=dims, rows=rows, cols=e.cols, values=jsonable_tensor(t), min=lo, max=hi)
+
+    # ---------------------------------------------------------------------------------------- compare
+    def compare(self, p: Params) -> dict:
+        other = p.choice("other", ("input", "model"))
+        inputs = self._trace_inputs(p)
+        if other == "input":
+            if not p.has("text2"):
+                raise ValueError("compare: text2 is required to compare two inputs (other: input)")
+            inputs_b, session_b = self._trace_inputs(p, "2"), self
+        else:
+            given = [k for k in ("text2", "target2", "text_b2") if p.has(k)]
+            if given:
+                raise ValueError(f"compare: {given[0]} is for other 'input'; other 'model' traces the same input")
+            if self.other is None:
+                raise ValueError("compare: other 'model' needs a second checkpoint: start with --compare DIR2")
+            inputs_b, session_b = dict(inputs), self.other
+        p.done()
+        a = self._trace_answer(inputs)
+        if other == "model" and self.m.family == "seq2seq" and "target" not in inputs:
+            inputs_b["target_ids"] = self._entries_traced(a["trace_id"]).target_ids  # the first model's greedy
+        b = session_b._trace_answer(inputs_b)
+        ea, eb = self._entries(a["trace_id"], "trace_a"), self._entries(b["trace_id"], "trace_b")
+        diff = []
+        for sa, x, y in zip(a["steps"], ea, eb):
+            same = x.tensor.shape == y.tensor.shape
+            d = _difference(x.tensor, y.tensor).abs() if same else None
+            diff.append(
+                dict(
+                    id=sa["id"],
+                    stage=sa["stage"],
+                    block=sa["block"],
+                    layer=sa["layer"],
+                    kind=sa["kind"],
+                    where=sa["where"],
+                    dims=sa["dims"],
+                    shape_a=list(x.tensor.shape),
+                    shape_b=list(y.tensor.shape),
+                    max_abs_diff=_number(d.max()) if d is not None and d.numel() else None,
+                    mean_abs_diff=_number(d.mean()) if d is not None and d.numel() else None,
+                )
+            )
+        return dict(other=other, a=a, b=b, diff=diff)
+
+    def _entries_traced(self, trace_id: str) -> _Traced:
+        return self._traced(trace_id, self._inputs[trace_id])
+
+    def tensor_diff(self, p: Params) -> dict:
+        ea, eb = self._entries(p.string("trace_a"), "trace_a"), self._entries(p.string("trace_b"), "trace_b")
+        if len(ea) != len(eb):
+            raise ValueError(f"tensor_diff: trace_a has {len(ea)} steps and trace_b {len(eb)}: not one model's")
+        i = p.integer("id", lo=0, hi=len(ea) - 1)
+        x, y = ea[i], eb[i]
+        if x.tensor.shape != y.tensor.shape:
+            raise ValueError(
+                f"tensor_diff: step {i} ({x.stage}) has shape {list(x.tensor.shape)} in trace_a and "
+                f"{list(y.tensor.shape)} in trace_b"
+            )
+        d = replace(x, tensor=_difference(x.tensor, y.tensor))
+        t, dims, rows = self._pick(d, i, p)
+        lo, hi = _range(t)
+        return dict(
+            shape=list(t.shape),
+            dims=dims,
+            rows=rows,
+            cols=x.cols,
+            values=jsonable_tensor(t),
+            min=lo,
+            max=hi,
+            max_abs_diff=_number(t.abs().max()) if t.numel() else None,
+        )
 
     # --------------------------------------------------------------------------------------- decoding
     def decode(self, p: Params) -> dict:
@@ -316,6 +421,46 @@ class _FeedForwardInside:
             h.remove()
 
 
+def check_comparable(a: Model, b: Model) -> None:
+    """Refuse (ValueError, one line naming both directories) two models of another family, shape or vocabulary."""
+
+    def shape(m: Model) -> str:
+        c = m.config
+        layers = "+".join(
+            str(n) for n in ([c.n_encoder_layers, c.n_decoder_layers] if m.family == "seq2seq" else [c.n_layers])
+        )
+        return f"{m.family} (d_model {c.d_model}, {layers} layers, {c.n_heads} heads, vocabulary {len(m.tgt.vocab)})"
+
+    why = ""
+    sa = {k: tuple(v.shape) for k, v in a.model.state_dict().items()}
+    sb = {k: tuple(v.shape) for k, v in b.model.state_dict().items()}
+    if a.family != b.family or shape(a) != shape(b):
+        why = ""
+    elif sa != sb:
+        k = next(k for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k))
+        why = f"; parameter {k}: {list(sa.get(k, ()))} against {list(sb.get(k, ()))}"
+    elif list(a.tgt.vocab) != list(b.tgt.vocab) or (a.src is not None and list(a.src.vocab) != list(b.src.vocab)):
+        why = "; their vocabularies differ"
+    else:
+        return
+    raise ValueError(
+        f"--compare {b.source!r} is a {shape(b)} and --model {a.source!r} a {shape(a)}{why}: "
+        "compare needs two checkpoints of one family and shape"
+    )
+
+
+def _difference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """b − a in float64; 0 where both are equal (the same infinity too: a masked score in both)."""
+    x, y = a.detach().double(), b.detach().double()
+    return torch.where(x == y, torch.zeros_like(x), y - x)
+
+
+def _number(x: torch.Tensor) -> float | str:
+    """A float for JSON: a non-finite one as its string ("inf", "nan")."""
+    v = float(x)
+    return v if np.isfinite(v) else str(v)
+
+
 def _range(t: torch.Tensor) -> tuple[float | None, float | None]:
     """(min, max) of the finite values (None when there are none)."""
     x = t.detach().float()
@@ -327,7 +472,7 @@ def jsonable_tensor(t: torch.Tensor) -> Any:
     """Nested lists: integers as they are, floats rounded to 6 significant digits, ±inf and nan as strings."""
     if not t.is_floating_point():
         return t.tolist()
-    a = t.detach().double().cpu().numpy()
+    a = t.detach().double().cpu().numpy().copy()  # rounded below: never in the tensor itself (a float64 one)
     finite = np.isfinite(a)
     nonzero = finite & (a != 0)
     x = a[nonzero]
