@@ -222,13 +222,20 @@ def test_messages_name_the_flag_the_value_and_what_is_allowed(capsys):
         assert exit_info.value.code == 2 and expected in err, (argv, err)
 
 
-def test_cuda_that_is_not_there_is_one_line(capsys):
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA: nothing to refuse")  # the check for a missing device cannot run here
+def test_cuda_that_is_not_there_is_one_line(monkeypatch, capsys):
+    # a machine without CUDA, and one with a single device, on any machine (a GPU runner too): no skip
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit):
         main(["evaluate-lm", "--model", ".", "--data", ".", "--device", "cuda"])
     err = capsys.readouterr().err
     assert "argument --device: 'cuda' is not available on this machine" in err and "Traceback" not in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert device("cuda:0") == "cuda:0"
+    with pytest.raises(SystemExit):
+        main(["evaluate-lm", "--model", ".", "--data", ".", "--device", "cuda:1"])
+    err = capsys.readouterr().err
+    assert "argument --device: 'cuda:1' is not available: this machine has 1 CUDA device(s)" in err, err
 
 
 def test_out_that_is_a_file_or_cannot_be_created(tmp_path, capsys):
@@ -237,12 +244,35 @@ def test_out_that_is_a_file_or_cannot_be_created(tmp_path, capsys):
         with pytest.raises(SystemExit):
             main(["train", "lm", "--data", str(tmp_path), "--out", str(tmp_path / out)])
         assert expected in capsys.readouterr().err
-    if os.geteuid() != 0:  # root writes anywhere
-        locked = tmp_path / "locked"
-        locked.mkdir(mode=0o500)
-        with pytest.raises(SystemExit):
-            main(["train", "lm", "--data", str(tmp_path), "--out", str(locked / "run")])
-        assert "is not writable (permission denied)" in capsys.readouterr().err
+
+
+def test_out_in_an_unwritable_place(tmp_path, monkeypatch, capsys):
+    """A directory this user may not write to. Root may write anywhere (CI runs as root), so the permission
+    check itself (os.access) is told ``locked`` is read-only: the same answer a non-root user gets from it."""
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    real_access = os.access
+
+    def access(path, mode, *args, **kwargs):
+        if Path(path) == locked and mode & os.W_OK:
+            return False
+        return real_access(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("tformer.cli.validate.os.access", access)
+    cases = [
+        (["train", "lm", "--data", str(tmp_path), "--out", str(locked / "run")], "--out", "cannot be created"),
+        (["train", "lm", "--data", str(tmp_path), "--out", str(locked)], "--out", "is not writable"),
+        (["demo", "--out", str(locked / "deep" / "run")], "--out", "cannot be created"),
+        (["plot", "curves", str(tmp_path), "--out", str(locked / "c.png")], "--out", "cannot be created"),
+    ]
+    for argv, flag, expected in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "Traceback" not in err, (argv, err)
+        assert f"argument {flag}: " in err and expected in err and "(permission denied)" in err, (argv, err)
+        assert str(locked) in err, (argv, err)
+    assert list(locked.iterdir()) == []  # nothing was written there
 
 
 def test_an_empty_src_file_for_evaluate(tmp_path, capsys):
