@@ -71,8 +71,9 @@ def browser():
 
 
 @contextlib.contextmanager
-def serve(model_dir: Path | None):
-    """The real app (tformer.explore.server) for ``model_dir`` (None: the toy) under uvicorn, on a free port."""
+def serve(model_dir: Path | None, compare: Path | None = None):
+    """The real app (tformer.explore.server) for ``model_dir`` (None: the toy; ``compare``: the second checkpoint of
+    ``--compare``) under uvicorn, on a free port."""
     import uvicorn
 
     from tformer.explore import Session
@@ -81,7 +82,9 @@ def serve(model_dir: Path | None):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(Session.open(model_dir), "127.0.0.1", port), log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(Session.open(model_dir, compare), "127.0.0.1", port), log_level="warning")
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + WAIT
@@ -521,4 +524,85 @@ def test_nsp_probability_shown_is_the_softmax_of_pretraining_logits(browser, ber
         segments = [int(s.text) for s in find(browser, "[data-testid=nsp-out-tokens] sub")]
         assert segments == types
         shot(browser, "bert-3-nsp")
+        assert console_errors(browser) == []
+
+
+# ──────────────────────────────── compare: two inputs, two checkpoints ────────────────────────────────
+
+
+def compare_step(driver, step_id: int) -> None:
+    """Open one step in the compare view (its b − a table once drawn)."""
+    find(driver, f"[data-testid=compare-step][data-step-id='{step_id}']")[0].click()
+    wait(
+        driver,
+        lambda d: (
+            d.execute_script(f"return window.explore.compareState.stepId === {step_id}")
+            and find(d, "#compare-detail [data-testid=diff-summary]")
+        ),
+        f"compare step {step_id}",
+    )
+
+
+def test_compare_two_inputs_differing_in_one_token(browser, toy_url):
+    open_page(browser, toy_url)
+    tab(browser, "compare")
+    assert not find(browser, "#other-model")[0].is_enabled()  # no --compare: two inputs only
+    text = browser.execute_script("return window.explore.state.text")
+    assert text == "I am good."
+    find(browser, "#text2")[0].clear()
+    find(browser, "#text2")[0].send_keys("I am am.")  # token 2: good -> am
+    find(browser, "#compare-form button[type=submit]")[0].click()
+    wait_for(browser, "[data-testid=compare-step]", "the compared steps")
+    assert [c.text for c in find(browser, "[data-testid=compare-token-b].differs")] == ["am"]
+    answer = post(toy_url, "compare", text=text, other="input", text2="I am am.")
+    a, b = answer["a"]["trace_id"], answer["b"]["trace_id"]
+    listed = {
+        int(e.get_attribute("data-step-id")): json.loads(e.get_attribute("data-max-abs-diff"))
+        for e in find(browser, "[data-testid=compare-step]")
+    }
+    assert listed == {d["id"]: d["max_abs_diff"] for d in answer["diff"]}  # max |b − a| of every step
+    positional = next(d for d in answer["diff"] if d["stage"] == "positional" and d["block"] == "encoder")
+    assert positional["max_abs_diff"] == 0  # the same positions: identical, and shown as such
+    shown = find(browser, f"[data-testid=compare-step][data-step-id='{positional['id']}']")[0].text
+    assert shown.endswith("= 0")
+
+    embedding = next(d for d in answer["diff"] if d["stage"] == "token_embedding" and d["block"] == "encoder")
+    compare_step(browser, embedding["id"])
+    want = post(toy_url, "tensor_diff", trace_a=a, trace_b=b, id=embedding["id"])["values"]  # (S, D)
+    cells = find(browser, "#compare-detail [data-testid=diff-cell]")
+    shown_values = {
+        (int(c.get_attribute("data-row")), int(c.get_attribute("data-col"))): float(c.get_attribute("data-value"))
+        for c in cells
+    }
+    assert shown_values == {(i, j): v for i, row in enumerate(want) for j, v in enumerate(row)}
+    assert all(v != 0 for (i, _), v in shown_values.items() if i == 2)  # the changed token's row
+    assert all(v == 0 for (i, _), v in shown_values.items() if i != 2)  # every other token's row: exactly 0
+    assert find(browser, "#compare-detail canvas[data-testid=compare-diff]")
+    shot(browser, "toy-7-compare-inputs")
+
+    weights = next(d for d in answer["diff"] if d["stage"] == "weights" and d["block"] == "encoder")
+    compare_step(browser, weights["id"])
+    find(browser, "#compare-detail .heads button[data-head='1']")[0].click()
+    wait(browser, lambda d: find(d, "[data-testid=diff-cell][data-head='1']"), "head 1 of b − a")
+    want = post(toy_url, "tensor_diff", trace_a=a, trace_b=b, id=weights["id"])["values"][1]  # head 1: (Tq, Tk)
+    cell = find(browser, "[data-testid=diff-cell][data-row='3'][data-col='2']")[0]
+    assert float(cell.get_attribute("data-value")) == want[3][2] != 0
+    assert console_errors(browser) == []
+
+
+def test_compare_a_checkpoint_with_itself_is_zero_everywhere(browser, gpt_dir):
+    with serve(gpt_dir, compare=gpt_dir) as url:
+        open_page(browser, url)
+        tab(browser, "compare")
+        assert find(browser, "#other-model")[0].is_selected()  # --compare given: two checkpoints by default
+        steps = wait_for(browser, "[data-testid=compare-step]", "the compared steps")
+        assert len(steps) == len(browser.execute_script("return window.explore.state.trace.steps"))
+        assert {s.get_attribute("data-max-abs-diff") for s in steps} == {"0"}
+        assert all(s.text.endswith("= 0") for s in steps)
+        weights = next(s for s in steps if s.get_attribute("data-stage") == "weights")
+        compare_step(browser, int(weights.get_attribute("data-step-id")))
+        assert "identical" in find(browser, "#compare-detail [data-testid=diff-summary]")[0].text
+        values = {c.get_attribute("data-value") for c in find(browser, "#compare-detail [data-testid=diff-cell]")}
+        assert values == {"0"}
+        shot(browser, "gpt-5-compare-itself")
         assert console_errors(browser) == []

@@ -48,7 +48,7 @@ function svgEl(tag, attrs = {}, ...children) {
 
 /** Numbers as a learner reads them: 4 significant digits in the cell, the full value in its title. */
 function fmt(value) {
-  if (typeof value === "string") return value === "-inf" ? "−∞" : value;
+  if (typeof value === "string") return { "-inf": "−∞", inf: "∞" }[value] ?? value;
   if (typeof value !== "number") return String(value);
   if (value === 0) return "0";
   const abs = Math.abs(value);
@@ -151,7 +151,10 @@ const state = {
 
 /** The tensor of a trace step, fetched on first use (whole; heads are sliced here). */
 async function tensor(id) {
-  if (!state.tensors.has(id)) state.tensors.set(id, fetchTensor(id));
+  if (!state.tensors.has(id)) {
+    const step = state.trace.steps.find((s) => s.id === id);
+    state.tensors.set(id, stepTensor("tensor", { trace_id: state.trace.trace_id }, step));
+  }
   try {
     return await state.tensors.get(id);
   } catch (error) {
@@ -163,26 +166,28 @@ async function tensor(id) {
 /** The most values one tensor answer holds (the server says; else its documented default, 2^21). */
 const maxValues = () => state.info.max_tensor_values ?? 2 ** 21;
 
-async function fetchTensor(id) {
-  const step = state.trace.steps.find((s) => s.id === id);
+/**
+ * One step's numbers: `tensor` {trace_id} of one trace, or `tensor_diff` {trace_a, trace_b} of two (`base`), for
+ * `step` (its id, shape and dims). Whole when it fits one answer, else its first rows and last row.
+ */
+async function stepTensor(name, base, step) {
   const values = step.shape.reduce((a, b) => a * b, 1) / (step.dims[0] === "B" ? step.shape[0] : 1);
-  if (values > maxValues() && step.shape.length >= 2) return someRows(id);
+  if (values > maxValues() && step.shape.length >= 2) return someRows(name, base, step);
   try {
-    return await api("tensor", { trace_id: state.trace.trace_id, id });
+    return await api(name, { ...base, id: step.id });
   } catch (error) {
     if (!/one row at a time/.test(error.message)) throw error;
-    return someRows(id); // too big for one answer (e.g. T × V logits of a big vocabulary)
+    return someRows(name, base, step); // too big for one answer (e.g. T × V logits of a big vocabulary)
   }
 }
 
 const SOME_ROWS = 8;
 
 /** The first rows and the last row of a tensor too big to send whole, one request per row. */
-async function someRows(id) {
-  const step = state.trace.steps.find((s) => s.id === id);
+async function someRows(name, base, step) {
   const n = step.shape[step.shape.length - 2];
   const picks = [...new Set([...Array(Math.min(n, SOME_ROWS)).keys(), n - 1])];
-  const parts = await Promise.all(picks.map((row) => api("tensor", { trace_id: state.trace.trace_id, id, row })));
+  const parts = await Promise.all(picks.map((row) => api(name, { ...base, id: step.id, row })));
   return {
     ...parts[0],
     dims: [step.dims[step.dims.length - 2], ...parts[0].dims],
@@ -981,6 +986,193 @@ async function runNsp() {
   );
 }
 
+// ───────────────────────────── 8. compare: two inputs or two checkpoints, and b − a ─────────────────────────────
+
+const compareState = { answer: null, stepId: null, head: 0 };
+
+const compareOther = () => $("#compare-form input[name=other]:checked").value;
+
+/** "two checkpoints" only when the server was started with --compare DIR2; the second input starts as the first. */
+function setupCompare() {
+  const other = state.info.compare;
+  $("#other-model").disabled = !other;
+  $("#other-model-label").title = other ? `${other.name} (${other.source})` : "start tformer explore with --compare DIR2";
+  if (other) $("#other-model").checked = true;
+  $("#text2").value = state.text;
+  $("#target2").value = "";
+  $("#text-b2").value = $("#text-b").value;
+  showCompareFields();
+}
+
+function showCompareFields() {
+  const inputs = compareOther() === "input";
+  $$("#compare-form .input-only").forEach((n) => { n.hidden = !inputs; });
+  if (inputs) {
+    $("#target2-label").hidden = state.info.family !== "seq2seq";
+    $("#text-b2-label").hidden = state.info.family !== "bert";
+  }
+  if (!compareState.answer) {
+    fill($("#compare-head"), el("p", { class: "hint" }, inputs
+      ? "Change the second input (one word is enough) and press Compare: every step of both forward passes, and b − a."
+      : "Press Compare: the same input through both checkpoints, and b − a at every step."));
+  }
+}
+
+/** The request the compare form describes: the traced inputs as a, and the second input or checkpoint as b. */
+function compareParams() {
+  const params = { ...state.traceParams, other: compareOther() };
+  if (params.other === "input") {
+    params.text2 = $("#text2").value;
+    const target2 = $("#target2").value.trim();
+    if (state.info.family === "seq2seq" && target2) params.target2 = target2;
+    const textB2 = $("#text-b2").value.trim();
+    if (state.info.family === "bert" && textB2) params.text_b2 = textB2;
+  }
+  return params;
+}
+
+async function runCompare() {
+  fill($("#compare-steps"));
+  fill($("#compare-detail"), el("p", { class: "muted" }, "comparing…"));
+  const params = compareParams();
+  const answer = await api("compare", params);
+  Object.assign(compareState, { answer, params, tensors: new Map(), head: 0 });
+  renderCompareHead();
+  renderCompareSteps();
+  const first = answer.diff.find((d) => d.max_abs_diff !== 0 && d.max_abs_diff !== null && d.stage !== "tokens");
+  await showCompareStep((first ?? answer.diff[0]).id);
+}
+
+/** What a and b are (two inputs or two checkpoints) and their tokens, the differing ones marked. */
+function renderCompareHead() {
+  const { answer } = compareState;
+  const info = state.info;
+  const what = answer.other === "model"
+    ? [`${info.name} (${info.source})`, `${info.compare?.name} (${info.compare?.source})`]
+    : ["the first input", "the second input"];
+  const strip = (side, tokens, others) => el("div", { class: "chips" }, tokens.map((t, i) => el("span", {
+    class: others[i] === t ? "chip" : "chip differs", "data-testid": `compare-token-${side}`, "data-position": i,
+  }, shown(t))));
+  const blocks = Object.keys(answer.a.tokens);
+  fill($("#compare-head"),
+    el("p", { class: "formula" }, `a = ${what[0]}, b = ${what[1]}; each step shows a, b and b − a ` +
+      "(blue < 0 < orange); steps where b equals a exactly say so."),
+    blocks.map((block) => el("div", {},
+      el("div", { class: "strip" }, el("span", { class: "strip-label" }, `a · ${block}`),
+        strip("a", answer.a.tokens[block], answer.b.tokens[block] ?? [])),
+      el("div", { class: "strip" }, el("span", { class: "strip-label" }, `b · ${block}`),
+        strip("b", answer.b.tokens[block] ?? [], answer.a.tokens[block])))));
+}
+
+/** A step's difference in a word: its max |b − a|, "= 0" when identical, or why there is none. */
+function diffBadge(d) {
+  if (d.max_abs_diff === null) return el("span", { class: "diff-badge none" }, " shapes differ");
+  if (d.max_abs_diff === 0) return el("span", { class: "diff-badge zero" }, " = 0");
+  return el("span", { class: "diff-badge" }, ` max |Δ| ${fmt(d.max_abs_diff)}`);
+}
+
+/** The steps of both passes, in data-flow order, each with its max |b − a| (the list that says where they part). */
+function renderCompareSteps() {
+  const list = $("#compare-steps");
+  fill(list);
+  let group = null;
+  for (const d of compareState.answer.diff) {
+    if (groupOf(d) !== group) {
+      group = groupOf(d);
+      list.append(el("li", { class: "group" }, group));
+    }
+    list.append(el("li", {}, el("button", {
+      type: "button", class: d.max_abs_diff === 0 ? "step zero" : "step", "data-testid": "compare-step",
+      "data-step-id": d.id, "data-stage": d.stage, "data-max-abs-diff": String(d.max_abs_diff),
+      title: `max |b − a| = ${d.max_abs_diff}, mean |b − a| = ${d.mean_abs_diff}`, on: { click: () => showCompareStep(d.id) },
+    }, STAGE_NAMES[d.stage] ?? d.stage, diffBadge(d))));
+  }
+}
+
+/** A compare answer's tensor (a's, b's or the difference), fetched once per compare. */
+function compareTensor(key, name, base, step) {
+  const cache = compareState.tensors;
+  const id = `${key}/${step.id}`;
+  if (!cache.has(id)) cache.set(id, stepTensor(name, base, step).catch((error) => { cache.delete(id); throw error; }));
+  return cache.get(id);
+}
+
+/** One step of both passes side by side: a, b and b − a (heatmaps on the diverging scale), and the numbers of b − a. */
+async function showCompareStep(id) {
+  const { answer } = compareState;
+  compareState.stepId = id;
+  $$("#compare-steps .step").forEach((b) => b.classList.toggle("active", Number(b.dataset.stepId) === id));
+  const d = answer.diff.find((x) => x.id === id);
+  const stepA = answer.a.steps.find((s) => s.id === id);
+  const stepB = answer.b.steps.find((s) => s.id === id);
+  const panel = $("#compare-detail");
+  fill(panel, el("p", { class: "muted" }, "loading…"));
+  const same = d.max_abs_diff !== null;
+  const [ta, tb, diff] = await Promise.all([
+    compareTensor("a", "tensor", { trace_id: answer.a.trace_id }, stepA),
+    compareTensor("b", "tensor", { trace_id: answer.b.trace_id }, stepB),
+    same ? compareTensor("diff", "tensor_diff", { trace_a: answer.a.trace_id, trace_b: answer.b.trace_id }, stepA) : null,
+  ]);
+  if (compareState.stepId !== id) return; // another step was clicked meanwhile
+  const head = stepA.dims.includes("H") ? compareState.head : 0;
+  const a = matrixOf(ta, head);
+  const b = matrixOf(tb, head);
+  const delta = diff ? matrixOf(diff, head) : null;
+  const isTokens = d.stage === "tokens";
+  const figures = [];
+  if (!isTokens) {
+    // a and b on one scale, so that equal colours are equal numbers
+    const finite = [...a.matrix.flat(), ...b.matrix.flat()].filter((v) => !isBlocked(v));
+    const shared = ["mask", "weights", "probs"].includes(d.stage) ? [0, 1]
+      : [Math.min(...finite), Math.max(...finite)];
+    const [maskA, maskB] = await Promise.all([compareMask("a", answer.a, stepA), compareMask("b", answer.b, stepB)]);
+    if (compareState.stepId !== id) return;
+    figures.push(compareMap("a", a, shared, null, maskA), compareMap("b", b, shared, null, maskB));
+    if (delta) {
+      const m = Math.max(...delta.matrix.flat().map((v) => (isBlocked(v) ? 0 : Math.abs(v)))) || 1;
+      figures.push(compareMap("b − a", delta, [-m, m], "compare-diff"));
+    }
+  }
+  const attrs = (i, j, v) => ({ "data-testid": "diff-cell", "data-row": i, "data-col": j, "data-head": head, "data-value": String(v) });
+  fill(panel,
+    el("h2", {}, `${groupOf(d)} · ${STAGE_NAMES[d.stage] ?? d.stage}`),
+    el("p", { class: "formula" }, stepA.formula),
+    el("p", { class: "meta" }, `shape a ${d.shape_a.join("×")}, b ${d.shape_b.join("×")}   `,
+      diffSummary(d)),
+    diff?.partial ? el("p", { class: "muted" }, diff.partial) : null,
+    headPicker(stepA, head, (h) => { compareState.head = h; showCompareStep(id); }),
+    el("div", { class: "row" }, figures),
+    delta ? el("div", {}, el("h3", {}, "b − a"), tensorTable(delta.matrix, delta.rows, delta.cols, { cellAttrs: attrs }))
+      : el("div", {}, el("h3", {}, "a"), tensorTable(a.matrix, a.rows, a.cols), el("h3", {}, "b"), tensorTable(b.matrix, b.rows, b.cols)),
+    el("div", { class: "buttons" },
+      delta && !isTokens ? pngButton(() => $("#compare-detail canvas[data-testid=compare-diff]"), `diff-${d.stage}-${id}.png`) : null,
+      jsonButton(() => ({ step: d, a: ta, b: tb, diff }), `compare-${d.stage}-${id}.json`)),
+  );
+}
+
+/** The mask (1 may attend, 0 blocked) of an attention step of one side's trace, to hatch what it blocks. */
+async function compareMask(side, traceAnswer, step) {
+  if (!["scores", "weights"].includes(step.stage)) return null;
+  const maskStep = traceAnswer.steps.find((s) => s.stage === "mask" && s.block === step.block &&
+    s.layer === step.layer && s.kind === step.kind);
+  if (!maskStep) return null;
+  return matrixOf(await compareTensor(side, "tensor", { trace_id: traceAnswer.trace_id }, maskStep)).matrix;
+}
+
+function diffSummary(d) {
+  if (d.max_abs_diff === null) return el("b", { "data-testid": "diff-summary" }, "shapes differ: no difference to take");
+  if (d.max_abs_diff === 0) return el("b", { "data-testid": "diff-summary", class: "zero" }, "b − a = 0 everywhere: identical");
+  return el("span", { "data-testid": "diff-summary" }, `max |b − a| ${fmt(d.max_abs_diff)}, mean |b − a| ${fmt(d.mean_abs_diff)}`);
+}
+
+/** A small heatmap of one side (or of b − a, on a fixed symmetric diverging scale) with its legend. */
+function compareMap(title, { matrix, rows, cols }, fixed, testid = null, mask = null) {
+  const canvas = el("canvas", { class: "heatmap", "data-testid": testid });
+  const scale = drawHeatmap(canvas, hatchMasked(matrix, mask), { rows, cols, fixed, maxWidth: 340, maxHeight: 340, maxCell: 30 });
+  hoverValues(canvas, matrix, rows, cols);
+  return el("figure", {}, el("figcaption", {}, title), canvas, legend(scale));
+}
+
 // ───────────────────────────── tabs, the input form, start-up ─────────────────────────────
 
 const RENDERERS = { masks: renderMasks, attention: renderAttention };
@@ -1045,12 +1237,14 @@ async function runTrace() {
   const textB = $("#text-b").value.trim();
   if (state.info.family === "bert" && textB) params.text_b = textB;
   const trace = await api("trace", params);
-  Object.assign(state, { trace, text: params.text, stepId: null, attn: null });
+  Object.assign(state, { trace, text: params.text, traceParams: params, stepId: null, attn: null });
   state.tensors.clear();
   state.masked.clear();
   rendered.clear();
-  decodeState.answer = sampleState.answer = null; // decoded from the previous text: asked again when shown
-  ["#decode-out", "#sample-out", "#fill-out", "#nsp-out"].forEach((id) => fill($(id)));
+  decodeState.answer = sampleState.answer = compareState.answer = null; // of the previous text: asked again when shown
+  ["#decode-out", "#sample-out", "#fill-out", "#nsp-out", "#compare-steps", "#compare-detail", "#compare-head"]
+    .forEach((id) => fill($(id)));
+  setupCompare();
   renderSteps();
   const first = trace.steps.find((s) => s.stage === "weights") ?? trace.steps[0];
   await showStep(first.id);
@@ -1061,13 +1255,14 @@ async function runTrace() {
   }
   const active = $("#tabs button.active").dataset.view;
   await showView(active);
-  if (active === "decode" || active === "sample") await runFamilyDefault(active);
+  if (["decode", "sample", "compare"].includes(active)) await runFamilyDefault(active);
   document.body.dataset.ready = "1"; // tests wait for this
 }
 
 async function runFamilyDefault(view) {
   if (view === "decode") await runDecode();
   if (view === "sample") await runSample();
+  if (view === "compare" && state.info.compare) await runCompare(); // two checkpoints: the same input on both
 }
 
 async function start() {
@@ -1083,10 +1278,12 @@ async function start() {
   })));
   $("#sample-form").addEventListener("submit", guard(async (event) => { event.preventDefault(); await runSample(); }));
   $("#nsp-form").addEventListener("submit", guard(async (event) => { event.preventDefault(); await runNsp(); }));
+  $("#compare-form").addEventListener("submit", guard(async (event) => { event.preventDefault(); await runCompare(); }));
+  $$("#compare-form input[name=other]").forEach((r) => r.addEventListener("change", guard(showCompareFields)));
   for (const button of $$("#tabs button")) {
     button.addEventListener("click", guard(async () => {
       await showView(button.dataset.view);
-      const out = button.dataset.view === "decode" ? decodeState : button.dataset.view === "sample" ? sampleState : null;
+      const out = { decode: decodeState, sample: sampleState, compare: compareState }[button.dataset.view];
       if (out && !out.answer) await runFamilyDefault(button.dataset.view);
     }));
   }
@@ -1103,6 +1300,6 @@ async function start() {
 }
 
 // Exposed for tests and for the curious (open the console: explore.api("info")).
-window.explore = { api, canonical, state };
+window.explore = { api, canonical, state, compareState };
 
 guard(start)();
