@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_file
 
 from tformer import GPT
+from tformer.cli import main
 from tformer.files import current_dir, recover_dir, replace_dir, staged_dir
 from tformer.lm import load_lm_tokenizer
 from tformer.translation import Translator
@@ -136,35 +137,41 @@ def test_rerun_into_a_run_is_refused_overwrite_starts_anew_and_a_mismatched_toke
     }
 
 
-def test_demo_refuses_a_second_run_naming_its_own_flag_and_overwrite_runs_without_validation_data(tmp_path):
+def test_demo_refuses_a_second_run_naming_its_own_flag_and_overwrite_runs_without_validation_data(
+    tmp_path, monkeypatch, capsys
+):
     """``tformer demo`` (the README's main job) into its own earlier run: refused with the flag it has; with
     --overwrite it runs, here on a directory corpus too small to hold out validation pairs (no val.*)."""
-    corpus = tmp_path / "corpus"
+    subjects = [("I", "Je"), ("You", "Tu"), ("He", "Il"), ("She", "Elle"), ("We", "Nous")]
+    verbs = [("eat", "mange"), ("sing", "chante"), ("sleep", "dort"), ("run", "court"), ("read", "lit"),
+             ("swim", "nage"), ("walk", "marche"), ("work", "travaille")]  # fmt: skip
+    pairs = [(f"{s} {v}.", f"{t} {w}.") for s, t in subjects for v, w in verbs]  # 40 sources: 2 held out
+    (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    corpus = tmp_path / "corpus"  # 8 sources: 5% of them rounds to no validation pair
     corpus.mkdir()
-    pairs = [("I am good.", "Je vais bien."), ("She is tired.", "Elle est fatiguée."), ("We eat.", "Nous mangeons."),
-             ("They have a dog.", "Ils ont un chien."), ("Do you like coffee?", "Aimes-tu le café ?"),
-             ("I am tired.", "Je suis fatigué."), ("He has a cat.", "Il a un chat."), ("We sing.", "Nous chantons.")]  # fmt: skip
-    (corpus / "train.en").write_text("".join(f"{s}\n" for s, _ in pairs), encoding="utf-8")
-    (corpus / "train.fr").write_text("".join(f"{t}\n" for _, t in pairs), encoding="utf-8")
-    demo = ["demo", "--out", "demo", "--minutes", "0.02", "--vocab-size", "200", "--no-progress", "I am good."]
-    (first,) = _cli(tmp_path, demo)
+    (corpus / "train.en").write_text("".join(f"{s}\n" for s, _ in pairs[:8]), encoding="utf-8")
+    (corpus / "train.fr").write_text("".join(f"{t}\n" for _, t in pairs[:8]), encoding="utf-8")
+    demo = ["demo", "--out", "demo", "--minutes", "0.01", "--vocab-size", "60", "--no-progress", "I eat."]
+    (first,) = _cli(tmp_path, [*demo, "--data", "pairs.tsv"])
     assert first["code"] == 0, first["err"]
-    assert "validation: loss" in first["out"]  # the built-in corpus holds out validation pairs
+    assert "validation: loss" in first["out"]
     out = tmp_path / "demo"
     before = _snapshot(out)
     assert {"best/config.json", "last/state.json", "log.jsonl", "cross_attention.png"} <= set(before)
 
-    (again,) = _cli(tmp_path, demo)
+    monkeypatch.chdir(tmp_path)  # refused before anything is read or trained: in this process
+    assert main(demo) == 2
+    again = {"code": 2, "err": capsys.readouterr().err}
     line = _one_line_error(again, 2, "tformer demo: error:", "--out 'demo' is not empty", "--overwrite")
     assert "--resume" not in line  # the demo has no --resume
     assert _snapshot(out) == before  # the first run, byte for byte
 
-    (overwrite,) = _cli(tmp_path, ["demo", "--data", "corpus", "--overwrite", *demo[1:]])
+    (overwrite,) = _cli(tmp_path, [*demo, "--data", "corpus", "--overwrite"])
     assert overwrite["code"] == 0, overwrite["err"]
-    assert "no validation data" in overwrite["out"] and "validation: loss" not in overwrite["out"]
+    assert "validation: no validation data" in overwrite["out"] and "validation: loss" not in overwrite["out"]
     assert (out / "cross_attention.png").is_file()
     assert _snapshot(out)["last/state.json"] != before["last/state.json"]  # a new run, not the first one
-    assert len(Translator.load(out).translate(["I am good."])) == 1  # the new run's model and tokenizers load
+    assert len(Translator.load(out).translate(["I eat."])) == 1  # the new run's model and tokenizers load
 
 
 def test_translator_load_refuses_tokenizers_of_another_model(tmp_path):
