@@ -587,6 +587,21 @@ def test_compare_two_inputs_differing_in_one_token(browser, toy_url):
     want = post(toy_url, "tensor_diff", trace_a=a, trace_b=b, id=weights["id"])["values"][1]  # head 1: (Tq, Tk)
     cell = find(browser, "[data-testid=diff-cell][data-row='3'][data-col='2']")[0]
     assert float(cell.get_attribute("data-value")) == want[3][2] != 0
+
+    # inputs of different lengths: the encoder's steps have no difference to take, and say so
+    find(browser, "#text2")[0].clear()
+    find(browser, "#text2")[0].send_keys("I am.")
+    find(browser, "#compare-form button[type=submit]")[0].click()
+    wait(browser, lambda d: find(d, "[data-testid=compare-step][data-max-abs-diff=null]"), "steps without a difference")
+    shorter = post(toy_url, "compare", text=text, other="input", text2="I am.")["diff"]
+    listed = [json.loads(e.get_attribute("data-max-abs-diff")) for e in find(browser, "[data-testid=compare-step]")]
+    assert listed == [d["max_abs_diff"] for d in shorter] and None in listed
+    first = find(browser, "[data-testid=compare-step][data-max-abs-diff=null]")[0]
+    assert first.text.endswith("shapes differ")
+    compare_step(browser, int(first.get_attribute("data-step-id")))
+    assert "shapes differ" in find(browser, "#compare-detail [data-testid=diff-summary]")[0].text
+    assert not find(browser, "#compare-detail [data-testid=diff-cell]")  # a and b shown, no b − a
+    assert len(find(browser, "#compare-detail [data-testid=tensor-table]")) == 2
     assert console_errors(browser) == []
 
 
@@ -606,3 +621,19 @@ def test_compare_a_checkpoint_with_itself_is_zero_everywhere(browser, gpt_dir):
         assert values == {"0"}
         shot(browser, "gpt-5-compare-itself")
         assert console_errors(browser) == []
+
+
+def test_exported_compare_opens_from_file_offline(browser, gpt_dir, tmp_path, capsys):
+    page = tmp_path / "compare.html"
+    assert main(["explore", "--model", str(gpt_dir), "--compare", str(gpt_dir), "--export", str(page)]) == 0
+    capsys.readouterr()
+    network_requests(browser)
+    open_page(browser, page.as_uri())
+    tab(browser, "compare")
+    steps = wait_for(browser, "[data-testid=compare-step]", "the compared steps from the export")
+    assert {s.get_attribute("data-max-abs-diff") for s in steps} == {"0"}
+    weights = next(s for s in steps if s.get_attribute("data-stage") == "weights")
+    compare_step(browser, int(weights.get_attribute("data-step-id")))  # a, b and b − a: all in the file
+    assert {c.get_attribute("data-value") for c in find(browser, "#compare-detail [data-testid=diff-cell]")} == {"0"}
+    assert [u for u in network_requests(browser) if not u.startswith(("file:", "data:", "blob:"))] == []
+    assert console_errors(browser) == []
