@@ -7,9 +7,9 @@ Directories: :func:`staged_dir` gives a fresh temporary directory next to ``dest
 an error, every file in it is fsynced and the whole directory takes the place of ``dest``
 (:func:`replace_dir`). A directory cannot be renamed over a non-empty one, so the swap is three renames::
 
-    .NAME.tmp-XXXX  -> .NAME.new       (complete and fsynced: only a finished save is ever called .new)
-    NAME            -> .NAME.old       (the previous state, aside)
-    .NAME.new       -> NAME            (the new state in), then .NAME.old is deleted
+    .NAME.tmp-<random>  -> .NAME.new   (complete and fsynced: only a finished save is ever called .new)
+    NAME                -> .NAME.old   (the previous state, aside)
+    .NAME.new           -> NAME        (the new state in), then .NAME.old is deleted
 
 We chose this over a symbolic link swapped with one rename because it keeps run directories made of plain
 directories: copying one (``cp -r``, an archive, a Windows machine) never leaves a link to a directory that

@@ -12,7 +12,7 @@ from typing import Any
 from tformer.explore.codecs import LMCodec, ToyCodec, TranslationCodec, WordPieceCodec
 from tformer.inspect import toy_seq2seq
 
-__all__ = ["Model", "load_model", "MAX_TOKENS"]
+__all__ = ["Model", "load_model", "MAX_TOKENS", "check_comparable"]
 
 MAX_TOKENS = 1024  # an input is capped at the model's context and at this
 DEFAULT_TEXT = {"seq2seq": "I am good.", "gpt": "To be, or not to be", "bert": "the cat sat on the [MASK]."}
@@ -96,3 +96,31 @@ def load_model(directory: str | Path | None) -> Model:
         m.default_text_b = "it was a sunny day."
         return m
     raise ValueError(f"{str(path / 'config.json')!r} has model_type={kind!r}; expected seq2seq, gpt or bert")
+
+
+def check_comparable(a: Model, b: Model) -> None:
+    """Refuse (ValueError, one line naming both directories) two models of another family, shape or vocabulary."""
+
+    def shape(m: Model) -> str:
+        c = m.config
+        layers = "+".join(
+            str(n) for n in ([c.n_encoder_layers, c.n_decoder_layers] if m.family == "seq2seq" else [c.n_layers])
+        )
+        return f"{m.family} (d_model {c.d_model}, {layers} layers, {c.n_heads} heads, vocabulary {len(m.tgt.vocab)})"
+
+    why = ""
+    sa = {k: tuple(v.shape) for k, v in a.model.state_dict().items()}
+    sb = {k: tuple(v.shape) for k, v in b.model.state_dict().items()}
+    if a.family != b.family or shape(a) != shape(b):
+        why = ""
+    elif sa != sb:
+        k = next(k for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k))
+        why = f"; parameter {k}: {list(sa.get(k, ()))} against {list(sb.get(k, ()))}"
+    elif list(a.tgt.vocab) != list(b.tgt.vocab) or (a.src is not None and list(a.src.vocab) != list(b.src.vocab)):
+        why = "; their vocabularies differ"
+    else:
+        return
+    raise ValueError(
+        f"--compare {b.source!r} is a {shape(b)} and --model {a.source!r} a {shape(a)}{why}: "
+        "compare needs two checkpoints of one family and shape"
+    )

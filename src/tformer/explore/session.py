@@ -25,13 +25,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from tformer.explore import decoding
 from tformer.explore.formulas import formula
-from tformer.explore.model import Model, load_model
+from tformer.explore.model import Model, check_comparable, load_model
 from tformer.explore.params import Params
+from tformer.explore.tensors import difference, jsonable_tensor, number, value_range
 from tformer.inspect import Entry, Trace, trace
 from tformer.nn.layers import FeedForward
 from tformer.tokens import TRANSLATION_SOS
@@ -228,7 +228,7 @@ class Session:
         activation = str(self.m.config.activation)
         out = []
         for i, e in enumerate(traced.entries):
-            lo, hi = _range(e.tensor)
+            lo, hi = value_range(e.tensor)
             out.append(
                 dict(
                     id=i,
@@ -281,7 +281,7 @@ class Session:
         i = p.integer("id", lo=0, hi=len(entries) - 1)
         e = entries[i]
         t, dims, rows = self._pick(e, i, p)
-        lo, hi = _range(t)
+        lo, hi = value_range(t)
         return dict(shape=list(t.shape), dims=dims, rows=rows, cols=e.cols, values=jsonable_tensor(t), min=lo, max=hi)
 
     # ---------------------------------------------------------------------------------------- compare
@@ -308,7 +308,7 @@ class Session:
         diff = []
         for sa, x, y in zip(a["steps"], ea, eb):
             same = x.tensor.shape == y.tensor.shape
-            d = _difference(x.tensor, y.tensor).abs() if same else None
+            d = difference(x.tensor, y.tensor).abs() if same else None
             diff.append(
                 dict(
                     id=sa["id"],
@@ -320,8 +320,8 @@ class Session:
                     dims=sa["dims"],
                     shape_a=list(x.tensor.shape),
                     shape_b=list(y.tensor.shape),
-                    max_abs_diff=_number(d.max()) if d is not None and d.numel() else None,
-                    mean_abs_diff=_number(d.mean()) if d is not None and d.numel() else None,
+                    max_abs_diff=number(d.max()) if d is not None and d.numel() else None,
+                    mean_abs_diff=number(d.mean()) if d is not None and d.numel() else None,
                 )
             )
         return dict(other=other, a=a, b=b, diff=diff)
@@ -340,9 +340,9 @@ class Session:
                 f"tensor_diff: step {i} ({x.stage}) has shape {list(x.tensor.shape)} in trace_a and "
                 f"{list(y.tensor.shape)} in trace_b"
             )
-        d = replace(x, tensor=_difference(x.tensor, y.tensor))
+        d = replace(x, tensor=difference(x.tensor, y.tensor))
         t, dims, rows = self._pick(d, i, p)
-        lo, hi = _range(t)
+        lo, hi = value_range(t)
         return dict(
             shape=list(t.shape),
             dims=dims,
@@ -351,7 +351,7 @@ class Session:
             values=jsonable_tensor(t),
             min=lo,
             max=hi,
-            max_abs_diff=_number(t.abs().max()) if t.numel() else None,
+            max_abs_diff=number(t.abs().max()) if t.numel() else None,
         )
 
     # --------------------------------------------------------------------------------------- decoding
@@ -419,68 +419,3 @@ class _FeedForwardInside:
     def __exit__(self, *exc) -> None:
         for h in self.handles:
             h.remove()
-
-
-def check_comparable(a: Model, b: Model) -> None:
-    """Refuse (ValueError, one line naming both directories) two models of another family, shape or vocabulary."""
-
-    def shape(m: Model) -> str:
-        c = m.config
-        layers = "+".join(
-            str(n) for n in ([c.n_encoder_layers, c.n_decoder_layers] if m.family == "seq2seq" else [c.n_layers])
-        )
-        return f"{m.family} (d_model {c.d_model}, {layers} layers, {c.n_heads} heads, vocabulary {len(m.tgt.vocab)})"
-
-    why = ""
-    sa = {k: tuple(v.shape) for k, v in a.model.state_dict().items()}
-    sb = {k: tuple(v.shape) for k, v in b.model.state_dict().items()}
-    if a.family != b.family or shape(a) != shape(b):
-        why = ""
-    elif sa != sb:
-        k = next(k for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k))
-        why = f"; parameter {k}: {list(sa.get(k, ()))} against {list(sb.get(k, ()))}"
-    elif list(a.tgt.vocab) != list(b.tgt.vocab) or (a.src is not None and list(a.src.vocab) != list(b.src.vocab)):
-        why = "; their vocabularies differ"
-    else:
-        return
-    raise ValueError(
-        f"--compare {b.source!r} is a {shape(b)} and --model {a.source!r} a {shape(a)}{why}: "
-        "compare needs two checkpoints of one family and shape"
-    )
-
-
-def _difference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """b − a in float64; 0 where both are equal (the same infinity too: a masked score in both)."""
-    x, y = a.detach().double(), b.detach().double()
-    return torch.where(x == y, torch.zeros_like(x), y - x)
-
-
-def _number(x: torch.Tensor) -> float | str:
-    """A float for JSON: a non-finite one as its string ("inf", "nan")."""
-    v = float(x)
-    return v if np.isfinite(v) else str(v)
-
-
-def _range(t: torch.Tensor) -> tuple[float | None, float | None]:
-    """(min, max) of the finite values (None when there are none)."""
-    x = t.detach().float()
-    x = x[torch.isfinite(x)]
-    return (None, None) if x.numel() == 0 else (float(x.min()), float(x.max()))
-
-
-def jsonable_tensor(t: torch.Tensor) -> Any:
-    """Nested lists: integers as they are, floats rounded to 6 significant digits, ±inf and nan as strings."""
-    if not t.is_floating_point():
-        return t.tolist()
-    a = t.detach().double().cpu().numpy().copy()  # rounded below: never in the tensor itself (a float64 one)
-    finite = np.isfinite(a)
-    nonzero = finite & (a != 0)
-    x = a[nonzero]
-    e = 5 - np.floor(np.log10(np.abs(x)))  # decimals that keep 6 significant digits
-    p = 10.0 ** np.abs(e)
-    a[nonzero] = np.where(e >= 0, np.round(x * p) / p, np.round(x / p) * p)
-    if finite.all():
-        return a.tolist()
-    obj = a.astype(object)
-    obj[~finite] = [str(float(v)) for v in a[~finite]]
-    return obj.tolist()
