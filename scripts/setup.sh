@@ -1,5 +1,5 @@
 # Sourced by scripts/test.sh and scripts/demo.sh: create ./.venv and install tformer[dev] into it.
-# torch is pinned to the CPU build that ships on this kind of machine; the package itself accepts any torch >= 2.4.
+# torch is pinned to the CPU build that ships on this kind of machine; the package itself accepts any torch >= 2.6 (pyproject.toml says why).
 TORCH_PIN="${TORCH_PIN:-torch==2.13.0}"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
