@@ -31,6 +31,7 @@ from torch import nn
 from tformer.inspect.decoding import as_ids, greedy_steps, token_text, top_k_probs
 from tformer.inspect.format import format_trace, summary
 from tformer.nn.attention import MultiHeadAttention
+from tformer.nn.feedforward import GatedFeedForward
 from tformer.nn.layers import AddNorm, Decoder, Encoder, FeedForward
 from tformer.nn.positional import InputEmbedding
 from tformer.nn.recorder import Recorder
@@ -62,6 +63,8 @@ STAGES = (
     "context",
     "attn_output",
     "add_norm",
+    "ffn_gate",
+    "ffn_up",
     "ffn",
     "final_norm",
     "logits",
@@ -241,12 +244,18 @@ class _Collector:
             block, layer = self._locate(name)
             self.handles.append(m.register_forward_hook(lambda *_: self._attention(name, block, layer)))
         elif isinstance(m, AddNorm):
-            formula = "x + sublayer(LayerNorm(x))" if m.norm_first else "LayerNorm(x + sublayer(x))"
+            norm = type(m.norm).__name__  # LayerNorm or RMSNorm
+            formula = f"x + sublayer({norm}(x))" if m.norm_first else f"{norm}(x + sublayer(x))"
             watch(m, "add_norm", name, BTD, f"{formula} [{name.rsplit('.', 1)[-1]}]")
         elif isinstance(m, FeedForward):
             watch(m, "ffn", name, BTD, "Linear(D, F) → activation → Linear(F, D)")
+        elif isinstance(m, GatedFeedForward):
+            act = "SiLU" if m.kind == "swiglu" else "GELU"
+            watch(m.gate_proj, "ffn_gate", name + ".gate_proj", ("B", "T", "F"), f"gate = Linear(D, F), before {act}")
+            watch(m.up_proj, "ffn_up", name + ".up_proj", ("B", "T", "F"), "up = Linear(D, F)")
+            watch(m, "ffn", name, BTD, f"{m.kind}: down({act}(gate) ⊙ up), Linear(F, D)")
         elif isinstance(m, (Encoder, Decoder)):
-            watch(m.norm, "final_norm", name + ".norm", BTD, "final LayerNorm of the stack")
+            watch(m.norm, "final_norm", name + ".norm", BTD, f"final {type(m.norm).__name__} of the stack")
 
     def _locate(self, name: str) -> tuple[str, int | None]:
         parts = name.split(".")

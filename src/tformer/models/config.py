@@ -119,10 +119,12 @@ class ModelConfig:
         """The parameter count, from the fields (no tensor built), within a few percent.
 
         Every embedding-like table (``*vocab_size``, ``n_segments``, ``max_len``, ``num_labels``) has
-        ``d_model`` columns; an encoder layer has 4·D² (attention) + 2·D·F (feed-forward) weights, a
+        ``d_model`` columns; an encoder layer has 4·D² (attention) + 2·D·F (feed-forward; 3·D·F gated) weights, a
         decoder layer with cross-attention 8·D² + 2·D·F. Biases and norms are left out.
         """
         d, f = self.d_model, self.d_ff
+        if getattr(self, "ffn", "mlp") != "mlp":  # a gated feed-forward has three D·F matrices, not two
+            f = f * 3 // 2
         tables = [n for n in self._field_names() if n.endswith("vocab_size") or n in ("n_segments", "num_labels")]
         rows = self.max_len + sum(getattr(self, n) or 0 for n in tables)
         n_layers = getattr(self, "n_layers", 0) + getattr(self, "n_encoder_layers", 0)
@@ -210,6 +212,8 @@ def _is_kind(value: Any, kind: str) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if kind == "str":
         return isinstance(value, str)
+    if kind == "None":  # "X | None": None was accepted before, anything else must be an X
+        return value is None
     return True  # an annotation this check does not know: left to the family's own checks
 
 

@@ -7,6 +7,12 @@ GPT-2: pre-LN with a final LayerNorm, GELU (tanh approximation), learned positio
 scaling, output projection tied to the token embedding. ``positional="rope"`` replaces the learned
 position table by rotary position embedding in every self-attention (GPT-NeoX, LLaMA).
 
+The choices of today's decoders are one field each, all off by default (GPT-2's block, bit for bit):
+``norm="rmsnorm"`` (``norm_weight_offset=1.0`` for Gemma's ``1 + weight``), ``ffn="swiglu"`` / ``"geglu"``,
+``n_kv_heads`` (grouped-query attention, the KV cache holds only those heads), ``qk_norm`` and ``qkv_bias``.
+A Llama-shaped block: ``norm="rmsnorm", ffn="swiglu", positional="rope", bias=False, n_kv_heads=...``;
+Qwen2 adds ``qkv_bias=True``, Qwen3 ``qk_norm=True`` instead.
+
 Forward conventions shared with the other families: token ids first, ``attention_mask`` (B, Tk)
 bool, ``True`` = real token, keyword-only ``return_attention``.
 
@@ -15,6 +21,7 @@ Dimension legend: B batch, T sequence length, D model dim, V vocabulary size.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -27,7 +34,9 @@ from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
 from tformer.nn.cache import KVCache
-from tformer.nn.layers import Decoder
+from tformer.nn.feedforward import GATED
+from tformer.nn.layers import Decoder, LayerConfig
+from tformer.nn.norms import NORMS
 from tformer.nn.positional import InputEmbedding, rotary_tables
 
 __all__ = ["GPTConfig", "GPT"]
@@ -63,15 +72,47 @@ class GPTConfig(ModelConfig):
     rope_base: float = 10000.0  # RoPE: angle of pair i at position t = t · rope_base^(−2i/head_dim)
     tie_embeddings: bool = True  # output projection = token embedding matrix
     pad_id: int | None = None  # a padding token, if the tokenizer has one (ignored by the loss)
+    # today's decoders (Llama, Qwen, Mistral, Gemma); the defaults are GPT-2's block
+    norm: str = "layernorm"  # "layernorm" | "rmsnorm": x / √(mean(x²) + norm_eps) · (norm_weight_offset + w)
+    norm_weight_offset: float = 0.0  # RMSNorm only: 1.0 = Gemma's (1 + weight), the weight starting at 0
+    ffn: str = "mlp"  # "mlp" | "swiglu" | "geglu": down(act(gate(x)) · up(x)), d_ff the hidden width
+    n_kv_heads: int | None = None  # key/value heads: None = n_heads; 1 = multi-query; else grouped-query
+    qk_norm: bool = False  # RMSNorm (norm_eps) on each head's queries and keys before RoPE (Qwen3, Gemma 3)
+    qkv_bias: bool | None = None  # bias of the Q/K/V projection; None = same as bias (Qwen2: True, bias=False)
 
     def validate(self) -> None:
         self.check_choice("positional", ("sinusoidal", "learned", "rope"))
+        self.check_choice("norm", NORMS)
+        self.check_choice("ffn", ("mlp", *GATED))
+        if self.norm_weight_offset != 0.0 and self.norm != "rmsnorm":
+            raise ValueError(
+                f"GPTConfig.norm_weight_offset applies to norm='rmsnorm' only, got {self.norm_weight_offset} "
+                f"with norm={self.norm!r}"
+            )
+        if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads != 0):
+            raise ValueError(
+                f"GPTConfig.n_kv_heads must be None or a positive divisor of n_heads={self.n_heads}, "
+                f"got {self.n_kv_heads}"
+            )
         if self.positional == "rope" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"GPTConfig.positional='rope' needs an even head dimension, got d_model / n_heads = "
                 f"{self.d_model} / {self.n_heads}"
             )
         self.check_token_id("pad_id", self.vocab_size, optional=True)
+
+    @property
+    def layer(self) -> LayerConfig:
+        """What one decoder block needs, today's-decoder options included."""
+        return dataclasses.replace(
+            super().layer,
+            norm=self.norm,
+            norm_weight_offset=self.norm_weight_offset,
+            ffn=self.ffn,
+            n_kv_heads=self.n_kv_heads,
+            qk_norm=self.qk_norm,
+            qkv_bias=self.qkv_bias,
+        )
 
 
 class GPT(PretrainedMixin, nn.Module):
@@ -95,7 +136,7 @@ class GPT(PretrainedMixin, nn.Module):
             if p.dim() > 1:
                 std = (
                     0.02 / math.sqrt(2 * self.config.n_layers)
-                    if name.endswith(("out_proj.weight", "linear2.weight"))
+                    if name.endswith(("out_proj.weight", "linear2.weight", "down_proj.weight"))
                     else 0.02
                 )
                 nn.init.normal_(p, std=std)

@@ -4,6 +4,8 @@
 * :mod:`.positional` — sinusoidal, learned and rotary positions, the input embedding;
 * :mod:`.attention` — scaled dot-product attention (fused and reference paths), multi-head attention;
 * :mod:`.cache` — the KV cache of incremental decoding;
+* :mod:`.norms` — LayerNorm and RMSNorm (with Gemma's ``1 + weight`` form);
+* :mod:`.feedforward` — the gated feed-forward of today's decoders (SwiGLU, GeGLU);
 * :mod:`.layers` — feed-forward, add & norm, encoder and decoder layers and stacks;
 * :mod:`.losses` — cross-entropy over real tokens, with label smoothing;
 * :mod:`.recorder` — recording what every attention computed.
@@ -11,6 +13,6 @@
 Nothing here exists only for speed: the CPU fast paths live in :mod:`tformer.fast`, swapped onto these modules
 by :func:`tformer.fast.speed_up`, and nothing in this package imports them.
 
-Dimension legend: B batch, H heads, T length, Tq/Tk query/key length, D model dim, Dh head dim, F feed-forward
+Dimension legend: B batch, H heads (Hkv key/value heads), T length, Tq/Tk query/key length, D model dim, Dh head dim, F feed-forward
 dim, V vocabulary size.
 """

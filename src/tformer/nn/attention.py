@@ -17,8 +17,9 @@ This module is plain PyTorch. :func:`tformer.fast.speed_up` swaps in faster CPU 
 pieces without changing the numbers: the projection of a slice of the fused W_Q/W_K/W_V rows
 (:func:`project_rows`) and, in training, the attention function itself (a cheaper dropout mask).
 
-Dimension legend: B batch, H heads, Tq query length, Tk key length, Dh head dim, D model dim,
-G rows of the queries per row of the memory (beam search: the beams of one source).
+Dimension legend: B batch, H heads, Hkv key/value heads (grouped-query attention; = H by default), Tq query
+length, Tk key length, Dh head dim (D / H by default), D model dim, G rows of the queries per row of the memory
+(beam search: the beams of one source).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from torch import nn
 
 from tformer.nn.cache import LayerKV
 from tformer.nn.masks import causal_mask, check_mask, combine_masks
+from tformer.nn.norms import RMSNorm
 from tformer.nn.positional import apply_rotary
 from tformer.nn.recorder import AttentionRecord, Recorder, current_recorder
 
@@ -146,20 +148,50 @@ class MultiHeadAttention(nn.Module):
     The three input projections W_Q, W_K, W_V are stored as one ``(3D, D)`` matrix (rows in that
     order, as ``nn.MultiheadAttention`` does) so self-attention computes them in one matmul.
     ``dropout`` is the dropout rate of the attention weights.
+
+    Options of today's decoders (defaults: the paper's multi-head attention):
+
+    * ``n_kv_heads`` < ``n_heads``: grouped-query attention (Ainslie et al. 2023; 1 = multi-query, Shazeer 2019).
+      W_K and W_V have ``n_kv_heads`` heads, so the matrix is ``(H·Dh + 2·Hkv·Dh, D)``; the KV cache stores
+      only those heads, and each is repeated for the H / Hkv query heads of its group before attending;
+    * ``head_dim``: Dh apart from D / H (Gemma); W_O is then ``(D, H·Dh)``;
+    * ``qkv_bias``: a bias on W_Q/W_K/W_V other than ``bias`` (Qwen2: Q/K/V bias, no other bias);
+    * ``qk_norm``: an RMSNorm (learned scale of Dh, ``norm_eps``) on each head's query and key before RoPE
+      (Qwen3, Gemma 3).
     """
 
     # The attention function (fused and reference paths). ``tformer.fast.speed_up`` sets a per-module one that
     # computes the same with a cheaper CPU dropout mask in training.
     attention: Callable[..., Any] = staticmethod(scaled_dot_product_attention)
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        *,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        qkv_bias: bool | None = None,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+    ) -> None:
         super().__init__()
-        if d_model % n_heads != 0:
+        if head_dim is None and d_model % n_heads != 0:
             raise ValueError(f"d_model must be divisible by n_heads, got d_model={d_model}, n_heads={n_heads}")
-        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_kv_heads <= 0 or n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_kv_heads must divide n_heads={n_heads}, got n_kv_heads={n_kv_heads}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim
+        self.q_dim, self.kv_dim = n_heads * self.head_dim, n_kv_heads * self.head_dim  # H·Dh, Hkv·Dh
         self.dropout = dropout
-        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # rows: W_Q, W_K, W_V
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        self.qkv_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=qkv_bias)  # rows: W_Q, W_K, W_V
+        self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)  # W_O
+        self.q_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
 
     def forward(
         self,
@@ -218,26 +250,32 @@ class MultiHeadAttention(nn.Module):
     def _self_qkv(
         self, x: torch.Tensor, cache: LayerKV | None, rotary
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Q, K, V of self-attention, one matmul; RoPE rotates Q and K; the cache adds the earlier keys/values."""
-        q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, T, D) -> (B, T, 3D) -> (B, H, T, Dh) each
+        """Q, K, V of self-attention, one matmul; QK-norm, then RoPE rotates Q and K; the cache adds the earlier
+        keys/values (Hkv heads); the K/V heads are repeated for their groups of query heads last."""
+        q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, T, D) -> (B, T, 3D) -> (B, H, T, Dh) each (K, V: Hkv)
+        q, k = self._norm_qk(q, k)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)  # the cache keeps rotated keys
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H, Tk, Dh) with the cached positions
-        return q, k, v
+            k, v = cache.append(k, v)  # (B, Hkv, Tk, Dh) with the cached positions
+        return q, self._repeat_kv(k), self._repeat_kv(v)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
 
     def _cross_qkv(
         self, x: torch.Tensor, memory: torch.Tensor, cache: LayerKV | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q from the decoder states (rows W_Q); K, V from the memory (rows W_K, W_V), once per source with a cache."""
-        q = self._split_heads(project_rows(self.qkv_proj, x, 0, self.d_model))  # (B, Tq, D) -> (B, H, Tq, Dh)
+        q = self._split_heads(project_rows(self.qkv_proj, x, 0, self.q_dim), self.n_heads)  # (B, H, Tq, Dh)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
         if cache is not None and cache.cross_k is not None and cache.cross_v is not None:
-            return q, cache.cross_k, cache.cross_v  # computed at the first step
-        kv = project_rows(self.qkv_proj, memory, self.d_model, 3 * self.d_model)  # (B, Tk, 2D)
-        k, v = (self._split_heads(t) for t in kv.chunk(2, dim=-1))  # (B, Tk, D) -> (B, H, Tk, Dh) each
+            return q, self._repeat_kv(cache.cross_k), self._repeat_kv(cache.cross_v)  # computed at the first step
+        kv = project_rows(self.qkv_proj, memory, self.q_dim, self.q_dim + 2 * self.kv_dim)  # (B, Tk, 2·Hkv·Dh)
+        k, v = (self._split_heads(t, self.n_kv_heads) for t in kv.chunk(2, dim=-1))  # (B, Hkv, Tk, Dh) each
+        if self.k_norm is not None:
+            k = self.k_norm(k)
         if cache is not None:
             cache.cross_k, cache.cross_v = k, v
-        return q, k, v
+        return q, self._repeat_kv(k), self._repeat_kv(v)
 
     def _prepare_mask(
         self, mask: torch.Tensor | None, causal: bool, cross: bool, q: torch.Tensor, k: torch.Tensor, recording: bool
@@ -275,7 +313,7 @@ class MultiHeadAttention(nn.Module):
     def _merge_heads(self, context: torch.Tensor) -> torch.Tensor:
         """(B, H, Tq, Dh) -> (B, Tq, D): the heads side by side; one query position needs no transpose."""
         b, _, tq, _ = context.shape
-        return (context if tq == 1 else context.transpose(1, 2)).reshape(b, tq, self.d_model)
+        return (context if tq == 1 else context.transpose(1, 2)).reshape(b, tq, self.q_dim)
 
     def _record(self, recorder: Recorder, cross: bool, q, k, v, mask, details: AttentionDetails, context, out) -> None:
         recorder.add(
@@ -295,15 +333,36 @@ class MultiHeadAttention(nn.Module):
         )
 
     # ---------------------------------------------------------------- head reshapes
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+    def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         b, t, _ = x.shape
-        if t == 1:  # one position (a decoding step): (B, 1, D) already reads as (B, H, 1, Dh)
-            return x.view(b, self.n_heads, 1, self.head_dim)
-        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, T, D) -> (B, T, H, Dh) -> (B, H, T, Dh)
+        if t == 1:  # one position (a decoding step): (B, 1, H·Dh) already reads as (B, H, 1, Dh)
+            return x.view(b, heads, 1, self.head_dim)
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, T, H·Dh) -> (B, T, H, Dh) -> (B, H, T, Dh)
+
+    def _repeat_kv(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, Hkv, Tk, Dh) -> (B, H, Tk, Dh): K/V head j serves query heads j·G … j·G + G − 1 (G = H / Hkv)."""
+        if self.n_kv_heads == self.n_heads:
+            return t
+        return t.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+
+    def _norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """QK-norm: each head's query and key through its RMSNorm (over Dh), if the layer has one."""
+        if self.q_norm is None or self.k_norm is None:
+            return q, k
+        return self.q_norm(q), self.k_norm(k)  # (B, H, T, Dh), (B, Hkv, T, Dh)
 
     def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, T, 3D) fused projections → Q, K, V as (B, H, T, Dh) views (one view, not a chunk and three splits)."""
         b, t, _ = qkv.shape
+        if (
+            self.n_kv_heads != self.n_heads
+        ):  # grouped: (B, T, (H + 2·Hkv)·Dh) -> Q (B, H, T, Dh), K and V (B, Hkv, T, Dh)
+            q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
+            return (
+                self._split_heads(q, self.n_heads),
+                self._split_heads(k, self.n_kv_heads),
+                self._split_heads(v, self.n_kv_heads),
+            )
         if t == 1:  # a decoding step: (B, 1, 3D) reads as (B, 3, H, 1, Dh)
             q, k, v = qkv.view(b, 3, self.n_heads, 1, self.head_dim).unbind(1)
         else:  # (B, T, 3D) -> (B, T, 3, H, Dh) -> (3, B, H, T, Dh)

@@ -1,7 +1,8 @@
 """Feed-forward, add & norm, encoder and decoder layers, and the N-layer stacks.
 
 Every sub-layer is wrapped in a residual connection and a LayerNorm that lives in the module (its
-scale and shift are learned parameters). Two placements, chosen by ``LayerConfig.norm_first``:
+scale and shift are learned parameters; ``LayerConfig.norm="rmsnorm"`` puts an RMSNorm there instead,
+:mod:`tformer.nn.norms`). Two placements, chosen by ``LayerConfig.norm_first``:
 
 * post-LN (the paper, ``norm_first=False``):  ``x = norm(x + dropout(sublayer(x)))``
 * pre-LN  (GPT-2,     ``norm_first=True``):   ``x = x + dropout(sublayer(norm(x)))``
@@ -9,7 +10,9 @@ scale and shift are learned parameters). Two placements, chosen by ``LayerConfig
 Encoder layer:  self-attention → add & norm → feed-forward → add & norm.
 Decoder layer:  masked self-attention → add & norm → cross-attention (Q from the decoder, K/V from
 the encoder output) → add & norm → feed-forward → add & norm. ``cross_attention=False`` drops the
-middle block: that is the GPT block.
+middle block: that is the GPT block. ``LayerConfig.ffn`` picks the plain MLP (:class:`FeedForward`) or a
+gated one (:class:`~tformer.nn.feedforward.GatedFeedForward`: SwiGLU, GeGLU); the attention options of today's
+decoders (grouped-query, ``head_dim``, QK-norm, Q/K/V bias) are described in :class:`MultiHeadAttention`.
 
 Dimension legend: B batch, S source length, T target length, D model dim, F feed-forward dim.
 """
@@ -25,6 +28,8 @@ from torch import nn
 
 from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.cache import KVCache, LayerKV
+from tformer.nn.feedforward import GATED, GatedFeedForward
+from tformer.nn.norms import NORMS, make_norm
 
 __all__ = ["LayerConfig", "FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
 
@@ -50,13 +55,29 @@ class LayerConfig:
     norm_first: bool = False
     norm_eps: float = 1e-5
     bias: bool = True
+    # today's decoders (the defaults are the paper's / GPT-2's layer)
+    norm: str = "layernorm"  # "layernorm" | "rmsnorm" (Llama, Qwen, Mistral, Gemma)
+    norm_weight_offset: float = 0.0  # RMSNorm scale = offset + weight; 1.0 = Gemma's (1 + weight)
+    ffn: str = "mlp"  # "mlp" (Linear, activation, Linear) | "swiglu" | "geglu" (gated; d_ff = hidden width)
+    n_kv_heads: int | None = None  # key/value heads; None = n_heads; 1 = multi-query; else grouped-query
+    head_dim: int | None = None  # None = d_model // n_heads
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys, before RoPE (Qwen3, Gemma 3)
+    qkv_bias: bool | None = None  # bias of W_Q/W_K/W_V; None = same as ``bias`` (Qwen2: True with bias=False)
 
     def __post_init__(self) -> None:
         if self.d_model <= 0 or self.n_heads <= 0 or self.d_ff <= 0:
             raise ValueError(
                 f"d_model, n_heads and d_ff must be positive, got {self.d_model}, {self.n_heads}, {self.d_ff}"
             )
-        if self.d_model % self.n_heads != 0:
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {', '.join(map(repr, NORMS))}, got {self.norm!r}")
+        if self.ffn not in ("mlp", *GATED):
+            raise ValueError(f"ffn must be one of {', '.join(map(repr, ['mlp', *GATED]))}, got {self.ffn!r}")
+        if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads != 0):
+            raise ValueError(f"n_kv_heads must divide n_heads={self.n_heads}, got {self.n_kv_heads}")
+        if self.head_dim is not None and self.head_dim <= 0:
+            raise ValueError(f"head_dim must be positive or None, got {self.head_dim}")
+        if self.head_dim is None and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}"
             )
@@ -70,6 +91,30 @@ class LayerConfig:
     @property
     def attention_dropout(self) -> float:
         return self.dropout if self.attn_dropout is None else self.attn_dropout
+
+    def attention(self) -> MultiHeadAttention:
+        """A new attention module with this layer's options."""
+        return MultiHeadAttention(
+            self.d_model,
+            self.n_heads,
+            self.attention_dropout,
+            self.bias,
+            n_kv_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            qkv_bias=self.qkv_bias,
+            qk_norm=self.qk_norm,
+            norm_eps=self.norm_eps,
+        )
+
+    def feed_forward(self) -> nn.Module:
+        """A new feed-forward module: :class:`FeedForward` or a gated one."""
+        if self.ffn == "mlp":
+            return FeedForward(self)
+        return GatedFeedForward(self.d_model, self.d_ff, self.ffn, self.dropout, self.bias)
+
+    def make_norm(self) -> nn.Module:
+        """A new LayerNorm or RMSNorm over d_model."""
+        return make_norm(self.norm, self.d_model, self.norm_eps, self.bias, self.norm_weight_offset)
 
 
 class FeedForward(nn.Module):
@@ -94,7 +139,7 @@ class AddNorm(nn.Module):
 
     def __init__(self, cfg: LayerConfig) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+        self.norm = cfg.make_norm()
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
@@ -110,9 +155,9 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: LayerConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.bias)
+        self.self_attn = cfg.attention()
         self.add_norm1 = AddNorm(cfg)
-        self.ff = FeedForward(cfg)
+        self.ff = cfg.feed_forward()
         self.add_norm2 = AddNorm(cfg)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -125,13 +170,11 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: LayerConfig, cross_attention: bool = True) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.bias)
+        self.self_attn = cfg.attention()
         self.add_norm1 = AddNorm(cfg)
-        self.cross_attn = (
-            MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.bias) if cross_attention else None
-        )
+        self.cross_attn = cfg.attention() if cross_attention else None
         self.add_norm2 = AddNorm(cfg) if cross_attention else None
-        self.ff = FeedForward(cfg)
+        self.ff = cfg.feed_forward()
         self.add_norm3 = AddNorm(cfg)
 
     def forward(
@@ -157,13 +200,13 @@ class DecoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """N encoder layers; a final LayerNorm when ``final_norm`` (needed by pre-LN stacks)."""
+    """N encoder layers; a final norm when ``final_norm`` (needed by pre-LN stacks)."""
 
     def __init__(self, cfg: LayerConfig, n_layers: int, final_norm: bool | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(n_layers))
         final_norm = cfg.norm_first if final_norm is None else final_norm
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias) if final_norm else None
+        self.norm = cfg.make_norm() if final_norm else None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
@@ -180,7 +223,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(cfg, cross_attention) for _ in range(n_layers))
         final_norm = cfg.norm_first if final_norm is None else final_norm
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias) if final_norm else None
+        self.norm = cfg.make_norm() if final_norm else None
 
     def forward(
         self,
