@@ -31,8 +31,11 @@ OPTIONS = {
     "mqa": dict(n_kv_heads=1),
     "qk_norm": dict(qk_norm=True),
     "qkv_bias": dict(bias=False, qkv_bias=True),
+    "window": dict(sliding_window=3),
+    "softcap": dict(attn_softcap=2.0, final_softcap=5.0),
     "all": dict(norm="rmsnorm", ffn="swiglu", n_kv_heads=2, qk_norm=True, bias=False, qkv_bias=True, positional="rope"),
 }
+OPTIONS["everything"] = dict(OPTIONS["all"], sliding_window=3, attn_softcap=5.0, final_softcap=10.0)
 
 
 def _gpt(seed: int = 0, **options) -> GPT:
@@ -132,11 +135,16 @@ def _attention_by_hand(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor
         q = q / torch.sqrt(q.square().mean(-1, keepdim=True) + mha.q_norm.eps) * mha.q_norm.weight
         k = k / torch.sqrt(k.square().mean(-1, keepdim=True) + mha.k_norm.eps) * mha.k_norm.weight
     t = x.shape[1]
+    allowed = torch.ones(t, t, dtype=torch.bool).tril()  # causal
+    if mha.sliding_window is not None:
+        allowed &= torch.ones(t, t, dtype=torch.bool).triu(-(mha.sliding_window - 1))  # i - j < window
     heads = []
     for head in range(h):
         g = head // (h // hkv)
         scores = torch.einsum("bqd,bkd->bqk", q[:, :, head], k[:, :, g]) / dh**0.5
-        scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+        if mha.softcap is not None:
+            scores = mha.softcap * torch.tanh(scores / mha.softcap)
+        scores = scores.masked_fill(~allowed, float("-inf"))
         heads.append(scores.softmax(-1) @ v[:, :, g])  # (B, T, Dh)
     return mha.out_proj(torch.cat(heads, dim=-1))
 
@@ -150,7 +158,9 @@ def _attention_by_hand(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor
         dict(head_dim=6),
         dict(qk_norm=True),
         dict(bias=False, qkv_bias=True),
-        dict(n_kv_heads=2, head_dim=6, qk_norm=True, bias=False, qkv_bias=True),
+        dict(sliding_window=2),
+        dict(softcap=1.5),
+        dict(n_kv_heads=2, head_dim=6, qk_norm=True, bias=False, qkv_bias=True, sliding_window=3, softcap=2.0),
     ],
 )
 def test_attention_options_equal_attention_written_by_hand(options):
@@ -269,6 +279,9 @@ def test_the_gated_ffn_is_trained_with_the_residual_scaled_init():
         (dict(qkv_bias="yes"), r"GPTConfig\.qkv_bias must be true or false or None"),
         (dict(norm_weight_offset=1.0), r"GPTConfig\.norm_weight_offset applies to norm='rmsnorm' only"),
         (dict(norm_weight_offset=float("nan"), norm="rmsnorm"), r"GPTConfig\.norm_weight_offset must be a finite"),
+        (dict(sliding_window=0), r"GPTConfig\.sliding_window must be None or > 0, got 0"),
+        (dict(attn_softcap=-1.0), r"GPTConfig\.attn_softcap must be None or > 0, got -1.0"),
+        (dict(final_softcap=0.0), r"GPTConfig\.final_softcap must be None or > 0"),
     ],
 )
 def test_the_config_names_the_field_and_the_allowed_values(change, message):
@@ -282,9 +295,39 @@ def test_a_config_with_the_options_round_trips_through_json():
     assert config.layer.n_kv_heads == 2 and config.layer.ffn == "swiglu"
 
 
+def test_sliding_window_mask_equals_the_mask_written_by_hand():
+    from tformer.nn.masks import causal_mask, sliding_window_mask
+
+    by_hand = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]], dtype=torch.bool)
+    assert torch.equal(sliding_window_mask(4, window=2)[0, 0], by_hand)
+    # right-aligned (a cache holds 3 earlier positions): the queries stand at positions 3 and 4
+    cached = torch.tensor([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(sliding_window_mask(2, 5, window=3)[0, 0], cached)
+    assert torch.equal(sliding_window_mask(3, 5, window=5), causal_mask(3, 5))  # a window as long as the keys
+    with pytest.raises(ValueError, match="window >= 1"):
+        sliding_window_mask(2, window=0)
+
+
+def test_one_layer_with_a_window_of_two_forgets_what_is_two_positions_back():
+    model = _gpt(n_layers=1, sliding_window=2)
+    ids = torch.randint(1, VOCAB, (1, 6))
+    changed = ids.clone()
+    changed[0, 0] = 0
+    a, b = model(ids), model(changed)
+    assert not torch.allclose(a[:, 1], b[:, 1])  # position 1 sees 0 and 1
+    assert torch.allclose(a[:, 2:], b[:, 2:], atol=1e-6)  # positions 2 … no longer see 0
+
+
+def test_final_softcap_is_c_tanh_of_the_plain_logits():
+    capped, plain = _gpt(seed=3, final_softcap=0.5), _gpt(seed=3)
+    ids = torch.randint(0, VOCAB, (2, 5))
+    expected = 0.5 * torch.tanh(plain(ids) / 0.5)
+    assert torch.allclose(capped(ids), expected, atol=1e-6) and capped(ids).abs().max() < 0.5
+
+
 # ----------------------------------------------------------------------------------------------- property
 
-ALL_ON = _gpt(**OPTIONS["all"])
+ALL_ON = _gpt(**OPTIONS["everything"])
 
 
 @settings(max_examples=25, deadline=None)

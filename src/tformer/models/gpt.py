@@ -9,7 +9,9 @@ position table by rotary position embedding in every self-attention (GPT-NeoX, L
 
 The choices of today's decoders are one field each, all off by default (GPT-2's block, bit for bit):
 ``norm="rmsnorm"`` (``norm_weight_offset=1.0`` for Gemma's ``1 + weight``), ``ffn="swiglu"`` / ``"geglu"``,
-``n_kv_heads`` (grouped-query attention, the KV cache holds only those heads), ``qk_norm`` and ``qkv_bias``.
+``n_kv_heads`` (grouped-query attention, the KV cache holds only those heads), ``qk_norm``, ``qkv_bias``,
+``sliding_window`` (Mistral; the cache still keeps every position), ``attn_softcap`` and ``final_softcap``
+(Gemma 2's c·tanh(x / c) on the attention scores and on the logits).
 A Llama-shaped block: ``norm="rmsnorm", ffn="swiglu", positional="rope", bias=False, n_kv_heads=...``;
 Qwen2 adds ``qkv_bias=True``, Qwen3 ``qk_norm=True`` instead.
 
@@ -79,6 +81,9 @@ class GPTConfig(ModelConfig):
     n_kv_heads: int | None = None  # key/value heads: None = n_heads; 1 = multi-query; else grouped-query
     qk_norm: bool = False  # RMSNorm (norm_eps) on each head's queries and keys before RoPE (Qwen3, Gemma 3)
     qkv_bias: bool | None = None  # bias of the Q/K/V projection; None = same as bias (Qwen2: True, bias=False)
+    sliding_window: int | None = None  # each position attends to the last this many positions only (Mistral)
+    attn_softcap: float | None = None  # attention scores → c·tanh(scores / c) (Gemma 2)
+    final_softcap: float | None = None  # logits → c·tanh(logits / c) (Gemma 2)
 
     def validate(self) -> None:
         self.check_choice("positional", ("sinusoidal", "learned", "rope"))
@@ -89,6 +94,10 @@ class GPTConfig(ModelConfig):
                 f"GPTConfig.norm_weight_offset applies to norm='rmsnorm' only, got {self.norm_weight_offset} "
                 f"with norm={self.norm!r}"
             )
+        for name in ("sliding_window", "attn_softcap", "final_softcap"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"GPTConfig.{name} must be None or > 0, got {value}")
         if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads != 0):
             raise ValueError(
                 f"GPTConfig.n_kv_heads must be None or a positive divisor of n_heads={self.n_heads}, "
@@ -112,6 +121,8 @@ class GPTConfig(ModelConfig):
             n_kv_heads=self.n_kv_heads,
             qk_norm=self.qk_norm,
             qkv_bias=self.qkv_bias,
+            sliding_window=self.sliding_window,
+            attn_softcap=self.attn_softcap,
         )
 
 
@@ -187,7 +198,9 @@ class GPT(PretrainedMixin, nn.Module):
             cos, sin = rotary_tables(where, self.config.head_dim, self.config.rope_base)
             rotary = (cos[:, None], sin[:, None]) if where.dim() == 2 else (cos, sin)  # (B or 1, 1, T, Dh)
         x = self.decoder(x, self_mask=mask, causal=True, cache=cache, rotary=rotary)  # (B, T, D)
-        return self.output(x)  # (B, T, V)
+        logits = self.output(x)  # (B, T, V)
+        cap = self.config.final_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
         return KVCache(self.config.n_layers, max_len or self.config.max_len)

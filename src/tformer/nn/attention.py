@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tformer.nn.cache import LayerKV
-from tformer.nn.masks import causal_mask, check_mask, combine_masks
+from tformer.nn.masks import causal_mask, check_mask, combine_masks, sliding_window_mask
 from tformer.nn.norms import RMSNorm
 from tformer.nn.positional import apply_rotary
 from tformer.nn.recorder import AttentionRecord, Recorder, current_recorder
@@ -95,12 +95,16 @@ def reference_attention(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     dropout: Callable[[torch.Tensor, float], torch.Tensor] = F.dropout,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, AttentionDetails]:
     """The reference path, step by step: returns the context (B, H, Tq, Dh) and the :class:`AttentionDetails`.
 
     ``dropout(weights, dropout_p)`` drops attention weights in training (``F.dropout``; ``tformer.fast``
-    passes its cheaper CPU mask)."""
+    passes its cheaper CPU mask). ``softcap`` c bounds the scores softly to (−c, c): c·tanh(scores / c)
+    (Gemma 2); the details' ``scores`` are then the capped ones."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Dh) @ (B, H, Dh, Tk) -> (B, H, Tq, Tk)
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
     if mask is None:
         masked_scores = scores
         weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
@@ -157,7 +161,11 @@ class MultiHeadAttention(nn.Module):
     * ``head_dim``: Dh apart from D / H (Gemma); W_O is then ``(D, H·Dh)``;
     * ``qkv_bias``: a bias on W_Q/W_K/W_V other than ``bias`` (Qwen2: Q/K/V bias, no other bias);
     * ``qk_norm``: an RMSNorm (learned scale of Dh, ``norm_eps``) on each head's query and key before RoPE
-      (Qwen3, Gemma 3).
+      (Qwen3, Gemma 3);
+    * ``sliding_window``: with ``causal=True``, each query sees only the last ``sliding_window`` positions
+      (:func:`~tformer.nn.masks.sliding_window_mask`; Mistral). The KV cache still keeps every position;
+    * ``softcap``: scores soft-capped to (−c, c) by c·tanh(scores / c) (Gemma 2); this runs the reference path,
+      since the fused kernel has no such step.
     """
 
     # The attention function (fused and reference paths). ``tformer.fast.speed_up`` sets a per-module one that
@@ -176,6 +184,8 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool | None = None,
         qk_norm: bool = False,
         norm_eps: float = 1e-6,
+        sliding_window: int | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         if head_dim is None and d_model % n_heads != 0:
@@ -192,6 +202,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)  # W_O
         self.q_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
+        self.sliding_window, self.softcap = sliding_window, softcap
 
     def forward(
         self,
@@ -221,7 +232,8 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
         recorder = current_recorder()
-        mask, is_causal = self._prepare_mask(mask, causal, cross, q, k, recording=recorder is not None)
+        explicit = recorder is not None or self.softcap is not None  # the reference path: spell the mask out
+        mask, is_causal = self._prepare_mask(mask, causal, cross, q, k, recording=explicit)
         context, details = self._attend(q, k, v, mask, is_causal, recording=recorder is not None)  # (B, H, Tq, Dh)
         out = self.out_proj(self._merge_heads(context))  # (B, Tq, D)
         if recorder is not None and details is not None:  # details: always there while recording
@@ -289,6 +301,8 @@ class MultiHeadAttention(nn.Module):
             mask = None  # hides nothing (e.g. a batch without padding): the fused kernel's unmasked path is faster
         if not causal:
             return mask, False
+        if self.sliding_window is not None and tk > self.sliding_window:  # (else the window hides nothing more)
+            return combine_masks(sliding_window_mask(tq, tk, self.sliding_window, device=q.device), mask), False
         if not recording and mask is None and tq == tk:
             return None, True  # the fused kernel hides the future itself (no (Tq, Tk) mask tensor)
         if recording or tq > 1:  # a single new query sits after every key: nothing to hide
@@ -306,6 +320,9 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, AttentionDetails | None]:
         """The context (B, H, Tq, Dh): the fused path, or the reference path with its details while recording."""
         dropout_p = self.dropout if self.training else 0.0
+        if self.softcap is not None:  # no fused kernel caps the scores
+            context, details = reference_attention(q, k, v, mask, dropout_p, softcap=self.softcap)
+            return context, details if recording else None
         if not recording:
             return self.attention(q, k, v, mask, dropout_p, is_causal=is_causal), None
         return self.attention(q, k, v, mask, dropout_p, return_details=True)

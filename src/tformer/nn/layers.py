@@ -63,6 +63,8 @@ class LayerConfig:
     head_dim: int | None = None  # None = d_model // n_heads
     qk_norm: bool = False  # RMSNorm on each head's queries and keys, before RoPE (Qwen3, Gemma 3)
     qkv_bias: bool | None = None  # bias of W_Q/W_K/W_V; None = same as ``bias`` (Qwen2: True with bias=False)
+    sliding_window: int | None = None  # causal self-attention sees only the last this many positions (Mistral)
+    attn_softcap: float | None = None  # attention scores → c·tanh(scores / c) (Gemma 2)
 
     def __post_init__(self) -> None:
         if self.d_model <= 0 or self.n_heads <= 0 or self.d_ff <= 0:
@@ -75,6 +77,9 @@ class LayerConfig:
             raise ValueError(f"ffn must be one of {', '.join(map(repr, ['mlp', *GATED]))}, got {self.ffn!r}")
         if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads != 0):
             raise ValueError(f"n_kv_heads must divide n_heads={self.n_heads}, got {self.n_kv_heads}")
+        for name in ("sliding_window", "attn_softcap"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive or None, got {getattr(self, name)}")
         if self.head_dim is not None and self.head_dim <= 0:
             raise ValueError(f"head_dim must be positive or None, got {self.head_dim}")
         if self.head_dim is None and self.d_model % self.n_heads != 0:
@@ -104,6 +109,8 @@ class LayerConfig:
             qkv_bias=self.qkv_bias,
             qk_norm=self.qk_norm,
             norm_eps=self.norm_eps,
+            sliding_window=self.sliding_window,
+            softcap=self.attn_softcap,
         )
 
     def feed_forward(self) -> nn.Module:

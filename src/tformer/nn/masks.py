@@ -26,6 +26,7 @@ import torch
 
 __all__ = [
     "causal_mask",
+    "sliding_window_mask",
     "padding_mask",
     "combine_masks",
     "to_additive",
@@ -54,6 +55,26 @@ def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | str
         raise ValueError(f"causal_mask needs 1 <= q_len <= k_len, got q_len={q_len}, k_len={k_len}")
     ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
     return ones.tril(diagonal=k_len - q_len)[None, None]  # (1, 1, Tq, Tk)
+
+
+def sliding_window_mask(
+    q_len: int, k_len: int | None = None, window: int = 1, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The look-ahead mask limited to the last ``window`` keys, ``(1, 1, Tq, Tk)``, right-aligned like
+    :func:`causal_mask`: query ``i`` (at position ``p = k_len - q_len + i``) may attend to keys ``p - window < j <= p``
+    (Mistral, Gemma's local layers).
+
+    >>> sliding_window_mask(4, window=2).int()[0, 0]
+    tensor([[1, 0, 0, 0],
+            [1, 1, 0, 0],
+            [0, 1, 1, 0],
+            [0, 0, 1, 1]], dtype=torch.int32)
+    """
+    if window < 1:
+        raise ValueError(f"sliding_window_mask needs window >= 1, got window={window}")
+    causal = causal_mask(q_len, k_len, device)  # (1, 1, Tq, Tk)
+    k_len = causal.shape[-1]
+    return causal & causal.new_ones(q_len, k_len).triu(diagonal=k_len - q_len - window + 1)  # (1, 1, Tq, Tk)
 
 
 def padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
