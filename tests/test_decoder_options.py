@@ -352,3 +352,18 @@ def test_the_trace_shows_the_gate_and_up_projections_and_the_repeated_kv_heads()
     k = get("k", kind="self")  # (B, H, T, Dh): the 2 KV heads, each repeated for its 2 query heads
     assert k.shape == (1, 4, 4, 16) and torch.equal(k[:, 0], k[:, 1]) and torch.equal(k[:, 2], k[:, 3])
     assert "RMSNorm" in tr.get("add_norm", block="decoder", layer=0).note
+
+
+def test_the_explore_formulas_name_rmsnorm_and_the_gated_feed_forward():
+    from tformer.explore.formulas import formula
+    from tformer.inspect import trace
+
+    tr = trace(_gpt(**OPTIONS["all"]), [[1, 2, 3]])
+    say = lambda stage: formula(stage, "decoder", "", tr.select(stages=[stage])[0].note)  # noqa: E731
+    assert say("add_norm") == "x + Dropout(sublayer(RMSNorm(x))) (pre-LN: the norm comes first)"
+    assert say("ffn") == "FFN(x) = (SiLU(x·W_gate) ⊙ x·W_up)·W_down"
+    assert say("final_norm").startswith("RMSNorm(x) = x / √(mean(x²) + ε)")
+    plain = trace(_gpt(), [[1, 2, 3]])
+    assert formula("add_norm", "decoder", "", plain.select(stages=["add_norm"])[0].note).startswith(
+        "x + Dropout(sublayer(LayerNorm"
+    )

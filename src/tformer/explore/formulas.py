@@ -35,6 +35,11 @@ _MASKS = {
 
 def formula(stage: str, block: str, kind: str, note: str, activation: str = "") -> str:
     """The notes' sentence for one traced stage; ``note`` is the trace's own note (norm placement, scale)."""
+    if stage == "ffn" and "⊙" in note:  # a gated feed-forward (SwiGLU, GeGLU): the trace's note says which
+        act = "SiLU" if "SiLU" in note else "GELU"
+        return f"FFN(x) = ({act}(x·W_gate) ⊙ x·W_up)·W_down"
+    if stage == "final_norm" and "RMSNorm" in note:
+        return "RMSNorm(x) = x / √(mean(x²) + ε) · γ, over d_model"
     if stage in _FIXED:
         return _FIXED[stage]
     if stage == "token_embedding":
@@ -53,9 +58,10 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
     if stage == "mask":
         return _MASKS.get((block, kind), "mask: 1 = may attend, 0 = blocked")
     if stage == "add_norm":
-        if "sublayer(LayerNorm" in note:  # pre-LN (GPT-2)
-            return "x + Dropout(sublayer(LayerNorm(x))) (pre-LN: the norm comes first)"
-        return "x + Dropout(sublayer(x)), then LayerNorm"
+        norm = "RMSNorm" if "RMSNorm" in note else "LayerNorm"
+        if note.startswith("x + sublayer("):  # pre-LN (GPT-2)
+            return f"x + Dropout(sublayer({norm}(x))) (pre-LN: the norm comes first)"
+        return f"x + Dropout(sublayer(x)), then {norm}"
     if stage == "ffn_activation":
         return f"{activation or 'activation'}(h) = {_ACTIVATION_TEXT.get(activation, 'activation(h)')}"
     return note
