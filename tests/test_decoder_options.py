@@ -367,3 +367,17 @@ def test_the_explore_formulas_name_rmsnorm_and_the_gated_feed_forward():
     assert formula("add_norm", "decoder", "", plain.select(stages=["add_norm"])[0].note).startswith(
         "x + Dropout(sublayer(LayerNorm"
     )
+
+
+LLAMA_LIKE = _gpt(**OPTIONS["all"])  # no sliding window: it counts the padding slots, as Hugging Face's does
+
+
+@settings(max_examples=20, deadline=None)
+@given(tokens=st.lists(st.integers(1, VOCAB - 1), min_size=1, max_size=8), n_pad=st.integers(1, 5))
+def test_with_every_option_on_left_padding_never_changes_the_real_positions(tokens, n_pad):
+    n = len(tokens)
+    padded = torch.tensor([[0] * n_pad + tokens])
+    mask = torch.tensor([[False] * n_pad + [True] * n])
+    positions = torch.tensor([[0] * n_pad + list(range(n))])
+    out = LLAMA_LIKE(padded, attention_mask=mask, positions=positions)[:, n_pad:]
+    assert (out - LLAMA_LIKE(torch.tensor([tokens]))).abs().max() <= 1e-5
