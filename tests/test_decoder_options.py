@@ -381,3 +381,10 @@ def test_with_every_option_on_left_padding_never_changes_the_real_positions(toke
     positions = torch.tensor([[0] * n_pad + list(range(n))])
     out = LLAMA_LIKE(padded, attention_mask=mask, positions=positions)[:, n_pad:]
     assert (out - LLAMA_LIKE(torch.tensor([tokens]))).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("options", [dict(), dict(ffn="swiglu"), dict(n_kv_heads=1, ffn="geglu", norm="rmsnorm")])
+def test_the_parameter_count_from_the_fields_counts_the_gate_and_the_smaller_kv_heads(options):
+    config = GPTConfig.preset("small", vocab_size=1000, **options)
+    actual = sum(p.numel() for p in GPT(config).parameters())
+    assert abs(config.approx_parameters() / actual - 1) < 0.01

@@ -119,17 +119,20 @@ class ModelConfig:
         """The parameter count, from the fields (no tensor built), within a few percent.
 
         Every embedding-like table (``*vocab_size``, ``n_segments``, ``max_len``, ``num_labels``) has
-        ``d_model`` columns; an encoder layer has 4·D² (attention) + 2·D·F (feed-forward; 3·D·F gated) weights, a
-        decoder layer with cross-attention 8·D² + 2·D·F. Biases and norms are left out.
+        ``d_model`` columns; an encoder layer has 4·D² (attention; 2·D² + 2·D²·Hkv/H grouped-query) + 2·D·F
+        (feed-forward; 3·D·F gated) weights, a decoder layer with cross-attention 8·D² + 2·D·F. Biases and norms
+        are left out.
         """
         d, f = self.d_model, self.d_ff
         if getattr(self, "ffn", "mlp") != "mlp":  # a gated feed-forward has three D·F matrices, not two
             f = f * 3 // 2
+        kv_heads = getattr(self, "n_kv_heads", None) or self.n_heads  # grouped-query: smaller W_K, W_V
+        attention = 2 * d * d + 2 * d * d * kv_heads // self.n_heads
         tables = [n for n in self._field_names() if n.endswith("vocab_size") or n in ("n_segments", "num_labels")]
         rows = self.max_len + sum(getattr(self, n) or 0 for n in tables)
         n_layers = getattr(self, "n_layers", 0) + getattr(self, "n_encoder_layers", 0)
         n_cross = getattr(self, "n_decoder_layers", 0)
-        return rows * d + n_layers * (4 * d * d + 2 * d * f) + n_cross * (8 * d * d + 2 * d * f)
+        return rows * d + n_layers * (attention + 2 * d * f) + n_cross * (8 * d * d + 2 * d * f)
 
     def _field_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self)]  # type: ignore[arg-type]
