@@ -388,3 +388,14 @@ def test_the_parameter_count_from_the_fields_counts_the_gate_and_the_smaller_kv_
     config = GPTConfig.preset("small", vocab_size=1000, **options)
     actual = sum(p.numel() for p in GPT(config).parameters())
     assert abs(config.approx_parameters() / actual - 1) < 0.01
+
+
+@pytest.mark.parametrize("use_fast", [False, True])
+def test_with_every_option_on_every_parameter_gets_a_gradient(use_fast):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=32, dropout=0.1, **OPTIONS["everything"]))
+    model = fast.speed_up(model) if use_fast else model
+    ids = torch.randint(0, VOCAB, (2, 8))
+    F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten()).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
