@@ -30,6 +30,8 @@ def test_reference_path_scores_and_causal_masking():
     out, details = scaled_dot_product_attention(q, k, v, mask, return_details=True)
     raw = q @ k.transpose(-2, -1) / math.sqrt(8)
     torch.testing.assert_close(details.scores, raw)
+    assert torch.equal(details.raw_scores, q @ k.transpose(-2, -1))  # Q·Kᵀ, kept before the scaling
+    assert torch.equal(details.scores, details.raw_scores / math.sqrt(8))
     above = ~causal_mask(5)[0, 0]  # strictly above the diagonal
     assert torch.all(details.masked_scores[..., above] == float("-inf"))
     assert torch.equal(details.masked_scores[..., ~above], details.scores[..., ~above])

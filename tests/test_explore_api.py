@@ -147,6 +147,15 @@ def test_every_number_of_the_trace_is_the_models_own(served):
         assert got["shape"] == list(want.shape) and step["shape"] == list(entry.tensor.shape)
         np.testing.assert_allclose(_array(got["values"]), want.double().numpy(), rtol=1e-5, atol=1e-30)
         assert step["formula"] and got["dims"] == list(entry.dims[1:] if entry.dims[0] == "B" else entry.dims)
+    # Q·Kᵀ is a step of its own, just before the scaled scores: the page shows the product and then / √d_k
+    qk = next(s for s in answer["steps"] if s["stage"] == "qk")
+    q, k, product, scores = (
+        _array(_post(client, "tensor", trace_id=answer["trace_id"], id=qk["id"] + d)["values"]) for d in (-3, -2, 0, 1)
+    )
+    assert [answer["steps"][qk["id"] + d]["stage"] for d in (-3, -2, 1)] == ["q", "k", "scores"]
+    assert qk["dims"] == ["B", "H", "Tq", "Tk"] and qk["formula"].startswith("Q·Kᵀ")
+    np.testing.assert_allclose(product, q @ k.swapaxes(-1, -2), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(scores, product / np.sqrt(q.shape[-1]), rtol=1e-5, atol=1e-6)
     weights = next(s for s in answer["steps"] if s["stage"] == "weights")
     head = _post(client, "tensor", trace_id=answer["trace_id"], id=weights["id"], head=1)
     want = expected.get("weights", weights["block"], weights["layer"], weights["kind"]).tensor[0, 1]

@@ -191,6 +191,18 @@ def test_toy_forward_path_and_attention_are_the_traces_numbers(browser, toy_url,
     ids = [int(td.get_attribute("title")) for td in table.find_elements("css selector", "tbody td")]
     assert heads == toy.src_tokens and ids == toy.ids(toy.src_tokens, toy.src_vocab)
 
+    # Q·Kᵀ is a step of its own, just before the scaled scores; its table is the trace's unscaled product (head 0)
+    stages = [(s.get_attribute("data-stage"), s.text) for s in steps]
+    at = next(i for i, (stage, _) in enumerate(stages) if stage == "qk")
+    assert stages[at][1].startswith("Q·Kᵀ") and stages[at + 1][0] == "scores" and "scaled" in stages[at + 1][1]
+    steps[at].click()
+    wait(browser, lambda d: "Q·Kᵀ" in d.find_element("css selector", "#step-detail h2").text, "the Q·Kᵀ step")
+    (table,) = find(browser, "#step-detail [data-testid=tensor-table]")
+    shown = [float(td.get_attribute("title")) for td in table.find_elements("css selector", "tbody td")]
+    want = t.get("qk", "encoder", 0, "self").tensor[0, 0]  # (Tq, Tk) of head 0
+    assert shown == pytest.approx(want.flatten().tolist(), rel=1e-5, abs=1e-9)
+    assert "Q·Kᵀ" in find(browser, "#step-detail .formula")[0].text
+
     tab(browser, "masks")
     wait(browser, lambda d: len(find(d, ".mask-panel")) == 3, "the three mask panels")
     assert "all exactly 0" in find(browser, ".mask-panel[data-block=decoder][data-kind=self]")[0].text

@@ -1,13 +1,16 @@
 """The glass box: a trace holds the very numbers the model used, and the toy reproduces the notes."""
 
 import json
+import math
 import re
 
 import pytest
 import torch
 
+from tformer import GPT, GPTConfig
 from tformer.cli import main
 from tformer.inspect import top_k_probs, toy_seq2seq, trace
+from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.recorder import Recorder
 
 SRC = [[5, 6, 7, 8, 0, 0]]  # two padding positions: the cross-attention and encoder masks block them
@@ -82,6 +85,27 @@ def test_traced_stages_chain_into_each_other(seq2seq):
     assert tr.get("add_norm", block="encoder", layer=1).tensor.shape == (1, 6, 64)
 
 
+@pytest.mark.parametrize("softcap", [None, 2.0])
+def test_qk_is_the_unscaled_product_of_the_traced_q_and_k(seq2seq, softcap):
+    """Each attention's ``qk`` is Q·Kᵀ of its own traced Q and K, and its ``scores`` are that / √Dh (then capped)."""
+    model = seq2seq
+    if softcap is not None:
+        model = GPT(GPTConfig.preset("tiny", vocab_size=16, dropout=0.0, attn_softcap=softcap)).eval()
+    tr = trace(model, SRC, TGT) if softcap is None else trace(model, TGT)
+    attentions = {(e.block, e.layer, e.kind) for e in tr.select(stages=["qk"])}
+    assert len(attentions) == len([m for m in model.modules() if isinstance(m, MultiHeadAttention)])
+    stages = [e.stage for e in tr.entries]
+    assert all(stages[i + 1] == "scores" for i, s in enumerate(stages) if s == "qk")
+    for block, layer, kind in attentions:
+        q, k, qk, scores = (tr.get(s, block, layer, kind).tensor for s in ("q", "k", "qk", "scores"))
+        assert qk.shape == scores.shape and tr.get("qk", block, layer, kind).dims == ("B", "H", "Tq", "Tk")
+        assert torch.equal(qk, q @ k.transpose(-2, -1))
+        scaled = qk / math.sqrt(q.shape[-1])
+        assert torch.equal(scores, scaled if softcap is None else softcap * torch.tanh(scaled / softcap))
+    if softcap is not None:
+        assert "soft-capped" in tr.get("scores").note and tr.get("scores").tensor.abs().max() < softcap
+
+
 def test_stages_come_in_data_flow_order(seq2seq):
     stages = [(e.block, e.stage) for e in trace(seq2seq, SRC, TGT).entries]
     order = [
@@ -89,6 +113,8 @@ def test_stages_come_in_data_flow_order(seq2seq):
         ("encoder", "positional"),
         ("encoder", "embedding"),
         ("encoder", "q"),
+        ("encoder", "qk"),
+        ("encoder", "scores"),
         ("encoder", "weights"),
         ("encoder", "add_norm"),
         ("encoder", "ffn"),

@@ -14,6 +14,7 @@ _FIXED = {
     "tokens": "text → pieces → ids: each piece's row number in the vocabulary",
     "segment": "segment embedding S[type id]: 0 for sentence A, 1 for sentence B",
     "q": "Q = x·W_Q, split into h heads of d_k = d_model / h columns",
+    "qk": "Q·Kᵀ: the dot product of each query with each key, not yet scaled",
     "scores": "scores = Q·Kᵀ / √d_k",
     "masked_scores": "masked scores = scores where the mask is 1, −∞ where it is 0",
     "weights": "weights = softmax(masked scores) over keys; blocked keys get exactly 0",
@@ -38,6 +39,8 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
     if stage == "ffn" and "⊙" in note:  # a gated feed-forward (SwiGLU, GeGLU): the trace's note says which
         act = "SiLU" if "SiLU" in note else "GELU"
         return f"FFN(x) = ({act}(x·W_gate) ⊙ x·W_up)·W_down"
+    if stage == "scores" and "soft-capped" in note:  # Gemma 2: the trace's note names c
+        return "scores = c·tanh((Q·Kᵀ / √d_k) / c), c = " + note.rsplit("c = ", 1)[-1]
     if stage == "final_norm" and "RMSNorm" in note:
         return "RMSNorm(x) = x / √(mean(x²) + ε) · γ, over d_model"
     if stage in _FIXED:

@@ -56,6 +56,7 @@ STAGES = (
     "q",
     "k",
     "v",
+    "qk",
     "scores",
     "mask",
     "masked_scores",
@@ -212,6 +213,7 @@ class _Collector:
         self.entries: list[Entry] = []
         self.rec, self.labels, self.vocab = rec, labels, vocab
         self.handles: list[torch.utils.hooks.RemovableHandle] = []
+        self.modules = dict(model.named_modules())
         self.embed_block = "decoder" if model.model_type == "gpt" else "encoder"
         for name, m in model.named_modules():
             self._attach(name, m)
@@ -294,11 +296,14 @@ class _Collector:
         mask = torch.ones(1, 1, tq, tk, dtype=torch.bool, device=r.scores.device) if r.mask is None else r.mask
         mask = mask.expand(b, 1, tq, tk)[:, 0].int()  # (B, Tq, Tk) 1 = may attend
         src = " from the encoder output" if r.kind == "cross" else ""
+        cap = getattr(self.modules.get(name), "softcap", None)
+        scores_note = "Q·Kᵀ / √Dh" + (f", soft-capped: c·tanh(s / c), c = {cap:g}" if cap is not None else "")
         for stage, t, dims, note, rows, cols in (
             ("q", r.q, ("B", "H", "Tq", "Dh"), "queries Q = x·W_Q, split into heads", q_rows, None),
             ("k", r.k, ("B", "H", "Tk", "Dh"), "keys K" + src, k_rows, None),
             ("v", r.v, ("B", "H", "Tk", "Dh"), "values V" + src, k_rows, None),
-            ("scores", r.scores, ("B", "H", "Tq", "Tk"), "Q·Kᵀ / √Dh", q_rows, k_rows),
+            ("qk", r.raw_scores, ("B", "H", "Tq", "Tk"), "Q·Kᵀ: one dot product per query and key", q_rows, k_rows),
+            ("scores", r.scores, ("B", "H", "Tq", "Tk"), scores_note, q_rows, k_rows),
             ("mask", mask, ("B", "Tq", "Tk"), "1 = may attend, 0 = blocked", q_rows, k_rows),
             ("masked_scores", r.masked_scores, ("B", "H", "Tq", "Tk"), "blocked scores set to -inf", q_rows, k_rows),
             (

@@ -6,7 +6,7 @@ Two paths compute the same thing:
 
 * the **fused** path, ``torch.nn.functional.scaled_dot_product_attention``, used for training and
   generation;
-* the **reference** path, written out step by step (matmul → scale → mask → softmax → dropout →
+* the **reference** path, written out step by step (matmul → scale (→ soft-cap) → mask → softmax → dropout →
   matmul), used when someone wants to see the scores and weights (``return_details=True`` or an
   active :class:`tformer.nn.recorder.Recorder`). A test keeps the two equal.
 
@@ -53,9 +53,10 @@ __all__ = [
 class AttentionDetails:
     """The intermediate tensors of the reference path."""
 
-    scores: torch.Tensor  # (B, H, Tq, Tk) Q·Kᵀ/√Dh
+    scores: torch.Tensor  # (B, H, Tq, Tk) Q·Kᵀ/√Dh (soft-capped when the layer caps)
     masked_scores: torch.Tensor  # (B, H, Tq, Tk) blocked entries set to −∞
     weights: torch.Tensor  # (B, H, Tq, Tk) softmax over Tk (before dropout); fully masked rows are 0
+    raw_scores: torch.Tensor  # (B, H, Tq, Tk) Q·Kᵀ, before the scaling by 1/√Dh
 
 
 def scaled_dot_product_attention(
@@ -101,8 +102,9 @@ def reference_attention(
 
     ``dropout(weights, dropout_p)`` drops attention weights in training (``F.dropout``; ``tformer.fast``
     passes its cheaper CPU mask). ``softcap`` c bounds the scores softly to (−c, c): c·tanh(scores / c)
-    (Gemma 2); the details' ``scores`` are then the capped ones."""
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Dh) @ (B, H, Dh, Tk) -> (B, H, Tq, Tk)
+    (Gemma 2); the details' ``scores`` are then the capped ones (``raw_scores``: Q·Kᵀ before scaling)."""
+    raw = q @ k.transpose(-2, -1)  # (B, H, Tq, Dh) @ (B, H, Dh, Tk) -> (B, H, Tq, Tk)
+    scores = raw / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
     if softcap is not None:
         scores = softcap * torch.tanh(scores / softcap)
     if mask is None:
@@ -114,7 +116,7 @@ def reference_attention(
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # all −∞ row: NaN → 0
     dropped = dropout(weights, dropout_p) if dropout_p > 0 else weights
     out = dropped @ v  # (B, H, Tq, Tk) @ (B, H, Tk, Dh) -> (B, H, Tq, Dh)
-    return out, AttentionDetails(scores=scores, masked_scores=masked_scores, weights=weights)
+    return out, AttentionDetails(scores=scores, masked_scores=masked_scores, weights=weights, raw_scores=raw)
 
 
 def check_attention_mask(mask: torch.Tensor | None, is_causal: bool) -> None:
@@ -341,6 +343,7 @@ class MultiHeadAttention(nn.Module):
                 k=k,
                 v=v,
                 mask=mask,
+                raw_scores=details.raw_scores,
                 scores=details.scores,
                 masked_scores=details.masked_scores,
                 weights=details.weights,

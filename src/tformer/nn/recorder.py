@@ -32,7 +32,8 @@ class AttentionRecord:
     k: torch.Tensor  # (B, H, Tk, Dh)
     v: torch.Tensor  # (B, H, Tk, Dh)
     mask: torch.Tensor | None  # (B|1, 1, Tq, Tk) bool, True = may attend (None = everything allowed)
-    scores: torch.Tensor  # (B, H, Tq, Tk) Q·Kᵀ/√Dh
+    raw_scores: torch.Tensor  # (B, H, Tq, Tk) Q·Kᵀ, before scaling
+    scores: torch.Tensor  # (B, H, Tq, Tk) Q·Kᵀ/√Dh (soft-capped when the layer caps)
     masked_scores: torch.Tensor  # (B, H, Tq, Tk) blocked entries are −∞
     weights: torch.Tensor  # (B, H, Tq, Tk) softmax over Tk; fully masked rows are 0
     context: torch.Tensor  # (B, H, Tq, Dh) weights · V

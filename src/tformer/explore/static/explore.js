@@ -451,7 +451,7 @@ const jsonButton = (getData, filename) =>
 
 const STAGE_NAMES = {
   tokens: "pieces → ids", token_embedding: "token embedding", positional: "positional encoding",
-  segment: "segment embedding", embedding: "embedding sum", q: "Q", k: "K", v: "V", scores: "scores Q·Kᵀ/√d",
+  segment: "segment embedding", embedding: "embedding sum", q: "Q", k: "K", v: "V", qk: "Q·Kᵀ", scores: "scaled Q·Kᵀ/√d",
   mask: "mask", masked_scores: "masked scores", weights: "softmax → weights", context: "weights · V",
   attn_output: "concat → W_O", add_norm: "add & norm", ffn_hidden: "FFN: x·W₁ + b₁", ffn_activation: "FFN: activation",
   ffn: "feed-forward", final_norm: "final norm", logits: "logits", probs: "softmax → probabilities",
@@ -532,7 +532,7 @@ function headPicker(step, head, onPick) {
 
 /** The mask matrix (1 may attend, 0 blocked) of an attention step's module, for the steps drawn over Tq × Tk. */
 async function maskOf(step) {
-  if (!["scores", "weights"].includes(step.stage)) return null;
+  if (!["qk", "scores", "weights"].includes(step.stage)) return null;
   const maskStep = state.trace.steps.find((s) => s.stage === "mask" && s.block === step.block &&
     s.layer === step.layer && s.kind === step.kind);
   return maskStep ? matrixOf(await tensor(maskStep.id)).matrix : null;
@@ -1152,7 +1152,7 @@ async function showCompareStep(id) {
 
 /** The mask (1 may attend, 0 blocked) of an attention step of one side's trace, to hatch what it blocks. */
 async function compareMask(side, traceAnswer, step) {
-  if (!["scores", "weights"].includes(step.stage)) return null;
+  if (!["qk", "scores", "weights"].includes(step.stage)) return null;
   const maskStep = traceAnswer.steps.find((s) => s.stage === "mask" && s.block === step.block &&
     s.layer === step.layer && s.kind === step.kind);
   if (!maskStep) return null;
