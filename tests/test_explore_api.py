@@ -373,11 +373,61 @@ def test_export_of_a_tensor_over_the_limit_holds_the_rows_the_page_asks_for(monk
         rows = sorted({*range(min(n, 8)), n - 1})
         asked = [json.loads(k[7:]) for k in answers if k.startswith("tensor ")]
         assert sorted(a["row"] for a in asked if a["id"] == step["id"]) == rows
-        for r in rows:  # each exported row is the server's row
-            want = session.call("tensor", {**key, "row": r})
-            assert answers[request_key("tensor", {**key, "row": r})] == want
+        for r in rows:  # each exported row is the server's row (the export traces in a session of its own)
+            session.call("trace", info["defaults"]["trace"])
+            want, got = session.call("tensor", {**key, "row": r}), answers[request_key("tensor", {**key, "row": r})]
+            exact = ("shape", "dims", "rows", "cols")  # the numbers: to float32 rounding (decoding ran in between)
+            assert {k: got[k] for k in exact} == {k: want[k] for k in exact}
+            np.testing.assert_allclose(_array(got["values"]), _array(want["values"]), rtol=1e-5, atol=1e-7)
+            assert (got["min"], got["max"]) == pytest.approx((want["min"], want["max"]), rel=1e-5)
         r = TestClient(create_app(session, "127.0.0.1", PORT), base_url=BASE).post("/api/tensor", json=key)
         assert r.status_code == 400 and "one row at a time" in r.json()["error"]
+
+
+EXPORT_BOUND = 5_000_000  # bytes: an export is a file to mail to a class
+
+
+def test_export_of_an_untrained_translator_stays_small_and_holds_its_numbers(tmp_path):
+    """An untrained translator never says <eos>, so its greedy translation (the default trace's decoder input)
+    would run to the context (256 tokens: a 22 MB file once). The export follows its first 32 tokens, keeps big
+    tensors as rows, says so in info.export, and every number it holds is the model's own trace's."""
+    from tformer.explore.export import EXPORT_TARGET_TOKENS
+
+    torch.manual_seed(0)
+    sentences = [p[0] for p in PAIRS] + SENTENCES
+    src, tgt = train_bpe(sentences * 3, 200, 1), train_bpe([p[1] for p in PAIRS] * 3, 200, 1)
+    config = Seq2SeqConfig.preset("tiny", src_vocab_size=src.vocab_size, tgt_vocab_size=tgt.vocab_size, dropout=0.0)
+    assert config.max_len >= 256
+    Translator(Seq2SeqTransformer(config).eval(), src, tgt).save(tmp_path / "untrained")
+    assert main(["explore", "--model", str(tmp_path / "untrained"), "--export", str(tmp_path / "page.html")]) == 0
+    assert (tmp_path / "page.html").stat().st_size < EXPORT_BOUND
+    html = (tmp_path / "page.html").read_text(encoding="utf-8")
+    answers = json.loads(re.search(r'id="tformer-data">(.*?)</script>', html, re.S)[1].replace("\\u003c", "<"))
+    answers = answers["answers"]
+    info = answers["info {}"]
+    assert info["export"]["target_tokens"] == EXPORT_TARGET_TOKENS  # the translation did reach the cap
+    assert "first 32 tokens" in info["export"]["note"] and info["max_tensor_values"] <= 1 << 14
+    tr = answers[request_key("trace", info["defaults"]["trace"])]
+    assert len(tr["tokens"]["decoder"]) == EXPORT_TARGET_TOKENS + 1  # <sos> + 32
+    model = Translator.load(tmp_path / "untrained")
+    src_ids = model.encode_sources([info["default_text"]])[0].tolist()
+    greedy = translate_ids(model.model, torch.tensor([src_ids]), TRANSLATION_SOS, TRANSLATION_EOS, 32)[0]
+    expected = trace(model.model, src_ids, [TRANSLATION_SOS] + greedy)  # the model's own, on its first 32 tokens
+    steps = [s for s in tr["steps"] if s["stage"] not in ("ffn_hidden", "ffn_activation")]
+    assert [s["stage"] for s in steps] == [e.stage for e in expected.entries]
+    rows_only = 0  # (the export loads the model its own way: float32 rounding apart, deep in the stack)
+    for step, entry in zip(steps, expected.entries):
+        want = (entry.tensor[0] if entry.dims[0] == "B" else entry.tensor).double().numpy()
+        whole = answers.get(request_key("tensor", {"trace_id": tr["trace_id"], "id": step["id"]}))
+        if whole is None:  # kept as rows 0..7 and the last
+            rows_only += 1
+            assert step["id"] in info["export"]["partial_steps"]
+            for r in sorted({*range(min(want.shape[-2], 8)), want.shape[-2] - 1}):
+                got = answers[request_key("tensor", {"trace_id": tr["trace_id"], "id": step["id"], "row": r})]
+                np.testing.assert_allclose(_array(got["values"]), want[..., r, :], rtol=1e-4, atol=1e-5)
+        else:
+            np.testing.assert_allclose(_array(whole["values"]), want, rtol=1e-4, atol=1e-5)
+    assert rows_only == len(info["export"]["partial_steps"])
 
 
 def test_default_sample_fits_a_small_vocabulary(dirs):

@@ -421,6 +421,44 @@ def test_exported_page_opens_from_file_offline_with_the_same_numbers(browser, to
     assert console_errors(browser) == []
 
 
+def test_export_of_an_untrained_translator_is_small_and_says_what_it_left_out(browser, tmp_path, capsys):
+    """An untrained translator never says <eos>: its export traces the first 32 tokens of the translation, stays
+    under 5 MB, says so on the page, and shows the model's own numbers for what it holds."""
+    from tformer import Seq2SeqConfig, Seq2SeqTransformer
+    from tformer.translation import Translator, train_bpe
+
+    torch.manual_seed(0)
+    text = ["I am good.", "the cat sat on the mat.", "a dog.", "the dog ate a bone."] * 3
+    src, tgt = train_bpe(text, 200, 1), train_bpe(["Je vais bien.", "le chat est assis.", "un chien."] * 3, 200, 1)
+    config = Seq2SeqConfig.preset("tiny", src_vocab_size=src.vocab_size, tgt_vocab_size=tgt.vocab_size, dropout=0.0)
+    translator = Translator(Seq2SeqTransformer(config).eval(), src, tgt)
+    translator.save(tmp_path / "untrained")
+    page = tmp_path / "untrained.html"
+    assert main(["explore", "--model", str(tmp_path / "untrained"), "--export", str(page)]) == 0
+    capsys.readouterr()
+    assert page.stat().st_size < 5_000_000
+    network_requests(browser)
+    open_page(browser, page.as_uri())
+    assert "first 32 tokens" in find(browser, "#export-note")[0].text
+    tokens = browser.execute_script("return window.explore.state.trace.tokens")
+    assert len(tokens["decoder"]) == 33  # <sos> + 32
+    src_ids = translator.encode_sources([browser.execute_script("return window.explore.state.text")])[0].tolist()
+    greedy = translate_ids(translator.model, torch.tensor([src_ids]), TRANSLATION_SOS, TRANSLATION_EOS, 32)[0]
+    t = trace(translator.model, src_ids, [TRANSLATION_SOS] + greedy)
+    step = browser.execute_script(
+        "return window.explore.state.trace.steps.find(s => s.stage === 'qk' && s.block === 'decoder' && s.kind === 'self').id"
+    )
+    find(browser, f"[data-testid=step][data-step-id='{step}']")[0].click()
+    wait(browser, lambda d: "Q·Kᵀ" in d.find_element("css selector", "#step-detail h2").text, "the decoder's Q·Kᵀ")
+    (table,) = find(browser, "#step-detail [data-testid=tensor-table]")
+    shown = [float(td.get_attribute("title")) for td in table.find_elements("css selector", "tbody td")]
+    want = t.get("qk", "decoder", 0, "self").tensor[0, 0]  # head 0: (33, 33)
+    assert shown == pytest.approx(want.flatten().tolist(), rel=1e-4, abs=1e-5)
+    shot(browser, "export-3-untrained-translator")
+    assert [u for u in network_requests(browser) if not u.startswith(("file:", "data:", "blob:"))] == []
+    assert console_errors(browser) == []
+
+
 # ──────────────────────────────── export buttons, teacher forcing, NSP ────────────────────────────────
 
 

@@ -4,7 +4,8 @@ The page's own files (``static/index.html``, and the scripts and styles it names
 to a fixed set of requests are embedded as ``<script type="application/json" id="tformer-data">``:
 ``{"exported": true, "answers": {"<name> <canonical JSON of params>": answer, ...}}``. The set: ``info``, every
 request of ``info.defaults`` (the default trace, greedy and beam decoding, sampling, fill-mask, NSP, as the
-family has them), and every tensor of the default trace (whole, and per head while the export stays small).
+family has them), and every tensor of the default trace (whole when small, else the rows the page shows first;
+``info.export`` says what was left out).
 The page reads the answers instead of calling the server, so it opens from ``file://`` with no network.
 
 Dimension legend: none (files and JSON).
@@ -25,6 +26,8 @@ from tformer.files import atomic_write
 __all__ = ["request_key", "export_answers", "export_html", "write_export"]
 
 SOME_ROWS = 8  # a tensor too big for one answer is exported as its rows 0..7 and its last row, as the page asks
+EXPORT_TENSOR_VALUES = 1 << 14  # an export holds a tensor whole up to this many values (batch 0), else SOME_ROWS
+EXPORT_TARGET_TOKENS = 32  # seq2seq: the default trace follows at most this many tokens of the greedy translation
 
 
 def request_key(name: str, params: dict) -> str:
@@ -39,7 +42,14 @@ def request_key(name: str, params: dict) -> str:
 
 
 def export_answers(session: Session) -> dict[str, Any]:
-    """The answers an exported page needs, keyed by :func:`request_key`."""
+    """The answers an exported page needs, keyed by :func:`request_key`.
+
+    The file stays small (a few MB) for any model: the default trace of a translation model follows at most
+    :data:`EXPORT_TARGET_TOKENS` of its greedy translation (an untrained one never stops), and a tensor over
+    :data:`EXPORT_TENSOR_VALUES` values is stored as the rows the page shows first. ``info.export`` says what was
+    left out, and ``info.max_tensor_values`` is the export's limit, so that the page asks for those rows."""
+    other = session.other.m if session.other is not None else None
+    session = Session(session.m, other, target_cap=EXPORT_TARGET_TOKENS)  # a fresh one: its traces are the export's
     answers: dict[str, Any] = {}
 
     def ask(name: str, params: dict) -> Any:
@@ -47,6 +57,9 @@ def export_answers(session: Session) -> dict[str, Any]:
         return answer
 
     info = ask("info", {})
+    limit = min(int(info["max_tensor_values"]), EXPORT_TENSOR_VALUES)
+    info["max_tensor_values"] = limit
+    partial: list[int] = []  # steps of the default trace kept as some rows
     exported: set[str] = set()  # trace ids whose tensors are in
     for request, params in info["defaults"].items():
         name = "decode" if request == "beam" else request
@@ -55,18 +68,44 @@ def export_answers(session: Session) -> dict[str, Any]:
         for trace in traces:  # the first of compare is the default trace when its text is
             if trace["trace_id"] not in exported:
                 exported.add(trace["trace_id"])
-                _tensors(ask, trace, info["max_tensor_values"])
+                cut = _tensors(ask, trace, limit)
+                partial += cut if name == "trace" else []
         if name == "compare":  # and b − a of every step whose shapes match
             same = {d["id"] for d in answer["diff"] if d["shape_a"] == d["shape_b"]}
             pairs = {"trace_a": answer["a"]["trace_id"], "trace_b": answer["b"]["trace_id"]}
             steps = {"steps": [s for s in answer["a"]["steps"] if s["id"] in same]}
-            _tensors(ask, steps, info["max_tensor_values"], "tensor_diff", **pairs)
+            _tensors(ask, steps, limit, "tensor_diff", **pairs)
+    info["export"] = _left_out(session, answers, info, limit, partial)
     return answers
 
 
-def _tensors(ask, trace: dict, limit: int, name: str = "tensor", **params: Any) -> None:
-    """Every step's tensor (or, with ``name="tensor_diff"``, difference): whole when it fits one answer, else
-    the rows the page asks for (0..7 and the last, one request each). No per-head copies: the page slices them."""
+def _left_out(session: Session, answers: dict, info: dict, limit: int, partial: list[int]) -> dict:
+    """``info.export``: the export's limits and, in one sentence for the page, what they left out."""
+    trace = answers[request_key("trace", info["defaults"]["trace"])]
+    decoder = trace["tokens"].get("decoder", [])
+    cut = info["family"] == "seq2seq" and "target" not in info["defaults"]["trace"]
+    cut = cut and len(decoder) - 1 >= session.target_cap  # the greedy translation reached the cap
+    notes = []
+    if cut:
+        notes.append(f"the traced translation is its first {session.target_cap} tokens")
+    if partial:
+        notes.append(
+            f"{len(partial)} steps over {limit:,} values keep only rows 0–{SOME_ROWS - 1} and the last "
+            "(tformer explore --model DIR shows them whole)"
+        )
+    return dict(
+        max_tensor_values=limit,
+        target_tokens=session.target_cap if cut else None,
+        partial_steps=partial,
+        note="not in this export: " + "; ".join(notes) if notes else "",
+    )
+
+
+def _tensors(ask, trace: dict, limit: int, name: str = "tensor", **params: Any) -> list[int]:
+    """Every step's tensor (or, with ``name="tensor_diff"``, difference): whole when it fits ``limit``, else
+    the rows the page asks for (0..7 and the last, one request each). No per-head copies: the page slices them.
+    Returns the ids of the steps kept as rows."""
+    partial = []
     for step in trace["steps"]:
         key = {**params, "id": step["id"]} if params else {"trace_id": trace["trace_id"], "id": step["id"]}
         shape = step["shape"][1:] if step["dims"][0] == "B" else step["shape"]
@@ -74,8 +113,10 @@ def _tensors(ask, trace: dict, limit: int, name: str = "tensor", **params: Any) 
             ask(name, key)
         else:
             n = shape[-2]
+            partial.append(step["id"])
             for row in sorted({*range(min(n, SOME_ROWS)), n - 1}):
                 ask(name, {**key, "row": row})
+    return partial
 
 
 def _numel(shape: list[int]) -> int:

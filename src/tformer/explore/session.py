@@ -54,11 +54,14 @@ class _Traced:
 class Session:
     """The explorer's state: one model, the traces computed so far; ``call(name, params)`` answers the API."""
 
-    def __init__(self, model: Model, other: Model | None = None, tag: str = "t") -> None:
+    def __init__(self, model: Model, other: Model | None = None, tag: str = "t", target_cap: int | None = None) -> None:
         self.m = model
         self.tag = tag  # the first letter of this session's trace ids
         self.other = Session(other, tag="b") if other is not None else None  # --compare: the second checkpoint
         self.max_tokens = model.max_tokens
+        # seq2seq: the most tokens of the greedy translation a trace without ``target`` feeds the decoder (an export
+        # sets it: an untrained model's translation runs to the context, and the trace's tensors grow with it)
+        self.target_cap = self.max_tokens - 1 if target_cap is None else min(target_cap, self.max_tokens - 1)
         self._traces: OrderedDict[str, _Traced] = OrderedDict()
         self._inputs: dict[str, dict] = {}  # trace_id → its inputs, to recompute a trace the LRU dropped
         self._lock = threading.Lock()  # one model, hooks attached while tracing: one call at a time
@@ -201,7 +204,7 @@ class Session:
             elif "target" in inputs:
                 tgt_ids = m.tgt.encode(inputs["target"])[0]
             else:  # the greedy translation
-                tgt_ids = decoding.greedy_ids(m, src_ids, self.max_tokens - 1)
+                tgt_ids = decoding.greedy_ids(m, src_ids, self.target_cap)
             self.check_length(len(tgt_ids) + 1, "target")
             tgt_ids = [TRANSLATION_SOS] + tgt_ids
             tgt_tokens = [m.tgt.vocab[i] if i < len(m.tgt.vocab) else str(i) for i in tgt_ids]

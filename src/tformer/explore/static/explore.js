@@ -193,7 +193,9 @@ async function someRows(name, base, step) {
     dims: [step.dims[step.dims.length - 2], ...parts[0].dims],
     rows: parts.map((p, i) => p.rows?.[0] ?? `row ${picks[i]}`),
     values: parts.map((p) => p.values),
-    partial: `rows ${picks.join(", ")} of ${n}: the whole tensor is too big for one answer`,
+    partial: EMBEDDED
+      ? `rows ${picks.join(", ")} of ${n}: the other rows are not in this export (tformer explore --model DIR shows them)`
+      : `rows ${picks.join(", ")} of ${n}: the whole tensor is too big for one answer`,
   };
 }
 
@@ -1208,6 +1210,7 @@ function setupFamily(info) {
   fillForms(info.defaults ?? {});
   if (EMBEDDED) {
     $("#export-note").hidden = false;
+    if (info.export?.note) $("#export-note").textContent += `. ${info.export.note}`;
     $$("#input-form input, #input-form button").forEach((n) => { n.disabled = true; });
   }
 }
