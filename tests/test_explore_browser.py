@@ -687,3 +687,86 @@ def test_exported_compare_opens_from_file_offline(browser, gpt_dir, tmp_path, ca
     assert {c.get_attribute("data-value") for c in find(browser, "#compare-detail [data-testid=diff-cell]")} == {"0"}
     assert [u for u in network_requests(browser) if not u.startswith(("file:", "data:", "blob:"))] == []
     assert console_errors(browser) == []
+
+
+# ──────────────────────────────── a Hugging Face model, two differing checkpoints ────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def hf_gpt2(tmp_path_factory):
+    """A tiny random transformers GPT2LMHeadModel converted with tformer.interop.from_hf, saved with a byte BPE."""
+    import transformers
+
+    from tformer.interop import from_hf
+    from tformer.lm import ByteBPETokenizer
+
+    path = tmp_path_factory.mktemp("hf_gpt2")
+    bpe = ByteBPETokenizer.train([" ".join(BERT_SENTENCES) * 3], vocab_size=280)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=bpe.vocab_size, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=2, eos_token_id=2
+    )
+    config._attn_implementation = "eager"  # so that HF returns its attention weights too
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # HF zero-inits biases and sets LayerNorms to 1/0: randomise so every weight matters
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model = from_hf(hf).eval()
+    model.save_pretrained(path)
+    bpe.save(path)
+    return path, model, bpe, hf
+
+
+def test_hf_converted_gpt2_shows_its_own_attention_weights(browser, hf_gpt2):
+    path, model, bpe, hf = hf_gpt2
+    with serve(path) as url:
+        open_page(browser, url)
+        ids = bpe.encode(browser.execute_script("return window.explore.state.text"))
+        assert len(browser.execute_script("return window.explore.state.trace.tokens.decoder")) == len(ids) > 3
+        t = trace(model, ids)
+        with torch.no_grad():
+            hf_weights = hf(torch.tensor([ids]), output_attentions=True).attentions  # per layer (1, H, T, T)
+        tab(browser, "attention")
+        for layer, head, q, k in [(0, 1, 2, 1), (1, 3, len(ids) - 1, 2)]:
+            cell = attention_cell(browser, "decoder", "self", layer, head, q, k)
+            want = float(t.get("weights", "decoder", layer, "self").tensor[0, head, q, k])
+            assert float(cell.get_attribute("data-value")) == pytest.approx(want, rel=1e-5, abs=1e-12) and want > 0
+            assert float(hf_weights[layer][0, head, q, k]) == pytest.approx(want, rel=1e-4, abs=1e-6)  # HF's own
+        shot(browser, "hf-gpt2-attention")
+        assert console_errors(browser) == []
+
+
+@pytest.fixture(scope="module")
+def gpt_dir_b(tmp_path_factory, gpt_dir) -> Path:
+    """gpt_dir's model shape and tokenizer with other random weights: a second checkpoint that differs."""
+    path = tmp_path_factory.mktemp("gpt_b")
+    shutil.copytree(gpt_dir, path, dirs_exist_ok=True)
+    torch.manual_seed(4)
+    GPT(GPT.from_pretrained(gpt_dir).config).save_pretrained(path)
+    return path
+
+
+def test_compare_two_differing_checkpoints_shows_b_minus_a(browser, gpt_dir, gpt_dir_b):
+    with serve(gpt_dir, compare=gpt_dir_b) as url:
+        open_page(browser, url)
+        tab(browser, "compare")
+        steps = wait_for(browser, "[data-testid=compare-step]", "the compared steps")
+        answer = post(url, "compare", text=browser.execute_script("return window.explore.state.text"), other="model")
+        listed = {int(s.get_attribute("data-step-id")): json.loads(s.get_attribute("data-max-abs-diff")) for s in steps}
+        assert listed == {d["id"]: d["max_abs_diff"] for d in answer["diff"]}
+        assert next(d for d in answer["diff"] if d["stage"] == "tokens")["max_abs_diff"] == 0  # the same input
+        weights = next(d for d in answer["diff"] if d["stage"] == "weights")
+        assert weights["max_abs_diff"] > 0  # other weights: other attention
+        compare_step(browser, weights["id"])
+        a, b = answer["a"]["trace_id"], answer["b"]["trace_id"]
+        want = post(url, "tensor_diff", trace_a=a, trace_b=b, id=weights["id"])["values"][0]  # head 0: (Tq, Tk)
+        cells = find(browser, "#compare-detail [data-testid=diff-cell][data-head='0']")
+        shown = {
+            (int(c.get_attribute("data-row")), int(c.get_attribute("data-col"))): float(c.get_attribute("data-value"))
+            for c in cells
+        }
+        assert shown == {(i, j): v for i, row in enumerate(want) for j, v in enumerate(row)}
+        assert any(v != 0 for v in shown.values())
+        assert "max |b − a|" in find(browser, "#compare-detail [data-testid=diff-summary]")[0].text
+        shot(browser, "gpt-6-compare-two-checkpoints")
+        assert console_errors(browser) == []
