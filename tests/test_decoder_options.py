@@ -63,8 +63,6 @@ def test_rmsnorm_is_the_formula_written_by_hand():
 
 
 def test_rmsnorm_equals_torch_rmsnorm():
-    if not hasattr(torch.nn, "RMSNorm"):  # PyTorch < 2.4: the formula test above is the reference
-        pytest.skip("torch.nn.RMSNorm needs PyTorch 2.4")
     torch.manual_seed(0)
     x = torch.randn(4, 5, 16)
     ours, theirs = RMSNorm(16, eps=1e-5), torch.nn.RMSNorm(16, eps=1e-5)
