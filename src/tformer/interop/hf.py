@@ -2,7 +2,9 @@
 
 ``from_hf(model)`` accepts
 
-* ``GPT2LMHeadModel`` / ``GPT2Model`` → :class:`tformer.GPT`;
+* ``GPT2LMHeadModel`` / ``GPT2Model``, ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
+  ``Qwen3ForCausalLM`` → :class:`tformer.GPT` (the config and weight mapping, both ways, are plain dicts in
+  :mod:`tformer.models.hf_format`, which also writes a GPT in the Hugging Face layout);
 * ``BertModel``, ``BertForPreTraining``, ``BertForMaskedLM``, ``BertForSequenceClassification``
   → :class:`tformer.Bert`;
 * ``MarianMTModel`` → :class:`tformer.Seq2SeqTransformer` (in :mod:`tformer.interop.hf_marian`).
@@ -41,10 +43,14 @@ from tformer.interop.common import activation, drop_tied, fuse_qkv, rename
 from tformer.interop.hf_marian import marian_from_hf
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.gpt import GPT, GPTConfig
+from tformer.models.hf_format import config_from_hf, load_state, state_from_hf
+from tformer.models.hf_format import gpt2_config_from_hf as gpt_config_from_hf  # its name here before the move
 from tformer.models.seq2seq import Seq2SeqTransformer
 
 __all__ = [
     "from_hf",
+    "gpt_config_from_hf",
+    "gpt_state_from_hf",
     "bert_config_from_hf",
     "bert_state_from_hf",
     "load_hf_bert_state",
@@ -80,23 +86,6 @@ _BERT_RENAMES = [
 ]
 _BERT_IGNORED = re.compile(r"(^|\.)embeddings\.position_ids$")  # a buffer, not a weight
 _BERT_HEADS = ("pooler.", "mlm_head.", "nsp_head.", "classifier.")  # may be missing from a checkpoint
-
-# HF GPT-2 weight names -> ours: the "transformer." prefix dropped, then the one rename that matches.
-_GPT2_PREFIX = [(r"^transformer\.", "")]
-_GPT2_RENAMES = [
-    (r"^wte\.", "embed.token."),
-    (r"^wpe\.", "embed.position."),
-    (r"^h\.(\d+)\.ln_1\.", r"decoder.layers.\1.add_norm1.norm."),
-    (r"^h\.(\d+)\.attn\.c_attn\.", r"decoder.layers.\1.self_attn.qkv_proj."),
-    (r"^h\.(\d+)\.attn\.c_proj\.", r"decoder.layers.\1.self_attn.out_proj."),
-    (r"^h\.(\d+)\.ln_2\.", r"decoder.layers.\1.add_norm3.norm."),
-    (r"^h\.(\d+)\.mlp\.c_fc\.", r"decoder.layers.\1.ff.linear1."),
-    (r"^h\.(\d+)\.mlp\.c_proj\.", r"decoder.layers.\1.ff.linear2."),
-    (r"^ln_f\.", "decoder.norm."),
-    (r"^lm_head\.", "output."),
-]
-_GPT2_IGNORED = re.compile(r"\.attn\.(bias|masked_bias)$")  # causal-mask buffers of older versions
-
 
 # ----------------------------------------------------------------------------------------------- BERT
 
@@ -224,55 +213,19 @@ def _bert_from_hf(model: Any) -> Bert:
 # ---------------------------------------------------------------------------------------------- GPT-2
 
 
-def gpt_config_from_hf(hf: Mapping) -> GPTConfig:
-    """Our :class:`GPTConfig` from a Hugging Face GPT-2 config dict; refuses what our GPT cannot express."""
-    for field in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
-        if hf.get(field):
-            raise ValueError(f"from_hf: GPT-2 with {field}=True is not supported")
-    if not hf.get("scale_attn_weights", True):
-        raise ValueError("from_hf: GPT-2 with scale_attn_weights=False is not supported (we always scale by 1/√d_k)")
-    d_model = hf["n_embd"]
-    return GPTConfig(
-        vocab_size=hf["vocab_size"],
-        d_model=d_model,
-        n_heads=hf["n_head"],
-        n_layers=hf["n_layer"],
-        d_ff=hf.get("n_inner") or 4 * d_model,
-        max_len=hf["n_positions"],
-        dropout=hf["resid_pdrop"],
-        attn_dropout=hf["attn_pdrop"],
-        activation=activation(hf["activation_function"], "activation_function"),
-        norm_eps=hf["layer_norm_epsilon"],
-        pad_id=hf.get("pad_token_id"),
-    )
+def gpt_state_from_hf(hf_state: Mapping[str, torch.Tensor], config: GPTConfig | None = None) -> dict[str, torch.Tensor]:
+    """GPT-2 weights renamed to our keys: :func:`tformer.models.hf_format.state_from_hf`, under its name from before
+    the move. Without ``config`` the head counts as untied: a ``lm_head.weight`` stays, as ``output.weight``."""
+    return state_from_hf(hf_state, config or _ANY_GPT2)
 
 
-def gpt_state_from_hf(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """GPT-2 weights renamed to our :class:`GPT` keys, ``Conv1D`` matrices transposed to ``Linear`` layout."""
-    state: dict[str, torch.Tensor] = {}
-    for key, tensor in hf_state.items():
-        if _GPT2_IGNORED.search(key):
-            continue
-        ours = rename(key, _GPT2_PREFIX, _GPT2_RENAMES, "GPT-2")
-        conv1d = ours.startswith("decoder.layers.") and tensor.dim() == 2  # every matrix in a GPT-2 block
-        state[ours] = tensor.t() if conv1d else tensor  # Conv1D (in, out) -> Linear (out, in)
-    return state
+_ANY_GPT2 = GPTConfig(vocab_size=1, d_model=8, n_heads=1, n_layers=1, d_ff=8, max_len=8, tie_embeddings=False)
 
 
 def _gpt_from_hf(model: Any) -> GPT:
-    ours = GPT(gpt_config_from_hf(model.config.to_dict()))
-    state = gpt_state_from_hf(model.state_dict())
-    drop_tied(
-        state,
-        "output.weight",
-        "embed.token.weight",  # ours is tied to embed.token
-        "from_hf: GPT-2 lm_head differs from the token embedding (tie_word_embeddings=False); "
-        "tformer's GPT converter only handles tied heads",
-    )
-    missing, unexpected = ours.load_state_dict(state, strict=False)
-    if [k for k in missing if k != "output.weight"] or unexpected:
-        raise ValueError(f"from_hf: GPT-2 weights do not fit the model: missing {missing}, unexpected {unexpected}")
-    return ours
+    """GPT-2, Llama, Mistral, Qwen2, Qwen3: the mapping lives in :mod:`tformer.models.hf_format`."""
+    config = config_from_hf(model.config.to_dict())
+    return load_state(GPT(config), state_from_hf(model.state_dict(), config))  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------------------ entry point
@@ -283,6 +236,9 @@ def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
 
     * ``GPT2LMHeadModel`` / ``GPT2Model`` → :class:`GPT` (output projection tied to the token embedding,
       as in GPT-2; a ``GPT2Model`` therefore gets GPT-2's LM head for free).
+    * ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM`` → :class:`GPT`
+      with RMSNorm, SwiGLU, RoPE, grouped-query attention, tied or untied head, Mistral's sliding window,
+      Qwen2's Q/K/V bias, Qwen3's q/k norm; every weight is used and every parameter filled.
     * ``BertModel`` → :class:`Bert` with the encoder and pooler copied; the MLM, NSP (and no
       classification) heads are freshly initialised.
     * ``BertForPreTraining`` → encoder, pooler, MLM and NSP heads copied.
@@ -293,7 +249,7 @@ def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
       (Marian's pad token); details in :mod:`tformer.interop.hf_marian`.
 
     Unsupported configurations (relative positions, attention-scaling variants, unknown activations,
-    untied output heads) raise ``ValueError``.
+    biases on some projections only, sliding windows on some layers only) raise ``ValueError`` naming the field.
     """
     import transformers
 
@@ -304,7 +260,15 @@ def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
         transformers.BertForSequenceClassification,
     )
     ours: GPT | Bert | Seq2SeqTransformer
-    if isinstance(model, (transformers.GPT2LMHeadModel, transformers.GPT2Model)):
+    decoders = (
+        transformers.GPT2LMHeadModel,
+        transformers.GPT2Model,
+        transformers.LlamaForCausalLM,
+        transformers.MistralForCausalLM,
+        transformers.Qwen2ForCausalLM,
+        transformers.Qwen3ForCausalLM,
+    )
+    if isinstance(model, decoders):
         ours = _gpt_from_hf(model)
     elif isinstance(model, bert_types):
         ours = _bert_from_hf(model)
@@ -312,7 +276,8 @@ def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
         ours = marian_from_hf(model)
     else:
         raise TypeError(
-            "from_hf expects GPT2LMHeadModel, GPT2Model, BertModel, BertForPreTraining, BertForMaskedLM, "
+            "from_hf expects GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+            "Qwen3ForCausalLM, BertModel, BertForPreTraining, BertForMaskedLM, "
             f"BertForSequenceClassification or MarianMTModel, got {type(model).__name__}"
         )
     first = next(model.parameters())
