@@ -35,7 +35,37 @@ OPTIONS = {
     "softcap": dict(attn_softcap=2.0, final_softcap=5.0),
     "all": dict(norm="rmsnorm", ffn="swiglu", n_kv_heads=2, qk_norm=True, bias=False, qkv_bias=True, positional="rope"),
 }
-OPTIONS["everything"] = dict(OPTIONS["all"], sliding_window=3, attn_softcap=5.0, final_softcap=10.0)
+OPTIONS["head_dim"] = dict(head_dim=8, positional="rope")  # Dh apart from d_model / n_heads: W_O is (D, H·Dh)
+OPTIONS["no_norm_scale"] = dict(norm="rmsnorm", norm_scale=False)
+OPTIONS["rope_yarn"] = dict(
+    positional="rope", rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8)
+)
+OPTIONS["gemma3"] = dict(  # local:global layers at their own RoPE bases, sandwich norms, scaled embeddings
+    norm="rmsnorm",
+    norm_weight_offset=1.0,
+    ffn="geglu",
+    qk_norm=True,
+    bias=False,
+    positional="rope",
+    head_dim=24,
+    n_kv_heads=2,
+    sliding_window=3,
+    sliding_window_pattern=2,
+    rope_base=1e6,
+    rope_local_base=100.0,
+    sandwich_norm=True,
+    embed_scale=True,
+    attn_scale=0.1,
+)
+OPTIONS["everything"] = dict(
+    OPTIONS["gemma3"],
+    attn_softcap=5.0,
+    final_softcap=10.0,
+    qkv_bias=True,
+    rope_scaling=dict(
+        rope_type="llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8
+    ),
+)
 
 
 def _gpt(seed: int = 0, **options) -> GPT:

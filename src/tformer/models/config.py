@@ -73,7 +73,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         self.check_types()
         check_positive(self, "d_model", "n_heads", "d_ff", "max_len", *self.POSITIVE)
-        if self.d_model % self.n_heads != 0:
+        if self.d_model % self.n_heads != 0 and "head_dim" not in self._field_names():  # else Dh is set apart
             raise ValueError(
                 f"{self._name('d_model')} must be divisible by n_heads, "
                 f"got d_model={self.d_model}, n_heads={self.n_heads}"
@@ -127,7 +127,8 @@ class ModelConfig:
         if getattr(self, "ffn", "mlp") != "mlp":  # a gated feed-forward has three D·F matrices, not two
             f = f * 3 // 2
         kv_heads = getattr(self, "n_kv_heads", None) or self.n_heads  # grouped-query: smaller W_K, W_V
-        attention = 2 * d * d + 2 * d * d * kv_heads // self.n_heads
+        width = self.n_heads * self.head_dim  # H·Dh: = D unless head_dim is set apart
+        attention = 2 * d * width + 2 * d * width * kv_heads // self.n_heads
         tables = [n for n in self._field_names() if n.endswith("vocab_size") or n in ("n_segments", "num_labels")]
         rows = self.max_len + sum(getattr(self, n) or 0 for n in tables)
         n_layers = getattr(self, "n_layers", 0) + getattr(self, "n_encoder_layers", 0)

@@ -39,7 +39,7 @@ from tformer.nn.cache import KVCache
 from tformer.nn.feedforward import GATED
 from tformer.nn.layers import Decoder, LayerConfig
 from tformer.nn.norms import NORMS
-from tformer.nn.positional import InputEmbedding, rotary_tables
+from tformer.nn.positional import ROPE_SCALINGS, InputEmbedding, rope_frequencies, rotary_tables
 
 __all__ = ["GPTConfig", "GPT"]
 
@@ -84,8 +84,37 @@ class GPTConfig(ModelConfig):
     sliding_window: int | None = None  # each position attends to the last this many positions only (Mistral)
     attn_softcap: float | None = None  # attention scores → c·tanh(scores / c) (Gemma 2)
     final_softcap: float | None = None  # logits → c·tanh(logits / c) (Gemma 2)
+    # per-head width Dh; None = d_model // n_heads, filled in by __post_init__ (so always an int after); Gemma sets it
+    head_dim: int | None = None  # type: ignore[assignment]  # the base class derives it; here a field
+    rope_scaling: dict | None = None  # RoPE for longer contexts: {"rope_type": "linear" | "llama3" | "yarn", ...}
+    sliding_window_pattern: int | None = None  # None: every layer slides; k: every k-th layer global (Gemma 3: 6)
+    rope_local_base: float | None = None  # RoPE base of the sliding layers, unscaled (Gemma 3: 10,000); None = same
+    norm_scale: bool = True  # False: no learned scale in the norms
+    sandwich_norm: bool = False  # a second norm on each sub-layer's output, before the residual add (Gemma 2/3)
+    embed_scale: bool = False  # token embeddings × √d_model (Gemma)
+    attn_scale: float | None = None  # the scores' factor; None = 1/√head_dim (Gemma 3: query_pre_attn_scalar^−½)
+
+    def __post_init__(self) -> None:
+        # head_dim is filled in before the shared checks, so ``config.head_dim`` is always the width in use
+        if self.head_dim is None and _divides(self.n_heads, self.d_model):
+            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
+        super().__post_init__()
+
+    def replace(self, **changes):
+        """A validated copy; a ``head_dim`` that followed d_model / n_heads keeps following them."""
+        follows = self.head_dim == self.d_model // self.n_heads
+        if "head_dim" not in changes and follows and ("d_model" in changes or "n_heads" in changes):
+            changes["head_dim"] = None
+        return super().replace(**changes)
 
     def validate(self) -> None:
+        if self.head_dim is None:  # left unfilled: d_model / n_heads is not a whole number
+            raise ValueError(
+                f"GPTConfig.d_model must be divisible by n_heads (or head_dim set), "
+                f"got d_model={self.d_model}, n_heads={self.n_heads}"
+            )
+        if self.head_dim <= 0:
+            raise ValueError(f"GPTConfig.head_dim must be None or > 0, got {self.head_dim}")
         self.check_choice("positional", ("sinusoidal", "learned", "rope"))
         self.check_choice("norm", NORMS)
         self.check_choice("ffn", ("mlp", *GATED))
@@ -94,7 +123,15 @@ class GPTConfig(ModelConfig):
                 f"GPTConfig.norm_weight_offset applies to norm='rmsnorm' only, got {self.norm_weight_offset} "
                 f"with norm={self.norm!r}"
             )
-        for name in ("sliding_window", "attn_softcap", "final_softcap"):
+        self._check_rope_scaling()
+        if self.sliding_window_pattern is not None and (self.sliding_window is None or self.sliding_window_pattern < 1):
+            raise ValueError(
+                f"GPTConfig.sliding_window_pattern must be None or >= 1 with a sliding_window set, "
+                f"got {self.sliding_window_pattern} (sliding_window={self.sliding_window})"
+            )
+        if self.sandwich_norm and not self.norm_first:
+            raise ValueError("GPTConfig.sandwich_norm needs norm_first=True (pre-LN)")
+        for name in ("sliding_window", "attn_softcap", "final_softcap", "rope_local_base", "attn_scale"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"GPTConfig.{name} must be None or > 0, got {value}")
@@ -104,11 +141,42 @@ class GPTConfig(ModelConfig):
                 f"got {self.n_kv_heads}"
             )
         if self.positional == "rope" and self.head_dim % 2 != 0:
-            raise ValueError(
-                f"GPTConfig.positional='rope' needs an even head dimension, got d_model / n_heads = "
-                f"{self.d_model} / {self.n_heads}"
-            )
+            raise ValueError(f"GPTConfig.positional='rope' needs an even head_dim, got head_dim={self.head_dim}")
         self.check_token_id("pad_id", self.vocab_size, optional=True)
+
+    def _check_rope_scaling(self) -> None:
+        s = self.rope_scaling
+        if s is None:
+            return
+        kind = s.get("rope_type") if isinstance(s, dict) else None
+        if kind not in ROPE_SCALINGS:
+            raise ValueError(
+                f"GPTConfig.rope_scaling must be None or an object with rope_type one of "
+                f"{', '.join(map(repr, ROPE_SCALINGS))}, got {s!r}"
+            )
+        required, optional = ROPE_SCALINGS[kind]
+        missing = [k for k in required if k not in s]
+        unknown = sorted(set(s) - {"rope_type", *required, *optional})
+        if missing or unknown:
+            raise ValueError(f"GPTConfig.rope_scaling ({kind}) lacks {missing} / has unknown keys {unknown}")
+        for key, value in s.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if key not in ("rope_type", "truncate") and value is not None and not (number and value > 0):
+                raise ValueError(f"GPTConfig.rope_scaling[{key!r}] must be a number > 0, got {value!r}")
+        if self.positional != "rope":
+            raise ValueError(f"GPTConfig.rope_scaling needs positional='rope', got positional={self.positional!r}")
+
+    def is_local(self, i: int) -> bool:
+        """Whether layer ``i`` attends through the sliding window (else to every earlier position)."""
+        k = self.sliding_window_pattern
+        return self.sliding_window is not None and (k is None or (i + 1) % k != 0)
+
+    @property
+    def layers(self) -> list[LayerConfig]:
+        """One :class:`LayerConfig` per layer: the global layers of a sliding-window pattern have no window."""
+        layer = self.layer
+        full = dataclasses.replace(layer, sliding_window=None)
+        return [layer if self.is_local(i) else full for i in range(self.n_layers)]
 
     @property
     def layer(self) -> LayerConfig:
@@ -123,7 +191,17 @@ class GPTConfig(ModelConfig):
             qkv_bias=self.qkv_bias,
             sliding_window=self.sliding_window,
             attn_softcap=self.attn_softcap,
+            head_dim=self.head_dim,
+            norm_scale=self.norm_scale,
+            sandwich_norm=self.sandwich_norm,
+            attn_scale=self.attn_scale,
         )
+
+
+def _divides(n: object, d: object) -> bool:
+    """``n`` divides ``d`` (both positive integers; anything else is left to the type checks)."""
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (n, d))
+    return ok and d % n == 0  # type: ignore[operator]
 
 
 class GPT(PretrainedMixin, nn.Module):
@@ -134,8 +212,16 @@ class GPT(PretrainedMixin, nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.embed = InputEmbedding(c.vocab_size, c.d_model, c.max_len, c.positional, scale=False, dropout=c.dropout)
-        self.decoder = Decoder(c.layer, c.n_layers, c.final_norm, cross_attention=False)
+        self.embed = InputEmbedding(
+            c.vocab_size, c.d_model, c.max_len, c.positional, scale=c.embed_scale, dropout=c.dropout
+        )
+        self.decoder = Decoder(c.layers, c.n_layers, c.final_norm, cross_attention=False)
+        self._rope: tuple[tuple[torch.Tensor, float], ...] = ()  # RoPE frequencies: global (, local) layers
+        if c.positional == "rope":
+            assert c.head_dim is not None  # filled in by GPTConfig.__post_init__
+            self._rope = (rope_frequencies(c.head_dim, c.rope_base, c.rope_scaling),)
+            if c.rope_local_base is not None:
+                self._rope += (rope_frequencies(c.head_dim, c.rope_local_base),)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.output.weight = self.embed.token.weight
@@ -193,14 +279,23 @@ class GPT(PretrainedMixin, nn.Module):
                 )
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
         x = self.embed(ids, where)  # (B, T, D)
-        rotary = None
+        rotary: list | tuple | None = None
         if isinstance(where, torch.Tensor) and rope:
-            cos, sin = rotary_tables(where, self.config.head_dim, self.config.rope_base)
-            rotary = (cos[:, None], sin[:, None]) if where.dim() == 2 else (cos, sin)  # (B or 1, 1, T, Dh)
+            tables = [self._rotary(where, f) for f in self._rope]  # global layers (, local layers)
+            rotary = tables[0]
+            if len(tables) == 2:  # Gemma 3: the sliding layers turn at their own base
+                rotary = [tables[1] if self.config.is_local(i) else tables[0] for i in range(self.config.n_layers)]
         x = self.decoder(x, self_mask=mask, causal=True, cache=cache, rotary=rotary)  # (B, T, D)
         logits = self.output(x)  # (B, T, V)
         cap = self.config.final_softcap
         return logits if cap is None else cap * torch.tanh(logits / cap)
+
+    def _rotary(
+        self, where: torch.Tensor, frequencies: tuple[torch.Tensor, float]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of positions ``where`` (T,) or (B, T), shaped to broadcast over heads: (B or 1, 1, T, Dh)."""
+        cos, sin = rotary_tables(where, 0, frequencies=frequencies)
+        return (cos[:, None], sin[:, None]) if where.dim() == 2 else (cos, sin)
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
         return KVCache(self.config.n_layers, max_len or self.config.max_len)

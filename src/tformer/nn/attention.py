@@ -67,6 +67,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     return_details: bool = False,
     is_causal: bool = False,
+    scale: float | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, AttentionDetails]:
     """softmax(Q·Kᵀ/√Dh, masked) · V for ``q`` (B, H, Tq, Dh), ``k``/``v`` (B, H, Tk, Dh).
 
@@ -74,14 +75,15 @@ def scaled_dot_product_attention(
     applied to the weights (pass 0 in eval mode). With ``return_details=True`` the readable reference
     path runs and returns ``(context, AttentionDetails)``; otherwise the fused kernel runs and only
     the context (B, H, Tq, Dh) is returned. ``is_causal=True`` (only without ``mask``) is the look-ahead
-    mask for Tq = Tk, applied inside the fused kernel without building a (Tq, Tk) tensor.
+    mask for Tq = Tk, applied inside the fused kernel without building a (Tq, Tk) tensor. ``scale`` replaces
+    1/√Dh (Gemma's ``query_pre_attn_scalar``^−½).
     """
     check_attention_mask(mask, is_causal)
     if return_details:
         if is_causal:  # the reference path spells the look-ahead mask out
             mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (1, 1, Tq, Tk)
-        return reference_attention(q, k, v, mask, dropout_p)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+        return reference_attention(q, k, v, mask, dropout_p, scale=scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
     if mask is not None:  # some kernels give NaN for fully masked rows: make them exactly 0
         has_key = mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
         if not bool(has_key.all()):
@@ -97,14 +99,16 @@ def reference_attention(
     dropout_p: float = 0.0,
     dropout: Callable[[torch.Tensor, float], torch.Tensor] = F.dropout,
     softcap: float | None = None,
+    scale: float | None = None,
 ) -> tuple[torch.Tensor, AttentionDetails]:
     """The reference path, step by step: returns the context (B, H, Tq, Dh) and the :class:`AttentionDetails`.
 
     ``dropout(weights, dropout_p)`` drops attention weights in training (``F.dropout``; ``tformer.fast``
     passes its cheaper CPU mask). ``softcap`` c bounds the scores softly to (−c, c): c·tanh(scores / c)
-    (Gemma 2); the details' ``scores`` are then the capped ones (``raw_scores``: Q·Kᵀ before scaling)."""
+    (Gemma 2); the details' ``scores`` are then the capped ones (``raw_scores``: Q·Kᵀ before scaling). ``scale``
+    replaces 1/√Dh: the scores are then Q·Kᵀ · scale."""
     raw = q @ k.transpose(-2, -1)  # (B, H, Tq, Dh) @ (B, H, Dh, Tk) -> (B, H, Tq, Tk)
-    scores = raw / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    scores = raw / math.sqrt(q.shape[-1]) if scale is None else raw * scale  # (B, H, Tq, Tk)
     if softcap is not None:
         scores = softcap * torch.tanh(scores / softcap)
     if mask is None:
@@ -166,6 +170,8 @@ class MultiHeadAttention(nn.Module):
       (Qwen3, Gemma 3);
     * ``sliding_window``: with ``causal=True``, each query sees only the last ``sliding_window`` positions
       (:func:`~tformer.nn.masks.sliding_window_mask`; Mistral). The KV cache still keeps every position;
+    * ``scale``: the scores' factor in place of 1/√Dh (Gemma 3's ``query_pre_attn_scalar``^−½);
+    * ``norm_weight_offset``: the QK-norm's scale is offset + weight (Gemma 3's 1 + w, as its other RMSNorms);
     * ``softcap``: scores soft-capped to (−c, c) by c·tanh(scores / c) (Gemma 2); this runs the reference path,
       since the fused kernel has no such step.
     """
@@ -188,6 +194,8 @@ class MultiHeadAttention(nn.Module):
         norm_eps: float = 1e-6,
         sliding_window: int | None = None,
         softcap: float | None = None,
+        scale: float | None = None,
+        norm_weight_offset: float = 0.0,
     ) -> None:
         super().__init__()
         if head_dim is None and d_model % n_heads != 0:
@@ -202,9 +210,9 @@ class MultiHeadAttention(nn.Module):
         qkv_bias = bias if qkv_bias is None else qkv_bias
         self.qkv_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=qkv_bias)  # rows: W_Q, W_K, W_V
         self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)  # W_O
-        self.q_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
-        self.sliding_window, self.softcap = sliding_window, softcap
+        self.q_norm = RMSNorm(self.head_dim, norm_eps, norm_weight_offset) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, norm_eps, norm_weight_offset) if qk_norm else None
+        self.sliding_window, self.softcap, self.scale = sliding_window, softcap, scale
 
     def forward(
         self,
@@ -323,11 +331,11 @@ class MultiHeadAttention(nn.Module):
         """The context (B, H, Tq, Dh): the fused path, or the reference path with its details while recording."""
         dropout_p = self.dropout if self.training else 0.0
         if self.softcap is not None:  # no fused kernel caps the scores
-            context, details = reference_attention(q, k, v, mask, dropout_p, softcap=self.softcap)
+            context, details = reference_attention(q, k, v, mask, dropout_p, softcap=self.softcap, scale=self.scale)
             return context, details if recording else None
         if not recording:
-            return self.attention(q, k, v, mask, dropout_p, is_causal=is_causal), None
-        return self.attention(q, k, v, mask, dropout_p, return_details=True)
+            return self.attention(q, k, v, mask, dropout_p, is_causal=is_causal, scale=self.scale), None
+        return self.attention(q, k, v, mask, dropout_p, return_details=True, scale=self.scale)
 
     def _merge_heads(self, context: torch.Tensor) -> torch.Tensor:
         """(B, H, Tq, Dh) -> (B, Tq, D): the heads side by side; one query position needs no transpose."""

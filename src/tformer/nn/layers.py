@@ -19,7 +19,7 @@ Dimension legend: B batch, S source length, T target length, D model dim, F feed
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +65,9 @@ class LayerConfig:
     qkv_bias: bool | None = None  # bias of W_Q/W_K/W_V; None = same as ``bias`` (Qwen2: True with bias=False)
     sliding_window: int | None = None  # causal self-attention sees only the last this many positions (Mistral)
     attn_softcap: float | None = None  # attention scores → c·tanh(scores / c) (Gemma 2)
+    norm_scale: bool = True  # False: the norms learn no scale (nor shift)
+    sandwich_norm: bool = False  # pre-LN plus a norm on each sub-layer's output before the residual (Gemma 2/3)
+    attn_scale: float | None = None  # the scores' factor; None = 1/√head_dim
 
     def __post_init__(self) -> None:
         if self.d_model <= 0 or self.n_heads <= 0 or self.d_ff <= 0:
@@ -80,6 +83,8 @@ class LayerConfig:
         for name in ("sliding_window", "attn_softcap"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive or None, got {getattr(self, name)}")
+        if self.sandwich_norm and not self.norm_first:
+            raise ValueError("sandwich_norm needs norm_first=True (pre-LN): the post-LN layer already norms the sum")
         if self.head_dim is not None and self.head_dim <= 0:
             raise ValueError(f"head_dim must be positive or None, got {self.head_dim}")
         if self.head_dim is None and self.d_model % self.n_heads != 0:
@@ -111,6 +116,8 @@ class LayerConfig:
             norm_eps=self.norm_eps,
             sliding_window=self.sliding_window,
             softcap=self.attn_softcap,
+            scale=self.attn_scale,
+            norm_weight_offset=self.norm_weight_offset,
         )
 
     def feed_forward(self) -> nn.Module:
@@ -121,7 +128,7 @@ class LayerConfig:
 
     def make_norm(self) -> nn.Module:
         """A new LayerNorm or RMSNorm over d_model."""
-        return make_norm(self.norm, self.d_model, self.norm_eps, self.bias, self.norm_weight_offset)
+        return make_norm(self.norm, self.d_model, self.norm_eps, self.bias, self.norm_weight_offset, self.norm_scale)
 
 
 class FeedForward(nn.Module):
@@ -142,16 +149,22 @@ class FeedForward(nn.Module):
 
 
 class AddNorm(nn.Module):
-    """Residual connection + LayerNorm around one sub-layer, post-LN or pre-LN."""
+    """Residual connection + LayerNorm around one sub-layer, post-LN or pre-LN.
+
+    ``sandwich_norm`` (with pre-LN) adds a second norm on the sub-layer's output: ``x + post(sublayer(norm(x)))``.
+    """
 
     def __init__(self, cfg: LayerConfig) -> None:
         super().__init__()
         self.norm = cfg.make_norm()
+        self.post_norm = cfg.make_norm() if cfg.sandwich_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
     def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
         h = sublayer(self.norm(x) if self.norm_first else x)
+        if self.post_norm is not None:
+            h = self.post_norm(h)
         if self.training:  # dropout is the identity in evaluation: decoding skips even the call
             h = self.dropout(h)
         return x + h if self.norm_first else self.norm(x + h)
@@ -222,13 +235,25 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """N decoder layers; the same encoder output ``memory`` feeds the cross-attention of every layer."""
+    """N decoder layers; the same encoder output ``memory`` feeds the cross-attention of every layer.
+
+    ``cfg`` may be one :class:`LayerConfig` per layer (their sliding windows may differ: Gemma 3's local and global
+    layers), and ``rotary`` in :meth:`forward` one (cos, sin) pair per layer (their RoPE bases may differ).
+    """
 
     def __init__(
-        self, cfg: LayerConfig, n_layers: int, final_norm: bool | None = None, cross_attention: bool = True
+        self,
+        cfg: LayerConfig | Sequence[LayerConfig],
+        n_layers: int,
+        final_norm: bool | None = None,
+        cross_attention: bool = True,
     ) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(cfg, cross_attention) for _ in range(n_layers))
+        configs = [cfg] * n_layers if isinstance(cfg, LayerConfig) else list(cfg)
+        if len(configs) != n_layers:
+            raise ValueError(f"Decoder got {len(configs)} layer configs for n_layers={n_layers}")
+        cfg = configs[-1]  # the final norm's kind
+        self.layers = nn.ModuleList(DecoderLayer(c, cross_attention) for c in configs)
         final_norm = cfg.norm_first if final_norm is None else final_norm
         self.norm = cfg.make_norm() if final_norm else None
 
@@ -240,13 +265,15 @@ class Decoder(nn.Module):
         memory_mask: torch.Tensor | None = None,
         causal: bool = True,
         cache: KVCache | None = None,
-        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache has {len(cache)} layers, the decoder has {len(self.layers)}")
+        per_layer = isinstance(rotary, list)  # one (cos, sin) pair per layer, else one for all
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
-            x = layer(x, memory, self_mask, memory_mask, causal, layer_cache, rotary)  # (B, T, D)
+            layer_rotary = rotary[i] if per_layer else rotary  # type: ignore[index]
+            x = layer(x, memory, self_mask, memory_mask, causal, layer_cache, layer_rotary)  # (B, T, D)
         return x if self.norm is None else self.norm(x)
 
 

@@ -10,6 +10,10 @@
 * :func:`rotary_tables` / :func:`apply_rotary` — rotary position embedding (RoPE, Su et al. 2021, as in
   GPT-NeoX and LLaMA): nothing is added to the input; inside self-attention each query and key is rotated
   by an angle proportional to its position, so their dot product depends only on the distance.
+  :func:`rope_frequencies` gives the angles' frequencies, stretched for longer contexts by a ``scaling``
+  (Hugging Face's ``rope_scaling`` keys): ``linear`` (position interpolation), ``llama3`` (Llama 3.1: low
+  frequencies slowed, high ones kept, a smooth ramp between) or ``yarn`` (a ramp by rotations per context, plus an
+  attention factor on cos and sin).
 * :class:`InputEmbedding` — token embedding (optionally × √d_model, as in the paper) + position
   (+ segment for BERT) (+ LayerNorm for BERT) → dropout.
 
@@ -19,6 +23,8 @@ Dimension legend: B batch, T sequence length, D model dim, V vocabulary size.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,6 +33,8 @@ __all__ = [
     "sinusoidal_table",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
+    "ROPE_SCALINGS",
+    "rope_frequencies",
     "rotary_tables",
     "apply_rotary",
     "InputEmbedding",
@@ -74,20 +82,104 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.weight[positions]  # (..., D)
 
 
-def rotary_tables(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the rotation angles, each (..., T, head_dim), for ``positions`` (T,) or (B, T).
+# the keys each RoPE scaling takes (Hugging Face's names); the first group is required
+ROPE_SCALINGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "linear": (("factor",), ()),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"), ()),
+    "yarn": (
+        ("factor", "original_max_position_embeddings"),
+        ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate"),
+    ),
+}
 
-    Dimension i and i + head_dim/2 form a pair (GPT-NeoX/LLaMA's "rotate half" layout) turned by
-    position × base^(−2i/head_dim); both halves of the table repeat the same angles.
+
+def rope_frequencies(
+    head_dim: int, base: float = 10000.0, scaling: Mapping[str, Any] | None = None
+) -> tuple[torch.Tensor, float]:
+    """The inverse frequencies (Dh/2,) of RoPE, base^(−2i/Dh), as scaled by ``scaling``, and the factor on cos/sin.
+
+    ``scaling`` is ``None`` or ``{"rope_type": "linear" | "llama3" | "yarn", ...}`` with the keys of
+    :data:`ROPE_SCALINGS`; the factor is 1 except for YaRN (0.1·ln(factor) + 1 unless given).
     """
     if head_dim % 2 != 0:
         raise ValueError(f"rotary position embedding needs an even head dimension, got head_dim={head_dim}")
-    inv_freq = base ** (
-        -torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim
-    )  # (Dh/2,)
-    angles = positions.float()[..., None] * inv_freq  # (..., T, Dh/2)
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim  # 2i/Dh
+    inv_freq = 1.0 / (base**exponents)  # (Dh/2,): the angle per position of pair i
+    kind = None if scaling is None else scaling.get("rope_type")
+    if kind is None or kind == "default":
+        return inv_freq, 1.0
+    factor = float(scaling["factor"])  # type: ignore[index]  # kind is not None: scaling is a mapping
+    if kind == "linear":  # positions / factor, the same as every frequency / factor
+        return inv_freq / factor, 1.0
+    if kind == "llama3":
+        return _llama3(inv_freq, factor, scaling), 1.0  # type: ignore[arg-type]
+    if kind == "yarn":
+        return _yarn(inv_freq, head_dim, base, factor, scaling)  # type: ignore[arg-type]
+    raise ValueError(f"rope_scaling rope_type must be one of {sorted(ROPE_SCALINGS)}, got {kind!r}")
+
+
+def _llama3(inv_freq: torch.Tensor, factor: float, s: Mapping[str, Any]) -> torch.Tensor:
+    """Llama 3.1: wavelengths longer than context / low_freq_factor slowed by ``factor``, shorter than
+    context / high_freq_factor kept, a linear blend in 1/wavelength between."""
+    context, low, high = s["original_max_position_embeddings"], s["low_freq_factor"], s["high_freq_factor"]
+    wavelen = 2 * math.pi / inv_freq  # (Dh/2,)
+    scaled = torch.where(wavelen > context / low, inv_freq / factor, inv_freq)
+    smooth = (context / wavelen - low) / (high - low)  # 0 at the slow end of the blend, 1 at the fast end
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= context / high) & (wavelen <= context / low)
+    return torch.where(medium, blended, scaled)
+
+
+def _yarn(
+    inv_freq: torch.Tensor, head_dim: int, base: float, factor: float, s: Mapping[str, Any]
+) -> tuple[torch.Tensor, float]:
+    """YaRN (Peng et al. 2023): pairs that turn fewer than ``beta_slow`` times over the original context are
+    interpolated (÷ factor), more than ``beta_fast`` times kept, a linear ramp between; cos and sin × the factor."""
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = s.get("attention_factor")
+    if attention is None:
+        m, m_all = s.get("mscale"), s.get("mscale_all_dim")
+        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+    context = s["original_max_position_embeddings"]
+
+    def pair_of(rotations: float) -> float:  # the pair that turns ``rotations`` times over the context
+        return head_dim * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = pair_of(s.get("beta_fast") or 32), pair_of(s.get("beta_slow") or 1)
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low if high != low else 0.001)).clamp(
+        0, 1
+    )  # 0: keep (extrapolate), 1: interpolate
+    keep = 1 - ramp  # (the blend written as Hugging Face writes it, so the floats are the same to the last bit)
+    pos_freqs = base ** (torch.arange(0, head_dim, 2).float() / head_dim)
+    extrapolated, interpolated = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    return interpolated * (1 - keep) + extrapolated * keep, float(attention)
+
+
+def rotary_tables(
+    positions: torch.Tensor,
+    head_dim: int,
+    base: float = 10000.0,
+    scaling: Mapping[str, Any] | None = None,
+    frequencies: tuple[torch.Tensor, float] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotation angles, each (..., T, head_dim), for ``positions`` (T,) or (B, T).
+
+    Dimension i and i + head_dim/2 form a pair (GPT-NeoX/LLaMA's "rotate half" layout) turned by
+    position × base^(−2i/head_dim) (as :func:`rope_frequencies` scales it); both halves of the table repeat the same
+    angles. ``frequencies``: that function's output, computed once by the caller.
+    """
+    inv_freq, factor = frequencies if frequencies is not None else rope_frequencies(head_dim, base, scaling)
+    angles = positions.float()[..., None] * inv_freq.to(positions.device, torch.float32)  # (..., T, Dh/2)
     angles = torch.cat([angles, angles], dim=-1)  # (..., T, Dh)
-    return angles.cos(), angles.sin()
+    if factor == 1.0:
+        return angles.cos(), angles.sin()
+    return angles.cos() * factor, angles.sin() * factor
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,217 @@
+"""The layer-level options of today's decoders (issue 24): RoPE scaling, ``head_dim``, per-layer windows and RoPE
+bases (Gemma 3's local:global pattern), sandwich norms, norms without a scale, scaled embeddings, the attention scale.
+
+The RoPE frequencies are checked against ``transformers``' own functions (``ROPE_INIT_FUNCTIONS``); the rest against
+the formula written out, or against an equivalent model built another way.
+"""
+
+import math
+
+import pytest
+import torch
+
+from tformer import GPT, GPTConfig
+from tformer.nn.attention import reference_attention, scaled_dot_product_attention
+from tformer.nn.layers import AddNorm, LayerConfig
+from tformer.nn.positional import rope_frequencies, rotary_tables
+
+VOCAB = 40
+LLAMA3 = dict(
+    rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64
+)
+
+
+def _gpt(seed: int = 0, **options) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, dropout=0.0, max_len=64, **options)).eval()
+
+
+# ------------------------------------------------------------------------------------------------- RoPE
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        dict(rope_type="linear", factor=4.0),
+        dict(LLAMA3, original_max_position_embeddings=8192),
+        dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=4096),
+        dict(
+            rope_type="yarn", factor=8.0, original_max_position_embeddings=2048, beta_fast=16, beta_slow=2, mscale=1.0
+        ),
+        dict(rope_type="yarn", factor=8.0, original_max_position_embeddings=2048, mscale=1.0, mscale_all_dim=0.8),
+    ],
+    ids=["linear", "llama3", "yarn", "yarn-betas", "yarn-mscale"],
+)
+@pytest.mark.parametrize("head_dim, base", [(64, 10000.0), (128, 500000.0)])
+def test_rope_frequencies_equal_transformers_own_functions(scaling, head_dim, base):
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = transformers.LlamaConfig(
+        hidden_size=head_dim * 4,
+        num_attention_heads=4,
+        head_dim=head_dim,
+        max_position_embeddings=16384,
+        rope_parameters={"rope_theta": base, **scaling},
+    )
+    theirs, their_factor = ROPE_INIT_FUNCTIONS[scaling["rope_type"]](config, "cpu")
+    ours, factor = rope_frequencies(head_dim, base, scaling)
+    assert torch.equal(ours, theirs)
+    assert factor == pytest.approx(their_factor, abs=1e-12)
+
+
+def test_unscaled_frequencies_are_base_to_the_minus_2i_over_d():
+    inv_freq, factor = rope_frequencies(8, 100.0)
+    assert torch.allclose(inv_freq, torch.tensor([1.0, 100 ** (-2 / 8), 100 ** (-4 / 8), 100 ** (-6 / 8)]))
+    assert factor == 1.0
+
+
+def test_linear_scaling_is_positions_divided_by_the_factor():
+    positions = torch.arange(12)
+    cos, sin = rotary_tables(positions, 16, 10000.0, dict(rope_type="linear", factor=4.0))
+    cos0, sin0 = rotary_tables(positions.float() / 4.0, 16, 10000.0)
+    assert torch.allclose(cos, cos0, atol=1e-6) and torch.allclose(sin, sin0, atol=1e-6)
+
+
+def test_llama3_keeps_the_fast_pairs_and_slows_the_slow_ones_by_the_factor():
+    plain, _ = rope_frequencies(64, 500000.0)
+    scaled, _ = rope_frequencies(64, 500000.0, LLAMA3)
+    wavelength = 2 * math.pi / plain
+    fast, slow = wavelength < 64 / 4, wavelength > 64 / 1
+    assert fast.any() and slow.any()
+    assert torch.equal(scaled[fast], plain[fast]) and torch.allclose(scaled[slow], plain[slow] / 8)
+
+
+def test_yarn_scales_cos_and_sin_by_its_attention_factor():
+    scaling = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16)
+    cos, sin = rotary_tables(torch.arange(5), 16, 10000.0, scaling)
+    factor = 0.1 * math.log(4.0) + 1.0
+    assert torch.allclose(cos.square() + sin.square(), torch.full_like(cos, factor**2), atol=1e-5)
+
+
+def test_a_gpt_with_rope_scaling_uses_the_scaled_frequencies():
+    ids = torch.randint(0, VOCAB, (1, 9))
+    a = _gpt(positional="rope", rope_scaling=dict(rope_type="linear", factor=1.0))
+    b, c = _gpt(positional="rope"), _gpt(positional="rope", rope_scaling=dict(rope_type="linear", factor=4.0))
+    assert torch.allclose(a(ids), b(ids), atol=1e-6)  # factor 1 is no scaling
+    assert not torch.allclose(c(ids), b(ids), atol=1e-3)
+
+
+# -------------------------------------------------------------------------------------- head_dim, config
+
+
+def test_head_dim_follows_d_model_and_n_heads_unless_set_apart():
+    config = GPTConfig.preset("tiny", vocab_size=VOCAB)
+    assert config.head_dim == 16 and config.replace(d_model=128).head_dim == 32
+    apart = config.replace(head_dim=24)
+    assert apart.replace(d_model=128).head_dim == 24  # set apart: kept
+    assert GPTConfig.from_dict({k: v for k, v in config.to_dict().items() if k != "head_dim"}) == config  # 0.1 files
+    model = GPT(apart.replace(n_kv_heads=2))
+    attn = model.decoder.layers[0].self_attn
+    assert attn.qkv_proj.weight.shape == (4 * 24 + 2 * 2 * 24, 64) and attn.out_proj.weight.shape == (64, 96)
+    assert GPTConfig.preset("tiny", vocab_size=VOCAB, d_model=66, head_dim=16).head_dim == 16  # 66 / 4 is no int
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(d_model=66), "d_model must be divisible by n_heads"),
+        (dict(head_dim=0), "head_dim must be None or > 0"),
+        (dict(positional="rope", rope_scaling="yarn"), "rope_scaling must be None or an object"),
+        (dict(positional="rope", rope_scaling=dict(rope_type="ntk", factor=2.0)), "rope_type one of"),
+        (dict(positional="rope", rope_scaling=dict(rope_type="yarn", factor=2.0)), "lacks.*original_max"),
+        (dict(positional="rope", rope_scaling=dict(rope_type="linear", factor=2.0, fact=1)), "unknown keys.*fact"),
+        (dict(positional="rope", rope_scaling=dict(rope_type="linear", factor=-2.0)), r"\['factor'\].*> 0"),
+        (dict(rope_scaling=dict(rope_type="linear", factor=2.0)), "needs positional='rope'"),
+        (dict(sliding_window_pattern=2), "sliding_window_pattern must be None or >= 1 with a sliding_window"),
+        (dict(sandwich_norm=True, norm_first=False), "sandwich_norm needs norm_first=True"),
+        (dict(rope_local_base=0.0), "rope_local_base must be None or > 0"),
+        (dict(attn_scale=-1.0), "attn_scale must be None or > 0"),
+    ],
+)
+def test_the_config_names_the_field(change, message):
+    with pytest.raises(ValueError, match=message):
+        GPTConfig.preset("tiny", vocab_size=VOCAB, **change)
+
+
+# ------------------------------------------------------------------------------- local and global layers
+
+
+def test_the_pattern_makes_every_kth_layer_global():
+    model = _gpt(n_layers=6, sliding_window=4, sliding_window_pattern=3)
+    windows = [layer.self_attn.sliding_window for layer in model.decoder.layers]
+    assert windows == [4, 4, None, 4, 4, None]
+    assert [layer.self_attn.sliding_window for layer in _gpt(sliding_window=4).decoder.layers] == [4, 4]
+
+
+def test_a_global_layer_sees_what_the_windows_forget():
+    """Two layers with a window of 1 see only their own position; make the second global and the first token
+    reaches the last position's logits."""
+    ids = torch.randint(1, VOCAB, (1, 6))
+    changed = ids.clone()
+    changed[0, 0] = 0
+    local = _gpt(sliding_window=1)
+    assert torch.allclose(local(ids)[:, -1], local(changed)[:, -1], atol=1e-6)
+    mixed = _gpt(sliding_window=1, sliding_window_pattern=2)
+    assert not torch.allclose(mixed(ids)[:, -1], mixed(changed)[:, -1], atol=1e-4)
+
+
+def test_the_sliding_layers_turn_at_their_own_rope_base():
+    """Every layer local: a local base of 100 is the same model as a global base of 100; with the pattern, the
+    global layers keep theirs (and their scaling)."""
+    ids = torch.randint(0, VOCAB, (2, 8))
+    local = _gpt(positional="rope", sliding_window=5, rope_base=1e6, rope_local_base=100.0)
+    same = _gpt(positional="rope", sliding_window=5, rope_base=100.0)
+    assert torch.allclose(local(ids), same(ids), atol=1e-6)
+    mixed = _gpt(positional="rope", sliding_window=5, sliding_window_pattern=2, rope_base=1e6, rope_local_base=100.0)
+    assert not torch.allclose(mixed(ids), same(ids), atol=1e-4)
+
+
+# --------------------------------------------------------------------------------- norms, scales, embeddings
+
+
+def test_sandwich_norm_norms_the_sublayer_output_before_the_residual():
+    cfg = LayerConfig(8, 2, 16, dropout=0.0, norm_first=True, norm="rmsnorm", sandwich_norm=True)
+    add_norm = AddNorm(cfg)
+    with torch.no_grad():
+        add_norm.norm.weight.uniform_(0.5, 1.5)
+        add_norm.post_norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, 8)
+
+    def rms(t, w):
+        return t / torch.sqrt(t.square().mean(-1, keepdim=True) + 1e-5) * w
+
+    def sublayer(h):
+        return 3.0 * h + 1.0
+
+    expected = x + rms(sublayer(rms(x, add_norm.norm.weight)), add_norm.post_norm.weight)
+    assert torch.allclose(add_norm(x, sublayer), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_a_norm_without_scale_learns_nothing(norm):
+    model = _gpt(norm=norm, norm_scale=False)
+    assert not [n for n, _ in model.named_parameters() if "norm" in n]
+    x = torch.randn(2, 3, 64)
+    centred = x - x.mean(-1, keepdim=True) if norm == "layernorm" else x
+    expected = centred / torch.sqrt(centred.square().mean(-1, keepdim=True) + 1e-5)
+    assert torch.allclose(model.decoder.norm(x), expected, atol=1e-5)
+
+
+def test_embed_scale_multiplies_the_token_embeddings_by_the_root_of_d_model():
+    model = _gpt(embed_scale=True, positional="rope")
+    ids = torch.tensor([[3, 5, 7]])
+    assert torch.allclose(model.embed(ids), model.embed.token.weight[ids[0]][None] * 8.0)
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0])
+def test_the_attention_scale_replaces_one_over_root_dh_in_both_paths(scale):
+    q, k, v = torch.randn(3, 2, 1, 5, 8).unbind(0)
+    mask = torch.ones(1, 1, 5, 5, dtype=torch.bool).tril()
+    out, details = reference_attention(q, k, v, mask, scale=scale)
+    assert torch.allclose(details.scores, q @ k.transpose(-2, -1) * scale)
+    expected = torch.softmax((q @ k.transpose(-2, -1) * scale).masked_fill(~mask, -torch.inf), -1) @ v
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert torch.allclose(scaled_dot_product_attention(q, k, v, mask, scale=scale), expected, atol=1e-6)
+    model = _gpt(attn_scale=scale)
+    assert model.decoder.layers[0].self_attn.scale == scale
