@@ -1,8 +1,9 @@
 """Checkpoints: ``save_pretrained(dir)`` / ``from_pretrained(dir)``.
 
 A model directory holds ``config.json`` (the config fields plus ``model_type``) and
-``model.safetensors`` (the weights). Both are written atomically (temp file + rename), so an
-interrupted save never leaves a half-written checkpoint behind. Nothing is unpickled: weights go
+``model.safetensors`` (the weights); ``save_pretrained(dir, format="hf")`` writes a GPT in the Hugging Face
+layout instead (:mod:`tformer.models.hf_format`, which registers itself here with :func:`register_hf_layout`).
+Both are written atomically (temp file + rename), so an interrupted save never leaves a half-written checkpoint behind. Nothing is unpickled: weights go
 through safetensors, everything else through JSON. Tied weights are stored once.
 
 The config is read back with ``config_class.from_dict``, which maps the field names of older
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,12 +31,30 @@ from tformer.checks import read_json_object
 from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
 
-__all__ = ["load_pretrained", "model_dir", "check_vocab", "CONFIG_NAME", "WEIGHTS_NAME", "BEST_DIR"]
+__all__ = [
+    "load_pretrained",
+    "model_dir",
+    "register_hf_layout",
+    "check_vocab",
+    "CONFIG_NAME",
+    "WEIGHTS_NAME",
+    "BEST_DIR",
+]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 BEST_DIR = "best"  # a training run's best model: OUT/best/
 _MODEL_TYPES: dict[str, Any] = {}  # model_type -> model class
+# model_type -> model -> (Hugging Face config.json dict, weights in Hugging Face names); filled by
+# tformer.models.hf_format, which imports this module (so this one cannot import it back)
+_HF_LAYOUTS: dict[str, Callable[[Any], tuple[dict[str, Any], dict[str, torch.Tensor]]]] = {}
+
+
+def register_hf_layout(
+    model_type: str, layout: Callable[[Any], tuple[dict[str, Any], dict[str, torch.Tensor]]]
+) -> None:
+    """Let ``save_pretrained(format="hf")`` write models of ``model_type`` through ``layout(model)``."""
+    _HF_LAYOUTS[model_type] = layout
 
 
 def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -62,12 +82,29 @@ class PretrainedMixin(torch.nn.Module):
         if cls.model_type:
             _MODEL_TYPES[cls.model_type] = cls
 
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+    def save_pretrained(self, directory: str | os.PathLike, format: str = "tformer") -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into ``directory``; returns it.
+
+        ``format="tformer"`` (the default) keeps our field and weight names; ``format="hf"`` writes the
+        Hugging Face layout that ``transformers.AutoModelForCausalLM.from_pretrained`` reads (GPT models only:
+        :mod:`tformer.models.hf_format`). Anything that cannot be written is refused before a file is touched.
+        """
+        if format not in ("tformer", "hf"):
+            raise ValueError(f"save_pretrained format must be 'tformer' or 'hf', got {format!r}")
+        if format == "hf":
+            layout = _HF_LAYOUTS.get(self.model_type)
+            if layout is None:
+                raise ValueError(
+                    f"save_pretrained(format='hf'): {type(self).__name__} has no Hugging Face layout "
+                    f"(only {sorted(_HF_LAYOUTS)} models have one)"
+                )
+            config, state = layout(self)
+        else:
+            config = {"model_type": self.model_type, **self.config.to_dict()}
+            state = _unique_state(cast(torch.nn.Module, self))
+        text = json.dumps(config, indent=2, sort_keys=True) + "\n"
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        config = {"model_type": self.model_type, **self.config.to_dict()}
-        text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-        state = _unique_state(cast(torch.nn.Module, self))
         atomic_write(directory / WEIGHTS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
         atomic_write(directory / CONFIG_NAME, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
         return directory

@@ -22,12 +22,15 @@ directory can be read (and a tformer :class:`~tformer.models.gpt.GPT` written in
   ``"mistral"`` (sliding window) where Llama's config has no field for it.
 * ``dtype_from_hf(hf) -> torch.dtype | None``: the weights' dtype a ``config.json`` names.
 
+The config functions live in :mod:`tformer.models.hf_config` (re-exported here); the weight names here.
+``save_pretrained(dir, format="hf")`` of a :class:`GPT` goes through this module, registered with
+:func:`tformer.models.checkpoint.register_hf_layout` (the checkpoint module cannot import it: it imports that one).
+
 Dimension legend: D model dim, H query heads, Hkv key/value heads, Dh head dim, V vocabulary size.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -35,35 +38,32 @@ from typing import Any
 import torch
 from torch import nn
 
+from tformer.models.checkpoint import register_hf_layout
 from tformer.models.gpt import GPT, GPTConfig
+from tformer.models.hf_config import (
+    ARCHITECTURES,
+    LLAMA_TYPES,
+    config_from_hf,
+    config_to_hf,
+    dtype_from_hf,
+    gpt2_config_from_hf,
+    gpt2_layout,
+    hf_model_type,
+)
 
 __all__ = [
     "config_from_hf",
     "state_from_hf",
     "load_state",
     "gpt_from_hf",
+    "hf_model_type",
+    "config_to_hf",
+    "state_to_hf",
     "dtype_from_hf",
     "gpt2_config_from_hf",
     "LLAMA_TYPES",
+    "ARCHITECTURES",
 ]
-
-LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # one weight layout, a few config quirks each
-ARCHITECTURES = {
-    "gpt2": "GPT2LMHeadModel",
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-}
-# GPT-2's ``activation_function`` -> ours (and back: the first name of each of ours)
-_GPT2_ACTIVATIONS = {
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu": "gelu",
-    "relu": "relu",
-    "relu2": "relu2",
-}
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 # (Hugging Face name, ours) prefixes; {i} is the layer index. Read both ways.
 _GPT2_NAMES = [
@@ -93,166 +93,6 @@ _LLAMA_NAMES = [
 _IGNORED = re.compile(r"\.attn\.(bias|masked_bias)$|\.rotary_emb\.inv_freq$")  # buffers of older versions
 
 
-def _gpt2_layout(config: GPTConfig) -> bool:
-    """Which of the two weight layouts ``config`` has: GPT-2's (plain MLP) or Llama's (gated feed-forward)."""
-    return config.ffn == "mlp"
-
-
-# ------------------------------------------------------------------------------------------------ config
-
-
-def config_from_hf(hf: Mapping) -> GPTConfig:
-    """Our :class:`GPTConfig` for a Hugging Face decoder config dict; refuses what GPTConfig cannot express."""
-    model_type = hf.get("model_type")
-    if model_type == "gpt2":
-        return gpt2_config_from_hf(hf)
-    if model_type in LLAMA_TYPES:
-        return _llama_config_from_hf(hf, model_type)
-    raise ValueError(f"config model_type={model_type!r} is not supported; supported: {sorted(ARCHITECTURES)}")
-
-
-def gpt2_config_from_hf(hf: Mapping) -> GPTConfig:
-    """Our :class:`GPTConfig` from a Hugging Face GPT-2 config dict; refuses what our GPT cannot express."""
-    for field in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
-        if hf.get(field):
-            raise ValueError(f"from_hf: GPT-2 with {field}=True is not supported")
-    if not hf.get("scale_attn_weights", True):
-        raise ValueError("from_hf: GPT-2 with scale_attn_weights=False is not supported (we always scale by 1/√d_k)")
-    act = hf.get("activation_function", "gelu_new")
-    if act not in _GPT2_ACTIVATIONS:
-        raise ValueError(
-            f"from_hf: activation_function={act!r} is not supported; supported: {sorted(_GPT2_ACTIVATIONS)}"
-        )
-    d_model = hf["n_embd"]
-    return GPTConfig(
-        vocab_size=hf["vocab_size"],
-        d_model=d_model,
-        n_heads=hf["n_head"],
-        n_layers=hf["n_layer"],
-        d_ff=hf.get("n_inner") or 4 * d_model,
-        max_len=hf["n_positions"],
-        dropout=hf["resid_pdrop"],
-        attn_dropout=hf["attn_pdrop"],
-        activation=_GPT2_ACTIVATIONS[act],
-        norm_eps=hf["layer_norm_epsilon"],
-        tie_embeddings=hf.get("tie_word_embeddings", True),
-        pad_id=_pad_id(hf),
-    )
-
-
-def _llama_config_from_hf(hf: Mapping, model_type: str) -> GPTConfig:
-    """Llama and its close relatives: RMSNorm, SwiGLU, RoPE, grouped-query attention, no bias by default."""
-    _refuse_unless(hf, "hidden_act", "silu")  # SiLU in the gate is what makes the feed-forward SwiGLU
-    _refuse_unless(hf, "pretraining_tp", 1, missing_ok=True)
-    d_model, n_heads = hf["hidden_size"], hf["num_attention_heads"]
-    kv_heads = hf.get("num_key_value_heads") or n_heads
-    attention_bias = bool(hf.get("attention_bias", False))  # Llama, Qwen3: Q, K, V and O
-    mlp_bias = bool(hf.get("mlp_bias", False))  # Llama only
-    if model_type == "qwen2":  # Q, K, V bias always, none elsewhere
-        bias, qkv_bias = False, True
-    else:  # our ``bias`` covers W_O and the feed-forward together; Llama names them apart
-        if attention_bias != mlp_bias:
-            raise ValueError(
-                f"{model_type} config attention_bias={attention_bias} with mlp_bias={mlp_bias} is not supported: "
-                "tformer's GPT has one bias flag for the attention output and the feed-forward"
-            )
-        bias, qkv_bias = attention_bias, None
-    extra: dict[str, Any] = {}
-    head_dim = hf.get("head_dim") or d_model // n_heads
-    if head_dim != d_model // n_heads or d_model % n_heads:
-        extra["head_dim"] = head_dim  # refused below when GPTConfig has no such field
-    theta, scaling = _rope(hf)
-    if scaling is not None:
-        extra["rope_scaling"] = scaling
-    missing = sorted(set(extra) - {f.name for f in dataclasses.fields(GPTConfig)})
-    if missing:
-        raise ValueError(f"{model_type} config {missing[0]}={extra[missing[0]]!r} is not supported by this GPTConfig")
-    return GPTConfig(
-        vocab_size=hf["vocab_size"],
-        d_model=d_model,
-        n_heads=n_heads,
-        n_layers=hf["num_hidden_layers"],
-        d_ff=hf["intermediate_size"],
-        max_len=hf["max_position_embeddings"],
-        dropout=0.0,  # Llama-family models have no residual dropout
-        attn_dropout=float(hf.get("attention_dropout", 0.0)),
-        activation="silu",
-        norm="rmsnorm",
-        ffn="swiglu",
-        positional="rope",
-        rope_base=float(theta),
-        norm_eps=hf["rms_norm_eps"],
-        bias=bias,
-        qkv_bias=qkv_bias,
-        n_kv_heads=None if kv_heads == n_heads else kv_heads,
-        qk_norm=model_type == "qwen3",
-        sliding_window=_sliding_window(hf, model_type),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        pad_id=_pad_id(hf),
-        **extra,
-    )
-
-
-def _refuse_unless(hf: Mapping, field: str, expected: Any, missing_ok: bool = False) -> None:
-    if field not in hf and missing_ok:
-        return
-    if hf.get(field) != expected:
-        raise ValueError(f"{hf.get('model_type')} config {field}={hf.get(field)!r} is not supported, only {expected!r}")
-
-
-def _rope(hf: Mapping) -> tuple[float, dict | None]:
-    """RoPE's base θ and scaling dict (Hugging Face keys, None for none) from v5 ``rope_parameters`` or v4 keys."""
-    params = dict(hf.get("rope_parameters") or {})  # v5: {"rope_type", "rope_theta", ...}
-    params.update(hf.get("rope_scaling") or {})  # v4: {"rope_type" (or "type"), "factor", ...}
-    theta = params.pop("rope_theta", hf.get("rope_theta", 10000.0))
-    if "type" in params:  # v4's older spelling
-        params.setdefault("rope_type", params.pop("type"))
-    factor = params.pop("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
-    if factor != 1.0:
-        raise ValueError(f"{hf.get('model_type')} config partial_rotary_factor={factor!r} is not supported, only 1.0")
-    if params.get("rope_type", "default") == "default":
-        return theta, None
-    return theta, params
-
-
-def _sliding_window(hf: Mapping, model_type: str) -> int | None:
-    """The window every layer uses, or None; layers that differ (Qwen2's ``max_window_layers``) are refused."""
-    window = hf.get("sliding_window")
-    if model_type == "llama" or window is None:
-        return None
-    if model_type == "mistral":
-        return window
-    n_layers = hf["num_hidden_layers"]
-    kinds = hf.get("layer_types")
-    if kinds is None:  # v4 Qwen: layers from max_window_layers on slide, when use_sliding_window
-        use = hf.get("use_sliding_window", False)
-        first = hf.get("max_window_layers", n_layers)
-        kinds = ["sliding_attention" if use and i >= first else "full_attention" for i in range(n_layers)]
-    if len(set(kinds)) > 1:
-        raise ValueError(
-            f"{model_type} config max_window_layers={hf.get('max_window_layers')!r} gives a sliding window to some "
-            "layers only (layer_types differ); tformer's GPT uses one window for every layer"
-        )
-    if kinds and kinds[0] not in ("full_attention", "sliding_attention"):
-        raise ValueError(f"{model_type} config layer_types={kinds[0]!r} is not supported")
-    return window if kinds and kinds[0] == "sliding_attention" else None
-
-
-def _pad_id(hf: Mapping) -> int | None:
-    pad = hf.get("pad_token_id")
-    return pad if isinstance(pad, int) and 0 <= pad < hf["vocab_size"] else None
-
-
-def dtype_from_hf(hf: Mapping) -> torch.dtype | None:
-    """The weights' dtype named in a ``config.json`` (v5 ``dtype``, v4 ``torch_dtype``); None if absent."""
-    name = hf.get("dtype") or hf.get("torch_dtype")
-    if name is None:
-        return None
-    if name not in _DTYPES:
-        raise ValueError(f"config dtype={name!r} is not supported; supported: {sorted(_DTYPES)}")
-    return _DTYPES[name]
-
-
 # ------------------------------------------------------------------------------------------------ state
 
 
@@ -273,7 +113,7 @@ def state_from_hf(
 
     Unknown names are a ``ValueError``; a tied ``lm_head`` that differs from the embedding too.
     """
-    gpt2 = _gpt2_layout(config)
+    gpt2 = gpt2_layout(config)
     names, prefix = (_GPT2_NAMES, "transformer.") if gpt2 else (_LLAMA_NAMES, "model.")
     state: dict[str, torch.Tensor] = {}
     for key, tensor in hf_state.items():
@@ -331,3 +171,45 @@ def gpt_from_hf(hf: Mapping, hf_state: Mapping[str, torch.Tensor], dtype: torch.
         model = model.to(dtype)
     load_state(model, state_from_hf(hf_state, config, dtype))
     return model.eval()
+
+
+def state_to_hf(state: Mapping[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
+    """Our :class:`GPT` weights (``state_dict()``) in Hugging Face names, each its own contiguous tensor.
+
+    ``qkv_proj`` is split into ``q_proj``, ``k_proj``, ``v_proj`` (Llama layout) or transposed as GPT-2's
+    ``c_attn``; a tied ``output.weight`` is left out, as ``transformers`` saves it.
+    """
+    gpt2 = gpt2_layout(config)
+    names = _GPT2_NAMES if gpt2 else _LLAMA_NAMES
+    head_dim = int(config.head_dim or config.d_model // config.n_heads)
+    q_rows, kv_rows = config.n_heads * head_dim, (config.n_kv_heads or config.n_heads) * head_dim  # H·Dh, Hkv·Dh
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        if key == "output.weight" and config.tie_embeddings:
+            continue
+        pieces = {key: tensor}
+        if not gpt2 and ".self_attn.qkv_proj." in key:
+            start, kind = key.split(".qkv_proj.")
+            q, k, v = tensor.split([q_rows, kv_rows, kv_rows])  # rows Q (H·Dh), K (Hkv·Dh), V (Hkv·Dh)
+            pieces = {f"{start}.q_proj.{kind}": q, f"{start}.k_proj.{kind}": k, f"{start}.v_proj.{kind}": v}
+        for ours, piece in pieces.items():
+            name = _translate(ours, names, to_ours=False)
+            if name is None:
+                raise ValueError(
+                    f"weight {ours!r} has no place in the Hugging Face {'GPT-2' if gpt2 else 'Llama'} layout"
+                )
+            if gpt2 and ours.startswith("decoder.layers.") and piece.dim() == 2:
+                piece = piece.t()  # Linear (out, in) -> Conv1D (in, out)
+            out[name] = piece.detach().cpu().contiguous().clone()  # no storage shared (safetensors refuses it)
+    return out
+
+
+def _hf_layout(model: nn.Module) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``config.json`` and weights of a :class:`GPT` in the Hugging Face layout (for ``save_pretrained``)."""
+    config = model.config
+    assert isinstance(config, GPTConfig)
+    hf = config_to_hf(config, next(model.parameters()).dtype)
+    return hf, state_to_hf(model.state_dict(), config)
+
+
+register_hf_layout(GPT.model_type, _hf_layout)
