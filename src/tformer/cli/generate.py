@@ -1,6 +1,10 @@
 """``tformer generate``: continue a prompt with a trained language model, streaming to stdout.
 
 tformer generate --model runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 50 --seed 1
+tformer generate --model ./SmolLM2-135M --prompt "The capital of France is" --greedy --max-new-tokens 20
+
+``--model`` is a ``tformer train lm`` run or a Hugging Face model directory (config.json, safetensors weights,
+tokenizer.json; read by :mod:`tformer.lm.hf_dir` without ``transformers``).
 """
 
 from __future__ import annotations
@@ -10,10 +14,18 @@ import sys
 from tformer.cli.common import add_fast_flag
 from tformer.cli.validate import device, existing_dir, non_negative_int, positive_float, positive_int, probability, seed
 
+# --dtype: the torch dtype a Hugging Face directory's weights are cast to (None: as stored)
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "stored": None}
+
 
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="continue a prompt with a trained language model (streams to stdout)")
-    g.add_argument("--model", required=True, type=existing_dir, help="model directory (from tformer train lm)")
+    g.add_argument(
+        "--model",
+        required=True,
+        type=existing_dir,
+        help="model directory: from tformer train lm, or a Hugging Face one (gpt2, llama, mistral, qwen2, qwen3)",
+    )
     g.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
     g.add_argument("--max-new-tokens", type=non_negative_int, default=300)
     g.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
@@ -25,15 +37,24 @@ def add_parser(sub) -> None:
     g.add_argument("--num-samples", type=positive_int, default=1)
     g.add_argument("--seed", type=seed, help="sample i uses seed + i (default: random)")
     g.add_argument("--device", type=device, default="cpu")
+    g.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default="float32",
+        help="a Hugging Face directory's weights in this type ('stored': as in the file; bf16 is slow on most CPUs)",
+    )
     add_fast_flag(g)
     g.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import torch
+
     from tformer import lm
     from tformer.generation import SamplingConfig
 
-    model, tokenizer = lm.load(args.model, args.device)
+    name = DTYPES[args.dtype]
+    model, tokenizer = lm.load(args.model, args.device, None if name is None else getattr(torch, name))
     sampling = SamplingConfig(
         not args.greedy,
         args.temperature,

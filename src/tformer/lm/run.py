@@ -18,6 +18,8 @@ import torch
 
 from tformer.generation import SamplingConfig, generate_lm
 from tformer.lm.data import encode_documents, read_documents, split_ids
+from tformer.lm.hf_dir import is_hf_dir, load_hf_model
+from tformer.lm.hf_tokenizer import HFTokenizer
 from tformer.lm.recipes import resolve
 from tformer.lm.stream import TextStream
 from tformer.lm.task import LMTask, evaluate_stream
@@ -110,12 +112,28 @@ def train(data: str | Path, out_dir: str | Path, preset: str = "tiny", **options
     return trainer, trainer.fit()
 
 
-def load(directory: str | Path, device: str = "cpu") -> tuple[GPT, CharTokenizer | ByteBPETokenizer]:
-    """A trained GPT (in eval mode) and its tokenizer, from a ``tformer train lm`` directory (checked to match)."""
+def load(
+    directory: str | Path, device: str = "cpu", dtype: torch.dtype | None = torch.float32
+) -> tuple[GPT, CharTokenizer | ByteBPETokenizer | HFTokenizer]:
+    """A GPT (in eval mode) and its tokenizer, checked to match: from a ``tformer train lm`` directory, or from a
+    Hugging Face model directory (:mod:`tformer.lm.hf_dir`: config.json with a Hugging Face ``model_type``,
+    safetensors weights, tokenizer.json), read without ``transformers``. ``dtype`` applies to a Hugging Face
+    directory's weights (None: as stored); tformer's own are float32."""
+    if is_hf_dir(directory):
+        tokenizer = HFTokenizer.load(directory)  # before the weights: a broken tokenizer fails fast
+        model = load_hf_model(directory, device, dtype)
+        top = tokenizer.vocab_size - 1
+        if top >= model.config.vocab_size:
+            path = Path(directory)
+            raise ValueError(
+                f"{str(path / tokenizer.file_name)!r} has token ids up to {top} but {str(path / 'config.json')!r} "
+                f"says vocab_size={model.config.vocab_size}: the tokenizer and the model do not belong together"
+            )
+        return model, tokenizer
     directory = model_dir(directory)
-    model, tokenizer = GPT.from_pretrained(directory).to(device).eval(), load_lm_tokenizer(directory)
-    check_vocab(directory, tokenizer.file_name, tokenizer.vocab_size, "vocab_size", model.config.vocab_size)
-    return model, tokenizer
+    model, tok = GPT.from_pretrained(directory).to(device).eval(), load_lm_tokenizer(directory)
+    check_vocab(directory, tok.file_name, tok.vocab_size, "vocab_size", model.config.vocab_size)
+    return model, tok
 
 
 def generate(
@@ -130,7 +148,13 @@ def generate(
 ) -> str:
     """Continue ``prompt`` (no prompt: start a new document); ``on_text`` receives the text as it becomes safe
     to show (never the end-of-document token, nothing from a stop string on). Returns the continuation."""
-    prompt_ids = tokenizer.encode(prompt) or [EOT]  # no prompt: start as after a document boundary
+    # tformer's tokenizers end a document with <|endoftext|>; a Hugging Face one says its own ids
+    start, ends, pad = (
+        (tokenizer.start_id, tokenizer.eos_ids, tokenizer.pad_id)
+        if isinstance(tokenizer, HFTokenizer)
+        else (EOT, (EOT,), PAD)
+    )
+    prompt_ids = tokenizer.encode(prompt) or [start]  # no prompt: start as after a document boundary
     stream = TextStream(tokenizer, stop)
     pieces: list[str] = []
 
@@ -140,7 +164,7 @@ def generate(
             on_text(text)
 
     def show(step, ids) -> None:
-        if int(ids[0]) != EOT:  # the end of the document is not shown
+        if int(ids[0]) not in ends:  # the end of the document is not shown
             emit(stream.push(int(ids[0])))
 
     generate_lm(
@@ -148,10 +172,11 @@ def generate(
         [prompt_ids],
         max_new_tokens,
         sampling or SamplingConfig(),
-        eos_id=EOT,
-        pad_id=PAD,
+        eos_id=ends[0] if ends else None,
+        pad_id=pad if pad is not None else 0,  # only fills a batch's left padding, which the mask hides
         seed=seed,
         on_token=show,
+        stop_ids=ends[1:],
         stop=lambda step, ids: [stream.stopped],
     )
     emit(stream.flush())
@@ -160,7 +185,13 @@ def generate(
 
 def evaluate(model: GPT, tokenizer, data: str | Path, block_size: int | None = None, batch_size: int = 32) -> dict:
     """Loss per token, perplexity and bits per unit of ``model`` on the documents of ``data``; ``unit`` says
-    which ("character" for the char tokenizer, else "byte"), ``tokens`` how many were scored."""
+    which ("character" for the char tokenizer, else "byte"), ``tokens`` how many were scored. A tformer run's
+    tokenizer only: the stream joins documents with its <|endoftext|> and leaves <pad> unscored."""
+    if isinstance(tokenizer, HFTokenizer):
+        raise ValueError(
+            "evaluate-lm scores models trained with `tformer train lm`; a Hugging Face directory's tokenizer has "
+            "its own end-of-text and padding ids, which this scoring does not read"
+        )
     ids = encode_documents(tokenizer, read_documents(data))
     if len(ids) < 2:
         raise ValueError(f"--data {str(data)!r} has fewer than 2 tokens")

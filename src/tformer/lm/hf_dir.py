@@ -1,0 +1,151 @@
+"""A Hugging Face model directory (``save_pretrained`` or a Hub snapshot) as a tformer GPT, without ``transformers``.
+
+    SmolLM2-135M/
+      config.json                      model_type (gpt2, llama, mistral, qwen2, qwen3) and sizes → GPTConfig
+      model.safetensors                the weights; or, sharded:
+      model.safetensors.index.json     {"weight_map": {HF name: shard file}} + the shards it names
+      tokenizer.json, ...              the tokenizer (:mod:`tformer.lm.hf_tokenizer`)
+
+:func:`is_hf_dir` tells such a directory from tformer's own (whose config.json says ``model_type`` "gpt" and
+has no ``architectures``); :func:`load_hf_model` reads it. Only safetensors are read (nothing is unpickled), and
+only files inside the directory: an index that names a shard elsewhere ("../x", an absolute path, a link out)
+is refused. Every bad input is one ``ValueError`` / ``FileNotFoundError`` naming its file: a config.json that is
+not a JSON object or names an unknown model_type, a missing or truncated shard, a weight the index names but its
+shard lacks, weights that do not fit the config. bf16 / fp16 weights load as float32 unless ``dtype`` says otherwise.
+
+The names and layouts change on the way (``tformer.models.hf_format``: ``config_from_hf``, ``state_from_hf``).
+
+Dimension legend: V vocabulary size, D model dim.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tformer.checks import load_safetensors, read_json_object
+from tformer.models.gpt import GPT, GPTConfig
+from tformer.models.hf_format import ARCHITECTURES, config_from_hf, load_state, state_from_hf
+
+__all__ = ["is_hf_dir", "read_hf_config", "read_hf_weights", "load_hf_model", "CONFIG", "WEIGHTS", "INDEX"]
+
+CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
+HF_MODEL_TYPES = tuple(ARCHITECTURES)  # the decoder-only model_types tformer.models.hf_format converts
+
+
+def is_hf_dir(directory: str | os.PathLike) -> bool:
+    """``directory`` holds a Hugging Face model: its config.json names ``architectures``, a ``transformers_version``
+    or a Hugging Face ``model_type`` (tformer's own say "gpt", "bert" or "seq2seq" and have neither)."""
+    path = Path(directory) / CONFIG
+    if not path.is_file():
+        return False
+    config = read_json_object(path, "model config")  # a config.json that is not an object: one line naming it
+    return (
+        bool(config.get("architectures"))
+        or "transformers_version" in config
+        or config.get("model_type") in HF_MODEL_TYPES
+    )
+
+
+def read_hf_config(directory: str | os.PathLike) -> tuple[dict[str, Any], GPTConfig]:
+    """config.json as a dict and as our :class:`GPTConfig`; what our GPT cannot express is a ValueError naming it."""
+    path = Path(directory) / CONFIG
+    hf = read_json_object(path, "model config")
+    model_type = hf.get("model_type")
+    if model_type not in HF_MODEL_TYPES:
+        raise ValueError(
+            f"model config {str(path)!r} has model_type={model_type!r}; tformer reads the decoder-only "
+            f"types {', '.join(sorted(HF_MODEL_TYPES))}"
+        )
+    try:
+        return hf, config_from_hf(hf)
+    except (ValueError, TypeError, KeyError) as err:  # a missing field, a value out of range or of the wrong type
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"model config {str(path)!r}: {reason}") from None
+
+
+def read_hf_weights(directory: str | os.PathLike, dtype: torch.dtype | None = torch.float32) -> tuple[dict, Path]:
+    """The weights (Hugging Face names) of ``directory`` and the file that lists them (model.safetensors or the
+    index). Floating-point tensors are cast to ``dtype`` (None: as stored), one shard at a time."""
+    directory = Path(directory)
+    single, index = directory / WEIGHTS, directory / INDEX
+    if single.is_file():
+        return _cast(load_safetensors(single), dtype), single
+    if not index.is_file():
+        others = [n for n in ("pytorch_model.bin", "model.bin", "tf_model.h5") if (directory / n).exists()]
+        found = f" (found {', '.join(others)}: tformer never unpickles weights)" if others else ""
+        raise FileNotFoundError(f"weights file {str(single)!r} is missing, and so is {str(index)!r}{found}")
+    state: dict[str, torch.Tensor] = {}
+    shards = _shards(directory, index)
+    for shard, names in shards.items():
+        tensors = load_safetensors(shard)  # missing, empty, truncated: one line naming the shard
+        absent = sorted(names - set(tensors))
+        if absent:
+            raise ValueError(
+                f"weights file {str(shard)!r} lacks {len(absent)} weight(s) that {str(index)!r} puts there, "
+                f"e.g. {absent[0]!r}"
+            )
+        state.update(_cast({k: tensors[k] for k in names}, dtype))
+        del tensors
+    return state, index
+
+
+def _shards(directory: Path, index: Path) -> dict[Path, set[str]]:
+    """The shard files of a safetensors index, each with the weight names it holds; every shard must be a file
+    inside ``directory`` (a crafted index must not read a file elsewhere)."""
+    weight_map = read_json_object(index, "weights index").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"weights index {str(index)!r} has no 'weight_map' object (weight name → shard file)")
+    root = directory.resolve()
+    shards: dict[Path, set[str]] = {}
+    for name, file in weight_map.items():
+        if not isinstance(file, str) or not file or Path(file).is_absolute() or ".." in Path(file).parts:
+            raise ValueError(
+                f"weights index {str(index)!r} puts {name!r} in {file!r}: a shard must be a file name inside "
+                f"{str(directory)!r}"
+            )
+        path = directory / file
+        if not path.resolve().is_relative_to(root):  # a link that leads out of the directory
+            raise ValueError(f"weights index {str(index)!r} names {file!r}, which leads outside {str(directory)!r}")
+        if not path.is_file():
+            raise FileNotFoundError(f"weights file {str(path)!r} is missing (named by {str(index)!r})")
+        shards.setdefault(path, set()).add(name)
+    return shards
+
+
+def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    if dtype is None:
+        return state
+    return {k: t.to(dtype) if t.is_floating_point() else t for k, t in state.items()}
+
+
+def load_hf_model(
+    directory: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32
+) -> GPT:
+    """The GPT (in eval mode) of the Hugging Face directory ``directory``, on ``device``, in ``dtype`` (None: as
+    the weights are stored)."""
+    _, config = read_hf_config(directory)
+    state, source = read_hf_weights(directory, dtype)
+    try:
+        ours = state_from_hf(state, config)  # a name with no counterpart, a missing K/V, an untied tied head
+    except (ValueError, KeyError) as err:
+        raise _misfit(source, err) from None
+    model = GPT(config).to(dtype or _stored_dtype(ours))
+    try:
+        load_state(model, ours)  # every weight used, every parameter filled, the shapes equal
+    except (ValueError, RuntimeError) as err:
+        raise _misfit(source, err) from None
+    return model.to(device).eval()
+
+
+def _misfit(source: Path, err: Exception) -> ValueError:
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return ValueError(f"weights file {str(source)!r} does not fit its config.json: {reason}")
+
+
+def _stored_dtype(state: dict[str, torch.Tensor]) -> torch.dtype:
+    """The dtype the weights were stored in (that of the first floating-point tensor; float32 if none)."""
+    return next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)

@@ -1,0 +1,348 @@
+"""Hugging Face model directories (tformer.lm.hf_dir, tformer.lm.hf_tokenizer) against transformers itself.
+
+Tiny random LlamaForCausalLM / GPT2LMHeadModel and a byte-level BPE trained here, saved with ``save_pretrained``
+(once sharded): our loader gives transformers' logits, its tokenizer transformers' ids and text, and
+``tformer generate`` the continuation transformers' greedy ``generate`` gives, without importing transformers.
+Crafted directories (an index pointing outside, a missing or truncated shard, a config.json that is not an
+object, an unknown model_type) are one line naming the file, exit status 2.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
+
+from tformer import lm  # noqa: E402
+from tformer.cli import main  # noqa: E402
+from tformer.generation import generate_lm  # noqa: E402
+from tformer.lm.hf_dir import is_hf_dir  # noqa: E402
+from tformer.lm.hf_tokenizer import HFTokenizer  # noqa: E402
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Hello world, this is a tiny test of the tokenizer.",
+    "héllo ünïcode ✓ 日本語 — naïve café",
+    "def f(x):\n    return x * 2  # twice\n",
+] * 3
+SAMPLES = ["Hello world", "The lazy fox", " spaces  and\ttabs\n", "日本語 ✓ café", "<s> in text </s>", ""]
+PROMPT = "The quick"
+
+
+def _bpe(specials: list[str], bos: str | None) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(TEXTS, trainer)
+    if bos is None:  # GPT-2's: no special tokens added
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    else:  # Llama 3's: a template that starts every text with BOS
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
+    return tok
+
+
+def _llama(tied: bool) -> tuple:
+    tok = _bpe(["<s>", "</s>", "<pad>"], bos="<s>")
+    config = transformers.LlamaConfig(
+        vocab_size=tok.get_vocab_size() + 4,  # a few embedding rows past the tokenizer, as in Qwen
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        rope_theta=500.0,
+        initializer_range=0.2,  # large random weights: greedy text that does not repeat one token
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        tie_word_embeddings=tied,
+    )
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+    return transformers.LlamaForCausalLM(config), fast
+
+
+def _gpt2() -> tuple:
+    tok = _bpe(["<|endoftext|>"], bos=None)
+    config = transformers.GPT2Config(
+        vocab_size=tok.get_vocab_size(),
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        initializer_range=0.2,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    eot = "<|endoftext|>"
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=eot, eos_token=eot)
+    return transformers.GPT2LMHeadModel(config), fast
+
+
+VARIANTS = {  # name: (model and tokenizer, save_pretrained options)
+    "llama-sharded": (lambda: _llama(tied=False), {"max_shard_size": "40KB"}),
+    "llama-tied-bf16": (lambda: _llama(tied=True), {"dtype": torch.bfloat16}),
+    "gpt2": (_gpt2, {}),
+}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name → (directory, the HF model read back from it in float32, eval mode, HF tokenizer)."""
+    out = {}
+    for name, (build, options) in VARIANTS.items():
+        torch.manual_seed(0)
+        model, fast = build()
+        options = dict(options)
+        directory = tmp_path_factory.mktemp(name)
+        dtype = options.pop("dtype", None)
+        model.to(dtype or torch.float32).save_pretrained(directory, **options)
+        fast.save_pretrained(directory)
+        # the reference: transformers' own reading of the directory, in float32 (bf16 weights upcast, as ours)
+        reference = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+        out[name] = (directory, reference, fast)
+    return out
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_logits_equal_transformers(saved, name):
+    directory, hf, _ = saved[name]
+    model, _ = lm.load(directory)
+    assert next(model.parameters()).dtype == torch.float32  # bf16 weights load as float32 by default
+    ids = torch.randint(0, hf.config.vocab_size, (2, 17), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = hf(ids).logits
+    assert (model(ids) - expected).abs().max() <= 1e-5
+
+
+def test_sharded_directory_is_read_from_its_index(saved):
+    directory = saved["llama-sharded"][0]
+    assert (directory / "model.safetensors.index.json").is_file() and not (directory / "model.safetensors").exists()
+    assert len(list(directory.glob("model-*.safetensors"))) > 2
+
+
+def test_dtype_option_keeps_the_stored_bf16(saved):
+    directory, hf, _ = saved["llama-tied-bf16"]
+    model, _ = lm.load(directory, dtype=None)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert torch.equal(model.embed.token.weight.float(), hf.model.embed_tokens.weight)
+    assert model.output.weight is model.embed.token.weight  # tied, as config.json says
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_tokenizer_gives_transformers_ids_and_text(saved, name):
+    directory = saved[name][0]
+    ours = HFTokenizer.load(directory)
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    raw = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    for text in SAMPLES:
+        ids = ours.encode(text)
+        assert ids == theirs(text)["input_ids"], text
+        assert ours.decode(ids) == theirs.decode(ids) == raw.decode(ids, skip_special_tokens=False)
+        if "<s>" not in text:  # byte-level BPE gives the text back exactly (after the BOS, if one was added)
+            assert ours.decode(ids[1:] if ids[:1] == [ours.start_id] and name != "gpt2" else ids) == text
+    assert ours.eos_ids == ((1,) if name != "gpt2" else (0,))
+
+
+@pytest.mark.parametrize("add_bos", [True, False, None])
+@pytest.mark.parametrize("post_processor", ["template", "bytelevel", "none"])
+def test_bos_is_added_as_transformers_adds_it(saved, tmp_path, post_processor, add_bos):
+    """tokenizer.json's post-processor decides; transformers 5 drops add_bos_token when tokenizer.json exists."""
+    name = "llama-sharded" if post_processor == "template" else "gpt2"
+    directory = tmp_path / name
+    shutil.copytree(saved[name][0], directory)
+    if post_processor == "none":
+        tokenizer = json.loads((directory / "tokenizer.json").read_text())
+        (directory / "tokenizer.json").write_text(json.dumps({**tokenizer, "post_processor": None}))
+    if add_bos is not None:
+        settings = json.loads((directory / "tokenizer_config.json").read_text())
+        (directory / "tokenizer_config.json").write_text(json.dumps({**settings, "add_bos_token": add_bos}))
+    ours, theirs = HFTokenizer.load(directory), transformers.AutoTokenizer.from_pretrained(directory)
+    for text in SAMPLES[:4]:
+        assert ours.encode(text) == theirs(text)["input_ids"]
+        assert (ours.encode(text)[:1] == [theirs.bos_token_id]) == (post_processor == "template")
+
+
+def _greedy(hf, fast, prompt: str, n: int) -> list[int]:
+    ids = torch.tensor([fast(prompt)["input_ids"]])
+    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False)
+    return out[0, ids.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_generate_command_prints_transformers_greedy_continuation(saved, name, capsys):
+    directory, hf, fast = saved[name]
+    new = _greedy(hf, fast, PROMPT, 12)
+    assert len(set(new)) > 2  # a real continuation, not one token over and over
+    model, tok = lm.load(directory)
+    assert generate_lm(model, [tok.encode(PROMPT)], 12, eos_id=tok.eos_ids[0])[0] == new
+    assert main(["generate", "--model", str(directory), "--prompt", PROMPT, "--greedy", "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out == PROMPT + fast.decode(new) + "\n"
+
+
+def test_generation_stops_at_any_eos_of_generation_config(saved, tmp_path, capsys):
+    directory = tmp_path / "eos"
+    shutil.copytree(saved["llama-sharded"][0], directory)
+    hf, fast = saved["llama-sharded"][1:]
+    new = _greedy(hf, fast, PROMPT, 12)
+    stop_at = next(i for i in range(3, 12) if new[i] not in new[:i])  # its first appearance ends the text
+    settings = json.loads((directory / "generation_config.json").read_text())
+    settings["eos_token_id"] = [1, new[stop_at]]
+    (directory / "generation_config.json").write_text(json.dumps(settings))
+    again = transformers.AutoModelForCausalLM.from_pretrained(directory).eval()
+    assert _greedy(again, fast, PROMPT, 12) == new[: stop_at + 1]  # transformers stops there too
+    assert main(["generate", "--model", str(directory), "--prompt", PROMPT, "--greedy", "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out == PROMPT + fast.decode(new[:stop_at]) + "\n"  # the EOS itself is not shown
+
+
+def test_loader_and_cli_do_not_import_transformers(saved):
+    directory = saved["llama-sharded"][0]
+    code = (
+        "import sys\n"
+        "from tformer.cli import main\n"
+        f"assert main(['generate', '--model', {str(directory)!r}, '--prompt', 'Hi', '--greedy', "
+        "'--max-new-tokens', '3']) == 0\n"
+        "assert 'transformers' not in sys.modules, 'transformers was imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Hi")
+
+
+def test_tformer_directories_are_not_hugging_face_ones(tmp_path):
+    from tformer import GPT, GPTConfig
+
+    GPT(GPTConfig.preset("tiny", vocab_size=40)).save_pretrained(tmp_path)
+    assert not is_hf_dir(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------- crafted dirs
+
+
+def _index(directory: Path) -> dict:
+    return json.loads((directory / "model.safetensors.index.json").read_text())
+
+
+def _write_index(directory: Path, index: dict) -> None:
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def _point_outside(directory: Path, target: str) -> str:
+    index = _index(directory)
+    key = next(iter(index["weight_map"]))
+    shutil.copy(directory / index["weight_map"][key], directory.parent / "outside.safetensors")
+    index["weight_map"][key] = target
+    _write_index(directory, index)
+    return target
+
+
+def _outside_relative(d: Path) -> str:
+    return _point_outside(d, "../outside.safetensors")
+
+
+def _outside_absolute(d: Path) -> str:
+    return _point_outside(d, str(d.parent / "outside.safetensors"))
+
+
+def _outside_link(d: Path) -> str:
+    _point_outside(d, "link.safetensors")
+    (d / "link.safetensors").symlink_to(d.parent / "outside.safetensors")
+    return "link.safetensors"
+
+
+def _missing_shard(d: Path) -> str:
+    shard = sorted(d.glob("model-*.safetensors"))[1]
+    shard.unlink()
+    return shard.name
+
+
+def _truncated_shard(d: Path) -> str:
+    shard = sorted(d.glob("model-*.safetensors"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])
+    return shard.name
+
+
+def _weight_not_in_its_shard(d: Path) -> str:
+    index = _index(d)
+    key = next(k for k in index["weight_map"] if "layers.1." in k)
+    first = sorted(set(index["weight_map"].values()))[0]
+    if index["weight_map"][key] == first:
+        first = sorted(set(index["weight_map"].values()))[1]
+    index["weight_map"][key] = first
+    _write_index(d, index)
+    return first
+
+
+def _no_weights(d: Path) -> str:
+    (d / "model.safetensors.index.json").unlink()
+    return "model.safetensors"
+
+
+def _weight_dropped(d: Path) -> str:
+    index = _index(d)
+    del index["weight_map"]["model.norm.weight"]
+    _write_index(d, index)
+    return "model.safetensors.index.json"
+
+
+def _config_not_object(d: Path) -> str:
+    (d / "config.json").write_text("[1, 2, 3]")
+    return "config.json"
+
+
+def _unknown_model_type(d: Path) -> str:
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(
+        json.dumps({**config, "model_type": "falcon", "architectures": ["FalconForCausalLM"]})
+    )
+    return "config.json"
+
+
+def _no_tokenizer(d: Path) -> str:
+    (d / "tokenizer.json").unlink()
+    return "tokenizer.json"
+
+
+CRAFTED = [
+    _outside_relative,
+    _outside_absolute,
+    _outside_link,
+    _missing_shard,
+    _truncated_shard,
+    _weight_not_in_its_shard,
+    _no_weights,
+    _weight_dropped,
+    _config_not_object,
+    _unknown_model_type,
+    _no_tokenizer,
+]
+
+
+@pytest.mark.parametrize("craft", CRAFTED, ids=lambda f: f.__name__.strip("_"))
+def test_crafted_directories_are_one_line_naming_the_file(saved, tmp_path, capsys, craft):
+    directory = tmp_path / "model"
+    shutil.copytree(saved["llama-sharded"][0], directory)
+    named = craft(directory)
+    assert main(["generate", "--model", str(directory), "--prompt", "x", "--max-new-tokens", "2"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tformer generate: error: "), captured.err
+    assert named in lines[0] and "Traceback" not in captured.err
+    assert captured.out == ""
