@@ -67,13 +67,13 @@ def read_hf_config(directory: str | os.PathLike) -> tuple[dict[str, Any], GPTCon
         raise ValueError(f"model config {str(path)!r}: {reason}") from None
 
 
-def read_hf_weights(directory: str | os.PathLike, dtype: torch.dtype | None = torch.float32) -> tuple[dict, Path]:
-    """The weights (Hugging Face names) of ``directory`` and the file that lists them (model.safetensors or the
-    index). Floating-point tensors are cast to ``dtype`` (None: as stored), one shard at a time."""
+def read_hf_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tensor], Path]:
+    """The weights (Hugging Face names, as stored: bf16 stays bf16 until copied into the model, half the memory
+    of float32) of ``directory``, and the file that lists them (model.safetensors or the index)."""
     directory = Path(directory)
     single, index = directory / WEIGHTS, directory / INDEX
     if single.is_file():
-        return _cast(load_safetensors(single), dtype), single
+        return load_safetensors(single), single
     if not index.is_file():
         others = [n for n in ("pytorch_model.bin", "model.bin", "tf_model.h5") if (directory / n).exists()]
         found = f" (found {', '.join(others)}: tformer never unpickles weights)" if others else ""
@@ -88,7 +88,7 @@ def read_hf_weights(directory: str | os.PathLike, dtype: torch.dtype | None = to
                 f"weights file {str(shard)!r} lacks {len(absent)} weight(s) that {str(index)!r} puts there, "
                 f"e.g. {absent[0]!r}"
             )
-        state.update(_cast({k: tensors[k] for k in names}, dtype))
+        state.update({k: tensors[k] for k in names})
         del tensors
     return state, index
 
@@ -116,26 +116,20 @@ def _shards(directory: Path, index: Path) -> dict[Path, set[str]]:
     return shards
 
 
-def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
-    if dtype is None:
-        return state
-    return {k: t.to(dtype) if t.is_floating_point() else t for k, t in state.items()}
-
-
 def load_hf_model(
     directory: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32
 ) -> GPT:
     """The GPT (in eval mode) of the Hugging Face directory ``directory``, on ``device``, in ``dtype`` (None: as
     the weights are stored)."""
     _, config = read_hf_config(directory)
-    state, source = read_hf_weights(directory, dtype)
+    state, source = read_hf_weights(directory)
     try:
         ours = state_from_hf(state, config)  # a name with no counterpart, a missing K/V, an untied tied head
     except (ValueError, KeyError) as err:
         raise _misfit(source, err) from None
     model = GPT(config).to(dtype or _stored_dtype(ours))
     try:
-        load_state(model, ours)  # every weight used, every parameter filled, the shapes equal
+        load_state(model, ours)  # every weight used, every parameter filled, the shapes equal; cast on the copy
     except (ValueError, RuntimeError) as err:
         raise _misfit(source, err) from None
     return model.to(device).eval()
