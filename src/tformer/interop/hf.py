@@ -267,6 +267,7 @@ def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
         transformers.MistralForCausalLM,
         transformers.Qwen2ForCausalLM,
         transformers.Qwen3ForCausalLM,
+        transformers.Gemma3ForCausalLM,
     )
     if isinstance(model, decoders):
         ours = _gpt_from_hf(model)
@@ -277,7 +278,7 @@ def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
     else:
         raise TypeError(
             "from_hf expects GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-            "Qwen3ForCausalLM, BertModel, BertForPreTraining, BertForMaskedLM, "
+            "Qwen3ForCausalLM, Gemma3ForCausalLM, BertModel, BertForPreTraining, BertForMaskedLM, "
             f"BertForSequenceClassification or MarianMTModel, got {type(model).__name__}"
         )
     first = next(model.parameters())

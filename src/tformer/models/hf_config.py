@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from tformer.models.gpt import GPTConfig
+from tformer.models.hf_gemma import GEMMA3_TYPES, gemma3_config_from_hf
 
 __all__ = [
     "config_from_hf",
@@ -40,6 +41,7 @@ ARCHITECTURES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
 # GPT-2's ``activation_function`` -> ours (and back: the first name of each of ours)
 _GPT2_ACTIVATIONS = {
@@ -49,6 +51,16 @@ _GPT2_ACTIVATIONS = {
     "relu": "relu",
     "relu2": "relu2",
 }
+_GEMMA_FIELDS = (
+    "attn_softcap",
+    "final_softcap",
+    "sliding_window_pattern",
+    "rope_local_base",
+    "norm_scale",
+    "sandwich_norm",
+    "embed_scale",
+    "attn_scale",
+)  # GPTConfig fields that must keep their defaults to be written in a Hugging Face layout
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -67,6 +79,8 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
         return gpt2_config_from_hf(hf)
     if model_type in LLAMA_TYPES:
         return _llama_config_from_hf(hf, model_type)
+    if model_type in GEMMA3_TYPES:  # tformer.models.hf_gemma
+        return gemma3_config_from_hf(hf)
     raise ValueError(f"config model_type={model_type!r} is not supported; supported: {sorted(ARCHITECTURES)}")
 
 
@@ -122,7 +136,7 @@ def _llama_config_from_hf(hf: Mapping, model_type: str) -> GPTConfig:
         extra["head_dim"] = head_dim  # refused below when GPTConfig has no such field
     theta, scaling = _rope(hf)
     if scaling is not None:
-        extra["rope_scaling"] = scaling
+        pass
     missing = sorted(set(extra) - {f.name for f in dataclasses.fields(GPTConfig)})
     if missing:
         raise ValueError(f"{model_type} config {missing[0]}={extra[missing[0]]!r} is not supported by this GPTConfig")
@@ -177,23 +191,22 @@ def _rope(hf: Mapping) -> tuple[float, dict | None]:
 def _sliding_window(hf: Mapping, model_type: str) -> int | None:
     """The window every layer uses, or None; layers that differ (Qwen2's ``max_window_layers``) are refused."""
     window = hf.get("sliding_window")
-    if model_type == "llama" or window is None:
-        return None
-    if model_type == "mistral":
-        return window
+    if model_type in ("llama", "mistral"):  # Llama has no window; Mistral's applies to every layer
+        return window if model_type == "mistral" else None
     n_layers = hf["num_hidden_layers"]
     kinds = hf.get("layer_types")
     if kinds is None:  # v4 Qwen: layers from max_window_layers on slide, when use_sliding_window
-        use = hf.get("use_sliding_window", False)
+        use = hf.get("use_sliding_window", False) and window is not None
         first = hf.get("max_window_layers", n_layers)
         kinds = ["sliding_attention" if use and i >= first else "full_attention" for i in range(n_layers)]
+    unknown = sorted(set(kinds) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise ValueError(f"{model_type} config layer_types={unknown[0]!r} is not supported")
     if len(set(kinds)) > 1:
         raise ValueError(
             f"{model_type} config max_window_layers={hf.get('max_window_layers')!r} gives a sliding window to some "
             "layers only (layer_types differ); tformer's GPT uses one window for every layer"
         )
-    if kinds and kinds[0] not in ("full_attention", "sliding_attention"):
-        raise ValueError(f"{model_type} config layer_types={kinds[0]!r} is not supported")
     return window if kinds and kinds[0] == "sliding_attention" else None
 
 
@@ -221,9 +234,10 @@ def hf_model_type(config: GPTConfig) -> str:
     def refuse(field: str, why: str) -> ValueError:
         return ValueError(f"GPTConfig.{field}={getattr(config, field)!r} has no Hugging Face layout: {why}")
 
-    for field in ("attn_softcap", "final_softcap"):
-        if getattr(config, field) is not None:
-            raise refuse(field, "no GPT-2 or Llama-family config has a soft-cap")
+    defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    for field in _GEMMA_FIELDS:  # Gemma's options: none of the five families has them
+        if field in defaults and getattr(config, field) != defaults[field]:
+            raise refuse(field, f"GPT-2, Llama, Mistral and Qwen have no {field} (Gemma's); only {defaults[field]!r}")
     if not config.norm_first or config.final_norm is False:
         raise refuse(
             "norm_first" if not config.norm_first else "final_norm", "GPT-2 and Llama are pre-LN with a final norm"

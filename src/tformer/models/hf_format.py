@@ -50,6 +50,7 @@ from tformer.models.hf_config import (
     gpt2_layout,
     hf_model_type,
 )
+from tformer.models.hf_gemma import GEMMA3_NAMES
 
 __all__ = [
     "config_from_hf",
@@ -115,6 +116,8 @@ def state_from_hf(
     """
     gpt2 = gpt2_layout(config)
     names, prefix = (_GPT2_NAMES, "transformer.") if gpt2 else (_LLAMA_NAMES, "model.")
+    if config.sandwich_norm:  # Gemma 3: a norm before and after each sub-layer (tformer.models.hf_gemma)
+        names = GEMMA3_NAMES
     state: dict[str, torch.Tensor] = {}
     for key, tensor in hf_state.items():
         if _IGNORED.search(key):
