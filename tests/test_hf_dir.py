@@ -23,7 +23,7 @@ from tformer import lm  # noqa: E402
 from tformer.cli import main  # noqa: E402
 from tformer.generation import generate_lm  # noqa: E402
 from tformer.lm.hf_dir import is_hf_dir  # noqa: E402
-from tformer.lm.hf_tokenizer import HFTokenizer  # noqa: E402
+from tformer.lm.hf_tokenizer import Continuation, HFTokenizer  # noqa: E402
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -35,15 +35,19 @@ SAMPLES = ["Hello world", "The lazy fox", " spaces  and\ttabs\n", "日本語 ✓
 PROMPT = "The quick"
 
 
-def _bpe(specials: list[str], bos: str | None) -> Tokenizer:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
+def _bpe(specials: list[str], bos: str | None, metaspace: bool = False) -> Tokenizer:
+    """Byte-level BPE (GPT-2, Llama 3, SmolLM2), or with ``metaspace`` sentencepiece-style (Llama 2, Mistral v0.1:
+    spaces as ``▁``, the first one stripped when decoding)."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>" if metaspace else None))
+    if metaspace:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+    alphabet = [] if metaspace else pre_tokenizers.ByteLevel.alphabet()
     trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+        vocab_size=300, special_tokens=specials, initial_alphabet=alphabet, show_progress=False
     )
     tok.train_from_iterator(TEXTS, trainer)
     if bos is None:  # GPT-2's: no special tokens added
@@ -55,8 +59,9 @@ def _bpe(specials: list[str], bos: str | None) -> Tokenizer:
     return tok
 
 
-def _llama(tied: bool) -> tuple:
-    tok = _bpe(["<s>", "</s>", "<pad>"], bos="<s>")
+def _llama(tied: bool, metaspace: bool = False) -> tuple:
+    specials = ["<s>", "</s>", "<pad>"] + (["<unk>"] if metaspace else [])
+    tok = _bpe(specials, bos="<s>", metaspace=metaspace)
     config = transformers.LlamaConfig(
         vocab_size=tok.get_vocab_size() + 4,  # a few embedding rows past the tokenizer, as in Qwen
         hidden_size=64,
@@ -100,7 +105,9 @@ VARIANTS = {  # name: (model and tokenizer, save_pretrained options)
     "llama-sharded": (lambda: _llama(tied=False), {"max_shard_size": "40KB"}),
     "llama-tied-bf16": (lambda: _llama(tied=True), {"dtype": torch.bfloat16}),
     "gpt2": (_gpt2, {}),
+    "llama-metaspace": (lambda: _llama(tied=True, metaspace=True), {}),
 }
+BYTE_LEVEL = ["llama-sharded", "llama-tied-bf16", "gpt2"]
 
 
 @pytest.fixture(scope="module")
@@ -156,9 +163,19 @@ def test_tokenizer_gives_transformers_ids_and_text(saved, name):
         ids = ours.encode(text)
         assert ids == theirs(text)["input_ids"], text
         assert ours.decode(ids) == theirs.decode(ids) == raw.decode(ids, skip_special_tokens=False)
-        if "<s>" not in text:  # byte-level BPE gives the text back exactly (after the BOS, if one was added)
+        if "<s>" not in text and name in BYTE_LEVEL:  # byte-level BPE gives the text back exactly (after a BOS)
             assert ours.decode(ids[1:] if ids[:1] == [ours.start_id] and name != "gpt2" else ids) == text
     assert ours.eos_ids == ((1,) if name != "gpt2" else (0,))
+
+
+def test_a_continuation_keeps_the_space_a_sentencepiece_decoder_strips(saved):
+    """Decoded alone, "▁world" is "world"; after the prompt's ids it is " world", as the pipeline cuts it."""
+    directory, _, fast = saved["llama-metaspace"]
+    tok = HFTokenizer.load(directory)
+    ids = tok.encode("Hello world")
+    cut = next(i for i in range(2, len(ids)) if tok.tokenizer.id_to_token(ids[i]).startswith("▁"))
+    assert tok.decode(ids[cut:]) == fast.decode(ids[cut:]) == tok.decode(ids[cut:]).lstrip()  # the space is gone
+    assert Continuation(tok, ids[:cut]).decode(ids[cut:]) == " " + tok.decode(ids[cut:])
 
 
 @pytest.mark.parametrize("add_bos", [True, False, None])
@@ -194,7 +211,10 @@ def test_generate_command_prints_transformers_greedy_continuation(saved, name, c
     model, tok = lm.load(directory)
     assert generate_lm(model, [tok.encode(PROMPT)], 12, eos_id=tok.eos_ids[0])[0] == new
     assert main(["generate", "--model", str(directory), "--prompt", PROMPT, "--greedy", "--max-new-tokens", "12"]) == 0
-    assert capsys.readouterr().out == PROMPT + fast.decode(new) + "\n"
+    prompt = fast(PROMPT)["input_ids"]  # the text transformers' text-generation pipeline gives: all ids, then cut
+    text = fast.decode(prompt + new)[len(fast.decode(prompt)) :]
+    assert text == fast.decode(new) or name not in BYTE_LEVEL  # byte-level: the new ids alone say it
+    assert capsys.readouterr().out == PROMPT + text + "\n"
 
 
 def test_generation_stops_at_any_eos_of_generation_config(saved, tmp_path, capsys):

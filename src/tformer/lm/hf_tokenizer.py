@@ -27,7 +27,7 @@ from typing import Any
 
 from tformer.checks import load_tokenizer_file, read_json_object
 
-__all__ = ["HFTokenizer"]
+__all__ = ["HFTokenizer", "Continuation"]
 
 SPECIAL_NAMES = ("bos_token", "eos_token", "pad_token")
 
@@ -82,6 +82,23 @@ class HFTokenizer:
                 "tokenizer_config.json): generation has nothing to start an empty prompt from"
             )
         return cls(tokenizer, start, eos_ids, pad)
+
+
+class Continuation:
+    """The text that ids add after a prompt, for streaming: ``decode(ids)`` = decode(prompt + ids) minus the
+    prompt's own text, as ``transformers``' text-generation pipeline cuts it.
+
+    Decoding the new ids alone is exact for byte-level BPE, but a sentencepiece-style decoder (Llama 2, Mistral
+    v0.1: ``▁`` → space, then the first space stripped) would drop the space that starts the continuation.
+    """
+
+    def __init__(self, tokenizer: HFTokenizer, prompt_ids: Iterable[int]) -> None:
+        self.tokenizer, self.prompt_ids = tokenizer, list(prompt_ids)
+        self.prefix = tokenizer.decode(self.prompt_ids)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        text = self.tokenizer.decode(self.prompt_ids + list(ids))
+        return text[len(self.prefix) :] if text.startswith(self.prefix) else self.tokenizer.decode(ids)
 
 
 def _optional_json(path: Path, what: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import torch
 from tformer.generation import SamplingConfig, generate_lm
 from tformer.lm.data import encode_documents, read_documents, split_ids
 from tformer.lm.hf_dir import is_hf_dir, load_hf_model
-from tformer.lm.hf_tokenizer import HFTokenizer
+from tformer.lm.hf_tokenizer import Continuation, HFTokenizer
 from tformer.lm.recipes import resolve
 from tformer.lm.stream import TextStream
 from tformer.lm.task import LMTask, evaluate_stream
@@ -155,7 +155,8 @@ def generate(
         else (EOT, (EOT,), PAD)
     )
     prompt_ids = tokenizer.encode(prompt) or [start]  # no prompt: start as after a document boundary
-    stream = TextStream(tokenizer, stop)
+    # a Hugging Face decoder may strip a leading space: decode the new ids after the prompt's, then cut
+    stream = TextStream(Continuation(tokenizer, prompt_ids) if isinstance(tokenizer, HFTokenizer) else tokenizer, stop)
     pieces: list[str] = []
 
     def emit(text: str) -> None:
