@@ -136,7 +136,7 @@ def _llama_config_from_hf(hf: Mapping, model_type: str) -> GPTConfig:
         extra["head_dim"] = head_dim  # refused below when GPTConfig has no such field
     theta, scaling = _rope(hf)
     if scaling is not None:
-        pass
+        extra["rope_scaling"] = scaling
     missing = sorted(set(extra) - {f.name for f in dataclasses.fields(GPTConfig)})
     if missing:
         raise ValueError(f"{model_type} config {missing[0]}={extra[missing[0]]!r} is not supported by this GPTConfig")
