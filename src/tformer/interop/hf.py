@@ -234,8 +234,8 @@ def _gpt_from_hf(model: Any) -> GPT:
 def from_hf(model: nn.Module) -> GPT | Bert | Seq2SeqTransformer:
     """The tformer equivalent of a Hugging Face GPT-2, BERT or Marian model, same weights, same device, in eval mode.
 
-    * ``GPT2LMHeadModel`` / ``GPT2Model`` → :class:`GPT` (output projection tied to the token embedding,
-      as in GPT-2; a ``GPT2Model`` therefore gets GPT-2's LM head for free).
+    * ``GPT2LMHeadModel`` / ``GPT2Model`` → :class:`GPT` (output projection tied to the token embedding as in
+      GPT-2, so a ``GPT2Model`` gets GPT-2's LM head for free; ``tie_word_embeddings=False`` keeps its own head).
     * ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM`` → :class:`GPT`
       with RMSNorm, SwiGLU, RoPE, grouped-query attention, tied or untied head, Mistral's sliding window,
       Qwen2's Q/K/V bias, Qwen3's q/k norm; every weight is used and every parameter filled.
