@@ -215,3 +215,40 @@ def test_the_attention_scale_replaces_one_over_root_dh_in_both_paths(scale):
     assert torch.allclose(scaled_dot_product_attention(q, k, v, mask, scale=scale), expected, atol=1e-6)
     model = _gpt(attn_scale=scale)
     assert model.decoder.layers[0].self_attn.scale == scale
+
+
+# ------------------------------------------------------------------------------- a cache that forgets
+
+
+def test_a_sliding_layers_cache_keeps_only_its_window_and_decodes_as_the_full_pass():
+    """Window 3 on layer 0 (layer 1 global): after 40 steps the local store holds at most 2·3 + 1 positions, the
+    global one all of them, and every step's logits equal the full pass over the whole text."""
+    model = _gpt(sliding_window=3, sliding_window_pattern=2, positional="rope", n_kv_heads=2)
+    ids = torch.randint(0, VOCAB, (2, 44))
+    full = model(ids)
+    cache = model.new_cache()
+    steps = [model(ids[:, :4], cache=cache)]
+    for t in range(4, 44):
+        steps.append(model(ids[:, t : t + 1], cache=cache))
+        local, glob = cache.layers
+        assert local.k.shape[2] <= 7 and local.length - local.offset <= 7 and glob.offset == 0
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+    assert cache.layers[0].offset > 30 and cache.length == 44
+
+
+def test_a_forgetting_cache_with_left_padding_gives_each_prompt_its_own_greedy_text():
+    from tformer.generation import generate_lm
+
+    model = _gpt(sliding_window=4, positional="rope")
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13]]
+    batch = generate_lm(model, prompts, 30, eos_id=-1)
+    alone = [generate_lm(model, [p], 30, eos_id=-1)[0] for p in prompts]
+    assert batch == alone
+    # the second row stops after 5 tokens and leaves the batch: the cache's rows are reordered, windows and all
+    stopped = generate_lm(model, prompts, 30, eos_id=-1, stop=lambda step, ids: [False, step >= 4])
+    assert stopped[0] == alone[0] and stopped[1] == alone[1][:5]
+
+    ids = torch.tensor([prompts[0]])
+    for _ in range(30):  # the course notes' loop: the whole text every step, no cache
+        ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert ids[0, 7:].tolist() == alone[0]

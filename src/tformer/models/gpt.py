@@ -10,7 +10,7 @@ position table by rotary position embedding in every self-attention (GPT-NeoX, L
 The choices of today's decoders are one field each, all off by default (GPT-2's block, bit for bit):
 ``norm="rmsnorm"`` (``norm_weight_offset=1.0`` for Gemma's ``1 + weight``), ``ffn="swiglu"`` / ``"geglu"``,
 ``n_kv_heads`` (grouped-query attention, the KV cache holds only those heads), ``qk_norm``, ``qkv_bias``,
-``sliding_window`` (Mistral; the cache still keeps every position), ``attn_softcap`` and ``final_softcap``
+``sliding_window`` (Mistral; the KV cache of those layers keeps only the window), ``attn_softcap`` and ``final_softcap``
 (Gemma 2's c·tanh(x / c) on the attention scores and on the logits).
 A Llama-shaped block: ``norm="rmsnorm", ffn="swiglu", positional="rope", bias=False, n_kv_heads=...``;
 Qwen2 adds ``qkv_bias=True``, Qwen3 ``qk_norm=True`` instead.
@@ -298,4 +298,7 @@ class GPT(PretrainedMixin, nn.Module):
         return (cos[:, None], sin[:, None]) if where.dim() == 2 else (cos, sin)
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
-        return KVCache(self.config.n_layers, max_len or self.config.max_len)
+        """A KV cache; the sliding-window layers' stores keep only the positions their window still needs."""
+        c = self.config
+        windows = [c.sliding_window if c.is_local(i) else None for i in range(c.n_layers)]
+        return KVCache(c.n_layers, max_len or c.max_len, windows)

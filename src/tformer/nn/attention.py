@@ -169,7 +169,8 @@ class MultiHeadAttention(nn.Module):
     * ``qk_norm``: an RMSNorm (learned scale of Dh, ``norm_eps``) on each head's query and key before RoPE
       (Qwen3, Gemma 3);
     * ``sliding_window``: with ``causal=True``, each query sees only the last ``sliding_window`` positions
-      (:func:`~tformer.nn.masks.sliding_window_mask`; Mistral). The KV cache still keeps every position;
+      (:func:`~tformer.nn.masks.sliding_window_mask`; Mistral). A :class:`~tformer.nn.cache.LayerKV` made with the
+      same ``window`` keeps only the positions the window still needs;
     * ``scale``: the scores' factor in place of 1/√Dh (Gemma 3's ``query_pre_attn_scalar``^−½);
     * ``norm_weight_offset``: the QK-norm's scale is offset + weight (Gemma 3's 1 + w, as its other RMSNorms);
     * ``softcap``: scores soft-capped to (−c, c) by c·tanh(scores / c) (Gemma 2); this runs the reference path,
@@ -241,6 +242,8 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self._cross_qkv(x, memory, cache)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
         else:
             q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
+            if cache is not None and cache.offset and mask is not None and mask.shape[-1] > k.shape[2]:
+                mask = mask[..., cache.offset :]  # a sliding window's store forgot the oldest positions
         recorder = current_recorder()
         explicit = recorder is not None or self.softcap is not None  # the reference path: spell the mask out
         mask, is_causal = self._prepare_mask(mask, causal, cross, q, k, recording=explicit)

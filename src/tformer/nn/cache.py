@@ -8,6 +8,11 @@ they are computed once per source and reused every step.
 Buffers are preallocated (``max_len`` positions) and grow by doubling if a sequence runs longer.
 For beam search, :meth:`KVCache.reorder` follows the surviving beams.
 
+A layer that attends through a sliding window of W positions (Mistral, Gemma 3's local layers) never looks
+further back than W − 1 positions, so its store keeps only those: when the buffer is full, the last W − 1 positions
+move to its front and the older ones are gone (``offset`` counts them). The buffer holds at most 2·W positions
+(plus one step's new ones), whatever the length of the text; the move happens once every W steps.
+
 Dimension legend: B batch (× beams), H heads, T positions, Dh head dim.
 """
 
@@ -21,18 +26,22 @@ __all__ = ["LayerKV", "KVCache"]
 class LayerKV:
     """Keys/values of one decoder layer: a growing self-attention store and a fixed cross-attention pair."""
 
-    def __init__(self, max_len: int = 0) -> None:
-        self.max_len = max_len
+    def __init__(self, max_len: int = 0, window: int | None = None) -> None:
+        self.window = window  # keep only what a sliding window of this many positions still needs
+        self.max_len = max_len if window is None else min(max_len, 2 * window)
         self.k: torch.Tensor | None = None  # (B, H, capacity, Dh)
         self.v: torch.Tensor | None = None  # (B, H, capacity, Dh)
-        self.length = 0  # positions stored so far
+        self.length = 0  # positions seen so far (the position of the next token)
+        self.offset = 0  # positions dropped from the front (sliding window): the store holds offset … length − 1
         self.cross_k: torch.Tensor | None = None  # (B, H, S, Dh)
         self.cross_v: torch.Tensor | None = None  # (B, H, S, Dh)
         self._spare: tuple[torch.Tensor, torch.Tensor] | None = None  # reorder's target buffers, reused
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new positions' keys/values; return keys/values of all positions so far."""
-        start, end = self.length, self.length + k.shape[2]
+        """Store the new positions' keys/values; return keys/values of all positions kept (from ``offset``)."""
+        self._forget(k.shape[2])
+        start = self.length - self.offset
+        end = start + k.shape[2]
         keys, values = self.k, self.v
         if keys is None or values is None:
             capacity = max(self.max_len, end)
@@ -47,8 +56,19 @@ class LayerKV:
         self.k, self.v = keys, values
         keys.narrow(2, start, end - start).copy_(k)  # narrow: a view, cheaper than indexing with slices
         values.narrow(2, start, end - start).copy_(v)
-        self.length = end
+        self.length += k.shape[2]
         return keys.narrow(2, 0, end), values.narrow(2, 0, end)  # (B, H, T, Dh) each
+
+    def _forget(self, new: int) -> None:
+        """Sliding window: before ``new`` positions arrive in a full buffer, keep only the last W − 1 positions."""
+        stored = self.length - self.offset
+        if self.window is None or self.k is None or self.v is None or stored + new <= self.k.shape[2]:
+            return
+        keep = min(self.window - 1, stored)
+        if keep > 0:  # (clone: the source and the target ranges may overlap)
+            self.k[:, :, :keep] = self.k[:, :, stored - keep : stored].clone()
+            self.v[:, :, :keep] = self.v[:, :, stored - keep : stored].clone()
+        self.offset += stored - keep
 
     def reorder(self, index: torch.Tensor, cross: bool | torch.Tensor = True) -> None:
         """Keep batch rows ``index`` (beam search: follow the surviving beams).
@@ -61,8 +81,8 @@ class LayerKV:
         if self.k is not None and self.v is not None:
             spare_k, spare_v = self._spare if self._spare is not None else (None, None)
             new_k, new_v = (
-                _gather_rows(self.k, index, self.length, spare_k),
-                _gather_rows(self.v, index, self.length, spare_v),
+                _gather_rows(self.k, index, self.length - self.offset, spare_k),
+                _gather_rows(self.v, index, self.length - self.offset, spare_v),
             )
             self._spare = (self.k, self.v)  # the old buffers receive the next reorder
             self.k, self.v = new_k, new_v
@@ -101,8 +121,12 @@ class KVCache:
     >>> logits = model.decode(tgt[:, 1:2], memory, cache=cache)  # doctest: +SKIP
     """
 
-    def __init__(self, n_layers: int, max_len: int = 0) -> None:
-        self.layers = [LayerKV(max_len) for _ in range(n_layers)]
+    def __init__(self, n_layers: int, max_len: int = 0, windows: list[int | None] | None = None) -> None:
+        """``windows``: each layer's sliding window (None = keep every position), for a store that forgets."""
+        windows = windows or [None] * n_layers
+        if len(windows) != n_layers:
+            raise ValueError(f"KVCache got {len(windows)} windows for {n_layers} layers")
+        self.layers = [LayerKV(max_len, window) for window in windows]
 
     @property
     def length(self) -> int:
