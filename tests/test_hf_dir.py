@@ -197,6 +197,20 @@ def test_bos_is_added_as_transformers_adds_it(saved, tmp_path, post_processor, a
         assert (ours.encode(text)[:1] == [theirs.bos_token_id]) == (post_processor == "template")
 
 
+def test_a_gpt2tokenizer_class_encodes_as_transformers_rebuilds_it(saved, tmp_path):
+    """GPT-2 and SmolLM2 name tokenizer_class GPT2Tokenizer, which transformers 5 rebuilds from the vocabulary and
+    merges (byte-level, no prefix space) instead of reading tokenizer.json whole: the ids still agree."""
+    directory = tmp_path / "gpt2"
+    shutil.copytree(saved["gpt2"][0], directory)
+    settings = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps({**settings, "tokenizer_class": "GPT2Tokenizer"}))
+    ours, theirs = HFTokenizer.load(directory), transformers.AutoTokenizer.from_pretrained(directory)
+    assert type(theirs).__name__ == "GPT2Tokenizer"
+    for text in SAMPLES:
+        assert ours.encode(text) == theirs(text)["input_ids"]
+        assert ours.decode(ours.encode(text)) == theirs.decode(ours.encode(text))
+
+
 def _greedy(hf, fast, prompt: str, n: int) -> list[int]:
     ids = torch.tensor([fast(prompt)["input_ids"]])
     out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False)
@@ -215,6 +229,22 @@ def test_generate_command_prints_transformers_greedy_continuation(saved, name, c
     text = fast.decode(prompt + new)[len(fast.decode(prompt)) :]
     assert text == fast.decode(new) or name not in BYTE_LEVEL  # byte-level: the new ids alone say it
     assert capsys.readouterr().out == PROMPT + text + "\n"
+
+
+@pytest.mark.parametrize("template", [True, False])
+def test_an_empty_prompt_starts_from_bos_as_transformers_generate(saved, tmp_path, template, capsys):
+    """No prompt: the tokenizer's template gives [BOS]; with none, generation_config's bos_token_id (not the EOS)
+    starts it, as transformers' generate starts with no input_ids."""
+    directory, hf, fast = saved["llama-sharded"]
+    if not template:
+        directory = shutil.copytree(directory, tmp_path / "model")
+        tokenizer = json.loads((directory / "tokenizer.json").read_text())
+        (directory / "tokenizer.json").write_text(json.dumps({**tokenizer, "post_processor": None}))
+        assert HFTokenizer.load(directory).encode("") == []
+    new = hf.generate(max_new_tokens=8, do_sample=False)[0, 1:].tolist()  # starts from bos_token_id
+    assert main(["generate", "--model", str(directory), "--greedy", "--max-new-tokens", "8"]) == 0
+    bos = [hf.generation_config.bos_token_id]
+    assert capsys.readouterr().out == fast.decode(bos + new)[len(fast.decode(bos)) :] + "\n"
 
 
 def test_generation_stops_at_any_eos_of_generation_config(saved, tmp_path, capsys):
