@@ -171,6 +171,116 @@ def test_v4_config_keys_read_as_v5():
     assert config_from_hf(v4).rope_base == 5e5 and config_from_hf(v4).rope_scaling["rope_type"] == "llama3"
 
 
+# config.json of published checkpoints (the keys that matter; as transformers 4.x wrote them), with what they must map to
+PUBLISHED = {
+    "Llama-3.1-8B": (
+        dict(
+            model_type="llama",
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            hidden_act="silu",
+            max_position_embeddings=131072,
+            rms_norm_eps=1e-05,
+            attention_bias=False,
+            mlp_bias=False,
+            pretraining_tp=1,
+            rope_theta=500000.0,
+            tie_word_embeddings=False,
+            rope_scaling=dict(
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=8192,
+                rope_type="llama3",
+            ),
+            torch_dtype="bfloat16",
+            vocab_size=128256,
+            bos_token_id=128000,
+            eos_token_id=128001,
+        ),
+        dict(n_kv_heads=8, head_dim=128, rope_base=5e5, tie_embeddings=False, sliding_window=None, qk_norm=False),
+    ),
+    "Mistral-7B-v0.1": (
+        dict(
+            model_type="mistral",
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            hidden_act="silu",
+            max_position_embeddings=32768,
+            rms_norm_eps=1e-05,
+            rope_theta=10000.0,
+            sliding_window=4096,
+            tie_word_embeddings=False,
+            torch_dtype="bfloat16",
+            vocab_size=32000,
+        ),
+        dict(n_kv_heads=8, head_dim=128, sliding_window=4096, bias=False, qkv_bias=None),
+    ),
+    "Qwen2.5-0.5B": (
+        dict(
+            model_type="qwen2",
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            hidden_act="silu",
+            max_position_embeddings=32768,
+            max_window_layers=24,
+            rms_norm_eps=1e-06,
+            rope_theta=1000000.0,
+            sliding_window=32768,
+            use_sliding_window=False,
+            tie_word_embeddings=True,
+            torch_dtype="bfloat16",
+            vocab_size=151936,
+        ),
+        dict(n_kv_heads=2, head_dim=64, sliding_window=None, bias=False, qkv_bias=True, tie_embeddings=True),
+    ),
+    "Qwen3-0.6B": (
+        dict(
+            model_type="qwen3",
+            head_dim=128,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            hidden_act="silu",
+            max_position_embeddings=40960,
+            max_window_layers=28,
+            rms_norm_eps=1e-06,
+            rope_scaling=None,
+            rope_theta=1000000,
+            sliding_window=None,
+            use_sliding_window=False,
+            attention_bias=False,
+            tie_word_embeddings=True,
+            torch_dtype="bfloat16",
+            vocab_size=151936,
+        ),
+        dict(n_kv_heads=8, head_dim=128, qk_norm=True, bias=False, qkv_bias=None, rope_base=1e6),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_configs_map(name):
+    hf, expected = PUBLISHED[name]
+    config = config_from_hf(hf)
+    assert {k: getattr(config, k) for k in expected} == expected
+    assert dtype_from_hf(hf) is torch.bfloat16
+    # transformers reads the same file into its own (v5) config: that maps to the same GPTConfig
+    theirs = transformers.AutoConfig.for_model(**hf)
+    assert config_from_hf(theirs.to_dict()) == config
+
+
 def test_state_dtype_converted_and_named():
     hf = _random_hf("qwen2-qkv-bias-tied")
     config = hf.config.to_dict() | {"dtype": "bfloat16"}
