@@ -60,6 +60,22 @@ def dirs(tmp_path_factory):
     char = CharTokenizer.train([TEXT])
     GPT(GPTConfig.preset("tiny", vocab_size=char.vocab_size, dropout=0.0, max_len=64)).save_pretrained(root / "gpt")
     char.save(root / "gpt")
+    gemma_like = dict(  # today's decoder options: the page must show their steps too
+        norm="rmsnorm",
+        norm_weight_offset=1.0,
+        ffn="geglu",
+        n_kv_heads=2,
+        qk_norm=True,
+        positional="rope",
+        sandwich_norm=True,
+        sliding_window=4,
+        sliding_window_pattern=2,
+        bias=False,
+    )
+    GPT(GPTConfig.preset("tiny", vocab_size=char.vocab_size, dropout=0.0, max_len=64, **gemma_like)).save_pretrained(
+        root / "gemma_like"
+    )
+    char.save(root / "gemma_like")
     wp = train_wordpiece(SENTENCES * 3, vocab_size=120, min_frequency=1)
     Bert(BertConfig.preset("tiny", vocab_size=wp.vocab_size, dropout=0.0, max_len=32)).save_pretrained(root / "bert")
     wp.save(root / "bert")
@@ -171,6 +187,29 @@ def test_every_number_of_the_trace_is_the_models_own(served):
     np.testing.assert_allclose(
         out, module.linear2(torch.tensor(act).float()).detach().double().numpy(), rtol=1e-4, atol=1e-4
     )
+
+
+def test_a_gated_feed_forward_shows_gate_up_and_their_product(dirs):
+    """SwiGLU/GeGLU on the page: gate, up, act(gate) ⊙ up (W_down's input), then W_down of it is the FFN's output;
+    the sandwich norms' formula says a norm comes before and after; every traced number is the model's own."""
+    session = _session("gemma_like", dirs)
+    client, model = _client(session), session.m.model
+    answer = _post(client, "trace", text="I am good.")
+    expected = trace(model, session.m.tgt.tokenizer.encode("I am good."))
+    steps = [s for s in answer["steps"] if s["stage"] != "ffn_gated"]
+    assert [(s["stage"], s["where"]) for s in steps] == [(e.stage, e.where) for e in expected.entries]
+    ffn = [s for s in answer["steps"] if s["stage"].startswith("ffn")][:4]
+    assert [s["stage"] for s in ffn] == ["ffn_gate", "ffn_up", "ffn_gated", "ffn"]
+    gate, up, gated, out = (
+        torch.tensor(_array(_post(client, "tensor", trace_id=answer["trace_id"], id=s["id"])["values"])).float()
+        for s in ffn
+    )
+    module = model.get_submodule(ffn[3]["where"])
+    assert torch.allclose(gated, module.activation(gate) * up, rtol=1e-4, atol=1e-5)
+    assert torch.allclose(out, module.down_proj(gated).detach(), rtol=1e-4, atol=1e-4)
+    assert ffn[2]["formula"].startswith("h = GELU(gate) ⊙ up") and "GELU" in ffn[0]["formula"]
+    norms = [s["formula"] for s in answer["steps"] if s["stage"] == "add_norm"]
+    assert norms and all("a norm before and after" in f for f in norms)
 
 
 # ------------------------------------------------------------------------------------------------ decoding

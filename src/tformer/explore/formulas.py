@@ -21,6 +21,7 @@ _FIXED = {
     "context": "head_i = weights · V",
     "attn_output": "MultiHead(Q, K, V) = Concat(head_1, …, head_h)·W_O",
     "ffn_hidden": "h = x·W₁ + b₁ (before the activation)",
+    "ffn_up": "up = x·W_up: the values the gate lets through",
     "ffn": "FFN(x) = activation(x·W₁ + b₁)·W₂ + b₂",
     "final_norm": "LayerNorm(x) = γ·(x − mean) / √(var + ε) + β, over d_model",
     "logits": "logits = x·W_outᵀ (+ b): one score per vocabulary entry",
@@ -39,6 +40,11 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
     if stage == "ffn" and "⊙" in note:  # a gated feed-forward (SwiGLU, GeGLU): the trace's note says which
         act = "SiLU" if "SiLU" in note else "GELU"
         return f"FFN(x) = ({act}(x·W_gate) ⊙ x·W_up)·W_down"
+    if stage == "ffn_gate":
+        return f"gate = x·W_gate (before {'SiLU' if 'SiLU' in note else 'GELU'})"
+    if stage == "ffn_gated":  # W_down's input; the session's note is the kind
+        act = "SiLU" if note == "swiglu" else "GELU"
+        return f"h = {act}(gate) ⊙ up: each hidden unit's value, scaled by its gate"
     if stage == "scores" and "soft-capped" in note:  # Gemma 2: the trace's note names c
         return "scores = c·tanh((Q·Kᵀ / √d_k) / c), c = " + note.rsplit("c = ", 1)[-1]
     if stage == "final_norm" and "RMSNorm" in note:
@@ -62,6 +68,8 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
         return _MASKS.get((block, kind), "mask: 1 = may attend, 0 = blocked")
     if stage == "add_norm":
         norm = "RMSNorm" if "RMSNorm" in note else "LayerNorm"
+        if note.startswith(f"x + {norm}(sublayer("):  # sandwich (Gemma 2/3)
+            return f"x + Dropout({norm}(sublayer({norm}(x)))) (a norm before and after the sub-layer)"
         if note.startswith("x + sublayer("):  # pre-LN (GPT-2)
             return f"x + Dropout(sublayer({norm}(x))) (pre-LN: the norm comes first)"
         return f"x + Dropout(sublayer(x)), then {norm}"

@@ -33,6 +33,7 @@ from tformer.explore.model import Model, check_comparable, load_model
 from tformer.explore.params import Params
 from tformer.explore.tensors import difference, jsonable_tensor, number, value_range
 from tformer.inspect import Entry, Trace, trace
+from tformer.nn.feedforward import GatedFeedForward
 from tformer.nn.layers import FeedForward
 from tformer.tokens import TRANSLATION_SOS
 
@@ -399,7 +400,8 @@ class Session:
 
 class _FeedForwardInside:
     """Hooks on each feed-forward's own two linears: the values before (W₁'s output) and after (W₂'s input) the
-    activation, from the same forward pass as the trace, keyed by the feed-forward's module path."""
+    activation, from the same forward pass as the trace, keyed by the feed-forward's module path. A gated one
+    (SwiGLU, GeGLU; the trace has its gate and up projections already) gives W_down's input, act(gate) ⊙ up."""
 
     def __init__(self, model: Any, out: dict[str, list[Entry]]) -> None:
         self.model, self.out = model, out
@@ -410,12 +412,14 @@ class _FeedForwardInside:
             if isinstance(m, FeedForward):
                 self.handles.append(m.linear1.register_forward_hook(self._hook(name, "ffn_hidden", 2)))
                 self.handles.append(m.linear2.register_forward_pre_hook(self._hook(name, "ffn_activation", 0)))
+            elif isinstance(m, GatedFeedForward):
+                self.handles.append(m.down_proj.register_forward_pre_hook(self._hook(name, "ffn_gated", 0, m.kind)))
         return self
 
-    def _hook(self, name: str, stage: str, which: int):
+    def _hook(self, name: str, stage: str, which: int, note: str = ""):
         def hook(_module, *args) -> None:
             t = args[1] if which == 2 else args[0][0]  # forward hook: (inputs, output); pre-hook: (inputs,)
-            self.out.setdefault(name, []).append(Entry(stage, t.detach(), ("B", "T", "F"), where=name))
+            self.out.setdefault(name, []).append(Entry(stage, t.detach(), ("B", "T", "F"), where=name, note=note))
 
         return hook
 

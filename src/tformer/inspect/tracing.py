@@ -248,6 +248,8 @@ class _Collector:
         elif isinstance(m, AddNorm):
             norm = type(m.norm).__name__  # LayerNorm or RMSNorm
             formula = f"x + sublayer({norm}(x))" if m.norm_first else f"{norm}(x + sublayer(x))"
+            if m.post_norm is not None:  # sandwich (Gemma 2/3): the sub-layer's output is normed too
+                formula = f"x + {norm}(sublayer({norm}(x)))"
             watch(m, "add_norm", name, BTD, f"{formula} [{name.rsplit('.', 1)[-1]}]")
         elif isinstance(m, FeedForward):
             watch(m, "ffn", name, BTD, "Linear(D, F) → activation → Linear(F, D)")

@@ -456,6 +456,7 @@ const STAGE_NAMES = {
   segment: "segment embedding", embedding: "embedding sum", q: "Q", k: "K", v: "V", qk: "Q·Kᵀ", scores: "scaled Q·Kᵀ/√d",
   mask: "mask", masked_scores: "masked scores", weights: "softmax → weights", context: "weights · V",
   attn_output: "concat → W_O", add_norm: "add & norm", ffn_hidden: "FFN: x·W₁ + b₁", ffn_activation: "FFN: activation",
+  ffn_gate: "FFN: gate x·W_gate", ffn_up: "FFN: up x·W_up", ffn_gated: "FFN: act(gate) ⊙ up",
   ffn: "feed-forward", final_norm: "final norm", logits: "logits", probs: "softmax → probabilities",
 };
 
