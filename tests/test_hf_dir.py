@@ -84,6 +84,27 @@ def _llama(tied: bool, metaspace: bool = False) -> tuple:
     return transformers.LlamaForCausalLM(config), fast
 
 
+def _qwen3() -> tuple:
+    """Qwen3's block: RMSNorm on each head's queries and keys, a head width set apart from hidden / heads."""
+    tok = _bpe(["<|endoftext|>", "<|im_end|>"], bos=None)
+    config = transformers.Qwen3Config(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=24,
+        max_position_embeddings=64,
+        initializer_range=0.2,
+        bos_token_id=None,
+        eos_token_id=1,
+        tie_word_embeddings=True,
+    )
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    return transformers.Qwen3ForCausalLM(config), fast
+
+
 def _gpt2() -> tuple:
     tok = _bpe(["<|endoftext|>"], bos=None)
     config = transformers.GPT2Config(
@@ -106,8 +127,9 @@ VARIANTS = {  # name: (model and tokenizer, save_pretrained options)
     "llama-tied-bf16": (lambda: _llama(tied=True), {"dtype": torch.bfloat16}),
     "gpt2": (_gpt2, {}),
     "llama-metaspace": (lambda: _llama(tied=True, metaspace=True), {}),
+    "qwen3": (_qwen3, {}),
 }
-BYTE_LEVEL = ["llama-sharded", "llama-tied-bf16", "gpt2"]
+BYTE_LEVEL = ["llama-sharded", "llama-tied-bf16", "gpt2", "qwen3"]
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +187,7 @@ def test_tokenizer_gives_transformers_ids_and_text(saved, name):
         assert ours.decode(ids) == theirs.decode(ids) == raw.decode(ids, skip_special_tokens=False)
         if "<s>" not in text and name in BYTE_LEVEL:  # byte-level BPE gives the text back exactly (after a BOS)
             assert ours.decode(ids[1:] if ids[:1] == [ours.start_id] and name != "gpt2" else ids) == text
-    assert ours.eos_ids == ((1,) if name != "gpt2" else (0,))
+    assert ours.eos_ids == ((0,) if name == "gpt2" else (1,))
 
 
 def test_a_continuation_keeps_the_space_a_sentencepiece_decoder_strips(saved):
@@ -276,11 +298,30 @@ def test_loader_and_cli_do_not_import_transformers(saved):
     assert result.stdout.startswith("Hi")
 
 
-def test_tformer_directories_are_not_hugging_face_ones(tmp_path):
-    from tformer import GPT, GPTConfig
+def test_evaluate_lm_refuses_a_hugging_face_directory_in_one_line(saved, tmp_path, capsys):
+    (tmp_path / "text.txt").write_text(TEXTS[0], encoding="utf-8")
+    args = ["evaluate-lm", "--model", str(saved["gpt2"][0]), "--data", str(tmp_path / "text.txt")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Hugging Face" in err
 
-    GPT(GPTConfig.preset("tiny", vocab_size=40)).save_pretrained(tmp_path)
+
+def test_tformer_directories_keep_their_own_loader(tmp_path, capsys):
+    """A `tformer train lm`-style directory (config.json with model_type "gpt", our byte BPE) is not a Hugging Face
+    one: it loads and generates as before, stopping at <|endoftext|>."""
+    from tformer import GPT, GPTConfig
+    from tformer.lm import EOT, ByteBPETokenizer
+
+    tok = ByteBPETokenizer.train(TEXTS, 300)
+    torch.manual_seed(0)
+    GPT(GPTConfig.preset("tiny", vocab_size=tok.vocab_size, dropout=0.0)).save_pretrained(tmp_path)
+    tok.save(tmp_path)
     assert not is_hf_dir(tmp_path)
+    model, loaded = lm.load(tmp_path)
+    assert isinstance(loaded, ByteBPETokenizer)
+    new = generate_lm(model, [tok.encode(PROMPT)], 10, eos_id=EOT)[0]
+    assert main(["generate", "--model", str(tmp_path), "--prompt", PROMPT, "--greedy", "--max-new-tokens", "10"]) == 0
+    assert capsys.readouterr().out == PROMPT + tok.decode([i for i in new if i != EOT]) + "\n"
 
 
 # ------------------------------------------------------------------------------------------- crafted dirs
@@ -365,6 +406,16 @@ def _unknown_model_type(d: Path) -> str:
     return "config.json"
 
 
+def _tokenizer_larger_than_the_model(d: Path) -> str:
+    tokenizer = json.loads((d / "tokenizer.json").read_text())
+    size = json.loads((d / "config.json").read_text())["vocab_size"]
+    extra = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+    tokenizer["added_tokens"] += [{"id": size + i, "content": f"<extra_{i}>", **extra} for i in range(2)]
+    tokenizer["model"]["vocab"].update({f"<extra_{i}>": size + i for i in range(2)})
+    (d / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return "tokenizer.json"
+
+
 def _no_tokenizer(d: Path) -> str:
     (d / "tokenizer.json").unlink()
     return "tokenizer.json"
@@ -381,6 +432,7 @@ CRAFTED = [
     _weight_dropped,
     _config_not_object,
     _unknown_model_type,
+    _tokenizer_larger_than_the_model,
     _no_tokenizer,
 ]
 

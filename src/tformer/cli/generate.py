@@ -14,9 +14,6 @@ import sys
 from tformer.cli.common import add_fast_flag
 from tformer.cli.validate import device, existing_dir, non_negative_int, positive_float, positive_int, probability, seed
 
-# --dtype: the torch dtype a Hugging Face directory's weights are cast to (None: as stored)
-DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "stored": None}
-
 
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="continue a prompt with a trained language model (streams to stdout)")
@@ -37,24 +34,15 @@ def add_parser(sub) -> None:
     g.add_argument("--num-samples", type=positive_int, default=1)
     g.add_argument("--seed", type=seed, help="sample i uses seed + i (default: random)")
     g.add_argument("--device", type=device, default="cpu")
-    g.add_argument(
-        "--dtype",
-        choices=sorted(DTYPES),
-        default="float32",
-        help="a Hugging Face directory's weights in this type ('stored': as in the file; bf16 is slow on most CPUs)",
-    )
     add_fast_flag(g)
     g.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import torch
-
     from tformer import lm
     from tformer.generation import SamplingConfig
 
-    name = DTYPES[args.dtype]
-    model, tokenizer = lm.load(args.model, args.device, None if name is None else getattr(torch, name))
+    model, tokenizer = lm.load(args.model, args.device)  # a Hugging Face directory's weights in float32
     sampling = SamplingConfig(
         not args.greedy,
         args.temperature,

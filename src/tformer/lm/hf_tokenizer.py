@@ -39,11 +39,8 @@ class HFTokenizer:
 
     def __init__(self, tokenizer, start_id: int, eos_ids: Iterable[int], pad_id: int | None) -> None:
         self.tokenizer, self.start_id, self.eos_ids, self.pad_id = tokenizer, start_id, tuple(eos_ids), pad_id
-
-    @property
-    def vocab_size(self) -> int:
-        """Ids the tokenizer can produce: the vocabulary and the added tokens (the model may have more rows)."""
-        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+        # one past the largest id, added tokens included: ids may leave gaps, so not the number of tokens
+        self.vocab_size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
 
     def encode(self, text: str) -> list[int]:
         """Text → ids, with the BOS / EOS the directory's tokenizer adds (see the module docstring)."""

@@ -122,7 +122,7 @@ def load(
     if is_hf_dir(directory):
         tokenizer = HFTokenizer.load(directory)  # before the weights: a broken tokenizer fails fast
         model = load_hf_model(directory, device, dtype)
-        top = tokenizer.vocab_size - 1
+        top = tokenizer.vocab_size - 1  # the model may have more rows than the tokenizer has ids (Qwen), not fewer
         if top >= model.config.vocab_size:
             path = Path(directory)
             raise ValueError(
