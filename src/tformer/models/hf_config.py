@@ -130,16 +130,7 @@ def _llama_config_from_hf(hf: Mapping, model_type: str) -> GPTConfig:
                 "tformer's GPT has one bias flag for the attention output and the feed-forward"
             )
         bias, qkv_bias = attention_bias, None
-    extra: dict[str, Any] = {}
-    head_dim = hf.get("head_dim") or d_model // n_heads
-    if head_dim != d_model // n_heads or d_model % n_heads:
-        extra["head_dim"] = head_dim  # refused below when GPTConfig has no such field
     theta, scaling = _rope(hf)
-    if scaling is not None:
-        extra["rope_scaling"] = scaling
-    missing = sorted(set(extra) - {f.name for f in dataclasses.fields(GPTConfig)})
-    if missing:
-        raise ValueError(f"{model_type} config {missing[0]}={extra[missing[0]]!r} is not supported by this GPTConfig")
     return GPTConfig(
         vocab_size=hf["vocab_size"],
         d_model=d_model,
@@ -162,7 +153,8 @@ def _llama_config_from_hf(hf: Mapping, model_type: str) -> GPTConfig:
         sliding_window=_sliding_window(hf, model_type),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         pad_id=_pad_id(hf),
-        **extra,
+        head_dim=hf.get("head_dim") or None,  # None: hidden_size / num_attention_heads (older configs lack it)
+        rope_scaling=scaling,
     )
 
 
