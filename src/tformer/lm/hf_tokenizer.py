@@ -1,7 +1,7 @@
 """The tokenizer of a Hugging Face model directory, read with the ``tokenizers`` library alone (no ``transformers``).
 
     tokenizer.json            the tokenizer itself (vocabulary, merges, pre-tokenizer, post-processor, decoder)
-    tokenizer_config.json     bos_token / eos_token / pad_token names, add_bos_token / add_eos_token  (optional)
+    tokenizer_config.json     bos_token / eos_token / pad_token names                                (optional)
     special_tokens_map.json   the same names, older saves (without added_tokens_decoder) only     (optional)
     generation_config.json    bos_token_id / eos_token_id / pad_token_id, as ``generate`` reads them    (optional)
     config.json               the same ids, when generation_config.json lacks them
