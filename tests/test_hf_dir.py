@@ -59,20 +59,19 @@ def _bpe(specials: list[str], bos: str | None, metaspace: bool = False) -> Token
     return tok
 
 
+# the Llama-layout blocks: tiny, with large random weights (greedy text that does not repeat one token)
+BLOCK = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+BLOCK.update(max_position_embeddings=64, initializer_range=0.2)
+
+
 def _llama(tied: bool, metaspace: bool = False) -> tuple:
     specials = ["<s>", "</s>", "<pad>"] + (["<unk>"] if metaspace else [])
     tok = _bpe(specials, bos="<s>", metaspace=metaspace)
     config = transformers.LlamaConfig(
         vocab_size=tok.get_vocab_size() + 4,  # a few embedding rows past the tokenizer, as in Qwen
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+        **BLOCK,
         rms_norm_eps=1e-6,
         rope_theta=500.0,
-        initializer_range=0.2,  # large random weights: greedy text that does not repeat one token
         bos_token_id=0,
         eos_token_id=1,
         pad_token_id=2,
@@ -89,14 +88,8 @@ def _qwen3() -> tuple:
     tok = _bpe(["<|endoftext|>", "<|im_end|>"], bos=None)
     config = transformers.Qwen3Config(
         vocab_size=tok.get_vocab_size(),
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **BLOCK,
         head_dim=24,
-        max_position_embeddings=64,
-        initializer_range=0.2,
         bos_token_id=None,
         eos_token_id=1,
         tie_word_embeddings=True,
@@ -343,20 +336,21 @@ def test_tformer_directories_keep_their_own_loader(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------- crafted dirs
 
 
-def _index(directory: Path) -> dict:
-    return json.loads((directory / "model.safetensors.index.json").read_text())
+INDEX = "model.safetensors.index.json"
 
 
-def _write_index(directory: Path, index: dict) -> None:
-    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+def _edit(path: Path, change) -> None:
+    """Rewrite the JSON file ``path`` after ``change(data)`` has changed it in place."""
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
 
 
-def _point_outside(directory: Path, target: str) -> str:
-    index = _index(directory)
-    key = next(iter(index["weight_map"]))
-    shutil.copy(directory / index["weight_map"][key], directory.parent / "outside.safetensors")
-    index["weight_map"][key] = target
-    _write_index(directory, index)
+def _point_outside(d: Path, target: str) -> str:
+    weight_map = json.loads((d / INDEX).read_text())["weight_map"]
+    key = next(iter(weight_map))
+    shutil.copy(d / weight_map[key], d.parent / "outside.safetensors")  # a valid shard: only the check refuses it
+    _edit(d / INDEX, lambda index: index["weight_map"].update({key: target}))
     return target
 
 
@@ -381,26 +375,21 @@ def _truncated_shard(d: Path) -> str:
 
 
 def _weight_not_in_its_shard(d: Path) -> str:
-    index = _index(d)
-    key = next(k for k in index["weight_map"] if "layers.1." in k)
-    first = sorted(set(index["weight_map"].values()))[0]
-    if index["weight_map"][key] == first:
-        first = sorted(set(index["weight_map"].values()))[1]
-    index["weight_map"][key] = first
-    _write_index(d, index)
-    return first
+    weight_map = json.loads((d / INDEX).read_text())["weight_map"]
+    key = next(k for k in weight_map if "layers.1." in k)
+    other = next(f for f in sorted(set(weight_map.values())) if f != weight_map[key])
+    _edit(d / INDEX, lambda index: index["weight_map"].update({key: other}))
+    return other
 
 
 def _no_weights(d: Path) -> str:
-    (d / "model.safetensors.index.json").unlink()
+    (d / INDEX).unlink()
     return "model.safetensors"
 
 
 def _weight_dropped(d: Path) -> str:
-    index = _index(d)
-    del index["weight_map"]["model.norm.weight"]
-    _write_index(d, index)
-    return "model.safetensors.index.json"
+    _edit(d / INDEX, lambda index: index["weight_map"].pop("model.norm.weight"))
+    return INDEX
 
 
 def _config_not_object(d: Path) -> str:
@@ -409,20 +398,20 @@ def _config_not_object(d: Path) -> str:
 
 
 def _unknown_model_type(d: Path) -> str:
-    config = json.loads((d / "config.json").read_text())
-    (d / "config.json").write_text(
-        json.dumps({**config, "model_type": "falcon", "architectures": ["FalconForCausalLM"]})
-    )
+    _edit(d / "config.json", lambda c: c.update(model_type="falcon", architectures=["FalconForCausalLM"]))
     return "config.json"
 
 
 def _tokenizer_larger_than_the_model(d: Path) -> str:
-    tokenizer = json.loads((d / "tokenizer.json").read_text())
     size = json.loads((d / "config.json").read_text())["vocab_size"]
-    extra = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
-    tokenizer["added_tokens"] += [{"id": size + i, "content": f"<extra_{i}>", **extra} for i in range(2)]
-    tokenizer["model"]["vocab"].update({f"<extra_{i}>": size + i for i in range(2)})
-    (d / "tokenizer.json").write_text(json.dumps(tokenizer))
+    extra = [{"id": size + i, "content": f"<extra_{i}>", "special": True} for i in range(2)]
+    flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False}
+
+    def add(tokenizer: dict) -> None:
+        tokenizer["added_tokens"] += [{**flags, **token} for token in extra]
+        tokenizer["model"]["vocab"].update({t["content"]: t["id"] for t in extra})
+
+    _edit(d / "tokenizer.json", add)
     return "tokenizer.json"
 
 
