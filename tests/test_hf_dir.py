@@ -1,10 +1,10 @@
 """Hugging Face model directories (tformer.lm.hf_dir, tformer.lm.hf_tokenizer) against transformers itself.
 
-Tiny random LlamaForCausalLM / GPT2LMHeadModel and a byte-level BPE trained here, saved with ``save_pretrained``
-(once sharded): our loader gives transformers' logits, its tokenizer transformers' ids and text, and
-``tformer generate`` the continuation transformers' greedy ``generate`` gives, without importing transformers.
-Crafted directories (an index pointing outside, a missing or truncated shard, a config.json that is not an
-object, an unknown model_type) are one line naming the file, exit status 2.
+Tiny random Llama (sharded; tied and stored in bf16; with a sentencepiece-style tokenizer), Qwen3 and GPT-2 models
+and BPE tokenizers trained here, saved with ``save_pretrained``: our loader gives transformers' logits, its tokenizer
+transformers' ids and text, and ``tformer generate`` the continuation transformers' greedy ``generate`` gives, without
+importing transformers. Crafted directories (an index pointing outside, a missing or truncated shard, a config.json
+that is not an object, an unknown model_type, ...) are one line naming the file, exit status 2.
 """
 
 import json
