@@ -19,7 +19,7 @@ otherwise), so they change nothing here; a tokenizer.json and its flags that dis
 Decoding is the ``tokenizers`` decode with the special tokens kept, as ``transformers``' ``decode`` by default.
 tokenizer.json is read whole, as the model was trained with it; ``transformers`` 5 rebuilds a few named classes
 (``tokenizer_class`` GPT2Tokenizer, ...) from the vocabulary and merges with the class's own pre-tokenizer, which
-drops, e.g., SmolLM2's digit splitting: there the two can differ, and tformer keeps tokenizer.json's.
+drops, e.g., a pre-tokenizer that splits digits one by one: there the two can differ; tformer keeps tokenizer.json's.
 """
 
 from __future__ import annotations
