@@ -9,9 +9,10 @@
 :func:`is_hf_dir` tells such a directory from tformer's own (whose config.json says ``model_type`` "gpt" and
 has no ``architectures``); :func:`load_hf_model` reads it. Only safetensors are read (nothing is unpickled), and
 only files inside the directory: an index that names a shard elsewhere ("../x", an absolute path) is refused
-(links the directory holds are followed: a Hub cache snapshot links each file to its blob). Every bad input is one ``ValueError`` / ``FileNotFoundError`` naming its file: a config.json that is
-not a JSON object or names an unknown model_type, a missing or truncated shard, a weight the index names but its
-shard lacks, weights that do not fit the config. bf16 / fp16 weights load as float32 unless ``dtype`` says otherwise.
+(links the directory holds are followed: a Hub cache snapshot links each file to its blob). Every bad input is one
+``ValueError`` / ``FileNotFoundError`` naming its file: a config.json that is not a JSON object or names an unknown
+model_type, a missing or truncated shard, a weight the index names but its shard lacks, weights that do not fit
+the config. bf16 / fp16 weights load as float32 unless ``dtype`` says otherwise.
 
 The names and layouts change on the way (``tformer.models.hf_format``: ``config_from_hf``, ``state_from_hf``).
 
