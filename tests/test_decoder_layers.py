@@ -252,3 +252,56 @@ def test_a_forgetting_cache_with_left_padding_gives_each_prompt_its_own_greedy_t
     for _ in range(30):  # the course notes' loop: the whole text every step, no cache
         ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert ids[0, 7:].tolist() == alone[0]
+
+
+# ------------------------------------------------------------------------ the encoder families take them too
+
+ENCODER_OPTIONS = dict(norm="rmsnorm", ffn="swiglu", n_kv_heads=2, qk_norm=True)
+
+
+def test_a_translator_with_todays_options_decodes_with_its_cache_as_the_full_pass():
+    from tformer import Seq2SeqConfig, Seq2SeqTransformer, fast
+    from tformer.generation import translate_ids
+
+    torch.manual_seed(0)
+    config = Seq2SeqConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30, dropout=0.0, **ENCODER_OPTIONS)
+    model = Seq2SeqTransformer(config).eval()
+    layer = model.decoder.layers[0]
+    assert layer.cross_attn.n_kv_heads == 2 and layer.ff.kind == "swiglu" and layer.self_attn.q_norm is not None
+    src, tgt = torch.randint(4, 30, (2, 7)), torch.randint(4, 30, (2, 6))
+    full = model(src, tgt)
+    memory, cache = model.encode(src), model.new_cache()
+    steps = [model.decode(tgt[:, t : t + 1], memory, cache=cache) for t in range(6)]
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+    assert cache.layers[0].cross_k.shape[1] == 2  # the cross-attention keys are cached for the 2 KV heads only
+    plain = translate_ids(model, src, max_len=10, sos_id=1, eos_id=2, fast=False)
+    assert translate_ids(fast.speed_up(model), src, max_len=10, sos_id=1, eos_id=2) == plain
+
+
+def test_a_bert_with_todays_options_ignores_its_padding():
+    from tformer import Bert, BertConfig
+
+    torch.manual_seed(0)
+    model = Bert(BertConfig.preset("tiny", vocab_size=40, dropout=0.0, **dict(ENCODER_OPTIONS, ffn="geglu"))).eval()
+    ids = torch.randint(5, 40, (1, 6))
+    padded = torch.cat([ids, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    mask = torch.tensor([[True] * 6 + [False] * 3])
+    assert (model(padded, attention_mask=mask)[:, :6] - model(ids)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    "family, change, message",
+    [
+        ("seq2seq", dict(norm="batchnorm"), "Seq2SeqConfig.norm must be one of"),
+        ("seq2seq", dict(n_kv_heads=3), "Seq2SeqConfig.n_kv_heads must be None or a positive divisor"),
+        ("bert", dict(ffn="moe"), "BertConfig.ffn must be one of"),
+    ],
+)
+def test_the_encoder_families_name_the_field(family, change, message):
+    from tformer import BertConfig, Seq2SeqConfig
+
+    with pytest.raises(ValueError, match=message):
+        if family == "seq2seq":
+            Seq2SeqConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30, **change)
+        else:
+            BertConfig.preset("tiny", vocab_size=30, **change)

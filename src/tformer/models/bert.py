@@ -61,6 +61,11 @@ class BertConfig(ModelConfig):
     bias: bool = True
     pad_id: int = 0
     num_labels: int = 0  # size of the sequence-classification head (0 = no head)
+    # today's layer options for the encoder layers (the defaults are BERT's); see GPTConfig for each
+    norm: str = "layernorm"  # "layernorm" | "rmsnorm" (the embedding and MLM-head LayerNorms stay)
+    ffn: str = "mlp"  # "mlp" | "swiglu" | "geglu" (ModernBERT's GeGLU)
+    n_kv_heads: int | None = None  # grouped-query attention
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys
 
     def validate(self) -> None:
         if self.num_labels < 0:

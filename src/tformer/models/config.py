@@ -34,7 +34,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from tformer.checks import check_positive
+from tformer.nn.feedforward import GATED
 from tformer.nn.layers import ACTIVATIONS, LayerConfig
+from tformer.nn.norms import NORMS
 
 __all__ = ["ModelConfig", "MAX_PARAMETERS"]
 
@@ -44,6 +46,22 @@ __all__ = ["ModelConfig", "MAX_PARAMETERS"]
 MAX_PARAMETERS = 20_000_000_000
 
 C = TypeVar("C", bound="ModelConfig")
+
+# LayerConfig fields a family config may also have (each family declares those it offers, with its defaults)
+LAYER_OPTIONS = (
+    "norm",
+    "norm_weight_offset",
+    "norm_scale",
+    "ffn",
+    "n_kv_heads",
+    "head_dim",
+    "qk_norm",
+    "qkv_bias",
+    "sliding_window",
+    "attn_softcap",
+    "sandwich_norm",
+    "attn_scale",
+)
 
 
 class ModelConfig:
@@ -85,6 +103,7 @@ class ModelConfig:
                 raise ValueError(f"{self._name(name)} must be in [0, 1), got {p}")
         if not self.norm_eps > 0:
             raise ValueError(f"{self._name('norm_eps')} must be > 0, got {self.norm_eps}")
+        self.check_layer_options()
         self.validate()
         n = self.approx_parameters()
         if n > MAX_PARAMETERS:
@@ -169,7 +188,9 @@ class ModelConfig:
 
     @property
     def layer(self) -> LayerConfig:
-        """What one encoder/decoder layer needs."""
+        """What one encoder/decoder layer needs: the shared fields, plus the layer options the family has."""
+        fields = set(self._field_names())
+        options = {name: getattr(self, name) for name in LAYER_OPTIONS if name in fields}
         return LayerConfig(
             self.d_model,
             self.n_heads,
@@ -180,7 +201,27 @@ class ModelConfig:
             self.norm_first,
             self.norm_eps,
             self.bias,
+            **options,
         )
+
+    def check_layer_options(self) -> None:
+        """The checks of the layer options a family has (``norm``, ``ffn``, ``n_kv_heads``, ...), naming the field."""
+        fields = set(self._field_names())
+        if "norm" in fields:
+            self.check_choice("norm", NORMS)
+        if "ffn" in fields:
+            self.check_choice("ffn", ("mlp", *GATED))
+        if getattr(self, "norm_weight_offset", 0.0) != 0.0 and getattr(self, "norm", None) != "rmsnorm":
+            raise ValueError(
+                f"{self._name('norm_weight_offset')} applies to norm='rmsnorm' only, got "
+                f"{self.norm_weight_offset} with norm={getattr(self, 'norm', None)!r}"
+            )
+        kv_heads = getattr(self, "n_kv_heads", None)
+        if kv_heads is not None and (kv_heads <= 0 or self.n_heads % kv_heads != 0):
+            raise ValueError(
+                f"{self._name('n_kv_heads')} must be None or a positive divisor of n_heads={self.n_heads}, "
+                f"got {kv_heads}"
+            )
 
     @classmethod
     def preset(cls: type[C], name: str, **overrides: Any) -> C:

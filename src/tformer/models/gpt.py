@@ -36,9 +36,7 @@ from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
 from tformer.nn.cache import KVCache
-from tformer.nn.feedforward import GATED
 from tformer.nn.layers import Decoder, LayerConfig
-from tformer.nn.norms import NORMS
 from tformer.nn.positional import ROPE_SCALINGS, InputEmbedding, rope_frequencies, rotary_tables
 
 __all__ = ["GPTConfig", "GPT"]
@@ -107,6 +105,14 @@ class GPTConfig(ModelConfig):
             changes["head_dim"] = None
         return super().replace(**changes)
 
+    def to_dict(self) -> dict:
+        """The fields as JSON; a ``head_dim`` that follows d_model / n_heads is written as null (derived again on
+        reading), so editing ``n_heads`` in a config.json does not keep a stale head width."""
+        data = super().to_dict()
+        if self.head_dim == self.d_model // self.n_heads:
+            data["head_dim"] = None
+        return data
+
     def validate(self) -> None:
         if self.head_dim is None:  # left unfilled: d_model / n_heads is not a whole number
             raise ValueError(
@@ -116,13 +122,6 @@ class GPTConfig(ModelConfig):
         if self.head_dim <= 0:
             raise ValueError(f"GPTConfig.head_dim must be None or > 0, got {self.head_dim}")
         self.check_choice("positional", ("sinusoidal", "learned", "rope"))
-        self.check_choice("norm", NORMS)
-        self.check_choice("ffn", ("mlp", *GATED))
-        if self.norm_weight_offset != 0.0 and self.norm != "rmsnorm":
-            raise ValueError(
-                f"GPTConfig.norm_weight_offset applies to norm='rmsnorm' only, got {self.norm_weight_offset} "
-                f"with norm={self.norm!r}"
-            )
         self._check_rope_scaling()
         if self.sliding_window_pattern is not None and (self.sliding_window is None or self.sliding_window_pattern < 1):
             raise ValueError(
@@ -135,11 +134,6 @@ class GPTConfig(ModelConfig):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"GPTConfig.{name} must be None or > 0, got {value}")
-        if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads != 0):
-            raise ValueError(
-                f"GPTConfig.n_kv_heads must be None or a positive divisor of n_heads={self.n_heads}, "
-                f"got {self.n_kv_heads}"
-            )
         if self.positional == "rope" and self.head_dim % 2 != 0:
             raise ValueError(f"GPTConfig.positional='rope' needs an even head_dim, got head_dim={self.head_dim}")
         self.check_token_id("pad_id", self.vocab_size, optional=True)
@@ -177,25 +171,6 @@ class GPTConfig(ModelConfig):
         layer = self.layer
         full = dataclasses.replace(layer, sliding_window=None)
         return [layer if self.is_local(i) else full for i in range(self.n_layers)]
-
-    @property
-    def layer(self) -> LayerConfig:
-        """What one decoder block needs, today's-decoder options included."""
-        return dataclasses.replace(
-            super().layer,
-            norm=self.norm,
-            norm_weight_offset=self.norm_weight_offset,
-            ffn=self.ffn,
-            n_kv_heads=self.n_kv_heads,
-            qk_norm=self.qk_norm,
-            qkv_bias=self.qkv_bias,
-            sliding_window=self.sliding_window,
-            attn_softcap=self.attn_softcap,
-            head_dim=self.head_dim,
-            norm_scale=self.norm_scale,
-            sandwich_norm=self.sandwich_norm,
-            attn_scale=self.attn_scale,
-        )
 
 
 def _divides(n: object, d: object) -> bool:

@@ -68,6 +68,11 @@ class Seq2SeqConfig(ModelConfig):
     share_embeddings: bool = False  # one embedding table for source and target (needs a joint vocabulary)
     tie_embeddings: bool = True  # output projection = target embedding matrix (paper); 0.1's tie_output
     pad_id: int = 0
+    # today's layer options (the defaults are the paper's layer); see GPTConfig for each
+    norm: str = "layernorm"  # "layernorm" | "rmsnorm"
+    ffn: str = "mlp"  # "mlp" | "swiglu" | "geglu"
+    n_kv_heads: int | None = None  # grouped-query attention in self- and cross-attention: a smaller KV cache
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys
 
     def validate(self) -> None:
         self.check_choice("positional", ("sinusoidal", "learned"))
