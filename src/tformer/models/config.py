@@ -211,10 +211,11 @@ class ModelConfig:
             self.check_choice("norm", NORMS)
         if "ffn" in fields:
             self.check_choice("ffn", ("mlp", *GATED))
-        if getattr(self, "norm_weight_offset", 0.0) != 0.0 and getattr(self, "norm", None) != "rmsnorm":
+        offset = getattr(self, "norm_weight_offset", 0.0)
+        if offset != 0.0 and getattr(self, "norm", None) != "rmsnorm":
             raise ValueError(
                 f"{self._name('norm_weight_offset')} applies to norm='rmsnorm' only, got "
-                f"{self.norm_weight_offset} with norm={getattr(self, 'norm', None)!r}"
+                f"{offset} with norm={getattr(self, 'norm', None)!r}"
             )
         kv_heads = getattr(self, "n_kv_heads", None)
         if kv_heads is not None and (kv_heads <= 0 or self.n_heads % kv_heads != 0):
