@@ -168,6 +168,37 @@ def test_dtype_option_keeps_the_stored_bf16(saved):
     assert model.output.weight is model.embed.token.weight  # tied, as config.json says
 
 
+def test_a_bfloat16_model_runs_in_bfloat16_like_transformers(saved, capsys):
+    """RoPE's tables are float32 but used in the queries' dtype, so q, k and v stay bfloat16 (as in transformers):
+    the logits are bfloat16, within bfloat16's rounding of transformers' own bfloat16 run, and the CLI's --dtype
+    generates."""
+    directory, _, _ = saved["llama-tied-bf16"]
+    model, _ = lm.load(directory, dtype=torch.bfloat16)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval()
+    ids = torch.randint(0, hf.config.vocab_size, (2, 17), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours, theirs = model(ids), hf(ids).logits
+    assert ours.dtype == torch.bfloat16 and (ours.float() - theirs.float()).abs().max() <= 0.05
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(directory),
+                "--prompt",
+                "the",
+                "--greedy",
+                "--max-new-tokens",
+                "5",
+                "--dtype",
+                "bfloat16",
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.startswith("the")
+
+
 @pytest.mark.parametrize("name", VARIANTS)
 def test_tokenizer_gives_transformers_ids_and_text(saved, name):
     directory = saved[name][0]

@@ -34,15 +34,23 @@ def add_parser(sub) -> None:
     g.add_argument("--num-samples", type=positive_int, default=1)
     g.add_argument("--seed", type=seed, help="sample i uses seed + i (default: random)")
     g.add_argument("--device", type=device, default="cpu")
+    g.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="the weights' dtype in memory (bfloat16: half the memory of float32, slightly different numbers)",
+    )
     add_fast_flag(g)
     g.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import torch
+
     from tformer import lm
     from tformer.generation import SamplingConfig
 
-    model, tokenizer = lm.load(args.model, args.device)  # a Hugging Face directory's weights in float32
+    model, tokenizer = lm.load(args.model, args.device, getattr(torch, args.dtype))
     sampling = SamplingConfig(
         not args.greedy,
         args.temperature,

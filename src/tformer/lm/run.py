@@ -117,8 +117,8 @@ def load(
 ) -> tuple[GPT, CharTokenizer | ByteBPETokenizer | HFTokenizer]:
     """A GPT (in eval mode) and its tokenizer, checked to match: from a ``tformer train lm`` directory, or from a
     Hugging Face model directory (:mod:`tformer.lm.hf_dir`: config.json with a Hugging Face ``model_type``,
-    safetensors weights, tokenizer.json), read without ``transformers``. ``dtype`` applies to a Hugging Face
-    directory's weights (None: as stored); tformer's own are float32."""
+    safetensors weights, tokenizer.json), read without ``transformers``. ``dtype``: the weights' dtype in memory
+    (None: as stored, float32 for tformer's own)."""
     if is_hf_dir(directory):
         tokenizer = HFTokenizer.load(directory)  # before the weights: a broken tokenizer fails fast
         model = load_hf_model(directory, device, dtype)
@@ -131,7 +131,7 @@ def load(
             )
         return model, tokenizer
     directory = model_dir(directory)
-    model, tok = GPT.from_pretrained(directory).to(device).eval(), load_lm_tokenizer(directory)
+    model, tok = GPT.from_pretrained(directory).to(device, dtype).eval(), load_lm_tokenizer(directory)
     check_vocab(directory, tok.file_name, tok.vocab_size, "vocab_size", model.config.vocab_size)
     return model, tok
 

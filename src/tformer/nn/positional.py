@@ -183,7 +183,12 @@ def rotary_tables(
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each pair (x_i, x_{i+Dh/2}) of ``x`` (B, H, T, Dh) by its angle: x·cos + rotate_half(x)·sin."""
+    """Rotate each pair (x_i, x_{i+Dh/2}) of ``x`` (B, H, T, Dh) by its angle: x·cos + rotate_half(x)·sin.
+
+    The tables are computed in float32 and used in ``x``'s dtype (as Hugging Face does), so a bfloat16 model's
+    queries and keys stay bfloat16 like its values."""
+    if cos.dtype != x.dtype:
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     first, second = x.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
     return x * cos + torch.cat([-second, first], dim=-1) * sin
 
