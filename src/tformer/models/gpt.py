@@ -135,7 +135,7 @@ class GPTConfig(ModelConfig):
             if value is not None and not value > 0:
                 raise ValueError(f"GPTConfig.{name} must be None or > 0, got {value}")
         if self.positional == "rope" and self.head_dim % 2 != 0:
-            raise ValueError(f"GPTConfig.positional='rope' needs an even head_dim, got head_dim={self.head_dim}")
+            raise ValueError(f"GPTConfig.positional='rope' needs an even head dimension, got head_dim={self.head_dim}")
         self.check_token_id("pad_id", self.vocab_size, optional=True)
 
     def _check_rope_scaling(self) -> None:
