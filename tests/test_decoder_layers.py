@@ -305,3 +305,12 @@ def test_the_encoder_families_name_the_field(family, change, message):
             Seq2SeqConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30, **change)
         else:
             BertConfig.preset("tiny", vocab_size=30, **change)
+
+
+def test_logits_to_keep_projects_only_the_last_positions():
+    model = _gpt(positional="rope", n_kv_heads=2)
+    ids = torch.randint(0, VOCAB, (2, 9))
+    full = model(ids)
+    assert model(ids, logits_to_keep=1).shape == (2, 1, VOCAB)  # (the matmul's blocking may differ: float rounding)
+    assert torch.allclose(model(ids, logits_to_keep=1), full[:, -1:], atol=1e-6)
+    assert torch.allclose(model(ids, logits_to_keep=3), full[:, -3:], atol=1e-6)

@@ -336,7 +336,7 @@ def generate_lm(
         attention = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], device=device).bool()
         positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # (B, T0) real tokens count from 0
     cache = model.new_cache(min(longest + max_new_tokens, limit))
-    logits = model(ids, attention_mask=attention, positions=positions, cache=cache)[:, -1]  # (B, V)
+    logits = model(ids, attention_mask=attention, positions=positions, cache=cache, logits_to_keep=1)[:, -1]  # (B, V)
     # the repetition penalty sees left padding as the row's first real token (already seen: no effect)
     history = torch.tensor([[p[0]] * (longest - len(p)) + p for p in prompts], device=device)  # (B, T0)
     ends = set(stop_ids) | ({eos_id} if eos_id is not None else set())
@@ -382,7 +382,7 @@ def generate_lm(
                 attention = attention[:, -keep:]
                 positions = (attention.long().cumsum(-1) - 1).clamp(min=0)
             cache = model.new_cache(limit)
-            logits = model(window, attention_mask=attention, positions=positions, cache=cache)[:, -1]
+            logits = model(window, attention_mask=attention, positions=positions, cache=cache, logits_to_keep=1)[:, -1]
             positions = None if positions is None else positions[:, -1:]
             continue
         positions = None if positions is None else positions[:, -1:] + 1  # (R, 1); None: counted from the cache

@@ -222,13 +222,16 @@ class GPT(PretrainedMixin, nn.Module):
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        logits_to_keep: int = 0,
     ) -> torch.Tensor:
         """``ids`` (B, T) → logits (B, T, V).
 
         ``attention_mask`` (B, Tk) bool, ``True`` = real token, covers the cached positions too
         (Tk = cached + T); use it for left-padded batches, with ``positions`` (B, T) counting real
         tokens only. With a ``cache``, ``ids`` holds only the new positions.
-        ``return_attention=True`` returns ``(logits, weights)`` (weights by module name).
+        ``return_attention=True`` returns ``(logits, weights)`` (weights by module name). ``logits_to_keep=k`` > 0
+        projects only the last k positions onto the vocabulary, (B, k, V): generation's prefill needs the last one
+        only, and (B, T, V) is the largest tensor of a long prompt (Hugging Face's argument of the same name).
         """
         check_ids(ids, "ids", self.config.vocab_size)
         start = cache.length if cache is not None else 0
@@ -261,7 +264,9 @@ class GPT(PretrainedMixin, nn.Module):
             if len(tables) == 2:  # Gemma 3: the sliding layers turn at their own base
                 rotary = [tables[1] if self.config.is_local(i) else tables[0] for i in range(self.config.n_layers)]
         x = self.decoder(x, self_mask=mask, causal=True, cache=cache, rotary=rotary)  # (B, T, D)
-        logits = self.output(x)  # (B, T, V)
+        if logits_to_keep > 0:
+            x = x[:, -logits_to_keep:]  # (B, k, D)
+        logits = self.output(x)  # (B, T or k, V)
         cap = self.config.final_softcap
         return logits if cap is None else cap * torch.tanh(logits / cap)
 
