@@ -419,9 +419,10 @@ def test_the_parameter_count_from_the_fields_counts_the_gate_and_the_smaller_kv_
 
 
 @pytest.mark.parametrize("use_fast", [False, True])
-def test_with_every_option_on_every_parameter_gets_a_gradient(use_fast):
+@pytest.mark.parametrize("name", ["everything", "all"])  # (soft-capped: the reference path; else the fused GQA one)
+def test_with_every_option_on_every_parameter_gets_a_gradient(use_fast, name):
     torch.manual_seed(0)
-    model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=32, dropout=0.1, **OPTIONS["everything"]))
+    model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=32, dropout=0.1, **OPTIONS[name]))
     model = fast.speed_up(model) if use_fast else model
     ids = torch.randint(0, VOCAB, (2, 8))
     F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten()).backward()

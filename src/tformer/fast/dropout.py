@@ -113,12 +113,17 @@ def scaled_dot_product_attention(
     return_details: bool = False,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, AttentionDetails]:
     """:func:`tformer.nn.attention.scaled_dot_product_attention` (same arguments, same results) whose weight dropout
     draws the fast CPU mask: the reference path with :func:`dropout`, where the fused kernel would draw PyTorch's."""
     if not (dropout_p > 0 and uses_fast_mask(q, dropout_p)):
-        return attention.scaled_dot_product_attention(q, k, v, mask, dropout_p, return_details, is_causal, scale)
+        return attention.scaled_dot_product_attention(
+            q, k, v, mask, dropout_p, return_details, is_causal, scale, enable_gqa
+        )
     attention.check_attention_mask(mask, is_causal)
+    if enable_gqa and k.shape[1] != q.shape[1]:  # the reference path needs every query head's own K/V
+        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
     if is_causal:  # the reference path spells the look-ahead mask out
         mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (1, 1, Tq, Tk)
     out, details = attention.reference_attention(q, k, v, mask, dropout_p, dropout=dropout, scale=scale)

@@ -68,8 +68,10 @@ def scaled_dot_product_attention(
     return_details: bool = False,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, AttentionDetails]:
-    """softmax(Q·Kᵀ/√Dh, masked) · V for ``q`` (B, H, Tq, Dh), ``k``/``v`` (B, H, Tk, Dh).
+    """softmax(Q·Kᵀ/√Dh, masked) · V for ``q`` (B, H, Tq, Dh), ``k``/``v`` (B, H, Tk, Dh) (or (B, Hkv, Tk, Dh) with
+    ``enable_gqa``: key/value head j serves query heads j·H/Hkv … (j + 1)·H/Hkv − 1, unrepeated).
 
     ``mask`` is boolean (``True`` = may attend) and broadcasts to (B, H, Tq, Tk). ``dropout_p`` is
     applied to the weights (pass 0 in eval mode). With ``return_details=True`` the readable reference
@@ -79,11 +81,17 @@ def scaled_dot_product_attention(
     1/√Dh (Gemma's ``query_pre_attn_scalar``^−½).
     """
     check_attention_mask(mask, is_causal)
+    grouped = enable_gqa and k.shape[1] != q.shape[1]
+    if grouped and return_details:  # the reference path repeats them; the fused kernel pairs the groups itself
+        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
     if return_details:
         if is_causal:  # the reference path spells the look-ahead mask out
             mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (1, 1, Tq, Tk)
         return reference_attention(q, k, v, mask, dropout_p, scale=scale)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+    gqa = {"enable_gqa": True} if grouped else {}  # (only then: the argument is new in torch 2.5)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **gqa
+    )
     if mask is not None:  # some kernels give NaN for fully masked rows: make them exactly 0
         has_key = mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
         if not bool(has_key.all()):
@@ -239,13 +247,15 @@ class MultiHeadAttention(nn.Module):
         if memory is not None and memory.shape[0] != x.shape[0]:
             return self._grouped_cross_attention(x, memory, mask, cache)
         if memory is not None:
-            q, k, v = self._cross_qkv(x, memory, cache)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
+            q, k, v = self._cross_qkv(x, memory, cache)  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
         else:
-            q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
+            q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
             if cache is not None and cache.offset and mask is not None and mask.shape[-1] > k.shape[2]:
                 mask = mask[..., cache.offset :]  # a sliding window's store forgot the oldest positions
         recorder = current_recorder()
         explicit = recorder is not None or self.softcap is not None  # the reference path: spell the mask out
+        if explicit:  # the reference path (and the record) sees every query head's own K/V; the fused kernel
+            k, v = self._repeat_kv(k), self._repeat_kv(v)  # pairs the groups itself (enable_gqa), copying nothing
         mask, is_causal = self._prepare_mask(mask, causal, cross, q, k, recording=explicit)
         context, details = self._attend(q, k, v, mask, is_causal, recording=recorder is not None)  # (B, H, Tq, Dh)
         out = self.out_proj(self._merge_heads(context))  # (B, Tq, D)
@@ -283,7 +293,7 @@ class MultiHeadAttention(nn.Module):
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)  # the cache keeps rotated keys
         if cache is not None:
             k, v = cache.append(k, v)  # (B, Hkv, Tk, Dh) with the cached positions
-        return q, self._repeat_kv(k), self._repeat_kv(v)  # (B, H, Tq, Dh), (B, H, Tk, Dh) × 2
+        return q, k, v  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
 
     def _cross_qkv(
         self, x: torch.Tensor, memory: torch.Tensor, cache: LayerKV | None
@@ -293,14 +303,14 @@ class MultiHeadAttention(nn.Module):
         if self.q_norm is not None:
             q = self.q_norm(q)
         if cache is not None and cache.cross_k is not None and cache.cross_v is not None:
-            return q, self._repeat_kv(cache.cross_k), self._repeat_kv(cache.cross_v)  # computed at the first step
+            return q, cache.cross_k, cache.cross_v  # computed at the first step
         kv = project_rows(self.qkv_proj, memory, self.q_dim, self.q_dim + 2 * self.kv_dim)  # (B, Tk, 2·Hkv·Dh)
         k, v = (self._split_heads(t, self.n_kv_heads) for t in kv.chunk(2, dim=-1))  # (B, Hkv, Tk, Dh) each
         if self.k_norm is not None:
             k = self.k_norm(k)
         if cache is not None:
             cache.cross_k, cache.cross_v = k, v
-        return q, self._repeat_kv(k), self._repeat_kv(v)
+        return q, k, v  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
 
     def _prepare_mask(
         self, mask: torch.Tensor | None, causal: bool, cross: bool, q: torch.Tensor, k: torch.Tensor, recording: bool
@@ -337,7 +347,9 @@ class MultiHeadAttention(nn.Module):
             context, details = reference_attention(q, k, v, mask, dropout_p, softcap=self.softcap, scale=self.scale)
             return context, details if recording else None
         if not recording:
-            return self.attention(q, k, v, mask, dropout_p, is_causal=is_causal, scale=self.scale), None
+            grouped = k.shape[1] != q.shape[1]  # grouped-query K/V, not repeated (the kernel pairs them)
+            out = self.attention(q, k, v, mask, dropout_p, is_causal=is_causal, scale=self.scale, enable_gqa=grouped)
+            return out, None
         return self.attention(q, k, v, mask, dropout_p, return_details=True, scale=self.scale)
 
     def _merge_heads(self, context: torch.Tensor) -> torch.Tensor:
