@@ -10,12 +10,14 @@ import sys
 BENCHMARKS = {
     "train_step": "training-step tokens/s of seq2seq, GPT and BERT vs nn.Transformer / HF Marian, GPT-2, BERT",
     "decode": "greedy, beam-5 and sampling tokens/s vs HF generate (Marian); GPT generation with/without KV cache",
+    "decode_llama": "SmolLM2-135M-shaped Llama (GQA): generation tokens/s and peak memory vs HF generate; KV bytes/token",
     "decode_floor": "batch-1 decoding: steps/s if a step were only its matmuls (the memory-bandwidth floor)",
     "throughput_multi30k": "end-to-end training on Multi30k, real target tokens/s: token budget vs pad-to-longest",
     "bert_encode": "sentences/s of the MiniLM encoder vs transformers.BertModel (real weights)",
     "translation_bleu": "BLEU within a time budget, greedy vs beam (quality, not speed)",
     "lm_step": "Tiny Shakespeare recipe's training step: tanh vs exact GELU, Python-loop vs fused AdamW",
     "lm_shakespeare": "Tiny Shakespeare char-level validation loss within 1.5 / 6 / 30 minutes (vs nanoGPT's CPU recipe)",
+    "lm_recipes": "two Tiny Shakespeare recipes side by side at equal CPU time (today's vs the Llama-style options)",
     "bert_pretrain": "MLM and NSP accuracy on held-out text after N minutes of pretraining, with chance baselines",
     "explore": "tformer explore: ms from request to answer per API call (toy; 6-layer GPT at 32 and 256 tokens)",
 }

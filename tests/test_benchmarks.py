@@ -37,6 +37,7 @@ CASES = {
         {f"{mode} b{b}": {"tformer", "HF generate"} for mode in ("greedy", "beam5", "sample") for b in (1, 3)}
         | {f"gpt b{b}": {"tformer KV cache", "tformer no cache", "HF generate"} for b in (1, 2)},
     ),
+    "decode_llama": ([], None, {f"smollm2-shape b{b}": {"tformer", "HF generate"} for b in (1, 2)}),
     "decode_floor": (
         [],
         None,

@@ -34,6 +34,18 @@ def test_lm_shakespeare_quick(tmp_path):
     assert anchor["steps"] > 0 and 0 < anchor["val_loss"] < 5 and anchor["tokens_per_step"] == 4 * 16
 
 
+@pytest.mark.skipif(not (SHARED / "tinyshakespeare.txt").is_file(), reason="../shared/data/tinyshakespeare.txt missing")
+def test_lm_recipes_quick_trains_both_recipes_side_by_side(tmp_path):
+    from benchmarks.lm_recipes import main
+
+    recipes = ["shakespeare-char-6min-gelu", "shakespeare-char-6min"]
+    main(["--minutes", "0.02", "--quick", "--recipes", *recipes, "--out", str(tmp_path)])
+    (r,) = json.loads((tmp_path / "lm_recipes.json").read_text())
+    assert r["side_by_side"] and [run["recipe"] for run in r["runs"]] == recipes
+    for run in r["runs"]:
+        assert run["threads"] == 1 and run["steps"] > 0 and 0 < run["val_loss"] < 5
+
+
 def test_lm_shakespeare_picks_the_recipe_tuned_for_the_budget():
     from benchmarks.lm_shakespeare import recipe_for
     from tformer.lm import RECIPES
