@@ -314,3 +314,17 @@ def test_logits_to_keep_projects_only_the_last_positions():
     assert model(ids, logits_to_keep=1).shape == (2, 1, VOCAB)  # (the matmul's blocking may differ: float rounding)
     assert torch.allclose(model(ids, logits_to_keep=1), full[:, -1:], atol=1e-6)
     assert torch.allclose(model(ids, logits_to_keep=3), full[:, -3:], atol=1e-6)
+
+
+def test_a_prompts_cache_is_its_own_length_then_grows_to_max_len_once():
+    """The prompt's pass (the largest temporaries) runs over a cache of the prompt's size, not the full one."""
+    model = _gpt(positional="rope")
+    ids = torch.randint(0, VOCAB, (2, 8))
+    cache = model.new_cache(20)
+    model(ids[:, :5], cache=cache)
+    assert cache.layers[0].k.shape[2] == 5
+    first = model(ids[:, 5:6], cache=cache)
+    assert cache.layers[0].k.shape[2] == 20
+    model(ids[:, 6:7], cache=cache)
+    assert cache.layers[0].k.shape[2] == 20  # grown once
+    assert torch.allclose(first, model(ids[:, :6])[:, -1:], atol=1e-5)

@@ -165,7 +165,8 @@ def test_repeated_reorders_reuse_two_buffers_and_follow_the_rows(seq2seq):
     memory = seq2seq.encode(src)
     with torch.inference_mode():
         cache = seq2seq.new_cache(8)
-        seq2seq.decode(tgt[:, :3], memory, cache=cache)
+        for t in range(3):  # one position a step, as beam search decodes (a prompt's buffer would grow at step 4)
+            seq2seq.decode(tgt[:, t : t + 1], memory, cache=cache)
         first = cache.layers[0].k
         r1, r2 = torch.tensor([2, 0, 0]), torch.tensor([1, 2, 2])
         cache.reorder(r1, cross=False)

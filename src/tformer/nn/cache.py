@@ -5,7 +5,9 @@ values of every earlier position; recomputing them costs the whole prefix every 
 decoder layer keeps them here. Cross-attention keys/values depend only on the encoder output, so
 they are computed once per source and reused every step.
 
-Buffers are preallocated (``max_len`` positions) and grow by doubling if a sequence runs longer.
+Buffers are preallocated (``max_len`` positions) and grow by doubling if a sequence runs longer. A prompt (several
+positions in the first call) gets a buffer of its own length, grown to ``max_len`` at the next call: the prompt's
+forward pass has the largest temporaries, and a full-size cache under them would raise the peak memory for nothing.
 For beam search, :meth:`KVCache.reorder` follows the surviving beams.
 
 A layer that attends through a sliding window of W positions (Mistral, Gemma 3's local layers) never looks
@@ -44,11 +46,12 @@ class LayerKV:
         end = start + k.shape[2]
         keys, values = self.k, self.v
         if keys is None or values is None:
-            capacity = max(self.max_len, end)
+            capacity = end if end > 1 else max(self.max_len, end)  # a prompt: its own length for now
             keys = k.new_empty(k.shape[0], k.shape[1], capacity, k.shape[3])  # (B, H, capacity, Dh)
             values = v.new_empty(v.shape[0], v.shape[1], capacity, v.shape[3])
-        elif end > keys.shape[2]:
-            grow = max(end, 2 * keys.shape[2]) - keys.shape[2]
+        elif end > keys.shape[2]:  # to max_len in one step, past it by doubling
+            target = self.max_len if self.max_len > keys.shape[2] else 2 * keys.shape[2]
+            grow = max(end, target) - keys.shape[2]
             keys = torch.cat(
                 [keys, keys.new_empty(*keys.shape[:2], grow, keys.shape[3])], dim=2
             )  # (B, H, capacity', Dh)
