@@ -302,6 +302,54 @@ def test_gpt_greedy_steps_and_sampling_with_a_seed(browser, gpt_dir):
         assert console_errors(browser) == []
 
 
+def test_a_gemma_like_gpt_shows_its_gate_up_and_their_product_with_the_models_numbers(browser, tmp_path):
+    """Today's decoder options on the page: GeGLU's gate, up and act(gate) ⊙ up are steps with their own names and
+    formulas, the product's table is the model's own, and the greedy steps are generate_lm's."""
+    from tformer import lm
+    from tformer.inspect import trace
+
+    tokenizer = CharTokenizer(string.ascii_letters + string.digits + " ,.:;!?'-\n")
+    tokenizer.save(tmp_path)
+    torch.manual_seed(5)
+    options = dict(
+        norm="rmsnorm",
+        norm_weight_offset=1.0,
+        ffn="geglu",
+        n_kv_heads=2,
+        qk_norm=True,
+        positional="rope",
+        sandwich_norm=True,
+        sliding_window=4,
+        sliding_window_pattern=2,
+        bias=False,
+        embed_scale=True,
+    )
+    GPT(GPTConfig.preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0, max_len=48, **options)).save_pretrained(
+        tmp_path
+    )
+    model, _ = lm.load(tmp_path)
+    with serve(tmp_path) as url:
+        open_page(browser, url)
+        steps = find(browser, "[data-testid=step]")
+        stages = [(s.get_attribute("data-stage"), s.text) for s in steps]
+        at = next(i for i, (stage, _) in enumerate(stages) if stage == "ffn_gated")
+        assert [st for st, _ in stages[at - 2 : at + 2]] == ["ffn_gate", "ffn_up", "ffn_gated", "ffn"]
+        assert "gate" in stages[at - 2][1] and "up" in stages[at - 1][1] and "⊙" in stages[at][1]
+        steps[at].click()
+        wait(browser, lambda d: "⊙" in d.find_element("css selector", "#step-detail h2").text, "the product step")
+        assert "GELU(gate) ⊙ up" in find(browser, "#step-detail .formula")[0].text
+        (table,) = find(browser, "#step-detail [data-testid=tensor-table]")
+        shown = [float(td.get_attribute("title")) for td in table.find_elements("css selector", "tbody td")]
+        info = browser.execute_script("return window.explore.state.info")
+        t = trace(model, tokenizer.encode(info["default_text"]))
+        gate, up = (t.get(stage, "decoder", 0, "").tensor[0] for stage in ("ffn_gate", "ffn_up"))
+        want = model.decoder.layers[0].ff.activation(gate) * up  # (T, F): what W_down receives
+        cols = len(shown) // want.shape[0]  # the table shows every row, the first columns of a wide one
+        assert shown == pytest.approx(want[:, :cols].flatten().tolist(), rel=1e-4, abs=1e-6)
+        shot(browser, "gemma-like-gated-ffn")
+        assert console_errors(browser) == []
+
+
 def test_a_tensor_too_big_for_one_answer_shows_some_rows(browser, gpt_dir, monkeypatch):
     from tformer import lm
     from tformer.explore import session
