@@ -1,5 +1,6 @@
 """Two Tiny Shakespeare recipes at equal CPU time: the LayerNorm + GELU recipe against the one rebuilt from the options
-of today's decoders (RMSNorm, SwiGLU, no bias; now the default ``shakespeare-char-6min`` / ``-30min``).
+of today's decoders (RMSNorm, SwiGLU, no bias): ``shakespeare-char-6min`` / ``-6min-llama`` and
+``shakespeare-char-30min-gelu`` / ``-30min`` (the winner of each budget carries the plain name).
 
     python -m benchmarks.lm_recipes --minutes 6 30                    # side by side, one core each
     python -m benchmarks.lm_recipes --minutes 0.1 --quick             # smoke test
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 from benchmarks.lm_shakespeare import SHARED, recipe_for
+from tformer.lm import RECIPES
 
 
 def child(recipe: str, minutes: float, out: Path, data: Path, threads: int, quick: bool) -> None:
@@ -44,7 +46,7 @@ def child(recipe: str, minutes: float, out: Path, data: Path, threads: int, quic
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, nargs="+", default=[6.0])
-    p.add_argument("--recipes", nargs=2, default=None, help="two recipe names (default: BUDGET-gelu and BUDGET's)")
+    p.add_argument("--recipes", nargs=2, default=None, help="two recipe names (default: the budget's GELU and SwiGLU)")
     p.add_argument("--data", default=str(SHARED / "tinyshakespeare.txt"))
     p.add_argument("--out", default="runs/bench-lm-recipes")
     p.add_argument("--sequential", action="store_true", help="one after the other, every core each")
@@ -58,7 +60,7 @@ def main(argv=None) -> dict:
     results = []
     for minutes in args.minutes:
         base = recipe_for(minutes)
-        recipes = args.recipes or [f"{base}-gelu", base]
+        recipes = args.recipes or [name for name in (f"{base}-gelu", base, f"{base}-llama") if name in RECIPES]
         runs = []
         for recipe in recipes:
             out = Path(args.out) / f"{minutes:g}min" / recipe

@@ -38,7 +38,7 @@ def test_lm_shakespeare_quick(tmp_path):
 def test_lm_recipes_quick_trains_both_recipes_side_by_side(tmp_path):
     from benchmarks.lm_recipes import main
 
-    recipes = ["shakespeare-char-6min-gelu", "shakespeare-char-6min"]
+    recipes = ["shakespeare-char-6min", "shakespeare-char-6min-llama"]
     main(["--minutes", "0.02", "--quick", "--recipes", *recipes, "--out", str(tmp_path)])
     (r,) = json.loads((tmp_path / "lm_recipes.json").read_text())
     assert r["side_by_side"] and [run["recipe"] for run in r["runs"]] == recipes
