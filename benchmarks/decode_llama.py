@@ -25,9 +25,7 @@ import torch
 
 from benchmarks.common import Candidate, base_parser, compare, machine_info, session, write_report
 
-FULL = dict(
-    vocab=49152, d=576, heads=9, kv_heads=3, ff=1536, layers=30, prompt_len=64, new_tokens=128, batches=[1, 16]
-)
+FULL = dict(vocab=49152, d=576, heads=9, kv_heads=3, ff=1536, layers=30, prompt_len=64, new_tokens=128, batches=[1, 16])
 QUICK = dict(vocab=256, d=64, heads=4, kv_heads=2, ff=128, layers=2, prompt_len=8, new_tokens=8, batches=[1, 2])
 NEVER = -1  # an eos_id no token has: tformer decodes the full length
 
@@ -64,9 +62,7 @@ def kv_bytes_per_token(model, c: dict) -> dict:
     cache = model.new_cache(c["prompt_len"])
     with torch.inference_mode():
         model(ids, cache=cache)
-    stored = sum(
-        layer.k[:, :, : layer.length].nbytes + layer.v[:, :, : layer.length].nbytes for layer in cache.layers
-    )
+    stored = sum(layer.k[:, :, : layer.length].nbytes + layer.v[:, :, : layer.length].nbytes for layer in cache.layers)
     per_token = stored / c["prompt_len"]
     mha = per_token * c["heads"] / c["kv_heads"]
     return {"kv_bytes_per_token": per_token, "mha_kv_bytes_per_token": mha, "ratio_vs_mha": per_token / mha}
