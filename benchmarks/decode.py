@@ -137,6 +137,19 @@ def _greedy_without_cache(model, ids: torch.Tensor, n: int) -> torch.Tensor:
     return ids
 
 
+def hf_greedy(hf, ids: torch.Tensor, n: int):
+    """One timed call of HF ``generate``: greedy, exactly ``n`` new tokens per prompt of ``ids`` (B, T); returns B·n."""
+
+    def run() -> float:
+        with torch.inference_mode():
+            out = hf.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, min_new_tokens=n, max_new_tokens=n
+            )
+        return (out.shape[1] - ids.shape[1]) * ids.shape[0]
+
+    return run
+
+
 def gpt_candidates(c: dict, batch: int, device: str, uncached: bool = True) -> list[Candidate]:
     from tformer.generation import generate_lm
 
@@ -144,13 +157,7 @@ def gpt_candidates(c: dict, batch: int, device: str, uncached: bool = True) -> l
     ids = torch.randint(1, c["vocab"], (batch, c["prompt_len"]), generator=torch.Generator().manual_seed(batch))
     ids = ids.to(device)
     n = c["new_tokens"]
-
-    def hf_run() -> float:
-        with torch.inference_mode():
-            out = hf.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, min_new_tokens=n, max_new_tokens=n
-            )
-        return (out.shape[1] - ids.shape[1]) * batch
+    hf_run = hf_greedy(hf, ids, n)
 
     def cached_run() -> float:
         return sum(len(row) for row in generate_lm(ours, ids.tolist(), n))

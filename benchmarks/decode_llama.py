@@ -24,6 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from benchmarks.common import Candidate, base_parser, compare, machine_info, session, write_report
+from benchmarks.decode import hf_greedy
 
 FULL = dict(vocab=49152, d=576, heads=9, kv_heads=3, ff=1536, layers=30, prompt_len=64, new_tokens=128, batches=[1, 16])
 QUICK = dict(vocab=256, d=64, heads=4, kv_heads=2, ff=128, layers=2, prompt_len=8, new_tokens=8, batches=[1, 2])
@@ -75,17 +76,10 @@ def candidates(hf, ours, c: dict, batch: int, device: str) -> list[Candidate]:
     ids = ids.to(device)
     n = c["new_tokens"]
 
-    def hf_run() -> float:
-        with torch.inference_mode():
-            out = hf.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, min_new_tokens=n, max_new_tokens=n
-            )
-        return (out.shape[1] - ids.shape[1]) * batch
-
     def tformer_run() -> float:
         return sum(len(row) for row in generate_lm(ours, ids.tolist(), n, eos_id=NEVER))
 
-    return [Candidate("HF generate", hf_run), Candidate("tformer", tformer_run)]
+    return [Candidate("HF generate", hf_greedy(hf, ids, n)), Candidate("tformer", tformer_run)]
 
 
 def main(argv=None) -> dict:
