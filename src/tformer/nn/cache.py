@@ -13,7 +13,8 @@ For beam search, :meth:`KVCache.reorder` follows the surviving beams.
 A layer that attends through a sliding window of W positions (Mistral, Gemma 3's local layers) never looks
 further back than W − 1 positions, so its store keeps only those: when the buffer is full, the last W − 1 positions
 move to its front and the older ones are gone (``offset`` counts them). The buffer holds at most 2·W positions
-(plus one step's new ones), whatever the length of the text; the move happens once every W steps.
+(plus one step's new ones; a longer prompt's own length), whatever the length of the text; the move happens once
+every W steps or so.
 
 Dimension legend: B batch (× beams), H heads, T positions, Dh head dim.
 """
