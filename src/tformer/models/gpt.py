@@ -259,6 +259,8 @@ class GPT(PretrainedMixin, nn.Module):
         x = self.embed(ids, where)  # (B, T, D)
         rotary: list | tuple | None = None
         if isinstance(where, torch.Tensor) and rope:
+            if self._rope[0][0].device != where.device:  # float32 frequencies follow the model (once), never its dtype
+                self._rope = tuple((f.to(where.device), factor) for f, factor in self._rope)
             tables = [self._rotary(where, f) for f in self._rope]  # global layers (, local layers)
             rotary = tables[0]
             if len(tables) == 2:  # Gemma 3: the sliding layers turn at their own base
