@@ -245,6 +245,53 @@ def test_greedy_decode_is_the_familys_own_greedy(served):
         assert [f["expected"] for f in forced] == ["Je", "vais", "bien", "<eos>"]
 
 
+def test_a_hugging_face_llama_directory_opens_with_its_own_tokenizer_and_eos(tmp_path):
+    """A downloaded-style directory (config.json, safetensors, tokenizer.json; no tformer files): the page traces
+    the model's own numbers, and greedy decoding stops at the directory's EOS as `tformer generate` does."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from tformer import lm
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator([TEXT] * 20, trainer)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    hf = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # make the EOS likely, so that the greedy steps do stop at it
+        hf.lm_head.weight[1] = hf.model.norm.weight * 0.0 + 3.0
+    hf.save_pretrained(tmp_path)
+    fast.save_pretrained(tmp_path)
+    session = Session.open(tmp_path)
+    client, model = _client(session), session.m.model
+    assert session.m.family == "gpt" and model.config.n_kv_heads == 2
+    answer = _post(client, "trace", text="To be")
+    ids = lm.load(tmp_path)[1].encode("To be")
+    expected = trace(model, ids)
+    steps = [s for s in answer["steps"] if s["stage"] != "ffn_gated"]  # (the page's own look inside SwiGLU)
+    assert [(s["stage"], s["where"]) for s in steps] == [(e.stage, e.where) for e in expected.entries]
+    step = next(s for s in answer["steps"] if s["stage"] == "logits")
+    logits = _post(client, "tensor", trace_id=answer["trace_id"], id=step["id"])
+    np.testing.assert_allclose(_array(logits["values"]), hf(torch.tensor([ids])).logits[0].detach().double(), atol=1e-4)
+    steps = _post(client, "decode", text="To be", mode="greedy")["steps"]
+    assert [s["id"] for s in steps] == generate_lm(model, [ids], 20, eos_id=1)[0] and steps[-1]["id"] == 1
+
+
 @pytest.mark.parametrize("k", [1, 3])
 def test_beam_tree_and_output_are_beam_searchs(dirs, k):
     for name in ("toy", "seq2seq"):

@@ -62,6 +62,10 @@ class LMCodec:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.vocab = [self._name(i) for i in range(tokenizer.vocab_size)]
+        # tformer's own: <|endoftext|> starts and ends a text; a Hugging Face directory's tokenizer names its own
+        self.start = getattr(tokenizer, "start_id", LM_EOT)
+        self.eos = (getattr(tokenizer, "eos_ids", ()) or (LM_EOT,))[0]
+        self.pad = getattr(tokenizer, "pad_id", None)
 
     def _name(self, i: int) -> str:
         text = self.tokenizer.decode([i])
@@ -69,11 +73,11 @@ class LMCodec:
         return inner.id_to_token(i) if inner is not None and ("\ufffd" in text or not text) else text
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
-        ids = self.tokenizer.encode(text) or [LM_EOT]  # no prompt: start as after a document boundary
+        ids = self.tokenizer.encode(text) or [self.start]  # no prompt: start as after a document boundary
         return ids, [self.vocab[i] for i in ids]
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode([i for i in ids if i != LM_EOT])
+        return self.tokenizer.decode([i for i in ids if i != self.eos])
 
 
 class WordPieceCodec:

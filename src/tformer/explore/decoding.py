@@ -21,7 +21,7 @@ import torch
 
 from tformer.generation import BeamCandidate, SamplingConfig, beam_search, generate_lm, process_logits
 from tformer.inspect import greedy_steps
-from tformer.tokens import LM_EOT, LM_PAD, TRANSLATION_EOS, TRANSLATION_SOS
+from tformer.tokens import LM_PAD, TRANSLATION_EOS, TRANSLATION_SOS
 
 if TYPE_CHECKING:
     from tformer.explore.model import Model
@@ -62,7 +62,7 @@ def decode(m: Model, p: Params) -> dict:
         return _beam(m, ids, k, max_len, lp)
     reference = p.text("reference") if p.has("reference") else None
     p.done()
-    eos = TRANSLATION_EOS if m.family == "seq2seq" else LM_EOT
+    eos = TRANSLATION_EOS if m.family == "seq2seq" else m.tgt.eos
     steps, fed = [], []
     for step in greedy_steps(m.model, ids, max_len, m.tgt.vocab, TOP, eos):
         fed += step["fed"]
@@ -186,7 +186,8 @@ def sample(m: Model, p: Params) -> dict:
     n = p.integer("steps", min(20, room), lo=1, hi=min(MAX_STEPS, room))
     p.done()
     # the tokens: exactly what `tformer generate --seed` draws (tformer.lm.generate's call)
-    new = generate_lm(m.model, [ids], n, config, eos_id=LM_EOT, pad_id=LM_PAD, seed=seed)[0]
+    pad = LM_PAD if m.tgt.pad is None else m.tgt.pad
+    new = generate_lm(m.model, [ids], n, config, eos_id=m.tgt.eos, pad_id=pad, seed=seed)[0]
     logits = m.model(torch.tensor([ids + new]))[0, len(ids) - 1 : len(ids) - 1 + len(new)].float()  # (N, V)
     after = process_logits(logits, config)  # (N, V) −∞ where filtered out
     steps = []

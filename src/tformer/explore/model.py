@@ -75,7 +75,13 @@ def load_model(directory: str | Path | None) -> Model:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"--model {str(directory)!r} has no config.json: it is not a model directory")
     config = read_json_object(path / "config.json", "model config")
-    kind = "bert" if "hidden_size" in config else config.get("model_type")  # hidden_size: a Hugging Face BERT
+    from tformer.models.hf_config import ARCHITECTURES  # the Hugging Face decoders tformer reads (llama, qwen3, ...)
+
+    kind = config.get("model_type")
+    if kind in ARCHITECTURES:  # a Hugging Face decoder directory: read by the LM family's loader
+        kind = "gpt"
+    elif "hidden_size" in config:  # a Hugging Face BERT
+        kind = "bert"
     name = Path(directory).name
     if kind == "seq2seq":
         from tformer.translation import Translator
