@@ -286,3 +286,129 @@ def test_a_wrong_input_width_gets_nn_linear_s_error_in_every_mode(threads, rows)
     with torch.inference_mode(), pytest.raises(RuntimeError) as got:
         layer(x)
     assert str(got.value) == str(expected.value)
+
+
+# Every way a weight can change, and which of the Linear's signals sees it: a test per signal, each alone (the others
+# do not fire in its sequence), so that removing any one of them fails its test. ``prepare`` runs before the copies
+# are made (a backward, say), ``change`` after them; the copies must then be remade from the new weight.
+def _fused_adamw_step(layer):  # PyTorch's fused AdamW leaves the version counter as it was (torch 2.13, CPU)
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.5, fused=True)
+    return lambda: opt.step()
+
+
+def _fused_sgd_step(layer):
+    opt = torch.optim.SGD(layer.parameters(), lr=0.5, fused=True)
+    return lambda: opt.step()
+
+
+def _foreach_adamw_step(layer):
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.5, foreach=True)
+    return lambda: opt.step()
+
+
+def _loop_adam_step(layer):
+    opt = torch.optim.Adam(layer.parameters(), lr=0.5, foreach=False)
+    return lambda: opt.step()
+
+
+def _weight_decay_alone(layer):  # a step with zero gradients and no forward at all: only weight decay moves the weight
+    for p in layer.parameters():
+        p.grad = torch.zeros_like(p)
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.5, weight_decay=0.5, fused=True)
+    return lambda: opt.step()
+
+
+def _numpy_write(layer):  # no version bump, no optimizer: only a training forward or a change of mode can tell
+    return lambda: layer.weight.detach().numpy().__iadd__(0.25)
+
+
+OPTIMIZER_STEPS = [_fused_adamw_step, _fused_sgd_step, _foreach_adamw_step, _loop_adam_step, _weight_decay_alone]
+
+
+def _decode(layer, x):
+    with torch.no_grad():
+        return layer(x)
+
+
+@pytest.mark.parametrize("make_step", OPTIMIZER_STEPS, ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("rows", [1, 5, 32])  # the split (2 threads) or transposed copy; the packed copy
+def test_an_optimizer_step_between_two_decodings_drops_the_copies_whatever_the_optimizer(make_step, rows, threads):
+    threads(2)
+    layer = _big_layer().eval()
+    layer(torch.randn(3, 128)).pow(2).sum().backward()  # the gradients first: no training forward after the copies
+    step = make_step(layer)
+    x = torch.randn(rows, 128)
+    before = _decode(layer, x)
+    assert layer.__dict__.get("_decoding_copies") is not None  # a copy was made and is kept
+    step()
+    after = _decode(layer, x)
+    assert not torch.allclose(before, after)  # the step did change the weight
+    torch.testing.assert_close(after, F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-4, atol=1e-4)
+    linear.check_copies(layer)
+
+
+@pytest.mark.parametrize("rows", [1, 32])
+def test_a_training_forward_drops_the_copies(rows, threads):
+    threads(2)
+    layer = _big_layer().eval()
+    x = torch.randn(rows, 128)
+    _decode(layer, x)
+    layer(torch.randn(3, 128))  # gradients on: the weight may change after it, without any signal
+    _numpy_write(layer)()
+    torch.testing.assert_close(_decode(layer, x), F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_training_forward_through_forward_rows_drops_the_copies_too():
+    layer = _big_layer().eval()
+    x = torch.randn(1, 128)
+    _decode(layer, x)
+    layer.forward_rows(torch.randn(3, 128), 0, 64)  # attention's slice of a fused W_QKV, gradients on
+    _numpy_write(layer)()
+    torch.testing.assert_close(_decode(layer, x), F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_a_change_of_mode_on_a_parent_module_drops_the_copies(mode):
+    model = torch.nn.Sequential(_big_layer()).eval()
+    x = torch.randn(1, 128)
+    _decode(model, x)
+    _numpy_write(model[0])()
+    model.train(mode)
+    torch.testing.assert_close(
+        _decode(model, x), F.linear(x, model[0].weight, model[0].bias).detach(), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_a_write_no_signal_sees_is_caught_by_check_copies_and_mended_by_forget_copies(threads):
+    threads(2)
+    model = torch.nn.Sequential(_big_layer(), torch.nn.ReLU(), Linear(2048, 64))
+    model.eval()
+    for rows in (1, 32):
+        _decode(model, torch.randn(rows, 128))
+    linear.check_copies(model)  # current: nothing to say
+    _numpy_write(model[0])()
+    with pytest.raises(RuntimeError, match=r"decoding copy of 0 \(outputs 0:2048\) is stale.*bug in tformer"):
+        linear.check_copies(model)
+    linear.forget_copies(model)
+    linear.check_copies(model)
+    x = torch.randn(1, 128)
+    torch.testing.assert_close(_decode(model, x), model(x).detach(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not linear._ONEDNN, reason="this PyTorch has no oneDNN: the packed layout is never used")
+def test_a_layer_holding_a_packed_copy_deep_copies_and_pickles(threads):
+    import copy
+    import pickle
+
+    layer = _big_layer().eval()
+    x = torch.randn(32, 128)
+    _decode(layer, x)
+    assert _made(layer, "packed")  # an oneDNN tensor: no storage to copy
+    for twin in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        assert "_decoding_copies" not in twin.__dict__
+        torch.testing.assert_close(_decode(twin, x), _decode(layer, x), rtol=1e-4, atol=1e-4)
+        with torch.no_grad():
+            twin.weight.add_(1.0)  # the twin's own weight: the original is untouched
+        torch.testing.assert_close(
+            _decode(layer, x), F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-4, atol=1e-4
+        )

@@ -34,9 +34,10 @@ import contextlib
 from torch import nn
 
 from tformer.fast import dropout, linear, losses
+from tformer.fast.linear import check_copies, forget_copies
 from tformer.fast.losses import sequence_cross_entropy
 
-__all__ = ["speed_up", "reference", "sequence_cross_entropy"]
+__all__ = ["speed_up", "reference", "sequence_cross_entropy", "check_copies", "forget_copies"]
 
 _SWAPS_ON = True
 

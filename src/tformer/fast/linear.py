@@ -33,9 +33,25 @@ plain ``F.linear``. The parameters and the state dict are exactly ``nn.Linear``'
 saved. They cost memory: each is one more float copy of a weight that inference touches (for a
 GPT-2-small-sized model about 0.5 GB; the transposed copy, a padded split where the outputs do not
 divide evenly between the threads, and up to three packings, so at most five such copies), made lazily
-and only when such a product actually runs. A weight made under ``torch.inference_mode`` has no version
-counter to tell when a copy goes stale, so it gets plain ``F.linear``. The result is the same product
-(the summation order inside the kernels differs, ~1e-7 relative). Inside :func:`reference` it is ``F.linear``.
+and only when such a product actually runs. The result is the same product (the summation order inside the
+kernels differs, ~1e-7 relative). Inside :func:`reference` it is ``F.linear``.
+
+When the copies are dropped. A copy is only right while the weight is what it was copied from, and no single signal
+says that a weight changed: a tensor's version counter misses writes that bypass autograd's bookkeeping (PyTorch's
+fused AdamW and SGD steps leave it as it was, and so does a write through a NumPy view). So the copies are dropped
+on each of these, any one of which is enough:
+
+* a forward with gradients on through the layer (every training step runs one before it updates the weight);
+* ``train()`` or ``eval()`` on the layer or a module above it;
+* any ``torch.optim`` optimizer's step, whatever its implementation (a global step hook; it also covers a step
+  taken without a forward, e.g. weight decay alone);
+* a new version or storage of the weight or the bias (``load_state_dict``, an in-place edit, ``.data = ...``).
+
+A write that does none of these (through ``numpy()`` or a raw pointer, on a model left in eval mode) is not seen:
+call :func:`forget_copies` after it. :func:`check_copies` compares every live copy's product with ``F.linear`` (the
+:class:`~tformer.training.Trainer` runs it before each evaluation, so a stale copy is an error, never a wrong
+metric). A weight made under ``torch.inference_mode`` has no version counter, so it gets plain ``F.linear``.
+The copies are not part of a deep copy or a pickle (the oneDNN-packed one cannot be copied).
 
 Dimension legend: P threads (parts of a split), C outputs per thread, n outputs of the rows computed, in inputs.
 """
@@ -48,6 +64,7 @@ from typing import NamedTuple, overload
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from tformer.fast.swap import replace_modules
 
@@ -60,6 +77,8 @@ __all__ = [
     "PACKED_ROWS",
     "PACKED_MIN_WEIGHTS",
     "MAX_PACKINGS",
+    "forget_copies",
+    "check_copies",
 ]
 
 # Up to this many rows the transposed copy is used where the packed one is not.
@@ -96,6 +115,17 @@ def _has_onednn() -> bool:
 
 _ONEDNN = _has_onednn()
 _USE_FAST = True
+# Bumped by every torch.optim step (see the module docstring): part of each copy's key, so a step that leaves the
+# weights' version counters as they were still drops the copies.
+_OPTIMIZER_STEPS = 0
+
+
+def _count_step(optimizer, args, kwargs) -> None:
+    global _OPTIMIZER_STEPS
+    _OPTIMIZER_STEPS += 1
+
+
+register_optimizer_step_post_hook(_count_step)
 
 
 @contextlib.contextmanager
@@ -147,23 +177,30 @@ class Linear(nn.Linear):
         return fast.train(plain.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled():  # training: nn.Linear itself
+        if torch.is_grad_enabled():  # training: nn.Linear itself; the weight is about to change, so no copy survives
+            self.__dict__.pop("_decoding_copies", None)
             return F.linear(x, self.weight, self.bias)
         return self.forward_rows(x, 0, self.out_features)
+
+    def train(self, mode: bool = True) -> Linear:
+        """``nn.Module.train``; the decoding copies are dropped (a change of mode is where training starts or ends)."""
+        self.__dict__.pop("_decoding_copies", None)
+        return super().train(mode)
+
+    def __getstate__(self) -> dict:
+        """A deep copy or a pickle leaves the decoding copies out (remade on first use; a packed one cannot be copied)."""
+        state = dict(self.__dict__)
+        state.pop("_decoding_copies", None)
+        return state
 
     def forward_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Only output features ``start:end`` (e.g. W_Q out of a fused W_Q/W_K/W_V): ``x W[start:end]ᵀ + b[start:end]``
         (the fast version of :func:`tformer.nn.attention.project_rows`)."""
-        if (
-            torch.is_grad_enabled()
-            or not x.is_cpu
-            or x.shape[-1] != self.in_features
-            or not _USE_FAST
-            or torch.compiler.is_compiling()
-        ):
-            return self._plain(
-                x, start, end
-            )  # training (autograd), GPUs, compiled graphs; a wrong width: F.linear's error
+        if torch.is_grad_enabled():  # training (autograd): as in forward, no copy survives it
+            self.__dict__.pop("_decoding_copies", None)
+            return self._plain(x, start, end)
+        if not x.is_cpu or x.shape[-1] != self.in_features or not _USE_FAST or torch.compiler.is_compiling():
+            return self._plain(x, start, end)  # GPUs, compiled graphs; a wrong width: F.linear's error
         copies = self._copies()
         if copies is None:  # a weight made in inference mode: it keeps no version counter, a copy could go stale
             return self._plain(x, start, end)
@@ -209,7 +246,14 @@ class Linear(nn.Linear):
         assert w is not None  # nn.Linear always has a weight
         if w.is_inference():
             return None
-        key = (w._version, w.data_ptr(), w.dtype, w.device, None if b is None else (b._version, b.data_ptr()))
+        key = (
+            _OPTIMIZER_STEPS,
+            w._version,
+            w.data_ptr(),
+            w.dtype,
+            w.device,
+            None if b is None else (b._version, b.data_ptr()),
+        )
         copies = self.__dict__.get("_decoding_copies")
         if copies is None or copies.weight is not w or copies.bias is not b or copies.key != key:
             self.__dict__["_decoding_copies"] = copies = _Copies(w, b, key)
@@ -263,6 +307,50 @@ class Linear(nn.Linear):
                 w = copies.weight.detach()[start:end].contiguous()
                 copies.packed[(start, end, hint)] = found = torch.ops.mkldnn._reorder_linear_weight(w, hint)
         return found
+
+
+def forget_copies(model: nn.Module) -> None:
+    """Drop the decoding copies of every :class:`Linear` in ``model`` (after a write to a weight that no version
+    counter, optimizer step or change of mode records; they are remade on first use)."""
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.__dict__.pop("_decoding_copies", None)
+
+
+def check_copies(model: nn.Module, atol: float = 1e-4) -> None:
+    """Raise ``RuntimeError`` (naming the layer) if a live decoding copy of a :class:`Linear` in ``model`` no longer
+    gives ``F.linear`` of its current weight: one product through each layout it holds, for a fixed random row.
+    The :class:`~tformer.training.Trainer` calls it before each evaluation; it costs a few products a layer."""
+    for name, module in model.named_modules():
+        copies = module.__dict__.get("_decoding_copies") if isinstance(module, Linear) else None
+        if copies is not None:
+            with torch.no_grad():
+                _check(name or "the model", module, copies, atol)
+
+
+def _check(name: str, module: Linear, copies: _Copies, atol: float) -> None:
+    w, b = copies.weight, copies.bias
+    x = torch.randn(1, module.in_features, generator=torch.Generator().manual_seed(0)).to(w.dtype)  # (1, in)
+    found = []  # (layout, start, end, x W[start:end]ᵀ + b[start:end] through that layout)
+    if copies.transposed is not None:
+        found.append(("transposed", 0, w.shape[0], _project(x, copies.transposed, b)))
+    for (start, end, parts), split in copies.splits.items():
+        row = x.reshape(parts, 1, -1) if split.by_inputs else x.expand(parts, 1, -1)  # (P, 1, in/P) or (P, 1, in)
+        y = torch.bmm(row, split.blocks) if split.bias is None else torch.baddbmm(split.bias, row, split.blocks)
+        y = y.sum(0) if split.by_inputs else y.reshape(1, -1)[:, : end - start]  # (1, n)
+        found.append(("split", start, end, y))
+    for (start, end, _), packed in copies.packed.items():
+        y = torch.ops.mkldnn._linear_pointwise(x, packed, _rows(b, start, end), "none", [], "")
+        found.append(("packed", start, end, y))
+    for layout, start, end, y in found:
+        expected = F.linear(x, _rows(w, start, end), _rows(b, start, end))  # (1, n)
+        error = (y - expected).abs().max().item()
+        if not error <= atol * max(1.0, expected.abs().max().item()):
+            raise RuntimeError(
+                f"tformer.fast: the {layout} decoding copy of {name} (outputs {start}:{end}) is stale: max error "
+                f"{error:.3g} against F.linear of its weight, which changed without dropping it. This is a bug in "
+                "tformer; please report it"
+            )
 
 
 def swap_linear(model: nn.Module) -> nn.Module:
