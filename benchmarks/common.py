@@ -201,8 +201,17 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 5, device: str = "cpu") -> 
     return 2 * n**3 / best / 1e9
 
 
+def _cpu(machine: dict) -> str:
+    """``AMD EPYC (family 26, model 2), class avx512_bf16, `` for a header; empty for results saved before it existed."""
+    cpu = machine.get("cpu")
+    return f"{cpu['cpu']}, class {cpu['machine_class']}, " if cpu else ""
+
+
 def machine_info(args, peak: float | None) -> dict:
+    from tformer.machine import describe
+
     return {
+        "cpu": describe().to_dict(),  # model, cores, ISA features, machine class, torch's CPU capability
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -246,7 +255,7 @@ def write_report(out: str | Path, name: str, payload: dict, unit: str) -> dict:
     peak = machine.get("matmul_peak_gflops_fp32")
     peak = "" if peak is None else f"; fp32 matmul peak {_fmt(peak, '.1f')} GFLOP/s"  # measured for training only
     header = (
-        f"# {name}\n\n{payload.get('description', '')}\n\nMachine: {machine['cpu_count']} CPUs, "
+        f"# {name}\n\n{payload.get('description', '')}\n\nMachine: {_cpu(machine)}{machine['cpu_count']} CPUs, "
         f"{machine['torch_threads']} torch threads, torch {machine['torch']}, device {machine['device']}{peak}.\n\n"
     )
     (out / f"{name}.md").write_text(header + table + "\n")
