@@ -41,3 +41,31 @@ def test_layer_contract_is_kept():
     exe = str(Path(sys.executable).with_name("lint-imports"))  # import-linter: in the dev extra
     out = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+def _packages_and_modules() -> list[str]:
+    """Every package (``explore/``) and top-level module (``generation.py``) of src/tformer, as the docs write them."""
+    src = ROOT / "src" / "tformer"
+    names = [f"{p.name}/" for p in sorted(src.iterdir()) if p.is_dir() and (p / "__init__.py").is_file()]
+    return names + [p.name for p in sorted(src.glob("*.py")) if p.name not in ("__init__.py", "__main__.py")]
+
+
+def test_architecture_md_names_every_package_and_module_and_only_real_files():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [name for name in _packages_and_modules() if name not in text]
+    assert not missing, f"docs/architecture.md does not describe: {missing}"
+    import re
+
+    src = ROOT / "src" / "tformer"
+    for cited in sorted(set(re.findall(r"`tformer/([\w/]+\.py)`", text))):
+        assert (src / cited).is_file(), f"docs/architecture.md cites tformer/{cited}, which does not exist"
+    for package, names in re.findall(r"\| `tformer/(\w+)/` \| ([^|]*)\|", text):
+        for cited in re.findall(r"`(\w+\.py)`", names):
+            assert (src / package / cited).is_file(), f"docs/architecture.md cites {package}/{cited}: no such file"
+
+
+def test_the_readme_layout_names_every_package():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in _packages_and_modules() if name.endswith("/") and f"`{name}`" not in layout]
+    assert not missing, f"the README's Layout section does not name: {missing}"

@@ -4,7 +4,7 @@
 >>> model = tformer.Seq2SeqTransformer(tformer.Seq2SeqConfig.preset("tiny", src_vocab_size=100, tgt_vocab_size=100))
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from tformer.models import GPT, Bert, BertConfig, GPTConfig, ModelConfig, Seq2SeqConfig, Seq2SeqTransformer
 from tformer.models.checkpoint import load_pretrained
