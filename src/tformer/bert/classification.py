@@ -24,10 +24,11 @@ import torch.nn.functional as F
 
 from tformer.bert.pretraining import BertBatch, collate
 from tformer.bert.tokenizer import WordPiece
+from tformer.checks import read_json_object
 from tformer.files import atomic_write
 from tformer.models.bert import Bert
 from tformer.models.checkpoint import check_vocab, model_dir
-from tformer.text import read_tsv
+from tformer.text import read_lines, read_tsv
 
 __all__ = [
     "LABELS_FILE",
@@ -45,15 +46,13 @@ LABELS_FILE = "labels.json"
 def read_labelled_tsv(path: str | Path) -> list[tuple[str, str]]:
     """``text<TAB>label`` lines → (text, label); blank lines skipped."""
     examples = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            text, sep, label = line.rpartition("\t")
-            if not sep or not text.strip() or not label.strip():
-                raise ValueError(f"{path}:{lineno}: expected 'text<TAB>label', got {line[:60]!r}")
-            examples.append((text.strip(), label.strip()))
+    for lineno, line in enumerate(read_lines(path), 1):  # strict UTF-8: a bad byte is named by file and line
+        if not line.strip():
+            continue
+        text, sep, label = line.rpartition("\t")
+        if not sep or not text.strip() or not label.strip():
+            raise ValueError(f"{path}:{lineno}: expected 'text<TAB>label', got {line[:60]!r}")
+        examples.append((text.strip(), label.strip()))
     return examples
 
 
@@ -157,9 +156,16 @@ class TextClassifier:
             raise FileNotFoundError(
                 f"{str(path)!r} is missing: {str(directory)!r} is not a `tformer train classify` model"
             )
-        labels = json.loads(path.read_text(encoding="utf-8"))["labels"]
+        labels = read_json_object(path, "labels file").get("labels")
+        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
+            raise ValueError(f"labels file {str(path)!r} must hold {{'labels': [...]}}, a non-empty list of strings")
         model, tokenizer = Bert.from_pretrained(directory), WordPiece.load(directory)
         check_vocab(directory, "tokenizer.json", tokenizer.vocab_size, "vocab_size", model.config.vocab_size)
+        if len(labels) != model.config.num_labels:
+            raise ValueError(
+                f"labels file {str(path)!r} names {len(labels)} labels, but the model's config.json has "
+                f"num_labels={model.config.num_labels}"
+            )
         return cls(model, tokenizer, labels)
 
     @torch.no_grad()

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from tformer.bert.tokenizer import WordPiece
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
+from tformer.text import read_lines
 
 __all__ = [
     "IGNORE",
@@ -58,7 +59,7 @@ def read_sentence_documents(path: str | Path) -> list[list[str]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--data {str(path)!r}: no such file")
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [line.strip() for line in read_lines(path)]  # strict UTF-8: a bad byte is named by file and line
     if path.suffix == ".tsv":
         column = [line.split("\t")[0].strip() for line in lines if line]
         return [

@@ -80,14 +80,62 @@ def _fail(args, message: str, code: int) -> int:
     return code
 
 
+def _missing_package(err: BaseException) -> bool:
+    """An optional package that is not installed (``matplotlib``, ``transformers``, ...): not tformer's own."""
+    name = (getattr(err, "name", None) or "") if isinstance(err, ModuleNotFoundError) else ""
+    return bool(name) and name.split(".")[0] != "tformer"
+
+
+def _expected(err: Exception) -> tuple[str, int] | None:
+    """(message, exit status) of an expected failure; None for a bug.
+
+    Expected: bad input (``ValueError``, which covers ``UnicodeError`` and ``json.JSONDecodeError``; readers
+    turn other errors about a file's content into a ``ValueError`` naming the file), a missing file or a
+    failed download (status 2), permission, disk full and other ``OSError``, out of memory, a missing optional
+    package (status 1)."""
+    if isinstance(err, (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, ConnectionError)):
+        return str(err) or type(err).__name__, 2
+    if _out_of_memory(err):
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"out of memory: {first} (try a smaller batch, model or --max-len)", 1
+    if isinstance(err, OSError):  # permission, disk full, ...
+        return str(err) or type(err).__name__, 1
+    if _missing_package(err):
+        name = getattr(err, "name", None) or ""
+        return f"this needs the package {name!r}, which is not installed (pip install {name.split('.')[0]})", 1
+    return None
+
+
+def _report_bug(args, err: Exception) -> None:
+    """Ask for a report: the line goes under the traceback (a note, Python >= 3.11) or above it (3.10)."""
+    line = (
+        f"tformer {_command(args)}: this is a bug in tformer ({type(err).__name__}), not a mistake in your input: "
+        "please report it with the command you ran and this traceback"
+    )
+    if hasattr(err, "add_note"):
+        err.add_note(line)
+    else:
+        print(line, file=sys.stderr)
+
+
+def _check_arguments(words: list[str]) -> None:
+    """Every command-line word is UTF-8: Python passes other bytes on as lone surrogates, which no tokenizer,
+    file name check or ``print`` can take; refused here once, naming the argument (1 = the word after tformer)."""
+    from tformer.text import check_text
+
+    for n, word in enumerate(words, 1):
+        check_text(word, f"argument {n}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, run, and the CLI's one error boundary.
 
-    Expected failures print one line ``tformer CMD: error: ...`` and give a non-zero exit status: bad input
-    (``ValueError``), a missing file (``FileNotFoundError``, status 2), permission, disk full and other
-    ``OSError`` (status 1), out of memory (status 1), Ctrl-C outside training (status 130). Anything else is a
-    bug and shows its traceback, as does every error with ``tformer --debug CMD``. Bad flags never get here:
-    their ``type=`` validators (:mod:`tformer.cli.validate`) make argparse exit with status 2.
+    Expected failures (:func:`_expected`) print one line ``tformer CMD: error: ...`` and give a non-zero exit
+    status: bad input (``ValueError``, status 2), a missing file (``FileNotFoundError``, status 2), permission,
+    disk full and other ``OSError`` (status 1), out of memory (status 1), a missing optional package (status 1),
+    Ctrl-C outside training (status 130). Anything else is a bug: it shows its traceback and a line asking for a
+    report. ``tformer --debug CMD`` shows the traceback of every error. Bad flags never get here: their ``type=``
+    validators (:mod:`tformer.cli.validate`) make argparse exit with status 2.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -95,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        _check_arguments(sys.argv[1:] if argv is None else list(argv))
         code = _run(args)
         if "torch.distributed" in sys.modules:  # leave a torchrun process group cleanly; only after success,
             from tformer.training.distributed import shutdown  # since a failed rank would leave the others waiting
@@ -108,17 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         return _fail(args, str(err) or "interrupted (Ctrl-C)", getattr(err, "exit_code", 130))
-    except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, ConnectionError) as err:
+    except Exception as err:
+        failure = _expected(err)
+        if failure is None:
+            _report_bug(args, err)
+            raise
         if args.debug:
             raise
-        return _fail(args, str(err), 2)
-    except (OSError, MemoryError, RuntimeError) as err:  # permission, disk full, ...; out of memory
-        if args.debug or not (isinstance(err, OSError) or _out_of_memory(err)):
-            raise
-        if _out_of_memory(err):
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            return _fail(args, f"out of memory: {first} (try a smaller batch, model or --max-len)", 1)
-        return _fail(args, str(err) or type(err).__name__, 1)
+        return _fail(args, *failure)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ def _sentences(args) -> list[str]:
         return args.sentences
     if sys.stdin is None or sys.stdin.isatty():
         raise ValueError("no sentences: pass them as arguments or pipe them in, one per line")
-    lines = [line.strip() for line in sys.stdin]
+    from tformer.text import read_stdin_lines
+
+    lines = [line.strip() for line in read_stdin_lines()]  # strict UTF-8: a bad byte is named by its line
     if not any(lines):
         raise ValueError("no sentences: stdin held only empty lines")
     return [line for line in lines if line]

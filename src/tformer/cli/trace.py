@@ -91,9 +91,9 @@ def _tokenizer(directory: Path, name: str):
     path = directory / name
     if not path.is_file():
         return None
-    from tokenizers import Tokenizer
+    from tformer.checks import load_tokenizer_file
 
-    return Tokenizer.from_file(str(path))
+    return load_tokenizer_file(path)  # a corrupted file is one line naming it, not the Rust library's bare Exception
 
 
 def _vocab(tok) -> list[str] | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from tformer.cli.common import add_translation_flags
 from tformer.cli.validate import positive_float, positive_int, probability, seed
 
@@ -22,10 +20,11 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from tformer.generation import SamplingConfig
+    from tformer.text import read_stdin_lines
     from tformer.translation import Translator
 
     translator = Translator.load(args.model, args.device)
-    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    sentences = args.sentences or [line for line in read_stdin_lines() if line.strip()]  # strict UTF-8
     sampling = SamplingConfig(True, args.temperature, args.top_k, args.top_p) if args.sample else None
     for out in translator.translate(
         sentences,

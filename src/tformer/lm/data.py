@@ -17,30 +17,44 @@ from pathlib import Path
 import torch
 
 from tformer.lm.tokenizer import EOT, PAD
+from tformer.text import check_text, read_lines, read_text
 
 __all__ = ["read_documents", "encode_documents", "split_ids", "blocks"]
 
 
 def read_documents(path: str | Path) -> list[str]:
-    """A UTF-8 text file (one document), a folder of ``.txt`` files, or a JSONL file with a ``"text"`` field."""
+    """A UTF-8 text file (one document), a folder of ``.txt`` files, or a JSONL file with a ``"text"`` field.
+
+    Strict UTF-8 (:mod:`tformer.text`): a byte that is not, or a JSON ``\\ud800`` escape that makes no
+    character, is refused with the file and line, as is a JSONL line that is not an object with a string
+    ``"text"``."""
     path = Path(path)
     if path.is_dir():
         files = sorted(path.rglob("*.txt"))
         if not files:
             raise FileNotFoundError(f"--data {str(path)!r}: the folder holds no .txt files")
-        return [f.read_text(encoding="utf-8") for f in files]
+        return [read_text(f) for f in files]
     if not path.is_file():
         raise FileNotFoundError(f"--data {str(path)!r}: no such file or folder")
     if path.suffix == ".jsonl":
         docs = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(read_lines(path), 1):
             if line.strip():
-                record = json.loads(line)
-                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                    raise ValueError(f"{path}:{n}: each JSONL line must be an object with a string 'text' field")
-                docs.append(record["text"])
+                docs.append(_jsonl_text(line, f"{path}:{n}"))
         return docs
-    return [path.read_text(encoding="utf-8")]
+    return [read_text(path)]
+
+
+def _jsonl_text(line: str, where: str) -> str:
+    """The ``"text"`` of one JSONL line; anything else is a ``ValueError`` naming ``where`` (FILE:LINE)."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as err:
+        reason = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+        raise ValueError(f"{where}: not a JSON object ({reason})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        raise ValueError(f"{where}: each JSONL line must be an object with a string 'text' field")
+    return check_text(record["text"], f"{where}: field 'text'")
 
 
 def encode_documents(tokenizer, documents: list[str]) -> torch.Tensor:

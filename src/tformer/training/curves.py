@@ -13,9 +13,12 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tformer.text import read_lines
+
 __all__ = ["read_log", "plot_curves"]
 
 DPI = 100
+PLOTTED = ("train_loss", "val_loss", "bleu", "lr")  # the fields plot_curves draws against "step"
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -32,15 +35,20 @@ def read_log(run_dir_or_jsonl: str | Path) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"run_dir_or_jsonl: no training log at {path}")
     records = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, line in enumerate(read_lines(path), start=1):  # strict UTF-8: a bad byte is named by file and line
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{n}: not a JSON object ({err.msg})") from None
+        except (json.JSONDecodeError, RecursionError) as err:
+            reason = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+            raise ValueError(f"{path}:{n}: not a JSON object ({reason})") from None
         if not isinstance(record, dict) or "step" not in record:
             raise ValueError(f"{path}:{n}: each log line must be a JSON object with a 'step' field")
+        for key in ("step", *PLOTTED):  # what is drawn must be a number (or null): not a string, list or object
+            value = record.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"{path}:{n}: {key!r} must be a number, got {value!r:.60}")
         records.append(record)
     if not records:
         raise ValueError(f"{path} holds no log records")

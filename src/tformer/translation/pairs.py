@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tformer.text import normalize, read_tsv
+from tformer.text import normalize, read_lines, read_tsv
 from tformer.translation.toy_corpus import builtin_pairs
 
 __all__ = [
@@ -38,8 +38,7 @@ __all__ = [
 
 def read_aligned(src_path: str | Path, tgt_path: str | Path) -> list[tuple[str, str]]:
     """Read two aligned plain-text files (same number of lines)."""
-    src = Path(src_path).read_text(encoding="utf-8").splitlines()
-    tgt = Path(tgt_path).read_text(encoding="utf-8").splitlines()
+    src, tgt = read_lines(src_path), read_lines(tgt_path)  # strict UTF-8, split at "\n" only
     if len(src) != len(tgt):
         raise ValueError(f"aligned files differ in length: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}")
     return [(normalize(s), normalize(t)) for s, t in zip(src, tgt)]

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from tformer.text import read_lines
 from tformer.training import distributed
 from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
@@ -131,11 +132,8 @@ def evaluate_files(
     """BLEU and chrF of ``translator`` on a file of source sentences and one or more reference files
     (one sentence a line, aligned); the result also holds the ``hypotheses``."""
 
-    def lines(path):
-        return Path(path).read_text(encoding="utf-8").splitlines()
-
-    sources = lines(src)
-    references = [lines(r) for r in refs]
+    sources = read_lines(src)  # strict UTF-8: a bad byte is refused with its file and line
+    references = [read_lines(r) for r in refs]
     for path, r in zip(refs, references):
         if len(r) != len(sources):
             raise ValueError(f"--ref {path} has {len(r)} lines, --src {src} has {len(sources)}")
