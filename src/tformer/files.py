@@ -19,6 +19,11 @@ the next writer. A crash at any point leaves ``NAME`` (or what :func:`current_di
 complete old state or the complete new one. A reader that opens files one by one while a save swaps them can
 still read one file from before and one from after; the trainer's files that belong together (weights,
 config, tokenizer) do not change within a run, so what such a reader can mix is two states of one model.
+
+Outputs a user names (``--out``, ``--json``, ``--export``, ``--out-hyp``): every command checks the path with
+:func:`check_output` before it does any work, then writes it with :func:`write_output`. A file is replaced only
+with ``--overwrite``; a symbolic link, one of the command's own inputs, and anything inside a model or training
+run directory are refused even then (see :func:`check_output` for why).
 """
 
 from __future__ import annotations
@@ -26,11 +31,22 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_write", "fsync_tree", "staged_dir", "replace_dir", "current_dir", "recover_dir"]
+__all__ = [
+    "atomic_write",
+    "fsync_tree",
+    "staged_dir",
+    "replace_dir",
+    "current_dir",
+    "recover_dir",
+    "check_output",
+    "check_output_dir",
+    "write_output",
+]
 
 
 def _fsync_file(path: str | os.PathLike) -> None:
@@ -143,3 +159,135 @@ def staged_dir(dest: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# ----------------------------------------------------------------------------------- outputs a user names
+
+# What makes a directory a model or a training run. The names are written here rather than imported from
+# tformer.models.checkpoint and tformer.training, because this module is the bottom layer those import.
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")  # next to config.json; the index: a sharded model
+_RUN_LOG, _RUN_MODELS = "log.jsonl", ("best", "last")
+
+
+def _dir_kind(directory: Path) -> str | None:
+    """``"model directory"`` (config.json next to the weights), ``"training run directory"`` (a log.jsonl, or a
+    best/ or last/ holding config.json), else None."""
+    if (directory / "config.json").is_file() and any((directory / name).is_file() for name in _WEIGHTS):
+        return "model directory"
+    if (directory / _RUN_LOG).is_file() or any((directory / name / "config.json").is_file() for name in _RUN_MODELS):
+        return "training run directory"
+    return None
+
+
+def _model_or_run_around(path: Path) -> tuple[str, Path] | None:
+    """The first model or run directory among ``path`` and its parents, with its kind."""
+    for directory in (path, *path.parents):
+        kind = _dir_kind(directory)
+        if kind:
+            return kind, directory
+    return None
+
+
+def _refuse_model_or_run(path: Path, flag: str, resolved: Path) -> None:
+    found = _model_or_run_around(resolved)
+    if found:
+        kind, directory = found
+        raise ValueError(
+            f"{flag} {str(path)!r} is inside the {kind} {str(directory)!r}, which only saving a model or training "
+            "writes into: name a path outside it"
+        )
+
+
+def _refuse_inputs(path: Path, flag: str, resolved: Path, inputs: list, inside: bool) -> None:
+    """The same file as an input (by resolved path, or by inode: a hard link); with ``inside``, a place inside an
+    input directory."""
+    for name, given in inputs:
+        source = Path(given).resolve()
+        same = source == resolved or (source.exists() and resolved.exists() and os.path.samefile(source, resolved))
+        if same:
+            raise ValueError(
+                f"{flag} {str(path)!r} is the {name} {str(given)!r} that this command reads: writing it would "
+                "destroy the input; name another file"
+            )
+        if inside and source.is_dir() and source in resolved.parents:
+            raise ValueError(
+                f"{flag} {str(path)!r} is inside the {name} directory {str(given)!r} that this command reads: "
+                "name a path outside it"
+            )
+
+
+def check_output(
+    path: str | os.PathLike,
+    flag: str,
+    inputs: Iterable[tuple[str, str | os.PathLike | None]] = (),
+    overwrite: bool = False,
+) -> Path:
+    """Check the file a user named with ``flag`` before a command does any work; returns it as a Path.
+
+    ``inputs`` are ``(flag, path)`` pairs of what the command reads (a path may be None). Each refusal is a
+    ValueError whose one line names ``flag`` and the path:
+
+    - a symbolic link, even with ``overwrite``: renaming a new file onto it would silently turn the link into a
+      file, and writing through it would change a file the user did not name; which of the two is meant cannot
+      be told, so the user names the plain file instead;
+    - a missing directory (a typo makes no new directories), a directory, or a special file such as /dev/null;
+    - one of ``inputs`` (the same resolved path, or the same file under another name: a hard link), or a place
+      inside an input directory, even with ``overwrite``: the command would destroy what it reads;
+    - a place inside a model directory (config.json next to model.safetensors) or a training run directory
+      (log.jsonl, best/, last/), at any depth, even with ``overwrite``: saving and training own those files, and
+      a run's ``--overwrite`` deletes them;
+    - an existing file, unless ``overwrite``.
+    """
+    path = Path(path)
+    if path.is_symlink():
+        raise ValueError(
+            f"{flag} {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); tformer replaces neither a link "
+            "nor the file it points to: name a plain file"
+        )
+    parent = path.parent
+    if not parent.is_dir():
+        problem = "does not exist; create it first" if not parent.exists() else "is not a directory"
+        raise ValueError(f"{flag} {str(path)!r}: the directory {str(parent)!r} {problem}")
+    if path.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} is a directory, expected a file name")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{flag} {str(path)!r} is not a regular file (a device, a pipe, a socket)")
+    resolved = path.resolve()
+    read = [(name, given) for name, given in inputs if given is not None]
+    _refuse_inputs(path, flag, resolved, read, inside=False)
+    _refuse_model_or_run(path, flag, resolved.parent)
+    _refuse_inputs(path, flag, resolved, read, inside=True)
+    if path.exists() and not overwrite:
+        raise ValueError(f"{flag} {str(path)!r} already exists; pass --overwrite to replace it, or name another file")
+    return path
+
+
+def check_output_dir(path: str | os.PathLike, flag: str) -> Path:
+    """Check a directory a user named for a command's own files (a download cache): it may exist, and may be a
+    link to a directory, but not be a file, nor lie in a model or run directory (see :func:`check_output`)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} is not a directory")
+    _refuse_model_or_run(path, flag, path.resolve())
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it is to set it; put back at once
+    os.umask(mask)
+    return mask
+
+
+def write_output(path: str | os.PathLike, write) -> Path:
+    """:func:`atomic_write` for a file a user named; returns the path. The new file keeps the permission bits of
+    the file it replaces, else gets those an ordinary ``open()`` gives (0o666 less the umask), not the temp
+    file's private 0o600: a picture or a page is there to be read."""
+    path = Path(path)
+    mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_umask()
+
+    def write_with_mode(tmp: str) -> None:
+        write(tmp)
+        os.chmod(tmp, mode)
+
+    atomic_write(path, write_with_mode)
+    return path

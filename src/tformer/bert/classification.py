@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from tformer.bert.pretraining import BertBatch, collate
 from tformer.bert.tokenizer import WordPiece
 from tformer.checks import read_json_object
-from tformer.files import atomic_write
+from tformer.files import atomic_write, write_output
 from tformer.models.bert import Bert
 from tformer.models.checkpoint import check_vocab, model_dir
 from tformer.text import read_lines, read_tsv
@@ -197,4 +197,4 @@ def langid_examples(tatoeba: str | Path, n: int = 20000, seed: int = 0) -> list[
 def write_tsv(examples: list[tuple[str, str]], path: str | Path) -> None:
     """Write (text, label) examples as ``text<TAB>label`` lines (atomically)."""
     text = "".join(f"{t}\t{y}\n" for t, y in examples)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    write_output(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

@@ -16,7 +16,7 @@ from tformer.cli.validate import (
     seed,
 )
 
-__all__ = ["add_fast_flag", "add_training_flags", "train_options", "add_translation_flags"]
+__all__ = ["add_fast_flag", "add_overwrite_flag", "add_training_flags", "train_options", "add_translation_flags"]
 
 
 def add_fast_flag(p) -> None:
@@ -25,6 +25,17 @@ def add_fast_flag(p) -> None:
         "--no-fast",
         action="store_true",
         help="no CPU fast paths (tformer.fast): the plain reference code, same numbers to float rounding",
+    )
+
+
+def add_overwrite_flag(p, flag: str) -> None:
+    """``--overwrite`` for a command that writes the file named by ``flag`` (checked by
+    :func:`tformer.files.check_output`, which refuses an existing file without it)."""
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace the file {flag} names if it exists (a symbolic link, one of this command's inputs, or a "
+        "place inside a model or run directory is refused even so)",
     )
 
 

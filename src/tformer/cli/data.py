@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+from tformer.cli.common import add_overwrite_flag
 from tformer.cli.validate import existing_file, int_at_least, output_dir, output_file, positive_float, seed
 
 
@@ -10,7 +13,12 @@ def add_parser(sub) -> None:
     sp = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     d = sp.add_parser("download", help="download a corpus into the cache directory")
     d.add_argument("name", help="tatoeba-eng-fra or multi30k")
-    d.add_argument("--cache", type=output_dir, help="cache directory (default: $TFORMER_CACHE or ~/.cache/tformer)")
+    d.add_argument(
+        "--cache",
+        type=output_dir,
+        help="cache directory, created if missing (default: $TFORMER_CACHE or ~/.cache/tformer); "
+        "not inside a model or run directory",
+    )
     d.add_argument("--url", help="base http(s) URL of a mirror (replaces the directory part of each URL)")
     d.add_argument(
         "--timeout", type=positive_float, default=300.0, help="seconds for the whole download (an overall deadline)"
@@ -24,7 +32,11 @@ def add_parser(sub) -> None:
         default=256.0,
         help="cap in MiB on a file whose size is not built in, downloaded and unpacked (default 256)",
     )
-    d.add_argument("--force", action="store_true", help="download again files already in the cache")
+    d.add_argument(
+        "--force",
+        action="store_true",
+        help="download again files already in the cache (a cached file that is a symbolic link is refused)",
+    )
     d.set_defaults(func=run_download)
 
     g = sp.add_parser("langid", help="English-vs-French text<TAB>label examples from the Tatoeba pairs")
@@ -34,7 +46,8 @@ def add_parser(sub) -> None:
         type=existing_file,
         help="Tatoeba English<TAB>French TSV (e.g. ../shared/data/tatoeba-eng-fra.tsv)",
     )
-    g.add_argument("--out", required=True, type=output_file, help="output TSV")
+    g.add_argument("--out", required=True, type=output_file, help="output TSV (a new file)")
+    add_overwrite_flag(g, "--out")
     g.add_argument("--n", type=int_at_least(2), default=20000, help="number of examples (half English, half French)")
     g.add_argument("--seed", type=seed, default=0)
     g.set_defaults(func=run_langid)
@@ -43,6 +56,7 @@ def add_parser(sub) -> None:
 def run_download(args) -> int:
     from tformer.translation.download import download
 
+    _check_cache(args)
     path = download(
         args.name, args.cache, args.url, args.timeout, sha256=args.sha256, force=args.force, max_mb=args.max_mb
     )
@@ -50,9 +64,28 @@ def run_download(args) -> int:
     return 0
 
 
+def _check_cache(args) -> None:
+    """The cache directory is tformer's to fill with its own file names, so it may exist; it may not lie in a
+    model or run directory, and ``--force`` does not replace a cached file that is a symbolic link."""
+    from tformer.files import check_output_dir
+    from tformer.translation.download import SOURCES, default_cache_dir
+
+    flag = "--cache" if args.cache else "the cache directory ($TFORMER_CACHE or ~/.cache/tformer)"
+    cache = check_output_dir(args.cache or default_cache_dir(), flag)
+    for remote in SOURCES.get(args.name, []) if args.force else []:
+        cached = cache / args.name / remote.filename
+        if cached.is_symlink():
+            raise ValueError(
+                f"--force: the cached {str(cached)!r} is a symbolic link (to {os.readlink(cached)!r}); tformer "
+                "replaces neither a link nor the file it points to: remove the link, or give another --cache"
+            )
+
+
 def run_langid(args) -> int:
     from tformer.bert import langid_examples, write_tsv
+    from tformer.files import check_output
 
+    check_output(args.out, "--out", [("--tatoeba", args.tatoeba)], args.overwrite)
     examples = langid_examples(args.tatoeba, args.n, args.seed)
     write_tsv(examples, args.out)
     print(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tformer.cli.common import add_translation_flags
+from tformer.cli.common import add_overwrite_flag, add_translation_flags
 from tformer.cli.validate import nonempty_file, output_file
 
 
@@ -18,18 +18,24 @@ def add_parser(sub) -> None:
         type=nonempty_file,
         help="reference file (repeat for multiple references)",
     )
-    e.add_argument("--out-hyp", type=output_file, help="write the translations to this file")
+    e.add_argument("--out-hyp", type=output_file, help="write the translations to this new file (see --overwrite)")
+    add_overwrite_flag(e, "--out-hyp")
     add_translation_flags(e)
     e.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from tformer.files import check_output, write_output
     from tformer.translation import Translator, evaluate_files
 
+    if args.out_hyp:  # before the model is loaded and the test set translated
+        inputs = [("--src", args.src), *(("--ref", ref) for ref in args.ref), ("--model", args.model)]
+        check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
     translator = Translator.load(args.model, args.device)
     result = evaluate_files(translator, args.src, args.ref, beam=args.beam, max_len=args.max_len)
     if args.out_hyp:
-        Path(args.out_hyp).write_text("\n".join(result["hypotheses"]) + "\n", encoding="utf-8")
+        text = "\n".join(result["hypotheses"]) + "\n"
+        write_output(args.out_hyp, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     print(f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}")
     print(f"chrF {result['chrf']:.2f}  {result['chrf_signature']}")
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 
+from tformer.cli.common import add_overwrite_flag
 from tformer.cli.validate import existing_dir, int_in, output_file
 
 
@@ -28,14 +29,20 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int_in(0, 65535), default=8765, help="port (default 8765; 0 = any free port)")
     p.add_argument("--no-browser", action="store_true", help="print the URL only; do not open a browser")
-    p.add_argument("--export", metavar="FILE.html", type=output_file, help="write a self-contained page and exit")
+    p.add_argument(
+        "--export", metavar="FILE.html", type=output_file, help="write a self-contained page to this new file and exit"
+    )
+    add_overwrite_flag(p, "--export")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from tformer.explore import Session
     from tformer.explore.server import LOOPBACK, serve
+    from tformer.files import check_output
 
+    if args.export:  # before the model is loaded
+        check_output(args.export, "--export", [("--model", args.model), ("--compare", args.compare)], args.overwrite)
     session = Session.open(args.model, args.compare)
     if args.export:
         from tformer.explore.export import write_export

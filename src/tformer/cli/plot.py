@@ -11,6 +11,7 @@ Every picture is a PNG drawn headless (matplotlib's Agg canvas).
 
 from __future__ import annotations
 
+from tformer.cli.common import add_overwrite_flag
 from tformer.cli.trace import add_input_args
 from tformer.cli.validate import existing_path, int_in, non_negative_int, output_file
 
@@ -30,6 +31,7 @@ def add_parser(sub) -> None:
     )
     a.add_argument("--kind", choices=["self", "cross"], help="default: cross for seq2seq, self otherwise")
     a.add_argument("--out", default="attention.png", type=output_file, help="PNG file to write (default attention.png)")
+    add_overwrite_flag(a, "--out")
     a.set_defaults(func=run_attention)
 
     pe = kinds.add_parser("positional", help="the sinusoidal positional-encoding table")
@@ -38,6 +40,7 @@ def add_parser(sub) -> None:
     pe.add_argument(
         "--out", default="positional.png", type=output_file, help="PNG file to write (default positional.png)"
     )
+    add_overwrite_flag(pe, "--out")
     pe.set_defaults(func=run_positional)
 
     m = kinds.add_parser("mask", help="a causal, padding or combined attention mask")
@@ -48,6 +51,7 @@ def add_parser(sub) -> None:
         help=f"space-separated tokens; <pad> marks padding (default {_DEFAULT_TOKENS!r})",
     )
     m.add_argument("--out", default="mask.png", type=output_file, help="PNG file to write (default mask.png)")
+    add_overwrite_flag(m, "--out")
     m.set_defaults(func=run_mask)
 
     c = kinds.add_parser("curves", help="training curves from RUN_DIR/log.jsonl")
@@ -58,7 +62,16 @@ def add_parser(sub) -> None:
         help="a run directory holding log.jsonl, or the .jsonl file itself",
     )
     c.add_argument("--out", default="curves.png", type=output_file, help="PNG file to write (default curves.png)")
+    add_overwrite_flag(c, "--out")
     c.set_defaults(func=run_curves)
+
+
+def _check_out(args, inputs=()) -> None:
+    """Refuse an --out that would replace a file without --overwrite, or any of the command's inputs
+    (:func:`tformer.files.check_output`), before anything is loaded or drawn."""
+    from tformer.files import check_output
+
+    check_output(args.out, "--out", inputs, args.overwrite)
 
 
 def _done(path) -> int:
@@ -69,6 +82,7 @@ def _done(path) -> int:
 def run_attention(args) -> int:
     from tformer.cli.trace import build_trace
 
+    _check_out(args, [("--model", args.model)])
     args.max_new_tokens = 0
     tr = build_trace(args)
     block = args.block or ("encoder" if tr.model_type == "bert" else "decoder")
@@ -80,6 +94,7 @@ def run_attention(args) -> int:
 def run_positional(args) -> int:
     from tformer.inspect.plots import plot_positional_encoding
 
+    _check_out(args)
     plot_positional_encoding(args.max_len, args.d_model, args.out)
     return _done(args.out)
 
@@ -107,6 +122,7 @@ def mask_for(kind: str, tokens: list[str]):
 def run_mask(args) -> int:
     from tformer.inspect.plots import plot_mask
 
+    _check_out(args)
     tokens = args.tokens.split()
     plot_mask(mask_for(args.kind, tokens), args.out, tokens, title=f"{args.kind} mask (1 = may attend)")
     return _done(args.out)
@@ -115,5 +131,6 @@ def run_mask(args) -> int:
 def run_curves(args) -> int:
     from tformer.training.curves import plot_curves
 
+    _check_out(args, [("RUN_DIR", args.run)])
     plot_curves(args.run, args.out)
     return _done(args.out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tformer.cli.common import add_overwrite_flag
 from tformer.cli.validate import existing_dir, non_negative_int, output_file, positive_int
 from tformer.translation.tokenizer import SOS
 
@@ -48,11 +49,16 @@ def add_parser(sub) -> None:
         default=128,
         help="print tensors up to this many values in full (default 128)",
     )
-    p.add_argument("--json", metavar="FILE", type=output_file, help="also write the trace as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", type=output_file, help="also write the trace as JSON to FILE (a new file)")
+    add_overwrite_flag(p, "--json")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.json:  # before the model is loaded
+        from tformer.files import check_output
+
+        check_output(args.json, "--json", [("--model", args.model)], args.overwrite)
     trace = build_trace(args)
     stages = [s for item in args.stage for s in item.split(",") if s] if args.stage else None
     print(trace.format(layer=args.layer, head=args.head, stages=stages, max_full=args.max_full))

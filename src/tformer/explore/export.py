@@ -14,14 +14,13 @@ Dimension legend: none (files and JSON).
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 from tformer.explore.server import PLACEHOLDER, static_dir
 from tformer.explore.session import Session
-from tformer.files import atomic_write
+from tformer.files import write_output
 
 __all__ = ["request_key", "export_answers", "export_html", "write_export"]
 
@@ -166,13 +165,7 @@ def export_html(session: Session, static: Path | None = None) -> str:
 
 
 def write_export(session: Session, path: str | Path, static: Path | None = None) -> Path:
-    """Write :func:`export_html` to ``path`` (atomically); returns the path."""
-    path = Path(path)
+    """Write :func:`export_html` to ``path`` (atomically, readable as any file ``open()`` makes: a page to hand
+    out, not a private temp file); returns the path."""
     html = export_html(session, static)
-
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(html, encoding="utf-8")
-        os.chmod(tmp, 0o644)  # a page to hand out, not a private temp file (mkstemp makes 0600)
-
-    atomic_write(path, write)
-    return path
+    return write_output(path, lambda tmp: Path(tmp).write_text(html, encoding="utf-8"))

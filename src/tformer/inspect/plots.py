@@ -18,6 +18,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tformer.files import write_output
+
 __all__ = ["plot_attention", "plot_positional_encoding", "plot_mask"]
 
 DPI = 100
@@ -31,9 +33,8 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _save(fig: Figure, path: str | Path | None) -> Figure:
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=DPI)
+    if path is not None:  # atomically: a failed drawing leaves the file that was there
+        write_output(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
     return fig
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tformer.files import write_output
 from tformer.inspect.decoding import as_ids, greedy_steps, token_text, top_k_probs
 from tformer.inspect.format import format_trace, summary
 from tformer.nn.attention import MultiHeadAttention
@@ -167,9 +168,8 @@ class Trace:
 
     def to_json(self, path: str | Path, max_values: int = 100_000) -> Path:
         """Write the trace as JSON (−∞ is written as the string "-inf"); tensors above ``max_values`` as summaries."""
-        path = Path(path)
-        path.write_text(json.dumps(self.to_dict(max_values), indent=1) + "\n", encoding="utf-8")
-        return path
+        text = json.dumps(self.to_dict(max_values), indent=1) + "\n"
+        return write_output(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))  # atomically
 
     def plot_attention(
         self, path=None, block: str | None = None, layer: int = 0, kind: str | None = None, head: int | None = None

@@ -13,6 +13,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tformer.files import write_output
 from tformer.text import read_lines
 
 __all__ = ["read_log", "plot_curves"]
@@ -79,7 +80,6 @@ def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
         ax.set_title(label)
         ax.grid(alpha=0.3)
         ax.legend()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=DPI)
+    if path is not None:  # atomically: a failed drawing leaves the file that was there
+        write_output(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
     return fig
