@@ -634,7 +634,7 @@ def compare_step(driver, step_id: int) -> None:
     wait(
         driver,
         lambda d: (
-            d.execute_script(f"return window.explore.compareState.stepId === {step_id}")
+            d.execute_script(f"return window.explore.state.compare.stepId === {step_id}")
             and find(d, "#compare-detail [data-testid=diff-summary]")
         ),
         f"compare step {step_id}",
@@ -818,3 +818,67 @@ def test_compare_two_differing_checkpoints_shows_b_minus_a(browser, gpt_dir, gpt
         assert "max |b − a|" in find(browser, "#compare-detail [data-testid=diff-summary]")[0].text
         shot(browser, "gpt-6-compare-two-checkpoints")
         assert console_errors(browser) == []
+
+
+# ──────────────────────────────── the page's modules: each loaded, each view drawn ────────────────────────────────
+
+STATIC_JS = Path(__file__).resolve().parents[1] / "src" / "tformer" / "explore" / "static" / "js"
+
+# what each view's module draws into its root once shown (compare: its hint until a comparison is asked for)
+VIEW_DRAWN = {
+    "forward": "#view-forward #steps [data-testid=step], #view-forward #step-detail [data-testid=tensor-table]",
+    "masks": "#view-masks .mask-panel canvas.heatmap",
+    "attention": "#view-attention [data-testid=attn-thumb], #view-attention [data-testid=attn-cell]",
+    "decode": "#view-decode [data-testid=decode-next]",
+    "sample": "#view-sample [data-testid=sample-next]",
+    "bert": "#view-bert [data-testid=mask-token], #view-bert [data-testid=nsp-prob]",
+    "compare": "#view-compare #compare-head .hint",
+}
+
+
+def draw_every_view(driver, name: str) -> list[str]:
+    """Open each tab the model has; every selector of its VIEW_DRAWN must match. Returns the views opened."""
+    opened = []
+    for button in find(driver, "#tabs button"):
+        if not button.is_displayed():
+            continue
+        view = button.get_attribute("data-view")
+        button.click()
+        for css in VIEW_DRAWN[view].split(", "):
+            wait_for(driver, css, f"the {view} view of {name}")
+        assert find(driver, f"#view-{view}")[0].is_displayed()
+        shot(driver, f"views-{name}-{view}")
+        opened.append(view)
+    return opened
+
+
+@pytest.mark.parametrize("name", ["toy", "gpt", "bert"])
+def test_every_view_module_is_loaded_and_draws_its_view(browser, name, request):
+    """The page loads each of its modules (js/, by the import map) and each view of the family draws into its root,
+    with no console error; then a comparison runs through the compare module."""
+    model_dir = None if name == "toy" else request.getfixturevalue(f"{name}_dir")
+    with serve(model_dir) as url:
+        open_page(browser, url)
+        loaded = browser.execute_script(
+            "return performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname)"
+        )
+        shipped = {f"/js/{p.relative_to(STATIC_JS).as_posix()}" for p in STATIC_JS.rglob("*.js")}
+        assert shipped <= set(loaded) and len(shipped) > 10
+        opened = draw_every_view(browser, name)
+        family = {"toy": ["decode"], "gpt": ["decode", "sample"], "bert": ["bert"]}[name]
+        assert opened == [v for v in VIEW_DRAWN if v in family or v not in ("decode", "sample", "bert")]
+        find(browser, "#compare-form button[type=submit]")[0].click()
+        wait_for(browser, "[data-testid=compare-step]", "the compare steps")
+        assert console_errors(browser) == []
+
+
+def test_every_view_module_draws_in_the_exported_file(browser, tmp_path, capsys):
+    """From file://, with no server, the modules come from the export's import map (data: URLs): each view draws."""
+    page = tmp_path / "toy.html"
+    assert main(["explore", "--export", str(page)]) == 0
+    capsys.readouterr()
+    network_requests(browser)
+    open_page(browser, page.as_uri())
+    assert draw_every_view(browser, "toy-export") == ["forward", "masks", "attention", "decode", "compare"]
+    assert [u for u in network_requests(browser) if not u.startswith(("file:", "data:", "blob:"))] == []
+    assert console_errors(browser) == []

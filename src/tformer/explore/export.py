@@ -1,7 +1,8 @@
 """``tformer explore --export page.html``: one self-contained HTML file, the answers embedded, no server needed.
 
-The page's own files (``static/index.html``, and the scripts and styles it names) are inlined, and the answers
-to a fixed set of requests are embedded as ``<script type="application/json" id="tformer-data">``:
+The page's own files (``static/index.html``, the scripts and styles it names, and its modules: see
+:func:`inline_page`) are inlined, and the answers to a fixed set of requests are embedded as
+``<script type="application/json" id="tformer-data">``:
 ``{"exported": true, "answers": {"<name> <canonical JSON of params>": answer, ...}}``. The set: ``info``, every
 request of ``info.defaults`` (the default trace, greedy and beam decoding, sampling, fill-mask, NSP, as the
 family has them), and every tensor of the default trace (whole when small, else the rows the page shows first;
@@ -13,16 +14,17 @@ Dimension legend: none (files and JSON).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
 from typing import Any
 
-from tformer.explore.server import PLACEHOLDER, static_dir
+from tformer.explore.server import PLACEHOLDER, static_dir, static_files
 from tformer.explore.session import Session
 from tformer.files import write_output
 
-__all__ = ["request_key", "export_answers", "export_html", "write_export"]
+__all__ = ["request_key", "export_answers", "export_html", "inline_page", "write_export"]
 
 SOME_ROWS = 8  # a tensor too big for one answer is exported as its rows 0..7 and its last row, as the page asks
 EXPORT_TENSOR_VALUES = 1 << 14  # an export holds a tensor whole up to this many values (batch 0), else SOME_ROWS
@@ -127,17 +129,38 @@ def _numel(shape: list[int]) -> int:
 
 _SCRIPT = re.compile(r"<script\b([^>]*)\bsrc=[\"']([^\"']+)[\"']([^>]*)>\s*</script>", re.IGNORECASE)
 _LINK = re.compile(r"<link\b[^>]*>", re.IGNORECASE)
+_IMPORT_MAP = re.compile(r"(<script\b[^>]*\btype=[\"']?importmap[\"']?[^>]*>)(.*?)(</script>)", re.IGNORECASE | re.S)
 
 
 def export_html(session: Session, static: Path | None = None) -> str:
     """The page with its scripts and styles inlined and the answers embedded."""
-    folder = static if static is not None else static_dir()
+    page = inline_page(static if static is not None else static_dir())
+    data = {"exported": True, "answers": export_answers(session)}
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")  # no </script> inside
+    embedded = f'<script type="application/json" id="tformer-data">{text}</script>\n'
+    at = page.lower().find("<script")  # before the page's own scripts, which read it when they start
+    if at < 0:
+        at = page.lower().find("</body>")
+    return page[:at] + embedded + page[at:] if at >= 0 else page + embedded
+
+
+def inline_page(folder: Path) -> str:
+    """``folder``'s index.html with every file of ``folder`` it uses written into it: no file, no network needed.
+
+    ``<script src>`` and ``<link rel=stylesheet>`` naming a file of ``folder`` become inline scripts and styles. The
+    page's modules are imported by name through its import map (``"explore/": "./js/"``); that map is rewritten to
+    give each module under the folder it names as a ``data:`` URL of the module's own text. A browser refuses to
+    import files from a ``file://`` page, but it imports ``data:`` URLs, and every import of a name gets the one
+    module, as it does from the server."""
     page_file = folder / "index.html"
     page = page_file.read_text(encoding="utf-8") if page_file.is_file() else PLACEHOLDER
-    files = {p.name: p for p in folder.iterdir() if p.is_file()} if folder.is_dir() else {}
+    files = static_files(folder)
 
     def local(ref: str) -> Path | None:
-        return files.get(ref.rsplit("/", 1)[-1]) if not re.match(r"^[a-z]+:|^//", ref, re.IGNORECASE) else None
+        if re.match(r"^[a-z]+:|^//", ref, re.IGNORECASE):
+            return None
+        name = ref.removeprefix("./").lstrip("/")
+        return files.get(name) or files.get(name.removeprefix("static/"))
 
     def script(m: re.Match) -> str:
         path = local(m.group(2))
@@ -154,14 +177,25 @@ def export_html(session: Session, static: Path | None = None) -> str:
             return tag
         return "<style>\n" + path.read_text(encoding="utf-8").replace("</style", "<\\/style") + "\n</style>"
 
-    page = _LINK.sub(link, _SCRIPT.sub(script, page))
-    data = {"exported": True, "answers": export_answers(session)}
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")  # no </script> inside
-    embedded = f'<script type="application/json" id="tformer-data">{text}</script>\n'
-    at = page.lower().find("<script")  # before the page's own scripts, which read it when they start
-    if at < 0:
-        at = page.lower().find("</body>")
-    return page[:at] + embedded + page[at:] if at >= 0 else page + embedded
+    def import_map(m: re.Match) -> str:
+        imports = {}
+        for name, ref in json.loads(m.group(2)).get("imports", {}).items():
+            if name.endswith("/"):  # a folder: each of its modules by its own name
+                folder_name = ref.removeprefix("./").lstrip("/").removeprefix("static/")
+                for rel, path in files.items():
+                    if rel.startswith(folder_name) and rel.endswith(".js"):
+                        imports[name + rel.removeprefix(folder_name)] = _data_url(path)
+            else:
+                one = local(ref)
+                imports[name] = _data_url(one) if one is not None else ref
+        return m.group(1) + json.dumps({"imports": imports}, indent=1) + m.group(3)
+
+    return _IMPORT_MAP.sub(import_map, _LINK.sub(link, _SCRIPT.sub(script, page)))
+
+
+def _data_url(path: Path) -> str:
+    """A module's text as a ``data:`` URL (base64: nothing in it can end the page's ``<script>``)."""
+    return "data:text/javascript;charset=utf-8;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def write_export(session: Session, path: str | Path, static: Path | None = None) -> Path:

@@ -1,7 +1,7 @@
 """The explorer's web server: a Starlette app serving the page (``static/``) and the JSON API of a :class:`Session`.
 
     POST /api/<name>   JSON body → JSON answer; a bad request is 400 {"error": "one line naming the field"}
-    GET  /             the page (static/index.html); GET /<file> and /static/<file>: its scripts and styles
+    GET  /             the page (static/index.html); GET /<path> and /static/<path>: its files (js/app.js, ...)
 
 Safety (a local tool that runs models must not be reachable from other web pages):
 
@@ -53,6 +53,15 @@ else fetch("api/info", {method: "POST", body: "{}"}).then((r) => r.json()).then(
 def static_dir() -> Path:
     """The page's files, shipped in the package: ``tformer/explore/static``."""
     return Path(str(resources.files("tformer.explore"))) / "static"
+
+
+def static_files(folder: Path) -> dict[str, Path]:
+    """The page's files by their path under ``folder`` (``explore.css``, ``js/app.js``, ``js/views/forward.js``).
+
+    The server serves these names and no others, and the export inlines them, so both see the same page."""
+    if not folder.is_dir():
+        return {}
+    return {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def allowed_hosts(host: str, port: int) -> set[str]:
@@ -122,16 +131,16 @@ def create_app(session: Session, host: str = "127.0.0.1", port: int = 8765, stat
 
     async def asset(request: Request) -> Response:
         name = request.path_params["file"]
-        files = {p.name: p for p in folder.iterdir() if p.is_file()} if folder.is_dir() else {}
-        if name not in files:  # only the shipped files, by their own names: no paths
+        files = static_files(folder)
+        if name not in files:  # only the shipped files, by their exact names: never a path built from the request
             return _error(f"no file {name!r}", 404)
         return FileResponse(files[name])
 
     routes = [
         Route("/api/{name}", api, methods=["POST"]),
         Route("/", index, methods=["GET"]),
-        Route("/static/{file}", asset, methods=["GET"]),
-        Route("/{file}", asset, methods=["GET"]),
+        Route("/static/{file:path}", asset, methods=["GET"]),
+        Route("/{file:path}", asset, methods=["GET"]),
     ]
     app = Starlette(routes=routes)
     return _Guard(app, allowed_hosts(host, port))
