@@ -172,7 +172,7 @@ def sample(m: Model, p: Params) -> dict:
         raise ValueError(f"sample needs a gpt model; this one is {m.family}")
     ids = m.encode(p.text("text"), m.tgt)[0]
     top_k = p.integer("top_k", 0, lo=0, hi=len(m.tgt.vocab))  # 0 = off, as `tformer generate --top-k 0`
-    top_p = p.number("top_p", 1.0, lo=0.0, hi=1.0)
+    top_p = p.number("top_p", 1.0, lo=0.0, hi=1.0, lo_open=True)  # any p > 0 keeps at least the top token
     config = SamplingConfig(
         True,
         p.number("temperature", 1.0, lo=1e-3, hi=100.0),

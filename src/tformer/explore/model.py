@@ -78,7 +78,7 @@ def load_model(directory: str | Path | None) -> Model:
     from tformer.models.hf_config import ARCHITECTURES  # the Hugging Face decoders tformer reads (llama, qwen3, ...)
 
     kind = config.get("model_type")
-    if kind in ARCHITECTURES:  # a Hugging Face decoder directory: read by the LM family's loader
+    if isinstance(kind, str) and kind in ARCHITECTURES:  # a Hugging Face decoder directory: the LM family's loader
         kind = "gpt"
     elif "hidden_size" in config:  # a Hugging Face BERT
         kind = "bert"
@@ -101,7 +101,8 @@ def load_model(directory: str | Path | None) -> Model:
         m = Model(kind, name, str(directory), bert.eval(), WordPieceCodec(wp), None, DEFAULT_TEXT[kind])
         m.default_text_b = "it was a sunny day."
         return m
-    raise ValueError(f"{str(path / 'config.json')!r} has model_type={kind!r}; expected seq2seq, gpt or bert")
+    shown = repr(kind) if len(repr(kind)) <= 60 else repr(kind)[:60] + "…"
+    raise ValueError(f"{str(path / 'config.json')!r} has model_type={shown}; expected seq2seq, gpt or bert")
 
 
 def check_comparable(a: Model, b: Model) -> None:

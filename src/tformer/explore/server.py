@@ -12,6 +12,12 @@ Safety (a local tool that runs models must not be reachable from other web pages
 * the browser never names a file: the model is chosen on the command line; request bodies are capped
   (:data:`MAX_BODY`) and so is every field (:mod:`tformer.explore.params`).
 
+A request body is read as it streams in and refused with 413 as soon as it passes :data:`MAX_BODY` (a declared
+``Content-Length`` over it: before a byte is read), so a large chunked body costs the server 64 KB, not its
+size; the connection is then closed. JSON nested deeper than :data:`MAX_DEPTH` is refused before it is parsed
+(Python's parser recurses). Every expected mistake is a 400 (413, 404) with ``{"error": "one line"}``; a 500
+means a bug in tformer, and its error says so.
+
 Dimension legend: none (HTTP).
 """
 
@@ -19,6 +25,8 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
+import traceback
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -26,15 +34,17 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from tformer.explore.params import shown
 from tformer.explore.session import API_NAMES, Session
 
-__all__ = ["create_app", "serve", "allowed_hosts", "static_dir", "MAX_BODY", "LOOPBACK", "PLACEHOLDER"]
+__all__ = ["create_app", "serve", "allowed_hosts", "static_dir", "MAX_BODY", "MAX_DEPTH", "LOOPBACK", "PLACEHOLDER"]
 
 MAX_BODY = 64 * 1024  # bytes of one request body
+MAX_DEPTH = 32  # nesting of a request body's JSON (the API's own bodies are flat objects)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 PLACEHOLDER = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tformer explore</title></head>
@@ -76,8 +86,83 @@ def allowed_hosts(host: str, port: int) -> set[str]:
     return {f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names if n not in ("0.0.0.0", "::")}
 
 
-def _error(message: str, status: int = 400) -> JSONResponse:
-    return JSONResponse({"error": message.splitlines()[0] if message else "bad request"}, status_code=status)
+def _error(message: str, status: int = 400, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        {"error": message.splitlines()[0] if message else "bad request"}, status_code=status, headers=headers
+    )
+
+
+class _Refused(Exception):
+    """A request refused before it reaches the session: its one-line message and HTTP status."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, read chunk by chunk and refused (413) as soon as it passes :data:`MAX_BODY`."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise _Refused(f"the request body has {int(declared)} bytes, at most {MAX_BODY}", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise _Refused(f"the request body has more than {MAX_BODY} bytes", 413)
+    return bytes(body)
+
+
+def _nesting(text: str) -> int:
+    """How deep the JSON in ``text`` nests lists and objects (brackets inside strings do not count); stops counting
+    past :data:`MAX_DEPTH`, so that a hostile body costs one pass over 64 KB, never a deep recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                break
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def _parse(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object (an empty body is ``{}``); anything else is a :class:`_Refused` saying why."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _Refused(f"the request body is not UTF-8 (byte {body[err.start]:#04x} at position {err.start})") from None
+    if _nesting(text) > MAX_DEPTH:
+        raise _Refused(f"the request body's JSON nests deeper than {MAX_DEPTH} levels")
+    try:
+        params = json.loads(text) if text.strip() else {}
+    except ValueError as err:  # JSONDecodeError; an integer of more than 4300 digits
+        raise _Refused(f"the request body is not valid JSON: {err}") from None
+    if not isinstance(params, dict):
+        raise _Refused(f"the request body must be a JSON object, got {shown(params)}")
+    return params
+
+
+def _bug(err: Exception) -> JSONResponse:
+    """A 500: the traceback goes to the terminal that runs the server, the page gets one line asking for a report."""
+    traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    return _error(
+        f"internal error, a bug in tformer explore ({type(err).__name__}: {err}); please report it with the "
+        "request and the traceback the server printed",
+        500,
+    )
 
 
 class _Guard:
@@ -110,20 +195,22 @@ def create_app(session: Session, host: str = "127.0.0.1", port: int = 8765, stat
         name = request.path_params["name"]
         if name not in API_NAMES:
             return _error(f"no API named {name!r}; there are {', '.join(API_NAMES)}", 404)
-        size = int(request.headers.get("content-length") or 0)
-        if size > MAX_BODY:
-            return _error(f"the request body has {size} bytes, at most {MAX_BODY}")
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            return _error(f"the request body has {len(body)} bytes, at most {MAX_BODY}")
         try:
-            params = json.loads(body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            return _error("the request body must be a JSON object")
+            params = _parse(await _read_body(request))
+        except _Refused as err:  # a body over the cap is not read to its end: close the connection after the answer
+            return _error(str(err), err.status, {"connection": "close"} if err.status == 413 else None)
+        except ClientDisconnect:  # nobody is left to answer
+            return Response(status_code=400)
         try:
-            return JSONResponse(await run_in_threadpool(session.call, name, params))
+            answer = await run_in_threadpool(session.call, name, params)
         except ValueError as err:
             return _error(str(err))
+        except Exception as err:  # anything else is tformer's bug, not the request's
+            return _bug(err)
+        try:
+            return JSONResponse(answer)
+        except Exception as err:  # a NaN or a lone surrogate in an answer: a bug too
+            return _bug(err)
 
     async def index(request: Request) -> Response:
         page = folder / "index.html"
