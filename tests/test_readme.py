@@ -94,7 +94,7 @@ def test_readme_relative_links_point_to_files_that_exist():
 
 def test_readme_stays_a_short_users_page():
     """The measurement history lives in docs/benchmarks.md; the README stays a page a user reads (issue 21)."""
-    assert len(README.read_text(encoding="utf-8").splitlines()) < 260
+    assert len(README.read_text(encoding="utf-8").splitlines()) < 275  # 260 until the lessons' section (issue 31)
 
 
 def _resolves(name: str) -> bool:

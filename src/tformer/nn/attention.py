@@ -78,7 +78,7 @@ def scaled_dot_product_attention(
     path runs and returns ``(context, AttentionDetails)``; otherwise the fused kernel runs and only
     the context (B, H, Tq, Dh) is returned. ``is_causal=True`` (only without ``mask``) is the look-ahead
     mask for Tq = Tk, applied inside the fused kernel without building a (Tq, Tk) tensor. ``scale`` replaces
-    1/√Dh (Gemma's ``query_pre_attn_scalar``^−½).
+    1/√Dh (Gemma's ``query_pre_attn_scalar`` ^ −½).
     """
     check_attention_mask(mask, is_causal)
     grouped = enable_gqa and k.shape[1] != q.shape[1]
@@ -179,7 +179,7 @@ class MultiHeadAttention(nn.Module):
     * ``sliding_window``: with ``causal=True``, each query sees only the last ``sliding_window`` positions
       (:func:`~tformer.nn.masks.sliding_window_mask`; Mistral). A :class:`~tformer.nn.cache.LayerKV` made with the
       same ``window`` keeps only the positions the window still needs;
-    * ``scale``: the scores' factor in place of 1/√Dh (Gemma 3's ``query_pre_attn_scalar``^−½);
+    * ``scale``: the scores' factor in place of 1/√Dh (Gemma 3's ``query_pre_attn_scalar`` ^ −½);
     * ``norm_weight_offset``: the QK-norm's scale is offset + weight (Gemma 3's 1 + w, as its other RMSNorms);
     * ``softcap``: scores soft-capped to (−c, c) by c·tanh(scores / c) (Gemma 2); this runs the reference path,
       since the fused kernel has no such step.
