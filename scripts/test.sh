@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (first run only) and run the whole test suite:  bash scripts/test.sh [pytest args]
-# Installs into ./.venv: the CPU build of torch (pinned, so pip never pulls a multi-GB CUDA build)
+# Installs into ./.venv: the CPU build of torch (pinned; scripts/setup.sh says where it comes from)
 # and tformer with its dev extra. With no arguments it first runs the static checks CI keeps:
 # the import-layer contract (lint-imports), ruff (lint and format) and mypy.
 set -euo pipefail

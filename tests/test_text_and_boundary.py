@@ -329,3 +329,139 @@ def test_a_bug_in_a_real_process(models):
     assert "Traceback (most recent call last)" in r.stderr and "ZeroDivisionError: division by zero" in r.stderr
     if sys.version_info >= (3, 11):
         assert r.stderr.rstrip("\n").splitlines()[-1].startswith(f"tformer info: {REPORT}"), r.stderr
+
+
+# ------------------------------------------------------------------------------- class 14: the demo's promise
+
+
+def _pairs_tsv(directory: Path) -> str:
+    subjects = [("I", "Je"), ("You", "Tu"), ("He", "Il"), ("She", "Elle"), ("We", "Nous")]
+    verbs = [("eat", "mange"), ("sing", "chante"), ("sleep", "dort"), ("run", "court"), ("read", "lit")]
+    pairs = [(f"{s} {v}.", f"{t} {w}.") for s, t in subjects for v, w in verbs]
+    return _write(directory / "pairs.tsv", "".join(f"{s}\t{t}\n" for s, t in pairs).encode())
+
+
+def _log_steps(out: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (out / "log.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def test_demo_cut_by_its_time_cap_says_it_stopped_short(tmp_path, monkeypatch, capsys):
+    """A slow or busy machine: the time cap ends training long before the step target; the demo says so and
+    what to run, before its translations (here the cap is 6 ms, so any machine is 'slow')."""
+    monkeypatch.chdir(tmp_path)
+    data = _pairs_tsv(tmp_path)
+    argv = ["demo", "--data", data, "--out", "demo", "--minutes", "0.0001", "--vocab-size", "60", "--no-progress"]
+    assert main([*argv, "I eat."]) == 0
+    out = capsys.readouterr().out
+    steps = max(_log_steps(tmp_path / "demo"))
+    assert steps < 800
+    expected = (
+        f"stopped short: --minutes 0.0001 ran out after {steps} of the 800 steps the demo needs (this machine is "
+        "slower or busier than expected), so the translations below may be wrong. To train all 800 steps, run: "
+        f"tformer demo --overwrite --out demo --data {data}\n"
+    )
+    assert expected in out and out.index(expected) < out.index("I eat.")
+
+
+def test_demo_trains_to_its_step_target(tmp_path, monkeypatch, capsys):
+    """Without a time cap the demo trains its --steps, however long they take; nothing stopped short."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["demo", "--data", _pairs_tsv(tmp_path), "--out", "demo", "--steps", "3", "--vocab-size", "60"]
+    assert main([*argv, "--no-progress", "I eat."]) == 0
+    out = capsys.readouterr().out
+    assert "for 3 steps on" in out and "stopped short" not in out
+    assert max(_log_steps(tmp_path / "demo")) == 3
+
+
+def test_demo_says_when_the_promised_translation_did_not_come(tmp_path, monkeypatch, capsys):
+    """The built-in corpus promises "I am good." -> "Je vais bien."; two steps cannot keep it, and the demo says
+    so with the command that trains longer (never a silent wrong translation)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--out", "demo", "--steps", "2", "--no-progress", "I am good."]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("note: "))
+    assert line.startswith("note: 'I am good.' came out as ") and line.endswith(
+        ", not 'Je vais bien.', after 2 steps; train longer: tformer demo --overwrite --out demo --steps 4"
+    )
+
+
+# ---------------------------------------------------------------------------- class 15: set-up's torch source
+
+SETUP = Path(__file__).resolve().parents[1] / "scripts" / "setup.sh"
+FAKE_PYTHON = """#!/usr/bin/env bash
+# pip is faked: each call is logged; --report prints the plan the test chose; --index-url exits as the test chose
+if [ "$1" = -m ] && [ "$2" = pip ]; then
+  echo "$*" >> "$FAKE_LOG"
+  case " $* " in
+    *" --report - "*) cat "$FAKE_REPORT" ;;
+    *" --index-url "*) exit "$FAKE_INDEX_STATUS" ;;
+  esac
+  exit 0
+fi
+exec {python} "$@"
+"""
+
+
+@pytest.mark.parametrize(
+    "url, gpu, index_ok, says, installs",
+    [
+        (
+            "file:///opt/wheels/torch-2.13.0%2Bcpu-cp311-none.whl",
+            False,
+            True,
+            "from a wheel found on this machine",
+            [""],
+        ),
+        (
+            "https://files.pythonhosted.org/torch-2.13.0-cp311-linux.whl",
+            False,
+            True,
+            "the CPU build (about 200 MB)",
+            ["--index-url https://download.pytorch.org/whl/cpu --retries 2 "],
+        ),  # fmt: skip
+        (
+            "https://files.pythonhosted.org/torch-2.13.0-cp311-linux.whl",
+            False,
+            False,
+            "falling back to PyPI",
+            ["--index-url https://download.pytorch.org/whl/cpu --retries 2 ", ""],
+        ),  # fmt: skip
+        ("https://files.pythonhosted.org/torch-2.13.0-cp311-linux.whl", True, True, "an NVIDIA GPU is here", [""]),
+        (None, False, True, "", []),  # the pin is met already: nothing installed, nothing said
+    ],
+)
+def test_setup_takes_the_cpu_build_where_no_local_wheel_is(url, gpu, index_ok, says, installs, tmp_path):
+    """scripts/setup.sh's choice, with pip faked: a local wheel as it is; on Linux without a GPU, PyTorch's CPU
+    index (then PyPI if it cannot be reached, said plainly); PyPI with a GPU. Each download is announced."""
+    if sys.platform != "linux":
+        pytest.skip("the choice is Linux's")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(FAKE_PYTHON.format(python=sys.executable))
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nexit {0 if gpu else 1}\n")
+    (bin_dir / "activate").write_text(f'export PATH="{bin_dir}:$PATH"\n')
+    for tool in ("python", "nvidia-smi"):
+        (bin_dir / tool).chmod(0o755)
+    install = [{"metadata": {"name": "torch"}, "download_info": {"url": url}}] if url else []
+    (tmp_path / "report.json").write_text(json.dumps({"install": install}))
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "FAKE_LOG": str(tmp_path / "pip.log"),
+        "FAKE_REPORT": str(tmp_path / "report.json"),
+        "FAKE_INDEX_STATUS": "0" if index_ok else "1",
+        "TFORMER_SETUP_DRY_RUN": "1",
+    }
+    r = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; source {SETUP}; echo done"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and r.stdout.endswith("done\n"), r.stdout + r.stderr
+    assert says in r.stdout
+    calls = (tmp_path / "pip.log").read_text().splitlines()
+    assert calls[0] == "-m pip install --dry-run --quiet --report - torch==2.13.0"  # pip's own plan first
+    assert calls[1:] == [f"-m pip install -q --dry-run {extra}torch==2.13.0" for extra in installs]
