@@ -60,7 +60,9 @@ def setup(
     the other :class:`TrainConfig` fields.
     """
     cfg = TrainConfig(out_dir=str(out_dir), **train_options)
-    start_run(cfg, resume)  # a non-empty out_dir needs resume or overwrite
+    settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
+    # what makes the run: --resume refuses a change (the tokenizer comes from OUT/last)
+    start_run(cfg, resume, "bert", {**settings, "valid": valid, "mlm_prob": mlm_prob})
     train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
     log(
         f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
@@ -132,7 +134,9 @@ def setup_classifier(
     fields (lr 3e-4 and 100 warmup steps unless given).
     """
     cfg = TrainConfig(out_dir=str(out_dir), **{"lr": 3e-4, "warmup_steps": 100, **train_options})
-    start_run(cfg, resume)  # a non-empty out_dir needs resume or overwrite
+    settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
+    # what makes the run: --resume refuses a change (the tokenizer and weights come from OUT/last, not --init)
+    start_run(cfg, resume, "classify", {**settings, "valid": valid})
     examples = read_labelled_tsv(data)
     labels = sorted({y for _, y in examples})
     if len(labels) < 2:

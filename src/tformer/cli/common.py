@@ -49,19 +49,25 @@ def add_training_flags(p: argparse.ArgumentParser, lr: float, warmup: int, sched
     g.add_argument("--weight-decay", type=non_negative_float, default=0.01)
     g.add_argument("--clip", type=non_negative_float, default=1.0, help="max gradient norm (0 = off)")
     g.add_argument("--accum-steps", type=positive_int, default=1, help="gradient accumulation")
-    g.add_argument("--epochs", type=positive_int)
-    g.add_argument("--max-steps", type=positive_int)
-    g.add_argument("--minutes", type=positive_float, help="training time budget")
+    g.add_argument("--epochs", type=positive_int, help="epochs in all (a resumed run counts the ones it trained)")
+    g.add_argument("--max-steps", type=positive_int, help="optimizer steps in all (a resumed run counts its steps)")
+    g.add_argument("--minutes", type=positive_float, help="training time budget in all (a resumed run counts its time)")
     g.add_argument("--eval-every", type=positive_int, help="optimizer steps between evaluations (default: every epoch)")
     g.add_argument("--log-every", type=positive_int, default=10)
     g.add_argument("--seed", type=seed, default=0)
     g.add_argument("--bf16", action="store_true", help="bfloat16 autocast (for GPUs; slow on most CPUs)")
     g.add_argument("--device", type=device, default="cpu")
-    g.add_argument("--resume", action="store_true", help="continue exactly from OUT/last")
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue exactly from OUT/last; a changed model, data or optimizer flag is refused, the budget, "
+        "evaluation, logging and device flags may change",
+    )
     g.add_argument(
         "--overwrite",
         action="store_true",
-        help="start a new run in a non-empty --out, deleting the run there (without it, or --resume, it is refused)",
+        help="start a new run in a non-empty --out, deleting the run there, and only what a run wrote: a folder "
+        "with other files is refused (without --overwrite or --resume, a non-empty --out is refused)",
     )
     g.add_argument(
         "--max-bad-steps",

@@ -83,7 +83,17 @@ def setup(
     cfg = TrainConfig(
         out_dir=str(out_dir), lr=r["lr"], warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"], **options
     )
-    start_run(cfg, resume)  # a non-empty out_dir needs resume or overwrite
+    settings = dict(
+        preset=preset,
+        tokenizer=r["tokenizer"],
+        vocab_size=r["vocab_size"],
+        block_size=r["block_size"],
+        batch_size=r["batch_size"],
+        dropout=dropout,
+        batches_per_epoch=batches_per_epoch,
+        val_fraction=val_fraction,
+    )  # what makes the run: --resume refuses a change (eval_blocks and compile may change)
+    start_run(cfg, resume, "lm", settings)  # a non-empty out_dir needs resume or overwrite
     docs = read_documents(data)
     if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
         config, tok = saved_run(out_dir, GPT, load_lm_tokenizer)

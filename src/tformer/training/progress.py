@@ -21,7 +21,10 @@ PLAIN_EVERY_S = 5.0
 
 
 class Progress:
-    """``update(step)`` after every optimizer step, ``describe(text)`` when there is news, ``close()`` at the end."""
+    """``update(step, text)`` after every optimizer step, with that step's own values; ``close()`` at the end.
+
+    Each line shows the text given with its step: a line printed on time (every ``PLAIN_EVERY_S`` seconds)
+    between two log steps never shows the loss, learning rate or tokens/s of an earlier step."""
 
     def __init__(self, total: int | None, initial: int, enabled: bool, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -33,14 +36,11 @@ class Progress:
             self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, file=self.stream)
         self.printed_at, self.printed_step = -float("inf"), initial
 
-    def describe(self, text: str) -> None:
-        self.text = text
+    def update(self, step: int, text: str = "") -> None:
+        """Optimizer step ``step`` is done; ``text`` holds its values (loss, learning rate, tokens/s, ETA)."""
+        done, self.step, self.text = step - self.step, step, text
         if self.bar is not None:
-            self.bar.set_postfix_str(text)
-
-    def update(self, step: int) -> None:
-        done, self.step = step - self.step, step
-        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)  # drawn with the step count, at tqdm's own pace
             self.bar.update(done)
         elif self.plain and (time.monotonic() - self.printed_at >= PLAIN_EVERY_S):
             self._line()

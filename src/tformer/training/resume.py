@@ -1,34 +1,89 @@
 """Starting or resuming a run, written once for the three families.
 
 A run directory holds the best model in ``OUT/best`` and the latest full state in ``OUT/last`` (see
-:mod:`tformer.training.trainer`). :func:`start_run` comes first, before anything is written: a non-empty
-``OUT`` is refused unless the run is resumed or ``overwrite`` is given (then the old run's files are
-deleted); a resumed run has its ``last/`` repaired if a crash cut a save (:func:`tformer.files.recover_dir`),
-converted if tformer 0.1 wrote it, and its ``log.jsonl`` cut back to the steps that ``last/`` holds, so the
-log keeps one record per step. Resuming takes the model config and the tokenizer from ``OUT/last``, builds
-the model from that config, and lets :meth:`Trainer.resume` restore the weights, the optimizer, the schedule,
-the RNG and the data position. This module knows nothing about any family: the model class and the
-tokenizer loader are passed in.
+:mod:`tformer.training.trainer`). :func:`start_run` comes first, before anything is read or written:
+
+- it takes the directory's lock (:mod:`tformer.training.lock`), held until training ends, so a second run, a
+  ``--resume`` or an ``--overwrite`` into a directory where a run trains is refused, naming that run;
+- a new run needs an empty or missing ``OUT``; ``overwrite`` deletes what a tformer run wrote there
+  (:data:`RUN_FILES`) and refuses a directory that holds anything else, deleting nothing;
+- a resumed run has its ``last/`` repaired if a crash cut a save (:func:`tformer.files.recover_dir`) and its
+  state checked file by file; it must be a run of the same kind (``lm`` is not resumed as ``translation``), with
+  the same settings (model, data, optimizer and schedule: a change is refused, naming each flag and both
+  values), and with a budget left (``--max-steps``/``--epochs``/``--minutes`` are totals); the budget, evaluation
+  cadence and device may change, and the resumed run prints the values it uses. Only then is ``last/``
+  converted if tformer 0.1 wrote it, and ``log.jsonl`` cut back to the steps that ``last/`` holds.
+
+Resuming takes the model config and the tokenizer from ``OUT/last``, builds the model from that config, and lets
+:meth:`Trainer.resume` restore the weights, the optimizer, the schedule, the RNG and the data position. This
+module knows nothing about any family: the kind, the settings, the model class and the tokenizer loader are
+passed in.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
+import sys
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from tformer.files import atomic_write, current_dir, recover_dir
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, WEIGHTS_NAME
 from tformer.training import distributed
-from tformer.training.state import STATE_NAME, convert_legacy, dumps
-from tformer.training.trainer import TrainConfig, Trainer
+from tformer.training.lock import LOCK_NAME, RunLock
+from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
+from tformer.training.trainer import TrainConfig, Trainer, budget_reached, budget_spent_message
 
 __all__ = ["last_dir", "start_run", "check_out_dir", "saved_run", "make_trainer", "RUN_FILES"]
 
-# What a run writes into OUT, deleted by --overwrite (CONFIG_NAME and WEIGHTS_NAME: tformer 0.1's best model)
-RUN_FILES = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", CONFIG_NAME, WEIGHTS_NAME)
+# What a run writes into OUT, and all that --overwrite deletes: the best model, the last state, the log and its
+# plot, translation's held-out splits, `tformer demo`'s attention picture
+RUN_FILES = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", "cross_attention.png")
+# tformer 0.1 kept the best model at the top of OUT: its config, weights, tokenizers and labels
+LEGACY_FILES = (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    "src_tokenizer.json",
+    "tgt_tokenizer.json",
+    "char_tokenizer.json",
+    "tokenizer.json",
+    "labels.json",
+)
+_DATA_FILES = {"valid.tsv", "test.tsv"}  # what a run writes into OUT/data
+_MARKERS = (BEST_DIR, "last", "log.jsonl", "data")  # any of these (as a run writes it) makes OUT a run
+_STAGED = tuple(f".{name}." for name in RUN_FILES)  # a save or a write cut short: .best.new, .log.jsonl.x.tmp, ...
+
+# TrainConfig fields a resumed run must keep (the optimizer, the schedule, the data order); the others (the
+# budget, the evaluation cadence, the device, ...) may change. Flags name them; the rest by their field.
+FIXED_FIELDS = (
+    "lr",
+    "schedule",
+    "warmup_steps",
+    "min_lr_ratio",
+    "weight_decay",
+    "betas",
+    "clip",
+    "accum_steps",
+    "seed",
+)
+REPORTED_FIELDS = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "device", "bf16", "max_bad_steps")
+_NO_FLAG = ("min_lr_ratio", "betas")
+
+
+@dataclass
+class _Started:
+    """A directory this process has locked and checked, waiting for :func:`make_trainer` to take it over."""
+
+    lock: RunLock
+    run: dict | None = None  # {"kind": ..., "settings": ...}, saved into state.json
+
+
+_started: dict[Path, _Started] = {}  # by resolved OUT; rank 0 only
 
 
 def last_dir(out_dir: str | Path) -> Path:
@@ -36,17 +91,31 @@ def last_dir(out_dir: str | Path) -> Path:
     return current_dir(Path(out_dir) / "last")
 
 
-def start_run(cfg: TrainConfig, resume: bool) -> None:
-    """Check and prepare ``cfg.out_dir`` before a run writes anything (rank 0 does it; its error reaches all).
-
-    A new run needs an empty or missing directory, or ``cfg.overwrite``; ``resume`` needs a saved state.
+def start_run(cfg: TrainConfig, resume: bool, kind: str | None = None, settings: dict | None = None) -> None:
+    """Lock, check and prepare ``cfg.out_dir`` before a run reads or writes anything (rank 0 does it; its error
+    reaches all). ``kind`` (``"lm"``, ``"translation"``, ...) and ``settings`` (the family's options that make the
+    run, by flag name) are saved with the run, so that ``--resume`` can tell a run of another kind or changed
+    settings. A new run needs an empty or missing directory, or ``cfg.overwrite``; ``resume`` needs a saved state.
     """
-    distributed.from_rank0(lambda: check_out_dir(cfg.out_dir, resume, cfg.overwrite), cfg.device)
+
+    def prepare() -> None:
+        check_out_dir(cfg.out_dir, resume, cfg.overwrite)
+        started = _started[_key(cfg.out_dir)]
+        try:
+            if resume:
+                _prepare_resume(cfg, kind, settings or {})
+        except BaseException:
+            _release(cfg.out_dir)
+            raise
+        started.run = {"kind": kind, "settings": _plain(settings or {})} if kind else None
+
+    distributed.from_rank0(prepare, cfg.device)
 
 
 def check_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = False, resumable: bool = True) -> None:
-    """What :func:`start_run` does, in this process: refuse a non-empty ``out_dir`` for a new run without
-    ``overwrite`` (else delete the old run's files); repair and check ``OUT/last`` for ``resume``.
+    """What :func:`start_run` does first, in this process: take the lock of ``out_dir`` (kept for the trainer);
+    refuse a non-empty ``out_dir`` for a new run without ``overwrite`` (else delete the old run's files, and only
+    those); repair ``OUT/last`` and check that it holds a state for ``resume``. Any error releases the lock.
 
     ``resumable=False``: the command has no ``--resume`` (``tformer demo``), so the refusal names ``--overwrite`` only.
     """
@@ -55,58 +124,213 @@ def check_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = F
         raise NotADirectoryError(f"--out {str(out)!r} is a file, not a directory")
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one of them")
-    if resume:
-        if out.is_dir():
-            for name in (BEST_DIR, "last"):
-                recover_dir(out / name)
-        last = out / "last"
-        if not (last / STATE_NAME).is_file():
-            raise FileNotFoundError(
-                f"--resume: {str(last)!r} holds no training state to resume from; train without --resume first"
-            )
-        convert_legacy(last)
-        _cut_log(out / "log.jsonl", json.loads((last / STATE_NAME).read_text(encoding="utf-8"))["step"])
+    _release(out)  # this process's earlier start into out_dir, whose setup failed before it made a trainer
+    lock = RunLock(out).acquire()
+    if lock.stale:
+        print(f"note: took over {str(lock.path)!r}, a lock left by a run that is no longer running: {lock.stale}",
+              file=sys.stderr)  # fmt: skip
+    _started[_key(out)] = _Started(lock)
+    try:
+        if resume:
+            _check_resumable(out)
+        else:
+            _clear(out, overwrite, resumable)
+    except BaseException:
+        _release(out)
+        raise
+
+
+def _check_resumable(out: Path) -> None:
+    for name in (BEST_DIR, "last"):
+        recover_dir(out / name)
+    last = out / "last"
+    if not (last / STATE_NAME).is_file():
+        raise FileNotFoundError(
+            f"--resume: {str(last)!r} holds no training state to resume from; train without --resume first"
+        )
+
+
+def _entries(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME) if out.is_dir() else []
+
+
+def _written_by_run(path: Path) -> bool:
+    """Whether ``path``, an entry of a run directory, is one that tformer runs write."""
+    name = path.name
+    if path.is_symlink():
+        return False
+    if name in (BEST_DIR, "last"):
+        return path.is_dir()
+    if name == "data":
+        return path.is_dir() and {p.name for p in path.iterdir()} <= _DATA_FILES
+    if name in RUN_FILES or name in LEGACY_FILES:
+        return path.is_file()
+    return name.startswith(_STAGED)
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _clear(out: Path, overwrite: bool, resumable: bool) -> None:
+    """A new run's directory: empty, or (``overwrite``) a run's, whose files are deleted; else refused."""
+    entries = _entries(out)
+    if not entries:
         return
-    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    if entries and not overwrite:
-        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+    ours = [name for name in entries if _written_by_run(out / name)]
+    others = [name for name in entries if name not in ours]
+    is_run = any(name in _MARKERS or name.startswith(_STAGED) for name in ours)
+    if not is_run:
+        raise ValueError(
+            f"--out {str(out)!r} is not empty and is not a tformer run (no best/, last/ or log.jsonl; it holds "
+            f"{_shown(entries)}): give another --out"
+            + (" (--overwrite deletes only what a run wrote)" if overwrite else "")
+        )
+    if not overwrite:
         remedy = (
             "pass --resume to continue the run in it, or --overwrite to delete it and start a new one"
             if resumable
             else "pass --overwrite to delete its run and start a new one, or give another --out"
         )
-        raise ValueError(f"--out {str(out)!r} is not empty (it holds {shown}): {remedy}")
-    for name in entries:
+        raise ValueError(f"--out {str(out)!r} is not empty (it holds {_shown(entries)}): {remedy}")
+    if others:
+        raise ValueError(
+            f"--overwrite: --out {str(out)!r} holds a run and also {_shown(others)}, which no tformer run writes; "
+            f"nothing was deleted: move them out of {str(out)!r}, or give another --out"
+        )
+    for name in ours:
         path = out / name
-        if name in RUN_FILES or name.startswith((f".{BEST_DIR}.", ".last.", ".log.jsonl.")):
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def _prepare_resume(cfg: TrainConfig, kind: str | None, settings: dict) -> None:
+    """Check that ``OUT/last`` can be resumed with ``cfg`` and ``settings``, then convert it and cut the log."""
+    out, last = Path(cfg.out_dir), Path(cfg.out_dir) / "last"
+    meta = read_meta(last)
+    run = meta.get("run")
+    if run is not None and kind is not None and run["kind"] != kind:
+        raise ValueError(
+            f"--resume: {str(out)!r} holds a `tformer train {run['kind']}` run, not a `train {kind}` one: resume it "
+            f"with `tformer train {run['kind']} ... --resume`"
+        )
+    _check_settings(cfg, settings, meta, last / STATE_NAME)
+    reached = budget_reached(cfg, meta["step"], meta["epoch"], meta["elapsed"])
+    if reached:
+        raise ValueError("--resume: " + budget_spent_message(out, reached))
+    convert_legacy(last)
+    _cut_log(out / "log.jsonl", meta["step"])
+    distributed.say(_resume_line(cfg, meta))
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON gives it back (tuples as lists), for comparing with what state.json holds."""
+    return json.loads(dumps(value))
+
+
+def _flag(name: str) -> str:
+    return f"TrainConfig.{name}" if name in _NO_FLAG else "--" + name.replace("_", "-")
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "not given"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _check_settings(cfg: TrainConfig, settings: dict, meta: dict, path: Path) -> None:
+    """Refuse a resume whose fixed settings differ from the run's, naming each with both values."""
+    saved_cfg, new_cfg = meta.get("train_config") or {}, _plain(asdict(cfg))
+    saved_settings = (meta.get("run") or {}).get("settings") or {}
+    pairs = [(f, saved_cfg[f], new_cfg[f]) for f in FIXED_FIELDS if f in saved_cfg]
+    pairs += [(k, saved_settings[k], v) for k, v in _plain(settings).items() if k in saved_settings]
+    changed = [f"{_flag(k)} {_value(new)} (the run: {_value(old)})" for k, old, new in pairs if old != new]
+    if changed:
+        raise ValueError(
+            f"--resume: {'; '.join(changed)}, as saved in {str(path)!r}: a resumed run keeps its model, data, "
+            "optimizer and schedule; give the run's values, or start a new run with --overwrite or another --out"
+        )
+
+
+def _resume_line(cfg: TrainConfig, meta: dict) -> str:
+    """What the resumed run starts from, and the settings it uses that differ from the run's last save."""
+    saved_cfg, new_cfg = meta.get("train_config") or {}, _plain(asdict(cfg))
+    changed = [
+        f"{_flag(f)} {_value(new_cfg[f])} (was {_value(saved_cfg[f])})"
+        for f in REPORTED_FIELDS
+        if f in saved_cfg and saved_cfg[f] != new_cfg[f]
+    ]
+    limits = [f"{_flag(f)} {_value(new_cfg[f])}" for f in ("max_steps", "epochs", "minutes") if new_cfg[f] is not None]
+    return (
+        f"resuming {str(cfg.out_dir)!r} at step {meta['step']} (epoch {meta['epoch']}, "
+        f"{meta['elapsed'] / 60:.2f} min trained), until {' or '.join(limits)} in all; "
+        + (f"changed: {', '.join(changed)}" if changed else "every other setting as the run had it")
+    )
 
 
 def _cut_log(path: Path, step: int) -> None:
-    """Keep the records of steps up to ``step`` (what ``last/`` holds), and no line a crash cut short."""
+    """Keep the records of steps up to ``step`` (what ``last/`` holds), and no line a crash cut short; rewrite
+    the file only if that drops a line. A byte that is not UTF-8 is an error naming the file and the line."""
     if not path.is_file():
         return
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        lineno = data[: err.start].count(b"\n") + 1
+        raise ValueError(
+            f"{str(path)!r}:{lineno}: byte 0x{data[err.start]:02x} is not UTF-8: expected the run's log, one JSON "
+            "record per line; delete that line (or the file: the model and its state are in best/ and last/)"
+        ) from None
     kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
         if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
             kept.append(dumps(record) + "\n")
-    atomic_write(path, lambda tmp: Path(tmp).write_text("".join(kept), encoding="utf-8"))
+    if "".join(kept) != text:
+        mode = stat.S_IMODE(path.stat().st_mode)  # the temp file's private 0o600 would hide the log from others
+
+        def write(tmp: str) -> None:
+            Path(tmp).write_text("".join(kept), encoding="utf-8")
+            os.chmod(tmp, mode)
+
+        atomic_write(path, write)
 
 
 def saved_run(out_dir: str | Path, model_class, load_tokenizer: Callable[[Path], Any]) -> tuple[Any, Any]:
-    """(model config, tokenizer) of the run in ``out_dir``, read from ``OUT/last`` for ``--resume``."""
+    """(model config, tokenizer) of the run in ``out_dir``, read from ``OUT/last`` for ``--resume``; the model
+    first, so that a run of another family is named by its model type rather than by a missing tokenizer."""
     last = last_dir(out_dir)
-    tokenizer = load_tokenizer(last)
-    return model_class.from_pretrained(last).config, tokenizer
+    config = model_class.from_pretrained(last).config
+    return config, load_tokenizer(last)
 
 
 def make_trainer(model, task, cfg: TrainConfig, resume: bool = False) -> Trainer:
-    """A :class:`Trainer` of ``model`` on ``task``, restored from ``OUT/last`` when ``resume``."""
-    trainer = Trainer(model, task, cfg)
-    if resume:
-        trainer.resume()
+    """A :class:`Trainer` of ``model`` on ``task``, restored from ``OUT/last`` when ``resume``; it holds the lock
+    :func:`start_run` took, until its ``fit()`` ends."""
+    started = _started.pop(_key(cfg.out_dir), None)
+    try:
+        trainer = Trainer(model, task, cfg)
+        if started is not None:
+            trainer.lock, trainer.run_info = started.lock, started.run
+        if resume:
+            trainer.resume()
+    except BaseException:
+        if started is not None:
+            started.lock.release()
+        raise
     return trainer
+
+
+def _key(out_dir: str | Path) -> Path:
+    return Path(out_dir).resolve()
+
+
+def _release(out_dir: str | Path) -> None:
+    started = _started.pop(_key(out_dir), None)
+    if started is not None:
+        started.lock.release()

@@ -28,9 +28,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from tformer.checks import read_json_object
 from tformer.files import atomic_write, staged_dir
 
-__all__ = ["STATE_NAME", "finite_json", "write_json", "write_state", "read_state", "convert_legacy"]
+__all__ = ["STATE_NAME", "finite_json", "write_json", "write_state", "read_state", "read_meta", "convert_legacy"]
 
 STATE_NAME = "state.json"
 TENSORS_NAME = "trainer_state.safetensors"
@@ -82,30 +83,112 @@ def write_state(directory: Path, optimizer: dict, scheduler: dict, rng: list[dic
 
 
 def read_state(directory: Path) -> dict[str, Any]:
-    """``{"optimizer": state_dict, "scheduler": state_dict, "rng": [{"rng": ..., "cuda_rng": ...} per rank]}``."""
+    """``{"optimizer": state_dict, "scheduler": state_dict, "rng": [{"rng": ..., "cuda_rng": ...} per rank]}``.
+
+    Anything else than what :func:`write_state` writes (a file missing, unreadable, of the wrong shape) is an
+    error naming the file and what it should hold."""
     if not (directory / JSON_NAME).is_file() and (directory / LEGACY_NAME).is_file():
         return _read_legacy(directory / LEGACY_NAME)
     for name in (JSON_NAME, TENSORS_NAME):
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{str(directory / name)!r} is missing: {directory} holds no training state")
+    meta = read_json_object(directory / JSON_NAME, "training state")
+    _check_meta(directory / JSON_NAME, meta)
     try:
-        meta = json.loads((directory / JSON_NAME).read_text(encoding="utf-8"))
         tensors = load_file(str(directory / TENSORS_NAME))
-    except (json.JSONDecodeError, UnicodeDecodeError, SafetensorError) as err:
+    except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(
-            f"{str(directory)!r}: the training state is unreadable (truncated or corrupted?): {err}"
+            f"{str(directory / TENSORS_NAME)!r}: the training state is unreadable (truncated or corrupted?): {err}"
         ) from None
     state: dict[int, dict[str, Any]] = {int(p): dict(slots) for p, slots in meta["optimizer"]["state"].items()}
     rng: list[dict[str, torch.Tensor]] = [{} for _ in range(meta["processes"])]
     for key, tensor in tensors.items():
-        kind, rest = key.split(".", 1)
-        if kind == "optimizer":
-            param, name = rest.split(".", 1)
+        kind, _, rest = key.partition(".")
+        if kind == "optimizer" and rest.partition(".")[0].isdigit() and rest.partition(".")[2]:
+            param, _, name = rest.partition(".")
             state.setdefault(int(param), {})[name] = tensor
-        else:
+        elif kind in ("rng", "cuda_rng") and rest.isdigit() and int(rest) < len(rng):
             rng[int(rest)][kind] = tensor
+        else:
+            raise ValueError(
+                f"{str(directory / TENSORS_NAME)!r} holds a tensor {key!r}: expected 'optimizer.<param>.<slot>' or "
+                f"'rng.<rank>' with a rank below the {len(rng)} processes of {JSON_NAME}"
+            )
+    slots = {tuple(sorted(v)) for v in state.values()}
+    if len(slots) > 1:
+        raise ValueError(
+            f"{str(directory / TENSORS_NAME)!r}: the optimizer's parameters hold different slots ({sorted(slots)}): "
+            "expected the same for each (the file is damaged or was mixed with another run's)"
+        )
     optimizer = {"state": state, "param_groups": meta["optimizer"]["param_groups"]}
     return {"optimizer": optimizer, "scheduler": meta["scheduler"], "rng": rng}
+
+
+def _check_meta(path: Path, meta: dict[str, Any]) -> None:
+    """``trainer_state.json`` must hold the optimizer's param groups and slots, the scheduler and a process count."""
+    optimizer, scheduler, processes = meta.get("optimizer"), meta.get("scheduler"), meta.get("processes")
+    problem = None
+    if not isinstance(optimizer, dict):
+        problem = f"'optimizer' is {_shown(optimizer)}, expected an object with 'param_groups' and 'state'"
+    elif not isinstance(optimizer.get("param_groups"), list) or not all(
+        isinstance(g, dict) and isinstance(g.get("params"), list) for g in optimizer["param_groups"]
+    ):
+        problem = "'optimizer.param_groups' must be a list of objects, each with its 'params'"
+    elif not isinstance(optimizer.get("state"), dict) or not all(
+        k.isdigit() and isinstance(v, dict) for k, v in optimizer["state"].items()
+    ):
+        problem = "'optimizer.state' must be an object of parameter numbers to objects"
+    elif not isinstance(scheduler, dict) or not isinstance(scheduler.get("base_lrs"), list):
+        problem = f"'scheduler' is {_shown(scheduler)}, expected the scheduler's state (an object with 'base_lrs')"
+    elif not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        problem = f"'processes' is {_shown(processes)}, expected the number of processes (1 or more)"
+    if problem:
+        raise ValueError(f"training state {str(path)!r}: {problem} (the file is damaged or not tformer's)")
+
+
+def read_meta(directory: Path) -> dict[str, Any]:
+    """``directory/state.json`` (step, epoch, data position, elapsed seconds, best metric, the TrainConfig, the
+    run's kind and settings), checked field by field: a missing, empty or damaged file, or a field of the wrong
+    type, is an error naming the file and the field."""
+    path = directory / STATE_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(path)!r} is missing: {directory} holds no training state to resume from")
+    meta = read_json_object(path, "training state")
+    expected = {
+        "step": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
+        "epoch": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
+        "batch_index": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
+        "elapsed": ("a number of seconds >= 0", lambda v: _is_number(v) and 0 <= v < math.inf),
+        "best": ("a number or null", lambda v: v is None or _is_number(v)),
+    }
+    optional = {
+        "skipped_steps": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
+        "train_config": ("an object (the TrainConfig)", lambda v: isinstance(v, dict)),
+        "run": (
+            "an object with the run's 'kind' and 'settings'",
+            lambda v: isinstance(v, dict) and isinstance(v.get("kind"), str) and isinstance(v.get("settings"), dict),
+        ),
+    }
+    for name, (what, ok) in {**expected, **optional}.items():
+        if name not in meta and name in optional:
+            continue
+        if name not in meta or not ok(meta[name]):
+            got = "missing" if name not in meta else f"{_shown(meta[name])}"
+            raise ValueError(f"training state {str(path)!r}: {name!r} is {got}, expected {what}")
+    return meta
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if value is not None else "null"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _read_legacy(path: Path) -> dict[str, Any]:
@@ -114,6 +197,10 @@ def _read_legacy(path: Path) -> dict[str, Any]:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # noqa: BLE001 - the restricted unpickler refuses anything else, with its own types
         raise ValueError(f"{str(path)!r} is not a tformer 0.1 training state: {err}") from None
+    if not isinstance(state, dict) or not {"optimizer", "scheduler", "rng"} <= set(state):
+        raise ValueError(
+            f"{str(path)!r} is not a tformer 0.1 training state: expected its optimizer, scheduler and rng"
+        )
     return {
         "optimizer": state["optimizer"],
         "scheduler": state["scheduler"],

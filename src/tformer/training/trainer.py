@@ -27,6 +27,11 @@ Run directory layout::
     OUT/best/                                  the best model so far, with its tokenizer (from_pretrained(OUT))
     OUT/last/                                  the latest full state, for --resume (:mod:`tformer.training.state`)
     OUT/log.jsonl, OUT/curves.png              one record per step and evaluation (strict JSON), and their plot
+    OUT/.lock                                  while the run trains: who runs it (:mod:`tformer.training.lock`)
+
+``max_steps``, ``epochs`` and ``minutes`` are totals, counted from the run's start: a resumed run trains until
+the first of them is reached, and one that has reached it already is refused (:func:`budget_reached`), with
+nothing written.
 
 A run is never lost: ``best/`` and ``last/`` are each written into a temporary directory, fsynced and swapped
 in whole (:func:`tformer.files.staged_dir`), so a crash, a full disk or a refused write leaves the previous
@@ -40,7 +45,6 @@ Progress: a bar on a terminal, plain lines elsewhere (:mod:`tformer.training.pro
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
@@ -57,10 +61,29 @@ from tformer import fast
 from tformer.files import current_dir, staged_dir
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.training import distributed
+from tformer.training.lock import RunLock
 from tformer.training.progress import Progress
-from tformer.training.state import STATE_NAME, dumps, read_state, write_json, write_state
+from tformer.training.state import (
+    JSON_NAME,
+    STATE_NAME,
+    TENSORS_NAME,
+    dumps,
+    read_meta,
+    read_state,
+    write_json,
+    write_state,
+)
 
-__all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "TrainingInterrupted", "lr_factor", "make_optimizer"]
+__all__ = [
+    "TrainConfig",
+    "Trainer",
+    "TrainingDiverged",
+    "TrainingInterrupted",
+    "budget_reached",
+    "budget_spent_message",
+    "lr_factor",
+    "make_optimizer",
+]
 
 
 class TrainingDiverged(ValueError):
@@ -110,6 +133,27 @@ class TrainConfig:
             raise ValueError(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
         if self.schedule == "cosine" and self.max_steps is None and self.minutes is None:
             raise ValueError("schedule='cosine' needs max_steps or minutes (the length of the decay)")
+
+
+def budget_reached(cfg: TrainConfig, step: int, epoch: int, elapsed: float) -> str | None:
+    """Which limit of ``cfg`` a run at ``step``, ``epoch`` and ``elapsed`` seconds has reached, in the CLI's words
+    (``"--max-steps 10 (it is at step 10)"``); None while it may train on. Each limit is a total for the run."""
+    if cfg.max_steps is not None and step >= cfg.max_steps:
+        return f"--max-steps {cfg.max_steps} (it is at step {step})"
+    if cfg.epochs is not None and epoch >= cfg.epochs:
+        return f"--epochs {cfg.epochs} (it has trained {epoch})"
+    if cfg.minutes is not None and elapsed >= cfg.minutes * 60:
+        return f"--minutes {cfg.minutes:g} (it has trained {elapsed / 60:.2f} min)"
+    return None
+
+
+def budget_spent_message(out: Path | str, reached: str) -> str:
+    """Why a resumed run that has reached a limit does not train, and how to give it more."""
+    return (
+        f"the run in {str(out)!r} has already reached {reached}: nothing is left to train and nothing was written; "
+        "--max-steps, --epochs and --minutes count from the run's start (totals, not more on top), so give a "
+        "larger one to train further"
+    )
 
 
 def lr_factor(step: int, cfg: TrainConfig, time_used: float = 0.0) -> float:
@@ -163,6 +207,8 @@ class Trainer:
         self._signal: int | None = None  # the first SIGINT/SIGTERM received during fit()
         self._stop = False  # a process received one (agreed by all processes at the last step)
         self._saved_step: int | None = None
+        self.lock: RunLock | None = None  # OUT/.lock, held by rank 0 while the run trains (taken in fit() if not given)
+        self.run_info: dict | None = None  # the family's kind and settings, saved in state.json for --resume's checks
         torch.manual_seed(cfg.seed + 1000 * self.world.rank)  # dropout differs between processes
 
     # ---------------------------------------------------------------- state
@@ -197,6 +243,8 @@ class Trainer:
             "skipped_steps": self.skipped_steps,
             "train_config": asdict(self.cfg),
         }
+        if self.run_info is not None:
+            meta["run"] = self.run_info
         with self._saving(self.out / "last") as tmp:
             self.model.save_pretrained(tmp)
             self.task.save_extra(tmp)
@@ -204,27 +252,53 @@ class Trainer:
             write_json(tmp / STATE_NAME, meta)
 
     def resume(self) -> None:
-        """Continue exactly from ``OUT/last``: model, optimizer, scheduler, step, RNG, data position."""
+        """Continue exactly from ``OUT/last``: model, optimizer, scheduler, step, RNG, data position.
+
+        Every file is checked: one that is missing, damaged or does not fit this model is an error naming it."""
         last = current_dir(self.out / "last")
-        if not (last / STATE_NAME).is_file():
-            raise FileNotFoundError(f"--resume: {str(last)!r} holds no training state to resume from")
+        meta = read_meta(last)  # first: "no training state" before any other complaint
         weights = type(self.model).from_pretrained(last).state_dict()
         self.model.load_state_dict(weights)
         self.model.train()
         state = read_state(last)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         if len(state["rng"]) != self.world.size:
             raise ValueError(f"--resume: the run used {len(state['rng'])} processes, this one has {self.world.size}")
+        if meta["step"] > 0 and not state["optimizer"]["state"]:
+            raise ValueError(
+                f"{str(last / TENSORS_NAME)!r} holds no optimizer state, expected the optimizer's moments of a run "
+                f"at step {meta['step']} (the file is damaged or not this run's)"
+            )
+        self._load(last / JSON_NAME, "the optimizer", lambda: self.optimizer.load_state_dict(state["optimizer"]))
+        self._load(last / JSON_NAME, "the schedule", lambda: self._load_scheduler(state["scheduler"]))
         mine = state["rng"][self.world.rank]
-        torch.set_rng_state(mine["rng"])
+        if "rng" not in mine:
+            raise ValueError(
+                f"{str(last / TENSORS_NAME)!r} has no 'rng.{self.world.rank}': expected every process's RNG"
+            )
+        self._load(last / TENSORS_NAME, "the RNG", lambda: torch.set_rng_state(mine["rng"]))
         if "cuda_rng" in mine and torch.device(self.device).type == "cuda":
             torch.cuda.set_rng_state(mine["cuda_rng"], self.device)
-        meta = json.loads((last / STATE_NAME).read_text(encoding="utf-8"))
         self.step, self.epoch, self.batch_index = meta["step"], meta["epoch"], meta["batch_index"]
-        self.elapsed, self.best = meta["elapsed"], meta["best"]
+        self.elapsed, self.best = float(meta["elapsed"]), meta["best"]
         self.skipped_steps = meta.get("skipped_steps", 0)
+        self.run_info = self.run_info or meta.get("run")
         self._saved_step = self.step
+
+    def _load_scheduler(self, state: dict) -> None:
+        if len(state["base_lrs"]) != len(self.optimizer.param_groups):
+            raise ValueError(f"it has {len(state['base_lrs'])} base_lrs, expected {len(self.optimizer.param_groups)}")
+        self.scheduler.load_state_dict(state)
+
+    @staticmethod
+    def _load(path: Path, what: str, load) -> None:
+        """``load()``, its errors (PyTorch's, which name no file) turned into one naming ``path``."""
+        try:
+            load()
+        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                f"{str(path)!r} does not fit this model: {what} could not be restored ({reason})"
+            ) from None
 
     def _log(self, record: dict) -> None:
         self.history.append(record)
@@ -282,12 +356,7 @@ class Trainer:
 
     # ---------------------------------------------------------------- loop
     def _done(self) -> bool:
-        c = self.cfg
-        return (
-            (c.max_steps is not None and self.step >= c.max_steps)
-            or (c.epochs is not None and self.epoch >= c.epochs)
-            or (c.minutes is not None and self.elapsed >= c.minutes * 60)
-        )
+        return budget_reached(self.cfg, self.step, self.epoch, self.elapsed) is not None
 
     def _paths(self):
         """The fast paths as configured: on (nothing to do), or every fast path on its reference."""
@@ -373,7 +442,23 @@ class Trainer:
         return record
 
     def fit(self) -> dict:
-        """Train until the epochs, steps or minutes run out; returns the last evaluation."""
+        """Train until the epochs, steps or minutes run out; returns the last evaluation.
+
+        A run resumed (or fitted before) that has reached its limit already is refused: training it again would
+        only append a second evaluation of the same step to the log."""
+        reached = budget_reached(self.cfg, self.step, self.epoch, self.elapsed)
+        if reached and self._saved_step == self.step:
+            raise ValueError(budget_spent_message(self.out, reached))
+        if self.world.is_main and self.lock is None:  # a Trainer built directly, not by make_trainer
+            self.lock = RunLock(self.out).acquire()
+        try:
+            return self._fit()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+                self.lock = None
+
+    def _fit(self) -> dict:
         progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main)
         self._session = (self.step, self.elapsed)  # for the ETA
         last_eval: dict = {}
@@ -389,9 +474,9 @@ class Trainer:
                         self.batch_index += len(group)
                         if loss is not None:
                             window_tokens += tokens
+                            rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
+                            lr = self.scheduler.get_last_lr()[0]
                             if self.step % self.cfg.log_every == 0 or self.step == 1:
-                                rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-                                lr = self.scheduler.get_last_lr()[0]
                                 self._log(
                                     {
                                         "step": self.step,
@@ -402,9 +487,8 @@ class Trainer:
                                         "elapsed_s": round(self.elapsed, 2),
                                     }
                                 )
-                                progress.describe(self._postfix(float(loss), float(lr), rate))
                                 window_tokens, window_start = 0, time.perf_counter()
-                            progress.update(self.step)
+                            progress.update(self.step, self._postfix(float(loss), float(lr), rate))  # this step's
                             if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
                                 last_eval = self.evaluate()
                                 self.save_last()

@@ -104,7 +104,20 @@ def setup(
     process gets them; with ``resume`` they come from ``OUT/last``.
     """
     cfg = TrainConfig(out_dir=str(out_dir), **{"lr": 7e-4, **train_options})
-    start_run(cfg, resume)  # a non-empty out_dir needs resume or overwrite
+    settings = dict(
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
+        preset=preset,
+        vocab_size=vocab_size,
+        separate_vocab=not joint,
+        max_tokens=max_tokens,
+        label_smoothing=label_smoothing,
+        valid=valid,
+        test=test,
+        dropout=dropout,
+        max_len=max_len,
+    )  # what makes the run: --resume refuses a change (bleu_sentences, only evaluation's, may change)
+    start_run(cfg, resume, "translation", settings)  # a non-empty out_dir needs resume or overwrite
     overrides: dict = {"max_len": max_len}
     if dropout is not None:
         overrides["dropout"] = dropout

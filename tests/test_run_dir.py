@@ -1,0 +1,282 @@
+"""The training run directory (issue 32): one run at a time, an --overwrite that deletes only a run's files, a
+--resume that keeps its run's settings and budget or says why not, damaged run files named, honest progress lines.
+
+Each case goes through the real CLI (``tformer.cli.main`` in this process; a real training in a child process for
+the lock) on a tiny language model that trains a step in milliseconds, and checks the exit status, the one line
+of an error, and what is on disk.
+"""
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from tformer.cli import main
+from tformer.training import progress
+from tformer.training.trainer import TrainConfig, lr_factor
+
+WORDS = "the king is dead long live the queen and all her men ride to war at dawn".split()
+
+
+def _text(directory: Path) -> Path:
+    rng = random.Random(0)
+    path = directory / "words.txt"
+    path.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(300)), encoding="utf-8")
+    return path
+
+
+def _lm(directory: Path, out: str, *more: str) -> list[str]:
+    return [
+        "train", "lm", "--data", str(_text(directory)), "--out", out, "--preset", "tiny", "--block-size", "16",
+        "--batch-size", "4", "--batches-per-epoch", "5", "--eval-blocks", "8", "--log-every", "1",
+        "--schedule", "inverse_sqrt", "--warmup-steps", "3", "--no-progress", *more,
+    ]  # fmt: skip
+
+
+def _run(capsys, argv: list[str]) -> dict:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return {"code": code, "out": captured.out, "err": captured.err}
+
+
+def _error(result: dict, *names: str, code: int = 2) -> str:
+    """The failed command's one error line (no traceback), which names each of ``names``."""
+    assert result["code"] == code, result
+    assert "Traceback" not in result["err"], result["err"]
+    lines = [line for line in result["err"].splitlines() if "error:" in line]
+    assert len(lines) == 1, result["err"]
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    return lines[0]
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("trained")
+    assert main(_lm(directory, str(directory / "run"), "--max-steps", "3")) == 0
+    return directory / "run"
+
+
+@pytest.fixture
+def run3(trained, tmp_path, monkeypatch) -> Path:
+    """A finished lm run of 3 steps in ``tmp_path/run`` (a copy), the working directory ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    return Path(shutil.copytree(trained, tmp_path / "run"))
+
+
+# ------------------------------------------------------------------------------------------ one run at a time
+
+
+def _wait_for(condition, what: str, proc: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert proc.poll() is None, f"the training stopped before {what}: {proc.stderr.read() if proc.stderr else ''}"
+        assert time.monotonic() < deadline, f"no {what} after {seconds} s"
+        time.sleep(0.1)
+
+
+def test_a_running_run_keeps_out_a_second_start_resume_and_overwrite_and_its_stale_lock_is_taken_over(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    argv = _lm(tmp_path, "run", "--minutes", "3")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tformer", *argv], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        _wait_for(lambda: (out / ".lock").is_file() and (out / ".lock").read_text().endswith("\n"), "lock", proc)
+        lock = json.loads((out / ".lock").read_text())
+        assert lock["pid"] == proc.pid and "--minutes 3" in lock["command"]
+        for more in ([], ["--resume"], ["--overwrite"]):  # each refused, naming the running one
+            line = _error(_run(capsys, _lm(tmp_path, "run", "--max-steps", "2", *more)), "in use by another training")
+            assert f"pid {proc.pid}" in line and f"started {lock['started']}" in line and "--minutes 3" in line
+            assert "'run/.lock'" in line
+        assert proc.poll() is None  # still running
+    finally:
+        proc.kill()  # SIGKILL: no chance to remove its lock
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL and (out / ".lock").is_file()
+
+    again = _run(capsys, _lm(tmp_path, "run", "--max-steps", "2", "--overwrite"))
+    assert again["code"] == 0, again["err"]
+    assert "took over 'run/.lock', a lock left by a run that is no longer running" in again["err"]
+    assert f"pid {proc.pid}" in again["err"]
+    assert not (out / ".lock").exists()  # released at the end of the run
+    assert [r["step"] for r in _records(out) if "train_loss" in r] == [1, 2]
+
+    # a start refused after it took the lock leaves neither the lock nor a directory it made for it
+    _error(_run(capsys, _lm(tmp_path, "new", "--max-steps", "2", "--resume")), "'new/last'")
+    assert not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------------------------------------------------------- overwrite
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_run_and_deletes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "corpus.txt").write_text("my corpus\n")
+    (mine / "notes.txt").write_text("my notes\n")
+    before = _snapshot(mine)
+    line = _error(_run(capsys, _lm(tmp_path, "mine", "--max-steps", "2", "--overwrite")), "--out 'mine'")
+    assert "not a tformer run" in line and "data" in line and "notes.txt" in line
+    assert _snapshot(mine) == before and sorted(p.name for p in mine.iterdir()) == ["data", "notes.txt"]
+
+
+def test_overwrite_refuses_a_run_that_also_holds_other_files_naming_them(run3, capsys):
+    (run3 / "notes.txt").write_text("my notes\n")
+    before = _snapshot(run3)
+    line = _error(_run(capsys, _lm(run3.parent, "run", "--max-steps", "2", "--overwrite")), "--overwrite", "notes.txt")
+    assert "nothing was deleted" in line
+    assert _snapshot(run3) == before and not (run3 / ".lock").exists()
+    (run3 / "notes.txt").unlink()
+    again = _run(capsys, _lm(run3.parent, "run", "--max-steps", "2", "--overwrite"))  # a run alone: replaced
+    assert again["code"] == 0, again["err"]
+    assert [r["step"] for r in _records(run3) if "train_loss" in r] == [1, 2]
+
+
+# ---------------------------------------------------------------------------------------------------- resume
+
+
+@pytest.mark.parametrize(
+    "family", [["train", "translation", "--preset", "tiny"], ["train", "bert", "--data", "words.txt"]]
+)
+def test_resuming_a_run_of_another_family_names_the_kind_it_found(run3, capsys, family):
+    _text(run3.parent)
+    before = _snapshot(run3)
+    line = _error(_run(capsys, [*family, "--out", "run", "--max-steps", "5", "--resume"]), "'run'")
+    assert "holds a `tformer train lm` run" in line and f"not a `train {family[1]}` one" in line
+    assert _snapshot(run3) == before
+
+
+def test_resume_refuses_a_changed_setting_naming_it_and_both_values(run3, capsys):
+    before = _snapshot(run3)
+    argv = _lm(run3.parent, "run", "--max-steps", "6", "--resume", "--preset", "small", "--lr", "0.002")
+    line = _error(_run(capsys, [*argv, "--batch-size", "8"]), "'run/last/state.json'")
+    for change in ("--preset small (the run: tiny)", "--lr 0.002 (the run: 0.001)", "--batch-size 8 (the run: 4)"):
+        assert change in line
+    assert _snapshot(run3) == before
+
+
+def test_resume_takes_a_larger_budget_and_another_cadence_and_prints_what_it_uses(run3, capsys):
+    result = _run(capsys, _lm(run3.parent, "run", "--max-steps", "6", "--eval-every", "2", "--resume"))
+    assert result["code"] == 0, result["err"]
+    assert "resuming 'run' at step 3" in result["out"] and "until --max-steps 6 in all" in result["out"]
+    assert "--max-steps 6 (was 3), --eval-every 2 (was not given)" in result["out"]
+    records = _records(run3)
+    assert [r["step"] for r in records if "train_loss" in r] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in records if "val_loss" in r] == [3, 4, 6]  # no evaluation twice
+
+
+@pytest.mark.parametrize("limit", [["--max-steps", "3"], ["--minutes", "0.002"]])
+def test_resume_with_its_budget_spent_says_so_and_how_to_extend_it_and_writes_nothing(
+    tmp_path, monkeypatch, capsys, limit
+):
+    monkeypatch.chdir(tmp_path)
+    first = _run(capsys, _lm(tmp_path, "run", *limit))
+    assert first["code"] == 0, first["err"]
+    before = _snapshot(tmp_path / "run")
+    again = _run(capsys, _lm(tmp_path, "run", *limit, "--resume"))
+    line = _error(again, "'run'", f"has already reached {limit[0]}")
+    assert "nothing was written" in line and "count from the run's start" in line and "give a larger one" in line
+    assert "done:" not in again["out"]
+    assert _snapshot(tmp_path / "run") == before
+
+
+# ------------------------------------------------------------------------------------------ damaged run files
+
+
+def _state(run: Path, text: str) -> None:
+    (run / "last" / "state.json").write_text(text)
+
+
+def _good_state(run: Path, **changes) -> str:
+    return json.dumps({**json.loads((run / "last" / "state.json").read_text()), **changes})
+
+
+def _no_optimizer(run: Path) -> None:
+    path = run / "last" / "trainer_state.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "optimizer"}))
+
+
+def _no_optimizer_tensors(run: Path) -> None:
+    path = run / "last" / "trainer_state.safetensors"
+    save_file({k: v for k, v in load_file(str(path)).items() if not k.startswith("optimizer.")}, str(path))
+
+
+def _bad_log_byte(run: Path) -> None:
+    lines = (run / "log.jsonl").read_bytes().splitlines(keepends=True)
+    (run / "log.jsonl").write_bytes(lines[0] + b'{"step": 2, "note": "caf\xe9"}\n' + b"".join(lines[2:]))
+
+
+DAMAGES = {
+    "empty state": (lambda run: _state(run, ""), "last/state.json", "is empty"),
+    "state {}": (lambda run: _state(run, "{}"), "last/state.json", "'step' is missing, expected a whole number"),
+    "state []": (lambda run: _state(run, "[]"), "last/state.json", "must hold a JSON object, got a JSON list"),
+    "step a string": (
+        lambda run: _state(run, _good_state(run, step="3")),
+        "last/state.json",
+        "'step' is \"3\", expected a whole number >= 0",
+    ),
+    "elapsed a list": (
+        lambda run: _state(run, _good_state(run, elapsed=[1])),
+        "last/state.json",
+        "'elapsed' is [1], expected a number of seconds",
+    ),
+    "no optimizer": (_no_optimizer, "last/trainer_state.json", "'optimizer' is null, expected an object"),
+    "no optimizer tensors": (_no_optimizer_tensors, "last/trainer_state.safetensors", "holds no optimizer state"),
+    "log not UTF-8": (_bad_log_byte, "log.jsonl'", ":2: byte 0xe9 is not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_run_file_is_named_in_one_line_on_resume(run3, capsys, damage):
+    spoil, name, expected = DAMAGES[damage]
+    spoil(run3)
+    before = _snapshot(run3)
+    line = _error(_run(capsys, _lm(run3.parent, "run", "--max-steps", "5", "--resume")), name, expected)
+    assert line.startswith("tformer train lm: error:")
+    assert _snapshot(run3) == before and not (run3 / ".lock").exists()
+
+
+# ------------------------------------------------------------------------------------------------- progress
+
+
+def test_each_progress_line_shows_the_values_of_its_own_step(tmp_path, monkeypatch, capsys):
+    """Plain lines (stderr is not a terminal) printed at every step, with a log record only every 100 steps:
+    each line's learning rate is that of its step (warmup then inverse square root), and its loss the step's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+    argv = [a for a in _lm(tmp_path, "run", "--max-steps", "4") if a != "--no-progress"]
+    argv[argv.index("--log-every") + 1] = "100"
+    result = _run(capsys, argv)
+    assert result["code"] == 0, result["err"]
+    lines = [line.split() for line in result["err"].splitlines() if line.startswith("step ")]
+    assert [line[1] for line in lines] == ["1/4", "2/4", "3/4", "4/4"]
+    cfg = TrainConfig(out_dir="run", lr=1e-3, warmup_steps=3, max_steps=4)
+    assert [line[line.index("lr") + 1] for line in lines] == [f"{1e-3 * lr_factor(s, cfg):.2e}" for s in (1, 2, 3, 4)]
+    losses = [line[line.index("loss") + 1] for line in lines]
+    assert losses[0] == f"{_records(tmp_path / 'run')[0]['train_loss']:.3f}" and len(set(losses)) == 4
+
+    # the same run with a record per step: each line's loss is its step's record
+    shutil.rmtree(tmp_path / "run")
+    logged = _run(capsys, _lm(tmp_path, "run", "--max-steps", "4"))
+    assert logged["code"] == 0, logged["err"]
+    assert losses == [f"{r['train_loss']:.3f}" for r in _records(tmp_path / "run") if "train_loss" in r]
