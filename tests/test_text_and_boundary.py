@@ -129,6 +129,13 @@ def test_stdin_that_is_not_utf8_names_its_line(command, models, monkeypatch, cap
     assert _one_line(err) == f"tformer {command}: error: <stdin>:2: not valid UTF-8 (byte 0xe9 at column 4)"
 
 
+def test_a_closed_stdin_is_one_line(models, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", None)  # started with stdin closed (python -m tformer translate <&-)
+    code, err = _cli(["translate", "--model", str(models["translation"])], capsys)
+    assert code == 2
+    assert _one_line(err) == "tformer translate: error: no input: stdin is closed; pass the text as arguments"
+
+
 def test_utf8_stdin_still_translates(models, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("the cat\n\nthé dog\n".encode())))
     assert main(["translate", "--model", str(models["translation"]), "--max-len", "3"]) == 0

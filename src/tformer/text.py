@@ -96,6 +96,8 @@ def read_lines(path: str | Path) -> list[str]:
 
 def read_stdin_lines() -> list[str]:
     """The lines of stdin, strict UTF-8 whatever the locale: ``<stdin>:LINE`` names a bad byte."""
+    if sys.stdin is None:  # started with stdin closed
+        raise ValueError("no input: stdin is closed; pass the text as arguments")
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is not None:  # the bytes themselves: the text layer may decode with surrogateescape
         return split_lines(decode_utf8(buffer.read(), "<stdin>"))
