@@ -84,7 +84,8 @@ def test_top_k_filter_keeps_the_k_largest():
 def test_temperature_divides_the_logits():
     logits = torch.tensor([[2.0, 1.0, -1.0]])
     hot = process_logits(logits, SamplingConfig(do_sample=True, temperature=2.0))
-    assert hot.tolist() == [[1.0, 0.5, -0.5]]
+    assert hot.tolist() == [[0.0, -0.5, -1.5]]  # (logits - max) / T: the top at 0, so nothing can overflow
+    torch.testing.assert_close(hot.softmax(-1), (logits / 2.0).softmax(-1))  # the same distribution as logits / T
     # lower temperature sharpens: the top token gets more probability
     assert (
         process_logits(logits, SamplingConfig(True, 0.5)).softmax(-1)[0, 0]

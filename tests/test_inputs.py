@@ -200,12 +200,12 @@ def test_number_accepts_exactly_its_interval(x):
 
 def test_messages_name_the_flag_the_value_and_what_is_allowed(capsys):
     cases = {
-        ("translate", "--model", ".", "--beam", "0"): "argument --beam: must be a positive integer, got 0",
+        ("translate", "--model", ".", "--beam", "0"): "argument --beam: must be an integer in [1, 64], got 0",
         ("generate", "--model", ".", "--top-p", "1.5"): "argument --top-p: must be a probability in (0, 1], got 1.5",
-        ("generate", "--model", ".", "--temperature", "0"): "argument --temperature: must be a finite number > 0",
-        ("generate", "--model", ".", "--top-k", "-3"): "argument --top-k: must be an integer >= 0, got -3",
-        ("generate", "--model", ".", "--num-samples", "0"): "argument --num-samples: must be a positive integer",
-        ("generate", "--model", ".", "--max-new-tokens", "-1"): "argument --max-new-tokens: must be an integer >= 0",
+        ("generate", "--model", ".", "--temperature", "0"): "argument --temperature: must be a number in (0, 100]",
+        ("generate", "--model", ".", "--top-k", "-3"): "argument --top-k: must be an integer in [0, 1000000] (0 = off)",
+        ("generate", "--model", ".", "--num-samples", "0"): "argument --num-samples: must be an integer in [1, 1000]",
+        ("generate", "--model", ".", "--max-new-tokens", "0"): "argument --max-new-tokens: must be an integer in [1,",
         ("train", "lm", "--data", ".", "--out", "o", "--max-steps", "0"): "argument --max-steps: must be a positive",
         ("train", "lm", "--data", ".", "--out", "o", "--minutes", "-1"): "argument --minutes: must be a finite number",
         ("train", "lm", "--data", ".", "--out", "o", "--log-every", "0"): "argument --log-every: must be a positive",

@@ -4,6 +4,12 @@ Small pure pieces: logit processors (repetition penalty → temperature → top-
 choice (argmax, or a draw with a seeded ``torch.Generator``). The loops feed one new position at
 a time and keep keys/values in a :class:`~tformer.nn.cache.KVCache`, so each step costs one position.
 
+The processors keep the distribution a distribution whatever the settings: they compute in float32, the most
+likely token always survives (top-k and top-p keep at least it), and no value can overflow into inf or NaN (see
+:func:`process_logits`), so a draw never fails. Sizes are bounded where a bad value would cost without end:
+``beam_size`` ≤ :data:`MAX_BEAM`, ``|length_penalty|`` ≤ :data:`MAX_LENGTH_PENALTY`, ``max_new_tokens`` ≤
+:data:`MAX_NEW_TOKENS`.
+
 * :func:`translate_ids` — encoder–decoder: encode the source once, then decode step by step.
 * :func:`beam_search` — encoder–decoder beam search with a length penalty.
 * :func:`generate_lm` — decoder-only: prompts of different lengths are left-padded; positions
@@ -18,6 +24,7 @@ Dimension legend: B batch, K beams, S source length, T generated length, V vocab
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -29,6 +36,11 @@ from tformer.fast import speed_up
 from tformer.nn.masks import padding_mask
 
 __all__ = [
+    "MAX_BEAM",
+    "MAX_LENGTH_PENALTY",
+    "MAX_NEW_TOKENS",
+    "MIN_TEMPERATURE",
+    "MAX_TEMPERATURE",
     "SamplingConfig",
     "apply_repetition_penalty",
     "top_k_filter",
@@ -42,9 +54,25 @@ __all__ = [
 ]
 
 
+MAX_BEAM = 64  # beams per source: each costs a row of the cache and of every step's (B·K, V) logits
+MAX_LENGTH_PENALTY = 10.0  # |length_penalty|: length ** 10 is far past any useful ranking, and stays finite
+MAX_NEW_TOKENS = 100_000  # generate_lm: past the context the window slides, so only this bounds a run
+MIN_TEMPERATURE = 1e-30  # temperatures below it divide as this (float32 keeps it exact; see process_logits)
+MAX_TEMPERATURE = 1e30  # and above it as this (float32 would round 1e39 to inf, and -inf / inf is NaN)
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
-    """How the next token is chosen. ``do_sample=False`` is greedy (argmax)."""
+    """How the next token is chosen. ``do_sample=False`` is greedy (argmax).
+
+    ``temperature`` is any finite number > 0: as it goes to 0 sampling becomes greedy, and a temperature below
+    :data:`MIN_TEMPERATURE` divides as that one, which is greedy already (the top token takes all the probability,
+    shared only with logits within ~1e-28 of it: exact ties); one above :data:`MAX_TEMPERATURE` divides as that one,
+    which is uniform already over the tokens that are not at −∞.
+    ``top_k`` ≥ 1, ``top_p`` in (0, 1]: both keep the most likely token whatever their value.
+    ``repetition_penalty`` is any finite number > 0; the penalized logits are clamped to float32's range.
+    """
 
     do_sample: bool = False
     temperature: float = 1.0
@@ -53,23 +81,33 @@ class SamplingConfig:
     repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not _finite_number(self.temperature) or self.temperature <= 0:
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
+        if self.top_k is not None and (
+            not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 1
+        ):
+            raise ValueError(f"top_k must be an integer >= 1 (or None), got {self.top_k!r}")
+        if self.top_p is not None and (not _finite_number(self.top_p) or not 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1] (or None), got {self.top_p!r}")
+        if not _finite_number(self.repetition_penalty) or self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty!r}")
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def apply_repetition_penalty(logits: torch.Tensor, previous: torch.Tensor, penalty: float) -> torch.Tensor:
-    """Divide positive (multiply negative) logits of tokens already in ``previous`` (B, T) by ``penalty`` (CTRL)."""
+    """Divide positive (multiply negative) logits of tokens already in ``previous`` (B, T) by ``penalty`` (CTRL).
+
+    Computed in float64 (a penalty of 1e-300 or 1e300 stays itself, not 0 or inf in float32) and clamped to
+    float32's finite range: a penalty of 1e-40 makes a seen token the most likely one (as asked) instead of an
+    inf that would turn the softmax into NaN."""
     if penalty == 1.0 or previous.numel() == 0:
         return logits
-    seen = torch.gather(logits, 1, previous)  # (B, T)
-    seen = torch.where(seen > 0, seen / penalty, seen * penalty)
-    return logits.scatter(1, previous, seen)
+    seen = torch.gather(logits, 1, previous).double()  # (B, T)
+    seen = torch.where(seen > 0, seen / penalty, seen * penalty).clamp(-_FLOAT32_MAX, _FLOAT32_MAX)
+    return logits.scatter(1, previous, seen.to(logits.dtype))
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -80,21 +118,33 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Nucleus filter: keep the smallest set of most likely tokens whose probability reaches ``p``."""
+    """Nucleus filter: keep the smallest set of most likely tokens whose probability reaches ``p``.
+
+    The most likely token is always kept, however small ``p`` (1e-300 is 0 in float32, which would keep none)."""
     sorted_logits, order = torch.sort(logits, descending=True, dim=-1)  # (B, V)
-    cumulative = sorted_logits.softmax(-1).cumsum(-1)
-    remove_sorted = cumulative - sorted_logits.softmax(-1) >= p  # mass before this token already reaches p
+    probs = sorted_logits.softmax(-1)  # (B, V)
+    remove_sorted = probs.cumsum(-1) - probs >= p  # mass before this token already reaches p
+    remove_sorted[..., 0] = False  # the top token stays
     remove = remove_sorted.scatter(-1, order, remove_sorted)
     return logits.masked_fill(remove, float("-inf"))
 
 
 def process_logits(logits: torch.Tensor, config: SamplingConfig, previous: torch.Tensor | None = None) -> torch.Tensor:
-    """repetition penalty → temperature → top-k → top-p, on (B, V) logits."""
+    """repetition penalty → temperature → top-k → top-p, on (B, V) logits, in float32.
+
+    Sampling shifts each row so that its largest logit is 0 before dividing by the temperature: softmax does not
+    see the shift, and no quotient can overflow (the top token stays at 0, the others go to −∞ at worst), so a
+    temperature of 1e-45 is greedy instead of a row of NaN. A +inf logit counts as float32's largest number.
+    Every row keeps at least its top token with a finite value, so ``softmax`` is a distribution.
+    """
+    logits = logits.float().clamp(max=_FLOAT32_MAX)  # (B, V); NaN stays NaN (choose_next names it)
     if previous is not None:
         logits = apply_repetition_penalty(logits, previous, config.repetition_penalty)
     if not config.do_sample:
         return logits
-    logits = logits / config.temperature
+    top = logits.amax(-1, keepdim=True)  # (B, 1)
+    temperature = min(max(config.temperature, MIN_TEMPERATURE), MAX_TEMPERATURE)
+    logits = (logits - top) / temperature  # (B, V) ≤ 0, the top at 0
     if config.top_k is not None:
         logits = top_k_filter(logits, config.top_k)
     if config.top_p is not None:
@@ -108,11 +158,20 @@ def choose_next(
     generator: torch.Generator | None = None,
     previous: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """(B, V) logits of the last position → (B,) next token ids."""
-    logits = process_logits(logits.float(), config, previous)
+    """(B, V) logits of the last position → (B,) next token ids.
+
+    A row of NaN logits (weights or activations that overflowed) cannot be sampled: a ``ValueError`` says so."""
+    logits = process_logits(logits, config, previous)
     if not config.do_sample:
         return logits.argmax(-1)
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+    try:
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+    except RuntimeError:  # checked only on failure: no extra device sync per step
+        if bool(torch.isnan(logits).any()):
+            raise ValueError(
+                "the model's next-token logits are NaN (non-finite activations: in float16 try float32)"
+            ) from None
+        raise
 
 
 @torch.inference_mode()
@@ -197,7 +256,8 @@ def beam_search(
     """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
 
     A finished hypothesis scores ``sum(log p) / length ** length_penalty`` (length counts the
-    tokens after <sos>, <eos> included). Each step ranks the 2K best continuations of all beams;
+    tokens after <sos>, <eos> included; ``|length_penalty|`` ≤ :data:`MAX_LENGTH_PENALTY`, ``beam_size`` ≤
+    :data:`MAX_BEAM`). Each step ranks the 2K best continuations of all beams;
     an <eos> among the first K finishes a hypothesis, the best K others stay live. A source is done
     when it has ``beam_size`` finished hypotheses (those that finish in the same step all count);
     at step ``max_len`` the first K continuations all finish, <eos> or not. These are the
@@ -213,6 +273,12 @@ def beam_search(
     """
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
+    if beam_size > MAX_BEAM:
+        raise ValueError(f"beam_size must be at most {MAX_BEAM} (generation.MAX_BEAM), got {beam_size}")
+    if not _finite_number(length_penalty) or abs(length_penalty) > MAX_LENGTH_PENALTY:
+        raise ValueError(
+            f"length_penalty must be in [-{MAX_LENGTH_PENALTY:g}, {MAX_LENGTH_PENALTY:g}], got {length_penalty!r}"
+        )
     if fast:
         speed_up(model)
     b, k, device = src.shape[0], beam_size, src.device
@@ -313,10 +379,15 @@ def generate_lm(
     string seen in the decoded text). A finished row leaves the batch and the cache (later steps decode
     only the rows still running); the callbacks still get (B,) ids, ``eos_id`` (or ``pad_id``) for it.
 
-    Past the model's context (``config.max_len``) the window slides: the cache is rebuilt from the
-    last ¾ of the context, with positions counted from the window's start (as in training).
+    Past the model's context (``config.max_len``) the window slides: the cache is rebuilt from the last ¾ of the
+    context, with positions counted from the window's start (as in training). So nothing but ``max_new_tokens``
+    ends a run that meets no stopping token: it is at most :data:`MAX_NEW_TOKENS`.
     """
     check_positive_int(max_new_tokens, "max_new_tokens")
+    if max_new_tokens > MAX_NEW_TOKENS:
+        raise ValueError(
+            f"max_new_tokens must be at most {MAX_NEW_TOKENS:,} (generation.MAX_NEW_TOKENS), got {max_new_tokens:,}"
+        )
     if fast:
         speed_up(model)
     if isinstance(prompts, torch.Tensor):  # a (B, T) batch of equal-length prompts, as HF's input_ids

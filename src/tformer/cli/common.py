@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 
 from tformer.cli.validate import (
+    Number,
+    beam_size,
     device,
     existing_dir,
+    length_penalty,
     non_negative_float,
     non_negative_int,
     output_dir,
@@ -110,8 +113,13 @@ def add_translation_flags(p) -> None:
         "--model", required=True, type=existing_dir, help="model directory (from tformer train translation / demo)"
     )
     add_fast_flag(p)
-    p.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--length-penalty", type=non_negative_float, default=1.0)
-    p.add_argument("--max-len", type=positive_int, default=128, help="longest translation in tokens")
-    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--beam", type=beam_size, default=1, help="beam size (1 = greedy; at most the target vocabulary)")
+    p.add_argument("--length-penalty", type=length_penalty, default=1.0, help="beam search: score / length ** this")
+    p.add_argument(
+        "--max-len",
+        type=Number(int, 1, 1_000_000),
+        default=128,
+        help="longest translation in tokens (the model's own max_len caps it)",
+    )
+    p.add_argument("--batch-size", type=Number(int, 1, 100_000), default=64)
     p.add_argument("--device", type=device, default="cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from tformer.cli.common import add_overwrite_flag
-from tformer.cli.validate import existing_file, int_at_least, output_dir, output_file, positive_float, seed
+from tformer.cli.validate import Number, existing_file, int_at_least, output_dir, output_file, seconds, seed
 
 
 def add_parser(sub) -> None:
@@ -21,14 +21,14 @@ def add_parser(sub) -> None:
     )
     d.add_argument("--url", help="base http(s) URL of a mirror (replaces the directory part of each URL)")
     d.add_argument(
-        "--timeout", type=positive_float, default=300.0, help="seconds for the whole download (an overall deadline)"
+        "--timeout", type=seconds, default=300.0, help="seconds for the whole download (an overall deadline)"
     )
     d.add_argument(
         "--sha256", help="the sha256 the downloaded (unpacked) file must have; for a one-file source (tatoeba-eng-fra)"
     )
     d.add_argument(
         "--max-mb",
-        type=positive_float,
+        type=Number(float, 0, 1 << 20, low_open=True, allowed="a number of MiB in (0, 1048576] (1 TiB)"),
         default=256.0,
         help="cap in MiB on a file whose size is not built in, downloaded and unpacked (default 256)",
     )

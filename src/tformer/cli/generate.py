@@ -12,7 +12,17 @@ from __future__ import annotations
 import sys
 
 from tformer.cli.common import add_fast_flag
-from tformer.cli.validate import device, existing_dir, non_negative_int, positive_float, positive_int, probability, seed
+from tformer.cli.validate import (
+    Number,
+    device,
+    existing_dir,
+    max_new_tokens,
+    probability,
+    repetition_penalty,
+    seed,
+    temperature,
+    top_k,
+)
 
 
 def add_parser(sub) -> None:
@@ -24,14 +34,19 @@ def add_parser(sub) -> None:
         help="model directory: from tformer train lm, or a Hugging Face one (gpt2, llama, mistral, qwen2, qwen3)",
     )
     g.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
-    g.add_argument("--max-new-tokens", type=non_negative_int, default=300)
+    g.add_argument(
+        "--max-new-tokens",
+        type=max_new_tokens,
+        default=300,
+        help="at most 100000 (past the model's context the window slides)",
+    )
     g.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
-    g.add_argument("--temperature", type=positive_float, default=0.8)
-    g.add_argument("--top-k", type=non_negative_int, default=50, help="0 = off")
+    g.add_argument("--temperature", type=temperature, default=0.8, help="towards 0: greedy (a tiny value is greedy)")
+    g.add_argument("--top-k", type=top_k, default=50, help="0 = off")
     g.add_argument("--top-p", type=probability, default=0.95, help="1 = off")
-    g.add_argument("--repetition-penalty", type=positive_float, default=1.0)
+    g.add_argument("--repetition-penalty", type=repetition_penalty, default=1.0, help="> 1 discourages repeats")
     g.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
-    g.add_argument("--num-samples", type=positive_int, default=1)
+    g.add_argument("--num-samples", type=Number(int, 1, 1000), default=1)
     g.add_argument("--seed", type=seed, help="sample i uses seed + i (default: random)")
     g.add_argument("--device", type=device, default="cpu")
     g.add_argument(

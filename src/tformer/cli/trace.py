@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tformer.cli.common import add_overwrite_flag
-from tformer.cli.validate import existing_dir, non_negative_int, output_file, positive_int
+from tformer.cli.validate import Number, existing_dir, non_negative_int, output_file
 from tformer.translation.tokenizer import SOS
 
 
@@ -29,10 +29,15 @@ def add_input_args(p) -> None:
     p.add_argument("--target", help="seq2seq: target text fed to the decoder after <sos> (teacher forcing)")
     p.add_argument("--ids", help="space-separated input ids, when the model directory has no tokenizer")
     p.add_argument("--target-ids", help="seq2seq: space-separated decoder input ids (default: 2 = <sos>)")
-    p.add_argument("--top-k", type=positive_int, default=5, help="candidates shown for each next token (default 5)")
+    p.add_argument(
+        "--top-k",
+        type=Number(int, 1, 1_000_000),
+        default=5,
+        help="candidates shown for each next token (default 5)",
+    )
     p.add_argument(
         "--max-new-tokens",
-        type=non_negative_int,
+        type=Number(int, 0, 100_000),
         help="greedy generation steps after the trace (default 5 for --toy, else 20)",
     )
 
@@ -40,12 +45,12 @@ def add_input_args(p) -> None:
 def add_parser(sub) -> None:
     p = sub.add_parser("trace", help="print every intermediate tensor of one forward pass")
     add_input_args(p)
-    p.add_argument("--layer", type=non_negative_int, help="only this layer's tensors")
-    p.add_argument("--head", type=non_negative_int, help="only this attention head")
+    p.add_argument("--layer", type=non_negative_int, help="only this layer's tensors (one the model has)")
+    p.add_argument("--head", type=non_negative_int, help="only this attention head (one the model has)")
     p.add_argument("--stage", action="append", help="only these stages (repeat or comma-separate), e.g. weights,top_k")
     p.add_argument(
         "--max-full",
-        type=non_negative_int,
+        type=Number(int, 0, 10_000_000),
         default=128,
         help="print tensors up to this many values in full (default 128)",
     )
@@ -60,11 +65,19 @@ def run(args) -> int:
 
         check_output(args.json, "--json", [("--model", args.model)], args.overwrite)
     trace = build_trace(args)
+    _check_layer(trace, args.layer)
     stages = [s for item in args.stage for s in item.split(",") if s] if args.stage else None
     print(trace.format(layer=args.layer, head=args.head, stages=stages, max_full=args.max_full))
     if args.json:
         print(f"wrote {trace.to_json(args.json)}")
     return 0
+
+
+def _check_layer(trace, layer: int | None) -> None:
+    """``--layer`` must name a layer the model has, as ``--head`` must name a head (else the trace is empty)."""
+    n_layers = max((e.layer for e in trace.entries if e.layer is not None), default=-1) + 1
+    if layer is not None and layer >= n_layers:
+        raise ValueError(f"--layer must be in [0, {n_layers}) for this model, got {layer}")
 
 
 def build_trace(args):

@@ -9,7 +9,9 @@ Numbers are :class:`Number` (an ``int`` or a finite ``float`` within bounds), pa
 (an existing file or directory, or a place where one can be written), devices are :func:`device`. Each
 validator carries its bounds or kind as attributes, so ``tests/test_inputs.py`` walks the parser and draws
 bad values for every flag, a new flag included. A flag that takes a number must use :class:`Number`: that
-test refuses a bare ``type=int`` or ``type=float``.
+test refuses a bare ``type=int`` or ``type=float``. A number that sizes work or feeds arithmetic has an upper
+bound too (the decoding ones below): ``--beam 250000`` or ``--length-penalty 1e308`` is refused here, not met
+as an ``OverflowError`` or gigabytes later.
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ __all__ = [
     "fraction",
     "seed",
     "count_or_fraction",
+    "temperature",
+    "repetition_penalty",
+    "top_k",
+    "beam_size",
+    "length_penalty",
+    "max_new_tokens",
+    "seconds",
     "int_at_least",
     "int_in",
     "existing_file",
@@ -72,11 +81,11 @@ class Number:
             return "a positive integer"
         if self.low is not None and self.high is not None:
             left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            return f"{noun} in {left}{self.low:g}, {self.high:g}{right}"
+            return f"{noun} in {left}{_plain(self.low)}, {_plain(self.high)}{right}"
         if self.low is not None:
-            return f"{noun} {'>' if self.low_open else '>='} {self.low:g}"
+            return f"{noun} {'>' if self.low_open else '>='} {_plain(self.low)}"
         if self.high is not None:
-            return f"{noun} {'<' if self.high_open else '<='} {self.high:g}"
+            return f"{noun} {'<' if self.high_open else '<='} {_plain(self.high)}"
         return noun
 
     def __repr__(self) -> str:
@@ -102,6 +111,11 @@ class Number:
         return value
 
 
+def _plain(x: float) -> str:
+    """1000000, not 1e+06; 0.5 as 0.5."""
+    return str(int(x)) if x == int(x) and abs(x) < 1e15 else f"{x:g}"
+
+
 def int_at_least(low: int, why: str = "") -> Number:
     return Number(int, low, allowed=f"an integer >= {low}{why}")
 
@@ -120,6 +134,16 @@ seed = Number(int, 0, 2**32 - 1, allowed="an integer in [0, 2**32 - 1]")
 count_or_fraction = Number(
     float, 0, whole_from=1, allowed="a fraction in [0, 1) or a whole count >= 1 (e.g. 0.05 or 500)"
 )
+
+# decoding: the bounds of tformer.generation (MAX_BEAM, MAX_LENGTH_PENALTY, MAX_NEW_TOKENS), written out here so
+# that parsing the command line does not import torch; tests/test_limits_and_values.py keeps them equal
+temperature = Number(float, 0, 100, low_open=True, allowed="a number in (0, 100]")
+repetition_penalty = Number(float, 0.01, 100, allowed="a number in [0.01, 100] (1 = off)")
+top_k = Number(int, 0, 1_000_000, allowed="an integer in [0, 1000000] (0 = off)")
+beam_size = Number(int, 1, 64, allowed="an integer in [1, 64]")
+length_penalty = Number(float, 0, 10, allowed="a number in [0, 10]")
+max_new_tokens = Number(int, 1, 100_000, allowed="an integer in [1, 100000]")
+seconds = Number(float, 0, 86_400, low_open=True, allowed="a number of seconds in (0, 86400] (one day)")
 
 
 # ----------------------------------------------------------------------------------------------- paths

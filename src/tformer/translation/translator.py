@@ -4,11 +4,17 @@
 references)`` → sacreBLEU BLEU and chrF with their signatures. A model directory holds the model and
 ``src_tokenizer.json`` / ``tgt_tokenizer.json``.
 
+A source longer than the model reads (``max_len`` tokens) is cut to its first ``max_len`` tokens, as training
+cuts its pairs, with a :class:`SourceTruncated` warning that names the sentence and the limit (``tformer
+translate`` prints it as one line). Only the first ``max_len`` · :data:`MAX_CHARS_PER_TOKEN` characters of a
+sentence are tokenized, so a 1 MB line costs what a long sentence costs.
+
 Dimension legend: B batch, S source length.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +26,24 @@ from tformer.models.seq2seq import Seq2SeqTransformer
 from tformer.text import normalize
 from tformer.translation.tokenizer import EOS, PAD, SOS, TextTokenizer
 
-__all__ = ["SRC_TOKENIZER", "TGT_TOKENIZER", "Translator", "load_tokenizers", "corpus_bleu"]
+__all__ = [
+    "SRC_TOKENIZER",
+    "TGT_TOKENIZER",
+    "MAX_CHARS_PER_TOKEN",
+    "SourceTruncated",
+    "Translator",
+    "load_tokenizers",
+    "corpus_bleu",
+]
 
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
+# a subword token spans a few characters (a long French word with its ▁ is ~20): max_len tokens always fit in
+# max_len · 64 characters, and a longer sentence is cut there before the tokenizer sees it
+MAX_CHARS_PER_TOKEN = 64
+
+
+class SourceTruncated(UserWarning):
+    """A source sentence was longer than the model reads: only its first ``max_len`` tokens were translated."""
 
 
 def load_tokenizers(directory: str | Path) -> tuple[TextTokenizer, TextTokenizer]:
@@ -71,9 +92,23 @@ class Translator:
         self.src_tokenizer.save(Path(directory) / SRC_TOKENIZER)
         self.tgt_tokenizer.save(Path(directory) / TGT_TOKENIZER)
 
-    def encode_sources(self, sentences: list[str]) -> torch.Tensor:
+    def encode_sources(self, sentences: list[str], numbers: list[int] | None = None) -> torch.Tensor:
+        """(B, S) padded source ids, each sentence cut to the model's ``max_len`` tokens; a cut one gets a
+        :class:`SourceTruncated` warning that calls it by its entry in ``numbers`` (default: 1, 2, ...)."""
         limit = self.model.config.max_len
-        rows = [ids[:limit] or [PAD] for ids in self.src_tokenizer.encode_batch([normalize(s) for s in sentences])]
+        heads = [_head(normalize(s), limit * MAX_CHARS_PER_TOKEN) for s in sentences]  # (text, length if cut)
+        encoded = self.src_tokenizer.encode_batch([text for text, _ in heads])
+        rows = []
+        for i, ((_, cut), ids) in enumerate(zip(heads, encoded)):
+            if cut or len(ids) > limit:
+                size = f"{cut:,} characters" if cut else f"{len(ids):,} tokens"
+                warnings.warn(
+                    f"source sentence {numbers[i] if numbers else i + 1} is longer than the model reads ({size}): "
+                    f"translating its first {min(len(ids), limit)} tokens (max_len={limit})",
+                    SourceTruncated,
+                    stacklevel=2,
+                )
+            rows.append(ids[:limit] or [PAD])
         src = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)  # (B, S)
         for i, r in enumerate(rows):
             src[i, : len(r)] = torch.tensor(r)
@@ -93,6 +128,9 @@ class Translator:
         """Translate a list of sentences, ``batch_size`` at a time (sorted by length to limit padding)."""
         if isinstance(sentences, str):
             sentences = [sentences]
+        vocab = self.model.config.tgt_vocab_size
+        if beam > vocab:  # more beams than continuations: each step would rank the same tokens again
+            raise ValueError(f"beam must be at most the target vocabulary size ({vocab} tokens), got {beam}")
         self.model.eval()
         max_len = min(max_len, self.model.config.max_len - 1)
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -100,7 +138,7 @@ class Translator:
         out: list[str] = [""] * len(sentences)
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            src = self.encode_sources([sentences[i] for i in idx])
+            src = self.encode_sources([sentences[i] for i in idx], [i + 1 for i in idx])
             if beam > 1:
                 ids = beam_search(self.model, src, SOS, EOS, beam, max_len, length_penalty)
             else:
@@ -113,3 +151,12 @@ class Translator:
         hyps = self.translate(sources, beam=beam, max_len=max_len)
         bleu, chrf, bleu_sig, chrf_sig = corpus_bleu(hyps, references)
         return {"bleu": bleu, "chrf": chrf, "bleu_signature": bleu_sig, "chrf_signature": chrf_sig, "hypotheses": hyps}
+
+
+def _head(text: str, budget: int) -> tuple[str, int]:
+    """(``text``, 0), or its first ``budget`` characters (cut at a space when there is one in the second half)
+    and its full length when it is longer."""
+    if len(text) <= budget:
+        return text, 0
+    space = text.rfind(" ", budget // 2, budget + 1)
+    return text[: space if space > 0 else budget], len(text)
