@@ -18,6 +18,7 @@ __all__ = [
     "check_positive_int",
     "read_json_object",
     "load_safetensors",
+    "check_finite_weights",
     "load_tokenizer_file",
     "read_text_file",
     "MAX_JSON_BYTES",
@@ -100,11 +101,33 @@ def load_safetensors(path: str | os.PathLike, device: str = "cpu") -> dict[str, 
     if not path.is_file():
         raise FileNotFoundError(f"weights file {str(path)!r} is missing")
     try:
-        return load_file(str(path), device=device)
+        tensors = load_file(str(path), device=device)
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         raise ValueError(
             f"weights file {str(path)!r} is not a readable safetensors file (truncated or corrupted?): {err}"
         ) from None
+    check_finite_weights(tensors, path)
+    return tensors
+
+
+def check_finite_weights(tensors: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
+    """Every floating-point tensor of the weights file ``path`` holds finite values; else a ``ValueError``
+    ``'FILE': tensor 'NAME' has NaN/inf values``.
+
+    One NaN or inf weight makes every output NaN: an empty translation, garbage text or a failed draw later, far
+    from the file. One pass over the values, a block at a time (a mask of 16M values at most, not of the tensor)."""
+    block = 1 << 24
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            continue
+        flat = tensor.reshape(-1)
+        if all(bool(torch.isfinite(flat[i : i + block]).all()) for i in range(0, flat.numel(), block)):
+            continue
+        nan, inf = int(torch.isnan(flat).sum()), int(torch.isinf(flat).sum())
+        raise ValueError(
+            f"{str(path)!r}: tensor {name!r} has NaN/inf values ({nan:,} NaN and {inf:,} inf of {flat.numel():,}): "
+            "the weights are broken (a training run that diverged, or a damaged file)"
+        )
 
 
 def load_tokenizer_file(path: str | os.PathLike, what: str = "tokenizer file"):

@@ -12,7 +12,10 @@ only files inside the directory: an index that names a shard elsewhere ("../x", 
 (links the directory holds are followed: a Hub cache snapshot links each file to its blob). Every bad input is one
 ``ValueError`` / ``FileNotFoundError`` naming its file: a config.json that is not a JSON object or names an unknown
 model_type, a missing or truncated shard, a weight the index names but its shard lacks, weights that do not fit
-the config. bf16 / fp16 weights load as float32 unless ``dtype`` says otherwise.
+the config, a weight that is not floating point (an integer or boolean tensor would be cast silently) or that holds
+NaN or inf (both name the file and the tensor), a config field of the wrong type or out of range (naming the field:
+:func:`tformer.models.hf_config.config_from_hf`). bf16 / fp16 weights load as float32 unless ``dtype`` says
+otherwise.
 
 The names and layouts change on the way (``tformer.models.hf_format``: ``config_from_hf``, ``state_from_hf``).
 
@@ -29,7 +32,7 @@ import torch
 
 from tformer.checks import load_safetensors, read_json_object
 from tformer.models.gpt import GPT, GPTConfig
-from tformer.models.hf_format import ARCHITECTURES, config_from_hf, load_state, state_from_hf
+from tformer.models.hf_format import _IGNORED, ARCHITECTURES, config_from_hf, load_state, state_from_hf
 
 __all__ = ["is_hf_dir", "read_hf_config", "read_hf_weights", "load_hf_model", "CONFIG", "WEIGHTS", "INDEX"]
 
@@ -56,14 +59,16 @@ def read_hf_config(directory: str | os.PathLike) -> tuple[dict[str, Any], GPTCon
     path = Path(directory) / CONFIG
     hf = read_json_object(path, "model config")
     model_type = hf.get("model_type")
-    if model_type not in HF_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in HF_MODEL_TYPES:
         raise ValueError(
             f"model config {str(path)!r} has model_type={model_type!r}; tformer reads the decoder-only "
             f"types {', '.join(sorted(HF_MODEL_TYPES))}"
         )
     try:
         return hf, config_from_hf(hf)
-    except (ValueError, TypeError, KeyError) as err:  # a missing field, a value out of range or of the wrong type
+    except KeyError as err:  # a field the converter needs
+        raise ValueError(f"model config {str(path)!r} lacks the field {err.args[0]!r}") from None
+    except (ValueError, TypeError) as err:  # a value out of range or of the wrong type
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"model config {str(path)!r}: {reason}") from None
 
@@ -74,7 +79,7 @@ def read_hf_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tenso
     directory = Path(directory)
     single, index = directory / WEIGHTS, directory / INDEX
     if single.is_file():
-        return load_safetensors(single), single
+        return _floating(load_safetensors(single), single), single  # finite, checked by load_safetensors
     if not index.is_file():
         others = [n for n in ("pytorch_model.bin", "model.bin", "tf_model.h5") if (directory / n).exists()]
         found = f" (found {', '.join(others)}: tformer never unpickles weights)" if others else ""
@@ -82,7 +87,7 @@ def read_hf_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tenso
     state: dict[str, torch.Tensor] = {}
     shards = _shards(directory, index)
     for shard, names in shards.items():
-        tensors = load_safetensors(shard)  # missing, empty, truncated: one line naming the shard
+        tensors = _floating(load_safetensors(shard), shard)  # missing, empty, truncated, NaN: one line naming it
         absent = sorted(names - set(tensors))
         if absent:
             raise ValueError(
@@ -92,6 +97,18 @@ def read_hf_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tenso
         state.update({k: tensors[k] for k in names})
         del tensors
     return state, index
+
+
+def _floating(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
+    """``tensors``, each a floating-point one (but the old GPT-2 mask buffers, which the converter skips): an
+    integer or boolean weight would be cast into the model without a word."""
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point() and not _IGNORED.search(name):
+            raise ValueError(
+                f"weights file {str(path)!r}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; "
+                "a weight must be floating point (float32, bfloat16 or float16)"
+            )
+    return tensors
 
 
 def _shards(directory: Path, index: Path) -> dict[Path, set[str]]:

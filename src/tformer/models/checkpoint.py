@@ -4,7 +4,8 @@ A model directory holds ``config.json`` (the config fields plus ``model_type``) 
 ``model.safetensors`` (the weights); ``save_pretrained(dir, format="hf")`` writes a GPT in the Hugging Face
 layout instead (:mod:`tformer.models.hf_format`, which registers itself here with :func:`register_hf_layout`).
 Both are written atomically (temp file + rename), so an interrupted save never leaves a half-written checkpoint behind. Nothing is unpickled: weights go
-through safetensors, everything else through JSON. Tied weights are stored once.
+through safetensors, everything else through JSON. Tied weights are stored once. Loading refuses, naming the file
+and the tensor, a weight that is not floating point (it would be cast silently) or that holds NaN or inf.
 
 The config is read back with ``config_class.from_dict``, which maps the field names of older
 releases to today's, so checkpoints written by tformer 0.1 still load.
@@ -27,7 +28,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from tformer.checks import read_json_object
+from tformer.checks import check_finite_weights, read_json_object
 from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
 
@@ -180,6 +181,13 @@ def _load_weights(model: torch.nn.Module, path: Path, map_location) -> None:
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     wrong = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
+    for name in sorted(set(state) & set(expected)):  # load_state_dict would cast integers silently
+        if expected[name].is_floating_point() and not state[name].is_floating_point():
+            raise ValueError(
+                f"{str(path)!r}: tensor {name!r} has dtype {str(state[name].dtype).removeprefix('torch.')}; "
+                "a weight must be floating point (float32, bfloat16 or float16)"
+            )
+    check_finite_weights(state, path)
     if missing or unexpected or wrong:
         details = []
         if missing:

@@ -137,10 +137,10 @@ class ModelConfig:
     def approx_parameters(self) -> int:
         """The parameter count, from the fields (no tensor built), within a few percent.
 
-        Every embedding-like table (``*vocab_size``, ``n_segments``, ``max_len``, ``num_labels``) has
-        ``d_model`` columns; an encoder layer has 4·D² (attention; 2·D² + 2·D²·Hkv/H grouped-query) + 2·D·F
-        (feed-forward; 3·D·F gated) weights, a decoder layer with cross-attention 8·D² + 2·D·F. Biases and norms
-        are left out.
+        Every embedding-like table (``*vocab_size``, ``n_segments``, ``max_len`` unless the positions are rotary,
+        ``num_labels``) has ``d_model`` columns; an encoder layer has 4·D² (attention; 2·D² + 2·D²·Hkv/H
+        grouped-query) + 2·D·F (feed-forward; 3·D·F gated) weights, a decoder layer with cross-attention
+        8·D² + 2·D·F. Biases and norms are left out.
         """
         d, f = self.d_model, self.d_ff
         if getattr(self, "ffn", "mlp") != "mlp":  # a gated feed-forward has three D·F matrices, not two
@@ -149,7 +149,8 @@ class ModelConfig:
         width = self.n_heads * self.head_dim  # H·Dh: = D unless head_dim is set apart
         attention = 2 * d * width + 2 * d * width * kv_heads // self.n_heads
         tables = [n for n in self._field_names() if n.endswith("vocab_size") or n in ("n_segments", "num_labels")]
-        rows = self.max_len + sum(getattr(self, n) or 0 for n in tables)
+        positions = 0 if getattr(self, "positional", None) == "rope" else self.max_len  # RoPE has no table
+        rows = positions + sum(getattr(self, n) or 0 for n in tables)
         n_layers = getattr(self, "n_layers", 0) + getattr(self, "n_encoder_layers", 0)
         n_cross = getattr(self, "n_decoder_layers", 0)
         return rows * d + n_layers * (attention + 2 * d * f) + n_cross * (8 * d * d + 2 * d * f)

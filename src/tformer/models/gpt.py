@@ -134,6 +134,8 @@ class GPTConfig(ModelConfig):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"GPTConfig.{name} must be None or > 0, got {value}")
+        if not self.rope_base > 0:  # a negative base gives NaN angles
+            raise ValueError(f"GPTConfig.rope_base must be > 0, got {self.rope_base}")
         if self.positional == "rope" and self.head_dim % 2 != 0:
             raise ValueError(f"GPTConfig.positional='rope' needs an even head dimension, got head_dim={self.head_dim}")
         self.check_token_id("pad_id", self.vocab_size, optional=True)

@@ -7,7 +7,10 @@ Plain dicts, no ``transformers`` import.
   ``use_sliding_window`` / ``max_window_layers``) and v5 ones (``rope_parameters``, ``dtype``, ``layer_types``);
 * :func:`hf_model_type` picks the Hugging Face family that holds a config exactly, :func:`config_to_hf` writes it.
 
-Every refusal is one ``ValueError`` naming the field and its value.
+Every refusal is one ``ValueError`` naming the field and its value. Before any conversion, every field a converter
+reads is checked for its type and range (:data:`FIELDS`): a JSON ``"2"``, ``true`` or ``-5`` where a count or
+a positive number belongs is refused naming the Hugging Face field (``rope_theta=-5`` would give NaN angles,
+``tie_word_embeddings="no"`` would read as true).
 
 Dimension legend: D model dim, H query heads, Hkv key/value heads, Dh head dim.
 """
@@ -15,7 +18,8 @@ Dimension legend: D model dim, H query heads, Hkv key/value heads, Dh head dim.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -24,6 +28,8 @@ from tformer.models.gpt import GPTConfig
 from tformer.models.hf_gemma import GEMMA3_TYPES, gemma3_config_from_hf
 
 __all__ = [
+    "FIELDS",
+    "check_fields",
     "config_from_hf",
     "gpt2_config_from_hf",
     "dtype_from_hf",
@@ -64,6 +70,102 @@ _GEMMA_FIELDS = (
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # kind -> (test, what the message says is expected)
+    "count": (lambda v: _is_int(v) and v > 0, "an integer > 0"),
+    "index": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "positive": (lambda v: _is_number(v) and v > 0, "a finite number > 0"),
+    "number": (_is_number, "a finite number"),
+    "fraction": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "object": (lambda v: isinstance(v, Mapping), "a JSON object"),
+    "strings": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
+}
+# every config.json field a converter reads (GPT-2, the Llama family, Gemma 3): its kind, and whether null is
+# allowed (where the converter reads null as "absent")
+FIELDS: dict[str, tuple[str, bool]] = {
+    "model_type": ("str", False),
+    "vocab_size": ("count", False),
+    # GPT-2
+    "n_embd": ("count", False),
+    "n_head": ("count", False),
+    "n_layer": ("count", False),
+    "n_inner": ("count", True),
+    "n_positions": ("count", False),
+    "resid_pdrop": ("fraction", False),
+    "attn_pdrop": ("fraction", False),
+    "layer_norm_epsilon": ("positive", False),
+    "activation_function": ("str", False),
+    "scale_attn_weights": ("bool", False),
+    "scale_attn_by_inverse_layer_idx": ("bool", True),
+    "reorder_and_upcast_attn": ("bool", True),
+    "add_cross_attention": ("bool", True),
+    # Llama, Mistral, Qwen2, Qwen3, Gemma 3
+    "hidden_size": ("count", False),
+    "num_attention_heads": ("count", False),
+    "num_key_value_heads": ("count", True),
+    "num_hidden_layers": ("count", False),
+    "intermediate_size": ("count", False),
+    "max_position_embeddings": ("count", False),
+    "head_dim": ("count", True),
+    "hidden_act": ("str", True),
+    "hidden_activation": ("str", True),
+    "pretraining_tp": ("count", True),
+    "rms_norm_eps": ("positive", False),
+    "attention_dropout": ("fraction", True),
+    "attention_bias": ("bool", True),
+    "mlp_bias": ("bool", True),
+    "rope_theta": ("positive", False),
+    "rope_local_base_freq": ("positive", False),
+    "partial_rotary_factor": ("number", False),
+    "rope_scaling": ("object", True),
+    "rope_parameters": ("object", True),
+    "sliding_window": ("count", True),
+    "use_sliding_window": ("bool", True),
+    "max_window_layers": ("index", True),
+    "layer_types": ("strings", True),
+    "sliding_window_pattern": ("count", True),
+    "_sliding_window_pattern": ("count", True),
+    "use_bidirectional_attention": ("bool", True),
+    "query_pre_attn_scalar": ("positive", True),
+    "final_logit_softcapping": ("positive", True),
+    "tie_word_embeddings": ("bool", False),
+}
+_ROPE_FIELDS = {"rope_theta": "positive", "partial_rotary_factor": "number", "rope_type": "str", "type": "str"}
+
+
+def check_fields(hf: Mapping) -> None:
+    """Every field of :data:`FIELDS` present in ``hf`` has its kind (and the RoPE dicts' ``rope_theta`` ...); a
+    ``ValueError`` names the first that does not, its value and what it must be."""
+    where = f"{hf.get('model_type')} config" if isinstance(hf.get("model_type"), str) else "config"
+    for field, (kind, nullable) in FIELDS.items():
+        if field in hf and not (hf[field] is None and nullable):
+            _check(where, field, hf[field], kind)
+    for field in ("rope_parameters", "rope_scaling"):
+        params = hf.get(field) or {}
+        # v5 Gemma 3: one dict per kind of layer
+        nested = [(f"{field}.{k}", v) for k, v in params.items() if k in ("full_attention", "sliding_attention")]
+        for name, sub in [(field, params), *nested]:
+            _check(where, name, sub, "object")
+            for key, kind in _ROPE_FIELDS.items():
+                if key in sub and not (sub[key] is None and key != "rope_theta"):
+                    _check(where, f"{name}.{key}", sub[key], kind)
+
+
+def _check(where: str, field: str, value: Any, kind: str) -> None:
+    test, expected = _KINDS[kind]
+    if not test(value):
+        raise ValueError(f"{where} {field}={value!r} must be {expected}")
+
+
 def gpt2_layout(config: GPTConfig) -> bool:
     """Which of the two weight layouts ``config`` has: GPT-2's (plain MLP) or Llama's (gated feed-forward)."""
     return config.ffn == "mlp"
@@ -73,8 +175,12 @@ def gpt2_layout(config: GPTConfig) -> bool:
 
 
 def config_from_hf(hf: Mapping) -> GPTConfig:
-    """Our :class:`GPTConfig` for a Hugging Face decoder config dict; refuses what GPTConfig cannot express."""
+    """Our :class:`GPTConfig` for a Hugging Face decoder config dict; refuses what GPTConfig cannot express, and any
+    field of the wrong type or out of range (:func:`check_fields`)."""
     model_type = hf.get("model_type")
+    if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
+        raise ValueError(f"config model_type={model_type!r} is not supported; supported: {sorted(ARCHITECTURES)}")
+    check_fields(hf)
     if model_type == "gpt2":
         return gpt2_config_from_hf(hf)
     if model_type in LLAMA_TYPES:
@@ -139,7 +245,7 @@ def _llama_config_from_hf(hf: Mapping, model_type: str) -> GPTConfig:
         d_ff=hf["intermediate_size"],
         max_len=hf["max_position_embeddings"],
         dropout=0.0,  # Llama-family models have no residual dropout
-        attn_dropout=float(hf.get("attention_dropout", 0.0)),
+        attn_dropout=float(hf.get("attention_dropout") or 0.0),
         activation="silu",
         norm="rmsnorm",
         ffn="swiglu",
