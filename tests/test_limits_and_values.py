@@ -284,7 +284,7 @@ def test_non_finite_weights_are_refused_naming_the_file_and_the_tensor(loader, v
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
-@pytest.mark.parametrize("loader", ["tformer lm", "tformer translation", "hf llama", "hf llama, shard 2"])
+@pytest.mark.parametrize("loader", ["tformer lm", "tformer translation", "hf bert", "hf llama", "hf llama, shard 2"])
 def test_integer_and_boolean_weights_are_refused_naming_the_tensor_and_dtype(
     loader, dtype, dirs, hf_dirs, tmp_path, capsys
 ):
@@ -336,6 +336,23 @@ def test_hugging_face_config_fields_are_checked_naming_the_field(kind, field, va
 
     _edit_config(work, change)
     _one_line_error(["generate", "--model", str(work), "--max-new-tokens", "2"], capsys, "config.json", f"{field}=")
+
+
+BERT_FIELDS = [
+    ("hidden_dropout_prob", "0.1"),
+    ("attention_probs_dropout_prob", 1.0),
+    ("layer_norm_eps", -1e-12),
+    ("type_vocab_size", True),
+    ("max_position_embeddings", 32.0),
+    ("pad_token_id", "0"),
+]
+
+
+@pytest.mark.parametrize("field, value", BERT_FIELDS, ids=lambda x: str(x))
+def test_hugging_face_bert_config_fields_are_checked_naming_the_field(field, value, dirs, tmp_path, capsys):
+    work = _copy(dirs["hf_bert"], tmp_path)
+    _edit_config(work, lambda config: config.update({field: value}))
+    _one_line_error(["fill-mask", "--model", str(work), "the [MASK] sat"], capsys, "config.json", f"{field}=")
 
 
 def test_a_missing_hugging_face_field_is_named(hf_dirs, tmp_path, capsys):

@@ -43,6 +43,7 @@ from tformer.interop.common import activation, drop_tied, fuse_qkv, rename
 from tformer.interop.hf_marian import marian_from_hf
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.gpt import GPT, GPTConfig
+from tformer.models.hf_config import check_fields
 from tformer.models.hf_format import config_from_hf, load_state, state_from_hf
 from tformer.models.hf_format import gpt2_config_from_hf as gpt_config_from_hf  # its name here before the move
 from tformer.models.seq2seq import Seq2SeqTransformer
@@ -107,8 +108,7 @@ def bert_config_from_hf(hf: Mapping, num_labels: int = 0) -> BertConfig:
     missing = [name for name in _BERT_FIELDS if name not in hf]
     if missing:
         raise ValueError(f"from_hf: the BERT config has no {', '.join(map(repr, missing))} (not a BERT config?)")
-    if not isinstance(hf["hidden_act"], str):
-        raise ValueError(f"from_hf: hidden_act must be a string, got {hf['hidden_act']!r}")
+    check_fields({"model_type": "bert", **hf}, _BERT_KINDS)  # types and ranges, naming the field
     return BertConfig(
         vocab_size=hf["vocab_size"],
         d_model=hf["hidden_size"],
@@ -139,6 +139,17 @@ _BERT_FIELDS = (  # what bert_config_from_hf reads from a Hugging Face BERT conf
     "hidden_act",
     "layer_norm_eps",
 )
+_BERT_KINDS = {  # the kind of each field read (tformer.models.hf_config.check_fields), and whether null is allowed
+    **{name: ("count", False) for name in _BERT_FIELDS[:7]},
+    "hidden_dropout_prob": ("fraction", False),
+    "attention_probs_dropout_prob": ("fraction", False),
+    "hidden_act": ("str", False),
+    "layer_norm_eps": ("positive", False),
+    "pad_token_id": ("index", True),
+    "position_embedding_type": ("str", True),
+    "is_decoder": ("bool", True),
+    "add_cross_attention": ("bool", True),
+}
 
 
 def read_hf_bert_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], BertConfig, dict[str, torch.Tensor]]:
@@ -156,7 +167,14 @@ def read_hf_bert_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], Bert
         bert_config = bert_config_from_hf(config)
     except (ValueError, TypeError) as err:  # missing fields; values of the wrong type or out of range
         raise ValueError(f"model config {str(config_path)!r}: {err}") from None
-    return config, bert_config, load_safetensors(weights_path)
+    state = load_safetensors(weights_path)  # NaN / inf: one line naming the file and the tensor
+    for name, tensor in state.items():  # an integer or boolean weight would be cast without a word
+        if not tensor.is_floating_point() and not _BERT_IGNORED.search(name):
+            raise ValueError(
+                f"weights file {str(weights_path)!r}: tensor {name!r} has dtype "
+                f"{str(tensor.dtype).removeprefix('torch.')}; a weight must be floating point"
+            )
+    return config, bert_config, state
 
 
 def bert_from_hf_dir(directory: str | os.PathLike, config: BertConfig, state: Mapping[str, torch.Tensor]) -> Bert:

@@ -142,14 +142,17 @@ FIELDS: dict[str, tuple[str, bool]] = {
 _ROPE_FIELDS = {"rope_theta": "positive", "partial_rotary_factor": "number", "rope_type": "str", "type": "str"}
 
 
-def check_fields(hf: Mapping) -> None:
-    """Every field of :data:`FIELDS` present in ``hf`` has its kind (and the RoPE dicts' ``rope_theta`` ...); a
-    ``ValueError`` names the first that does not, its value and what it must be."""
+def check_fields(hf: Mapping, fields: Mapping[str, tuple[str, bool]] = FIELDS) -> None:
+    """Every field of ``fields`` (default :data:`FIELDS`; ``tformer.interop.hf`` passes BERT's) present in ``hf``
+    has its kind (and the RoPE dicts' ``rope_theta`` ...); a ``ValueError`` names the first that does not, its
+    value and what it must be."""
     where = f"{hf.get('model_type')} config" if isinstance(hf.get("model_type"), str) else "config"
-    for field, (kind, nullable) in FIELDS.items():
+    for field, (kind, nullable) in fields.items():
         if field in hf and not (hf[field] is None and nullable):
             _check(where, field, hf[field], kind)
     for field in ("rope_parameters", "rope_scaling"):
+        if field not in fields:
+            continue
         params = hf.get(field) or {}
         # v5 Gemma 3: one dict per kind of layer
         nested = [(f"{field}.{k}", v) for k, v in params.items() if k in ("full_attention", "sliding_attention")]
