@@ -263,3 +263,13 @@ def test_cli_trace_model_dir_with_tokenizers_and_ids(seq2seq, gpt, tmp_path, cap
     assert "step 2: fed" in capsys.readouterr().out
     assert main(["trace", "--model", str(gpt_dir), "--prompt", "to be"]) == 2
     assert "--ids" in capsys.readouterr().err
+
+
+def test_the_toy_trains_where_gradients_are_switched_off():
+    """The toy trains itself when it is first asked for; a learner's notebook may have switched gradients off
+    before that (torch.set_grad_enabled(False), torch.no_grad()). It used to fail there with 'element 0 of tensors
+    does not require grad'."""
+    with torch.no_grad():
+        toy = toy_seq2seq(train_steps=2, seed=31)  # steps and seed of its own: not a cached result, it trains here
+        assert not torch.is_grad_enabled()  # and the caller's mode is left as it was
+    assert all(torch.isfinite(p).all() for p in toy.model.parameters())

@@ -51,7 +51,6 @@ lesson_time_limit = 120  # seconds for a whole lesson on CI's 2 cores (lessons.p
 # The API reference: signatures as written, members in source order.
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_default_options = {"members": True, "show-inheritance": False}
 
 html_theme = "furo"
 html_title = f"tformer {release}"

@@ -77,7 +77,7 @@ def _toy_weights(config, train_steps: int, seed: int) -> dict[str, torch.Tensor]
     t = _TOY_TEXT
     src = torch.tensor([[t["src_vocab"].index(w) for w in t["src_tokens"]]])  # (1, S)
     tgt = torch.tensor([[t["tgt_vocab"].index(w) for w in t["tgt_tokens"] + ["<eos>"]]])  # (1, T + 1)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.enable_grad():  # it trains even where the caller turned gradients off
         torch.manual_seed(seed)
         model = Seq2SeqTransformer(config)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
