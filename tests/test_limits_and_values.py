@@ -374,6 +374,19 @@ def test_a_rotary_model_has_no_position_table_in_its_estimate(hf_dirs, tmp_path,
     assert code == 0 and out.startswith("the"), err
 
 
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_a_position_table_of_a_hundred_million_rows_is_refused_before_it_is_built(dirs, tmp_path, capsys, positional):
+    """max_len 10⁸ with d_model 8 passes the parameter limit (8·10⁸) but its table would take 3.2 GB (explorer fuzz:
+    10⁸ with d_model 64 asks for 25 GB): a config.json asking for it is one line naming max_len, nothing allocated."""
+    work = tmp_path / "lm"
+    shutil.copytree(dirs["lm_char"], work)
+    config = json.loads((work / "config.json").read_text())
+    config.update(max_len=100_000_000, positional=positional)
+    (work / "config.json").write_text(json.dumps(config))
+    _one_line_error(["info", str(work)], capsys, "GPTConfig.max_len must be at most 1,048,576", "100,000,000")
+    assert GPTConfig.preset("tiny", vocab_size=10, positional="rope", max_len=10**8).max_len == 10**8  # no table
+
+
 # -------------------------------------------------------------------------------------------------- sizes
 
 

@@ -38,12 +38,16 @@ from tformer.nn.feedforward import GATED
 from tformer.nn.layers import ACTIVATIONS, LayerConfig
 from tformer.nn.norms import NORMS
 
-__all__ = ["ModelConfig", "MAX_PARAMETERS"]
+__all__ = ["ModelConfig", "MAX_PARAMETERS", "MAX_TABLE_POSITIONS"]
 
 # The largest model a config may describe (parameters, counted from the fields before building):
 # 20 billion, 80 GB of float32 weights. Far above anything this toolkit trains; a config.json past it
 # is a typo or a crafted file, refused before a tensor is allocated.
 MAX_PARAMETERS = 20_000_000_000
+# A position table (sinusoidal or learned) is allocated whole when the model is built: (max_len, d_model). A
+# max_len of 10⁸ stays under MAX_PARAMETERS with a small d_model yet asks for tens of GB; 2²⁰ positions is
+# far past every tabled model (GPT-2: 1,024; BERT: 512). Rotary positions have no table and no such limit.
+MAX_TABLE_POSITIONS = 1 << 20
 
 C = TypeVar("C", bound="ModelConfig")
 
@@ -105,6 +109,11 @@ class ModelConfig:
             raise ValueError(f"{self._name('norm_eps')} must be > 0, got {self.norm_eps}")
         self.check_layer_options()
         self.validate()
+        if getattr(self, "positional", None) != "rope" and self.max_len > MAX_TABLE_POSITIONS:
+            raise ValueError(
+                f"{self._name('max_len')} must be at most {MAX_TABLE_POSITIONS:,} with a position table "
+                f"(positional={getattr(self, 'positional', 'sinusoidal')!r}), got {self.max_len:,}"
+            )
         n = self.approx_parameters()
         if n > MAX_PARAMETERS:
             sizes = ", ".join(
