@@ -155,3 +155,13 @@ def test_listing_and_cli(capfd, tmp_path):
     assert "train_step" in capfd.readouterr().out
     assert cli_main(["bench", "nope"]) == 2  # unknown name: a clean error
     assert "unknown benchmark" in capfd.readouterr().err
+
+
+def test_api_shape_counts_the_cli_the_settings_and_the_module_switches(tmp_path):
+    from benchmarks.__main__ import run
+
+    result = run("api_shape", ["--out", str(tmp_path)])
+    assert result["cli_lines"] > 500 and result["declarations"]["d_model"] >= 1
+    for path in ("translation_text_to_loss", "gpt_prompt_to_first_token"):
+        assert result[path]["switches"] >= result[path]["distinct_switches"] > 3
+        assert "tformer.nn.attention" in result[path]["module_list"]
