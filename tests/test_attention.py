@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tformer import MultiHeadAttention, Recorder, scaled_dot_product_attention
+from tformer import MultiHeadAttention, hooks, scaled_dot_product_attention
 from tformer.nn.masks import causal_mask, padding_mask
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -109,23 +109,21 @@ def test_self_attention_shape_and_paths_agree(mha):
     x = torch.randn(2, 5, 16)
     out = mha(x, causal=True)
     assert out.shape == (2, 5, 16)
-    with Recorder(mha) as rec:
+    with hooks.capture(mha) as cache:
         recorded = mha(x, causal=True)
     assert (out - recorded).abs().max() <= 1e-5
-    (record,) = rec.records
-    assert record.kind == "self" and record.weights.shape == (2, 4, 5, 5)
-    assert torch.all(record.weights[..., ~causal_mask(5)[0, 0]] == 0)
+    assert cache["hook_weights"].shape == (2, 4, 5, 5)
+    assert torch.all(cache["hook_weights"][..., ~causal_mask(5)[0, 0]] == 0)
 
 
 @pytest.mark.parametrize("t", [1, 3])
 def test_queries_keys_and_values_are_the_three_projections_split_into_heads(mha, t):
     """The fused (B, T, 3D) projection is read as Q, K, V views: each must be x·W_Xᵀ + b_X, heads in order."""
     x = torch.randn(2, t, 16)
-    with Recorder(mha) as rec:
+    with hooks.capture(mha) as cache:
         mha(x)
-    (record,) = rec.records
     w, bias = mha.qkv_proj.weight.detach(), mha.qkv_proj.bias.detach()
-    for i, got in enumerate((record.q, record.k, record.v)):
+    for i, got in enumerate((cache["hook_q"], cache["hook_k"], cache["hook_v"])):
         projected = x @ w[16 * i : 16 * (i + 1)].t() + bias[16 * i : 16 * (i + 1)]  # (B, T, D)
         expected = projected.view(2, t, 4, 4).transpose(1, 2)  # (B, H, T, Dh): head h = features 4h..4h+3
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
@@ -202,8 +200,8 @@ def test_mask_that_hides_nothing_equals_no_mask_and_a_real_one_still_counts(mha)
     assert torch.equal(mha(x, mask=full, causal=True), mha(x, causal=True))
     padded = _padding()
     out = mha(x, mask=padded, causal=True)
-    with Recorder(mha) as rec:
+    with hooks.capture(mha) as cache:
         recorded = mha(x, mask=padded, causal=True)
     assert (out - recorded).abs().max() <= 1e-5
     assert (out[0] - mha(x, causal=True)[0]).abs().max() > 1e-3  # row 0's padding is hidden
-    assert torch.all(rec.records[0].weights[0, ..., 3:] == 0)
+    assert torch.all(cache["hook_weights"][0, ..., 3:] == 0)

@@ -15,11 +15,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from tformer import GPT, Bert, BertConfig, GPTConfig, MultiHeadAttention, Seq2SeqConfig, Seq2SeqTransformer, fast
+from tformer.fast import attention as fast_attention
 from tformer.fast import dropout as fast_dropout
 from tformer.fast import linear as fast_linear
 from tformer.fast import losses as fast_losses
 from tformer.generation import beam_search, generate_lm, translate_ids
 from tformer.nn import attention, losses
+from tformer.nn.cache import LayerKV
 from tformer.training.trainer import TrainConfig, Trainer
 
 VOCAB = 40
@@ -382,3 +384,92 @@ def test_f_linear_is_what_plain_project_rows_computes():
     x = torch.randn(2, 3, 6)
     expected = F.linear(x, layer.weight[4:10], layer.bias[4:10])
     assert torch.equal(attention.project_rows(layer, x, 4, 10), expected)
+
+
+# ------------------------------------------------------------------------------------------- attention swap
+
+
+def _attention_pair(**options) -> tuple[MultiHeadAttention, MultiHeadAttention]:
+    torch.manual_seed(11)
+    plain = MultiHeadAttention(32, 4, **options).eval()
+    return plain, fast_attention.swap_attention(copy.deepcopy(plain))
+
+
+def _steps(mha, x, mask=None, window=None) -> torch.Tensor:
+    """Self-attention one position at a time through a KV cache (a sliding window's forgets); (B, T, D)."""
+    cache = LayerKV(x.shape[1], window)
+    return torch.cat(
+        [
+            mha(x[:, t : t + 1], mask=None if mask is None else mask[..., : t + 1], causal=True, cache=cache)
+            for t in range(x.shape[1])
+        ],
+        dim=1,
+    )
+
+
+SWAP_CASES = {
+    # name: (attention options, the call) — each takes one of the shortcuts of tformer.fast.attention
+    "causal, whole sequence (is_causal)": ({}, lambda m, x, mem, pad: m(x, causal=True)),
+    "causal with padding": ({}, lambda m, x, mem, pad: m(x, mask=pad, causal=True)),
+    "a mask that hides nothing": ({}, lambda m, x, mem, pad: m(x, mask=torch.ones_like(pad), causal=True)),
+    "one position a step (views)": ({}, lambda m, x, mem, pad: _steps(m, x)),
+    "grouped-query, one position a step": ({"n_kv_heads": 2}, lambda m, x, mem, pad: _steps(m, x, pad)),
+    "sliding window, a cache that forgets": (
+        {"sliding_window": 3},
+        lambda m, x, mem, pad: _steps(m, x, torch.ones(3, 1, 1, 9, dtype=torch.bool), window=3),
+    ),
+    "cross-attention, beams sharing a source": (
+        {},
+        lambda m, x, mem, pad: torch.cat(
+            [m(x[:, t : t + 1], mem[:1], cache=c) for c in [LayerKV()] for t in range(9)], 1
+        ),
+    ),
+    "cross-attention, grouped-query": ({"n_kv_heads": 1}, lambda m, x, mem, pad: m(x, mem, mask=pad)),
+}
+
+
+@pytest.mark.parametrize("case", SWAP_CASES)
+def test_the_swapped_attention_equals_the_plain_module(case):
+    options, call = SWAP_CASES[case]
+    plain, swapped = _attention_pair(**options)
+    assert type(swapped) is fast_attention.MultiHeadAttention and type(plain) is MultiHeadAttention
+    g = torch.Generator().manual_seed(12)
+    x, memory = torch.randn(3, 9, 32, generator=g), torch.randn(3, 9, 32, generator=g)
+    pad = torch.ones(3, 1, 1, 9, dtype=torch.bool)
+    pad[0, ..., 6:] = False
+    with torch.no_grad():
+        expected = call(plain, x, memory, pad)
+        torch.testing.assert_close(call(swapped, x, memory, pad), expected, rtol=1e-5, atol=1e-6)
+        with fast.reference():  # the plain forward itself
+            assert torch.equal(call(swapped, x, memory, pad), expected)
+
+
+def test_the_swapped_attention_trains_as_the_plain_one():
+    plain, swapped = _attention_pair(n_kv_heads=2)
+    plain.train(), swapped.train()
+    x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(13))
+    grads = []
+    for mha in (plain, swapped):
+        mha(x, causal=True).square().sum().backward()
+        grads.append({n: p.grad for n, p in mha.named_parameters()})
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_speed_up_swaps_every_attention_and_a_hooked_one_runs_the_plain_forward(monkeypatch):
+    from tformer import hooks
+
+    model = fast.speed_up(_seq2seq()).eval()
+    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attentions) == 6 and all(type(m) is fast_attention.MultiHeadAttention for m in attentions)
+    fast_masks = []
+    shortcut = fast_attention.MultiHeadAttention._fast_mask
+    monkeypatch.setattr(
+        fast_attention.MultiHeadAttention, "_fast_mask", lambda *a: fast_masks.append(1) or shortcut(*a)
+    )
+    with torch.no_grad():
+        model(SRC, TGT)
+        assert len(fast_masks) == 6  # every layer took the shortcuts
+        with hooks.capture(model, "decoder.layers.0.self_attn.hook_q"):
+            model(SRC, TGT)
+        assert len(fast_masks) == 6 + 5  # the hooked layer ran the plain forward

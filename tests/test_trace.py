@@ -10,8 +10,8 @@ import torch
 from tformer import GPT, GPTConfig
 from tformer.cli import main
 from tformer.inspect import top_k_probs, toy_seq2seq, trace
+from tformer.nn import hooks
 from tformer.nn.attention import MultiHeadAttention
-from tformer.nn.recorder import Recorder
 
 SRC = [[5, 6, 7, 8, 0, 0]]  # two padding positions: the cross-attention and encoder masks block them
 TGT = [[2, 9, 10, 11]]
@@ -39,7 +39,7 @@ def _traced_and_direct(family, request):
     model = request.getfixturevalue(family)
     with torch.no_grad():
         tr = trace(model, SRC, TGT) if family == "seq2seq" else trace(model, TGT if family == "gpt" else SRC)
-        with Recorder(model):  # the inspection path: the one a trace runs
+        with hooks.capture(model, lambda name: name.endswith(".hook_weights")):  # the inspection path: a trace's
             inspected = _forward(family, model)
         return tr, inspected, _forward(family, model)
 

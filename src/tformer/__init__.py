@@ -6,20 +6,23 @@
 
 __version__ = "0.2.0"
 
+from tformer.hf import from_hf
 from tformer.models import GPT, Bert, BertConfig, GPTConfig, ModelConfig, Seq2SeqConfig, Seq2SeqTransformer
 from tformer.models.checkpoint import load_pretrained
+from tformer.nn import hooks
 from tformer.nn.attention import MultiHeadAttention, scaled_dot_product_attention
 from tformer.nn.cache import KVCache
-from tformer.nn.layers import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, FeedForward, LayerConfig
-from tformer.nn.recorder import Recorder
+from tformer.nn.feedforward import FeedForward
+from tformer.nn.layers import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, LayerConfig
 
 __all__ = [
     "__version__",
     "MultiHeadAttention",
     "scaled_dot_product_attention",
     "KVCache",
-    "Recorder",
+    "hooks",
     "load_pretrained",
+    "from_hf",
     "LayerConfig",
     "FeedForward",
     "EncoderLayer",

@@ -4,8 +4,8 @@
     >>> t = s.call("trace", {"text": "I am good."})                 # doctest: +SKIP
     >>> s.call("tensor", {"trace_id": t["trace_id"], "id": 12, "head": 0})  # doctest: +SKIP
 
-Every number comes from the model's own code: the forward pass from :func:`tformer.inspect.trace` (plus two
-hooks on the feed-forward's own linears for the values before and after its activation, in the same pass),
+Every number comes from the model's own code: the forward pass from :func:`tformer.inspect.trace` (plus the
+feed-forwards' hook points before and after their activation, captured in the same pass),
 decoding from :mod:`tformer.explore.decoding` (which calls :mod:`tformer.generation`), fill-mask from
 :func:`tformer.bert.fill_mask`. A trace is computed once and kept (a small LRU keyed by ``trace_id``); its
 tensors are sent only when asked for, one at a time. The API is written down in ``docs/explore-api.md``.
@@ -34,8 +34,8 @@ from tformer.explore.model import Model, check_comparable, load_model
 from tformer.explore.params import Params
 from tformer.explore.tensors import difference, jsonable_tensor, number, value_range
 from tformer.inspect import Entry, Trace, trace
-from tformer.nn.feedforward import GatedFeedForward
-from tformer.nn.layers import FeedForward
+from tformer.nn import hooks
+from tformer.nn.feedforward import FeedForward, GatedFeedForward
 from tformer.tokens import TRANSLATION_SOS
 
 __all__ = ["Session", "API_NAMES", "MAX_TENSOR_VALUES", "jsonable_tensor"]
@@ -249,9 +249,9 @@ class Session:
             ids, types = self._bert_layout(inputs)
             args = (ids, [m.tgt.vocab[i] for i in ids], types)
             kwargs = dict(vocab=m.tgt.vocab, k=k)
-        inner: dict[str, list[Entry]] = {}
-        with _FeedForwardInside(m.model, inner):
+        with hooks.capture(m.model, lambda name: name.endswith(_FFN_INSIDE)) as captured:
             tr = trace(m.model, *args, **kwargs)
+        inner = _feed_forward_inside(m.model, captured)
         entries: list[Entry] = []
         for e in tr.entries:
             if e.stage == "ffn":  # the feed-forward's inner two go just before its output
@@ -442,31 +442,22 @@ def _fit(text: str, count: Callable[[str], int], limit: int, keep_end: bool = Fa
     return next((c for c in candidates if count(c) <= limit), None)
 
 
-class _FeedForwardInside:
-    """Hooks on each feed-forward's own two linears: the values before (W₁'s output) and after (W₂'s input) the
-    activation, from the same forward pass as the trace, keyed by the feed-forward's module path. A gated one
-    (SwiGLU, GeGLU; the trace has its gate and up projections already) gives W_down's input, act(gate) ⊙ up."""
+_FFN_INSIDE = (".hook_hidden", ".hook_activation")
 
-    def __init__(self, model: Any, out: dict[str, list[Entry]]) -> None:
-        self.model, self.out = model, out
-        self.handles: list[Any] = []
 
-    def __enter__(self) -> _FeedForwardInside:
-        for name, m in self.model.named_modules():
-            if isinstance(m, FeedForward):
-                self.handles.append(m.linear1.register_forward_hook(self._hook(name, "ffn_hidden", 2)))
-                self.handles.append(m.linear2.register_forward_pre_hook(self._hook(name, "ffn_activation", 0)))
-            elif isinstance(m, GatedFeedForward):
-                self.handles.append(m.down_proj.register_forward_pre_hook(self._hook(name, "ffn_gated", 0, m.kind)))
-        return self
-
-    def _hook(self, name: str, stage: str, which: int, note: str = ""):
-        def hook(_module, *args) -> None:
-            t = args[1] if which == 2 else args[0][0]  # forward hook: (inputs, output); pre-hook: (inputs,)
-            self.out.setdefault(name, []).append(Entry(stage, t.detach(), ("B", "T", "F"), where=name, note=note))
-
-        return hook
-
-    def __exit__(self, *exc) -> None:
-        for h in self.handles:
-            h.remove()
+def _feed_forward_inside(model: Any, captured: dict[str, torch.Tensor]) -> dict[str, list[Entry]]:
+    """The feed-forwards' values before (W₁'s output) and after (W₂'s input) the activation, captured in the trace's
+    own pass, as entries keyed by the feed-forward's module path. A gated one (SwiGLU, GeGLU; the trace has its gate
+    and up projections already) gives W_down's input, act(gate) ⊙ up."""
+    out: dict[str, list[Entry]] = {}
+    for name, t in captured.items():
+        where, _, point = name.rpartition(".")
+        m = model.get_submodule(where)
+        if isinstance(m, FeedForward):
+            stage, note = ("ffn_hidden" if point == "hook_hidden" else "ffn_activation"), ""
+        elif isinstance(m, GatedFeedForward) and point == "hook_activation":
+            stage, note = "ffn_gated", m.kind
+        else:
+            continue
+        out.setdefault(where, []).append(Entry(stage, t, ("B", "T", "F"), where=where, note=note))
+    return out

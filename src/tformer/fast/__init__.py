@@ -15,6 +15,11 @@ swap                              reference it replaces                faster wh
                                   weights' dropout in                  64-bit word per four elements instead of a
                                   :func:`tformer.nn.attention.         double-precision draw per element (a third more
                                   scaled_dot_product_attention`        steps per second on a small LM with dropout 0.1).
+:func:`attention.swap_attention`   :class:`tformer.nn.attention.        training and decoding, everywhere: the fused
+                                  MultiHeadAttention`                  kernel's own look-ahead mask, no mask where none
+                                                                       hides anything, one decoding step's reshapes as
+                                                                       views, beams attending to their shared source
+                                                                       row without a copy, the fast rows of W_Q/W_K/W_V.
 :func:`losses.sequence_cross_     :func:`tformer.nn.losses.            training on the CPU: the backward written in one
 entropy` (not a module: the       sequence_cross_entropy`              pass from the saved log-softmax, not three over
 tasks' training loss)                                                  the (N, V) logits.
@@ -33,7 +38,7 @@ import contextlib
 
 from torch import nn
 
-from tformer.fast import dropout, linear, losses
+from tformer.fast import attention, dropout, linear, losses
 from tformer.fast.linear import check_copies, forget_copies
 from tformer.fast.losses import sequence_cross_entropy
 
@@ -44,22 +49,23 @@ _SWAPS_ON = True
 
 def speed_up(model: nn.Module) -> nn.Module:
     """Apply every swap to ``model`` in place (idempotent) and return it: fast :class:`~tformer.fast.linear.Linear`
-    layers, the fast dropout mask. Inside :func:`reference`, leave it as it is; an object that is not an
-    ``nn.Module`` (a stand-in model of a test, say) has nothing to swap and is returned as it is."""
+    layers, the fast dropout mask, the fast attention forward. Inside :func:`reference`, leave it as it is; an object
+    that is not an ``nn.Module`` (a stand-in model of a test, say) has nothing to swap and is returned as it is."""
     if _SWAPS_ON and isinstance(model, nn.Module):
         linear.swap_linear(model)
         dropout.swap_dropout(model)
+        attention.swap_attention(model)
     return model
 
 
 @contextlib.contextmanager
 def reference():
     """Within this block tformer runs its plain code: :func:`speed_up` swaps nothing, and what it swapped in before
-    runs its reference (``F.linear``, ``F.dropout``, the plain attention function, ``F.cross_entropy``)."""
+    runs its reference (``F.linear``, ``F.dropout``, the plain attention function and module, ``F.cross_entropy``)."""
     global _SWAPS_ON
     previous, _SWAPS_ON = _SWAPS_ON, False
     try:
-        with linear.reference(), dropout.reference(), losses.reference():
+        with linear.reference(), dropout.reference(), attention.reference(), losses.reference():
             yield
     finally:
         _SWAPS_ON = previous

@@ -1,8 +1,8 @@
 """Looking inside a model: the very numbers of one forward pass, rendered as text and pictures.
 
 * :mod:`tformer.inspect.tracing` — :func:`trace` collects every intermediate tensor of a real forward pass
-  (embeddings, Q/K/V, scores, masks, weights, add & norm, feed-forward, logits, top-k) through forward hooks
-  and the attention :class:`~tformer.nn.recorder.Recorder`.
+  (embeddings, Q/K/V, scores, masks, weights, add & norm, feed-forward, logits, top-k) from the model's hook
+  points (:mod:`tformer.nn.hooks`).
 * :mod:`tformer.inspect.decoding` — :func:`greedy_steps`: decoding one step at a time, each pick with its top-k.
 * :mod:`tformer.inspect.toy` — :func:`toy_seq2seq`, the notes' d_model = 4 model.
 * :mod:`tformer.inspect.format` — a trace as labelled text grids (``tformer trace``).

@@ -1,10 +1,10 @@
 """Glass box: a trace of one real forward pass, every intermediate tensor in data-flow order.
 
-The trace is *collected*, never recomputed: forward hooks on the model's own modules (token and
-position embeddings, :class:`~tformer.nn.layers.AddNorm`, :class:`~tformer.nn.layers.FeedForward`, the
-final norms, the output head) plus the :class:`~tformer.nn.recorder.Recorder`, which makes every
-attention call keep its Q, K, V, scores, mask, weights and context. The numbers shown are the
-numbers the model used; ``tests/test_trace.py`` proves it against ``model(...)``.
+The trace is *collected*, never recomputed: it captures the model's hook points (:mod:`tformer.nn.hooks`: the
+embeddings, each attention's Q, K, V, mask, scores, weights and context, each add & norm, the feed-forwards, the
+final norms, the logits) during one forward pass. Capturing the steps inside an attention sends it down the
+reference path, so the numbers shown are the numbers the model used; ``tests/test_trace.py`` proves it against
+``model(...)``.
 
     >>> t = trace(model, src_ids, tgt_ids)                    # doctest: +SKIP
     >>> toy = toy_seq2seq()                                   # d_model = 4, the notes' example
@@ -18,7 +18,6 @@ Dh head dim, D model dim, V vocabulary size. Each :class:`Entry` names its dims,
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Callable
@@ -31,11 +30,11 @@ from torch import nn
 from tformer.files import write_output
 from tformer.inspect.decoding import as_ids, greedy_steps, token_text, top_k_probs
 from tformer.inspect.format import format_trace, summary
+from tformer.nn import hooks
 from tformer.nn.attention import MultiHeadAttention
-from tformer.nn.feedforward import GatedFeedForward
-from tformer.nn.layers import AddNorm, Decoder, Encoder, FeedForward
+from tformer.nn.feedforward import FeedForward, GatedFeedForward
+from tformer.nn.layers import AddNorm, Decoder, Encoder
 from tformer.nn.positional import InputEmbedding
-from tformer.nn.recorder import Recorder
 from tformer.tokens import TRANSLATION_SOS
 
 __all__ = [
@@ -207,75 +206,72 @@ BTD = ("B", "T", "D")
 
 
 class _Collector:
-    """Forward hooks that turn each module output (and each attention record) into entries, in call order."""
+    """Turns the captured hook points (name → tensor, in the order they ran) into entries, in data-flow order."""
 
-    def __init__(self, model: nn.Module, rec: Recorder, labels: dict[str, list[str]], vocab: list[str] | None) -> None:
+    def __init__(self, model: nn.Module, labels: dict[str, list[str]], vocab: list[str] | None) -> None:
         self.entries: list[Entry] = []
-        self.rec, self.labels, self.vocab = rec, labels, vocab
-        self.handles: list[torch.utils.hooks.RemovableHandle] = []
+        self.labels, self.vocab = labels, vocab
         self.modules = dict(model.named_modules())
         self.embed_block = "decoder" if model.model_type == "gpt" else "encoder"
-        for name, m in model.named_modules():
-            self._attach(name, m)
-        head = model.mlm_head if model.model_type == "bert" else model.output
-        self._watch(head, "logits", "output", ("B", "T", "V"), "output head → logits", "output")
 
-    def _attach(self, name: str, m: nn.Module) -> None:
-        watch = functools.partial(self._watch, block=self._locate(name)[0], layer=self._locate(name)[1])
-        if isinstance(m, InputEmbedding):
-            scale, extra = m.scale, " + segment" * (m.segment is not None) + " → LayerNorm" * (m.norm is not None)
-            watch(
-                m.token,
-                "token_embedding",
-                name + ".token",
-                BTD,
-                "token embedding lookup" + (f" × √D = × {scale:.4g}" if scale != 1.0 else ""),
-                value=lambda o: o * scale,
-            )  # as the model does
-            watch(
-                m.position,
-                "positional",
-                name + ".position",
-                ("T", "D"),
-                f"{type(m.position).__name__}, one row per position",
-            )
-            watch(m.segment, "segment", name + ".segment", BTD, "segment (token-type) embedding")
-            position = "position" if m.position is not None else "no position (RoPE rotates q and k in self-attention)"
-            watch(m, "embedding", name, BTD, f"token + {position}{extra} → dropout")
-        elif isinstance(m, MultiHeadAttention):
-            block, layer = self._locate(name)
-            self.handles.append(m.register_forward_hook(lambda *_: self._attention(name, block, layer)))
-        elif isinstance(m, AddNorm):
+    def collect(self, captured: dict[str, torch.Tensor]) -> list[Entry]:
+        for name, tensor in captured.items():
+            owner, _, point = name.rpartition(".")
+            self._entry(owner, point, tensor, captured)
+        return self.entries
+
+    def _entry(self, owner: str, point: str, t: torch.Tensor, captured: dict[str, torch.Tensor]) -> None:
+        """The entry (if any) of hook point ``point`` of module ``owner``; an attention's, all at once at its end."""
+        m = self.modules[owner]
+        block, layer = self._locate(owner)
+
+        def add(stage: str, t: torch.Tensor, dims: tuple[str, ...], where: str, note: str) -> None:
+            self._add(stage, t, dims, block, layer, where, note)
+
+        if owner == "":  # the model's own: the output head's logits
+            if point == "hook_logits":
+                self._add("logits", t, ("B", "T", "V"), "output", None, "output", "output head → logits")
+        elif isinstance(m, InputEmbedding):
+            self._embedding(m, owner, point, t, add)
+        elif isinstance(m, MultiHeadAttention) and point == "hook_out":
+            self._attention(m, owner, block, layer, {p: captured.get(f"{owner}.hook_{p}") for p in _ATTENTION})
+        elif isinstance(m, AddNorm) and point == ("hook_residual" if m.norm_first else "hook_norm"):
             norm = type(m.norm).__name__  # LayerNorm or RMSNorm
             formula = f"x + sublayer({norm}(x))" if m.norm_first else f"{norm}(x + sublayer(x))"
             if m.post_norm is not None:  # sandwich (Gemma 2/3): the sub-layer's output is normed too
                 formula = f"x + {norm}(sublayer({norm}(x)))"
-            watch(m, "add_norm", name, BTD, f"{formula} [{name.rsplit('.', 1)[-1]}]")
-        elif isinstance(m, FeedForward):
-            watch(m, "ffn", name, BTD, "Linear(D, F) → activation → Linear(F, D)")
+            add("add_norm", t, BTD, owner, f"{formula} [{owner.rsplit('.', 1)[-1]}]")
+        elif isinstance(m, FeedForward) and point == "hook_out":
+            add("ffn", t, BTD, owner, "Linear(D, F) → activation → Linear(F, D)")
         elif isinstance(m, GatedFeedForward):
             act = "SiLU" if m.kind == "swiglu" else "GELU"
-            watch(m.gate_proj, "ffn_gate", name + ".gate_proj", ("B", "T", "F"), f"gate = Linear(D, F), before {act}")
-            watch(m.up_proj, "ffn_up", name + ".up_proj", ("B", "T", "F"), "up = Linear(D, F)")
-            watch(m, "ffn", name, BTD, f"{m.kind}: down({act}(gate) ⊙ up), Linear(F, D)")
-        elif isinstance(m, (Encoder, Decoder)):
-            watch(m.norm, "final_norm", name + ".norm", BTD, f"final {type(m.norm).__name__} of the stack")
+            if point == "hook_gate":
+                add("ffn_gate", t, ("B", "T", "F"), owner + ".gate_proj", f"gate = Linear(D, F), before {act}")
+            elif point == "hook_up":
+                add("ffn_up", t, ("B", "T", "F"), owner + ".up_proj", "up = Linear(D, F)")
+            elif point == "hook_out":
+                add("ffn", t, BTD, owner, f"{m.kind}: down({act}(gate) ⊙ up), Linear(F, D)")
+        elif isinstance(m, (Encoder, Decoder)) and point == "hook_final_norm":
+            add("final_norm", t, BTD, owner + ".norm", f"final {type(m.norm).__name__} of the stack")
+
+    def _embedding(self, m: InputEmbedding, owner: str, point: str, t: torch.Tensor, add) -> None:
+        if point == "hook_token":
+            note = "token embedding lookup" + (f" × √D = × {m.scale:.4g}" if m.scale != 1.0 else "")
+            add("token_embedding", t, BTD, owner + ".token", note)
+        elif point == "hook_position":
+            add("positional", t, ("T", "D"), owner + ".position", f"{type(m.position).__name__}, one row per position")
+        elif point == "hook_segment":
+            add("segment", t, BTD, owner + ".segment", "segment (token-type) embedding")
+        elif point == "hook_out":
+            extra = " + segment" * (m.segment is not None) + " → LayerNorm" * (m.norm is not None)
+            position = "position" if m.position is not None else "no position (RoPE rotates q and k in self-attention)"
+            add("embedding", t, BTD, owner, f"token + {position}{extra} → dropout")
 
     def _locate(self, name: str) -> tuple[str, int | None]:
         parts = name.split(".")
         blocks = {"encoder": "encoder", "src_embed": "encoder", "decoder": "decoder", "tgt_embed": "decoder"}
         layer = int(parts[parts.index("layers") + 1]) if "layers" in parts[:-1] else None
         return blocks.get(parts[0], self.embed_block if parts[0] == "embed" else "output"), layer
-
-    def _watch(self, module, stage, where, dims, note, block, layer=None, value=None) -> None:
-        """Hook ``module`` (if any): its output, through ``value`` if given, becomes an entry of ``stage``."""
-        if module is None:
-            return
-
-        def hook(_module, _inputs, out) -> None:
-            self._add(stage, out if value is None else value(out), dims, block, layer, where, note)
-
-        self.handles.append(module.register_forward_hook(hook))
 
     def vocab_cols(self, n: int) -> list[str] | None:
         return self.vocab if self.vocab is not None and len(self.vocab) == n <= 64 else None
@@ -288,42 +284,41 @@ class _Collector:
         cols = self.vocab_cols(tensor.shape[-1]) if stage == "logits" else cols
         self.entries.append(Entry(stage, tensor.detach(), dims, block, layer, where, note, rows, cols))
 
-    def _attention(self, name: str, block: str, layer: int | None) -> None:
-        r = self.rec.records[-1]  # appended by this very call, just before the hook fired
-        if r.name != name:
-            raise RuntimeError(f"attention record {r.name!r} does not match the hooked module {name!r}")
+    def _attention(self, m: MultiHeadAttention, name: str, block: str, layer: int | None, r: dict) -> None:
+        kind = "cross" if name.rsplit(".", 1)[-1] == "cross_attn" else "self"
         q_rows = self.labels.get(block)
-        k_rows = self.labels.get("encoder") if r.kind == "cross" else q_rows
-        b, _, tq, tk = r.scores.shape
-        mask = torch.ones(1, 1, tq, tk, dtype=torch.bool, device=r.scores.device) if r.mask is None else r.mask
+        k_rows = self.labels.get("encoder") if kind == "cross" else q_rows
+        b, _, tq, tk = r["scores"].shape
+        mask = torch.ones(1, 1, tq, tk, dtype=torch.bool, device=r["scores"].device) if r["mask"] is None else r["mask"]
         mask = mask.expand(b, 1, tq, tk)[:, 0].int()  # (B, Tq, Tk) 1 = may attend
-        src = " from the encoder output" if r.kind == "cross" else ""
-        cap = getattr(self.modules.get(name), "softcap", None)
-        scores_note = "Q·Kᵀ / √Dh" + (f", soft-capped: c·tanh(s / c), c = {cap:g}" if cap is not None else "")
+        k, v = (t.repeat_interleave(m.n_heads // m.n_kv_heads, dim=1) for t in (r["k"], r["v"]))  # (B, H, Tk, Dh)
+        src = " from the encoder output" if kind == "cross" else ""
+        scores_note = "Q·Kᵀ / √Dh" + (
+            f", soft-capped: c·tanh(s / c), c = {m.softcap:g}" if m.softcap is not None else ""
+        )
         for stage, t, dims, note, rows, cols in (
-            ("q", r.q, ("B", "H", "Tq", "Dh"), "queries Q = x·W_Q, split into heads", q_rows, None),
-            ("k", r.k, ("B", "H", "Tk", "Dh"), "keys K" + src, k_rows, None),
-            ("v", r.v, ("B", "H", "Tk", "Dh"), "values V" + src, k_rows, None),
-            ("qk", r.raw_scores, ("B", "H", "Tq", "Tk"), "Q·Kᵀ: one dot product per query and key", q_rows, k_rows),
-            ("scores", r.scores, ("B", "H", "Tq", "Tk"), scores_note, q_rows, k_rows),
+            ("q", r["q"], ("B", "H", "Tq", "Dh"), "queries Q = x·W_Q, split into heads", q_rows, None),
+            ("k", k, ("B", "H", "Tk", "Dh"), "keys K" + src, k_rows, None),
+            ("v", v, ("B", "H", "Tk", "Dh"), "values V" + src, k_rows, None),
+            ("qk", r["raw_scores"], ("B", "H", "Tq", "Tk"), "Q·Kᵀ: one dot product per query and key", q_rows, k_rows),
+            ("scores", r["scores"], ("B", "H", "Tq", "Tk"), scores_note, q_rows, k_rows),
             ("mask", mask, ("B", "Tq", "Tk"), "1 = may attend, 0 = blocked", q_rows, k_rows),
-            ("masked_scores", r.masked_scores, ("B", "H", "Tq", "Tk"), "blocked scores set to -inf", q_rows, k_rows),
+            ("masked_scores", r["masked_scores"], ("B", "H", "Tq", "Tk"), "blocked scores set to -inf", q_rows, k_rows),
             (
                 "weights",
-                r.weights,
+                r["weights"],
                 ("B", "H", "Tq", "Tk"),
                 "softmax over Tk; blocked entries are exactly 0",
                 q_rows,
                 k_rows,
             ),
-            ("context", r.context, ("B", "H", "Tq", "Dh"), "weights · V", q_rows, None),
-            ("attn_output", r.output, ("B", "Tq", "D"), "heads concatenated → W_O", q_rows, None),
+            ("context", r["context"], ("B", "H", "Tq", "Dh"), "weights · V", q_rows, None),
+            ("attn_output", r["out"], ("B", "Tq", "D"), "heads concatenated → W_O", q_rows, None),
         ):
             self._add(stage, t, dims, block, layer, name, note, rows, cols)
 
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.remove()
+
+_ATTENTION = ("q", "k", "v", "mask", "raw_scores", "scores", "masked_scores", "weights", "context", "out")
 
 
 def _labels(ids: torch.Tensor, tokens: list[str] | None, vocab: list[str] | None, name: str) -> list[str]:
@@ -335,21 +330,20 @@ def _labels(ids: torch.Tensor, tokens: list[str] | None, vocab: list[str] | None
 
 
 def _run(model: nn.Module, labels: dict[str, list[str]], ids: dict[str, torch.Tensor], vocab, call) -> Trace:
-    """Run ``call()`` once with hooks and a recorder attached, in eval mode; restore the mode after."""
+    """Run ``call()`` once with every hook point captured, in eval mode; restore the mode after."""
     was_training = model.training
     model.eval()
     tr = Trace(str(model.model_type), tokens=labels)
     for block, t in ids.items():
         tr.entries.append(Entry("tokens", t, ("B", "T"), block, None, "", "token ids", cols=labels[block]))
     last = labels[list(ids)[-1]]  # the output head reads the last block's positions
-    with torch.no_grad(), Recorder(model) as rec:
-        collector = _Collector(model, rec, {**labels, "output": last}, vocab)
+    collector = _Collector(model, {**labels, "output": last}, vocab)
+    with torch.no_grad(), hooks.capture(model) as captured:  # every hook point, the attentions' inside included
         try:
             call()
         finally:
-            collector.close()
             model.train(was_training)
-    tr.entries += collector.entries
+    tr.entries += collector.collect(captured)
     logits = tr.get("logits").tensor  # (B, T, V)
     tr.entries.append(
         Entry(

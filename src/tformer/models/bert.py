@@ -29,7 +29,9 @@ from tformer.checks import check_ids, check_length
 from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
-from tformer.nn.layers import ACTIVATIONS, Encoder
+from tformer.nn.feedforward import ACTIVATIONS
+from tformer.nn.hooks import HookPoint, keep_at_hand
+from tformer.nn.layers import Encoder
 from tformer.nn.positional import InputEmbedding
 
 __all__ = ["BertConfig", "Bert"]
@@ -113,6 +115,8 @@ class Bert(PretrainedMixin, nn.Module):
         self.classifier = (
             nn.Sequential(nn.Dropout(c.dropout), nn.Linear(c.d_model, c.num_labels)) if c.num_labels else None
         )
+        self.hook_logits = HookPoint()  # the MLM logits, (B, T, V) or (N, V) (tformer.nn.hooks)
+        keep_at_hand(self)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -167,7 +171,7 @@ class Bert(PretrainedMixin, nn.Module):
         """
         hidden = self(ids, token_type_ids, attention_mask)  # (B, T, D)
         picked = hidden if mlm_positions is None else hidden[mlm_positions]  # (B, T, D) or (N, D)
-        return self.mlm_head(picked), self.nsp_head(self.pool(hidden))
+        return self.hook_logits(self.mlm_head(picked)), self.nsp_head(self.pool(hidden))
 
     def classify(self, ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
         """Sequence-classification logits (B, num_labels) from the pooled [CLS] vector."""

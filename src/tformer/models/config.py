@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from tformer.checks import check_positive
-from tformer.nn.feedforward import GATED
-from tformer.nn.layers import ACTIVATIONS, LayerConfig
+from tformer.nn.feedforward import ACTIVATIONS, GATED
+from tformer.nn.layers import LayerConfig
 from tformer.nn.norms import NORMS
 
 __all__ = ["ModelConfig", "MAX_PARAMETERS", "MAX_TABLE_POSITIONS"]

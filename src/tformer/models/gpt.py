@@ -36,6 +36,7 @@ from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
 from tformer.nn.cache import KVCache
+from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.layers import Decoder, LayerConfig
 from tformer.nn.positional import ROPE_SCALINGS, InputEmbedding, rope_frequencies, rotary_tables
 
@@ -202,6 +203,8 @@ class GPT(PretrainedMixin, nn.Module):
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.output.weight = self.embed.token.weight
+        self.hook_logits = HookPoint()  # (B, T, V), soft-capped if the model caps (tformer.nn.hooks)
+        keep_at_hand(self)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -272,7 +275,7 @@ class GPT(PretrainedMixin, nn.Module):
             x = x[:, -logits_to_keep:]  # (B, k, D)
         logits = self.output(x)  # (B, T or k, V)
         cap = self.config.final_softcap
-        return logits if cap is None else cap * torch.tanh(logits / cap)
+        return self.hook_logits(logits if cap is None else cap * torch.tanh(logits / cap))
 
     def _rotary(
         self, where: torch.Tensor, frequencies: tuple[torch.Tensor, float]

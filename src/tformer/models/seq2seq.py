@@ -29,6 +29,7 @@ from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
 from tformer.nn.cache import KVCache
+from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.layers import Decoder, Encoder
 from tformer.nn.masks import padding_mask
 from tformer.nn.positional import InputEmbedding
@@ -104,6 +105,8 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         if c.tie_embeddings:
             self.output.weight = self.tgt_embed.token.weight
+        self.hook_logits = HookPoint()  # (B, T, V) (tformer.nn.hooks)
+        keep_at_hand(self)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -143,7 +146,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
             self_mask[..., 0] = True
         x = self.tgt_embed(tgt, positions)  # (B, T, D)
         x = self.decoder(x, memory, self_mask, memory_mask, causal=True, cache=cache)  # (B, T, D)
-        return self.output(x)  # (B, T, V)
+        return self.hook_logits(self.output(x))  # (B, T, V)
 
     @returns_attention
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

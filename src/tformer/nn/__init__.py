@@ -5,10 +5,10 @@
 * :mod:`.attention` — scaled dot-product attention (fused and reference paths), multi-head attention;
 * :mod:`.cache` — the KV cache of incremental decoding;
 * :mod:`.norms` — LayerNorm and RMSNorm (with Gemma's ``1 + weight`` form);
-* :mod:`.feedforward` — the gated feed-forward of today's decoders (SwiGLU, GeGLU);
-* :mod:`.layers` — feed-forward, add & norm, encoder and decoder layers and stacks;
+* :mod:`.feedforward` — the position-wise feed-forwards: the paper's MLP and the gated one (SwiGLU, GeGLU);
+* :mod:`.layers` — add & norm, encoder and decoder layers and stacks;
 * :mod:`.losses` — cross-entropy over real tokens, with label smoothing;
-* :mod:`.recorder` — recording what every attention computed.
+* :mod:`.hooks` — a named hook point at every intermediate tensor: capture it, or patch it.
 
 Nothing here exists only for speed: the CPU fast paths live in :mod:`tformer.fast`, swapped onto these modules
 by :func:`tformer.fast.speed_up`, and nothing in this package imports them.

@@ -7,15 +7,21 @@ Two paths compute the same thing:
 * the **fused** path, ``torch.nn.functional.scaled_dot_product_attention``, used for training and
   generation;
 * the **reference** path, written out step by step (matmul → scale (→ soft-cap) → mask → softmax → dropout →
-  matmul), used when someone wants to see the scores and weights (``return_details=True`` or an
-  active :class:`tformer.nn.recorder.Recorder`). A test keeps the two equal.
+  matmul), used when someone wants to see the scores and weights (``return_details=True``, or a hook on one of
+  those steps, :mod:`tformer.nn.hooks`). A test keeps the two equal.
 
 Masks follow :mod:`tformer.nn.masks`: boolean, ``True`` = may attend. A query row with nothing to
 attend to outputs zeros (never NaN), in every dtype.
 
-This module is plain PyTorch. :func:`tformer.fast.speed_up` swaps in faster CPU versions of two of its
-pieces without changing the numbers: the projection of a slice of the fused W_Q/W_K/W_V rows
-(:func:`project_rows`) and, in training, the attention function itself (a cheaper dropout mask).
+This module is plain PyTorch and reads like the paper. What exists only for speed (the fused kernel's own
+look-ahead mask, one decoding step's reshapes as views, beams sharing one memory row without a copy, the faster
+layouts of the weights) is in :mod:`tformer.fast.attention`, which :func:`tformer.fast.speed_up` swaps in.
+
+Hook points of :class:`MultiHeadAttention`: ``hook_q`` (B, H, Tq, Dh); ``hook_k``, ``hook_v`` (B, Hkv, Tk, Dh), the
+keys and values attended to (with a cache: every position kept); then, on the reference path only,
+``hook_mask`` (B|1, 1, Tq, Tk) (when there is one), ``hook_raw_scores`` (Q·Kᵀ), ``hook_scores`` (÷ √Dh, soft-capped
+when the layer caps), ``hook_masked_scores`` (blocked entries −∞), ``hook_weights`` (the softmax), each
+(B, H, Tq, Tk); ``hook_context`` (B, H, Tq, Dh), weights · V; ``hook_out`` (B, Tq, D), after W_O.
 
 Dimension legend: B batch, H heads, Hkv key/value heads (grouped-query attention; = H by default), Tq query
 length, Tk key length, Dh head dim (D / H by default), D model dim, G rows of the queries per row of the memory
@@ -34,10 +40,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from tformer.nn.cache import LayerKV
+from tformer.nn.hooks import HookPoint, keep_at_hand, watched
 from tformer.nn.masks import causal_mask, check_mask, combine_masks, sliding_window_mask
 from tformer.nn.norms import RMSNorm
 from tformer.nn.positional import apply_rotary
-from tformer.nn.recorder import AttentionRecord, Recorder, current_recorder
 
 __all__ = [
     "AttentionDetails",
@@ -108,27 +114,37 @@ def reference_attention(
     dropout: Callable[[torch.Tensor, float], torch.Tensor] = F.dropout,
     softcap: float | None = None,
     scale: float | None = None,
+    watch: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, AttentionDetails]:
     """The reference path, step by step: returns the context (B, H, Tq, Dh) and the :class:`AttentionDetails`.
 
     ``dropout(weights, dropout_p)`` drops attention weights in training (``F.dropout``; ``tformer.fast``
     passes its cheaper CPU mask). ``softcap`` c bounds the scores softly to (−c, c): c·tanh(scores / c)
     (Gemma 2); the details' ``scores`` are then the capped ones (``raw_scores``: Q·Kᵀ before scaling). ``scale``
-    replaces 1/√Dh: the scores are then Q·Kᵀ · scale."""
-    raw = q @ k.transpose(-2, -1)  # (B, H, Tq, Dh) @ (B, H, Dh, Tk) -> (B, H, Tq, Tk)
+    replaces 1/√Dh: the scores are then Q·Kᵀ · scale. ``watch(step, tensor)``, if given, sees each step's tensor
+    (``raw_scores``, ``scores``, ``masked_scores``, ``weights``) and returns the one to go on with (the hook points
+    of :class:`MultiHeadAttention`)."""
+    look = watch if watch is not None else _as_is
+    raw = look("raw_scores", q @ k.transpose(-2, -1))  # (B, H, Tq, Dh) @ (B, H, Dh, Tk) -> (B, H, Tq, Tk)
     scores = raw / math.sqrt(q.shape[-1]) if scale is None else raw * scale  # (B, H, Tq, Tk)
     if softcap is not None:
         scores = softcap * torch.tanh(scores / softcap)
+    scores = look("scores", scores)
     if mask is None:
-        masked_scores = scores
-        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        masked_scores = look("masked_scores", scores)
+        weights = torch.softmax(masked_scores.float(), dim=-1).to(q.dtype)
     else:
-        masked_scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, Tq, Tk)
+        masked_scores = look("masked_scores", scores.masked_fill(~mask, float("-inf")))  # (B, H, Tq, Tk)
         weights = torch.softmax(masked_scores.float(), dim=-1).to(q.dtype)
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # all −∞ row: NaN → 0
+    weights = look("weights", weights)
     dropped = dropout(weights, dropout_p) if dropout_p > 0 else weights
     out = dropped @ v  # (B, H, Tq, Tk) @ (B, H, Tk, Dh) -> (B, H, Tq, Dh)
     return out, AttentionDetails(scores=scores, masked_scores=masked_scores, weights=weights, raw_scores=raw)
+
+
+def _as_is(_step: str, t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 def check_attention_mask(mask: torch.Tensor | None, is_causal: bool) -> None:
@@ -145,13 +161,9 @@ def project_rows(layer: nn.Linear, x: torch.Tensor, start: int, end: int) -> tor
     """Output features ``start:end`` of ``layer(x)`` only: ``x · W[start:end]ᵀ + b[start:end]``, (..., end − start).
 
     Cross-attention needs only W_Q (for the decoder's states) or only W_K, W_V (for the encoder output) of the
-    fused W_Q/W_K/W_V matrix. Here that is ``F.linear`` on a slice of the weight's rows. A layer that has its own
-    ``forward_rows(x, start, end)`` computes it that way instead: :class:`tformer.fast.linear.Linear`, which
-    ``tformer.fast.speed_up`` swaps in, keeps faster layouts of the weight for decoding (same numbers).
+    fused W_Q/W_K/W_V matrix: ``F.linear`` on a slice of the weight's rows. (:mod:`tformer.fast.attention` computes
+    it with the faster layouts of :class:`tformer.fast.linear.Linear` where the layer has them.)
     """
-    forward_rows = getattr(layer, "forward_rows", None)
-    if forward_rows is not None:
-        return forward_rows(x, start, end)
     bias = None if layer.bias is None else layer.bias[start:end]
     return F.linear(x, layer.weight[start:end], bias)
 
@@ -171,7 +183,8 @@ class MultiHeadAttention(nn.Module):
 
     * ``n_kv_heads`` < ``n_heads``: grouped-query attention (Ainslie et al. 2023; 1 = multi-query, Shazeer 2019).
       W_K and W_V have ``n_kv_heads`` heads, so the matrix is ``(H·Dh + 2·Hkv·Dh, D)``; the KV cache stores
-      only those heads, and each is repeated for the H / Hkv query heads of its group before attending;
+      only those heads; the fused kernel pairs each with the H / Hkv query heads of its group, the reference path
+      repeats it for them;
     * ``head_dim``: Dh apart from D / H (Gemma); W_O is then ``(D, H·Dh)``;
     * ``qkv_bias``: a bias on W_Q/W_K/W_V other than ``bias`` (Qwen2: Q/K/V bias, no other bias);
     * ``qk_norm``: an RMSNorm (learned scale of Dh, ``norm_eps``) on each head's query and key before RoPE
@@ -222,6 +235,20 @@ class MultiHeadAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, norm_eps, norm_weight_offset) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, norm_eps, norm_weight_offset) if qk_norm else None
         self.sliding_window, self.softcap, self.scale = sliding_window, softcap, scale
+        # hook points (tformer.nn.hooks): the tensors of each step, by name
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_mask, self.hook_raw_scores, self.hook_scores = HookPoint(), HookPoint(), HookPoint()
+        self.hook_masked_scores, self.hook_weights = HookPoint(), HookPoint()
+        self.hook_context, self.hook_out = HookPoint(), HookPoint()
+        keep_at_hand(self)
+        # the steps only the reference path has: a hook on one of them sends this layer down that path
+        self._inside = (
+            self.hook_mask,
+            self.hook_raw_scores,
+            self.hook_scores,
+            self.hook_masked_scores,
+            self.hook_weights,
+        )
 
     def forward(
         self,
@@ -234,34 +261,27 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """``x`` (B, Tq, D); ``memory`` (B, Tk, D) for cross-attention; returns (B, Tq, D).
 
-        ``memory`` may also have B / G rows, each serving G consecutive rows of ``x`` (beam search: the G beams of
-        one source); its keys and values are then computed, cached and read once per source, not once per beam,
-        and ``mask`` must have B / G rows (or 1) like it.
         ``mask`` is boolean (``True`` = may attend), broadcastable to (B, 1, Tq, Tk); for self-attention
         with a ``cache``, Tk counts the cached positions too. ``causal=True`` adds the look-ahead mask.
         ``rotary`` = (cos, sin) of the new positions (:func:`~tformer.nn.positional.rotary_tables`, broadcastable
         to (B, H, Tq, Dh)) rotates queries and keys before the keys are cached (self-attention only).
+        ``memory`` may also have B / G rows, each serving G consecutive rows of ``x`` (beam search: the G beams of
+        one source); its keys and values are then computed and cached once per source, and ``mask`` has B / G
+        rows (or 1) like it.
         """
         self._check_inputs(x, memory, causal, rotary)
-        cross = memory is not None
-        if memory is not None and memory.shape[0] != x.shape[0]:
-            return self._grouped_cross_attention(x, memory, mask, cache)
-        if memory is not None:
-            q, k, v = self._cross_qkv(x, memory, cache)  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
-        else:
+        if memory is None:
             q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
-            if cache is not None and cache.offset and mask is not None and mask.shape[-1] > k.shape[2]:
-                mask = mask[..., cache.offset :]  # a sliding window's store forgot the oldest positions
-        recorder = current_recorder()
-        explicit = recorder is not None or self.softcap is not None  # the reference path: spell the mask out
-        if explicit:  # the reference path (and the record) sees every query head's own K/V; the fused kernel
-            k, v = self._repeat_kv(k), self._repeat_kv(v)  # pairs the groups itself (enable_gqa), copying nothing
-        mask, is_causal = self._prepare_mask(mask, causal, cross, q, k, recording=explicit)
-        context, details = self._attend(q, k, v, mask, is_causal, recording=recorder is not None)  # (B, H, Tq, Dh)
-        out = self.out_proj(self._merge_heads(context))  # (B, Tq, D)
-        if recorder is not None and details is not None:  # details: always there while recording
-            self._record(recorder, cross, q, k, v, mask, details, context, out)
-        return out
+            if cache is not None:
+                mask = cache.kept(mask)  # a sliding window's cache forgets the oldest positions: so does the mask
+        else:
+            q, k, v = self._cross_qkv(x, memory, cache)  # (B, H, Tq, Dh), (B or B/G, Hkv, Tk, Dh) × 2
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        mask = self._mask(mask, causal, memory is not None, q, k)  # (B|1, 1, Tq, Tk) or None
+        if k.shape[0] != q.shape[0]:  # beam search: each source's keys, values and mask serve its G beams
+            k, v, mask = _rows_for_beams(k, v, mask, q.shape[0])
+        context = self.hook_context(self._attend(q, k, v, mask))  # (B, H, Tq, Dh)
+        return self.hook_out(self.out_proj(self._merge_heads(context)))  # (B, Tq, D)
 
     # ---------------------------------------------------------------- the steps of forward, in order
     def _check_inputs(self, x: torch.Tensor, memory: torch.Tensor | None, causal: bool, rotary) -> None:
@@ -271,22 +291,16 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("causal=True is not allowed in cross-attention: the decoder may see the whole source")
         if memory is not None and rotary is not None:
             raise ValueError("rotary position embedding applies to self-attention only, not to cross-attention")
-
-    def _grouped_cross_attention(
-        self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None, cache: LayerKV | None
-    ) -> torch.Tensor:
-        """G rows of ``x`` per row of ``memory``: they attend to it as G·Tq query positions of one row."""
-        sources, rows, tq = memory.shape[0], x.shape[0], x.shape[1]
-        if sources == 0 or rows % sources != 0:
-            raise ValueError(f"memory must have as many rows as x ({rows}) or a divisor of it, got {sources}")
-        queries = x.reshape(sources, rows // sources * tq, self.d_model)  # (B, Tq, D) -> (B/G, G·Tq, D)
-        return self.forward(queries, memory, mask, cache=cache).view(rows, tq, self.d_model)  # -> (B, Tq, D)
+        if memory is not None and (memory.shape[0] == 0 or x.shape[0] % memory.shape[0] != 0):
+            raise ValueError(
+                f"memory must have as many rows as x ({x.shape[0]}) or a divisor of it, got {memory.shape[0]}"
+            )
 
     def _self_qkv(
         self, x: torch.Tensor, cache: LayerKV | None, rotary
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q, K, V of self-attention, one matmul; QK-norm, then RoPE rotates Q and K; the cache adds the earlier
-        keys/values (Hkv heads); the K/V heads are repeated for their groups of query heads last."""
+        keys/values (Hkv heads)."""
         q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, T, D) -> (B, T, 3D) -> (B, H, T, Dh) each (K, V: Hkv)
         q, k = self._norm_qk(q, k)
         if rotary is not None:
@@ -299,12 +313,12 @@ class MultiHeadAttention(nn.Module):
         self, x: torch.Tensor, memory: torch.Tensor, cache: LayerKV | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q from the decoder states (rows W_Q); K, V from the memory (rows W_K, W_V), once per source with a cache."""
-        q = self._split_heads(project_rows(self.qkv_proj, x, 0, self.q_dim), self.n_heads)  # (B, H, Tq, Dh)
+        q = self._split_heads(self._project_rows(x, 0, self.q_dim), self.n_heads)  # (B, H, Tq, Dh)
         if self.q_norm is not None:
             q = self.q_norm(q)
         if cache is not None and cache.cross_k is not None and cache.cross_v is not None:
             return q, cache.cross_k, cache.cross_v  # computed at the first step
-        kv = project_rows(self.qkv_proj, memory, self.q_dim, self.q_dim + 2 * self.kv_dim)  # (B, Tk, 2·Hkv·Dh)
+        kv = self._project_rows(memory, self.q_dim, self.q_dim + 2 * self.kv_dim)  # (B, Tk, 2·Hkv·Dh)
         k, v = (self._split_heads(t, self.n_kv_heads) for t in kv.chunk(2, dim=-1))  # (B, Hkv, Tk, Dh) each
         if self.k_norm is not None:
             k = self.k_norm(k)
@@ -312,81 +326,65 @@ class MultiHeadAttention(nn.Module):
             cache.cross_k, cache.cross_v = k, v
         return q, k, v  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
 
-    def _prepare_mask(
-        self, mask: torch.Tensor | None, causal: bool, cross: bool, q: torch.Tensor, k: torch.Tensor, recording: bool
-    ) -> tuple[torch.Tensor | None, bool]:
-        """Check ``mask`` and add the look-ahead part: returns ``(mask or None, is_causal)``."""
-        b, tq, tk = q.shape[0], q.shape[2], k.shape[2]
-        check_mask(mask, "mask", b, tq, tk, self.n_heads)
+    def _mask(
+        self, mask: torch.Tensor | None, causal: bool, cross: bool, q: torch.Tensor, k: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``mask`` checked, and with ``causal`` the look-ahead mask (or the sliding window) added: the boolean mask
+        this call attends with, (B|1, 1, Tq, Tk), or None."""
+        self._check_mask(mask, cross, q, k)
+        if not causal:
+            return mask
+        tq, tk = q.shape[2], k.shape[2]
+        if self.sliding_window is None:
+            return combine_masks(causal_mask(tq, tk, device=q.device), mask)  # (B|1, 1, Tq, Tk)
+        return combine_masks(sliding_window_mask(tq, tk, self.sliding_window, device=q.device), mask)
+
+    def _check_mask(self, mask: torch.Tensor | None, cross: bool, q: torch.Tensor, k: torch.Tensor) -> None:
+        check_mask(mask, "mask", k.shape[0], q.shape[2], k.shape[2], self.n_heads)  # K's rows: B, or B/G for beams
         if cross and mask is not None and mask.shape[-2] > 1:
             _refuse_query_dependent_mask(mask)
-        if mask is not None and not recording and not torch.compiler.is_compiling() and bool(mask.all()):
-            mask = None  # hides nothing (e.g. a batch without padding): the fused kernel's unmasked path is faster
-        if not causal:
-            return mask, False
-        if self.sliding_window is not None and tk > self.sliding_window:  # (else the window hides nothing more)
-            return combine_masks(sliding_window_mask(tq, tk, self.sliding_window, device=q.device), mask), False
-        if not recording and mask is None and tq == tk:
-            return None, True  # the fused kernel hides the future itself (no (Tq, Tk) mask tensor)
-        if recording or tq > 1:  # a single new query sits after every key: nothing to hide
-            mask = combine_masks(causal_mask(tq, tk, device=q.device), mask)  # (B, 1, Tq, Tk)
-        return mask, False
 
-    def _attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        mask: torch.Tensor | None,
-        is_causal: bool,
-        recording: bool,
-    ) -> tuple[torch.Tensor, AttentionDetails | None]:
-        """The context (B, H, Tq, Dh): the fused path, or the reference path with its details while recording."""
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The context (B, H, Tq, Dh): the fused kernel, or the reference path when the scores are soft-capped (no
+        fused kernel caps them) or a hook watches a step inside it (then the numbers it sees are the ones used)."""
         dropout_p = self.dropout if self.training else 0.0
-        if self.softcap is not None:  # no fused kernel caps the scores
-            context, details = reference_attention(q, k, v, mask, dropout_p, softcap=self.softcap, scale=self.scale)
-            return context, details if recording else None
-        if not recording:
+        if self.softcap is None and not watched(self._inside):
             grouped = k.shape[1] != q.shape[1]  # grouped-query K/V, not repeated (the kernel pairs them)
-            out = self.attention(q, k, v, mask, dropout_p, is_causal=is_causal, scale=self.scale, enable_gqa=grouped)
-            return out, None
-        return self.attention(q, k, v, mask, dropout_p, return_details=True, scale=self.scale)
+            return self.attention(q, k, v, mask, dropout_p, scale=self.scale, enable_gqa=grouped)
+        k, v = self._repeat_kv(k), self._repeat_kv(v)  # (B, H, Tk, Dh): each query head its own K/V
+        if mask is not None:
+            mask = self.hook_mask(mask)
+        context, _ = reference_attention(
+            q, k, v, mask, dropout_p, softcap=self.softcap, scale=self.scale, watch=self._watch
+        )
+        return context
+
+    def _watch(self, step: str, t: torch.Tensor) -> torch.Tensor:
+        """The hook point of a step of the reference path (``raw_scores``, ``scores``, ...): ``hook_<step>``."""
+        return getattr(self, "hook_" + step)(t)
 
     def _merge_heads(self, context: torch.Tensor) -> torch.Tensor:
-        """(B, H, Tq, Dh) -> (B, Tq, D): the heads side by side; one query position needs no transpose."""
+        """(B, H, Tq, Dh) -> (B, Tq, H, Dh) -> (B, Tq, H·Dh): the heads side by side."""
         b, _, tq, _ = context.shape
-        return (context if tq == 1 else context.transpose(1, 2)).reshape(b, tq, self.q_dim)
+        return context.transpose(1, 2).reshape(b, tq, self.q_dim)
 
-    def _record(self, recorder: Recorder, cross: bool, q, k, v, mask, details: AttentionDetails, context, out) -> None:
-        recorder.add(
-            AttentionRecord(
-                name=recorder.name_of(self),
-                kind="cross" if cross else "self",
-                q=q,
-                k=k,
-                v=v,
-                mask=mask,
-                raw_scores=details.raw_scores,
-                scores=details.scores,
-                masked_scores=details.masked_scores,
-                weights=details.weights,
-                context=context,
-                output=out,
-            )
+    # ---------------------------------------------------------------- projections and head reshapes
+    def _project_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """Output features ``start:end`` of the fused W_Q/W_K/W_V projection (:func:`project_rows`)."""
+        return project_rows(self.qkv_proj, x, start, end)
+
+    def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, T, H·Dh + 2·Hkv·Dh) fused projections → Q (B, H, T, Dh), K and V (B, Hkv, T, Dh), as views."""
+        q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
+        return (
+            self._split_heads(q, self.n_heads),
+            self._split_heads(k, self.n_kv_heads),
+            self._split_heads(v, self.n_kv_heads),
         )
 
-    # ---------------------------------------------------------------- head reshapes
     def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         b, t, _ = x.shape
-        if t == 1:  # one position (a decoding step): (B, 1, H·Dh) already reads as (B, H, 1, Dh)
-            return x.view(b, heads, 1, self.head_dim)
         return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, T, H·Dh) -> (B, T, H, Dh) -> (B, H, T, Dh)
-
-    def _repeat_kv(self, t: torch.Tensor) -> torch.Tensor:
-        """(B, Hkv, Tk, Dh) -> (B, H, Tk, Dh): K/V head j serves query heads j·G … j·G + G − 1 (G = H / Hkv)."""
-        if self.n_kv_heads == self.n_heads:
-            return t
-        return t.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
 
     def _norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """QK-norm: each head's query and key through its RMSNorm (over Dh), if the layer has one."""
@@ -394,23 +392,23 @@ class MultiHeadAttention(nn.Module):
             return q, k
         return self.q_norm(q), self.k_norm(k)  # (B, H, T, Dh), (B, Hkv, T, Dh)
 
-    def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, T, 3D) fused projections → Q, K, V as (B, H, T, Dh) views (one view, not a chunk and three splits)."""
-        b, t, _ = qkv.shape
-        if (
-            self.n_kv_heads != self.n_heads
-        ):  # grouped: (B, T, (H + 2·Hkv)·Dh) -> Q (B, H, T, Dh), K and V (B, Hkv, T, Dh)
-            q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
-            return (
-                self._split_heads(q, self.n_heads),
-                self._split_heads(k, self.n_kv_heads),
-                self._split_heads(v, self.n_kv_heads),
-            )
-        if t == 1:  # a decoding step: (B, 1, 3D) reads as (B, 3, H, 1, Dh)
-            q, k, v = qkv.view(b, 3, self.n_heads, 1, self.head_dim).unbind(1)
-        else:  # (B, T, 3D) -> (B, T, 3, H, Dh) -> (3, B, H, T, Dh)
-            q, k, v = qkv.view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        return q, k, v
+    def _repeat_kv(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, Hkv, Tk, Dh) -> (B, H, Tk, Dh): K/V head j serves query heads j·G … j·G + G − 1 (G = H / Hkv)."""
+        if self.n_kv_heads == self.n_heads:
+            return t
+        return t.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+
+
+def _rows_for_beams(
+    k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, rows: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """K, V (B/G, Hkv, Tk, Dh) and ``mask`` (B/G or 1, 1, Tq, Tk) of the sources → B rows: source i serves rows
+    i·G … i·G + G − 1 (its G beams). Copies; :mod:`tformer.fast.attention` attends without copying."""
+    g = rows // k.shape[0]
+    k, v = k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)  # (B, Hkv, Tk, Dh)
+    if mask is not None and mask.shape[0] > 1:
+        mask = mask.repeat_interleave(g, dim=0)  # (B, 1, Tq, Tk)
+    return k, v, mask
 
 
 def _refuse_query_dependent_mask(mask: torch.Tensor) -> None:

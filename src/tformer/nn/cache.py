@@ -63,6 +63,13 @@ class LayerKV:
         self.length += k.shape[2]
         return keys.narrow(2, 0, end), values.narrow(2, 0, end)  # (B, H, T, Dh) each
 
+    def kept(self, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """``mask`` (..., Tk) over every position seen, cut to the positions the store still keeps (from ``offset``):
+        after :meth:`append`, a sliding window's store has forgotten the oldest ones."""
+        if mask is None or not self.offset or mask.shape[-1] <= self.length - self.offset:
+            return mask
+        return mask[..., self.offset :]  # (..., Tk − offset)
+
     def _forget(self, new: int) -> None:
         """Sliding window: before ``new`` positions arrive in a full buffer, keep only the last W − 1 positions."""
         stored = self.length - self.offset

@@ -10,36 +10,32 @@ scale and shift are learned parameters; ``LayerConfig.norm="rmsnorm"`` puts an R
 Encoder layer:  self-attention → add & norm → feed-forward → add & norm.
 Decoder layer:  masked self-attention → add & norm → cross-attention (Q from the decoder, K/V from
 the encoder output) → add & norm → feed-forward → add & norm. ``cross_attention=False`` drops the
-middle block: that is the GPT block. ``LayerConfig.ffn`` picks the plain MLP (:class:`FeedForward`) or a
-gated one (:class:`~tformer.nn.feedforward.GatedFeedForward`: SwiGLU, GeGLU); the attention options of today's
-decoders (grouped-query, ``head_dim``, QK-norm, Q/K/V bias) are described in :class:`MultiHeadAttention`.
+middle block: that is the GPT block. ``LayerConfig.ffn`` picks the paper's MLP or a gated one (SwiGLU, GeGLU),
+both in :mod:`tformer.nn.feedforward`; the attention options of today's decoders (grouped-query, ``head_dim``,
+QK-norm, Q/K/V bias) are described in :class:`MultiHeadAttention`.
+
+Hook points (:mod:`tformer.nn.hooks`), each (B, T, D): an :class:`AddNorm`'s ``hook_norm`` (its norm's output: the
+sub-layer's input in pre-LN, the block's output in post-LN), ``hook_residual`` (x + sublayer: the output in pre-LN)
+and, with ``sandwich_norm``, ``hook_post_norm`` (the sub-layer's output, normed); a stack's ``hook_final_norm``.
 
 Dimension legend: B batch, S source length, T target length, D model dim, F feed-forward dim.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.cache import KVCache, LayerKV
-from tformer.nn.feedforward import GATED, GatedFeedForward
+from tformer.nn.feedforward import ACTIVATIONS, GATED, FeedForward, GatedFeedForward
+from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.norms import NORMS, make_norm
 
-__all__ = ["LayerConfig", "FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
-
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": F.relu,
-    "gelu": F.gelu,  # exact erf GELU (BERT)
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
-    "silu": F.silu,  # x·sigmoid(x), "swish" (some Marian models)
-    "relu2": lambda x: F.relu(x).square(),  # squared ReLU (So et al. 2021, "Primer"); HF's "relu2"
-}
+__all__ = ["LayerConfig", "AddNorm", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
 
 
 @dataclass(frozen=True)
@@ -121,31 +117,14 @@ class LayerConfig:
         )
 
     def feed_forward(self) -> nn.Module:
-        """A new feed-forward module: :class:`FeedForward` or a gated one."""
+        """A new feed-forward module: the paper's MLP or a gated one (:mod:`tformer.nn.feedforward`)."""
         if self.ffn == "mlp":
-            return FeedForward(self)
+            return FeedForward(self.d_model, self.d_ff, self.activation, self.dropout, self.bias)
         return GatedFeedForward(self.d_model, self.d_ff, self.ffn, self.dropout, self.bias)
 
     def make_norm(self) -> nn.Module:
         """A new LayerNorm or RMSNorm over d_model."""
         return make_norm(self.norm, self.d_model, self.norm_eps, self.bias, self.norm_weight_offset, self.norm_scale)
-
-
-class FeedForward(nn.Module):
-    """Position-wise feed-forward: Linear(D, F) → activation → dropout → Linear(F, D)."""
-
-    def __init__(self, cfg: LayerConfig) -> None:
-        super().__init__()
-        self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
-        self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
-        self.activation = ACTIVATIONS[cfg.activation]
-        self.dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.activation(self.linear1(x))  # (B, T, D) -> (B, T, F)
-        if self.training:  # dropout is the identity in evaluation: decoding skips even the call
-            h = self.dropout(h)
-        return self.linear2(h)  # (B, T, F) -> (B, T, D)
 
 
 class AddNorm(nn.Module):
@@ -154,20 +133,31 @@ class AddNorm(nn.Module):
     ``sandwich_norm`` (with pre-LN) adds a second norm on the sub-layer's output: ``x + post(sublayer(norm(x)))``.
     """
 
+    hook_post_norm: HookPoint  # only with sandwich_norm
+
     def __init__(self, cfg: LayerConfig) -> None:
         super().__init__()
         self.norm = cfg.make_norm()
         self.post_norm = cfg.make_norm() if cfg.sandwich_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
+        self.hook_norm, self.hook_residual = HookPoint(), HookPoint()
+        if self.post_norm is not None:
+            self.hook_post_norm = HookPoint()
+        keep_at_hand(self)
 
     def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
-        h = sublayer(self.norm(x) if self.norm_first else x)
-        if self.post_norm is not None:
-            h = self.post_norm(h)
-        if self.training:  # dropout is the identity in evaluation: decoding skips even the call
+        if not self.norm_first:  # post-LN (the paper): norm(x + dropout(sublayer(x)))
+            h = sublayer(x)
+            if self.training:  # dropout is the identity in evaluation: decoding skips even the call
+                h = self.dropout(h)
+            return self.hook_norm(self.norm(self.hook_residual(x + h)))
+        h = sublayer(self.hook_norm(self.norm(x)))  # pre-LN: x + dropout(sublayer(norm(x)))
+        if self.post_norm is not None:  # sandwich (Gemma 2/3): the sub-layer's output is normed too
+            h = self.hook_post_norm(self.post_norm(h))
+        if self.training:
             h = self.dropout(h)
-        return x + h if self.norm_first else self.norm(x + h)
+        return self.hook_residual(x + h)
 
 
 class EncoderLayer(nn.Module):
@@ -222,16 +212,21 @@ class DecoderLayer(nn.Module):
 class Encoder(nn.Module):
     """N encoder layers; a final norm when ``final_norm`` (needed by pre-LN stacks)."""
 
+    hook_final_norm: HookPoint  # only with a final norm
+
     def __init__(self, cfg: LayerConfig, n_layers: int, final_norm: bool | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(n_layers))
         final_norm = cfg.norm_first if final_norm is None else final_norm
         self.norm = cfg.make_norm() if final_norm else None
+        if self.norm is not None:
+            self.hook_final_norm = HookPoint()
+        keep_at_hand(self)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
             x = layer(x, mask)  # (B, S, D)
-        return x if self.norm is None else self.norm(x)
+        return x if self.norm is None else self.hook_final_norm(self.norm(x))
 
 
 class Decoder(nn.Module):
@@ -240,6 +235,8 @@ class Decoder(nn.Module):
     ``cfg`` may be one :class:`LayerConfig` per layer (their sliding windows may differ: Gemma 3's local and global
     layers), and ``rotary`` in :meth:`forward` one (cos, sin) pair per layer (their RoPE bases may differ).
     """
+
+    hook_final_norm: HookPoint  # only with a final norm
 
     def __init__(
         self,
@@ -256,6 +253,9 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(c, cross_attention) for c in configs)
         final_norm = cfg.norm_first if final_norm is None else final_norm
         self.norm = cfg.make_norm() if final_norm else None
+        if self.norm is not None:
+            self.hook_final_norm = HookPoint()
+        keep_at_hand(self)
 
     def forward(
         self,
@@ -274,7 +274,7 @@ class Decoder(nn.Module):
             layer_cache = cache.layers[i] if cache is not None else None
             layer_rotary = rotary[i] if per_layer else rotary  # type: ignore[index]
             x = layer(x, memory, self_mask, memory_mask, causal, layer_cache, layer_rotary)  # (B, T, D)
-        return x if self.norm is None else self.norm(x)
+        return x if self.norm is None else self.hook_final_norm(self.norm(x))
 
 
 class EncoderDecoder(nn.Module):

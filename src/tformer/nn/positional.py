@@ -15,7 +15,10 @@
   frequencies slowed, high ones kept, a smooth ramp between) or ``yarn`` (a ramp by rotations per context, plus an
   attention factor on cos and sin).
 * :class:`InputEmbedding` — token embedding (optionally × √d_model, as in the paper) + position
-  (+ segment for BERT) (+ LayerNorm for BERT) → dropout.
+  (+ segment for BERT) (+ LayerNorm for BERT) → dropout. Its hook points (:mod:`tformer.nn.hooks`): ``hook_token``
+  (B, T, D), the token vectors (× √D when scaled); ``hook_position`` (T, D), or (B, T, D) for positions given per
+  row, the rows added (not with RoPE); ``hook_segment`` (B, T, D) (BERT); ``hook_out`` (B, T, D), what the first
+  layer reads.
 
 Dimension legend: B batch, T sequence length, D model dim, V vocabulary size.
 """
@@ -28,6 +31,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from tformer.nn.hooks import HookPoint, keep_at_hand
 
 __all__ = [
     "sinusoidal_table",
@@ -196,6 +201,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 class InputEmbedding(nn.Module):
     """ids → token embedding (× √D if ``scale``) + positional (none for RoPE) (+ segment) → (LayerNorm) → dropout."""
 
+    hook_position: HookPoint  # only with a position table or encoding (not RoPE)
+    hook_segment: HookPoint  # only with segments (BERT)
+
     def __init__(
         self,
         vocab_size: int,
@@ -226,6 +234,13 @@ class InputEmbedding(nn.Module):
         self.norm = nn.LayerNorm(d_model, eps=norm_eps) if norm_eps is not None else None
         self.dropout = nn.Dropout(dropout)
         self.max_len = max_len
+        self.hook_token = HookPoint()  # the hook points, in the order they run
+        if self.position is not None:
+            self.hook_position = HookPoint()
+        if self.segment is not None:
+            self.hook_segment = HookPoint()
+        self.hook_out = HookPoint()
+        keep_at_hand(self)
 
     def forward(
         self, ids: torch.Tensor, positions: torch.Tensor | slice | None = None, segments: torch.Tensor | None = None
@@ -244,10 +259,13 @@ class InputEmbedding(nn.Module):
         x = self.token(ids)  # (B, T, D)
         if self.scale != 1.0:  # × √D for the paper's embeddings; GPT and BERT leave it out (no multiply by 1)
             x = x * self.scale
+        x = self.hook_token(x)
         if self.position is not None:
-            x = x + self.position(positions)
+            x = x + self.hook_position(self.position(positions))  # + (T, D) or (B, T, D)
         if self.segment is not None:
-            x = x + self.segment(torch.zeros_like(ids) if segments is None else segments)
+            x = x + self.hook_segment(self.segment(torch.zeros_like(ids) if segments is None else segments))
         if self.norm is not None:
             x = self.norm(x)
-        return self.dropout(x) if self.training else x  # the identity in evaluation: not even called
+        if self.training:  # the identity in evaluation: not even called
+            x = self.dropout(x)
+        return self.hook_out(x)
