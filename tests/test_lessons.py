@@ -216,15 +216,14 @@ def test_lesson_4_solutions():
     # shapes of a real cross-attention: 3 sentences, 5 target and 4 source positions
     shapes = s.cross_attention_shapes(3, 5, 4, 8, 2)
     mha = tformer.MultiHeadAttention(8, 2).eval()
-    with tformer.Recorder(mha) as recorder, torch.no_grad():
+    with tformer.hooks.capture(mha) as record, torch.no_grad():
         out = mha(torch.randn(3, 5, 8), torch.randn(3, 4, 8))
-    record = recorder.records[0]
     assert shapes["output"] == tuple(out.shape)
-    assert shapes["weights"] == tuple(record.weights.shape)
+    assert shapes["weights"] == tuple(record["hook_weights"].shape)
     assert (shapes["q"], shapes["k"], shapes["v"]) == (
-        tuple(record.q.shape),
-        tuple(record.k.shape),
-        tuple(record.v.shape),
+        tuple(record["hook_q"].shape),
+        tuple(record["hook_k"].shape),
+        tuple(record["hook_v"].shape),
     )
 
 
