@@ -61,7 +61,7 @@ for _folder in ("static", "extra"):  # Sphinx checks these paths before any exte
     (BUILD / "generated" / _folder).mkdir(parents=True, exist_ok=True)
 html_static_path = ["_static", str(BUILD / "generated" / "static")]
 html_extra_path = [str(BUILD / "generated" / "extra")]
-html_css_files = ["lessons.css"]
+html_css_files = ["lessons.css", "korean.css"]  # korean.css: the shipped Hangul font (scripts/korean_font.py)
 html_show_sourcelink = False
 # MathJax's SVG build: one file, no fonts to fetch (copied from the django-static-mathjax package by lessons.py).
 mathjax_path = "mathjax/tex-svg.js"

@@ -5,7 +5,7 @@
 * **English and Korean in one site.** ``lessons/en/NAME`` and ``lessons/ko/NAME`` are the same lesson: each page
   links to the other when it exists. A Korean page names in its front matter the English revision it follows
   (``follows: <git revision>``); the page shows it, and says so when the English lesson changed after it.
-  Korean pages are marked ``lang="ko"``.
+  Korean pages (and any page whose front matter says ``language: ko``) are marked ``lang="ko"``.
 * **The explorer inside the lessons.** ``tformer explore --export`` writes the explorer's self-contained page of the
   notes' toy model to ``_static/explore/toy.html`` during the build (in parallel with the lessons' execution), so the
   lessons embed the very model they compute with, offline.
@@ -128,8 +128,8 @@ def check_times(app: Sphinx, env: Any) -> None:
 # ---------------------------------------------------------------------------------------------- html-page-context
 def lesson_bar(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
     """The bar above a lesson: its notebook, the same lesson in the other language, a Korean page's revision."""
-    if pagename.startswith("lessons/ko/"):
-        context["language"] = "ko"
+    if pagename.startswith("lessons/ko/") or (context.get("meta") or {}).get("language") == "ko":
+        context["language"] = "ko"  # a Korean lesson, or a page whose front matter says language: ko
     match = LESSON.match(pagename)
     if not match:
         return
