@@ -354,14 +354,9 @@ class MultiHeadAttention(nn.Module):
         k, v = self._repeat_kv(k), self._repeat_kv(v)  # (B, H, Tk, Dh): each query head its own K/V
         if mask is not None:
             mask = self.hook_mask(mask)
-        context, _ = reference_attention(
-            q, k, v, mask, dropout_p, softcap=self.softcap, scale=self.scale, watch=self._watch
-        )
+        watch = lambda step, t: getattr(self, "hook_" + step)(t)  # noqa: E731  (step "weights": hook_weights, ...)
+        context, _ = reference_attention(q, k, v, mask, dropout_p, softcap=self.softcap, scale=self.scale, watch=watch)
         return context
-
-    def _watch(self, step: str, t: torch.Tensor) -> torch.Tensor:
-        """The hook point of a step of the reference path (``raw_scores``, ``scores``, ...): ``hook_<step>``."""
-        return getattr(self, "hook_" + step)(t)
 
     def _merge_heads(self, context: torch.Tensor) -> torch.Tensor:
         """(B, H, Tq, Dh) -> (B, Tq, H, Dh) -> (B, Tq, H·Dh): the heads side by side."""
