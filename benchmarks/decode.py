@@ -46,7 +46,7 @@ def _marian_pair(c: dict, device: str):
     import transformers
 
     from tformer.fast import speed_up
-    from tformer.interop import from_hf
+    from tformer.hf import from_hf
 
     hf = (
         transformers.MarianMTModel(
@@ -108,7 +108,7 @@ def _gpt_pair(c: dict, device: str):
     import transformers
 
     from tformer.fast import speed_up
-    from tformer.interop import from_hf
+    from tformer.hf import from_hf
 
     hf = (
         transformers.GPT2LMHeadModel(

@@ -36,7 +36,7 @@ def llama_pair(c: dict, device: str):
     import transformers
 
     from tformer.fast import speed_up
-    from tformer.interop import from_hf
+    from tformer.hf import from_hf
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(

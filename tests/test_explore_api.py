@@ -81,7 +81,7 @@ def dirs(tmp_path_factory):
     wp.save(root / "bert")
     import transformers  # a dev dependency: no skip that would hide the other families too
 
-    from tformer.interop import from_hf
+    from tformer.hf import from_hf
 
     bpe = ByteBPETokenizer.train([TEXT * 3], vocab_size=280)
     hf_config = transformers.GPT2Config(

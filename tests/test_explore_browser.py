@@ -742,10 +742,10 @@ def test_exported_compare_opens_from_file_offline(browser, gpt_dir, tmp_path, ca
 
 @pytest.fixture(scope="module")
 def hf_gpt2(tmp_path_factory):
-    """A tiny random transformers GPT2LMHeadModel converted with tformer.interop.from_hf, saved with a byte BPE."""
+    """A tiny random transformers GPT2LMHeadModel converted with tformer.hf.from_hf, saved with a byte BPE."""
     import transformers
 
-    from tformer.interop import from_hf
+    from tformer.hf import from_hf
     from tformer.lm import ByteBPETokenizer
 
     path = tmp_path_factory.mktemp("hf_gpt2")

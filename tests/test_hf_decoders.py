@@ -14,14 +14,8 @@ transformers = pytest.importorskip("transformers")
 
 from tformer import GPT  # noqa: E402
 from tformer.generation import generate_lm  # noqa: E402
-from tformer.interop import from_hf  # noqa: E402
-from tformer.models.hf_format import (  # noqa: E402
-    config_from_hf,
-    dtype_from_hf,
-    gpt_from_hf,
-    load_state,
-    state_from_hf,
-)
+from tformer.hf import config_from_hf, dtype_from_hf, from_hf, state_from_hf  # noqa: E402
+from tformer.hf.common import load_state  # noqa: E402
 
 ATOL = 1e-5
 VOCAB = 211
@@ -286,7 +280,7 @@ def test_state_dtype_converted_and_named():
     config = hf.config.to_dict() | {"dtype": "bfloat16"}
     assert dtype_from_hf(config) is torch.bfloat16
     assert dtype_from_hf({"torch_dtype": "float16"}) is torch.float16 and dtype_from_hf({}) is None
-    model = gpt_from_hf(config, hf.state_dict(), dtype=dtype_from_hf(config))
+    model = from_hf(config, hf.state_dict(), dtype=dtype_from_hf(config))
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     state = state_from_hf(hf.state_dict(), config_from_hf(config), dtype=torch.bfloat16)
     assert torch.equal(state["embed.token.weight"], hf.model.embed_tokens.weight.to(torch.bfloat16))

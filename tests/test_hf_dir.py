@@ -1,4 +1,4 @@
-"""Hugging Face model directories (tformer.lm.hf_dir, tformer.lm.hf_tokenizer) against transformers itself.
+"""Hugging Face model directories (tformer.hf.directory, tformer.lm.hf_tokenizer) against transformers itself.
 
 Tiny random Llama (sharded; tied and stored in bf16; with a sentencepiece-style tokenizer), Qwen3 and GPT-2 models
 and BPE tokenizers trained here, saved with ``save_pretrained``: our loader gives transformers' logits, its tokenizer
@@ -22,7 +22,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from tformer import lm  # noqa: E402
 from tformer.cli import main  # noqa: E402
 from tformer.generation import generate_lm  # noqa: E402
-from tformer.lm.hf_dir import is_hf_dir  # noqa: E402
+from tformer.hf import is_hf_dir  # noqa: E402
 from tformer.lm.hf_tokenizer import Continuation, HFTokenizer  # noqa: E402
 
 TEXTS = [

@@ -1,6 +1,8 @@
-"""``save_pretrained(dir, format="hf")``: a tformer GPT written in the Hugging Face layout loads with
+"""``tformer.hf.export(model, dir)`` of a GPT: written in the Hugging Face layout, it loads with
 ``transformers.AutoModelForCausalLM.from_pretrained`` as the right class and gives our logits; ``from_hf`` brings it
-back unchanged. What no Hugging Face config can hold is refused naming the field, before a file is written."""
+back unchanged. What no Hugging Face config can hold is refused naming the field, before a file is written.
+``save_pretrained(format="hf")`` is gone, with a line that names the export. (Every family, the tokenizer files and
+the command: tests/test_hf_roundtrip.py.)"""
 
 import json
 import os
@@ -14,11 +16,26 @@ from safetensors.torch import load_file
 transformers = pytest.importorskip("transformers")
 
 from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer  # noqa: E402
-from tformer.interop import from_hf  # noqa: E402
+from tformer.hf import export, from_hf  # noqa: E402
 
 ATOL = 1e-5
 BASE = dict(vocab_size=151, d_model=64, n_heads=4, n_layers=2, d_ff=96, max_len=48, dropout=0.0)
 LLAMA = dict(norm="rmsnorm", ffn="swiglu", positional="rope", bias=False, activation="silu", n_kv_heads=2)
+GEMMA = dict(  # Gemma 3's block: 1 + weight norms, four a layer, GeGLU, √D embeddings, its own score scale
+    norm="rmsnorm",
+    norm_weight_offset=1.0,
+    ffn="geglu",
+    positional="rope",
+    bias=False,
+    activation="gelu_tanh",
+    n_kv_heads=2,
+    head_dim=24,
+    qk_norm=True,
+    sandwich_norm=True,
+    embed_scale=True,
+    attn_scale=1 / 16,
+    rope_base=1e6,
+)
 
 # name -> (GPTConfig fields, the class transformers builds)
 CASES = {
@@ -36,6 +53,11 @@ CASES = {
     "qwen2-qkv-bias": (LLAMA | dict(qkv_bias=True), "Qwen2ForCausalLM"),
     "qwen3-qk-norm": (LLAMA | dict(qk_norm=True, tie_embeddings=False), "Qwen3ForCausalLM"),
     "mistral-window": (LLAMA | dict(sliding_window=4), "MistralForCausalLM"),
+    "gemma3-local-global-softcap": (
+        GEMMA | dict(sliding_window=4, sliding_window_pattern=2, rope_local_base=1e4, final_softcap=30.0),
+        "Gemma3ForCausalLM",
+    ),
+    "gemma3-global-untied": (GEMMA | dict(tie_embeddings=False), "Gemma3ForCausalLM"),
 }
 
 
@@ -56,7 +78,7 @@ def _ids(seed=1):
 def exported(request, tmp_path_factory):
     fields, cls = CASES[request.param]
     ours = _random_gpt(fields)
-    directory = ours.save_pretrained(tmp_path_factory.mktemp(request.param), format="hf")
+    directory = export(ours, tmp_path_factory.mktemp(request.param) / "hf")
     theirs = transformers.AutoModelForCausalLM.from_pretrained(directory, attn_implementation="eager").eval()
     return ours, directory, cls, theirs
 
@@ -73,10 +95,13 @@ def test_transformers_loads_the_right_class_with_our_logits(exported):
 
 def test_written_files(exported):
     ours, directory, cls, _ = exported
-    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "model.safetensors"]  # no temp file left
+    names = sorted(p.name for p in directory.parent.iterdir())
+    assert names == ["hf"]  # no temp directory left beside it
+    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
     config = json.loads((directory / "config.json").read_text())
     assert config["architectures"] == [cls]
-    assert config["model_type"] == {"GPT2LMHeadModel": "gpt2"}.get(cls, cls.removesuffix("ForCausalLM").lower())
+    special = {"GPT2LMHeadModel": "gpt2", "Gemma3ForCausalLM": "gemma3_text"}
+    assert config["model_type"] == special.get(cls, cls.removesuffix("ForCausalLM").lower())
     assert config["torch_dtype"] == config["dtype"] == "float32"
     assert config["tie_word_embeddings"] == ours.config.tie_embeddings
     weights = load_file(directory / "model.safetensors")
@@ -114,7 +139,9 @@ def test_default_format_is_tformers_own(tmp_path):
         (LLAMA | dict(bias=True, qkv_bias=False), "qkv_bias"),  # Llama's attention_bias covers W_Q...W_O at once
         (LLAMA | dict(qk_norm=True, bias=True), "bias"),
         (LLAMA | dict(sliding_window=4, bias=True), "bias"),
-        (LLAMA | dict(sandwich_norm=True), "sandwich_norm"),
+        (LLAMA | dict(sandwich_norm=True), "ffn"),  # sandwich norms are Gemma 3's, whose feed-forward is GeGLU
+        (GEMMA | dict(attn_softcap=50.0), "attn_softcap"),  # Gemma 2's, which Gemma 3 never applies
+        (GEMMA | dict(norm_scale=False), "norm_scale"),
         (LLAMA | dict(embed_scale=True), "embed_scale"),
         (LLAMA | dict(norm_weight_offset=1.0), "norm_weight_offset"),
     ],
@@ -123,34 +150,35 @@ def test_config_without_hf_layout_refused(tmp_path, fields, field):
     model = GPT(GPTConfig(**BASE, **fields))
     target = tmp_path / "out"
     with pytest.raises(ValueError, match=f"GPTConfig.{field}=.*has no Hugging Face layout"):
-        model.save_pretrained(target, format="hf")
+        export(model, target)
     assert not target.exists()  # refused before anything is written
 
 
 @pytest.mark.parametrize(
     "model",
     [
+        _random_gpt({}),
         Bert(BertConfig.preset("tiny", vocab_size=50)),
         Seq2SeqTransformer(Seq2SeqConfig.preset("tiny", src_vocab_size=50, tgt_vocab_size=50)),
     ],
-    ids=["bert", "seq2seq"],
+    ids=["gpt", "bert", "seq2seq"],
 )
-def test_models_without_hf_layout_refused(tmp_path, model):
-    with pytest.raises(ValueError, match=f"{type(model).__name__} has no Hugging Face layout"):
+def test_save_pretrained_hf_format_points_to_export(tmp_path, model):
+    with pytest.raises(ValueError, match=r"format='hf'\) is gone: .*tformer.hf.export\(model, DIR, tokenizer\)"):
         model.save_pretrained(tmp_path / "out", format="hf")
     assert not (tmp_path / "out").exists()
 
 
 def test_unknown_format_refused(tmp_path):
-    with pytest.raises(ValueError, match="format must be 'tformer' or 'hf', got 'onnx'"):
+    with pytest.raises(ValueError, match="format must be 'tformer', got 'onnx'"):
         _random_gpt({}).save_pretrained(tmp_path / "out", format="onnx")
     assert not (tmp_path / "out").exists()
 
 
 def test_bfloat16_model_written_as_bfloat16(tmp_path):
     model = _random_gpt(LLAMA).to(torch.bfloat16)
-    model.save_pretrained(tmp_path, format="hf")
-    assert json.loads((tmp_path / "config.json").read_text())["torch_dtype"] == "bfloat16"
-    assert {t.dtype for t in load_file(tmp_path / "model.safetensors").values()} == {torch.bfloat16}
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    out = export(model, tmp_path / "hf")
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    assert {t.dtype for t in load_file(out / "model.safetensors").values()} == {torch.bfloat16}
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(out)
     assert next(theirs.parameters()).dtype == torch.bfloat16

@@ -12,8 +12,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from tformer.generation import generate_lm  # noqa: E402
-from tformer.interop import from_hf  # noqa: E402
-from tformer.models.hf_format import config_from_hf  # noqa: E402
+from tformer.hf import config_from_hf, from_hf  # noqa: E402
 
 VOCAB = 96
 

@@ -11,8 +11,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from tformer import GPT, Bert  # noqa: E402
-from tformer.interop import from_hf  # noqa: E402
-from tformer.interop.hf import bert_state_from_hf  # noqa: E402
+from tformer.hf import from_hf  # noqa: E402
+from tformer.hf.bert import config_from_hf as bert_config_from_hf  # noqa: E402
+from tformer.hf.bert import state_from_hf as bert_state_from_hf  # noqa: E402
 
 ATOL = 1e-4
 VOCAB = 97
@@ -192,8 +193,6 @@ def test_bert_without_some_heads_converts(cls, bert_batch):
 
 def test_bert_relative_positions_refused():
     config = {**_bert_config().to_dict(), "position_embedding_type": "relative_key"}
-    from tformer.interop.hf import bert_config_from_hf
-
     with pytest.raises(ValueError, match="position_embedding_type"):
         bert_config_from_hf(config)
 

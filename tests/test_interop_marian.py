@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 
 from tformer import Seq2SeqTransformer  # noqa: E402
 from tformer.generation import beam_search, translate_ids  # noqa: E402
-from tformer.interop import from_hf  # noqa: E402
+from tformer.hf import from_hf  # noqa: E402
 from tformer.nn.positional import sinusoidal_table  # noqa: E402
 
 ATOL = 1e-4

@@ -46,6 +46,7 @@ from tformer.generation import (
     generate_lm,
     process_logits,
 )
+from tformer.hf import export
 
 # ------------------------------------------------------------------------------------------------ helpers
 
@@ -120,7 +121,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def hf_dirs(tmp_path_factory) -> dict[str, Path]:
     """Hugging Face decoder directories (config.json in Hugging Face names, model.safetensors, tokenizer.json),
-    written by tformer's own ``save_pretrained(format="hf")``: a Llama and a GPT-2, and the Llama sharded."""
+    written by tformer's own ``tformer.hf.export``: a Llama and a GPT-2, and the Llama sharded."""
     root = tmp_path_factory.mktemp("hf")
     tok = _byte_bpe()
     out = {}
@@ -138,7 +139,7 @@ def hf_dirs(tmp_path_factory) -> dict[str, Path]:
                 **options,
             )
         )
-        out[name] = model.save_pretrained(root / name, format="hf")
+        out[name] = export(model, root / name)
         tok.save(str(out[name] / "tokenizer.json"))
         (out[name] / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
     out["llama_sharded"] = shutil.copytree(out["llama"], root / "llama_sharded")

@@ -45,6 +45,7 @@ __all__ = [
     "recover_dir",
     "check_output",
     "check_output_dir",
+    "check_new_dir",
     "write_output",
 ]
 
@@ -269,6 +270,55 @@ def check_output_dir(path: str | os.PathLike, flag: str) -> Path:
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is not a directory")
     _refuse_model_or_run(path, flag, path.resolve())
+    return path
+
+
+def check_new_dir(
+    path: str | os.PathLike,
+    flag: str,
+    inputs: Iterable[tuple[str, str | os.PathLike | None]] = (),
+    overwrite: bool = False,
+    replaceable: Iterable[str] = (),
+) -> Path:
+    """Check a directory a user named for a command to write whole (``tformer export``'s output), before any work;
+    returns it as a Path. The command then writes it with :func:`staged_dir`, which replaces it as a whole.
+
+    Refused, each in one line naming ``flag`` and the path: a symbolic link; a missing parent (a typo makes no new
+    directories) or a path that is a file; one of ``inputs``, a place inside one or a directory that holds one (the
+    whole directory is replaced: the input would go with it); a place inside a model or run directory; a directory
+    that is not empty, unless ``overwrite`` and every entry is one of the ``replaceable`` file names (what an
+    earlier run of the command wrote). The first four even with ``overwrite``.
+    """
+    path = Path(path)
+    if path.is_symlink():
+        raise ValueError(f"{flag} {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); name a plain directory")
+    if not path.parent.is_dir():
+        problem = "does not exist; create it first" if not path.parent.exists() else "is not a directory"
+        raise ValueError(f"{flag} {str(path)!r}: the directory {str(path.parent)!r} {problem}")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} is a file, expected a directory")
+    resolved = path.resolve()
+    for name, given in inputs:
+        if given is None:
+            continue
+        source = Path(given).resolve()
+        if source == resolved or resolved in source.parents or source in resolved.parents:
+            raise ValueError(
+                f"{flag} {str(path)!r} is, holds or lies inside the {name} {str(given)!r} that this command reads: "
+                "name a directory apart from it"
+            )
+    _refuse_model_or_run(path, flag, resolved.parent)
+    entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+    if entries:
+        others = [name for name in entries if name not in set(replaceable) or not (path / name).is_file()]
+        if not overwrite:
+            raise ValueError(f"{flag} {str(path)!r} is not empty; pass --overwrite to replace it, or name another")
+        if others:
+            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            raise ValueError(
+                f"--overwrite: {flag} {str(path)!r} holds {shown}, which this command does not write; nothing was "
+                "deleted: name another directory"
+            )
     return path
 
 

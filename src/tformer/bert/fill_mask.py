@@ -25,7 +25,7 @@ __all__ = ["load_masked_lm", "fill_mask"]
 
 
 def _load_hf(directory: Path) -> Bert:
-    from tformer.interop.hf import bert_from_hf_dir, read_hf_bert_dir
+    from tformer.hf.directory import bert_from_hf_dir, read_hf_bert_dir
 
     _, config, state = read_hf_bert_dir(directory)
     if not any(k.startswith("cls.predictions.") for k in state):

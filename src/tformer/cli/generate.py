@@ -4,7 +4,7 @@ tformer generate --model runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300
 tformer generate --model ./SmolLM2-135M --prompt "The capital of France is" --greedy --max-new-tokens 20
 
 ``--model`` is a ``tformer train lm`` run or a Hugging Face model directory (config.json, safetensors weights,
-tokenizer.json; read by :mod:`tformer.lm.hf_dir` without ``transformers``).
+tokenizer.json; read by :mod:`tformer.hf.directory` without ``transformers``).
 """
 
 from __future__ import annotations

@@ -75,10 +75,10 @@ def load_model(directory: str | Path | None) -> Model:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"--model {str(directory)!r} has no config.json: it is not a model directory")
     config = read_json_object(path / "config.json", "model config")
-    from tformer.models.hf_config import ARCHITECTURES  # the Hugging Face decoders tformer reads (llama, qwen3, ...)
+    from tformer.hf.directory import HF_MODEL_TYPES  # the Hugging Face decoders tformer reads (llama, qwen3, ...)
 
     kind = config.get("model_type")
-    if isinstance(kind, str) and kind in ARCHITECTURES:  # a Hugging Face decoder directory: the LM family's loader
+    if isinstance(kind, str) and kind in HF_MODEL_TYPES:  # a Hugging Face decoder directory: the LM family's loader
         kind = "gpt"
     elif "hidden_size" in config:  # a Hugging Face BERT
         kind = "bert"

@@ -1,9 +1,6 @@
-"""Weights in from other libraries: PyTorch (``from_torch``) and Hugging Face ``transformers`` (``from_hf``).
+"""Weights in from PyTorch's own Transformer modules (``from_torch``: ``nn.MultiheadAttention``, the encoder and
+decoder layers and stacks, ``nn.Transformer``). Hugging Face interop, both directions, is :mod:`tformer.hf`."""
 
-``transformers`` is imported lazily inside ``from_hf``, so tformer imports without it installed.
-"""
-
-from tformer.interop.hf import from_hf
 from tformer.interop.torch import from_torch
 
-__all__ = ["from_torch", "from_hf"]
+__all__ = ["from_torch"]

@@ -7,15 +7,15 @@
 * :mod:`.stream` — :class:`TextStream`, printing a generation as it comes;
 * :mod:`.recipes` — the CPU-tuned recipes and the flags > recipe > defaults resolution;
 * :mod:`.run` — the entry points :func:`train`, :func:`load`, :func:`generate`, :func:`evaluate`;
-* :mod:`.hf_dir`, :mod:`.hf_tokenizer` — a Hugging Face model directory (config.json, safetensors, tokenizer.json)
-  as a GPT and an :class:`HFTokenizer`, read without ``transformers``: :func:`load` takes either kind of directory.
+* :mod:`.hf_tokenizer` — a Hugging Face model directory's tokenizer (:class:`HFTokenizer`), its model read as a GPT
+  by :mod:`tformer.hf.directory`, both without ``transformers``: :func:`load` takes either kind of directory.
 
 This package knows the decoder-only model (:class:`~tformer.models.gpt.GPT`), the Trainer and the
 generation loop; it knows nothing about translation, BERT or the command line.
 """
 
+from tformer.hf import is_hf_dir, load_hf_model
 from tformer.lm.data import blocks, encode_documents, read_documents, split_ids
-from tformer.lm.hf_dir import is_hf_dir, load_hf_model
 from tformer.lm.hf_tokenizer import HFTokenizer
 from tformer.lm.recipes import DEFAULTS, RECIPES, resolve
 from tformer.lm.run import evaluate, generate, load, setup, train

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from tformer.generation import SamplingConfig, generate_lm
+from tformer.hf import is_hf_dir, load_hf_model
 from tformer.lm.data import encode_documents, read_documents, split_ids
-from tformer.lm.hf_dir import is_hf_dir, load_hf_model
 from tformer.lm.hf_tokenizer import Continuation, HFTokenizer
 from tformer.lm.recipes import resolve
 from tformer.lm.stream import TextStream
@@ -126,7 +126,7 @@ def load(
     directory: str | Path, device: str = "cpu", dtype: torch.dtype | None = torch.float32
 ) -> tuple[GPT, CharTokenizer | ByteBPETokenizer | HFTokenizer]:
     """A GPT (in eval mode) and its tokenizer, checked to match: from a ``tformer train lm`` directory, or from a
-    Hugging Face model directory (:mod:`tformer.lm.hf_dir`: config.json with a Hugging Face ``model_type``,
+    Hugging Face model directory (:mod:`tformer.hf.directory`: config.json with a Hugging Face ``model_type``,
     safetensors weights, tokenizer.json), read without ``transformers``. ``dtype``: the weights' dtype in memory
     (None: as stored, float32 for tformer's own)."""
     if is_hf_dir(directory):

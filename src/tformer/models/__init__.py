@@ -5,9 +5,10 @@
 * :mod:`.seq2seq`, :mod:`.gpt`, :mod:`.bert` — the families, with the same field names for the same
   ideas and the same ``forward`` conventions (ids first, ``attention_mask`` (B, T) ``True`` = real
   token, keyword-only ``return_attention``, see :mod:`.attention_output`);
-* :mod:`.checkpoint` — ``save_pretrained`` / ``from_pretrained`` / :func:`load_pretrained`;
-* :mod:`.hf_format` — the Hugging Face layout of decoder checkpoints, both ways (imported here so that
-  ``save_pretrained(format="hf")`` finds it).
+* :mod:`.checkpoint` — ``save_pretrained`` / ``from_pretrained`` / :func:`load_pretrained`.
+
+The Hugging Face layouts of the three families, both ways, live a layer up in :mod:`tformer.hf`, which imports the
+models (never the other way round).
 
 The models know nothing of tracing, plotting, training or tokenizers: :func:`tformer.inspect.tracing.trace`
 takes a model, the models never import :mod:`tformer.inspect`.
@@ -17,7 +18,6 @@ from tformer.models.bert import Bert, BertConfig
 from tformer.models.checkpoint import load_pretrained
 from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
-from tformer.models.hf_format import config_from_hf, state_from_hf
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 __all__ = [
@@ -29,6 +29,4 @@ __all__ = [
     "BertConfig",
     "Bert",
     "load_pretrained",
-    "config_from_hf",
-    "state_from_hf",
 ]

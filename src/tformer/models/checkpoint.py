@@ -1,9 +1,8 @@
 """Checkpoints: ``save_pretrained(dir)`` / ``from_pretrained(dir)``.
 
 A model directory holds ``config.json`` (the config fields plus ``model_type``) and
-``model.safetensors`` (the weights); ``save_pretrained(dir, format="hf")`` writes a GPT in the Hugging Face
-layout instead (:mod:`tformer.models.hf_format`, which registers itself here with :func:`register_hf_layout`).
-Both are written atomically (temp file + rename), so an interrupted save never leaves a half-written checkpoint behind. Nothing is unpickled: weights go
+``model.safetensors`` (the weights); the Hugging Face layout is written by :func:`tformer.hf.export` (``tformer
+export MODEL --to hf OUT``), a layer above the models. Both are written atomically (temp file + rename), so an interrupted save never leaves a half-written checkpoint behind. Nothing is unpickled: weights go
 through safetensors, everything else through JSON. Tied weights are stored once. Loading refuses, naming the file
 and the tensor, a weight that is not floating point (it would be cast silently) or that holds NaN or inf.
 
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -35,7 +33,6 @@ from tformer.models.config import ModelConfig
 __all__ = [
     "load_pretrained",
     "model_dir",
-    "register_hf_layout",
     "check_vocab",
     "CONFIG_NAME",
     "WEIGHTS_NAME",
@@ -46,16 +43,6 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 BEST_DIR = "best"  # a training run's best model: OUT/best/
 _MODEL_TYPES: dict[str, Any] = {}  # model_type -> model class
-# model_type -> model -> (Hugging Face config.json dict, weights in Hugging Face names); filled by
-# tformer.models.hf_format, which imports this module (so this one cannot import it back)
-_HF_LAYOUTS: dict[str, Callable[[Any], tuple[dict[str, Any], dict[str, torch.Tensor]]]] = {}
-
-
-def register_hf_layout(
-    model_type: str, layout: Callable[[Any], tuple[dict[str, Any], dict[str, torch.Tensor]]]
-) -> None:
-    """Let ``save_pretrained(format="hf")`` write models of ``model_type`` through ``layout(model)``."""
-    _HF_LAYOUTS[model_type] = layout
 
 
 def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -84,25 +71,20 @@ class PretrainedMixin(torch.nn.Module):
             _MODEL_TYPES[cls.model_type] = cls
 
     def save_pretrained(self, directory: str | os.PathLike, format: str = "tformer") -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``directory``; returns it.
+        """Write ``config.json`` and ``model.safetensors`` into ``directory`` in tformer's own names; returns it.
 
-        ``format="tformer"`` (the default) keeps our field and weight names; ``format="hf"`` writes the
-        Hugging Face layout that ``transformers.AutoModelForCausalLM.from_pretrained`` reads (GPT models only:
-        :mod:`tformer.models.hf_format`). Anything that cannot be written is refused before a file is touched.
+        ``format`` is ``"tformer"``, the only one: a Hugging Face directory is written by ``tformer.hf.export(model,
+        DIR, tokenizer)`` (``tformer export MODEL --to hf OUT``), which knows every family's layout.
         """
-        if format not in ("tformer", "hf"):
-            raise ValueError(f"save_pretrained format must be 'tformer' or 'hf', got {format!r}")
         if format == "hf":
-            layout = _HF_LAYOUTS.get(self.model_type)
-            if layout is None:
-                raise ValueError(
-                    f"save_pretrained(format='hf'): {type(self).__name__} has no Hugging Face layout "
-                    f"(only {sorted(_HF_LAYOUTS)} models have one)"
-                )
-            config, state = layout(self)
-        else:
-            config = {"model_type": self.model_type, **self.config.to_dict()}
-            state = _unique_state(cast(torch.nn.Module, self))
+            raise ValueError(
+                "save_pretrained(format='hf') is gone: write a Hugging Face directory with "
+                "tformer.hf.export(model, DIR, tokenizer) or `tformer export MODEL --to hf OUT`"
+            )
+        if format != "tformer":
+            raise ValueError(f"save_pretrained format must be 'tformer', got {format!r}")
+        config = {"model_type": self.model_type, **self.config.to_dict()}
+        state = _unique_state(cast(torch.nn.Module, self))
         text = json.dumps(config, indent=2, sort_keys=True) + "\n"
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,256 @@
+"""A Hugging Face model directory (``save_pretrained``, a Hub snapshot, or ``tformer export``) as a tformer model,
+without ``transformers``.
+
+    SmolLM2-135M/
+      config.json                      model_type (gpt2, llama, mistral, qwen2, qwen3, gemma3_text, bert, marian)
+      model.safetensors                the weights; or, sharded:
+      model.safetensors.index.json     {"weight_map": {HF name: shard file}} + the shards it names
+      tokenizer.json, ...              the tokenizer (read by the tokenizer room, not here)
+
+:func:`is_hf_dir` tells such a directory from tformer's own (whose config.json says ``model_type`` "gpt", "bert"
+or "seq2seq" and has no ``architectures``); :func:`load_hf_dir` reads any of them, :func:`load_hf_model` a decoder
+(the LM family's loader), :func:`read_hf_bert_dir` + :func:`bert_from_hf_dir` a BERT (fill-mask, sentence
+embeddings). Only safetensors are read (nothing is unpickled), and only files inside the directory: an index that
+names a shard elsewhere ("../x", an absolute path) is refused (links the directory holds are followed: a Hub cache
+snapshot links each file to its blob). Every bad input is one ``ValueError`` / ``FileNotFoundError`` naming its
+file: a config.json that is not a JSON object or names an unknown model_type, a missing or truncated shard, a
+weight the index names but its shard lacks, weights that do not fit the config, a weight that is not floating point
+(an integer or boolean tensor would be cast silently) or that holds NaN or inf (both name the file and the tensor),
+a config field of the wrong type or out of range (naming the field). bf16 / fp16 weights load as float32 unless
+``dtype`` says otherwise.
+
+The names and layouts change on the way through the architecture modules (:mod:`tformer.hf.registry`).
+
+Dimension legend: V vocabulary size, D model dim.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tformer.checks import load_safetensors, read_json_object
+from tformer.hf import bert, gpt2, llama, registry
+from tformer.models.bert import Bert, BertConfig
+from tformer.models.config import ModelConfig
+from tformer.models.gpt import GPT, GPTConfig
+
+__all__ = [
+    "is_hf_dir",
+    "read_hf_config",
+    "read_hf_weights",
+    "load_hf_model",
+    "load_hf_dir",
+    "read_hf_bert_dir",
+    "bert_from_hf_dir",
+    "CONFIG",
+    "WEIGHTS",
+    "INDEX",
+    "HF_MODEL_TYPES",
+]
+
+CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
+HF_MODEL_TYPES = registry.DECODER_TYPES  # the decoder-only model_types read as a GPT
+_NOT_WEIGHTS = (gpt2.IGNORED, llama.IGNORED, bert.IGNORED)  # buffers a converter skips: their dtype is not checked
+
+
+def is_hf_dir(directory: str | os.PathLike) -> bool:
+    """``directory`` holds a Hugging Face model: its config.json names ``architectures``, a ``transformers_version``
+    or a Hugging Face decoder ``model_type`` (tformer's own say "gpt", "bert" or "seq2seq" and have neither)."""
+    path = Path(directory) / CONFIG
+    if not path.is_file():
+        return False
+    config = read_json_object(path, "model config")  # a config.json that is not an object: one line naming it
+    return (
+        bool(config.get("architectures"))
+        or "transformers_version" in config
+        or config.get("model_type") in HF_MODEL_TYPES
+    )
+
+
+def _config(path: Path, hf: dict[str, Any]) -> ModelConfig:
+    """Our config for ``hf``, read from ``path``; a missing field or a bad value is one line naming the file."""
+    try:
+        return registry.config_from_hf(hf)
+    except KeyError as err:  # a field the converter needs
+        raise ValueError(f"model config {str(path)!r} lacks the field {err.args[0]!r}") from None
+    except (ValueError, TypeError) as err:  # a value out of range or of the wrong type
+        raise ValueError(f"model config {str(path)!r}: {_first_line(err)}") from None
+
+
+def read_hf_config(directory: str | os.PathLike) -> tuple[dict[str, Any], GPTConfig]:
+    """config.json as a dict and as our :class:`GPTConfig`; what our GPT cannot express is a ValueError naming it."""
+    path = Path(directory) / CONFIG
+    hf = read_json_object(path, "model config")
+    model_type = hf.get("model_type")
+    if not isinstance(model_type, str) or model_type not in HF_MODEL_TYPES:
+        raise ValueError(
+            f"model config {str(path)!r} has model_type={model_type!r}; tformer reads the decoder-only "
+            f"types {', '.join(sorted(HF_MODEL_TYPES))}"
+        )
+    config = _config(path, hf)
+    assert isinstance(config, GPTConfig)
+    return hf, config
+
+
+def read_hf_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tensor], Path]:
+    """The weights (Hugging Face names, as stored: bf16 stays bf16 until copied into the model, half the memory
+    of float32) of ``directory``, and the file that lists them (model.safetensors or the index)."""
+    directory = Path(directory)
+    single, index = directory / WEIGHTS, directory / INDEX
+    if single.is_file():
+        return _floating(load_safetensors(single), single), single  # finite, checked by load_safetensors
+    if not index.is_file():
+        others = [n for n in ("pytorch_model.bin", "model.bin", "tf_model.h5") if (directory / n).exists()]
+        found = f" (found {', '.join(others)}: tformer never unpickles weights)" if others else ""
+        raise FileNotFoundError(f"weights file {str(single)!r} is missing, and so is {str(index)!r}{found}")
+    state: dict[str, torch.Tensor] = {}
+    shards = _shards(directory, index)
+    for shard, names in shards.items():
+        tensors = _floating(load_safetensors(shard), shard)  # missing, empty, truncated, NaN: one line naming it
+        absent = sorted(names - set(tensors))
+        if absent:
+            raise ValueError(
+                f"weights file {str(shard)!r} lacks {len(absent)} weight(s) that {str(index)!r} puts there, "
+                f"e.g. {absent[0]!r}"
+            )
+        state.update({k: tensors[k] for k in names})
+        del tensors
+    return state, index
+
+
+def _floating(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
+    """``tensors``, each a floating-point one (but the buffers the converters skip: GPT-2's old mask, BERT's
+    position ids): an integer or boolean weight would be cast into the model without a word."""
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point() and not any(p.search(name) for p in _NOT_WEIGHTS):
+            raise ValueError(
+                f"weights file {str(path)!r}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; "
+                "a weight must be floating point (float32, bfloat16 or float16)"
+            )
+    return tensors
+
+
+def _shards(directory: Path, index: Path) -> dict[Path, set[str]]:
+    """The shard files of a safetensors index, each with the weight names it holds; every shard must be a file
+    inside ``directory`` (a crafted index must not read a file elsewhere)."""
+    weight_map = read_json_object(index, "weights index").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"weights index {str(index)!r} has no 'weight_map' object (weight name → shard file)")
+    shards: dict[Path, set[str]] = {}
+    for name, file in weight_map.items():
+        # by name only: a link the directory itself holds is its owner's choice (the Hub cache links every file of a
+        # snapshot to ../../blobs/), a name in the index is not
+        if not isinstance(file, str) or not file or Path(file).anchor or ".." in Path(file).parts:
+            raise ValueError(
+                f"weights index {str(index)!r} puts {name!r} in {file!r}: a shard must be a file name inside "
+                f"{str(directory)!r}"
+            )
+        path = directory / file
+        if not path.is_file():
+            raise FileNotFoundError(f"weights file {str(path)!r} is missing (named by {str(index)!r})")
+        shards.setdefault(path, set()).add(name)
+    return shards
+
+
+def _load(config: ModelConfig, state: Mapping[str, torch.Tensor], source: Path, dtype: torch.dtype | None) -> nn.Module:
+    """A model of ``config`` holding ``state`` (Hugging Face names) in ``dtype`` (None: as stored); weights that do
+    not fit the config are one line naming ``source``."""
+    try:
+        ours = registry.state_from_hf(state, config)  # a name with no counterpart, a missing K/V, an untied head
+    except (ValueError, KeyError) as err:
+        raise _misfit(source, err) from None
+    model = registry.build(config).to(dtype or _stored_dtype(ours))
+    try:
+        registry.load_state(model, ours)  # every weight used, every parameter filled, the shapes equal
+    except (ValueError, RuntimeError, KeyError) as err:
+        raise _misfit(source, err) from None
+    return model.eval()
+
+
+def load_hf_model(
+    directory: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32
+) -> GPT:
+    """The GPT (in eval mode) of the Hugging Face decoder directory ``directory``, on ``device``, in ``dtype`` (None:
+    as the weights are stored)."""
+    _, config = read_hf_config(directory)
+    state, source = read_hf_weights(directory)
+    model = _load(config, state, source, dtype)
+    assert isinstance(model, GPT)
+    return model.to(device)
+
+
+def load_hf_dir(
+    directory: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32
+) -> nn.Module:
+    """The tformer model (in eval mode) of any Hugging Face directory tformer reads: a decoder as a GPT, a BERT, a
+    Marian translator; an unknown ``model_type`` is one line naming the file and the types tformer reads."""
+    path = Path(directory) / CONFIG
+    hf = read_json_object(path, "model config")
+    model_type = hf.get("model_type")
+    if not isinstance(model_type, str) or model_type not in registry.MODULES:
+        raise ValueError(
+            f"model config {str(path)!r} has model_type={model_type!r}; tformer reads the Hugging Face types "
+            f"{', '.join(sorted(registry.MODULES))}"
+        )
+    if model_type == "bert":
+        _, bert_config, bert_state = read_hf_bert_dir(directory)
+        model = bert_from_hf_dir(directory, bert_config, bert_state)
+        return model.to(device) if dtype is None else model.to(device, dtype)
+    state, source = read_hf_weights(directory)
+    return _load(_config(path, hf), state, source, dtype).to(device)
+
+
+def read_hf_bert_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], BertConfig, dict[str, torch.Tensor]]:
+    """The ``config.json`` (as a dict), our :class:`BertConfig` and the weights of a Hugging Face BERT directory.
+
+    Checked before any model is built: a missing, empty, binary, truncated or non-object ``config.json``, a
+    config that is not BERT's or whose values are out of range (the size limit of
+    :data:`tformer.models.config.MAX_PARAMETERS` included), a ``model.safetensors`` that is missing or not
+    readable, a weight that is not floating point: each is one ``ValueError`` / ``FileNotFoundError`` that names
+    the file.
+    """
+    directory = Path(directory)
+    config_path, weights_path = directory / CONFIG, directory / WEIGHTS
+    config = read_json_object(config_path, "model config")
+    try:
+        bert_config = bert.config_from_hf(config)
+    except (ValueError, TypeError) as err:  # missing fields; values of the wrong type or out of range
+        raise ValueError(f"model config {str(config_path)!r}: {err}") from None
+    state = load_safetensors(weights_path)  # NaN / inf: one line naming the file and the tensor
+    for name, tensor in state.items():  # an integer or boolean weight would be cast without a word
+        if not tensor.is_floating_point() and not bert.IGNORED.search(name):
+            raise ValueError(
+                f"weights file {str(weights_path)!r}: tensor {name!r} has dtype "
+                f"{str(tensor.dtype).removeprefix('torch.')}; a weight must be floating point"
+            )
+    return config, bert_config, state
+
+
+def bert_from_hf_dir(directory: str | os.PathLike, config: BertConfig, state: Mapping[str, torch.Tensor]) -> Bert:
+    """A :class:`Bert` of ``config`` holding ``state`` (from :func:`read_hf_bert_dir`); weights that do not fit
+    the config (names, shapes) are a ``ValueError`` naming the weights file."""
+    weights_path = Path(directory) / WEIGHTS
+    try:
+        return bert.load_state(Bert(config), bert.state_from_hf(state)).eval()
+    except (ValueError, RuntimeError, KeyError) as err:  # unknown names, shapes that differ, a missing Q/K/V
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"weights file {str(weights_path)!r} does not fit its config.json: {reason}") from None
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _misfit(source: Path, err: Exception) -> ValueError:
+    return ValueError(f"weights file {str(source)!r} does not fit its config.json: {_first_line(err)}")
+
+
+def _stored_dtype(state: dict[str, torch.Tensor]) -> torch.dtype:
+    """The dtype the weights were stored in (that of the first floating-point tensor; float32 if none)."""
+    return next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
