@@ -1,0 +1,165 @@
+"""The tokenizer of a Hugging Face model directory (``hf``), read with the ``tokenizers`` library alone (no
+``transformers``).
+
+    tokenizer.json            the tokenizer itself (vocabulary, merges, pre-tokenizer, post-processor, decoder)
+    tokenizer_config.json     the special tokens' names: bos_token, eos_token, pad_token, unk_token, ...   (optional)
+    special_tokens_map.json   the same names, older saves (without added_tokens_decoder) only            (optional)
+    generation_config.json    bos_token_id / eos_token_id / pad_token_id, as ``generate`` reads them      (optional)
+    config.json               the same ids, when generation_config.json lacks them
+
+The specials answer to tformer's names (``bos_id``, ``eos_id``, ``pad_id``, ``unk_id``, ``mask_id``, ``cls_id``,
+``sep_id``); ``eos_ids`` holds every id that ends a generation (Llama 3 names several).
+
+What ``add_special_tokens=True`` adds is what ``transformers`` (5.x) adds for a directory with a tokenizer.json:
+tokenizer.json's post-processor alone (Llama 3's template adds ``<|begin_of_text|>``, GPT-2's ByteLevel adds
+nothing, no post-processor adds nothing). ``add_bos_token`` / ``add_eos_token`` in tokenizer_config.json are read by
+``transformers`` only when there is no tokenizer.json (it drops them otherwise), so they change nothing here.
+Decoding is the ``tokenizers`` decode, as ``transformers``' ``decode``. tokenizer.json is read whole, as the model
+was trained with it; ``transformers`` 5 rebuilds a few named classes (``tokenizer_class`` GPT2Tokenizer, ...) from
+the vocabulary and merges with the class's own pre-tokenizer, which drops, e.g., a pre-tokenizer that splits digits
+one by one: there the two can differ; tformer keeps tokenizer.json's.
+
+``save`` writes tokenizer.json and tokenizer_config.json (the one it was loaded with, the special tokens' names set
+from the ids); the extra end ids a generation_config.json listed are the model's, not saved with the tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tformer.checks import load_tokenizer_file, read_json_object
+from tformer.files import atomic_write
+from tformer.tokenizers.library import LibraryTokenizer
+
+__all__ = ["HFTokenizer"]
+
+# tokenizer_config.json's names of tformer's specials; the first three are also generation_config.json's ids
+FIELDS = {"bos": "bos_token", "eos": "eos_token", "pad": "pad_token"}
+OTHER_FIELDS = {"unk": "unk_token", "mask": "mask_token", "cls": "cls_token", "sep": "sep_token"}
+CONFIG = "tokenizer_config.json"
+
+
+class HFTokenizer(LibraryTokenizer):
+    """A ``tokenizers.Tokenizer`` with the special-token ids of its Hugging Face directory."""
+
+    kind = "hf"
+    drops_padding = False  # decodes as transformers does
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        specials: Mapping[str, int | None] | None = None,
+        eos_ids: Iterable[int] = (),
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(tokenizer)
+        for name, i in (specials or {}).items():
+            setattr(self, f"{name}_id", i)
+        self._eos_ids = tuple(eos_ids) or (() if self.eos_id is None else (self.eos_id,))
+        self.settings = dict(settings or {})  # tokenizer_config.json as loaded: kept when saving
+        # one past the largest id, added tokens included: ids may leave gaps, so not the number of tokens
+        self._size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+
+    @property
+    def vocab_size(self) -> int:
+        return self._size
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return self._eos_ids
+
+    def _encode_all(self, texts: list[str], add_special_tokens: bool, max_length: int | None) -> list[list[int]]:
+        """The library's own encoding, its post-processor adding the specials (after the cut to ``max_length``)."""
+        if max_length is None:
+            return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)]
+        added = self.tokenizer.num_special_tokens_to_add(False) if add_special_tokens else 0
+        if max_length < added:
+            raise ValueError(f"max_length must be at least {added} here, got {max_length}")
+        rows = []
+        for enc in self.tokenizer.encode_batch(texts, add_special_tokens=False):
+            enc.truncate(max_length - added)
+            rows.append(self.tokenizer.post_process(enc, None, add_special_tokens).ids)
+        return rows
+
+    def save(self, directory: str | Path, prefix: str = "") -> Path:
+        """tokenizer.json and tokenizer_config.json (the special tokens named from their ids)."""
+        path = super().save(directory, prefix)
+        settings = dict(self.settings)
+        for name, field in {**FIELDS, **OTHER_FIELDS}.items():
+            i = getattr(self, f"{name}_id")
+            if i is not None and self.id_to_token(i) is not None:
+                settings[field] = self.id_to_token(i)
+            else:
+                settings.pop(field, None)
+        settings.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
+        text = json.dumps(settings, ensure_ascii=False, indent=2)
+        atomic_write(Path(directory) / (prefix + CONFIG), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path, prefix: str = "") -> HFTokenizer:
+        """The tokenizer of the Hugging Face directory ``directory``; unreadable files are one line naming them."""
+        directory = Path(directory)
+        path = directory / (prefix + cls.file_name)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{str(path)!r} is missing: tformer reads a Hugging Face tokenizer from tokenizer.json only "
+                "(not vocab.json + merges.txt, nor a sentencepiece tokenizer.model)"
+            )
+        tokenizer = load_tokenizer_file(path)
+        config = directory / (prefix + CONFIG)
+        settings = _optional_json(config, "tokenizer config")
+        names = {k: settings.get(k) for k in (*FIELDS.values(), *OTHER_FIELDS.values())}
+        if "added_tokens_decoder" not in settings:  # an older save: special_tokens_map.json wins, as in transformers
+            special_map = _optional_json(directory / (prefix + "special_tokens_map.json"), "special tokens map")
+            names.update({k: special_map[k] for k in names if special_map.get(k) is not None})
+        token_ids = {name: _token_id(tokenizer, names[field], field, config, path) for name, field in FIELDS.items()}
+        for name, field in OTHER_FIELDS.items():  # looked up when named; a name the vocabulary lacks is no token
+            token_ids[name] = _token_id(tokenizer, names[field], field, config, path, strict=False)
+        if token_ids["unk"] is None:  # the model's own unknown token (BPE, WordPiece), when the config names none
+            unk = json.loads(tokenizer.to_str()).get("model", {}).get("unk_token")
+            token_ids["unk"] = tokenizer.token_to_id(unk) if isinstance(unk, str) else None
+        generation = _optional_json(directory / "generation_config.json", "generation config")
+        model = _optional_json(directory / "config.json", "model config")
+        ids = {name: _generation_id(field + "_id", generation, model, directory) for name, field in FIELDS.items()}
+        for name in FIELDS:  # generation_config.json (or config.json) first, as generate reads them
+            if ids[name]:
+                token_ids[name] = ids[name][0]
+        return cls(tokenizer, token_ids, ids["eos"], settings)
+
+
+def _optional_json(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path``, or {} when there is no such file (a present but broken one is an error)."""
+    return read_json_object(path, what) if path.exists() else {}
+
+
+def _token_id(tokenizer, name: Any, field: str, config: Path, path: Path, strict: bool = True) -> int | None:
+    """The id of a special token named in tokenizer_config.json (a string, or an AddedToken dict with 'content')."""
+    if isinstance(name, Mapping):
+        name = name.get("content")
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        if not strict:
+            return None
+        raise ValueError(f"{str(config)!r}: {field} must be a string, got {name!r}")
+    token_id = tokenizer.token_to_id(name)
+    if token_id is None and strict:
+        raise ValueError(f"{str(config)!r}: {field}={name!r} is not in the vocabulary of {str(path)!r}")
+    return token_id
+
+
+def _generation_id(field: str, generation: dict, model: dict, directory: Path) -> list[int]:
+    """``field`` (an id or a list of ids) from generation_config.json, else config.json, as ``generate`` reads it."""
+    source, value = "generation_config.json", generation.get(field)
+    if value is None:
+        source, value = "config.json", model.get(field)
+    if value is None:
+        return []
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise ValueError(f"{str(directory / source)!r}: {field} must be a token id or a list of them, got {value!r}")
+    return values
