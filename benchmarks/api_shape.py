@@ -75,10 +75,11 @@ def translation_loss() -> dict:
     import torch
 
     from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
-    from tformer.translation import TranslationTask, Translator, train_bpe
+    from tformer.tokenizers import train_tokenizer
+    from tformer.translation import TranslationTask, Translator
 
     pairs = [("I am good.", "Je vais bien."), ("She is tired.", "Elle est fatiguée.")] * 8
-    tok = train_bpe([x for p in pairs for x in p], 60)
+    tok = train_tokenizer("bpe", [x for p in pairs for x in p], 60)
     torch.manual_seed(0)
     config = Seq2SeqConfig.preset("tiny", src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size)
     translator = Translator(Seq2SeqTransformer(config), tok, tok)

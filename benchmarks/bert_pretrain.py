@@ -22,9 +22,10 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def _majority_baseline(run: Path, data: Path) -> float:
     """Share of word pieces equal to the most frequent non-special one (what a constant guess scores on MLM)."""
-    from tformer.bert.tokenizer import WordPiece
+    from tformer.models.checkpoint import model_dir
+    from tformer.tokenizers import load_tokenizer
 
-    tok = WordPiece.load(run)
+    tok = load_tokenizer(model_dir(run))
     text = data.read_text(encoding="utf-8")
     tail = text[int(len(text) * 0.95) :]
     ids = [i for line in tail.splitlines() if line.strip() for i in tok.encode(line)]

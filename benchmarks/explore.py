@@ -56,7 +56,7 @@ QUICK_GPT = dict(d_model=32, n_heads=4, n_layers=6, d_ff=64, max_len=64)
 
 def _gpt_dir(root: Path, shape: dict) -> Path:
     from tformer import GPT, GPTConfig
-    from tformer.lm import CharTokenizer
+    from tformer.tokenizers import CharTokenizer
 
     tok = CharTokenizer.train([string.ascii_letters + string.punctuation + " "])
     GPT(GPTConfig(vocab_size=tok.vocab_size, dropout=0.0, **shape)).save_pretrained(root / "gpt6")

@@ -38,13 +38,14 @@ def run_budget(minutes: float, out: Path, data: Path, extra: dict) -> dict:
     import torch
 
     from tformer import lm
-    from tformer.lm import encode_documents, evaluate_stream, load_lm_tokenizer, read_documents, split_ids
+    from tformer.lm import encode_documents, evaluate_stream, read_documents, split_ids
     from tformer.models.gpt import GPT
+    from tformer.tokenizers import load_tokenizer
 
     start = time.perf_counter()
     lm.train(data, out, minutes=minutes, progress=False, overwrite=True, **extra)  # a measurement starts anew
     wall = time.perf_counter() - start
-    model, tok = GPT.from_pretrained(out / "last"), load_lm_tokenizer(out / "last")
+    model, tok = GPT.from_pretrained(out / "last"), load_tokenizer(out / "last")
     _, val = split_ids(encode_documents(tok, read_documents(data)), 0.1)
     r = evaluate_stream(model, val, torch.tensor(tok.unit_lengths()), model.config.max_len, 64)
     state = json.loads((out / "last" / "state.json").read_text())

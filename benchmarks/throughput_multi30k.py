@@ -5,8 +5,8 @@
     python -m benchmarks.throughput_multi30k --quick               # tiny sizes, seconds: proves the script works
 
 Same model (``Seq2SeqConfig.preset("small")``: d_model 256, 4 heads, FFN 1024, 3+3 layers, dropout 0.1, shared
-embeddings over a joint BPE vocabulary trained with ``tformer.translation.tokenizer.train_bpe``), same AdamW step, two
-ways to cut the data into batches:
+embeddings over a joint BPE vocabulary from ``tformer.tokenizers.train_tokenizer("bpe", ...)``), same AdamW step,
+two ways to cut the data into batches:
 
 * **pad-to-longest** — shuffle, take ``--batch-size`` pairs at a time, pad each batch to its longest
   sentence: what a first implementation does;
@@ -82,12 +82,12 @@ def main(argv=None) -> dict:
     if args.quick:
         args.sentences, args.vocab_size, args.batch_size, args.round_sentences = 200, 300, 16, 32
     from tformer import Seq2SeqConfig, Seq2SeqTransformer
+    from tformer.tokenizers import train_tokenizer
     from tformer.translation.batching import token_budget_batches
-    from tformer.translation.tokenizer import train_bpe
 
     with session(args):
         texts = load_pairs(args.data, args.src, args.tgt, args.sentences)
-        tok = train_bpe([s for s, _ in texts] + [t for _, t in texts], vocab_size=args.vocab_size)
+        tok = train_tokenizer("bpe", [s for s, _ in texts] + [t for _, t in texts], vocab_size=args.vocab_size)
         pairs = [(tok.encode(s), tok.encode(t)) for s, t in texts]
         mean_len = sum(max(len(s), len(t) + 1) for s, t in pairs) / len(pairs)
         max_tokens = args.max_tokens or round(args.batch_size * mean_len)

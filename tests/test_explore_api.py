@@ -18,16 +18,16 @@ import torch
 from starlette.testclient import TestClient
 
 from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
-from tformer.bert import fill_mask, train_wordpiece
+from tformer.bert import fill_mask
 from tformer.cli import main
 from tformer.explore import Session
 from tformer.explore.export import export_html, request_key
 from tformer.explore.server import create_app
 from tformer.generation import beam_search, generate_lm, translate_ids
 from tformer.inspect import trace
-from tformer.lm import ByteBPETokenizer, CharTokenizer
+from tformer.tokenizers import ByteBPETokenizer, CharTokenizer, train_tokenizer
 from tformer.tokens import LM_EOT, TRANSLATION_EOS, TRANSLATION_SOS
-from tformer.translation import Translator, train_bpe
+from tformer.translation import Translator
 
 PORT = 8765
 BASE = f"http://127.0.0.1:{PORT}"
@@ -52,7 +52,10 @@ def dirs(tmp_path_factory):
     """Random tiny models of each family saved with their tokenizers (equality needs no training)."""
     root = tmp_path_factory.mktemp("explore")
     torch.manual_seed(0)
-    src, tgt = train_bpe([p[0] for p in PAIRS] * 3, 80, 1), train_bpe([p[1] for p in PAIRS] * 3, 80, 1)
+    src, tgt = (
+        train_tokenizer("bpe", [p[0] for p in PAIRS] * 3, 80, 1),
+        train_tokenizer("bpe", [p[1] for p in PAIRS] * 3, 80, 1),
+    )
     config = Seq2SeqConfig.preset(
         "tiny", src_vocab_size=src.vocab_size, tgt_vocab_size=tgt.vocab_size, dropout=0.0, max_len=24
     )
@@ -76,7 +79,7 @@ def dirs(tmp_path_factory):
         root / "gemma_like"
     )
     char.save(root / "gemma_like")
-    wp = train_wordpiece(SENTENCES * 3, vocab_size=120, min_frequency=1)
+    wp = train_tokenizer("wordpiece", SENTENCES * 3, vocab_size=120, min_frequency=1)
     Bert(BertConfig.preset("tiny", vocab_size=wp.vocab_size, dropout=0.0, max_len=32)).save_pretrained(root / "bert")
     wp.save(root / "bert")
     import transformers  # a dev dependency: no skip that would hide the other families too
@@ -481,7 +484,7 @@ def test_export_of_an_untrained_translator_stays_small_and_holds_its_numbers(tmp
 
     torch.manual_seed(0)
     sentences = [p[0] for p in PAIRS] + SENTENCES
-    src, tgt = train_bpe(sentences * 3, 200, 1), train_bpe([p[1] for p in PAIRS] * 3, 200, 1)
+    src, tgt = train_tokenizer("bpe", sentences * 3, 200, 1), train_tokenizer("bpe", [p[1] for p in PAIRS] * 3, 200, 1)
     config = Seq2SeqConfig.preset("tiny", src_vocab_size=src.vocab_size, tgt_vocab_size=tgt.vocab_size, dropout=0.0)
     assert config.max_len >= 256
     Translator(Seq2SeqTransformer(config).eval(), src, tgt).save(tmp_path / "untrained")

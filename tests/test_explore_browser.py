@@ -30,7 +30,7 @@ from tformer import GPT, Bert, BertConfig, GPTConfig
 from tformer.cli import main
 from tformer.generation import SamplingConfig, beam_search, generate_lm, translate_ids
 from tformer.inspect import toy_seq2seq, trace
-from tformer.lm.tokenizer import CharTokenizer
+from tformer.tokenizers import CharTokenizer
 from tformer.tokens import LM_EOT, LM_PAD, TRANSLATION_EOS, TRANSLATION_SOS
 
 CHROMIUM = os.environ.get("TFORMER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -380,10 +380,10 @@ def test_a_tensor_too_big_for_one_answer_shows_some_rows(browser, gpt_dir, monke
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory) -> Path:
     """A tiny BERT with a WordPiece trained on three sentences (random weights, seeded)."""
-    from tformer.bert import train_wordpiece
+    from tformer.tokenizers import train_tokenizer
 
     path = tmp_path_factory.mktemp("bert")
-    tokenizer = train_wordpiece(BERT_SENTENCES, vocab_size=120, min_frequency=1)
+    tokenizer = train_tokenizer("wordpiece", BERT_SENTENCES, vocab_size=120, min_frequency=1)
     tokenizer.save(path)
     torch.manual_seed(4)
     Bert(BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0, max_len=32)).save_pretrained(path)
@@ -473,11 +473,13 @@ def test_export_of_an_untrained_translator_is_small_and_says_what_it_left_out(br
     """An untrained translator never says <eos>: its export traces the first 32 tokens of the translation, stays
     under 5 MB, says so on the page, and shows the model's own numbers for what it holds."""
     from tformer import Seq2SeqConfig, Seq2SeqTransformer
-    from tformer.translation import Translator, train_bpe
+    from tformer.tokenizers import train_tokenizer
+    from tformer.translation import Translator
 
     torch.manual_seed(0)
     text = ["I am good.", "the cat sat on the mat.", "a dog.", "the dog ate a bone."] * 3
-    src, tgt = train_bpe(text, 200, 1), train_bpe(["Je vais bien.", "le chat est assis.", "un chien."] * 3, 200, 1)
+    src = train_tokenizer("bpe", text, 200, 1)
+    tgt = train_tokenizer("bpe", ["Je vais bien.", "le chat est assis.", "un chien."] * 3, 200, 1)
     config = Seq2SeqConfig.preset("tiny", src_vocab_size=src.vocab_size, tgt_vocab_size=tgt.vocab_size, dropout=0.0)
     translator = Translator(Seq2SeqTransformer(config).eval(), src, tgt)
     translator.save(tmp_path / "untrained")
@@ -746,7 +748,7 @@ def hf_gpt2(tmp_path_factory):
     import transformers
 
     from tformer.hf import from_hf
-    from tformer.lm import ByteBPETokenizer
+    from tformer.tokenizers import ByteBPETokenizer
 
     path = tmp_path_factory.mktemp("hf_gpt2")
     bpe = ByteBPETokenizer.train([" ".join(BERT_SENTENCES) * 3], vocab_size=280)

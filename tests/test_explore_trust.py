@@ -24,14 +24,13 @@ from starlette.testclient import TestClient
 
 import tformer
 from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
-from tformer.bert import train_wordpiece
 from tformer.cli import main
 from tformer.explore import Session
 from tformer.explore.export import request_key
 from tformer.explore.server import MAX_BODY, MAX_DEPTH, create_app
 from tformer.explore.session import API_NAMES
-from tformer.lm import ByteBPETokenizer, CharTokenizer
-from tformer.translation import Translator, train_bpe
+from tformer.tokenizers import ByteBPETokenizer, CharTokenizer, train_tokenizer
+from tformer.translation import Translator
 
 TEXT = "To be, or not to be, that is the question."
 SENTENCES = ["the cat sat on the mat.", "the dog ate a bone.", "a bird sang in the tree.", "I am good."]
@@ -61,10 +60,13 @@ def dirs(tmp_path_factory):
     bpe = ByteBPETokenizer.train([TEXT * 3], vocab_size=280)
     GPT(GPTConfig.preset("tiny", vocab_size=bpe.vocab_size, dropout=0.0, max_len=20)).save_pretrained(root / "bpe20")
     bpe.save(root / "bpe20")
-    wp = train_wordpiece(SENTENCES * 3, vocab_size=120, min_frequency=1)
+    wp = train_tokenizer("wordpiece", SENTENCES * 3, vocab_size=120, min_frequency=1)
     Bert(BertConfig.preset("tiny", vocab_size=wp.vocab_size, dropout=0.0, max_len=8)).save_pretrained(root / "bert8")
     wp.save(root / "bert8")
-    src, tgt = train_bpe([p[0] for p in PAIRS] * 3, 80, 1), train_bpe([p[1] for p in PAIRS] * 3, 80, 1)
+    src, tgt = (
+        train_tokenizer("bpe", [p[0] for p in PAIRS] * 3, 80, 1),
+        train_tokenizer("bpe", [p[1] for p in PAIRS] * 3, 80, 1),
+    )
     config = Seq2SeqConfig.preset(
         "tiny", src_vocab_size=src.vocab_size, tgt_vocab_size=tgt.vocab_size, dropout=0.0, max_len=3
     )

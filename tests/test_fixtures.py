@@ -7,8 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from tformer.bert import fill_mask, load_masked_lm
-from tformer.lm import load_lm_tokenizer
 from tformer.models.gpt import GPT
+from tformer.tokenizers import load_tokenizer
 from tformer.translation import Translator
 
 ROOT = Path(__file__).parent / "fixtures" / "v0.1"
@@ -27,7 +27,7 @@ def test_translation_checkpoint_loads_with_the_same_logits_and_translations():
 
 
 def test_lm_checkpoint_loads_with_the_same_logits():
-    model, tokenizer = GPT.from_pretrained(ROOT / "lm"), load_lm_tokenizer(ROOT / "lm")
+    model, tokenizer = GPT.from_pretrained(ROOT / "lm"), load_tokenizer(ROOT / "lm")
     ids = torch.tensor([tokenizer.encode("ROMEO: good morrow")])
     assert torch.equal(ids, EXPECTED["lm_ids"])
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""Hugging Face model directories (tformer.hf.directory, tformer.lm.hf_tokenizer) against transformers itself.
+"""Hugging Face model directories (tformer.hf.directory, the hf tokenizer) against transformers itself.
 
 Tiny random Llama (sharded; tied and stored in bf16; with a sentencepiece-style tokenizer), Qwen3 and GPT-2 models
 and BPE tokenizers trained here, saved with ``save_pretrained``: our loader gives transformers' logits, its tokenizer
@@ -23,7 +23,7 @@ from tformer import lm  # noqa: E402
 from tformer.cli import main  # noqa: E402
 from tformer.generation import generate_lm  # noqa: E402
 from tformer.hf import is_hf_dir  # noqa: E402
-from tformer.lm.hf_tokenizer import Continuation, HFTokenizer  # noqa: E402
+from tformer.tokenizers import Continuation, HFTokenizer  # noqa: E402
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -206,11 +206,12 @@ def test_tokenizer_gives_transformers_ids_and_text(saved, name):
     theirs = transformers.AutoTokenizer.from_pretrained(directory)
     raw = Tokenizer.from_file(str(directory / "tokenizer.json"))
     for text in SAMPLES:
-        ids = ours.encode(text)
+        ids = ours.encode(text, add_special_tokens=True)  # as the model reads it: what transformers gives
         assert ids == theirs(text)["input_ids"] == raw.encode(text).ids, text
-        assert ours.decode(ids) == theirs.decode(ids) == raw.decode(ids, skip_special_tokens=False)
+        assert ours.decode(ids, skip_special_tokens=False) == theirs.decode(ids) == raw.decode(ids, False)
         if "<s>" not in text and name in BYTE_LEVEL:  # byte-level BPE gives the text back exactly (after a BOS)
-            assert ours.decode(ids[1:] if ids[:1] == [ours.start_id] and name != "gpt2" else ids) == text
+            bare = ids[1:] if ids[:1] == [ours.start_id] and name != "gpt2" else ids
+            assert ours.decode(bare, skip_special_tokens=False) == ours.decode(ours.encode(text)) == text
     assert ours.eos_ids == ((0,) if name == "gpt2" else (1,))
 
 
@@ -218,8 +219,8 @@ def test_a_continuation_keeps_the_space_a_sentencepiece_decoder_strips(saved):
     """Decoded alone, "▁world" is "world"; after the prompt's ids it is " world", as the pipeline cuts it."""
     directory, _, fast = saved["llama-metaspace"]
     tok = HFTokenizer.load(directory)
-    ids = tok.encode("Hello world")
-    cut = next(i for i in range(2, len(ids)) if tok.tokenizer.id_to_token(ids[i]).startswith("▁"))
+    ids = tok.encode("Hello world", add_special_tokens=True)
+    cut = next(i for i in range(2, len(ids)) if tok.id_to_token(ids[i]).startswith("▁"))
     assert tok.decode(ids[cut:]) == fast.decode(ids[cut:]) == tok.decode(ids[cut:]).lstrip()  # the space is gone
     assert Continuation(tok, ids[:cut]).decode(ids[cut:]) == " " + tok.decode(ids[cut:])
 
@@ -239,8 +240,10 @@ def test_bos_is_added_as_transformers_adds_it(saved, tmp_path, post_processor, a
         (directory / "tokenizer_config.json").write_text(json.dumps({**settings, "add_bos_token": add_bos}))
     ours, theirs = HFTokenizer.load(directory), transformers.AutoTokenizer.from_pretrained(directory)
     for text in SAMPLES[:4]:
-        assert ours.encode(text) == theirs(text)["input_ids"]
-        assert (ours.encode(text)[:1] == [theirs.bos_token_id]) == (post_processor == "template")
+        assert ours.encode(text, add_special_tokens=True) == theirs(text)["input_ids"]
+        assert (ours.encode(text, add_special_tokens=True)[:1] == [theirs.bos_token_id]) == (
+            post_processor == "template"
+        )
 
 
 def test_a_gpt2tokenizer_class_encodes_as_transformers_rebuilds_it(saved, tmp_path):
@@ -253,8 +256,9 @@ def test_a_gpt2tokenizer_class_encodes_as_transformers_rebuilds_it(saved, tmp_pa
     ours, theirs = HFTokenizer.load(directory), transformers.AutoTokenizer.from_pretrained(directory)
     assert type(theirs).__name__ == "GPT2Tokenizer"
     for text in SAMPLES:
-        assert ours.encode(text) == theirs(text)["input_ids"]
-        assert ours.decode(ours.encode(text)) == theirs.decode(ours.encode(text))
+        ids = ours.encode(text, add_special_tokens=True)
+        assert ids == theirs(text)["input_ids"]
+        assert ours.decode(ids, skip_special_tokens=False) == theirs.decode(ids)
 
 
 def _greedy(hf, fast, prompt: str, n: int) -> list[int]:
@@ -269,7 +273,7 @@ def test_generate_command_prints_transformers_greedy_continuation(saved, name, c
     new = _greedy(hf, fast, PROMPT, 12)
     assert len(set(new)) > 2  # a real continuation, not one token over and over
     model, tok = lm.load(directory)
-    assert generate_lm(model, [tok.encode(PROMPT)], 12, eos_id=tok.eos_ids[0])[0] == new
+    assert generate_lm(model, [tok.encode(PROMPT, add_special_tokens=True)], 12, eos_id=tok.eos_ids[0])[0] == new
     assert main(["generate", "--model", str(directory), "--prompt", PROMPT, "--greedy", "--max-new-tokens", "12"]) == 0
     prompt = fast(PROMPT)["input_ids"]  # the text transformers' text-generation pipeline gives: all ids, then cut
     text = fast.decode(prompt + new)[len(fast.decode(prompt)) :]
@@ -350,7 +354,8 @@ def test_tformer_directories_keep_their_own_loader(tmp_path, capsys):
     """A `tformer train lm`-style directory (config.json with model_type "gpt", our byte BPE) is not a Hugging Face
     one: it loads and generates as before, stopping at <|endoftext|>."""
     from tformer import GPT, GPTConfig
-    from tformer.lm import EOT, ByteBPETokenizer
+    from tformer.tokenizers import ByteBPETokenizer
+    from tformer.tokens import LM_EOT as EOT
 
     tok = ByteBPETokenizer.train(TEXTS, 300)
     torch.manual_seed(0)
@@ -358,10 +363,12 @@ def test_tformer_directories_keep_their_own_loader(tmp_path, capsys):
     tok.save(tmp_path)
     assert not is_hf_dir(tmp_path)
     model, loaded = lm.load(tmp_path)
-    assert isinstance(loaded, ByteBPETokenizer)
+    assert loaded.kind == "byte_bpe"
     new = generate_lm(model, [tok.encode(PROMPT)], 10, eos_id=EOT)[0]
     assert main(["generate", "--model", str(tmp_path), "--prompt", PROMPT, "--greedy", "--max-new-tokens", "10"]) == 0
-    assert capsys.readouterr().out == PROMPT + tok.decode([i for i in new if i != EOT]) + "\n"
+    assert (
+        capsys.readouterr().out == PROMPT + tok.decode([i for i in new if i != EOT], skip_special_tokens=False) + "\n"
+    )
 
 
 # ------------------------------------------------------------------------------------------- crafted dirs

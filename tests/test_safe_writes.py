@@ -37,12 +37,12 @@ PAIRS = ["the cat sat\tle chat assis", "a dog ran\tun chien courut", "i am good\
 def inputs(tmp_path_factory) -> dict[str, Path]:
     """The files the commands read: a tiny translation model with its test set, a Tatoeba-style TSV, a training
     run directory (log.jsonl and best/, the layout the trainer writes) and a plain GPT model directory."""
+    from tformer.tokenizers import train_tokenizer
     from tformer.translation import Translator
-    from tformer.translation.tokenizer import train_bpe
 
     root = tmp_path_factory.mktemp("inputs")
     torch.manual_seed(0)
-    tok = train_bpe([line.replace("\t", " ") for line in PAIRS] * 5, vocab_size=60, min_frequency=1)
+    tok = train_tokenizer("bpe", [line.replace("\t", " ") for line in PAIRS] * 5, vocab_size=60, min_frequency=1)
     config = Seq2SeqConfig(
         src_vocab_size=tok.vocab_size,
         tgt_vocab_size=tok.vocab_size,

@@ -34,14 +34,12 @@ def _tiny(cls, config_cls, **fields):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """A tiny translation model, a character LM and a BERT with its WordPiece."""
-    from tformer.bert import train_wordpiece
-    from tformer.lm.tokenizer import CharTokenizer
+    from tformer.tokenizers import CharTokenizer, train_tokenizer
     from tformer.translation import Translator
-    from tformer.translation.tokenizer import train_bpe
 
     root = tmp_path_factory.mktemp("models")
     out = {name: root / name for name in ("translation", "lm", "bert")}
-    tok = train_bpe([TEXT] * 5, vocab_size=40, min_frequency=1)
+    tok = train_tokenizer("bpe", [TEXT] * 5, vocab_size=40, min_frequency=1)
     torch.manual_seed(0)
     seq2seq = Seq2SeqTransformer(
         Seq2SeqConfig(
@@ -60,7 +58,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     char = CharTokenizer.train([TEXT])
     _tiny(GPT, GPTConfig, vocab_size=char.vocab_size).save_pretrained(out["lm"])
     char.save(out["lm"])
-    wp = train_wordpiece([TEXT] * 5, vocab_size=60, min_frequency=1)
+    wp = train_tokenizer("wordpiece", [TEXT] * 5, vocab_size=60, min_frequency=1)
     _tiny(Bert, BertConfig, vocab_size=wp.vocab_size).save_pretrained(out["bert"])
     wp.save(out["bert"])
     return out
@@ -281,10 +279,10 @@ def test_expected_failures_of_other_types_are_one_line(exc, code, text, monkeypa
 
 def test_labels_file_of_the_wrong_shape_is_one_line(models, tmp_path, capsys):
     """labels.json without "labels" (a KeyError deep inside before) or naming the wrong number of labels."""
-    from tformer.bert import WordPiece
+    from tformer.tokenizers import load_tokenizer
 
     directory = tmp_path / "clf"
-    wp = WordPiece.load(models["bert"])
+    wp = load_tokenizer(models["bert"])
     _tiny(Bert, BertConfig, vocab_size=wp.vocab_size, num_labels=2).save_pretrained(directory)
     wp.save(directory)
     labels = directory / "labels.json"

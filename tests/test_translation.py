@@ -10,16 +10,18 @@ import torch
 from tformer import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.cli import main
 from tformer.generation import beam_search, translate_ids
+from tformer.tokenizers import train_tokenizer
+from tformer.tokens import TRANSLATION_EOS as EOS
+from tformer.tokens import TRANSLATION_SOS as SOS
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation import TranslationTask, Translator, corpus_bleu
-from tformer.translation.tokenizer import EOS, SOS, train_bpe
 from tformer.translation.toy_corpus import builtin_pairs
 
 PAIRS = builtin_pairs()[::59][:20]  # 20 varied pairs
 
 
 def _translator(pairs, seed=0, **overrides):
-    tok = train_bpe([t for p in pairs for t in p], vocab_size=200, min_frequency=1)
+    tok = train_tokenizer("bpe", [t for p in pairs for t in p], vocab_size=200, min_frequency=1)
     cfg = Seq2SeqConfig.preset(
         "tiny",
         src_vocab_size=tok.vocab_size,

@@ -1,7 +1,7 @@
 """Encoder-only (BERT) workflows on top of :class:`tformer.Bert`.
 
-* :mod:`.tokenizer` — WordPiece tokenizers (trained on our corpora, or the uncased BERT vocabulary)
-  and the ``[CLS] A [SEP] B [SEP]`` layout with segment ids (special tokens: :mod:`tformer.tokens`).
+* its tokenizer is :mod:`tformer.tokenizers`' ``wordpiece`` kind (trained on our corpora, or the uncased BERT
+  vocabulary), with the ``[CLS] A [SEP] B [SEP]`` layout and segment ids (special tokens: :mod:`tformer.tokens`).
 * :mod:`.pretraining` — documents of sentences → NSP sentence pairs → the MLM collator → :class:`BertPretrainTask`.
 * :mod:`.fill_mask` — load a model directory (ours or a Hugging Face one) and fill in ``[MASK]``.
 * :mod:`.classification` — ``text<TAB>label`` fine-tuning (:class:`ClassifyTask`), :class:`TextClassifier`
@@ -18,12 +18,8 @@ from tformer.bert.embeddings import SentenceEncoder
 from tformer.bert.fill_mask import fill_mask, load_masked_lm
 from tformer.bert.pretraining import BertBatch, BertPretrainTask, MLMCollator, nsp_pairs, read_sentence_documents
 from tformer.bert.run import setup, setup_classifier, train, train_classifier
-from tformer.bert.tokenizer import SPECIAL_TOKENS, WordPiece, train_wordpiece
 
 __all__ = [
-    "SPECIAL_TOKENS",
-    "WordPiece",
-    "train_wordpiece",
     "BertBatch",
     "MLMCollator",
     "BertPretrainTask",

@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 
 from tformer.bert.pretraining import BertBatch, collate
-from tformer.bert.tokenizer import WordPiece
 from tformer.checks import read_json_object
 from tformer.files import atomic_write, write_output
 from tformer.models.bert import Bert
 from tformer.models.checkpoint import check_vocab, model_dir
 from tformer.text import read_lines, read_tsv
+from tformer.tokenizers import WordPieceTokenizer
 
 __all__ = [
     "LABELS_FILE",
@@ -67,7 +67,7 @@ def split_examples(examples: list, valid: float | int = 0.1, seed: int = 0) -> t
     return shuffled[n_valid:], shuffled[:n_valid]
 
 
-def _batch(tokenizer: WordPiece, texts: list[str], label_ids: list[int], max_len: int) -> BertBatch:
+def _batch(tokenizer: WordPieceTokenizer, texts: list[str], label_ids: list[int], max_len: int) -> BertBatch:
     rows = [(*tokenizer.single(ids, max_len), y) for ids, y in zip(tokenizer.encode_batch(texts), label_ids)]
     return collate(rows, tokenizer.pad_id)
 
@@ -79,7 +79,7 @@ class ClassifyTask:
 
     def __init__(
         self,
-        tokenizer: WordPiece,
+        tokenizer: WordPieceTokenizer,
         labels: list[str],
         train: list[tuple[str, str]],
         valid: list[tuple[str, str]],
@@ -145,7 +145,7 @@ class ClassifyTask:
 @dataclass
 class TextClassifier:
     model: Bert
-    tokenizer: WordPiece
+    tokenizer: WordPieceTokenizer
     labels: list[str]
 
     @classmethod
@@ -159,7 +159,7 @@ class TextClassifier:
         labels = read_json_object(path, "labels file").get("labels")
         if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
             raise ValueError(f"labels file {str(path)!r} must hold {{'labels': [...]}}, a non-empty list of strings")
-        model, tokenizer = Bert.from_pretrained(directory), WordPiece.load(directory)
+        model, tokenizer = Bert.from_pretrained(directory), WordPieceTokenizer.load(directory)
         check_vocab(directory, "tokenizer.json", tokenizer.vocab_size, "vocab_size", model.config.vocab_size)
         if len(labels) != model.config.num_labels:
             raise ValueError(

@@ -21,15 +21,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer
-from tokenizers.implementations import BertWordPieceTokenizer
 
-from tformer.bert.tokenizer import bert_tokenizer
 from tformer.checks import read_json_object
 from tformer.hf.directory import bert_from_hf_dir, read_hf_bert_dir
 from tformer.models.bert import Bert
+from tformer.tokenizers import WordPieceTokenizer
 
-__all__ = ["SentenceEncoder", "bert_tokenizer", "minilm_path", "mean_pool"]
+__all__ = ["SentenceEncoder", "minilm_path", "mean_pool"]
 
 
 def minilm_path() -> Path:
@@ -76,21 +74,16 @@ def _check_pooling(path: Path) -> None:
 class SentenceEncoder:
     """A :class:`Bert` and its tokenizer, turning sentences into unit-length vectors (N, D).
 
-    The tokenizer is set to pad to the longest sentence of a batch and to truncate at ``max_length``
+    A batch is ``[CLS] sentence [SEP]`` each, padded to its longest sentence and cut at ``max_length``
     (sentence-transformers' ``max_seq_length``, 256 for all-MiniLM-L6-v2).
     """
 
-    def __init__(
-        self, model: Bert, tokenizer: Tokenizer | BertWordPieceTokenizer, max_length: int | None = None
-    ) -> None:
+    def __init__(self, model: Bert, tokenizer: WordPieceTokenizer, max_length: int | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_length = max_length or model.config.max_len
         if self.max_length > model.config.max_len:
             raise ValueError(f"max_length must be <= the model's max_len {model.config.max_len}, got {self.max_length}")
-        pad_id = model.config.pad_id
-        tokenizer.enable_padding(pad_id=pad_id, pad_token=tokenizer.id_to_token(pad_id) or "[PAD]")
-        tokenizer.enable_truncation(max_length=self.max_length)
 
     @classmethod
     def from_sentence_transformers(cls, path: str | os.PathLike | None = None) -> SentenceEncoder:
@@ -105,14 +98,14 @@ class SentenceEncoder:
         _check_pooling(path)
         config, bert_config, state = read_hf_bert_dir(path)  # one-line errors that name the file
         model = bert_from_hf_dir(path, bert_config, state)
-        return cls(model, bert_tokenizer(path), _max_length(path, config))
+        return cls(model, WordPieceTokenizer.load(path), _max_length(path, config))
 
     def tokenize(self, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """ids (B, T) and the real-token mask (B, T), padded to the longest sentence."""
-        encodings = self.tokenizer.encode_batch(sentences)
-        ids = torch.tensor([e.ids for e in encodings])  # (B, T)
-        mask = torch.tensor([e.attention_mask for e in encodings], dtype=torch.bool)  # (B, T)
-        return ids, mask
+        ids, mask = self.tokenizer.encode_batch(
+            sentences, padding=True, max_length=self.max_length, add_special_tokens=True
+        )
+        return torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)  # (B, T), (B, T)
 
     @torch.inference_mode()
     def encode(self, sentences: list[str], batch_size: int = 32) -> torch.Tensor:

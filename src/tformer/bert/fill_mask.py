@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from tformer.bert.tokenizer import WordPiece
 from tformer.checks import read_json_object
 from tformer.models.bert import Bert
 from tformer.models.checkpoint import model_dir
+from tformer.tokenizers import WordPieceTokenizer
 
 __all__ = ["load_masked_lm", "fill_mask"]
 
@@ -36,7 +36,7 @@ def _load_hf(directory: Path) -> Bert:
     return bert_from_hf_dir(directory, config, state)
 
 
-def load_masked_lm(directory: str | Path) -> tuple[Bert, WordPiece]:
+def load_masked_lm(directory: str | Path) -> tuple[Bert, WordPieceTokenizer]:
     """A BERT with its MLM head and its tokenizer, from our model directory (a training run's: its best model)
     or a Hugging Face one."""
     directory = model_dir(directory)
@@ -46,7 +46,7 @@ def load_masked_lm(directory: str | Path) -> tuple[Bert, WordPiece]:
     config = read_json_object(path, "model config")
     hf = "hidden_size" in config
     model = _load_hf(directory) if hf else Bert.from_pretrained(directory)
-    tokenizer = WordPiece.load(directory)
+    tokenizer = WordPieceTokenizer.load(directory)
     n, v = tokenizer.vocab_size, model.config.vocab_size
     if n > v or (n != v and not hf):  # a Hugging Face vocab_size may be padded above the tokenizer's
         name = "tokenizer.json" if (directory / "tokenizer.json").is_file() else "vocab.txt"
@@ -58,11 +58,12 @@ def load_masked_lm(directory: str | Path) -> tuple[Bert, WordPiece]:
 
 
 @torch.no_grad()
-def fill_mask(model: Bert, tokenizer: WordPiece, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+def fill_mask(model: Bert, tokenizer: WordPieceTokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each ``[MASK]`` in ``text`` (left to right), the ``top_k`` (token, probability) pairs."""
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
-    ids, types = tokenizer.single(tokenizer.encode(text), model.config.max_len)
+    ids = tokenizer.encode(text, add_special_tokens=True, max_length=model.config.max_len)  # [CLS] … [SEP]
+    types = [0] * len(ids)
     positions = [i for i, t in enumerate(ids) if t == tokenizer.mask_id]
     if not positions:
         raise ValueError(f"no [MASK] token in {text!r} (within the first {model.config.max_len - 2} tokens)")
@@ -72,6 +73,6 @@ def fill_mask(model: Bert, tokenizer: WordPiece, text: str, top_k: int = 5) -> l
     probs = model.mlm_head(hidden[0, positions]).float().softmax(-1)  # (M, D) -> (M, V)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (M, K)
     return [
-        [(tokenizer.id_to_token(i), p) for i, p in zip(row_ids.tolist(), row_p.tolist())]
+        [(tokenizer.id_to_token(i) or str(i), p) for i, p in zip(row_ids.tolist(), row_p.tolist())]
         for row_ids, row_p in zip(top.indices, top.values)
     ]

@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tformer.bert.tokenizer import WordPiece
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.text import read_lines
+from tformer.tokenizers import WordPieceTokenizer
 
 __all__ = [
     "IGNORE",
@@ -151,7 +151,9 @@ def collate(rows: list[tuple[list[int], list[int], int]], pad_id: int) -> BertBa
 class MLMCollator:
     """BERT's masking: pick ``pick`` of the non-special tokens; of those, ``mask`` → [MASK], ``random`` → a random token, the rest stay."""
 
-    def __init__(self, tokenizer: WordPiece, pick: float = 0.15, mask: float = 0.8, random: float = 0.1) -> None:
+    def __init__(
+        self, tokenizer: WordPieceTokenizer, pick: float = 0.15, mask: float = 0.8, random: float = 0.1
+    ) -> None:
         if not 0 < pick <= 1 or mask < 0 or random < 0 or mask + random > 1:
             raise ValueError(
                 f"need 0 < pick <= 1 and mask, random >= 0 with mask + random <= 1; got {pick}, {mask}, {random}"
@@ -205,7 +207,7 @@ class BertPretrainTask:
 
     def __init__(
         self,
-        tokenizer: WordPiece,
+        tokenizer: WordPieceTokenizer,
         train_docs: list[list[str]],
         valid_docs: list[list[str]],
         max_len: int = 128,

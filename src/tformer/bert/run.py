@@ -16,8 +16,9 @@ import torch
 
 from tformer.bert.classification import ClassifyTask, read_labelled_tsv, split_examples
 from tformer.bert.pretraining import BertPretrainTask, read_sentence_documents, split_documents
-from tformer.bert.tokenizer import WordPiece, train_wordpiece
 from tformer.models.bert import Bert, BertConfig
+from tformer.models.checkpoint import model_dir
+from tformer.tokenizers import WordPieceTokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
@@ -25,11 +26,11 @@ from tformer.training.trainer import TrainConfig, Trainer
 __all__ = ["setup", "train", "setup_classifier", "train_classifier"]
 
 
-def _tokenizer(texts: list[str], tokenizer_dir: str | Path | None, vocab_size: int, device: str) -> WordPiece:
+def _tokenizer(texts: list[str], tokenizer_dir: str | Path | None, vocab_size: int, device: str) -> WordPieceTokenizer:
     """The WordPiece of ``tokenizer_dir``, else one trained on ``texts`` (by rank 0, for every process)."""
     if tokenizer_dir:
-        return WordPiece.load(tokenizer_dir)
-    return from_rank0(lambda: train_wordpiece(texts, vocab_size), device)
+        return WordPieceTokenizer.load(model_dir(tokenizer_dir))
+    return from_rank0(lambda: train_tokenizer("wordpiece", texts, vocab_size), device)
 
 
 def _overrides(dropout: float | None) -> dict:
@@ -69,7 +70,7 @@ def setup(
         f"in {len(train_docs)} / {len(valid_docs)} documents" + ("" if valid_docs else " (no validation data)")
     )
     if resume:
-        config, tokenizer = saved_run(out_dir, Bert, WordPiece.load)
+        config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
     else:
         tokenizer = _tokenizer([s for d in train_docs for s in d], tokenizer_dir, vocab_size, cfg.device)
         config = BertConfig.preset(
@@ -88,7 +89,12 @@ def train(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, di
 
 
 def _classifier(
-    init: str | Path | None, preset: str, tokenizer: WordPiece, n_labels: int, max_len: int, dropout: float | None
+    init: str | Path | None,
+    preset: str,
+    tokenizer: WordPieceTokenizer,
+    n_labels: int,
+    max_len: int,
+    dropout: float | None,
 ) -> Bert:
     """A new classifier of the preset's size, or the ``init`` model with a new head of ``n_labels``."""
     if not init:
@@ -145,12 +151,12 @@ def setup_classifier(
     none = "" if valid_part else " (no validation data)"
     log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples{none}, labels {labels}")
     if resume:
-        config, tokenizer = saved_run(out_dir, Bert, WordPiece.load)
+        config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
         torch.manual_seed(cfg.seed)
         model = Bert(config)
     else:
         tokenizer = (
-            WordPiece.load(init)
+            WordPieceTokenizer.load(model_dir(init))
             if init
             else _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device)
         )

@@ -5,9 +5,11 @@
     tformer trace --model GPT_DIR --prompt "To be" --max-new-tokens 10 --json trace.json
     tformer trace --model DIR --ids "4 5 6 7"             # no tokenizer files: raw ids
 
-Tokenizer files are picked up from the model directory when present: ``src_tokenizer.json`` and
-``tgt_tokenizer.json`` (seq2seq; <pad>=0 <unk>=1 <sos>=2 <eos>=3, see ``tformer.tokens``) or ``tokenizer.json``
-(GPT, BERT).
+The model directory's tokenizer is read when it has one, whatever its kind (``tformer.tokenizers.load_tokenizer``):
+``src_tokenizer.json`` and ``tgt_tokenizer.json`` (seq2seq), ``char_tokenizer.json`` or ``tokenizer.json`` (GPT),
+``tokenizer.json`` or ``vocab.txt`` (BERT). The text is encoded as the model reads it
+(``add_special_tokens=True``: ``[CLS] … [SEP]`` for BERT, a Hugging Face tokenizer's BOS), as ``fill-mask``,
+``generate``, training and the explorer encode it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from tformer.cli.common import add_overwrite_flag
 from tformer.cli.validate import Number, existing_dir, non_negative_int, output_file
-from tformer.translation.tokenizer import SOS
+from tformer.tokens import TRANSLATION_SOS
 
 
 def add_input_args(p) -> None:
@@ -106,51 +108,49 @@ def _parse_ids(text: str, flag: str) -> list[int]:
         raise ValueError(f"{flag} must be space-separated integers, got {text!r}") from None
 
 
-def _tokenizer(directory: Path, name: str):
-    path = directory / name
-    if not path.is_file():
+def _tokenizer(directory: Path, prefix: str = ""):
+    """The directory's tokenizer of any kind (None when it has no tokenizer file); a broken one is one line."""
+    from tformer.tokenizers import load_tokenizer, tokenizer_kind
+
+    try:
+        tokenizer_kind(directory, prefix)
+    except FileNotFoundError:
         return None
-    from tformer.checks import load_tokenizer_file
-
-    return load_tokenizer_file(path)  # a corrupted file is one line naming it, not the Rust library's bare Exception
+    return load_tokenizer(directory, prefix)
 
 
-def _vocab(tok) -> list[str] | None:
-    return None if tok is None else [tok.id_to_token(i) or str(i) for i in range(tok.get_vocab_size())]
-
-
-def _encode(tok, text: str | None, ids: str | None, what: str, special: bool) -> tuple[list[int], list[str] | None]:
-    """ids and tokens from ``--ids`` or from the tokenizer file ``what``."""
+def _encode(tok, text: str | None, ids: str | None, what: str) -> tuple[list[int], list[str] | None]:
+    """ids and tokens from ``--ids`` or from the tokenizer ``what``, the text as the model reads it."""
     if ids is not None:
         return _parse_ids(ids, "--ids" if "target" not in what else "--target-ids"), None
     if text is None:
         raise ValueError(f"give the input as TEXT (or --prompt), or as --ids for {what}")
     if tok is None:
         raise ValueError(f"the model directory has no {what}: pass the input as space-separated --ids")
-    enc = tok.encode(text, add_special_tokens=special)
-    if not enc.ids:
+    encoded = tok.encode(text, add_special_tokens=True)
+    if not encoded:
         raise ValueError(f"the text {text!r} gives no tokens")
-    return enc.ids, enc.tokens
+    return encoded, [tok.id_to_token(i) or str(i) for i in encoded]
 
 
 def _inputs(model, directory: Path, args) -> dict:
     text = args.text if args.text is not None else args.prompt
     if model.model_type == "seq2seq":
-        src_tok, tgt_tok = _tokenizer(directory, "src_tokenizer.json"), _tokenizer(directory, "tgt_tokenizer.json")
-        src_ids, src_tokens = _encode(src_tok, text, args.ids, "src_tokenizer.json", special=False)
+        src_tok, tgt_tok = _tokenizer(directory, "src_"), _tokenizer(directory, "tgt_")
+        src_ids, src_tokens = _encode(src_tok, text, args.ids, "src_tokenizer.json")
+        sos = TRANSLATION_SOS if tgt_tok is None or tgt_tok.bos_id is None else tgt_tok.bos_id  # <sos>
         if args.target_ids is not None:
             tgt_ids, tgt_tokens = _parse_ids(args.target_ids, "--target-ids"), None
         elif args.target is not None:
-            ids, tokens = _encode(tgt_tok, args.target, None, "tgt_tokenizer.json (for --target)", special=False)
-            tgt_ids, tgt_tokens = [SOS] + ids, ["<sos>"] + (tokens or [])  # decoder input = <sos> + target
+            ids, tokens = _encode(tgt_tok, args.target, None, "tgt_tokenizer.json (for --target)")
+            tgt_ids, tgt_tokens = [sos] + ids, ["<sos>"] + (tokens or [])  # decoder input = <sos> + target
         else:
-            tgt_ids, tgt_tokens = [SOS], ["<sos>"]
-        return dict(
-            src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=_vocab(tgt_tok)
-        )
-    tok = _tokenizer(directory, "tokenizer.json")
-    ids, tokens = _encode(tok, text, args.ids, "tokenizer.json", special=model.model_type == "bert")
-    inputs = dict(ids=ids, tokens=tokens, vocab=_vocab(tok))
-    if model.model_type == "gpt" and tok is not None and tok.token_to_id("<|endoftext|>") is not None:
-        inputs["eos_id"] = tok.token_to_id("<|endoftext|>")
+            tgt_ids, tgt_tokens = [sos], ["<sos>"]
+        vocab = tgt_tok.vocabulary() if tgt_tok is not None else None
+        return dict(src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=vocab)
+    tok = _tokenizer(directory)
+    ids, tokens = _encode(tok, text, args.ids, "tokenizer file")
+    inputs = dict(ids=ids, tokens=tokens, vocab=tok.vocabulary() if tok is not None else None)
+    if model.model_type == "gpt" and tok is not None and tok.eos_id is not None:
+        inputs["eos_id"] = tok.eos_id
     return inputs

@@ -1,9 +1,10 @@
-"""Text ↔ ids for the explorer, one small adapter per tokenizer, all with one face: ``encode``, ``decode``, ``vocab``.
+"""Text ↔ ids for the explorer, one small adapter per family, all with one face: ``encode``, ``decode``, ``vocab``.
 
-The families' own tokenizers do the work (:class:`~tformer.translation.tokenizer.TextTokenizer`, the LM's
-character or byte-level BPE tokenizer, BERT's :class:`~tformer.bert.tokenizer.WordPiece`); the notes' toy model
-has a list of words. ``encode`` returns the ids and the piece each id stands for (the labels of the rows and
-columns the page draws); ``vocab`` names every id (top-k candidates, logits columns).
+Every model's tokenizer does the work through the one interface of :mod:`tformer.tokenizers` (whatever its kind:
+the translator's BPE, a GPT's characters, byte-level BPE or Hugging Face tokenizer, BERT's WordPiece); the notes'
+toy model has a list of words. The adapters differ only in what the family shows: ``encode`` returns the ids and
+the piece each id stands for (the labels of the rows and columns the page draws); ``vocab`` names every id (top-k
+candidates, logits columns).
 
 Dimension legend: none (lists of ids).
 """
@@ -11,10 +12,10 @@ Dimension legend: none (lists of ids).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from tformer.text import normalize
-from tformer.tokens import LM_EOT, TRANSLATION_EOS
+from tformer.tokenizers import Tokenizer, WordPieceTokenizer
+from tformer.tokens import TRANSLATION_EOS
 
 __all__ = ["ToyCodec", "TranslationCodec", "LMCodec", "WordPieceCodec"]
 
@@ -44,36 +45,41 @@ class ToyCodec:
 class TranslationCodec:
     """A translation model's source or target BPE, on the normalised text (as ``Translator`` encodes it)."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
-        self.vocab = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+        self.vocab = tokenizer.vocabulary()
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
-        enc = self.tokenizer.tokenizer.encode(normalize(text), add_special_tokens=False)
-        return list(enc.ids), list(enc.tokens)
+        ids = self.tokenizer.encode(normalize(text))  # the encoder reads the bare source
+        return ids, [self.vocab[i] for i in ids]
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids)
+        """The text up to the first ``<eos>`` (``eos_id``), special tokens dropped."""
+        ids = list(ids)
+        eos = self.tokenizer.eos_id
+        return self.tokenizer.decode(ids[: ids.index(eos)] if eos in ids else ids)
 
 
 class LMCodec:
-    """A GPT's character or byte-level BPE tokenizer; each id is named by the text it decodes to."""
+    """A GPT's tokenizer (characters, byte-level BPE, a Hugging Face one); each id is named by the text it decodes to."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.vocab = [self._name(i) for i in range(tokenizer.vocab_size)]
         # tformer's own: <|endoftext|> starts and ends a text; a Hugging Face directory's tokenizer names its own
-        self.start = getattr(tokenizer, "start_id", LM_EOT)
-        self.eos = (getattr(tokenizer, "eos_ids", ()) or (LM_EOT,))[0]
-        self.pad = getattr(tokenizer, "pad_id", None)
+        self.start, self.pad = tokenizer.start_id, tokenizer.pad_id
+        self.eos = tokenizer.eos_ids[0] if tokenizer.eos_ids else None
 
     def _name(self, i: int) -> str:
-        text = self.tokenizer.decode([i])
-        inner = getattr(self.tokenizer, "tokenizer", None)  # byte-level BPE: a lone byte of a character shows as �
-        return inner.id_to_token(i) if inner is not None and ("\ufffd" in text or not text) else text
+        text = self.tokenizer.decode([i], skip_special_tokens=False)
+        if "\ufffd" in text or not text:  # byte-level BPE: a lone byte of a character shows as �
+            return self.tokenizer.id_to_token(i) or str(i)
+        return text
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
-        ids = self.tokenizer.encode(text) or [self.start]  # no prompt: start as after a document boundary
+        ids = self.tokenizer.encode(text, add_special_tokens=True)  # what the model reads, as `generate` feeds it
+        if not ids and self.start is not None:
+            ids = [self.start]  # no prompt: start as after a document boundary
         return ids, [self.vocab[i] for i in ids]
 
     def decode(self, ids: list[int]) -> str:
@@ -81,11 +87,12 @@ class LMCodec:
 
 
 class WordPieceCodec:
-    """BERT's WordPiece pieces, without [CLS]/[SEP] (the session lays out single sentences and pairs)."""
+    """BERT's WordPiece pieces, without [CLS]/[SEP] (the session lays out single sentences and pairs with the
+    tokenizer's ``single`` and ``pair``, as training does)."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: WordPieceTokenizer) -> None:
         self.tokenizer = tokenizer
-        self.vocab = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+        self.vocab = tokenizer.vocabulary()
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
         ids = self.tokenizer.encode(text)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from tformer.lm.tokenizer import EOT, PAD
 from tformer.text import check_text, read_lines, read_text
+from tformer.tokens import LM_PAD as PAD
 
 __all__ = ["read_documents", "encode_documents", "split_ids", "blocks"]
 
@@ -58,11 +58,11 @@ def _jsonl_text(line: str, where: str) -> str:
 
 
 def encode_documents(tokenizer, documents: list[str]) -> torch.Tensor:
-    """One stream of ids (N,): the documents joined with ``<|endoftext|>``."""
+    """One stream of ids (N,): the documents joined with the tokenizer's end of text (``<|endoftext|>``)."""
     ids: list[int] = []
     for i, doc in enumerate(documents):
         if i:
-            ids.append(EOT)
+            ids.append(tokenizer.eos_id)
         ids.extend(tokenizer.encode(doc))
     return torch.tensor(ids, dtype=torch.long)
 

@@ -19,18 +19,33 @@ import torch
 from tformer.generation import SamplingConfig, generate_lm
 from tformer.hf import is_hf_dir, load_hf_model
 from tformer.lm.data import encode_documents, read_documents, split_ids
-from tformer.lm.hf_tokenizer import Continuation, HFTokenizer
 from tformer.lm.recipes import resolve
 from tformer.lm.stream import TextStream
 from tformer.lm.task import LMTask, evaluate_stream
-from tformer.lm.tokenizer import EOT, PAD, ByteBPETokenizer, CharTokenizer, load_lm_tokenizer, train_lm_tokenizer
 from tformer.models.checkpoint import check_vocab, model_dir
 from tformer.models.gpt import GPT, GPTConfig
+from tformer.tokenizers import Continuation, HFTokenizer, Tokenizer, load_tokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = ["setup", "train", "load", "generate", "evaluate"]
+
+# the recipes' and the CLI's --tokenizer names -> the tokenizer kinds (tformer.tokenizers)
+TOKENIZER_KINDS = {"char": "char", "bpe": "byte_bpe"}
+
+
+def _tokenizer(directory: str | Path) -> Tokenizer:
+    """The tokenizer of a ``tformer train lm`` model directory (a training run's: its best model's): characters
+    (``char_tokenizer.json``) or byte-level BPE (``tokenizer.json``)."""
+    directory = model_dir(directory)
+    try:
+        return load_tokenizer(directory, kinds=TOKENIZER_KINDS.values())
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{str(directory)!r} has no LM tokenizer (char_tokenizer.json or tokenizer.json); "
+            "is it a `tformer train lm` run?"
+        ) from None
 
 
 def setup(
@@ -96,10 +111,11 @@ def setup(
     start_run(cfg, resume, "lm", settings)  # a non-empty out_dir needs resume or overwrite
     docs = read_documents(data)
     if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
-        config, tok = saved_run(out_dir, GPT, load_lm_tokenizer)
+        config, tok = saved_run(out_dir, GPT, _tokenizer)
     else:
-        tok = from_rank0(lambda: train_lm_tokenizer(r["tokenizer"], docs, r["vocab_size"]), cfg.device)
-        config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=PAD, **r["model"])
+        kind = TOKENIZER_KINDS[r["tokenizer"]]
+        tok = from_rank0(lambda: train_tokenizer(kind, docs, r["vocab_size"]), cfg.device)
+        config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=tok.pad_id, **r["model"])
     train_ids, val_ids = split_ids(encode_documents(tok, docs), val_fraction)
     torch.manual_seed(cfg.seed)
     model = GPT(config)
@@ -124,13 +140,18 @@ def train(data: str | Path, out_dir: str | Path, preset: str = "tiny", **options
 
 def load(
     directory: str | Path, device: str = "cpu", dtype: torch.dtype | None = torch.float32
-) -> tuple[GPT, CharTokenizer | ByteBPETokenizer | HFTokenizer]:
+) -> tuple[GPT, Tokenizer]:
     """A GPT (in eval mode) and its tokenizer, checked to match: from a ``tformer train lm`` directory, or from a
     Hugging Face model directory (:mod:`tformer.hf.directory`: config.json with a Hugging Face ``model_type``,
     safetensors weights, tokenizer.json), read without ``transformers``. ``dtype``: the weights' dtype in memory
     (None: as stored, float32 for tformer's own)."""
     if is_hf_dir(directory):
         tokenizer = HFTokenizer.load(directory)  # before the weights: a broken tokenizer fails fast
+        if tokenizer.start_id is None:
+            raise ValueError(
+                f"{str(directory)!r} names neither a BOS nor an EOS token (generation_config.json, config.json, "
+                "tokenizer_config.json): generation has nothing to start an empty prompt from"
+            )
         model = load_hf_model(directory, device, dtype)
         top = tokenizer.vocab_size - 1  # the model may have more rows than the tokenizer has ids (Qwen), not fewer
         if top >= model.config.vocab_size:
@@ -141,7 +162,7 @@ def load(
             )
         return model, tokenizer
     directory = model_dir(directory)
-    model, tok = GPT.from_pretrained(directory).to(device, dtype).eval(), load_lm_tokenizer(directory)
+    model, tok = GPT.from_pretrained(directory).to(device, dtype).eval(), _tokenizer(directory)
     check_vocab(directory, tok.file_name, tok.vocab_size, "vocab_size", model.config.vocab_size)
     return model, tok
 
@@ -158,15 +179,14 @@ def generate(
 ) -> str:
     """Continue ``prompt`` (no prompt: start a new document); ``on_text`` receives the text as it becomes safe
     to show (never the end-of-document token, nothing from a stop string on). Returns the continuation."""
-    # tformer's tokenizers end a document with <|endoftext|>; a Hugging Face one says its own ids
-    start, ends, pad = (
-        (tokenizer.start_id, tokenizer.eos_ids, tokenizer.pad_id)
-        if isinstance(tokenizer, HFTokenizer)
-        else (EOT, (EOT,), PAD)
-    )
-    prompt_ids = tokenizer.encode(prompt) or [start]  # no prompt: start as after a document boundary
-    # a Hugging Face decoder may strip a leading space: decode the new ids after the prompt's, then cut
-    stream = TextStream(Continuation(tokenizer, prompt_ids) if isinstance(tokenizer, HFTokenizer) else tokenizer, stop)
+    # tformer's tokenizers start and end a document with <|endoftext|>; a Hugging Face one names its own ids
+    ends, pad = tokenizer.eos_ids, tokenizer.pad_id
+    start = tokenizer.start_id
+    if start is None:
+        raise ValueError(f"this {tokenizer.kind} tokenizer has neither a BOS nor an EOS token to start a text from")
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=True) or [start]  # no prompt: a new document
+    # a SentencePiece-style decoder may strip a leading space: decode the new ids after the prompt's, then cut
+    stream = TextStream(Continuation(tokenizer, prompt_ids), stop)
     pieces: list[str] = []
 
     def emit(text: str) -> None:
@@ -198,14 +218,14 @@ def evaluate(model: GPT, tokenizer, data: str | Path, block_size: int | None = N
     """Loss per token, perplexity and bits per unit of ``model`` on the documents of ``data``; ``unit`` says
     which ("character" for the char tokenizer, else "byte"), ``tokens`` how many were scored. A tformer run's
     tokenizer only: the stream joins documents with its <|endoftext|> and leaves <pad> unscored."""
-    if isinstance(tokenizer, HFTokenizer):
+    if tokenizer.unit is None:
         raise ValueError(
-            "evaluate-lm scores models trained with `tformer train lm`; a Hugging Face directory's tokenizer has "
-            "its own end-of-text and padding ids, which this scoring does not read"
+            "evaluate-lm scores models trained with `tformer train lm` (a char or byte_bpe tokenizer); this model's "
+            f"is a {tokenizer.kind} tokenizer (a Hugging Face directory's?), whose units this scoring does not know"
         )
     ids = encode_documents(tokenizer, read_documents(data))
     if len(ids) < 2:
         raise ValueError(f"--data {str(data)!r} has fewer than 2 tokens")
     block = min(block_size or model.config.max_len, model.config.max_len)
     result = evaluate_stream(model, ids, torch.tensor(tokenizer.unit_lengths()), block, batch_size)
-    return {**result, "unit": "character" if isinstance(tokenizer, CharTokenizer) else "byte"}
+    return {**result, "unit": tokenizer.unit}

@@ -18,7 +18,8 @@ import torch
 
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.lm.data import blocks
-from tformer.lm.tokenizer import EOT, PAD
+from tformer.tokens import LM_EOT as EOT
+from tformer.tokens import LM_PAD as PAD
 
 __all__ = ["LMTask", "evaluate_stream"]
 

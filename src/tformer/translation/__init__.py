@@ -2,7 +2,7 @@
 
 * :mod:`.pairs` — sentence pairs: read (TSV, aligned files, the built-in corpus of :mod:`.toy_corpus`),
   normalise, filter, split by source sentence; :mod:`.download` fetches corpora into a cache;
-* :mod:`.tokenizer` — the BPE tokenizer and its special tokens (layout in :mod:`tformer.tokens`);
+* the BPE tokenizers (``bpe``) come from :mod:`tformer.tokenizers`, their special tokens from :mod:`tformer.tokens`;
 * :mod:`.batching` — teacher-forcing batches under a token budget;
 * :mod:`.task` — :class:`TranslationTask`, what the Trainer trains;
 * :mod:`.translator` — :class:`Translator`: model + tokenizers, ``translate`` and ``evaluate`` (BLEU, chrF);
@@ -16,17 +16,9 @@ from tformer.translation.batching import Batch, make_batch, token_budget_batches
 from tformer.translation.pairs import Split, load_corpus, load_splits, read_aligned, read_tsv, split_corpus
 from tformer.translation.run import evaluate_files, prepare, setup, train, train_tokenizers
 from tformer.translation.task import TranslationTask
-from tformer.translation.tokenizer import EOS, PAD, SOS, SPECIALS, UNK, TextTokenizer, train_bpe
 from tformer.translation.translator import Translator, corpus_bleu
 
 __all__ = [
-    "SPECIALS",
-    "PAD",
-    "UNK",
-    "SOS",
-    "EOS",
-    "TextTokenizer",
-    "train_bpe",
     "Split",
     "load_corpus",
     "load_splits",

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from tformer.translation.tokenizer import EOS, PAD, SOS
+from tformer.tokens import TRANSLATION_EOS as EOS
+from tformer.tokens import TRANSLATION_PAD as PAD
+from tformer.tokens import TRANSLATION_SOS as SOS
 
 __all__ = ["Batch", "make_batch", "token_budget_batches"]
 

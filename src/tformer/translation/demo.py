@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from tformer.generation import translate_ids
-from tformer.translation.tokenizer import EOS, SOS
+from tformer.tokens import TRANSLATION_EOS as EOS
+from tformer.tokens import TRANSLATION_SOS as SOS
 from tformer.translation.translator import Translator
 
 __all__ = ["EXAMPLES", "HEATMAP", "cross_attention_png"]

@@ -15,12 +15,13 @@ import torch
 
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.text import read_lines
+from tformer.tokenizers import train_tokenizer
+from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.training import distributed
 from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation.pairs import Split, load_splits
 from tformer.translation.task import TranslationTask
-from tformer.translation.tokenizer import PAD, train_bpe
 from tformer.translation.translator import Translator, load_tokenizers
 
 __all__ = ["train_tokenizers", "prepare", "setup", "train", "evaluate_files"]
@@ -29,9 +30,10 @@ __all__ = ["train_tokenizers", "prepare", "setup", "train", "evaluate_files"]
 def train_tokenizers(split: Split, vocab_size: int = 8000, joint: bool = True) -> tuple:
     """BPE tokenizers (source, target) trained on the training split; one shared tokenizer when ``joint``."""
     if joint:
-        tok = train_bpe([x for pair in split.train for x in pair], vocab_size)
+        tok = train_tokenizer("bpe", [x for pair in split.train for x in pair], vocab_size)
         return tok, tok
-    return train_bpe([s for s, _ in split.train], vocab_size), train_bpe([t for _, t in split.train], vocab_size)
+    sources, targets = [s for s, _ in split.train], [t for _, t in split.train]
+    return train_tokenizer("bpe", sources, vocab_size), train_tokenizer("bpe", targets, vocab_size)
 
 
 def prepare(

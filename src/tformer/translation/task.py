@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
+from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.translation.batching import Batch, make_batch, token_budget_batches
 from tformer.translation.pairs import group_references
-from tformer.translation.tokenizer import PAD
 from tformer.translation.translator import Translator
 
 __all__ = ["TranslationTask"]

@@ -24,7 +24,10 @@ from tformer.generation import SamplingConfig, beam_search, translate_ids
 from tformer.models.checkpoint import check_vocab, model_dir
 from tformer.models.seq2seq import Seq2SeqTransformer
 from tformer.text import normalize
-from tformer.translation.tokenizer import EOS, PAD, SOS, TextTokenizer
+from tformer.tokenizers import BPETokenizer
+from tformer.tokens import TRANSLATION_EOS as EOS
+from tformer.tokens import TRANSLATION_PAD as PAD
+from tformer.tokens import TRANSLATION_SOS as SOS
 
 __all__ = [
     "SRC_TOKENIZER",
@@ -36,7 +39,8 @@ __all__ = [
     "corpus_bleu",
 ]
 
-SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
+SRC_PREFIX, TGT_PREFIX = "src_", "tgt_"  # two tokenizers in one directory
+SRC_TOKENIZER, TGT_TOKENIZER = SRC_PREFIX + BPETokenizer.file_name, TGT_PREFIX + BPETokenizer.file_name
 # a subword token spans a few characters (a long French word with its ▁ is ~20): max_len tokens always fit in
 # max_len · 64 characters, and a longer sentence is cut there before the tokenizer sees it
 MAX_CHARS_PER_TOKEN = 64
@@ -46,10 +50,10 @@ class SourceTruncated(UserWarning):
     """A source sentence was longer than the model reads: only its first ``max_len`` tokens were translated."""
 
 
-def load_tokenizers(directory: str | Path) -> tuple[TextTokenizer, TextTokenizer]:
-    """The (source, target) tokenizers saved in a model directory (a training run's: its best model's)."""
+def load_tokenizers(directory: str | Path) -> tuple[BPETokenizer, BPETokenizer]:
+    """The (source, target) BPE tokenizers saved in a model directory (a training run's: its best model's)."""
     directory = model_dir(directory)
-    return TextTokenizer.load(directory / SRC_TOKENIZER), TextTokenizer.load(directory / TGT_TOKENIZER)
+    return BPETokenizer.load(directory, SRC_PREFIX), BPETokenizer.load(directory, TGT_PREFIX)
 
 
 def corpus_bleu(hypotheses: list[str], references: list[list[str]]) -> tuple[float, float, str, str]:
@@ -70,8 +74,8 @@ class Translator:
     """A trained translation model and its tokenizers: ``translate`` and ``evaluate`` on raw sentences."""
 
     model: Seq2SeqTransformer
-    src_tokenizer: TextTokenizer
-    tgt_tokenizer: TextTokenizer
+    src_tokenizer: BPETokenizer
+    tgt_tokenizer: BPETokenizer
 
     @classmethod
     def load(cls, directory: str | Path, device: str = "cpu") -> Translator:
@@ -88,9 +92,8 @@ class Translator:
 
     def save_tokenizers(self, directory: str | Path) -> None:
         """``src_tokenizer.json`` and ``tgt_tokenizer.json`` in ``directory``."""
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        self.src_tokenizer.save(Path(directory) / SRC_TOKENIZER)
-        self.tgt_tokenizer.save(Path(directory) / TGT_TOKENIZER)
+        self.src_tokenizer.save(directory, SRC_PREFIX)
+        self.tgt_tokenizer.save(directory, TGT_PREFIX)
 
     def encode_sources(self, sentences: list[str], numbers: list[int] | None = None) -> torch.Tensor:
         """(B, S) padded source ids, each sentence cut to the model's ``max_len`` tokens; a cut one gets a
@@ -144,7 +147,7 @@ class Translator:
             else:
                 ids = translate_ids(self.model, src, SOS, EOS, max_len, sampling or SamplingConfig(), generator)
             for i, row in zip(idx, ids):
-                out[i] = self.tgt_tokenizer.decode(row)
+                out[i] = self.tgt_tokenizer.decode(row[: row.index(EOS)] if EOS in row else row)
         return out
 
     def evaluate(self, sources: list[str], references: list[list[str]], beam: int = 1, max_len: int = 128) -> dict:
