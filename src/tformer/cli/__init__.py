@@ -29,6 +29,7 @@ COMMANDS = [
     "plot",
     "explore",
     "data",
+    "export",
     "info",
     "bench",
 ]
