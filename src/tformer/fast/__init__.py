@@ -27,9 +27,11 @@ tasks' training loss)                                                  the (N, V
 
 Each keeps its reference and a parity test (``tests/test_fast.py``); ``python -m benchmarks.train_step`` and
 ``python -m benchmarks.decode`` time them. :class:`~tformer.training.Trainer` (``TrainConfig.fast``, default True)
-and the decoding functions of :mod:`tformer.generation` (``fast=True``) apply :func:`speed_up`; with
-``fast=False`` the model stays plain. Inside :func:`reference` every fast path runs its reference and
-:func:`speed_up` swaps nothing (this is how ``TrainConfig(fast=False)`` trains, evaluates and decodes).
+applies :func:`speed_up` to the model it trains. The decoding functions of :mod:`tformer.generation`
+(``fast=True``) decode through :func:`fast_view`, the swaps applied to a view of the model that shares its
+Parameters (:mod:`tformer.fast.view`): the model the caller holds keeps its modules. With ``fast=False`` both
+leave the model plain. Inside :func:`reference` every fast path runs its reference, and :func:`speed_up` and
+:func:`fast_view` swap nothing (this is how ``TrainConfig(fast=False)`` trains, evaluates and decodes).
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ from torch import nn
 from tformer.fast import attention, dropout, linear, losses
 from tformer.fast.linear import check_copies, forget_copies
 from tformer.fast.losses import sequence_cross_entropy
+from tformer.fast.view import shared_view
 
-__all__ = ["speed_up", "reference", "sequence_cross_entropy", "check_copies", "forget_copies"]
+__all__ = ["speed_up", "fast_view", "reference", "sequence_cross_entropy", "check_copies", "forget_copies"]
 
 _SWAPS_ON = True
 
@@ -56,6 +59,15 @@ def speed_up(model: nn.Module) -> nn.Module:
         dropout.swap_dropout(model)
         attention.swap_attention(model)
     return model
+
+
+def fast_view(model: nn.Module) -> nn.Module:
+    """``model`` with every swap applied, as a view (:mod:`tformer.fast.view`): a copy of its module tree holding the
+    same Parameters, buffers and hooks, made once per model and kept while the model stays as it was. ``model``
+    itself is not changed. Inside :func:`reference`, and for an object that is not an ``nn.Module``, ``model``."""
+    if not _SWAPS_ON or not isinstance(model, nn.Module):
+        return model
+    return shared_view(model, speed_up)
 
 
 @contextlib.contextmanager
