@@ -268,22 +268,28 @@ def test_fast_loss_equals_the_plain_loss_with_its_gradient():
 # ------------------------------------------------------------------------------------------------- decoding
 
 
-def test_decoding_with_the_fast_paths_equals_the_plain_model_and_fast_false_leaves_it_plain():
+def test_decoding_runs_the_fast_paths_on_a_view_and_leaves_the_callers_model_plain():
+    """fast=True decodes through fast.fast_view: the output layer that runs is the fast Linear (its forward hook, put on
+    the caller's nn.Linear, sees it), the tokens are fast=False's, and the caller's model keeps its plain modules."""
     plain, other = _seq2seq().eval(), _seq2seq().eval()
     src = SRC.clone()
     greedy = translate_ids(plain, src, 1, 2, max_len=12, fast=False)
     beams = beam_search(plain, src, 1, 2, beam_size=3, max_len=12, fast=False)
     assert _fast_parts(plain) == []  # fast=False: still plain
+    ran = []
+    hook = other.output.register_forward_hook(lambda module, args, out: ran.append(type(module)))
     assert translate_ids(other, src, 1, 2, max_len=12) == greedy  # default: the fast paths, same tokens
-    assert _fast_parts(other) != []
     assert beam_search(other, src, 1, 2, beam_size=3, max_len=12) == beams
+    hook.remove()
+    assert set(ran) == {fast_linear.Linear}  # the decoding ran the fast layer ...
+    assert _fast_parts(other) == [] and type(other.output) is nn.Linear  # ... of a view: the model is as it was
 
     gpt_plain, gpt_fast = _gpt().eval(), _gpt().eval()
     prompts = [[5, 9, 3], [7, 1, 2, 8], [12]]
     expected = generate_lm(gpt_plain, prompts, 10, fast=False)
     assert _fast_parts(gpt_plain) == []
     assert generate_lm(gpt_fast, prompts, 10) == expected
-    assert type(gpt_fast.output) is fast_linear.Linear
+    assert _fast_parts(gpt_fast) == [] and type(fast.fast_view(gpt_fast).output) is fast_linear.Linear
 
 
 def test_the_swapped_decoding_step_equals_the_plain_logits():

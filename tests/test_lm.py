@@ -280,21 +280,31 @@ def test_cosine_over_a_time_budget_decays_with_the_time_used():
 
 
 def test_no_fast_generates_the_same_text_with_plain_modules(memorised, capsys, monkeypatch):
-    """``--no-fast`` runs the command inside tformer.fast.reference(): no swap happens, the text is the same."""
+    """``--no-fast`` runs the command inside tformer.fast.reference(): no swap happens, the text is the same. The
+    default decodes with the fast layers (of a view: the loaded model itself keeps its plain modules)."""
     from torch import nn
 
     import tformer.lm
     from tformer.fast.linear import Linear as FastLinear
 
     out, tok, result = memorised
-    loaded = []
+    loaded, ran = [], []  # the models loaded; the class of the output layer each forward ran
+
+    def load(*a, **k):
+        loaded.append(real_load(*a, **k))
+        loaded[-1][0].output.register_forward_hook(lambda module, args, out: ran.append(type(module)))
+        return loaded[-1]
+
     real_load = tformer.lm.load
-    monkeypatch.setattr(tformer.lm, "load", lambda *a, **k: loaded.append(real_load(*a, **k)) or loaded[-1])
+    monkeypatch.setattr(tformer.lm, "load", load)
     args = ["generate", "--model", str(out), "--prompt", TEXT[:6], "--greedy", "--max-new-tokens", str(len(TEXT) - 6)]
     assert main([*args, "--no-fast"]) == 0
     assert capsys.readouterr().out == TEXT + "\n"
-    plain = [m for m in loaded[-1][0].modules() if isinstance(m, nn.Linear)]
-    assert plain and not any(isinstance(m, FastLinear) for m in plain)
+    assert ran and set(ran) == {nn.Linear}
+    ran.clear()
     assert main(args) == 0
     assert capsys.readouterr().out == TEXT + "\n"
-    assert any(isinstance(m, FastLinear) for m in loaded[-1][0].modules())  # the default swaps them in
+    assert ran and set(ran) == {FastLinear}  # the default decodes with the fast layers ...
+    for model, _ in loaded:  # ... of a view: the models themselves keep their plain modules
+        plain = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        assert plain and not any(isinstance(m, FastLinear) for m in plain)

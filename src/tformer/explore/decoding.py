@@ -2,12 +2,13 @@
 
 Each answer is produced by the library's own decoding code, watched, never re-implemented:
 
-* greedy: :func:`tformer.inspect.greedy_steps` (the model's cached decoding, each pick with its top-k);
+* greedy: :func:`tformer.inspect.greedy_steps` (the decoding loop's greedy steps, each pick with its top-k);
 * beam: :func:`tformer.generation.beam_search` with its ``on_step`` hook, which reports every ranked candidate;
   the tree is drawn from those reports and the output is the search's own result;
-* sampling: the tokens come from :func:`tformer.generation.generate_lm` with the seed (as ``tformer generate
-  --seed``); the distributions before and after the filters are the model's logits at those positions put
-  through :func:`tformer.generation.process_logits` (temperature → top-k → top-p);
+* sampling: the decoding loop of :func:`tformer.generation.generate_lm` (its prefill, sampler and
+  :func:`~tformer.generation.decode_n`) with the seed, so the tokens are what ``tformer generate --seed`` draws; the
+  distributions before and after the filters are the logits each draw was made from, and those put through
+  :func:`tformer.generation.process_logits` (temperature → top-k → top-p);
 * teacher forcing: one forward pass of the model on the reference.
 
 Dimension legend: T tokens, V vocabulary size, K beams.
@@ -19,7 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tformer.generation import BeamCandidate, SamplingConfig, beam_search, generate_lm, process_logits
+from tformer.generation import (
+    BeamCandidate,
+    LMDecoder,
+    SamplingConfig,
+    beam_search,
+    decode_n,
+    process_logits,
+    sampler,
+    seeded,
+    until,
+)
 from tformer.inspect import greedy_steps
 from tformer.tokens import LM_PAD, TRANSLATION_EOS, TRANSLATION_SOS
 
@@ -185,23 +196,31 @@ def sample(m: Model, p: Params) -> dict:
         raise ValueError(f"text has {len(ids)} tokens: no room left in the model's context of {m.config.max_len}")
     n = p.integer("steps", min(20, room), lo=1, hi=min(MAX_STEPS, room))
     p.done()
-    # the tokens: exactly what `tformer generate --seed` draws (tformer.lm.generate's call)
+    # the tokens: exactly what `tformer generate --seed` draws (tformer.lm.generate's generate_lm: the same prefill,
+    # sampler and loop), and beside each the logits the draw was made from, before and after the filters
     pad = LM_PAD if m.tgt.pad is None else m.tgt.pad
-    new = generate_lm(m.model, [ids], n, config, eos_id=m.tgt.eos, pad_id=pad, seed=seed)[0]
-    logits = m.model(torch.tensor([ids + new]))[0, len(ids) - 1 : len(ids) - 1 + len(new)].float()  # (N, V)
-    after = process_logits(logits, config)  # (N, V) −∞ where filtered out
+    decoder, seen = LMDecoder(m.model, pad), []
+    draw = sampler(config, seeded(seed, next(m.model.parameters()).device))
+
+    def watched(logits: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:
+        seen.append((logits[0].float(), process_logits(logits, config, previous)[0]))  # (V,) before, after
+        return draw(logits, previous)
+
+    with torch.inference_mode():
+        logits, state = decoder.prefill([ids], n)
+        new = decode_n(decoder, state, logits, n, watched, None if m.tgt.eos is None else until(m.tgt.eos))[0]
     steps = []
-    for j, token in enumerate(new):
+    for j, (token, (before, after)) in enumerate(zip(new, seen)):
         steps.append(
             dict(
                 step=j + 1,
                 token=_name(m, token),
                 id=token,
-                before=_top(m, logits[j]),
-                after=_top(m, after[j]),
-                kept=int(torch.isfinite(after[j]).sum()),
-                prob_before=float(logits[j].double().softmax(-1)[token]),
-                prob_after=float(after[j].double().softmax(-1)[token]),
+                before=_top(m, before),
+                after=_top(m, after),
+                kept=int(torch.isfinite(after).sum()),
+                prob_before=float(before.double().softmax(-1)[token]),
+                prob_after=float(after.double().softmax(-1)[token]),
             )
         )
     return dict(steps=steps, output=m.tgt.decode(new), prompt=m.tgt.decode(ids))

@@ -1,7 +1,7 @@
 """Decoding, one step at a time, for inspection: each step's fed tokens, its pick and the top-k behind it.
 
-:func:`greedy_steps` runs the model's own cached decoding (``model.decode`` / ``model(x, cache=...)``), so
-the numbers are the ones generation uses; :func:`top_k_probs` turns one row of logits into (token, id, p).
+:func:`greedy_steps` runs the decoding loop of :mod:`tformer.generation` (prefill, then one token per step over
+the KV cache), so the numbers are the ones generation uses; :func:`top_k_probs` turns one row of logits into (token, id, p).
 
 Dimension legend: S source length, T tokens fed, V vocabulary size.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from tformer.generation import LMDecoder, Seq2SeqDecoder, decode_n, greedy, until
 from tformer.tokens import TRANSLATION_EOS, TRANSLATION_SOS
 
 __all__ = ["top_k_probs", "token_text", "as_ids", "greedy_steps"]
@@ -51,27 +52,39 @@ def greedy_steps(model, ids, max_new_tokens: int, vocab=None, k: int = 5, eos_id
 
     Seq2seq: ``ids`` is the source; decoding starts from <sos> and stops at ``eos_id`` (default <eos> = 3).
     GPT: ``ids`` is the prompt; it stops at ``eos_id`` if given, or at the context length.
+    The steps are the decoding loop's (:func:`tformer.generation.decode_n`, greedy), run in eval mode.
     """
     if model.model_type not in ("seq2seq", "gpt"):
         raise TypeError(f"greedy generation needs a seq2seq or GPT model, got {type(model).__name__}")
-    ids, cache, was_training, steps = as_ids(ids, "ids"), model.new_cache(), model.training, []
+    ids, was_training = as_ids(ids, "ids"), model.training
+    steps: list[dict] = []
+    fed = [SOS] if model.model_type == "seq2seq" else ids[0].tolist()  # what the next step feeds
+
+    def pick(logits: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:
+        """The greedy choice, written down with the top-k of the logits it was made from."""
+        choice = greedy(logits)  # (1,)
+        token = int(choice[0])
+        prob = float(torch.softmax(logits[0].double(), dim=-1)[token])  # as top_k_probs computes it
+        tokens = [token_text(vocab, i) for i in fed]
+        top = top_k_probs(logits[0], vocab, k)
+        steps.append(
+            dict(step=len(steps) + 1, fed=tokens, token=token_text(vocab, token), id=token, prob=prob, candidates=top)
+        )
+        fed[:] = [token]  # (the cache holds everything before)
+        return choice
+
     try:
         model.eval()
+        decoder: LMDecoder | Seq2SeqDecoder
         if model.model_type == "seq2seq":
-            memory = model.encode(ids)  # (1, S, D), computed once
-            step_fn = lambda x: model.decode(x, memory, cache=cache)  # noqa: E731
-            fed, limit, eos_id = torch.tensor([[SOS]]), model.config.max_len, EOS if eos_id is None else eos_id
+            eos_id = EOS if eos_id is None else eos_id
+            decoder, inputs, limit = Seq2SeqDecoder(model, SOS), ids, model.config.max_len
         else:
-            step_fn = lambda x: model(x, cache=cache)  # noqa: E731
-            fed, limit = ids, model.config.max_len - ids.shape[1]
-        for step in range(min(max_new_tokens, limit)):
-            top = top_k_probs(step_fn(fed)[0, -1], vocab, k)  # logits (V,) of the last position
-            token, next_id, prob = top[0]
-            fed_tokens = [token_text(vocab, int(i)) for i in fed[0]]
-            steps.append(dict(step=step + 1, fed=fed_tokens, token=token, id=next_id, prob=prob, candidates=top))
-            if next_id == eos_id:
-                break
-            fed = torch.tensor([[next_id]])  # (1, 1): the cache holds everything before
+            decoder, inputs, limit = LMDecoder(model), ids.tolist(), model.config.max_len - ids.shape[1]
+        n = min(max_new_tokens, limit)
+        if n > 0:
+            logits, state = decoder.prefill(inputs, n)
+            decode_n(decoder, state, logits, n, pick, None if eos_id is None else until(eos_id))
     finally:
         model.train(was_training)
     return steps

@@ -1,0 +1,65 @@
+"""Autoregressive generation, outside the models: one decoding loop, shared by greedy, sampling and beam search.
+
+* :mod:`.loop` — the loop: a family's decoder (:class:`LMDecoder`, :class:`Seq2SeqDecoder`) gives ``prefill`` and
+  ``step`` over a :class:`~tformer.nn.cache.KVCache`; :func:`decode_one` feeds one token per row, :func:`decode_n`
+  chooses and feeds up to n (finished rows leave the batch);
+* :mod:`.samplers` — how the next token is chosen, as small pure functions: the logit processors (repetition
+  penalty → temperature → top-k → top-p), :func:`greedy`, :func:`sample`, :func:`choose_next` for a
+  :class:`SamplingConfig`;
+* :mod:`.generate` — :func:`generate_lm` (decoder-only: prompts of different lengths in one batch) and
+  :func:`translate_ids` (encoder–decoder: the source encoded once), each a prefill and :func:`decode_n`;
+* :mod:`.beam` — :func:`beam_search` (encoder–decoder, with a length penalty), ranking its beams between
+  :func:`decode_one` steps.
+
+The decoders run :func:`tformer.fast.fast_view` of the model (``fast=True``): its fast paths, applied to a view that
+shares its Parameters, so the model the caller holds keeps its modules and its numbers. ``fast=False`` decodes with
+the plain model.
+
+It knows nothing about tokenizers, files or the command line: ids in, ids out.
+"""
+
+from __future__ import annotations
+
+from tformer.generation.beam import MAX_BEAM, MAX_LENGTH_PENALTY, BeamCandidate, beam_search
+from tformer.generation.generate import MAX_NEW_TOKENS, generate_lm, seeded, translate_ids
+from tformer.generation.loop import LMDecoder, Seq2SeqDecoder, decode_n, decode_one, until
+from tformer.generation.samplers import (
+    MAX_TEMPERATURE,
+    MIN_TEMPERATURE,
+    SamplingConfig,
+    apply_repetition_penalty,
+    choose_next,
+    greedy,
+    process_logits,
+    sample,
+    sampler,
+    top_k_filter,
+    top_p_filter,
+)
+
+__all__ = [
+    "MAX_BEAM",
+    "MAX_LENGTH_PENALTY",
+    "MAX_NEW_TOKENS",
+    "MIN_TEMPERATURE",
+    "MAX_TEMPERATURE",
+    "SamplingConfig",
+    "apply_repetition_penalty",
+    "top_k_filter",
+    "top_p_filter",
+    "process_logits",
+    "greedy",
+    "sample",
+    "choose_next",
+    "sampler",
+    "seeded",
+    "LMDecoder",
+    "Seq2SeqDecoder",
+    "decode_one",
+    "decode_n",
+    "until",
+    "translate_ids",
+    "BeamCandidate",
+    "beam_search",
+    "generate_lm",
+]

@@ -1,0 +1,127 @@
+"""Greedy decoding and sampling for the two generating families: :func:`generate_lm` (decoder-only) and
+:func:`translate_ids` (encoder–decoder), each a prefill and :func:`~tformer.generation.loop.decode_n` with a sampler.
+
+``max_new_tokens`` ≤ :data:`MAX_NEW_TOKENS`: past the context a decoder-only model's window slides, so nothing else
+bounds a run that meets no stopping token.
+
+Dimension legend: B batch, R rows still running, S source length, T prompt length, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from tformer.checks import check_positive_int
+from tformer.generation.loop import Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
+from tformer.generation.samplers import GREEDY, SamplingConfig, sampler
+
+__all__ = ["MAX_NEW_TOKENS", "generate_lm", "translate_ids", "seeded"]
+
+MAX_NEW_TOKENS = 100_000  # generate_lm: past the context the window slides, so only this bounds a run
+
+
+def seeded(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """A ``torch.Generator`` on ``device`` seeded with ``seed`` (None: None, torch's global one draws)."""
+    return torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+
+
+@torch.inference_mode()
+def translate_ids(
+    model,
+    src: torch.Tensor,
+    sos_id: int,
+    eos_id: int,
+    max_len: int = 128,
+    sampling: SamplingConfig = GREEDY,
+    generator: torch.Generator | None = None,
+    fast: bool = True,
+) -> list[list[int]]:
+    """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
+
+    A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
+    sources still running. ``fast=False`` decodes with the plain model.
+    """
+    check_positive_int(max_len, "max_len")
+    decoder = Seq2SeqDecoder(model, sos_id, fast)
+    logits, state = decoder.prefill(src, max_len)
+    out = decode_n(decoder, state, logits, max_len, sampler(sampling, generator), until(eos_id))
+    return [row[:-1] if row and row[-1] == eos_id else row for row in out]
+
+
+@torch.inference_mode()
+def generate_lm(
+    model,
+    prompts: list[list[int]] | torch.Tensor,
+    max_new_tokens: int,
+    sampling: SamplingConfig = GREEDY,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    seed: int | None = None,
+    on_token=None,
+    stop_ids: Sequence[int] = (),
+    stop=None,
+    fast: bool = True,
+) -> list[list[int]]:
+    """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
+
+    Prompts are left-padded into one batch (:class:`~tformer.generation.loop.LMDecoder`), so a batch gives the same
+    tokens as one prompt at a time (while the text fits the model's context); past the context the window slides.
+    ``on_token(step, ids)`` is called with the (B,) new ids for streaming. A row ends at ``eos_id`` or any of
+    ``stop_ids``, or when ``stop(step, ids)`` (called after ``on_token``) returns True for it (a (B,) list or tensor
+    of bools; e.g. a stop string seen in the decoded text). A finished row leaves the batch and the cache (later
+    steps decode only the rows still running); the callbacks still get (B,) ids, ``eos_id`` (or ``pad_id``) for it.
+    ``seed`` seeds the sampling's generator; ``fast=False`` decodes with the plain model.
+    """
+    check_positive_int(max_new_tokens, "max_new_tokens")
+    if max_new_tokens > MAX_NEW_TOKENS:
+        raise ValueError(
+            f"max_new_tokens must be at most {MAX_NEW_TOKENS:,} (generation.MAX_NEW_TOKENS), got {max_new_tokens:,}"
+        )
+    prompts = _prompt_lists(prompts)
+    decoder = LMDecoder(model, pad_id, fast)
+    choose = sampler(sampling, seeded(seed, next(model.parameters()).device))
+    end_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())
+    ends = _lm_ends(len(prompts), end_ids, eos_id if eos_id is not None else pad_id, on_token, stop)
+    logits, state = decoder.prefill(prompts, max_new_tokens)
+    return decode_n(decoder, state, logits, max_new_tokens, choose, ends)
+
+
+def _prompt_lists(prompts: list[list[int]] | torch.Tensor) -> list[list[int]]:
+    """The prompts as lists of ids: a (B, T) tensor (as Hugging Face's ``input_ids``) or a list of non-empty lists."""
+    if isinstance(prompts, torch.Tensor):
+        if prompts.dim() != 2:
+            raise ValueError(f"prompts as a tensor must have shape (B, T), got {tuple(prompts.shape)}")
+        prompts = prompts.tolist()
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts must be a non-empty list of non-empty token-id lists (or a (B, T) tensor)")
+    return prompts
+
+
+def _lm_ends(batch: int, end_ids: set[int], filler: int, on_token, stop) -> Ends | None:
+    """``ends`` for :func:`decode_n` from :func:`generate_lm`'s end ids and callbacks; ``filler`` stands for a
+    finished row in the (B,) ids the callbacks get. None where there is nothing to call or check."""
+    if not end_ids and on_token is None and stop is None:
+        return None
+
+    def ends(step: int, rows: list[int], ids: torch.Tensor) -> list[bool] | None:
+        if on_token is not None or stop is not None:  # the callbacks see every prompt's row: (B,)
+            everyone = ids if len(rows) == batch else _scatter(ids, rows, batch, filler)
+        if on_token is not None:
+            on_token(step, everyone)
+        if not end_ids and stop is None:  # no row can end early: nothing to check
+            return None
+        done = [t in end_ids for t in ids.tolist()] if end_ids else [False] * len(rows)
+        if stop is not None:
+            said = torch.as_tensor(stop(step, everyone), dtype=torch.bool).tolist()  # (B,)
+            done = [d or said[row] for d, row in zip(done, rows)]
+        return done
+
+    return ends
+
+
+def _scatter(ids: torch.Tensor, rows: list[int], batch: int, filler: int) -> torch.Tensor:
+    """(R,) ids of the running ``rows`` → (B,) ids, ``filler`` for the rows that ended."""
+    everyone = torch.full((batch,), filler, dtype=ids.dtype, device=ids.device)
+    return everyone.index_copy_(0, torch.tensor(rows, device=ids.device), ids)
