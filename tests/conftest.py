@@ -1,8 +1,8 @@
 """Shared fixtures: the three model families at their tiny presets, dropout off, in eval mode.
 
 Session-scoped (built once; no test trains them or changes a weight) so hypothesis tests can use them too. The
-decoding functions swap their fast layers in (``tformer.fast.speed_up``: same parameters, same numbers to float
-rounding), so a test that needs plain modules builds its own model.
+decoding functions leave them plain (they decode through ``tformer.fast.fast_view``, a view sharing the
+parameters); a test that swaps fast layers in (``tformer.fast.speed_up``) builds its own model.
 """
 
 import pytest

@@ -254,3 +254,17 @@ def test_the_fast_view_is_made_once_and_follows_the_model():
     assert len(calls) == 3
     with fast.reference():  # the plain code: no view at all
         assert fast.fast_view(model) is model
+
+
+def test_a_model_decoded_through_its_fast_view_is_still_freed():
+    """The views are kept per model by a weak reference: the model (and its view) go when the caller drops it."""
+    import gc
+    import weakref
+
+    gpt, seq2seq = _gpt(), _seq2seq()
+    generate_lm(gpt, [[5, 6, 7]], 3)
+    beam_search(seq2seq, _ids(2, 5), SOS, EOS, beam_size=2, max_len=3)
+    gone = [weakref.ref(gpt), weakref.ref(seq2seq), weakref.ref(fast.fast_view(gpt))]
+    del gpt, seq2seq
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None, None]
