@@ -97,8 +97,9 @@ def gpt_first_token() -> dict:
 
     import tformer.lm as lm
     from tformer.models.gpt import GPT, GPTConfig
+    from tformer.tokenizers import train_tokenizer
 
-    tok = lm.CharTokenizer.train(["To be, or not to be, that is the question."])
+    tok = train_tokenizer("char", ["To be, or not to be, that is the question."])
     torch.manual_seed(0)
     model = GPT(GPTConfig.preset("tiny", vocab_size=tok.vocab_size)).eval()
     return _Switches().run(lambda: lm.generate(model, tok, "To be", max_new_tokens=1))
