@@ -51,6 +51,22 @@ CHECK_VALUES = {
     "03": ["[0.0180, 0.0001, 0.9819]", '"vais"', "[0.2689, 0.0, 0.7311]", "float16"],
     "04": ["4 * d_model * d_model + 4 * d_model", "mha(x, memory)", "swapped.shape"],
     "05": ['["Je", "vais", "bien", "<eos>"]', '"trace", "--toy"', 'session.call("trace"'],
+    "06": [
+        "ignore_index=PAD)",
+        'translator.translate(["I am good."]) == ["Je vais bien."]',
+        'tok.decode(out) == "Je vais bien."',
+        'tok.decode(best) == "Je vais bien."',
+        "sacrebleu.corpus_bleu(hyps, [refs])",
+        '"06-translation.html"',
+    ],
+    "07": [
+        "entropies[0] < entropies[1] < entropies[2]",
+        "int(kept.sum()) == 5",
+        "mass >= p_top",
+        "torch.allclose(torch.stack(full_logits), torch.stack(cached_logits), atol=1e-5)",
+        "cached_positions == P + (n - 1)",
+        '"07-a-gpt.html"',
+    ],
 }
 
 
@@ -245,6 +261,46 @@ def test_lesson_5_solutions():
     top = s.top_k_words(torch.tensor(NOTES_LOGITS), NOTES_VOCAB, 2)
     assert [word for word, _ in top] == ["vais", "bien"]
     assert [p for _, p in top] == pytest.approx([0.9819, 0.0180], abs=5e-5)
+
+
+def test_lesson_6_solutions():
+    s = solutions("06")
+    torch.manual_seed(0)
+    logits = torch.randn(3, 7, 11)
+    labels = torch.randint(1, 11, (3, 7))
+    labels[0, 4:] = 0  # padding
+    labels[2, 1:] = 0
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, 11), labels.reshape(-1), ignore_index=0)
+    assert torch.allclose(s.masked_cross_entropy(logits, labels, 0), expected)
+    toy = {(): {"A": 0.6, "B": 0.4}, ("A",): {"x": 0.4, "y": 0.3, "z": 0.3}, ("B",): {"x": 0.9, "y": 0.1}}
+    words, p = s.beam_search_toy(toy.__getitem__, 1, 2)
+    assert words == ("A", "x") and p == pytest.approx(0.24)
+    words, p = s.beam_search_toy(toy.__getitem__, 2, 2)
+    assert words == ("B", "x") and p == pytest.approx(0.36)
+    sacrebleu = pytest.importorskip("sacrebleu")
+    hyps = ["le chat est assis sur le tapis", "il fait beau aujourd'hui à paris", "nous mangeons du pain"]
+    refs = ["le chat est sur le tapis", "il fait très beau aujourd'hui à paris", "nous ne mangeons pas de pain"]
+    mine = s.corpus_bleu([h.split() for h in hyps], [r.split() for r in refs])
+    theirs = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
+    assert mine == pytest.approx(theirs, abs=1e-9) and 0 < mine < 100
+    assert s.corpus_bleu([["a", "b", "c", "d"]], [["a", "b", "c", "d"]]) == pytest.approx(100.0)
+
+
+def test_lesson_7_solutions():
+    from tformer.generation import generate_lm, top_k_filter, top_p_filter
+
+    s = solutions("07")
+    torch.manual_seed(0)
+    logits = torch.randn(40) * 3
+    for k in (1, 5, 40):
+        assert torch.allclose(s.top_k_probs(logits, k), top_k_filter(logits[None], k).softmax(-1)[0], atol=1e-6)
+    probs = logits.softmax(-1)
+    for p in (1e-9, 0.3, 0.9, 1.0):
+        kept = top_p_filter(logits[None], p).isfinite()[0].nonzero().flatten().tolist()
+        assert s.nucleus(probs, p) == sorted(kept)
+    model = tformer.GPT(tformer.GPTConfig.preset("tiny", vocab_size=30, dropout=0.0)).eval()
+    prompt = [3, 14, 15, 9, 2, 6]
+    assert s.greedy_with_cache(model, prompt, 20) == generate_lm(model, [prompt], 20)[0]
 
 
 # ────────────────────────────────────────────── Korean follows English ──────────────────────────────────────────────

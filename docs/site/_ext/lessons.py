@@ -8,7 +8,11 @@
   Korean pages (and any page whose front matter says ``language: ko``) are marked ``lang="ko"``.
 * **The explorer inside the lessons.** ``tformer explore --export`` writes the explorer's self-contained page of the
   notes' toy model to ``_static/explore/toy.html`` during the build (in parallel with the lessons' execution), so the
-  lessons embed the very model they compute with, offline.
+  lessons embed the very model they compute with, offline. A lesson that trains its own model exports it itself:
+  its code writes ``NN-name.html`` into the folder named by the environment variable ``TFORMER_LESSON_EXPORTS``
+  (set here to ``_static/explore/`` of the build; a learner running the notebook gets ``runs/lessons/``). A lesson
+  served from the execution cache does not run, so when a page it embeds is missing its cached results are
+  dropped and it runs again; after the lessons ran, an embedded page that is still missing is a warning.
 * **Formulas offline.** MathJax's one-file SVG build is copied from the ``django-static-mathjax`` package into
   ``_static/mathjax/``; nothing is fetched from a CDN.
 * **A time limit per lesson.** A lesson whose execution took longer than ``lesson_time_limit`` seconds is a
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -37,6 +42,8 @@ logger = logging.getLogger(__name__)
 LESSON = re.compile(r"^lessons/(?P<lang>en|ko)/(?P<name>\d\d-[a-z0-9-]+)$")  # a lesson's docname
 LANGUAGES = {"en": "English", "ko": "한국어"}
 EXPORT = "explore/toy.html"  # under _static/
+EXPORTS_ENV = "TFORMER_LESSON_EXPORTS"  # where a lesson writes the explorer's page of the model it trained
+EMBEDDED = re.compile(r"_static/explore/([\w.-]+)\.html")  # an explorer page a lesson embeds
 REMOTE = re.compile(r"<(script|link|iframe|img)\b[^>]*\b(src|href)=[\"']?(https?:)?//", re.IGNORECASE)
 
 
@@ -71,6 +78,8 @@ def prepare(app: Sphinx) -> None:
     write_notebooks(Path(app.srcdir), extra / "notebooks")
     out = static / EXPORT
     out.parent.mkdir(parents=True, exist_ok=True)
+    os.environ[EXPORTS_ENV] = str(out.parent)  # the lessons' kernels inherit it
+    rerun_lessons_missing_exports(app, out.parent)
     command = [sys.executable, "-m", "tformer", "explore", "--export", str(out), "--overwrite"]
     logger.info("lessons: %s (in the background)", " ".join(command[1:]))
     app.lessons_export = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # type: ignore[attr-defined]
@@ -101,6 +110,36 @@ def write_notebooks(srcdir: Path, folder: Path) -> None:
             jupytext.write(notebook, out, fmt="ipynb")
 
 
+def lesson_exports(srcdir: Path) -> dict[Path, list[str]]:
+    """The explorer pages each lesson embeds and writes itself (every one but the toy's), by lesson source."""
+    found = {}
+    for lang in LANGUAGES:
+        for path in lessons_in(srcdir, lang):
+            names = sorted(set(EMBEDDED.findall(path.read_text(encoding="utf-8"))) - {Path(EXPORT).stem})
+            if names:
+                found[path] = names
+    return found
+
+
+def rerun_lessons_missing_exports(app: Sphinx, folder: Path) -> None:
+    """Drop the cached execution of each lesson whose explorer page is missing, so that it runs and writes it."""
+    from jupyter_cache import get_cache
+
+    missing = {
+        str(path)
+        for path, names in lesson_exports(Path(app.srcdir)).items()
+        if not all((folder / f"{name}.html").is_file() for name in names)
+    }
+    cache_path = Path(app.config.nb_execution_cache_path)
+    if not missing or not cache_path.is_dir():
+        return
+    cache = get_cache(cache_path)
+    for record in cache.list_cache_records():
+        if record.uri in missing:
+            logger.info("lessons: %s runs again: the explorer page it writes is missing", record.uri)
+            cache.remove_cache_record(record.pk)
+
+
 # ---------------------------------------------------------------------------------------------- env-updated
 def finish_export(app: Sphinx, env: Any) -> None:
     """Wait for the explorer's export (the site's static files are copied right after the documents are read)."""
@@ -123,6 +162,20 @@ def check_times(app: Sphinx, env: Any) -> None:
             logger.info("lessons: %s executed in %.1f s", docname, runtime)
             if runtime > limit:
                 logger.warning("lesson %s took %.0f s to execute, over the limit of %d s", docname, runtime, limit)
+
+
+def check_exports(app: Sphinx, env: Any) -> None:
+    """A warning for each explorer page a lesson embeds that its execution did not write."""
+    folder = Path(app.config.lessons_generated) / "static" / Path(EXPORT).parent
+    for path, names in sorted(lesson_exports(Path(app.srcdir)).items()):
+        for name in names:
+            if not (folder / f"{name}.html").is_file():
+                logger.warning(
+                    "lesson %s embeds _static/explore/%s.html, but running it wrote no %s",
+                    path.name,
+                    name,
+                    folder / f"{name}.html",
+                )
 
 
 # ---------------------------------------------------------------------------------------------- html-page-context
@@ -196,6 +249,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("builder-inited", prepare)
     app.connect("env-updated", finish_export)
     app.connect("env-updated", check_times)
+    app.connect("env-updated", check_exports)
     app.connect("html-page-context", lesson_bar)
     app.connect("build-finished", check_offline)
     return {"parallel_read_safe": False, "parallel_write_safe": True}
