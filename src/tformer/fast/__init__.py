@@ -43,18 +43,19 @@ from torch import nn
 from tformer.fast import attention, dropout, linear, losses
 from tformer.fast.linear import check_copies, forget_copies
 from tformer.fast.losses import sequence_cross_entropy
+from tformer.fast.swap import Switch
 from tformer.fast.view import shared_view
 
 __all__ = ["speed_up", "fast_view", "reference", "sequence_cross_entropy", "check_copies", "forget_copies"]
 
-_SWAPS_ON = True
+_SWAPS = Switch()  # off inside reference(): speed_up and fast_view swap nothing
 
 
 def speed_up(model: nn.Module) -> nn.Module:
     """Apply every swap to ``model`` in place (idempotent) and return it: fast :class:`~tformer.fast.linear.Linear`
     layers, the fast dropout mask, the fast attention forward. Inside :func:`reference`, leave it as it is; an object
     that is not an ``nn.Module`` (a stand-in model of a test, say) has nothing to swap and is returned as it is."""
-    if _SWAPS_ON and isinstance(model, nn.Module):
+    if _SWAPS.on and isinstance(model, nn.Module):
         linear.swap_linear(model)
         dropout.swap_dropout(model)
         attention.swap_attention(model)
@@ -65,7 +66,7 @@ def fast_view(model: nn.Module) -> nn.Module:
     """``model`` with every swap applied, as a view (:mod:`tformer.fast.view`): a copy of its module tree holding the
     same Parameters, buffers and hooks, made once per model and kept while the model stays as it was. ``model``
     itself is not changed. Inside :func:`reference`, and for an object that is not an ``nn.Module``, ``model``."""
-    if not _SWAPS_ON or not isinstance(model, nn.Module):
+    if not _SWAPS.on or not isinstance(model, nn.Module):
         return model
     return shared_view(model, speed_up)
 
@@ -74,10 +75,5 @@ def fast_view(model: nn.Module) -> nn.Module:
 def reference():
     """Within this block tformer runs its plain code: :func:`speed_up` swaps nothing, and what it swapped in before
     runs its reference (``F.linear``, ``F.dropout``, the plain attention function and module, ``F.cross_entropy``)."""
-    global _SWAPS_ON
-    previous, _SWAPS_ON = _SWAPS_ON, False
-    try:
-        with linear.reference(), dropout.reference(), attention.reference(), losses.reference():
-            yield
-    finally:
-        _SWAPS_ON = previous
+    with _SWAPS.off(), linear.reference(), dropout.reference(), attention.reference(), losses.reference():
+        yield

@@ -27,12 +27,12 @@ heads, Tq query length, Tk key length, Dh head dim, D model dim.
 
 from __future__ import annotations
 
-import contextlib
 from typing import cast
 
 import torch
 from torch import nn
 
+from tformer.fast.swap import Switch
 from tformer.nn import attention
 from tformer.nn.cache import LayerKV
 from tformer.nn.hooks import HookPoint, watched
@@ -40,18 +40,12 @@ from tformer.nn.masks import causal_mask, combine_masks, sliding_window_mask
 
 __all__ = ["MultiHeadAttention", "swap_attention", "reference"]
 
-_USE_FAST = True
+_SWITCH = Switch()  # off inside reference()
 
 
-@contextlib.contextmanager
 def reference():
     """Within this block every swapped attention module runs the plain forward of :mod:`tformer.nn.attention`."""
-    global _USE_FAST
-    previous, _USE_FAST = _USE_FAST, False
-    try:
-        yield
-    finally:
-        _USE_FAST = previous
+    return _SWITCH.off()
 
 
 class MultiHeadAttention(attention.MultiHeadAttention):
@@ -69,7 +63,7 @@ class MultiHeadAttention(attention.MultiHeadAttention):
         cache: LayerKV | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        if not _USE_FAST or self.softcap is not None or watched(self._hook_points):
+        if not _SWITCH.on or self.softcap is not None or watched(self._hook_points):
             return super().forward(x, memory, mask, causal, cache, rotary)
         self._check_inputs(x, memory, causal, rotary)
         if memory is not None and memory.shape[0] != x.shape[0]:

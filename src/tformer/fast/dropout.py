@@ -32,13 +32,11 @@ Dimension legend: B batch, H heads, Tq query length, Tk key length, Dh head dim.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tformer.fast.swap import replace_modules
+from tformer.fast.swap import Switch, replace_modules
 from tformer.nn import attention
 from tformer.nn.attention import AttentionDetails, MultiHeadAttention
 from tformer.nn.masks import causal_mask
@@ -47,19 +45,13 @@ __all__ = ["Dropout", "dropout", "fast_cpu_multiplier", "reference", "scaled_dot
 
 _LEVELS = 65536  # each lane holds 16 random bits
 _LANES = 4  # 16-bit lanes per 64-bit word, whatever the byte order
-_USE_FAST = True
+_SWITCH = Switch()  # off inside reference()
 
 
-@contextlib.contextmanager
 def reference():
     """Within this block every :class:`Dropout` runs ``F.dropout`` and :func:`scaled_dot_product_attention` the plain
     function (for A/B benchmarks and tests)."""
-    global _USE_FAST
-    previous, _USE_FAST = _USE_FAST, False
-    try:
-        yield
-    finally:
-        _USE_FAST = previous
+    return _SWITCH.off()
 
 
 def fast_cpu_multiplier(
@@ -83,7 +75,7 @@ def fast_cpu_multiplier(
 def uses_fast_mask(x: torch.Tensor, p: float) -> bool:
     """Whether :func:`dropout` of ``x`` at rate ``p`` (in training) takes the fast CPU mask rather than ``F.dropout``."""
     exact_scale = x.dtype in (torch.float32, torch.float64)  # 1/(1 − rate) rounded to bfloat16 would bias the mean
-    return _USE_FAST and x.device.type == "cpu" and exact_scale and 0 < round(p * _LEVELS) < _LEVELS
+    return _SWITCH.on and x.device.type == "cpu" and exact_scale and 0 < round(p * _LEVELS) < _LEVELS
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:

@@ -58,7 +58,6 @@ Dimension legend: P threads (parts of a split), C outputs per thread, n outputs 
 
 from __future__ import annotations
 
-import contextlib
 from typing import NamedTuple, overload
 
 import torch
@@ -66,7 +65,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from tformer.fast.swap import replace_modules
+from tformer.fast.swap import Switch, replace_modules
 
 __all__ = [
     "Linear",
@@ -114,7 +113,7 @@ def _has_onednn() -> bool:
 
 
 _ONEDNN = _has_onednn()
-_USE_FAST = True
+_SWITCH = Switch()  # off inside reference()
 # Bumped by every torch.optim step (see the module docstring): part of each copy's key, so a step that leaves the
 # weights' version counters as they were still drops the copies.
 _OPTIMIZER_STEPS = 0
@@ -128,15 +127,9 @@ def _count_step(optimizer, args, kwargs) -> None:
 register_optimizer_step_post_hook(_count_step)
 
 
-@contextlib.contextmanager
 def reference():
     """Within this block every :class:`Linear` runs ``F.linear`` (for A/B benchmarks and tests)."""
-    global _USE_FAST
-    previous, _USE_FAST = _USE_FAST, False
-    try:
-        yield
-    finally:
-        _USE_FAST = previous
+    return _SWITCH.off()
 
 
 class _Split(NamedTuple):
@@ -199,7 +192,7 @@ class Linear(nn.Linear):
         if torch.is_grad_enabled():  # training (autograd): as in forward, no copy survives it
             self.__dict__.pop("_decoding_copies", None)
             return self._plain(x, start, end)
-        if not x.is_cpu or x.shape[-1] != self.in_features or not _USE_FAST or torch.compiler.is_compiling():
+        if not x.is_cpu or x.shape[-1] != self.in_features or not _SWITCH.on or torch.compiler.is_compiling():
             return self._plain(x, start, end)  # GPUs, compiled graphs; a wrong width: F.linear's error
         copies = self._copies()
         if copies is None:  # a weight made in inference mode: it keeps no version counter, a copy could go stale

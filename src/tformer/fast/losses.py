@@ -18,26 +18,19 @@ Dimension legend: B batch, T length, V vocabulary size, N = B·T rows.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
+from tformer.fast.swap import Switch
 from tformer.nn import losses
 
 __all__ = ["sequence_cross_entropy", "reference"]
 
-_USE_FUSED = True
+_SWITCH = Switch()  # off inside reference()
 
 
-@contextlib.contextmanager
 def reference():
     """Within this block :func:`sequence_cross_entropy` runs the plain loss (for A/B benchmarks and tests)."""
-    global _USE_FUSED
-    previous, _USE_FUSED = _USE_FUSED, False
-    try:
-        yield
-    finally:
-        _USE_FUSED = previous
+    return _SWITCH.off()
 
 
 def sequence_cross_entropy(
@@ -59,7 +52,7 @@ def sequence_cross_entropy(
 
 def _uses_fused(logits: torch.Tensor) -> bool:
     return (
-        _USE_FUSED
+        _SWITCH.on
         and logits.device.type == "cpu"
         and logits.requires_grad
         and torch.is_grad_enabled()

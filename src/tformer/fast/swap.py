@@ -1,15 +1,35 @@
-"""``replace_modules``: the one mechanism of every swap in :mod:`tformer.fast` (as gpt-fast's ``quantize.py``).
+"""``replace_modules``: the one mechanism of every swap in :mod:`tformer.fast` (as gpt-fast's ``quantize.py``), and
+``Switch``: the one way each fast path is turned off for a block (``tformer.fast.reference()`` turns them all off).
 
 Dimension legend: none (modules only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from torch import nn
 
-__all__ = ["replace_modules"]
+__all__ = ["replace_modules", "Switch"]
+
+
+class Switch:
+    """Whether one fast path runs: ``switch.on`` (True by default); inside ``with switch.off():`` the path runs its
+    reference instead, and the previous setting comes back on exit (blocks nest)."""
+
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = True
+
+    @contextlib.contextmanager
+    def off(self) -> Iterator[None]:
+        previous, self.on = self.on, False
+        try:
+            yield
+        finally:
+            self.on = previous
 
 
 def replace_modules(model: nn.Module, replace: Callable[[nn.Module], nn.Module | None]) -> int:
