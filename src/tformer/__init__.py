@@ -2,11 +2,15 @@
 
 >>> import tformer
 >>> model = tformer.Seq2SeqTransformer(tformer.Seq2SeqConfig.preset("tiny", src_vocab_size=100, tgt_vocab_size=100))
+
+``tformer.load(DIR)`` reads any run, model or Hugging Face directory of any family, with its tokenizer
+(:mod:`tformer.loader`).
 """
 
 __version__ = "0.2.0"
 
 from tformer.hf import from_hf
+from tformer.loader import Loaded, detect, load
 from tformer.models import GPT, Bert, BertConfig, GPTConfig, ModelConfig, Seq2SeqConfig, Seq2SeqTransformer
 from tformer.models.checkpoint import load_pretrained
 from tformer.nn import hooks
@@ -21,6 +25,9 @@ __all__ = [
     "scaled_dot_product_attention",
     "KVCache",
     "hooks",
+    "load",
+    "detect",
+    "Loaded",
     "load_pretrained",
     "from_hf",
     "LayerConfig",

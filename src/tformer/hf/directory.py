@@ -7,8 +7,8 @@ without ``transformers``.
       model.safetensors.index.json     {"weight_map": {HF name: shard file}} + the shards it names
       tokenizer.json, ...              the tokenizer (read by the tokenizer room, not here)
 
-:func:`is_hf_dir` tells such a directory from tformer's own (whose config.json says ``model_type`` "gpt", "bert"
-or "seq2seq" and has no ``architectures``); :func:`load_hf_dir` reads any of them, :func:`load_hf_model` a decoder
+:func:`declares_hf` tells such a config.json from tformer's own (whose ``model_type`` is "gpt", "bert" or "seq2seq"
+and which names no ``architectures``); :func:`load_hf_dir` reads any of them, :func:`load_hf_model` a decoder
 (the LM family's loader), :func:`read_hf_bert_dir` + :func:`bert_from_hf_dir` a BERT (fill-mask, sentence
 embeddings). Only safetensors are read (nothing is unpickled), and only files inside the directory: an index that
 names a shard elsewhere ("../x", an absolute path) is refused (links the directory holds are followed: a Hub cache
@@ -41,6 +41,7 @@ from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
 
 __all__ = [
+    "declares_hf",
     "is_hf_dir",
     "read_hf_config",
     "read_hf_weights",
@@ -59,18 +60,26 @@ HF_MODEL_TYPES = registry.DECODER_TYPES  # the decoder-only model_types read as 
 _NOT_WEIGHTS = (gpt2.IGNORED, llama.IGNORED, bert.IGNORED)  # buffers a converter skips: their dtype is not checked
 
 
+def declares_hf(config: Mapping[str, Any]) -> bool:
+    """A config.json (as a dict) declares a Hugging Face model: it names ``architectures`` or a
+    ``transformers_version`` (``save_pretrained`` writes both), or a ``model_type`` only Hugging Face writes (llama,
+    marian, ...). tformer's own name neither and say "seq2seq", "gpt" or "bert"; a "bert" that names neither is
+    Hugging Face's when it lacks the ``d_model`` every tformer config holds (a hand-written BERT config). The one rule
+    :func:`tformer.loader.detect` and :func:`is_hf_dir` read directories by."""
+    if config.get("architectures") or "transformers_version" in config:
+        return True
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type in ("seq2seq", "gpt"):
+        return False
+    return model_type != "bert" or "d_model" not in config
+
+
 def is_hf_dir(directory: str | os.PathLike) -> bool:
-    """``directory`` holds a Hugging Face model: its config.json names ``architectures``, a ``transformers_version``
-    or a Hugging Face decoder ``model_type`` (tformer's own say "gpt", "bert" or "seq2seq" and have neither)."""
+    """``directory`` holds a Hugging Face model: its config.json says so (:func:`declares_hf`)."""
     path = Path(directory) / CONFIG
     if not path.is_file():
         return False
-    config = read_json_object(path, "model config")  # a config.json that is not an object: one line naming it
-    return (
-        bool(config.get("architectures"))
-        or "transformers_version" in config
-        or config.get("model_type") in HF_MODEL_TYPES
-    )
+    return declares_hf(read_json_object(path, "model config"))  # not an object: one line naming it
 
 
 def _config(path: Path, hf: dict[str, Any]) -> ModelConfig:

@@ -1,0 +1,339 @@
+"""One loader for every model directory: which kind it is (:func:`detect`), and the model with its tokenizer
+(:func:`load`, exported as ``tformer.load``). Every command's ``--model``, the explorer and the families' own
+loaders (``Translator.load``, ``lm.load``, ``load_masked_lm``, ``TextClassifier.load``) go through it.
+
+    m = tformer.load("runs/lm")             # a `tformer train lm` run: its best model and its tokenizer
+    m = tformer.load("./SmolLM2-135M")      # a Hugging Face directory, read without transformers
+    m.family, m.kind.describe()             # "gpt", "a GPT (a Hugging Face llama directory)"
+    out = m.model(**m.encode("To be"))      # the text as the model read its training data
+    tformer.load("runs/lm", family="bert")  # ValueError: 'runs/lm' holds a GPT (a tformer train lm run); ...
+
+The kinds, from what the files declare (never from a guess on field names: ``hidden_size`` is Llama's as much as
+BERT's):
+
+    run     a tformer training run: best/, last/ or log.jsonl; the model is in best/ (tformer 0.1: at the top)
+    model   a tformer model directory: config.json whose model_type is tformer's own (seq2seq, gpt, bert)
+    hf      a Hugging Face directory: config.json that says so (:func:`tformer.hf.directory.declares_hf`:
+            ``architectures``, ``transformers_version``, or a model_type only Hugging Face writes) with a model_type
+            tformer.hf's registry reads (gpt2, llama, mistral, qwen2, qwen3, gemma3_text → a GPT; bert; marian →
+            a translator)
+
+The family comes from the model_type alone. The tokenizers come from the files beside the model, of whatever kind
+(:func:`tformer.tokenizers.load_tokenizer`): a translator's ``src_`` / ``tgt_`` pair (a Hugging Face Marian's
+tokenizer.json / target_tokenizer.json), a GPT's char_tokenizer.json or tokenizer.json, a BERT's WordPiece
+(tokenizer.json or vocab.txt), a Hugging Face decoder's tokenizer.json with its special tokens. A directory without
+one still loads (``tformer trace --ids`` reads such a model); what needs text asks :meth:`Loaded.require_tokenizer`,
+which says in one line what is missing.
+
+This module knows the directory layouts, the models' loaders and the tokenizer room; it knows nothing about
+training, the families' tasks or the command line (``flag`` only names the argument in a message).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tformer.checks import read_json_object
+from tformer.files import current_dir
+from tformer.hf import export as hf_export
+from tformer.hf.directory import declares_hf, load_hf_dir
+from tformer.hf.registry import DECODER_TYPES, MODULES
+from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir
+from tformer.text import normalize
+from tformer.tokenizers import HFTokenizer, Tokenizer, WordPieceTokenizer, load_tokenizer
+from tformer.tokens import TRANSLATION_SOS
+
+__all__ = ["Kind", "Loaded", "detect", "load", "FAMILIES"]
+
+FAMILIES = {"seq2seq": "a seq2seq translator", "gpt": "a GPT", "bert": "a BERT"}  # family -> how a message says it
+_WRITERS = {"seq2seq": "tformer train translation", "gpt": "tformer train lm", "bert": "tformer train bert"}
+_RUN_MARKS = (BEST_DIR, "last", "log.jsonl")  # what a training run writes into OUT (tformer.training.resume)
+_KINDS = {  # the tokenizer kinds of each family's own directories (tformer trains these; hf: saved from one)
+    "seq2seq": ("bpe", "hf"),
+    "gpt": ("char", "byte_bpe", "hf"),
+    "bert": ("wordpiece",),
+}
+_MARIAN_NOTE = (
+    ": transformers' own Marian tokenizer is SentencePiece (source.spm, target.spm), which tformer does not read"
+)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a directory holds, as its files declare it."""
+
+    source: str  # "run" | "model" | "hf"
+    family: str  # "seq2seq" | "gpt" | "bert"
+    model_type: str  # config.json's: tformer's "seq2seq" / "gpt" / "bert", or Hugging Face's "llama", "marian", ...
+    path: Path  # the directory as given
+    files: Path  # where config.json and the weights are: a run's best/, else ``path``
+
+    @property
+    def prefixes(self) -> tuple[str, str]:
+        """The file-name prefixes of the (source, target) tokenizers: ``src_`` / ``tgt_`` in a tformer translator,
+        ``""`` / ``target_`` in a Hugging Face Marian directory (tformer export), ``""`` for the rest."""
+        if self.family != "seq2seq":
+            return "", ""
+        return ("", "target_") if self.source == "hf" else ("src_", "tgt_")
+
+    def describe(self) -> str:
+        """``a GPT (a tformer train lm run)``, ``a BERT (a Hugging Face bert directory)``, ..."""
+        what = FAMILIES[self.family]
+        if self.source == "hf":
+            return f"{what} (a Hugging Face {self.model_type} directory)"
+        writer = _WRITERS[self.family]
+        if self.family == "bert" and (self.files / "labels.json").is_file():
+            writer = "tformer train classify"
+        return f"{what} (a {writer} run)" if self.source == "run" else f"{what} (a tformer model directory)"
+
+
+@dataclass
+class Loaded:
+    """A model (in eval mode) with its tokenizers, the same shape for every family.
+
+    ``tokenizer`` reads the model's input (a translator's source side); ``target_tokenizer`` reads and writes its
+    output (a translator's target side; the same object for a GPT or a BERT), so ``target_tokenizer.decode(ids)``
+    turns what any model writes into text. Either is None when the directory has none (``missing`` says why).
+    ``start_id``: what a decoder starts from (a translator's ``<sos>``, a Hugging Face Marian's
+    ``decoder_start_token_id``; a GPT's start token for an empty prompt); None for a BERT.
+    """
+
+    family: str
+    model: Any  # a Seq2SeqTransformer, GPT or Bert, in eval mode
+    tokenizer: Tokenizer | None
+    target_tokenizer: Tokenizer | None
+    kind: Kind
+    start_id: int | None = None
+    missing: str | None = None
+
+    @property
+    def directory(self) -> Path:
+        """Where the model files are (a run's best/)."""
+        return self.kind.files
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    def require_tokenizer(self) -> Tokenizer:
+        """The input tokenizer (and, for a translator, the target one), or one line saying which file is missing."""
+        if self.tokenizer is None or self.target_tokenizer is None:
+            raise FileNotFoundError(self.missing or f"{str(self.directory)!r} has no tokenizer")
+        return self.tokenizer
+
+    def encode(self, text: str, target: str | None = None) -> dict[str, torch.Tensor]:
+        """The model's arguments for ``text``, each (1, T) on the model's device, as the model read its training
+        data: a translator's ``src`` (the normalised sentence) and ``tgt`` (:meth:`target_ids`: teacher forcing), a
+        GPT's ``ids`` (an empty text: its start token), a BERT's ``ids`` (``[CLS] text [SEP]``).
+        ``model(**loaded.encode(text))`` runs the model; ``trace``, fill-mask, training and the explorer give the
+        same ids."""
+        tok = self.require_tokenizer()
+        if self.family == "seq2seq":
+            src = tok.encode(normalize(text), add_special_tokens=True)  # Marian's adds </s>; tformer's nothing
+            return {"src": self._tensor(src, "text"), "tgt": self._tensor(self.target_ids(target), "target")}
+        if target is not None:
+            raise ValueError(f"a target text is for a translator (seq2seq); this model is {FAMILIES[self.family]}")
+        ids = tok.encode(text, add_special_tokens=True)
+        if not ids and self.family == "gpt" and self.start_id is not None:
+            ids = [self.start_id]  # no prompt: a new document, as `generate` starts one
+        return {"ids": self._tensor(ids, "text")}
+
+    def target_ids(self, target: str | None = None) -> list[int]:
+        """A translator's decoder input: ``start_id`` (``<sos>``) and the pieces of ``target`` (normalised)."""
+        if self.family != "seq2seq" or self.start_id is None:
+            raise ValueError(f"a target text is for a translator (seq2seq); this model is {FAMILIES[self.family]}")
+        if not target:
+            return [self.start_id]
+        self.require_tokenizer()
+        assert self.target_tokenizer is not None
+        return [self.start_id] + self.target_tokenizer.encode(normalize(target))
+
+    def _tensor(self, ids: list[int], what: str) -> torch.Tensor:
+        if not ids:
+            raise ValueError(f"the {what} gives no tokens")
+        if len(ids) > self.config.max_len:
+            raise ValueError(f"the {what} has {len(ids)} tokens; this model reads at most {self.config.max_len}")
+        return torch.tensor([ids], device=next(self.model.parameters()).device)  # (1, T)
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """The model and its tokenizers as a tformer model directory (config.json, model.safetensors, the tokenizer
+        files; a translator's as src_ / tgt_), which :func:`load` reads back. Returns it."""
+        directory = Path(self.model.save_pretrained(directory))
+        if self.family == "seq2seq" and self.tokenizer is not None and self.target_tokenizer is not None:
+            self.tokenizer.save(directory, "src_")
+            self.target_tokenizer.save(directory, "tgt_")
+        elif self.tokenizer is not None:
+            self.tokenizer.save(directory)
+        return directory
+
+    def export(self, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+        """The model and its tokenizers (none when one is missing) as a Hugging Face directory that ``transformers``
+        loads with its own classes (:func:`tformer.hf.export`). Returns it."""
+        tokenizer: Any = None
+        if self.missing is None:
+            pair = (self.tokenizer, self.target_tokenizer)
+            tokenizer = pair if self.family == "seq2seq" else self.tokenizer
+        return hf_export(self.model, out_dir, tokenizer, overwrite)
+
+
+# ---------------------------------------------------------------------------------------------------- detect
+
+
+def detect(path: str | os.PathLike, flag: str | None = None) -> Kind:
+    """The :class:`Kind` of the directory ``path``, from what its files declare (see the module docstring).
+
+    A directory tformer does not read is one line saying what was found: no config.json (and, for a training run
+    with no best model yet, where its latest state is), a model_type neither tformer nor its Hugging Face room
+    reads. ``flag`` names the argument in the message (``--model``).
+    """
+    where = _where(path, flag)
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{where} is not a directory")
+    run = any((current_dir(path / name) if name == BEST_DIR else path / name).exists() for name in _RUN_MARKS)
+    files = model_dir(path)
+    config_path = files / CONFIG_NAME
+    if not config_path.is_file():
+        if run and (path / "last" / CONFIG_NAME).is_file():
+            raise FileNotFoundError(
+                f"{where} is a training run with no best model yet (no evaluation has finished); its latest state is "
+                f"in {str(path / 'last')!r}"
+            )
+        raise FileNotFoundError(
+            f"{where} holds no model: it has no {CONFIG_NAME} (tformer reads its own run and model directories and "
+            "Hugging Face ones)"
+        )
+    config = read_json_object(config_path, "model config")  # not an object: one line naming the file
+    model_type = config.get("model_type")
+    known = isinstance(model_type, str)
+    if known and declares_hf(config) and model_type in MODULES:
+        family = "gpt" if model_type in DECODER_TYPES else "seq2seq" if model_type == "marian" else "bert"
+        return Kind("hf", family, model_type, path, files)
+    if known and not declares_hf(config) and model_type in FAMILIES:
+        return Kind("run" if run else "model", model_type, model_type, path, files)
+    shown = repr(model_type) if len(repr(model_type)) <= 60 else repr(model_type)[:60] + "…"
+    raise ValueError(
+        f"model config {str(config_path)!r} has model_type={shown}; tformer reads its own seq2seq, gpt and bert and "
+        f"the Hugging Face types {', '.join(sorted(MODULES))}"
+    )
+
+
+def _where(path: str | os.PathLike, flag: str | None) -> str:
+    return f"{flag} {str(path)!r}" if flag else repr(str(path))
+
+
+# ---------------------------------------------------------------------------------------------------- load
+
+
+def load(
+    path: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = torch.float32,
+    family: str | Iterable[str] | None = None,
+    flag: str | None = None,
+    strict: bool = True,
+) -> Loaded:
+    """The model of the directory ``path`` (in eval mode, on ``device``, in ``dtype``; None: as stored) with its
+    tokenizers, whatever its kind (:func:`detect`).
+
+    ``family`` (one or several of "seq2seq", "gpt", "bert"): what the caller can use; a directory of another family
+    is one line saying what it holds and what is needed, before anything is read. ``flag`` names the argument in
+    messages (``--model``). Files that do not fit together are one line naming both: a tokenizer with more ids than
+    the model has rows, and (``strict``) one of tformer's own directories whose tokenizer and model differ in size
+    (files from two runs) or whose tokenizer is of a kind its family never trains; ``strict=False`` lets ``trace``
+    and ``info`` read a model with a hand-made tokenizer whose ids fit.
+    """
+    kind = detect(path, flag)
+    wanted = [family] if isinstance(family, str) else list(family) if family is not None else list(FAMILIES)
+    if kind.family not in wanted:
+        this = "this command" if flag else "this"
+        raise ValueError(
+            f"{_where(path, flag)} holds {kind.describe()}; {this} needs {' or '.join(FAMILIES[f] for f in wanted)}"
+        )
+    (source, target), missing = _tokenizers(kind, strict)  # before the weights: a broken tokenizer fails fast
+    if kind.source == "hf":
+        model = load_hf_dir(kind.files, device, dtype)
+    else:
+        model = load_pretrained(kind.files)
+        model = model.to(device) if dtype is None else model.to(device, dtype)
+    _check_sizes(kind, model.config, source, target, strict)
+    start = _start_id(kind, target, model.config)
+    return Loaded(kind.family, model.eval(), source, target, kind, start, missing)
+
+
+def _tokenizers(kind: Kind, strict: bool) -> tuple[tuple[Tokenizer | None, Tokenizer | None], str | None]:
+    """(source, target) tokenizers of ``kind``'s directory (the same object twice outside translation), and why
+    there is none (a missing file; a file that is there but unreadable is a ValueError naming it).
+
+    In tformer's own directories a tokenizer is of a kind its family trains (``strict``; or any Hugging Face one):
+    a file of another kind is read as the family's, so the message names what is wrong in it (a layout, a field)."""
+    files, (src_prefix, tgt_prefix) = kind.files, kind.prefixes
+    kinds = _KINDS[kind.family] if strict or kind.family == "bert" else None
+    try:
+        if kind.family == "bert":  # the family lays out [CLS] A [SEP] B [SEP] with WordPiece's specials
+            tok: Tokenizer = WordPieceTokenizer.load(files) if kind.source == "hf" else load_tokenizer(files, "", kinds)
+            return (tok, tok), None  # a Hugging Face one: tokenizer.json, else vocab.txt (sentence-transformers)
+        if kind.family == "gpt":
+            tok = HFTokenizer.load(files) if kind.source == "hf" else load_tokenizer(files, "", kinds)
+            return (tok, tok), None
+        if kind.source == "hf" and not (files / "tokenizer.json").is_file():
+            return (None, None), f"{str(files)!r} has no tokenizer.json{_MARIAN_NOTE}"
+        source = load_tokenizer(files, src_prefix, kinds)
+    except FileNotFoundError as err:
+        return (None, None), str(err)
+    if kind.source == "hf" and not (files / (tgt_prefix + "tokenizer.json")).is_file():
+        return (source, source), None  # one tokenizer for both sides, as in OPUS-MT
+    try:
+        return (source, load_tokenizer(files, tgt_prefix, kinds)), None
+    except FileNotFoundError as err:
+        return (source, None), str(err)
+
+
+def _check_sizes(kind: Kind, config: Any, source: Tokenizer | None, target: Tokenizer | None, strict: bool) -> None:
+    """A tokenizer and a model belong together: tformer's own have the same size (``strict``); a Hugging Face model
+    may have more rows than its tokenizer has ids (Qwen pads its table), never fewer."""
+    files, (src_prefix, tgt_prefix) = kind.files, kind.prefixes
+    if kind.family == "seq2seq":
+        sides = [(source, src_prefix, "src_vocab_size"), (target, tgt_prefix, "tgt_vocab_size")]
+    else:
+        sides = [(source, "", "vocab_size")]
+    for tok, prefix, field in sides:
+        if tok is None:
+            continue
+        size = getattr(config, field)
+        name = prefix + (tok.file_name if (files / (prefix + tok.file_name)).is_file() else "vocab.txt")
+        if kind.source != "hf" and strict:
+            check_vocab(files, name, tok.vocab_size, field, size)
+        elif tok.vocab_size > size:
+            raise ValueError(
+                f"{str(files / name)!r} has token ids up to {tok.vocab_size - 1} but {str(files / CONFIG_NAME)!r} "
+                f"says {field}={size}: the tokenizer and the model do not belong together"
+            )
+
+
+def _start_id(kind: Kind, target: Tokenizer | None, config: Any) -> int | None:
+    """What the decoder starts from: a Hugging Face Marian's decoder_start_token_id, else the target's ``<sos>``; a
+    GPT's start token; None for a BERT."""
+    if kind.family == "bert":
+        return None
+    if kind.family == "gpt":
+        return None if target is None else target.start_id
+    if kind.source == "hf":
+        path = kind.files / CONFIG_NAME
+        start = read_json_object(path, "model config").get("decoder_start_token_id")
+        if start is not None:
+            if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < config.tgt_vocab_size:
+                raise ValueError(
+                    f"model config {str(path)!r}: decoder_start_token_id must be an id below the vocabulary size "
+                    f"{config.tgt_vocab_size}, got {start!r}"
+                )
+            return start
+    if target is not None and target.bos_id is not None:
+        return target.bos_id
+    return TRANSLATION_SOS
