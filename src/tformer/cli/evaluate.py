@@ -31,7 +31,7 @@ def run(args) -> int:
     if args.out_hyp:  # before the model is loaded and the test set translated
         inputs = [("--src", args.src), *(("--ref", ref) for ref in args.ref), ("--model", args.model)]
         check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
-    translator = Translator.load(args.model, args.device)
+    translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
     result = evaluate_files(translator, args.src, args.ref, beam=args.beam, max_len=args.max_len)
     if args.out_hyp:
         text = "\n".join(result["hypotheses"]) + "\n"

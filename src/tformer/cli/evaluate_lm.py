@@ -10,7 +10,7 @@ from tformer.cli.validate import device, existing_dir, existing_path, positive_i
 
 def add_parser(sub) -> None:
     e = sub.add_parser("evaluate-lm", help="loss, perplexity and bits per character/byte of a language model on a text")
-    e.add_argument("--model", required=True, type=existing_dir, help="model directory (from tformer train lm)")
+    e.add_argument("--model", required=True, type=existing_dir, help="a GPT: a tformer train lm run or model directory")
     e.add_argument(
         "--data", required=True, type=existing_path, help="a UTF-8 text file, a folder of .txt files, or a JSONL file"
     )
@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from tformer import lm
 
-    model, tokenizer = lm.load(args.model, args.device)
+    model, tokenizer = lm.load(args.model, args.device, flag="--model")  # through tformer.load
     r = lm.evaluate(model, tokenizer, args.data, args.block_size, args.batch_size)
     print(
         f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {r['val_ppl']:.3f}  "

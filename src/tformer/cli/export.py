@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from tformer.cli.validate import existing_dir
 
@@ -37,35 +36,17 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _load(directory: Path):
-    """The model of ``directory``, its tokenizer (a translator's: source and target) and None, or the model, None
-    and why it has no tokenizer."""
-    from tformer.hf import is_hf_dir, load
-    from tformer.models.checkpoint import load_pretrained, model_dir
-    from tformer.models.seq2seq import Seq2SeqTransformer
-    from tformer.tokenizers import load_tokenizer
-
-    path = model_dir(directory)
-    model = load(path) if is_hf_dir(path) else load_pretrained(path)
-    try:
-        if isinstance(model, Seq2SeqTransformer) and not is_hf_dir(path):
-            return model, (load_tokenizer(path, prefix="src_"), load_tokenizer(path, prefix="tgt_")), None
-        return model, load_tokenizer(path), None
-    except FileNotFoundError as err:
-        return model, None, str(err)
-
-
 def run(args) -> int:
     from tformer.files import check_new_dir
-    from tformer.hf import export
     from tformer.hf.export import EXPORT_FILES
+    from tformer.loader import load
 
     out = check_new_dir(args.out, "OUT", [("MODEL", args.model)], args.overwrite, EXPORT_FILES)  # before any work
-    model, tokenizer, missing = _load(Path(args.model))
-    export(model, out, tokenizer, overwrite=args.overwrite)
+    loaded = load(args.model, flag="MODEL")  # any family, any kind of directory (tformer.loader)
+    loaded.export(out, overwrite=args.overwrite)  # with its tokenizers (a translator's source and target)
     architecture = json.loads((out / "config.json").read_text(encoding="utf-8"))["architectures"][0]
     files = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"wrote {out} ({architecture}): {files}")
-    if missing:
-        print(f"tformer export: note: {missing}, so OUT has no tokenizer.json", file=sys.stderr)
+    if loaded.missing:
+        print(f"tformer export: note: {loaded.missing}, so OUT has no tokenizer.json", file=sys.stderr)
     return 0

@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from tformer.bert import fill_mask, load_masked_lm
 
-    model, tokenizer = load_masked_lm(args.model)
+    model, tokenizer = load_masked_lm(args.model, flag="--model")  # through tformer.load
     for text in args.texts:
         print(text)
         for k, candidates in enumerate(fill_mask(model, tokenizer, text, args.top_k), 1):

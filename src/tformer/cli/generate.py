@@ -3,8 +3,9 @@
 tformer generate --model runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 50 --seed 1
 tformer generate --model ./SmolLM2-135M --prompt "The capital of France is" --greedy --max-new-tokens 20
 
-``--model`` is a ``tformer train lm`` run or a Hugging Face model directory (config.json, safetensors weights,
-tokenizer.json; read by :mod:`tformer.hf.directory` without ``transformers``).
+``--model`` is any GPT ``tformer.load`` reads: a ``tformer train lm`` run or model directory, or a Hugging Face
+decoder directory (config.json, safetensors weights, tokenizer.json; read without ``transformers``); another family
+is refused in one line.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def run(args) -> int:
     from tformer import lm
     from tformer.generation import SamplingConfig
 
-    model, tokenizer = lm.load(args.model, args.device, getattr(torch, args.dtype))
+    model, tokenizer = lm.load(args.model, args.device, getattr(torch, args.dtype), flag="--model")  # tformer.load
     sampling = SamplingConfig(
         not args.greedy,
         args.temperature,

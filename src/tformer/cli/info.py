@@ -1,5 +1,6 @@
-"""``tformer info DIR``: what a checkpoint holds (family, config, parameter count); ``tformer info --system``: the
-processor, its class and the features that decide which kernels run fast (:mod:`tformer.machine`)."""
+"""``tformer info MODEL`` (or ``--model MODEL``): what a directory holds (family, kind, config, parameter count,
+tokenizer), read by ``tformer.load``; ``tformer info --system``: the processor, its class and the features that
+decide which kernels run fast (:mod:`tformer.machine`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ from tformer.cli.validate import existing_dir
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("info", help="describe a saved model directory, or this machine (--system)")
-    p.add_argument("model", nargs="?", type=existing_dir, help="model directory written by save_pretrained")
+    p = sub.add_parser("info", help="describe a model directory of any kind, or this machine (--system)")
+    model = p.add_mutually_exclusive_group()
+    model.add_argument(
+        "model",
+        metavar="MODEL",
+        nargs="?",
+        type=existing_dir,
+        help="a run, model or Hugging Face directory of any family (tformer.load); or give it as --model MODEL",
+    )
+    model.add_argument("--model", dest="model_flag", metavar="MODEL", type=existing_dir, help="the same as MODEL")
     p.add_argument(
         "--system",
         action="store_true",
@@ -22,18 +31,33 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.system:
         _system()
-    if args.model is None:
+    directory, flag = (args.model, "MODEL") if args.model is not None else (args.model_flag, "--model")
+    if directory is None:
         if not args.system:
-            raise ValueError("give a model directory (tformer info DIR) or --system")
+            raise ValueError("give a model directory (tformer info DIR) or --system")  # or --model DIR
         return 0
-    from tformer.models.checkpoint import load_pretrained
+    from tformer.loader import load
 
-    model = load_pretrained(args.model)
+    loaded = load(directory, flag=flag, strict=False)  # what the directory holds, even a tokenizer of another run
+    model = loaded.model
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{type(model).__name__} ({model.model_type}), {n_params:,} parameters")
+    print(f"{type(model).__name__} ({model.model_type}), {n_params:,} parameters: {loaded.kind.describe()}")
     for field, value in dataclasses.asdict(model.config).items():
         print(f"  {field:18s} {value}")
+    print(f"  {'tokenizer':18s} {_tokenizers(loaded)}")
     return 0
+
+
+def _tokenizers(loaded) -> str:
+    """``char, 65 ids``; a translator's ``source bpe, 8000 ids; target bpe, 8000 ids``; or why there is none."""
+    if loaded.tokenizer is None:
+        return f"none ({loaded.missing})"
+    pairs = [("", loaded.tokenizer)]
+    if loaded.family == "seq2seq":
+        pairs = [("source ", loaded.tokenizer), ("target ", loaded.target_tokenizer)]
+    return "; ".join(
+        f"{side}{tok.kind}, {tok.vocab_size:,} ids" if tok is not None else f"{side}none" for side, tok in pairs
+    )
 
 
 def _system() -> None:

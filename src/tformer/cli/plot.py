@@ -4,7 +4,7 @@
     tformer plot attention --model DIR "I am good." --layer 0 --head 1 --out attn.png
     tformer plot positional --max-len 100 --d-model 64 --out pe.png
     tformer plot mask --kind combined --tokens "<sos> Je vais bien <pad> <pad>" --out mask.png
-    tformer plot curves runs/exp1 --out curves.png        # reads runs/exp1/log.jsonl
+    tformer plot curves runs/exp1 --out curves.png        # reads runs/exp1/log.jsonl (or: --model runs/exp1)
 
 Every picture is a PNG drawn headless (matplotlib's Agg canvas).
 """
@@ -55,11 +55,16 @@ def add_parser(sub) -> None:
     m.set_defaults(func=run_mask)
 
     c = kinds.add_parser("curves", help="training curves from RUN_DIR/log.jsonl")
-    c.add_argument(
+    run = c.add_mutually_exclusive_group(required=True)
+    run.add_argument(
         "run",
         metavar="RUN_DIR",
+        nargs="?",
         type=existing_path,
-        help="a run directory holding log.jsonl, or the .jsonl file itself",
+        help="a run directory holding log.jsonl, or the .jsonl file itself; or give it as --model RUN_DIR",
+    )
+    run.add_argument(
+        "--model", metavar="RUN_DIR", type=existing_path, help="the same as RUN_DIR, as other commands take it"
     )
     c.add_argument("--out", default="curves.png", type=output_file, help="PNG file to write (default curves.png)")
     add_overwrite_flag(c, "--out")
@@ -131,6 +136,7 @@ def run_mask(args) -> int:
 def run_curves(args) -> int:
     from tformer.training.curves import plot_curves
 
-    _check_out(args, [("RUN_DIR", args.run)])
-    plot_curves(args.run, args.out)
+    run, flag = (args.run, "RUN_DIR") if args.run is not None else (args.model, "--model")
+    _check_out(args, [(flag, run)])
+    plot_curves(run, args.out)
     return _done(args.out)

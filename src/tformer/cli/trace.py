@@ -5,26 +5,26 @@
     tformer trace --model GPT_DIR --prompt "To be" --max-new-tokens 10 --json trace.json
     tformer trace --model DIR --ids "4 5 6 7"             # no tokenizer files: raw ids
 
-The model directory's tokenizer is read when it has one, whatever its kind (``tformer.tokenizers.load_tokenizer``):
-``src_tokenizer.json`` and ``tgt_tokenizer.json`` (seq2seq), ``char_tokenizer.json`` or ``tokenizer.json`` (GPT),
-``tokenizer.json`` or ``vocab.txt`` (BERT). The text is encoded as the model reads it
-(``add_special_tokens=True``: ``[CLS] … [SEP]`` for BERT, a Hugging Face tokenizer's BOS), as ``fill-mask``,
-``generate``, training and the explorer encode it.
+``--model`` is any directory ``tformer.load`` reads (a run, a model directory, a Hugging Face one; every family),
+with its tokenizer of whatever kind: ``src_tokenizer.json`` and ``tgt_tokenizer.json`` (seq2seq),
+``char_tokenizer.json`` or ``tokenizer.json`` (GPT), ``tokenizer.json`` or ``vocab.txt`` (BERT). The text is encoded
+as the model reads it (``Loaded.encode``: ``[CLS] … [SEP]`` for BERT, a Hugging Face tokenizer's BOS, the
+normalised sentence for a translator and ``<sos>`` before its target), as ``fill-mask``, ``generate``, training and
+the explorer encode it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tformer.cli.common import add_overwrite_flag
 from tformer.cli.validate import Number, existing_dir, non_negative_int, output_file
-from tformer.tokens import TRANSLATION_SOS
 
 
 def add_input_args(p) -> None:
     """The model and input options shared by ``tformer trace`` and ``tformer plot attention``."""
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", type=existing_dir, help="model directory written by save_pretrained")
+    src.add_argument(
+        "--model", type=existing_dir, help="a run, model or Hugging Face directory of any family (tformer.load)"
+    )
     src.add_argument("--toy", action="store_true", help="the notes' d_model = 4 translator of 'I am good .'")
     p.add_argument("text", nargs="?", help="input text: the source sentence (seq2seq), prompt (GPT) or text (BERT)")
     p.add_argument("--prompt", help="the same as TEXT (reads better for GPT)")
@@ -93,12 +93,11 @@ def build_trace(args):
         raise ValueError(f"--max-new-tokens must be >= 0, got {steps}")
     if args.toy:
         return toy_seq2seq().trace(k=args.top_k, max_new_tokens=steps)
-    from tformer.models.checkpoint import load_pretrained, model_dir
+    from tformer.loader import load
 
-    model = load_pretrained(args.model)
-    inputs = _inputs(model, model_dir(args.model), args)  # a training run's tokenizers are with its best model
-    extra = {} if model.model_type == "bert" else {"max_new_tokens": steps}
-    return trace(model, **inputs, k=args.top_k, **extra)
+    loaded = load(args.model, flag="--model", strict=False)  # any family and directory, its tokenizers (ids that fit)
+    extra = {} if loaded.family == "bert" else {"max_new_tokens": steps}
+    return trace(loaded.model, **_inputs(loaded, args), k=args.top_k, **extra)
 
 
 def _parse_ids(text: str, flag: str) -> list[int]:
@@ -108,49 +107,46 @@ def _parse_ids(text: str, flag: str) -> list[int]:
         raise ValueError(f"{flag} must be space-separated integers, got {text!r}") from None
 
 
-def _tokenizer(directory: Path, prefix: str = ""):
-    """The directory's tokenizer of any kind (None when it has no tokenizer file); a broken one is one line."""
-    from tformer.tokenizers import load_tokenizer, tokenizer_kind
-
-    try:
-        tokenizer_kind(directory, prefix)
-    except FileNotFoundError:
-        return None
-    return load_tokenizer(directory, prefix)
-
-
-def _encode(tok, text: str | None, ids: str | None, what: str) -> tuple[list[int], list[str] | None]:
-    """ids and tokens from ``--ids`` or from the tokenizer ``what``, the text as the model reads it."""
-    if ids is not None:
-        return _parse_ids(ids, "--ids" if "target" not in what else "--target-ids"), None
+def _encoded(loaded, text: str | None, target: str | None = None) -> dict[str, list[int]]:
+    """The ids of ``text`` (and a translator's ``target``) as the model reads them (:meth:`Loaded.encode`: the
+    specials it was trained with), or one line saying what is missing."""
     if text is None:
-        raise ValueError(f"give the input as TEXT (or --prompt), or as --ids for {what}")
-    if tok is None:
-        raise ValueError(f"the model directory has no {what}: pass the input as space-separated --ids")
-    encoded = tok.encode(text, add_special_tokens=True)
-    if not encoded:
-        raise ValueError(f"the text {text!r} gives no tokens")
-    return encoded, [tok.id_to_token(i) or str(i) for i in encoded]
+        raise ValueError("give the input as TEXT (or --prompt), or as --ids")
+    if loaded.tokenizer is None:
+        raise ValueError(f"{loaded.missing}: pass the input as space-separated --ids")
+    return {name: t[0].tolist() for name, t in loaded.encode(text, target).items()}
 
 
-def _inputs(model, directory: Path, args) -> dict:
+def _names(tok, ids: list[int]) -> list[str] | None:
+    return None if tok is None else [tok.id_to_token(i) or str(i) for i in ids]
+
+
+def _inputs(loaded, args) -> dict:
+    """The trace's inputs: ids from the tokenizers (or --ids / --target-ids), the piece each id stands for, the
+    target vocabulary."""
     text = args.text if args.text is not None else args.prompt
-    if model.model_type == "seq2seq":
-        src_tok, tgt_tok = _tokenizer(directory, "src_"), _tokenizer(directory, "tgt_")
-        src_ids, src_tokens = _encode(src_tok, text, args.ids, "src_tokenizer.json")
-        sos = TRANSLATION_SOS if tgt_tok is None or tgt_tok.bos_id is None else tgt_tok.bos_id  # <sos>
+    src_tok, tgt_tok = loaded.tokenizer, loaded.target_tokenizer
+    vocab = tgt_tok.vocabulary() if tgt_tok is not None else None
+    if loaded.family == "seq2seq":
+        if args.ids is not None:
+            src_ids, src_tokens = _parse_ids(args.ids, "--ids"), None
+        else:
+            src_ids = _encoded(loaded, text)["src"]
+            src_tokens = _names(src_tok, src_ids)
         if args.target_ids is not None:
             tgt_ids, tgt_tokens = _parse_ids(args.target_ids, "--target-ids"), None
-        elif args.target is not None:
-            ids, tokens = _encode(tgt_tok, args.target, None, "tgt_tokenizer.json (for --target)")
-            tgt_ids, tgt_tokens = [sos] + ids, ["<sos>"] + (tokens or [])  # decoder input = <sos> + target
         else:
-            tgt_ids, tgt_tokens = [sos], ["<sos>"]
-        vocab = tgt_tok.vocabulary() if tgt_tok is not None else None
+            if args.target is not None and tgt_tok is None:
+                raise ValueError(f"{loaded.missing}: pass --target as space-separated --target-ids")
+            tgt_ids = loaded.target_ids(args.target)  # <sos> + the target's pieces (teacher forcing)
+            tgt_tokens = _names(tgt_tok, tgt_ids)
         return dict(src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=vocab)
-    tok = _tokenizer(directory)
-    ids, tokens = _encode(tok, text, args.ids, "tokenizer file")
-    inputs = dict(ids=ids, tokens=tokens, vocab=tok.vocabulary() if tok is not None else None)
-    if model.model_type == "gpt" and tok is not None and tok.eos_id is not None:
-        inputs["eos_id"] = tok.eos_id
+    if args.ids is not None:
+        ids, tokens = _parse_ids(args.ids, "--ids"), None
+    else:
+        ids = _encoded(loaded, text)["ids"]
+        tokens = _names(src_tok, ids)
+    inputs = dict(ids=ids, tokens=tokens, vocab=vocab)
+    if loaded.family == "gpt" and src_tok is not None and src_tok.eos_id is not None:
+        inputs["eos_id"] = src_tok.eos_id
     return inputs

@@ -31,7 +31,7 @@ def run(args) -> int:
     from tformer.translation import Translator
     from tformer.translation.translator import SourceTruncated
 
-    translator = Translator.load(args.model, args.device)
+    translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
     sentences = args.sentences or [line for line in read_stdin_lines() if line.strip()]  # strict UTF-8
     sampling = SamplingConfig(True, args.temperature, args.top_k or None, args.top_p) if args.sample else None
     with warnings.catch_warnings(record=True) as caught:

@@ -1,4 +1,5 @@
-"""The model the explorer shows: any family's directory, loaded through the family's own loader, or the toy.
+"""The model the explorer shows: any directory :func:`tformer.load` reads (every family, tformer's runs and model
+directories, Hugging Face ones), or the toy.
 
 Dimension legend: none (ids and strings).
 """
@@ -7,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tformer.explore.codecs import LMCodec, ToyCodec, TranslationCodec, WordPieceCodec
 from tformer.inspect import toy_seq2seq
+from tformer.tokenizers import WordPieceTokenizer
+from tformer.tokens import TRANSLATION_SOS
 
 __all__ = ["Model", "load_model", "MAX_TOKENS", "check_comparable"]
 
@@ -54,8 +57,9 @@ class Model:
             raise ValueError(f"{field_name} has {n} tokens, at most {self.max_tokens}")
 
 
-def load_model(directory: str | Path | None) -> Model:
-    """The toy (``None``) or a model directory of any family, through the family's own loader."""
+def load_model(directory: str | Path | None, flag: str = "--model") -> Model:
+    """The toy (``None``) or a model directory of any family, through :func:`tformer.load` (``flag`` names the
+    argument in its messages)."""
     if directory is None:
         toy = toy_seq2seq()
         return Model(
@@ -68,41 +72,25 @@ def load_model(directory: str | Path | None) -> Model:
             "I am good.",
             "Je vais bien",
         )
-    from tformer.checks import read_json_object
-    from tformer.models.checkpoint import model_dir
+    from tformer.loader import load
 
-    path = model_dir(directory)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"--model {str(directory)!r} has no config.json: it is not a model directory")
-    config = read_json_object(path / "config.json", "model config")
-    from tformer.hf.directory import HF_MODEL_TYPES  # the Hugging Face decoders tformer reads (llama, qwen3, ...)
-
-    kind = config.get("model_type")
-    if isinstance(kind, str) and kind in HF_MODEL_TYPES:  # a Hugging Face decoder directory: the LM family's loader
-        kind = "gpt"
-    elif "hidden_size" in config:  # a Hugging Face BERT
-        kind = "bert"
-    name = Path(directory).name
+    loaded = load(directory, flag=flag)  # any family, any kind of directory (tformer.loader)
+    tok = loaded.require_tokenizer()  # the page shows text: a model without a tokenizer is one line
+    kind, name, model = loaded.family, Path(directory).name, loaded.model
     if kind == "seq2seq":
-        from tformer.translation import Translator
-
-        tr = Translator.load(path)
-        codecs = TranslationCodec(tr.tgt_tokenizer), TranslationCodec(tr.src_tokenizer)
-        return Model(kind, name, str(directory), tr.model.eval(), *codecs, DEFAULT_TEXT[kind])
+        if loaded.start_id != TRANSLATION_SOS:
+            raise ValueError(
+                f"{flag} {str(directory)!r} starts its decoder from id {loaded.start_id}; the explorer decodes "
+                f"tformer's translation layout, from <sos> (id {TRANSLATION_SOS})"
+            )
+        codecs = TranslationCodec(loaded.target_tokenizer or tok), TranslationCodec(tok)
+        return Model(kind, name, str(directory), model, *codecs, DEFAULT_TEXT[kind])
     if kind == "gpt":
-        from tformer import lm
-
-        gpt, tok = lm.load(path)
-        return Model(kind, name, str(directory), gpt.eval(), LMCodec(tok), None, DEFAULT_TEXT[kind])
-    if kind == "bert":
-        from tformer.bert import load_masked_lm
-
-        bert, wp = load_masked_lm(path)
-        m = Model(kind, name, str(directory), bert.eval(), WordPieceCodec(wp), None, DEFAULT_TEXT[kind])
-        m.default_text_b = "it was a sunny day."
-        return m
-    shown = repr(kind) if len(repr(kind)) <= 60 else repr(kind)[:60] + "…"
-    raise ValueError(f"{str(path / 'config.json')!r} has model_type={shown}; expected seq2seq, gpt or bert")
+        return Model(kind, name, str(directory), model, LMCodec(tok), None, DEFAULT_TEXT[kind])
+    wordpiece = cast(WordPieceTokenizer, tok)  # a BERT's tokenizer is WordPiece (tformer.loader)
+    m = Model(kind, name, str(directory), model, WordPieceCodec(wordpiece), None, DEFAULT_TEXT[kind])
+    m.default_text_b = "it was a sunny day."
+    return m
 
 
 def check_comparable(a: Model, b: Model) -> None:

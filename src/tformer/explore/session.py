@@ -75,7 +75,7 @@ class Session:
         """The model of ``directory`` (None: the toy), and with ``compare`` a second checkpoint of the same family
         and shape to compare it with (a ValueError naming both directories otherwise)."""
         model = load_model(directory)
-        other = load_model(compare) if compare is not None else None
+        other = load_model(compare, "--compare") if compare is not None else None
         if other is not None:
             check_comparable(model, other)
         return cls(model, other)
