@@ -14,6 +14,26 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     assert (tmp_path / "runs" / "api-example" / "model.safetensors").is_file()
 
 
+def test_readme_loads_each_family_the_same_way(tmp_path, monkeypatch):
+    """The README's tformer.load example (load, tokenize, run, look inside, save, export) runs as written on a
+    translator, a GPT and a BERT: tformer 0.1's runs in tests/fixtures stand in for the ones the README trains."""
+    import shutil
+
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    block = next(b for b in blocks if "tformer.load(" in b)
+    fixtures = Path(__file__).parent / "fixtures" / "v0.1"
+    runs = {"api-demo": "translation", "shakespeare": "lm", "bert": "bert"}
+    for name, fixture in runs.items():
+        shutil.copytree(fixtures / fixture, tmp_path / "runs" / name)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    assert len(scope["cache"]) == 1 and scope["m"].family == "bert"  # the last model: BERT's layer-0 weights
+    for name in runs:
+        assert (tmp_path / "runs" / f"{name}-copy" / "model.safetensors").is_file()
+        assert (tmp_path / "runs" / f"{name}-hf" / "tokenizer.json").is_file()
+
+
 def test_readme_names_the_two_setup_commands():
     text = README.read_text(encoding="utf-8")
     assert "bash scripts/demo.sh" in text and "bash scripts/test.sh" in text
