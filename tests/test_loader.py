@@ -411,6 +411,27 @@ def test_info_and_plot_curves_take_model_as_every_command_does(ours, tmp_path, c
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
+def test_classify_init_reads_any_bert_and_refuses_another_family(ours, hf, tmp_path, capsys):
+    """``train classify --init`` read tformer's own BERT directories only (Bert.from_pretrained)."""
+    from tformer.bert import TextClassifier, train_classifier
+
+    data = tmp_path / "animals.tsv"
+    data.write_text("".join(f"{t}\t{'animal' if 'cat' in t or 'dog' in t else 'thing'}\n" for t in TEXTS))
+    gpt = str(ours["char GPT run"])
+    argv = ["train", "classify", "--data", str(data), "--out", str(tmp_path / "no"), "--init", gpt, "--max-steps", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"tformer train classify: error: --init {gpt!r} holds a GPT (a tformer train lm run); this command needs a BERT\n"
+    )
+    out = tmp_path / "cls"
+    train_classifier(data, out, init=hf["bert"], max_len=32, max_steps=0, batch_size=4, valid=2, progress=False)
+    classifier, base = TextClassifier.load(out), tformer.load(hf["bert"]).model.state_dict()
+    trunk = [name for name in base if name.startswith(("embed.", "encoder."))]  # BertForMaskedLM has no pooler
+    assert trunk and all(torch.equal(classifier.model.state_dict()[name], base[name]) for name in trunk)
+
+
 # ------------------------------------------------------------------------------------------------ the Python API
 
 

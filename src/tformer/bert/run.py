@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 
 from tformer.bert.classification import ClassifyTask, read_labelled_tsv, split_examples
 from tformer.bert.pretraining import BertPretrainTask, read_sentence_documents, split_documents
+from tformer.loader import load
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.checkpoint import model_dir
 from tformer.tokenizers import WordPieceTokenizer, train_tokenizer
@@ -89,15 +91,15 @@ def train(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, di
 
 
 def _classifier(
-    init: str | Path | None,
+    base: Bert | None,
     preset: str,
     tokenizer: WordPieceTokenizer,
     n_labels: int,
     max_len: int,
     dropout: float | None,
 ) -> Bert:
-    """A new classifier of the preset's size, or the ``init`` model with a new head of ``n_labels``."""
-    if not init:
+    """A new classifier of the preset's size, or the ``base`` model (``--init``) with a new head of ``n_labels``."""
+    if base is None:
         config = BertConfig.preset(
             preset,
             vocab_size=tokenizer.vocab_size,
@@ -107,7 +109,6 @@ def _classifier(
             **_overrides(dropout),
         )
         return Bert(config)
-    base = Bert.from_pretrained(init)
     if max_len > base.config.max_len:
         raise ValueError(f"--max-len {max_len} exceeds the --init model's max_len {base.config.max_len}")
     model = Bert(base.config.replace(num_labels=n_labels, **_overrides(dropout)))
@@ -155,13 +156,13 @@ def setup_classifier(
         torch.manual_seed(cfg.seed)
         model = Bert(config)
     else:
-        tokenizer = (
-            WordPieceTokenizer.load(model_dir(init))
-            if init
-            else _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device)
-        )
+        base = load(init, family="bert", flag="--init") if init else None  # any BERT: a run, a model, a HF one
+        if base is not None:
+            tokenizer = cast(WordPieceTokenizer, base.require_tokenizer())  # a BERT's is WordPiece (tformer.loader)
+        else:
+            tokenizer = _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device)
         torch.manual_seed(cfg.seed)
-        model = _classifier(init, preset, tokenizer, len(labels), max_len, dropout)
+        model = _classifier(base.model if base else None, preset, tokenizer, len(labels), max_len, dropout)
     task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed)
     return make_trainer(model, task, cfg, resume)
 

@@ -164,7 +164,9 @@ def _add_classify(fam) -> None:
         "--valid", type=count_or_fraction, default=0.1, help="held-out split (fraction, or examples if >= 1)"
     )
     c.add_argument(
-        "--init", type=existing_dir, help="start from this `tformer train bert` model (its tokenizer and weights)"
+        "--init",
+        type=existing_dir,
+        help="start from this BERT (its tokenizer and weights): a `tformer train bert` run or model, a Hugging Face one",
     )
     _bert_model_flags(c, "small")
     add_training_flags(c, lr=3e-4, warmup=100, schedule="inverse_sqrt")
