@@ -21,9 +21,19 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   no_browser="BROWSER TESTS NOT RUN: chromium not found (apt-get install chromium chromium-driver)"
   printf '\n!!!!! %s !!!!!\n\n' "$no_browser" >&2
 fi
+# The site's browser test (tests/test_docs_site.py) opens the site bash scripts/docs.sh built; without it, it is
+# skipped, and this says so (CI builds the site first).
+no_site=""
+if [ ! -f docs/_build/html/index.html ]; then
+  no_site="DOCS SITE TESTS NOT RUN: the site is not built (bash scripts/docs.sh builds it)"
+  printf '\n!!!!! %s !!!!!\n\n' "$no_site" >&2
+fi
 status=0
 python -m pytest "$@" || status=$?
 if [ -n "$no_browser" ]; then
   printf '\n!!!!! %s !!!!!\n' "$no_browser" >&2
+fi
+if [ -n "$no_site" ]; then
+  printf '\n!!!!! %s !!!!!\n' "$no_site" >&2
 fi
 exit "$status"

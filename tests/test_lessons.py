@@ -1,6 +1,6 @@
 """The lessons of the documentation site (docs/site/lessons), without running them.
 
-The docs build (``bash scripts/docs.sh``, in CI after the tests) executes every lesson and fails on a cell error or
+The docs build (``bash scripts/docs.sh``, in CI before the tests) executes every lesson and fails on a cell error or
 a failed ``assert``; here, in seconds:
 
 * each exercise solution (docs/site/lessons/solutions/NN.py) against known values — the notes' check values where
@@ -497,4 +497,6 @@ def test_the_docs_build_is_strict_executes_lessons_and_runs_in_ci():
         assert setting in conf
     script = (ROOT / "scripts" / "docs.sh").read_text(encoding="utf-8")
     assert "-W --keep-going" in script and "scripts/setup.sh" in script and ".[dev,docs]" in script
-    assert "bash scripts/docs.sh" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    # before the tests: tests/test_docs_site.py opens the site it built
+    assert "bash scripts/docs.sh" in ci and ci.index("bash scripts/docs.sh") < ci.index("bash scripts/test.sh")
