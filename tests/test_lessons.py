@@ -63,7 +63,7 @@ CHECK_VALUES = {
         "entropies[0] < entropies[1] < entropies[2]",
         "int(kept.sum()) == 5",
         "mass >= p_top",
-        "torch.allclose(torch.stack(full_logits), torch.stack(cached_logits), atol=1e-5)",
+        "torch.allclose(torch.stack(full_logits), torch.stack(cached_logits), atol=1e-4)",
         "cached_positions == P + (n - 1)",
         '"07-a-gpt.html"',
     ],
