@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from test_explore_browser import CHROMEDRIVER, CHROMIUM, REQUIRED, console_errors, find, network_requests, wait
+from test_explore_browser import REQUIRED, console_errors, find, headless_chromium, network_requests, wait
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "docs" / "_build" / "html"
@@ -69,19 +69,7 @@ def site() -> Path:
 
 @pytest.fixture(scope="module")
 def browser(site):
-    if not (Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file()):
-        _unavailable(f"chromium not found ({CHROMIUM}, {CHROMEDRIVER})")
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        _unavailable("selenium is not installed (pip install -e '.[dev]')")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--window-size=1300,1000", "--proxy-server=127.0.0.1:9"):
-        options.add_argument(flag)  # the proxy does not exist: any request off this machine fails
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = headless_chromium(1300, _unavailable)
     SHOTS.mkdir(parents=True, exist_ok=True)
     yield driver
     driver.quit()

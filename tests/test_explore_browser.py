@@ -50,21 +50,27 @@ def _unavailable(why: str) -> None:
 # ──────────────────────────────── the browser and the server ────────────────────────────────
 
 
-@pytest.fixture(scope="module")
-def browser():
+def headless_chromium(width: int, unavailable=_unavailable):
+    """Debian's chromium under selenium, headless, ``width`` × 1000, with its console and network logs; no request can
+    leave this machine (a proxy that does not exist). ``unavailable(why)`` skips or fails when it cannot start."""
     if not (Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file()):
-        _unavailable(f"chromium not found ({CHROMIUM}, {CHROMEDRIVER})")
+        unavailable(f"chromium not found ({CHROMIUM}, {CHROMEDRIVER})")
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        _unavailable("selenium is not installed (pip install -e '.[dev]')")
+        unavailable("selenium is not installed (pip install -e '.[dev]')")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--window-size=1400,1000", "--proxy-server=127.0.0.1:9"):
+    for flag in ("--headless=new", "--no-sandbox", f"--window-size={width},1000", "--proxy-server=127.0.0.1:9"):
         options.add_argument(flag)  # the proxy does not exist: any request off this machine fails
     options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = headless_chromium(1400)
     SHOTS.mkdir(parents=True, exist_ok=True)
     yield driver
     driver.quit()
