@@ -1,0 +1,101 @@
+"""What a training run is asked to do: :class:`TrainConfig` (the settings every family shares), when its budget is
+spent (:func:`budget_reached`), the learning-rate schedule (:func:`lr_factor`) and the optimizer
+(:func:`make_optimizer`). The :class:`~tformer.training.trainer.Trainer` runs them; this module knows nothing about
+models, tasks or files.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["TrainConfig", "budget_reached", "budget_spent_message", "lr_factor", "make_optimizer"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out_dir: str
+    lr: float = 5e-4
+    schedule: str = "inverse_sqrt"  # "inverse_sqrt" (the paper) | "cosine" | "constant"
+    warmup_steps: int = 400
+    min_lr_ratio: float = 0.1  # cosine decays to lr × min_lr_ratio
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    clip: float = 1.0  # max gradient norm (0 = off)
+    accum_steps: int = 1
+    epochs: int | None = None
+    max_steps: int | None = None
+    minutes: float | None = None  # time budget
+    eval_every: int | None = None  # optimizer steps between evaluations; None = every epoch
+    log_every: int = 10
+    seed: int = 0
+    bf16: bool = False
+    device: str = "cpu"
+    progress: bool = True
+    fast: bool = True  # CPU fast paths (tformer.fast): swapped into the model, the fused loss backward
+    overwrite: bool = False  # start a new run in a non-empty out_dir (its old run is deleted); else refused
+    max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
+
+    def __post_init__(self) -> None:
+        if self.schedule not in ("inverse_sqrt", "cosine", "constant"):
+            raise ValueError(f"schedule must be 'inverse_sqrt', 'cosine' or 'constant', got {self.schedule!r}")
+        if self.epochs is None and self.max_steps is None and self.minutes is None:
+            raise ValueError("give at least one of epochs, max_steps or minutes")
+        if self.accum_steps < 1:
+            raise ValueError(f"accum_steps must be >= 1, got {self.accum_steps}")
+        if self.max_bad_steps < 1:
+            raise ValueError(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
+        if self.schedule == "cosine" and self.max_steps is None and self.minutes is None:
+            raise ValueError("schedule='cosine' needs max_steps or minutes (the length of the decay)")
+
+
+def budget_reached(cfg: TrainConfig, step: int, epoch: int, elapsed: float) -> str | None:
+    """Which limit of ``cfg`` a run at ``step``, ``epoch`` and ``elapsed`` seconds has reached, in the CLI's words
+    (``"--max-steps 10 (it is at step 10)"``); None while it may train on. Each limit is a total for the run."""
+    if cfg.max_steps is not None and step >= cfg.max_steps:
+        return f"--max-steps {cfg.max_steps} (it is at step {step})"
+    if cfg.epochs is not None and epoch >= cfg.epochs:
+        return f"--epochs {cfg.epochs} (it has trained {epoch})"
+    if cfg.minutes is not None and elapsed >= cfg.minutes * 60:
+        return f"--minutes {cfg.minutes:g} (it has trained {elapsed / 60:.2f} min)"
+    return None
+
+
+def budget_spent_message(out: Path | str, reached: str) -> str:
+    """Why a resumed run that has reached a limit does not train, and how to give it more."""
+    return (
+        f"the run in {str(out)!r} has already reached {reached}: nothing is left to train and nothing was written; "
+        "--max-steps, --epochs and --minutes count from the run's start (totals, not more on top), so give a "
+        "larger one to train further"
+    )
+
+
+def lr_factor(step: int, cfg: TrainConfig, time_used: float = 0.0) -> float:
+    """Multiplier of ``cfg.lr`` at optimizer step ``step`` (0-based).
+
+    Cosine decays over ``max_steps``; without it, over the ``minutes`` budget (``time_used`` = the
+    fraction of it spent), so a time-limited run still ends at ``lr × min_lr_ratio``.
+    """
+    s, w = step + 1, max(cfg.warmup_steps, 1)
+    if cfg.schedule == "inverse_sqrt":
+        return min(s / w, math.sqrt(w / s))
+    if s <= w:
+        return s / w
+    if cfg.schedule == "constant":
+        return 1.0
+    progress = min((s - w) / max(cfg.max_steps - w, 1) if cfg.max_steps is not None else time_used, 1.0)
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (what the Trainer steps with)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # The fused kernel updates every tensor in one pass (CPU and CUDA); without it, PyTorch's CPU default is a
+    # Python loop over the parameters, a few percent of a small model's step.
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in decay + no_decay)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=fused or None)
