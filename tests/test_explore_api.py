@@ -442,6 +442,30 @@ def test_export_embeds_the_answers_and_references_nothing_online(tmp_path):
     assert export_html(session).count('<script type="application/json" id="tformer-data">') == 1
 
 
+def _exported_info(html: str) -> dict:
+    data = json.loads(re.search(r'id="tformer-data">(.*?)</script>', html, re.S)[1].replace("\\u003c", "<"))
+    return data["answers"][request_key("info", {})]
+
+
+def test_export_names_the_model_as_told_instead_of_its_local_path(dirs, tmp_path):
+    """The header of an exported page shows info's name and source: by default the directory's name and path (on the
+    lessons' pages a temporary /tmp/... path); name= and source= replace both, and the path is then nowhere in it."""
+    session = _session("gpt", dirs)
+    plain = _exported_info(export_html(session))
+    assert (plain["name"], plain["source"]) == ("gpt", str(dirs / "gpt"))
+    from tformer.explore.export import write_export
+
+    page = write_export(session, tmp_path / "named.html", name="lesson 7's GPT", source="lesson 7: 1,200 steps")
+    html = page.read_text(encoding="utf-8")
+    named = _exported_info(html)
+    assert (named["name"], named["source"]) == ("lesson 7's GPT", "lesson 7: 1,200 steps")
+    assert str(dirs / "gpt") not in html
+    assert {k: v for k, v in named.items() if k not in ("name", "source")} == {
+        k: v for k, v in plain.items() if k not in ("name", "source")
+    }
+    assert session.call("info", {})["source"] == str(dirs / "gpt")  # the session itself is unchanged
+
+
 def test_export_of_a_tensor_over_the_limit_holds_the_rows_the_page_asks_for(monkeypatch):
     import tformer.explore.session as session_module
 

@@ -8,6 +8,8 @@ request of ``info.defaults`` (the default trace, greedy and beam decoding, sampl
 family has them), and every tensor of the default trace (whole when small, else the rows the page shows first;
 ``info.export`` says what was left out).
 The page reads the answers instead of calling the server, so it opens from ``file://`` with no network.
+The page's header names the model by its directory and path; ``name`` and ``source`` replace them in an export,
+where a local path (often a temporary one) means nothing to whoever opens the page (the lessons name their models).
 
 Dimension legend: none (files and JSON).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +45,17 @@ def request_key(name: str, params: dict) -> str:
     return f"{name} " + json.dumps(canon(params), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def export_answers(session: Session) -> dict[str, Any]:
-    """The answers an exported page needs, keyed by :func:`request_key`.
+def export_answers(session: Session, name: str | None = None, source: str | None = None) -> dict[str, Any]:
+    """The answers an exported page needs, keyed by :func:`request_key`; ``name`` and ``source``, when given, are
+    what ``info`` says in place of the model directory's name and path (the page's header shows them).
 
     The file stays small (a few MB) for any model: the default trace of a translation model follows at most
     :data:`EXPORT_TARGET_TOKENS` of its greedy translation (an untrained one never stops), and a tensor over
     :data:`EXPORT_TENSOR_VALUES` values is stored as the rows the page shows first. ``info.export`` says what was
     left out, and ``info.max_tensor_values`` is the export's limit, so that the page asks for those rows."""
     other = session.other.m if session.other is not None else None
-    session = Session(session.m, other, target_cap=EXPORT_TARGET_TOKENS)  # a fresh one: its traces are the export's
+    shown = replace(session.m, name=name or session.m.name, source=source or session.m.source)
+    session = Session(shown, other, target_cap=EXPORT_TARGET_TOKENS)  # a fresh one: its traces are the export's
     answers: dict[str, Any] = {}
 
     def ask(name: str, params: dict) -> Any:
@@ -132,10 +137,13 @@ _LINK = re.compile(r"<link\b[^>]*>", re.IGNORECASE)
 _IMPORT_MAP = re.compile(r"(<script\b[^>]*\btype=[\"']?importmap[\"']?[^>]*>)(.*?)(</script>)", re.IGNORECASE | re.S)
 
 
-def export_html(session: Session, static: Path | None = None) -> str:
-    """The page with its scripts and styles inlined and the answers embedded."""
+def export_html(
+    session: Session, static: Path | None = None, name: str | None = None, source: str | None = None
+) -> str:
+    """The page with its scripts and styles inlined and the answers embedded (``name``, ``source``:
+    :func:`export_answers`)."""
     page = inline_page(static if static is not None else static_dir())
-    data = {"exported": True, "answers": export_answers(session)}
+    data = {"exported": True, "answers": export_answers(session, name, source)}
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")  # no </script> inside
     embedded = f'<script type="application/json" id="tformer-data">{text}</script>\n'
     at = page.lower().find("<script")  # before the page's own scripts, which read it when they start
@@ -198,8 +206,15 @@ def _data_url(path: Path) -> str:
     return "data:text/javascript;charset=utf-8;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def write_export(session: Session, path: str | Path, static: Path | None = None) -> Path:
+def write_export(
+    session: Session,
+    path: str | Path,
+    static: Path | None = None,
+    name: str | None = None,
+    source: str | None = None,
+) -> Path:
     """Write :func:`export_html` to ``path`` (atomically, readable as any file ``open()`` makes: a page to hand
-    out, not a private temp file); returns the path."""
-    html = export_html(session, static)
+    out, not a private temp file); returns the path. ``name`` and ``source`` name the model on the page in place of
+    its directory's name and path."""
+    html = export_html(session, static, name, source)
     return write_output(path, lambda tmp: Path(tmp).write_text(html, encoding="utf-8"))
