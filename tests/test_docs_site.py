@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "docs" / "_build" / "html"
 LESSON_SOURCES = ROOT / "docs" / "site" / "lessons"
 SHOTS = ROOT / "runs" / "screenshots" / "docs"
-MUST_EMBED = {"05", "06", "07", "08"}  # the English lessons that show the explorer of their model
+MUST_EMBED = {"03", "05", "06", "07", "08"}  # the English lessons that show the explorer of their model
 LOCAL = ("file:", "data:", "blob:", "about:")
 
 
