@@ -5,7 +5,8 @@ how many times control passes from one tformer module to another on two everyday
 
 * ``cli_lines``: lines of ``src/tformer/cli/*.py``;
 * ``declarations``: for each setting the three families share (``d_model``, ``n_heads``, ``dropout``, ...), the
-  number of dataclass fields with that name in ``src/tformer`` (``name: type = ...`` at class level);
+  number of class bodies in ``src/tformer`` that declare a field of that name (``name: type = ...``; a function's
+  parameters are not counted);
 * ``module_switches``: with ``sys.setprofile``, the number of calls whose caller and callee are in different
   ``tformer`` modules (a Python function calling into another module's Python function; a loop over 16 sentences
   counts 16 times), the distinct (caller module, callee module) pairs among them, and the distinct modules visited, on (a) a batch of translation text → tokens → tensors → loss (``TranslationTask.loss``), (b) a GPT prompt
@@ -17,8 +18,8 @@ Run it on two commits (e.g. in a ``git worktree``) to compare before and after.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -31,12 +32,15 @@ def cli_lines() -> int:
 
 
 def declarations() -> dict[str, int]:
+    """For each shared setting, the classes in ``src/tformer`` whose body declares a field of that name."""
     counts = dict.fromkeys(SHARED, 0)
     for path in (ROOT / "src/tformer").rglob("*.py"):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            m = re.match(r"^    (\w+): [\w .|\[\],]+(=.*)?$", line)
-            if m and m.group(1) in counts:
-                counts[m.group(1)] += 1
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        if item.target.id in counts:
+                            counts[item.target.id] += 1
     return counts
 
 
@@ -85,7 +89,7 @@ def translation_loss() -> dict:
     translator = Translator(Seq2SeqTransformer(config), tok, tok)
 
     def path():
-        task = TranslationTask(translator, pairs, [], max_tokens=256)
+        task = TranslationTask(translator, pairs, [], batch_tokens=256)
         batch = task.train_batches(0)[0]
         task.loss(translator.model, batch)
 

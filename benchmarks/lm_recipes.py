@@ -36,7 +36,7 @@ def child(recipe: str, minutes: float, out: Path, data: Path, threads: int, quic
         torch.set_num_threads(threads)
     extra: dict = {"preset": recipe}
     if quick:
-        extra.update(block_size=32, batch_size=4, eval_blocks=4)
+        extra.update(max_len=32, batch_size=4, eval_blocks=4)
     cpu = time.process_time()
     result = run_budget(minutes, out, data, extra)
     result.update(recipe=recipe, threads=torch.get_num_threads(), cpu_seconds=round(time.process_time() - cpu, 1))

@@ -87,7 +87,7 @@ def main(argv=None) -> dict:
     for m in args.minutes:
         extra = options(args.extra) if args.extra else {"preset": recipe_for(m)}
         if args.quick:
-            extra = dict(preset="tiny", block_size=32, batch_size=4, eval_blocks=4)
+            extra = dict(preset="tiny", max_len=32, batch_size=4, eval_blocks=4)
         r = run_budget(m, Path(args.out) / f"{m:g}min", Path(args.data), extra)
         if not args.no_anchor:
             r["nanogpt_recipe"] = run_anchor(m, Path(args.data), args.quick)

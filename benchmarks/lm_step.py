@@ -36,7 +36,7 @@ def _shape(recipe_name: str, quick: bool) -> dict:
         raise ValueError(f"--recipe must be one of {sorted(RECIPES)}, got {recipe_name!r}")
     recipe = RECIPES[recipe_name]
     model = {k: v for k, v in recipe["model"].items() if k != "activation"}
-    shape = dict(model=model, block_size=recipe["block_size"], batch_size=recipe["batch_size"])
+    shape = dict(model=model, block_size=recipe["max_len"], batch_size=recipe["batch_size"])
     if quick:
         shape = dict(
             model=dict(

@@ -264,7 +264,7 @@ def test_tiny_model_overfits_fill_mask(pretrained, text, word):
 
 
 def test_cli_fill_mask(pretrained, capsys):
-    assert main(["fill-mask", "--model", str(pretrained), "--top-k", "2", "the cat sat on the [MASK]."]) == 0
+    assert main(["fill-mask", "--model", str(pretrained), "--candidates", "2", "the cat sat on the [MASK]."]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "the cat sat on the [MASK]."
     assert out[1].startswith("  [MASK] 1: mat 0.") and len(out[1].split()) == 2 + 2 * 2

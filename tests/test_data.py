@@ -125,13 +125,13 @@ def test_token_budget_batches_respect_budget_and_cover_everything():
         ([1] * int(torch.randint(1, 30, (1,), generator=g)), [1] * int(torch.randint(1, 30, (1,), generator=g)))
         for _ in range(300)
     ]
-    batches = token_budget_batches(pairs, max_tokens=200, seed=1)
+    batches = token_budget_batches(pairs, batch_tokens=200, seed=1)
     assert sorted(i for b in batches for i in b) == list(range(300))
     for b in batches:
         longest = max(max(len(pairs[i][0]), len(pairs[i][1]) + 1) for i in b)
         assert longest * len(b) <= 200 or len(b) == 1
-    assert batches == token_budget_batches(pairs, max_tokens=200, seed=1)
-    assert batches != token_budget_batches(pairs, max_tokens=200, seed=2)
+    assert batches == token_budget_batches(pairs, batch_tokens=200, seed=1)
+    assert batches != token_budget_batches(pairs, batch_tokens=200, seed=2)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -389,9 +389,7 @@ def test_lm_bert_classify_without_validation_say_so(tmp_path):
 
     text = tmp_path / "text.txt"
     text.write_text("To be, or not to be.\nThat is the question.\nWhether tis nobler.\n\n" * 10, encoding="utf-8")
-    trainer, result = lm.train(
-        text, tmp_path / "lm", "tiny", val_fraction=0, block_size=16, max_steps=2, progress=False
-    )
+    trainer, result = lm.train(text, tmp_path / "lm", "tiny", valid=0, max_len=16, max_steps=2, progress=False)
     assert set(result) == {"step", "epoch"} and trainer.best is None
     with pytest.raises(ValueError, match=r"nothing to score: the text has 1 token"):
         evaluate_stream(trainer.model, torch.tensor([3]), torch.ones(trainer.model.config.vocab_size, dtype=torch.long))
@@ -433,8 +431,8 @@ def test_cli_lm_without_validation_done_line(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("abcdefgh " * 200, encoding="utf-8")
     r = tformer(
-        "train", "lm", "--data", str(text), "--out", str(tmp_path / "run"), "--val-fraction", "0",
-        "--block-size", "16", "--max-steps", "2", "--no-progress", timeout=120,
+        "train", "lm", "--data", str(text), "--out", str(tmp_path / "run"), "--valid", "0",
+        "--max-len", "16", "--max-steps", "2", "--no-progress", timeout=120,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "no validation data" in next(line for line in r.stdout.splitlines() if line.startswith("data:"))

@@ -23,7 +23,7 @@ def test_translation_checkpoint_loads_with_the_same_logits_and_translations():
     with torch.no_grad():
         logits = t.model(src, EXPECTED["seq2seq_tgt"])
     torch.testing.assert_close(logits, EXPECTED["seq2seq_logits"], atol=1e-5, rtol=1e-5)
-    assert t.translate(["I am good.", "We are going home."], max_len=8) == TEXTS["translations"]
+    assert t.translate(["I am good.", "We are going home."], max_new_tokens=8) == TEXTS["translations"]
 
 
 def test_lm_checkpoint_loads_with_the_same_logits():

@@ -64,7 +64,7 @@ def test_translation_logs_the_bleu_of_the_model_it_saves(tmp_path, two_threads):
         max_steps=60,
         eval_every=20,
         bleu_sentences=24,
-        max_tokens=1024,
+        batch_tokens=1024,
         lr=2e-3,
         warmup_steps=10,
     )

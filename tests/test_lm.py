@@ -77,7 +77,7 @@ def test_split_keeps_the_last_tenth_for_validation():
 
 def test_blocks_are_contiguous_seeded_per_epoch_and_shifted_by_one():
     ids = torch.arange(3, 200)
-    task = LMTask(CharTokenizer("ab"), ids, ids, block_size=8, batch_size=4, batches_per_epoch=3, seed=5)
+    task = LMTask(CharTokenizer("ab"), ids, ids, max_len=8, batch_size=4, batches_per_epoch=3, seed=5)
     assert all(torch.equal(a, b) for a, b in zip(task.train_batches(1), task.train_batches(1)))
     assert not torch.equal(task.train_batches(1)[0], task.train_batches(2)[0])
     seen = []
@@ -97,18 +97,18 @@ def test_bits_per_character_is_loss_over_ln2_and_bits_per_byte_counts_bytes():
     tok = CharTokenizer.train([SPEECH])
     ids = encode_documents(tok, [SPEECH])
     model = _tiny(tok.vocab_size)
-    r = evaluate_stream(model, ids, torch.tensor(tok.unit_lengths()), block_size=32)
+    r = evaluate_stream(model, ids, torch.tensor(tok.unit_lengths()), max_len=32)
     assert r["tokens"] == len(ids) - 1  # every prediction once, the short last block included
     assert r["val_bpc"] == pytest.approx(r["val_loss"] / math.log(2))
     assert r["val_ppl"] == pytest.approx(math.exp(r["val_loss"]))
-    first = evaluate_stream(model, ids[:33], torch.tensor(tok.unit_lengths()), block_size=32)
+    first = evaluate_stream(model, ids[:33], torch.tensor(tok.unit_lengths()), max_len=32)
     direct = torch.nn.functional.cross_entropy(model(ids[None, :32])[0], ids[1:33]).item()
     assert first["val_loss"] == pytest.approx(direct, rel=1e-5)
 
     bpe = ByteBPETokenizer.train([SPEECH], vocab_size=280)
     text = "Speak, café, speak — résolu."
     ids = encode_documents(bpe, [text])
-    r = evaluate_stream(_tiny(bpe.vocab_size), ids, torch.tensor(bpe.unit_lengths()), block_size=16)
+    r = evaluate_stream(_tiny(bpe.vocab_size), ids, torch.tensor(bpe.unit_lengths()), max_len=16)
     n_bytes = len(text.encode("utf-8")) - len(
         bpe.decode(ids[:1].tolist()).encode("utf-8")
     )  # the first token is never predicted
@@ -122,7 +122,7 @@ def memorised(tmp_path_factory):
     tok = CharTokenizer.train([TEXT])
     ids = encode_documents(tok, [TEXT])
     model = _tiny(tok.vocab_size).train()
-    task = LMTask(tok, ids, ids, block_size=len(ids) - 1, batch_size=1, batches_per_epoch=40, eval_blocks=None)
+    task = LMTask(tok, ids, ids, max_len=len(ids) - 1, batch_size=1, batches_per_epoch=40, eval_blocks=None)
     cfg = TrainConfig(
         out_dir=str(out),
         lr=3e-3,
@@ -218,7 +218,7 @@ def test_resume_through_the_cli_equals_the_uninterrupted_run(tmp_path):
         str(data),
         "--preset",
         "tiny",
-        "--block-size",
+        "--max-len",
         "16",
         "--batch-size",
         "4",
@@ -253,7 +253,7 @@ def test_train_lm_settings_come_from_the_flag_then_the_recipe_then_the_default()
 
     def resolved(*flags):  # the flags as `tformer train lm` parses them (unset: None), resolved by the library
         args = build_parser().parse_args(["train", "lm", "--data", __file__, "--out", "y", *flags])  # --data must exist
-        names = ("tokenizer", "batch_size", "lr", "warmup_steps", "weight_decay", "vocab_size", "block_size", "dropout")
+        names = ("tokenizer", "batch_size", "lr", "warmup_steps", "weight_decay", "vocab_size", "max_len", "dropout")
         return resolve(args.preset, **{k: getattr(args, k) for k in names})
 
     recipe = RECIPES["shakespeare-char-6min"]
@@ -263,7 +263,7 @@ def test_train_lm_settings_come_from_the_flag_then_the_recipe_then_the_default()
         recipe["lr"],
         recipe["batch_size"],
     )
-    assert six["model"]["max_len"] == recipe["block_size"] and six["model"]["positional"] == "rope"
+    assert six["model"]["max_len"] == recipe["max_len"] and six["model"]["positional"] == "rope"
     flagged = resolved("--preset", "shakespeare-char-6min", "--weight-decay", "0.05", "--lr", "1e-4")
     assert (flagged["weight_decay"], flagged["lr"]) == (0.05, 1e-4)
     plain = resolved("--preset", "tiny")

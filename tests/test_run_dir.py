@@ -34,7 +34,7 @@ def _text(directory: Path) -> Path:
 
 def _lm(directory: Path, out: str, *more: str) -> list[str]:
     return [
-        "train", "lm", "--data", str(_text(directory)), "--out", out, "--preset", "tiny", "--block-size", "16",
+        "train", "lm", "--data", str(_text(directory)), "--out", out, "--preset", "tiny", "--max-len", "16",
         "--batch-size", "4", "--batches-per-epoch", "5", "--eval-blocks", "8", "--log-every", "1",
         "--schedule", "inverse_sqrt", "--warmup-steps", "3", "--no-progress", *more,
     ]  # fmt: skip

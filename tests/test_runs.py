@@ -72,7 +72,7 @@ def _text(tmp_path: Path) -> Path:
 
 def _lm_args(tmp_path: Path, out: str, *more: str) -> list[str]:
     return [
-        "train", "lm", "--data", str(_text(tmp_path)), "--out", out, "--preset", "tiny", "--block-size", "16",
+        "train", "lm", "--data", str(_text(tmp_path)), "--out", out, "--preset", "tiny", "--max-len", "16",
         "--batch-size", "4", "--batches-per-epoch", "5", "--eval-blocks", "8", "--log-every", "1",
         "--schedule", "inverse_sqrt", "--warmup-steps", "3", "--dropout", "0.1", *more,
     ]  # fmt: skip
@@ -245,7 +245,7 @@ def test_a_second_signal_stops_at_once_and_fit_restores_the_handlers(tmp_path):
     from tformer.training.trainer import TrainingInterrupted
 
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    trainer = lm.setup(_text(tmp_path), tmp_path / "run", "tiny", block_size=16, batch_size=4, max_steps=2,
+    trainer = lm.setup(_text(tmp_path), tmp_path / "run", "tiny", max_len=16, batch_size=4, max_steps=2,
                        progress=False, log=lambda text: None)  # fmt: skip
     trainer.fit()
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

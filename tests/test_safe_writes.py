@@ -74,7 +74,7 @@ COMMANDS = {
     "evaluate --out-hyp": lambda d, out: [
         "evaluate",
         *("--model", str(d["translator"]), "--src", str(d["src.txt"]), "--ref", str(d["ref.txt"])),
-        *("--max-len", "4", "--out-hyp", out),
+        *("--max-new-tokens", "4", "--out-hyp", out),
     ],
     "trace --json": lambda d, out: ["trace", "--toy", "--max-new-tokens", "1", "--stage", "top_k", "--json", out],
     "plot attention --out": lambda d, out: ["plot", "attention", "--toy", "--out", out],

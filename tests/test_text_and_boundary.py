@@ -136,7 +136,7 @@ def test_a_closed_stdin_is_one_line(models, monkeypatch, capsys):
 
 def test_utf8_stdin_still_translates(models, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("the cat\n\nthé dog\n".encode())))
-    assert main(["translate", "--model", str(models["translation"]), "--max-len", "3"]) == 0
+    assert main(["translate", "--model", str(models["translation"]), "--max-new-tokens", "3"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2  # the empty line is skipped, as before
 
 
@@ -369,9 +369,9 @@ def test_demo_cut_by_its_time_cap_says_it_stopped_short(tmp_path, monkeypatch, c
 
 
 def test_demo_trains_to_its_step_target(tmp_path, monkeypatch, capsys):
-    """Without a time cap the demo trains its --steps, however long they take; nothing stopped short."""
+    """Without a time cap the demo trains its --max-steps, however long they take; nothing stopped short."""
     monkeypatch.chdir(tmp_path)
-    argv = ["demo", "--data", _pairs_tsv(tmp_path), "--out", "demo", "--steps", "3", "--vocab-size", "60"]
+    argv = ["demo", "--data", _pairs_tsv(tmp_path), "--out", "demo", "--max-steps", "3", "--vocab-size", "60"]
     assert main([*argv, "--no-progress", "I eat."]) == 0
     out = capsys.readouterr().out
     assert "for 3 steps on" in out and "stopped short" not in out
@@ -382,11 +382,11 @@ def test_demo_says_when_the_promised_translation_did_not_come(tmp_path, monkeypa
     """The built-in corpus promises "I am good." -> "Je vais bien."; two steps cannot keep it, and the demo says
     so with the command that trains longer (never a silent wrong translation)."""
     monkeypatch.chdir(tmp_path)
-    assert main(["demo", "--out", "demo", "--steps", "2", "--no-progress", "I am good."]) == 0
+    assert main(["demo", "--out", "demo", "--max-steps", "2", "--no-progress", "I am good."]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("note: "))
     assert line.startswith("note: 'I am good.' came out as ") and line.endswith(
-        ", not 'Je vais bien.', after 2 steps; train longer: tformer demo --overwrite --out demo --steps 4"
+        ", not 'Je vais bien.', after 2 steps; train longer: tformer demo --overwrite --out demo --max-steps 4"
     )
 
 

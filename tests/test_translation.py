@@ -39,7 +39,7 @@ def overfit(tmp_path_factory):
     """A tiny model trained on 20 pairs until it reproduces them."""
     translator = _translator(PAIRS, dropout=0.0)
     out = tmp_path_factory.mktemp("overfit")
-    task = TranslationTask(translator, PAIRS, PAIRS, max_tokens=512, label_smoothing=0.0, bleu_sentences=20)
+    task = TranslationTask(translator, PAIRS, PAIRS, batch_tokens=512, label_smoothing=0.0, bleu_sentences=20)
     cfg = TrainConfig(out_dir=str(out), lr=3e-3, warmup_steps=20, max_steps=300, eval_every=300, progress=False)
     result = Trainer(translator.model, task, cfg).fit()
     return translator, out, result
@@ -197,7 +197,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
         "tiny",
         "--vocab-size",
         "300",
-        "--max-tokens",
+        "--batch-tokens",
         "512",
         "--log-every",
         "1",

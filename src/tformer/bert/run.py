@@ -25,7 +25,11 @@ from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
-__all__ = ["setup", "train", "setup_classifier", "train_classifier"]
+__all__ = ["TRAINING", "CLASSIFIER_TRAINING", "setup", "train", "setup_classifier", "train_classifier"]
+
+# The TrainConfig values pretraining and fine-tuning start from unless given (the CLI's defaults are these too)
+TRAINING = {"lr": 5e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
+CLASSIFIER_TRAINING = {"lr": 3e-4, "warmup_steps": 100, "schedule": "inverse_sqrt"}
 
 
 def _tokenizer(texts: list[str], tokenizer_dir: str | Path | None, vocab_size: int, device: str) -> WordPieceTokenizer:
@@ -60,9 +64,9 @@ def setup(
     ``data``: a text file (blank line = new document, one sentence per line) or a ``.tsv`` (first column);
     the last ``valid`` sentences are held out. The WordPiece comes from ``tokenizer_dir`` or is trained on
     the training part; with ``resume``, tokenizer and config come from ``OUT/last``. ``train_options`` are
-    the other :class:`TrainConfig` fields.
+    the other :class:`TrainConfig` fields (:data:`TRAINING` unless given).
     """
-    cfg = TrainConfig(out_dir=str(out_dir), **train_options)
+    cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
     # what makes the run: --resume refuses a change (the tokenizer comes from OUT/last)
     start_run(cfg, resume, "bert", {**settings, "valid": valid, "mlm_prob": mlm_prob})
@@ -138,9 +142,9 @@ def setup_classifier(
     ``init``: start from this pretrained model (its tokenizer and weights, a new head); else a new model of
     ``preset``, with the WordPiece of ``tokenizer_dir`` or one trained on the training texts. ``valid``: the
     held-out examples (a fraction, or a count when >= 1). ``train_options``: the other :class:`TrainConfig`
-    fields (lr 3e-4 and 100 warmup steps unless given).
+    fields (:data:`CLASSIFIER_TRAINING` unless given).
     """
-    cfg = TrainConfig(out_dir=str(out_dir), **{"lr": 3e-4, "warmup_steps": 100, **train_options})
+    cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
     # what makes the run: --resume refuses a change (the tokenizer and weights come from OUT/last, not --init)
     start_run(cfg, resume, "classify", {**settings, "valid": valid})

@@ -2,8 +2,9 @@
 (``tformer.translation``, ``tformer.lm``, ``tformer.bert``, ``tformer.inspect``, ...).
 
 Each subcommand lives in ``tformer/cli/<name>.py`` (``evaluate-lm`` in ``evaluate_lm.py``) and provides
-``add_parser(subparsers)``; the parser it adds sets ``func``, the function that runs it. Flags shared
-by several subcommands are in :mod:`tformer.cli.common`; no module of the CLI imports one that imports it back."""
+``add_parser(subparsers)``; the parser it adds sets ``func``, the function that runs it. Flags are declared
+once, in :mod:`tformer.cli.flags`, under the library's names for the settings; no module of the CLI imports one
+that imports it back."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import sys
 
 from tformer import __version__
+from tformer.cli.flags import Parser
 
 # Subcommand modules, in the order `tformer --help` lists them.
 COMMANDS = [
@@ -36,7 +38,7 @@ COMMANDS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tformer",
         description="The Transformer from its parts: train, run and inspect seq2seq, GPT and BERT models.",
     )
@@ -54,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args) -> int:
     """The subcommand; with ``--no-fast``, inside ``tformer.fast.reference()`` (plain code, no swaps)."""
-    if not getattr(args, "no_fast", False):
+    if getattr(args, "fast", True):
         return args.func(args) or 0
     from tformer.fast import reference
 

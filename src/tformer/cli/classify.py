@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from tformer.cli.validate import existing_dir
+from tformer.cli.flags import add
 
 
 def add_parser(sub) -> None:
     c = sub.add_parser("classify", help="label texts with a `tformer train classify` model")
-    c.add_argument("texts", nargs="+")
-    c.add_argument("--model", required=True, type=existing_dir, help="`tformer train classify` directory")
+    c.add_argument("texts", nargs="+", help="texts to label")
+    add(c, "--model", model={"required": True, "help": "a `tformer train classify` run or model directory"})
     c.set_defaults(func=run)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from tformer.cli.common import add_overwrite_flag
-from tformer.cli.validate import Number, existing_file, int_at_least, output_dir, output_file, seconds, seed
+from tformer.cli.flags import add
+from tformer.cli.validate import Number, existing_file, int_at_least, output_dir, output_file, seconds
 
 
 def add_parser(sub) -> None:
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
         "--max-mb",
         type=Number(float, 0, 1 << 20, low_open=True, allowed="a number of MiB in (0, 1048576] (1 TiB)"),
         default=256.0,
-        help="cap in MiB on a file whose size is not built in, downloaded and unpacked (default 256)",
+        help="cap in MiB on a file whose size is not built in, downloaded and unpacked",
     )
     d.add_argument(
         "--force",
@@ -47,9 +47,9 @@ def add_parser(sub) -> None:
         help="Tatoeba English<TAB>French TSV (e.g. ../shared/data/tatoeba-eng-fra.tsv)",
     )
     g.add_argument("--out", required=True, type=output_file, help="output TSV (a new file)")
-    add_overwrite_flag(g, "--out")
+    add(g, "--overwrite")
     g.add_argument("--n", type=int_at_least(2), default=20000, help="number of examples (half English, half French)")
-    g.add_argument("--seed", type=seed, default=0)
+    add(g, "--seed", seed={"help": "seed of the sampling of the examples"})
     g.set_defaults(func=run_langid)
 
 

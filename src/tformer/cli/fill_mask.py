@@ -1,20 +1,23 @@
-"""``tformer fill-mask --model DIR "the cat sat on the [MASK]."``: top-k tokens for each [MASK] of a BERT model."""
+"""``tformer fill-mask --model DIR "the cat sat on the [MASK]."``: the likeliest tokens for each [MASK] of a BERT."""
 
 from __future__ import annotations
 
-from tformer.cli.validate import existing_dir, positive_int
+from tformer.cli.flags import add
 
 
 def add_parser(sub) -> None:
-    f = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] of a BERT model")
+    f = sub.add_parser("fill-mask", help="the likeliest tokens for each [MASK] of a BERT model")
     f.add_argument("texts", nargs="+", help='sentences with [MASK], e.g. "the cat sat on the [MASK]."')
-    f.add_argument(
+    add(
+        f,
         "--model",
-        required=True,
-        type=existing_dir,
-        help="`tformer train bert` directory or a Hugging Face BERT directory",
+        "--candidates",
+        model={
+            "required": True,
+            "help": "a BERT: a `tformer train bert` run or model directory, or a Hugging Face one",
+        },
+        candidates={"help": "tokens shown for each [MASK]"},
     )
-    f.add_argument("--top-k", type=positive_int, default=5)
     f.set_defaults(func=run)
 
 
@@ -24,6 +27,6 @@ def run(args) -> int:
     model, tokenizer = load_masked_lm(args.model, flag="--model")  # through tformer.load
     for text in args.texts:
         print(text)
-        for k, candidates in enumerate(fill_mask(model, tokenizer, text, args.top_k), 1):
+        for k, candidates in enumerate(fill_mask(model, tokenizer, text, args.candidates), 1):
             print(f"  [MASK] {k}: " + "  ".join(f"{token} {p:.4f}" for token, p in candidates))
     return 0

@@ -12,51 +12,44 @@ from __future__ import annotations
 
 import sys
 
-from tformer.cli.common import add_fast_flag
-from tformer.cli.validate import (
-    Number,
-    device,
-    existing_dir,
-    max_new_tokens,
-    probability,
-    repetition_penalty,
-    seed,
-    temperature,
-    top_k,
-)
+from tformer.cli.flags import add
+from tformer.cli.validate import Number, repetition_penalty
+
+# what generate samples with unless told: the filters people use with small models (nanoGPT's sample.py, HF's)
+SAMPLING = {"max_new_tokens": 300, "temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": None}
 
 
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="continue a prompt with a trained language model (streams to stdout)")
-    g.add_argument(
+    add(
+        g,
         "--model",
-        required=True,
-        type=existing_dir,
-        help="model directory: from tformer train lm, or a Hugging Face one (gpt2, llama, mistral, qwen2, qwen3)",
+        model={
+            "required": True,
+            "help": "a GPT: a tformer train lm run or model directory, or a Hugging Face one (gpt2, llama, mistral, "
+            "qwen2, qwen3, gemma3)",
+        },
     )
     g.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
-    g.add_argument(
+    add(
+        g,
         "--max-new-tokens",
-        type=max_new_tokens,
-        default=300,
-        help="at most 100000 (past the model's context the window slides)",
+        defaults=SAMPLING,
+        max_new_tokens={"help": "tokens generated at most (past the model's context the window slides)"},
     )
     g.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
-    g.add_argument("--temperature", type=temperature, default=0.8, help="towards 0: greedy (a tiny value is greedy)")
-    g.add_argument("--top-k", type=top_k, default=50, help="0 = off")
-    g.add_argument("--top-p", type=probability, default=0.95, help="1 = off")
-    g.add_argument("--repetition-penalty", type=repetition_penalty, default=1.0, help="> 1 discourages repeats")
+    add(g, "--temperature", "--top-k", "--top-p", defaults=SAMPLING)
+    g.add_argument("--repetition-penalty", type=repetition_penalty, default=1.0, help="> 1 discourages repeated tokens")
     g.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
-    g.add_argument("--num-samples", type=Number(int, 1, 1000), default=1)
-    g.add_argument("--seed", type=seed, help="sample i uses seed + i (default: random)")
-    g.add_argument("--device", type=device, default="cpu")
+    g.add_argument("--num-samples", type=Number(int, 1, 1000), default=1, help="continuations, one after another")
+    add(g, "--seed", "--device", defaults=SAMPLING, seed={"help": "sample i uses seed + i (default: random)"})
     g.add_argument(
         "--dtype",
         choices=("float32", "bfloat16", "float16"),
         default="float32",
         help="the weights' dtype in memory (bfloat16: half the memory of float32, slightly different numbers)",
     )
-    add_fast_flag(g)
+    add(g, "--no-fast")
     g.set_defaults(func=run)
 
 

@@ -11,7 +11,7 @@ Every picture is a PNG drawn headless (matplotlib's Agg canvas).
 
 from __future__ import annotations
 
-from tformer.cli.common import add_overwrite_flag
+from tformer.cli.flags import add
 from tformer.cli.trace import add_input_args
 from tformer.cli.validate import existing_path, int_in, non_negative_int, output_file
 
@@ -24,34 +24,32 @@ def add_parser(sub) -> None:
 
     a = kinds.add_parser("attention", help="attention weights of one layer: all heads, or --head")
     add_input_args(a)
-    a.add_argument("--layer", type=non_negative_int, default=0, help="layer index inside the block (default 0)")
+    a.add_argument("--layer", type=non_negative_int, default=0, help="layer index inside the block")
     a.add_argument("--head", type=non_negative_int, help="one head (default: a grid of all heads)")
     a.add_argument(
         "--block", choices=["encoder", "decoder"], help="default: the decoder for seq2seq and GPT, the encoder for BERT"
     )
     a.add_argument("--kind", choices=["self", "cross"], help="default: cross for seq2seq, self otherwise")
-    a.add_argument("--out", default="attention.png", type=output_file, help="PNG file to write (default attention.png)")
-    add_overwrite_flag(a, "--out")
+    a.add_argument("--out", default="attention.png", type=output_file, help="PNG file to write")
+    add(a, "--overwrite")
     a.set_defaults(func=run_attention)
 
     pe = kinds.add_parser("positional", help="the sinusoidal positional-encoding table")
-    pe.add_argument("--max-len", type=int_in(1, 10_000), default=100, help="positions (rows), default 100")
-    pe.add_argument("--d-model", type=int_in(2, 10_000), default=64, help="dimensions (columns), default 64")
-    pe.add_argument(
-        "--out", default="positional.png", type=output_file, help="PNG file to write (default positional.png)"
-    )
-    add_overwrite_flag(pe, "--out")
+    pe.add_argument("--max-len", type=int_in(1, 10_000), default=100, help="positions (rows)")
+    pe.add_argument("--d-model", type=int_in(2, 10_000), default=64, help="dimensions (columns)")
+    pe.add_argument("--out", default="positional.png", type=output_file, help="PNG file to write")
+    add(pe, "--overwrite")
     pe.set_defaults(func=run_positional)
 
     m = kinds.add_parser("mask", help="a causal, padding or combined attention mask")
-    m.add_argument("--kind", choices=["causal", "padding", "combined"], default="combined", help="default combined")
+    m.add_argument("--kind", choices=["causal", "padding", "combined"], default="combined", help="which mask")
     m.add_argument(
         "--tokens",
         default=_DEFAULT_TOKENS,
-        help=f"space-separated tokens; <pad> marks padding (default {_DEFAULT_TOKENS!r})",
+        help="space-separated tokens; <pad> marks padding",
     )
-    m.add_argument("--out", default="mask.png", type=output_file, help="PNG file to write (default mask.png)")
-    add_overwrite_flag(m, "--out")
+    m.add_argument("--out", default="mask.png", type=output_file, help="PNG file to write")
+    add(m, "--overwrite")
     m.set_defaults(func=run_mask)
 
     c = kinds.add_parser("curves", help="training curves from RUN_DIR/log.jsonl")
@@ -66,8 +64,8 @@ def add_parser(sub) -> None:
     run.add_argument(
         "--model", metavar="RUN_DIR", type=existing_path, help="the same as RUN_DIR, as other commands take it"
     )
-    c.add_argument("--out", default="curves.png", type=output_file, help="PNG file to write (default curves.png)")
-    add_overwrite_flag(c, "--out")
+    c.add_argument("--out", default="curves.png", type=output_file, help="PNG file to write")
+    add(c, "--overwrite")
     c.set_defaults(func=run_curves)
 
 
@@ -88,7 +86,6 @@ def run_attention(args) -> int:
     from tformer.cli.trace import build_trace
 
     _check_out(args, [("--model", args.model)])
-    args.max_new_tokens = 0
     tr = build_trace(args)
     block = args.block or ("encoder" if tr.model_type == "bert" else "decoder")
     kind = args.kind or ("cross" if tr.model_type == "seq2seq" and block == "decoder" else "self")

@@ -15,38 +15,35 @@ the explorer encode it.
 
 from __future__ import annotations
 
-from tformer.cli.common import add_overwrite_flag
-from tformer.cli.validate import Number, existing_dir, non_negative_int, output_file
+from tformer.cli.flags import add
+from tformer.cli.validate import Number, non_negative_int, output_file
 
 
 def add_input_args(p) -> None:
     """The model and input options shared by ``tformer trace`` and ``tformer plot attention``."""
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument(
-        "--model", type=existing_dir, help="a run, model or Hugging Face directory of any family (tformer.load)"
-    )
+    add(src, "--model", model={"help": "a run, model or Hugging Face directory of any family (tformer.load)"})
     src.add_argument("--toy", action="store_true", help="the notes' d_model = 4 translator of 'I am good .'")
     p.add_argument("text", nargs="?", help="input text: the source sentence (seq2seq), prompt (GPT) or text (BERT)")
     p.add_argument("--prompt", help="the same as TEXT (reads better for GPT)")
     p.add_argument("--target", help="seq2seq: target text fed to the decoder after <sos> (teacher forcing)")
     p.add_argument("--ids", help="space-separated input ids, when the model directory has no tokenizer")
     p.add_argument("--target-ids", help="seq2seq: space-separated decoder input ids (default: 2 = <sos>)")
-    p.add_argument(
-        "--top-k",
-        type=Number(int, 1, 1_000_000),
-        default=5,
-        help="candidates shown for each next token (default 5)",
-    )
-    p.add_argument(
-        "--max-new-tokens",
-        type=Number(int, 0, 100_000),
-        help="greedy generation steps after the trace (default 5 for --toy, else 20)",
-    )
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("trace", help="print every intermediate tensor of one forward pass")
     add_input_args(p)
+    add(
+        p,
+        "--candidates",
+        "--max-new-tokens",
+        candidates={"help": "likeliest next tokens shown at each position"},
+        max_new_tokens={
+            "type": Number(int, 0, 100_000),
+            "help": "greedy generation steps after the trace (default 5 for --toy, else 20)",
+        },
+    )
     p.add_argument("--layer", type=non_negative_int, help="only this layer's tensors (one the model has)")
     p.add_argument("--head", type=non_negative_int, help="only this attention head (one the model has)")
     p.add_argument("--stage", action="append", help="only these stages (repeat or comma-separate), e.g. weights,top_k")
@@ -57,7 +54,7 @@ def add_parser(sub) -> None:
         help="print tensors up to this many values in full (default 128)",
     )
     p.add_argument("--json", metavar="FILE", type=output_file, help="also write the trace as JSON to FILE (a new file)")
-    add_overwrite_flag(p, "--json")
+    add(p, "--overwrite", overwrite={"flag": "--json"})
     p.set_defaults(func=run)
 
 
@@ -86,18 +83,18 @@ def build_trace(args):
     """Load the model (or build the toy), tokenize the input and trace it."""
     from tformer.inspect import toy_seq2seq, trace
 
-    if args.top_k < 1:
-        raise ValueError(f"--top-k must be a positive integer, got {args.top_k}")
-    steps = args.max_new_tokens if args.max_new_tokens is not None else (5 if args.toy else 20)
+    candidates = getattr(args, "candidates", 5)  # plot attention shows no candidates
+    steps = getattr(args, "max_new_tokens", 0)  # plot attention: the input alone
+    steps = steps if steps is not None else (5 if args.toy else 20)
     if steps < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {steps}")
     if args.toy:
-        return toy_seq2seq().trace(k=args.top_k, max_new_tokens=steps)
+        return toy_seq2seq().trace(k=candidates, max_new_tokens=steps)
     from tformer.loader import load
 
     loaded = load(args.model, flag="--model", strict=False)  # any family and directory, its tokenizers (ids that fit)
     extra = {} if loaded.family == "bert" else {"max_new_tokens": steps}
-    return trace(loaded.model, **_inputs(loaded, args), k=args.top_k, **extra)
+    return trace(loaded.model, **_inputs(loaded, args), k=candidates, **extra)
 
 
 def _parse_ids(text: str, flag: str) -> list[int]:

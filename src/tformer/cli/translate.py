@@ -9,19 +9,46 @@ from __future__ import annotations
 import sys
 import warnings
 
-from tformer.cli.common import add_translation_flags
-from tformer.cli.validate import probability, seed, temperature, top_k
+from tformer.cli.flags import add, defaults, options
+
+TRANSLATOR = (
+    "a translator: a tformer train translation / demo run or model directory, or a Marian one from tformer export"
+)
+DECODING = ("--beam", "--length-penalty", "--max-new-tokens", "--batch-size", "--device", "--no-fast")
+
+
+def add_decoding(p) -> None:
+    """The model and decoding flags of ``translate`` and ``evaluate`` (:meth:`Translator.translate`'s settings)."""
+    from tformer.translation import Translator
+
+    add(p, "--model", model={"required": True, "help": TRANSLATOR})
+    entry = defaults(Translator.translate)
+    add(
+        p,
+        *DECODING,
+        defaults=entry,
+        max_new_tokens={
+            "help": "longest translation in tokens (the model's own max_len caps it)",
+            "old": ("--max-len",),
+        },
+        batch_size={"help": "sentences translated together"},
+    )
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("translate", help="translate sentences (arguments or stdin lines)")
     p.add_argument("sentences", nargs="*", help="sentences to translate; none = read lines from stdin")
-    add_translation_flags(p)
+    add_decoding(p)
     p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
-    p.add_argument("--temperature", type=temperature, default=1.0, help="with --sample; a tiny value is greedy")
-    p.add_argument("--top-k", type=top_k, help="with --sample (0 = off)")
-    p.add_argument("--top-p", type=probability)
-    p.add_argument("--seed", type=seed)
+    add(
+        p,
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--seed",
+        temperature={"help": "with --sample: divide the logits by this; a tiny value is greedy"},
+        seed={"default": None, "help": "with --sample: the random seed (default: random)"},
+    )
     p.set_defaults(func=run)
 
 
@@ -33,18 +60,11 @@ def run(args) -> int:
 
     translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
     sentences = args.sentences or [line for line in read_stdin_lines() if line.strip()]  # strict UTF-8
-    sampling = SamplingConfig(True, args.temperature, args.top_k or None, args.top_p) if args.sample else None
+    top_p = args.top_p if args.top_p < 1 else None
+    sampling = SamplingConfig(True, args.temperature, args.top_k or None, top_p) if args.sample else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SourceTruncated)
-        outputs = translator.translate(
-            sentences,
-            beam=args.beam,
-            max_len=args.max_len,
-            batch_size=args.batch_size,
-            length_penalty=args.length_penalty,
-            sampling=sampling,
-            seed=args.seed,
-        )
+        outputs = translator.translate(**options(args, Translator.translate, sentences=sentences, sampling=sampling))
     for warning in caught:  # a cut sentence: one line each; anything else as Python shows it
         if issubclass(warning.category, SourceTruncated):
             print(f"tformer translate: warning: {warning.message}", file=sys.stderr)

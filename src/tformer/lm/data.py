@@ -67,13 +67,13 @@ def encode_documents(tokenizer, documents: list[str]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def split_ids(ids: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train, validation): the last ``val_fraction`` of the stream is the validation part (nanoGPT's split).
+def split_ids(ids: torch.Tensor, valid: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, validation): the last ``valid`` of the stream is the validation part (nanoGPT's split).
 
-    ``val_fraction=0``: no validation part (the run says so and keeps its latest model)."""
-    if not 0 <= val_fraction < 1:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    n = int(len(ids) * (1 - val_fraction))
+    ``valid=0``: no validation part (the run says so and keeps its latest model)."""
+    if not 0 <= valid < 1:
+        raise ValueError(f"valid must be in [0, 1), got {valid}")
+    n = int(len(ids) * (1 - valid))
     return ids[:n], ids[n:]
 
 

@@ -23,7 +23,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         base="tiny",
         model=dict(d_model=128, n_heads=4, n_layers=1, d_ff=512, dropout=0.0, activation="gelu"),
         tokenizer="char",
-        block_size=128,
+        max_len=128,
         batch_size=8,
         lr=3e-3,
         warmup_steps=50,
@@ -34,7 +34,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         base="tiny",
         model=dict(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, activation="gelu", positional="rope"),
         tokenizer="char",
-        block_size=128,
+        max_len=128,
         batch_size=8,
         lr=2e-3,
         warmup_steps=50,
@@ -56,7 +56,7 @@ RECIPES: dict[str, dict[str, Any]] = {
             positional="rope",
         ),
         tokenizer="char",
-        block_size=128,
+        max_len=128,
         batch_size=16,
         lr=2e-3,
         warmup_steps=100,
@@ -87,7 +87,7 @@ def resolve(
     warmup_steps: int | None = None,
     weight_decay: float | None = None,
     vocab_size: int | None = None,
-    block_size: int | None = None,
+    max_len: int | None = None,
     dropout: float | None = None,
 ) -> dict:
     """The settings of a run: each given value (not None) wins over the recipe of ``preset``, which wins over
@@ -100,13 +100,13 @@ def resolve(
         warmup_steps=warmup_steps,
         weight_decay=weight_decay,
         vocab_size=vocab_size,
-        block_size=block_size,
+        max_len=max_len,
     )
     recipe: dict[str, Any] = RECIPES.get(preset, dict(base=preset, model={}))
     pick = {k: v if v is not None else recipe.get(k, DEFAULTS.get(k)) for k, v in given.items()}
     model = dict(recipe["model"])
     if dropout is not None:
         model["dropout"] = dropout
-    if pick["block_size"] is not None:
-        model["max_len"] = pick["block_size"]
+    if pick["max_len"] is not None:
+        model["max_len"] = pick["max_len"]
     return {**pick, "base": recipe["base"], "model": model}

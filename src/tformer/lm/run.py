@@ -24,12 +24,17 @@ from tformer.lm.task import LMTask, evaluate_stream
 from tformer.loader import load as load_any
 from tformer.models.checkpoint import model_dir
 from tformer.models.gpt import GPT, GPTConfig
+from tformer.settings import takes_old_names
 from tformer.tokenizers import Continuation, Tokenizer, load_tokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
-__all__ = ["setup", "train", "load", "generate", "evaluate"]
+__all__ = ["TRAINING", "setup", "train", "load", "generate", "evaluate"]
+
+# The TrainConfig values an lm run starts from unless given; lr, warmup and weight decay come from the preset's
+# recipe (tformer.lm.recipes), and the CLI's defaults are these too
+TRAINING = {"schedule": "cosine"}
 
 # the recipes' and the CLI's --tokenizer names -> the tokenizer kinds (tformer.tokenizers)
 TOKENIZER_KINDS = {"char": "char", "bpe": "byte_bpe"}
@@ -48,6 +53,7 @@ def _tokenizer(directory: str | Path) -> Tokenizer:
         ) from None
 
 
+@takes_old_names  # 0.2.0's block_size and val_fraction
 def setup(
     data: str | Path,
     out_dir: str | Path,
@@ -55,7 +61,7 @@ def setup(
     *,
     tokenizer: str | None = None,
     vocab_size: int | None = None,
-    block_size: int | None = None,
+    max_len: int | None = None,
     batch_size: int | None = None,
     dropout: float | None = None,
     lr: float | None = None,
@@ -63,7 +69,7 @@ def setup(
     weight_decay: float | None = None,
     batches_per_epoch: int = 200,
     eval_blocks: int | None = 400,
-    val_fraction: float = 0.1,
+    valid: float = 0.1,
     compile: bool = False,
     resume: bool = False,
     log: Callable[[str], None] = say,
@@ -72,8 +78,9 @@ def setup(
     """A :class:`Trainer` of a GPT on the documents of ``data``, ready to ``fit()``.
 
     Unset settings come from the recipe of ``preset`` (:mod:`tformer.lm.recipes`), else the defaults;
-    ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``max_steps``, ``device``, ...;
-    the schedule is cosine unless given). With ``resume``, the tokenizer and the config come from
+    ``max_len`` is the context (the model's and the training blocks'), ``valid`` the last part of the text held
+    out for validation; ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``max_steps``,
+    ``device``, ...; :data:`TRAINING` unless given). With ``resume``, the tokenizer and the config come from
     ``OUT/last`` and training continues exactly where it stopped.
     """
     r = resolve(
@@ -84,10 +91,10 @@ def setup(
         warmup_steps=warmup_steps,
         weight_decay=weight_decay,
         vocab_size=vocab_size,
-        block_size=block_size,
+        max_len=max_len,
         dropout=dropout,
     )
-    options = {"schedule": "cosine", **train_options}
+    options = {**TRAINING, **train_options}
     if (
         options["schedule"] == "cosine"
         and options.get("max_steps") is None
@@ -102,11 +109,11 @@ def setup(
         preset=preset,
         tokenizer=r["tokenizer"],
         vocab_size=r["vocab_size"],
-        block_size=r["block_size"],
+        max_len=r["max_len"],
         batch_size=r["batch_size"],
         dropout=dropout,
         batches_per_epoch=batches_per_epoch,
-        val_fraction=val_fraction,
+        valid=valid,
     )  # what makes the run: --resume refuses a change (eval_blocks and compile may change)
     start_run(cfg, resume, "lm", settings)  # a non-empty out_dir needs resume or overwrite
     docs = read_documents(data)
@@ -116,7 +123,7 @@ def setup(
         kind = TOKENIZER_KINDS[r["tokenizer"]]
         tok = from_rank0(lambda: train_tokenizer(kind, docs, r["vocab_size"]), cfg.device)
         config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=tok.pad_id, **r["model"])
-    train_ids, val_ids = split_ids(encode_documents(tok, docs), val_fraction)
+    train_ids, val_ids = split_ids(encode_documents(tok, docs), valid)
     torch.manual_seed(cfg.seed)
     model = GPT(config)
     val = f"{len(val_ids):,} validation tokens" if len(val_ids) >= 2 else "no validation data"
@@ -204,7 +211,7 @@ def generate(
     return "".join(pieces)
 
 
-def evaluate(model: GPT, tokenizer, data: str | Path, block_size: int | None = None, batch_size: int = 32) -> dict:
+def evaluate(model: GPT, tokenizer, data: str | Path, max_len: int | None = None, batch_size: int = 32) -> dict:
     """Loss per token, perplexity and bits per unit of ``model`` on the documents of ``data``; ``unit`` says
     which ("character" for the char tokenizer, else "byte"), ``tokens`` how many were scored. A tformer run's
     tokenizer only: the stream joins documents with its <|endoftext|> and leaves <pad> unscored."""
@@ -216,6 +223,6 @@ def evaluate(model: GPT, tokenizer, data: str | Path, block_size: int | None = N
     ids = encode_documents(tokenizer, read_documents(data))
     if len(ids) < 2:
         raise ValueError(f"--data {str(data)!r} has fewer than 2 tokens")
-    block = min(block_size or model.config.max_len, model.config.max_len)
+    block = min(max_len or model.config.max_len, model.config.max_len)
     result = evaluate_stream(model, ids, torch.tensor(tokenizer.unit_lengths()), block, batch_size)
     return {**result, "unit": tokenizer.unit}

@@ -1,7 +1,7 @@
 """The language-model task: what the :class:`~tformer.training.trainer.Trainer` trains, and how a stream is scored.
 
-* :class:`LMTask`: random contiguous blocks of ``block_size + 1`` tokens (input = the first
-  ``block_size``, labels = the same shifted by one), drawn from a generator seeded per epoch so that
+* :class:`LMTask`: random contiguous blocks of ``max_len + 1`` tokens (input = the first
+  ``max_len``, labels = the same shifted by one), drawn from a generator seeded per epoch so that
   resuming is exact.
 * :func:`evaluate_stream` scores a stream in non-overlapping blocks: loss per token, perplexity and
   bits per character (char tokenizer) or per byte (BPE).
@@ -29,27 +29,27 @@ def evaluate_stream(
     model,
     ids: torch.Tensor,
     unit_lengths: torch.Tensor,
-    block_size: int | None = None,
+    max_len: int | None = None,
     batch_size: int = 32,
     max_blocks: int | None = None,
 ) -> dict:
     """Loss per token, perplexity and bits per unit (character or byte) over ``ids`` (N,).
 
-    The stream is cut into non-overlapping blocks of ``block_size`` predictions (the last one
+    The stream is cut into non-overlapping blocks of ``max_len`` predictions (the last one
     shorter); with ``max_blocks``, that many blocks evenly spaced over the stream are scored.
     """
     if len(ids) < 2:
         raise ValueError(f"nothing to score: the text has {len(ids)} token(s), at least 2 are needed")
-    block_size = block_size or model.config.max_len
+    max_len = max_len or model.config.max_len
     device = next(model.parameters()).device
-    starts = torch.arange(0, max(len(ids) - 1, 1), block_size)  # every block predicts ids[s+1 : s+T+1]
+    starts = torch.arange(0, max(len(ids) - 1, 1), max_len)  # every block predicts ids[s+1 : s+T+1]
     if max_blocks is not None and len(starts) > max_blocks:
         starts = starts[torch.linspace(0, len(starts) - 1, max_blocks).long()]
     nats, tokens, units = 0.0, 0, 0
     was_training = model.training
     model.eval()
     for chunk in starts.split(batch_size):
-        rows = blocks(ids, chunk, block_size + 1)  # (B, T+1)
+        rows = blocks(ids, chunk, max_len + 1)  # (B, T+1)
         x, y = rows[:, :-1].to(device), rows[:, 1:].to(device)
         x = x.masked_fill(x == PAD, EOT)  # positions past the end: any real id (their labels are ignored)
         nats += float(sequence_cross_entropy(model(x), y, ignore_index=PAD, reduction="sum"))
@@ -81,31 +81,31 @@ class LMTask:
         tokenizer,
         train_ids: torch.Tensor,
         val_ids: torch.Tensor,
-        block_size: int,
+        max_len: int,
         batch_size: int,
         batches_per_epoch: int = 200,
         eval_blocks: int | None = 400,
         seed: int = 0,
         compile: bool = False,
     ) -> None:
-        if len(train_ids) < block_size + 1:
+        if len(train_ids) < max_len + 1:
             raise ValueError(
-                f"the training text has {len(train_ids)} tokens, fewer than block_size + 1 = {block_size + 1}; "
-                "use a smaller --block-size or more data"
+                f"the training text has {len(train_ids)} tokens, fewer than max_len + 1 = {max_len + 1}; "
+                "use a smaller --max-len or more data"
             )
         self.tokenizer, self.train_ids, self.val_ids = tokenizer, train_ids, val_ids
-        self.block_size, self.batch_size, self.batches_per_epoch = block_size, batch_size, batches_per_epoch
+        self.max_len, self.batch_size, self.batches_per_epoch = max_len, batch_size, batches_per_epoch
         self.eval_blocks, self.seed, self.compile = eval_blocks, seed, compile
         self.unit_lengths = torch.tensor(tokenizer.unit_lengths())
         self._compiled: tuple | None = None  # (model, torch.compile(model)): same parameters, compiled forward
 
     def train_batches(self, epoch: int) -> list[torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        high = len(self.train_ids) - self.block_size  # last start whose block of T+1 fits, plus one
+        high = len(self.train_ids) - self.max_len  # last start whose block of T+1 fits, plus one
         return list(torch.randint(high, (self.batches_per_epoch, self.batch_size), generator=g))
 
     def count_tokens(self, batch: torch.Tensor) -> int:
-        return len(batch) * self.block_size
+        return len(batch) * self.max_len
 
     def _forward(self, model):
         if not self.compile:
@@ -116,7 +116,7 @@ class LMTask:
 
     def loss(self, model, batch: torch.Tensor) -> tuple[torch.Tensor, int]:
         device = next(model.parameters()).device
-        rows = blocks(self.train_ids, batch, self.block_size + 1).to(device)  # (B, T+1)
+        rows = blocks(self.train_ids, batch, self.max_len + 1).to(device)  # (B, T+1)
         logits = self._forward(model)(rows[:, :-1])  # (B, T, V)
         labels = rows[:, 1:]  # (B, T) the input shifted by one
         loss = sequence_cross_entropy(logits, labels, ignore_index=PAD, reduction="sum")
@@ -126,7 +126,7 @@ class LMTask:
         """Validation loss, perplexity, bits per unit; ``{}`` when there is no validation text (never a 0)."""
         if len(self.val_ids) < 2:
             return {}
-        result = evaluate_stream(model, self.val_ids, self.unit_lengths, self.block_size, max_blocks=self.eval_blocks)
+        result = evaluate_stream(model, self.val_ids, self.unit_lengths, self.max_len, max_blocks=self.eval_blocks)
         result.pop("tokens")
         return result
 

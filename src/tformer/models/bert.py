@@ -37,9 +37,15 @@ from tformer.nn.positional import InputEmbedding
 __all__ = ["BertConfig", "Bert"]
 
 
-@dataclass(frozen=True)
-class BertConfig(ModelConfig):
-    """``BertConfig.preset("tiny", vocab_size=8000)``; presets: tiny, small, base (= BERT-base)."""
+# BERT-base's values of the fields every family shares (tformer.models.config.ModelConfig)
+BERT_BASE = dict(d_model=768, n_heads=12, d_ff=3072, max_len=512, activation="gelu", norm_eps=1e-12)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BertConfig(ModelConfig, defaults=BERT_BASE):
+    """``BertConfig.preset("tiny", vocab_size=8000)``; presets: tiny, small, base (= BERT-base).
+
+    ``norm`` applies to the encoder layers; the embedding and MLM-head LayerNorms stay."""
 
     PRESETS: ClassVar[dict] = {
         "tiny": dict(d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=128),
@@ -49,25 +55,10 @@ class BertConfig(ModelConfig):
     POSITIVE: ClassVar[tuple] = ("vocab_size", "n_layers", "n_segments")
 
     vocab_size: int = 30522
-    d_model: int = 768
-    n_heads: int = 12
     n_layers: int = 12
-    d_ff: int = 3072
-    max_len: int = 512
     n_segments: int = 2  # token-type (segment) vocabulary
-    dropout: float = 0.1
-    attn_dropout: float | None = None  # None = same as dropout
-    activation: str = "gelu"
-    norm_first: bool = False  # post-LN (BERT)
-    norm_eps: float = 1e-12
-    bias: bool = True
-    pad_id: int = 0
     num_labels: int = 0  # size of the sequence-classification head (0 = no head)
-    # today's layer options for the encoder layers (the defaults are BERT's); see GPTConfig for each
-    norm: str = "layernorm"  # "layernorm" | "rmsnorm" (the embedding and MLM-head LayerNorms stay)
-    ffn: str = "mlp"  # "mlp" | "swiglu" | "geglu" (ModernBERT's GeGLU)
-    n_kv_heads: int | None = None  # grouped-query attention
-    qk_norm: bool = False  # RMSNorm on each head's queries and keys
+    pad_id: int = 0  # the padding token (masked out)
 
     def validate(self) -> None:
         if self.num_labels < 0:

@@ -1,9 +1,9 @@
 """The shape every model config shares: validation, presets, ``replace``, the derived layer config, JSON.
 
-Each family keeps its own frozen dataclass (:class:`~tformer.models.seq2seq.Seq2SeqConfig`,
-:class:`~tformer.models.gpt.GPTConfig`, :class:`~tformer.models.bert.BertConfig`) with its own
-fields and defaults — the paper's, GPT-2's, BERT's — and derives from :class:`ModelConfig`, which
-holds what is the same for all three:
+Each family's config is a frozen dataclass (:class:`~tformer.models.seq2seq.Seq2SeqConfig`,
+:class:`~tformer.models.gpt.GPTConfig`, :class:`~tformer.models.bert.BertConfig`) derived from
+:class:`ModelConfig`, which declares the fields all three have, once (with the paper's defaults; GPT-2's and
+BERT's are a table in their family's module), and holds what is the same for all three:
 
 * ``__post_init__`` validates, before anything is allocated: each field's type against its annotation
   (an ``int`` field takes an integer, not ``"64"``, ``64.0`` or ``true``; a ``float`` field a finite number;
@@ -68,29 +68,47 @@ LAYER_OPTIONS = (
 )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """Base of the three family configs, each a frozen dataclass.
+    """Base of the three family configs: the fields every family has, declared here once.
 
-    It is a plain class with no dataclass fields of its own: the fields every family has are only
-    annotated here (for readers and the type checker), and each family declares them with its own
-    defaults — in its own order, so a required field like ``vocab_size`` can come first.
+    Their defaults are the paper's; a family states its own in one table, as a class keyword
+    (``class GPTConfig(ModelConfig, defaults=GPT2)``), and declares only the fields it alone has. Every field
+    is keyword-only, so a family's required field (``vocab_size``) needs no place in the order.
     """
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}  # name -> field values
     RENAMED: ClassVar[dict[str, str]] = {}  # field name in an older config.json -> today's name
     POSITIVE: ClassVar[tuple[str, ...]] = ()  # the family's integer fields that must be > 0
 
-    # fields every family has, declared (with the family's defaults) by the subclasses
-    d_model: int
-    n_heads: int
-    d_ff: int
-    dropout: float
-    attn_dropout: float | None
-    activation: str
-    norm_first: bool
-    norm_eps: float
-    bias: bool
-    max_len: int
+    d_model: int = 512  # the width of every token's vector
+    n_heads: int = 8  # attention heads (d_model = n_heads · head_dim unless head_dim is set apart)
+    d_ff: int = 2048  # the feed-forward's hidden width
+    dropout: float = 0.1
+    attn_dropout: float | None = None  # dropout on the attention weights; None = same as dropout
+    activation: str = "relu"  # of the feed-forward: "relu" (paper) | "gelu" | "gelu_tanh" | "relu2" | "silu"
+    norm_first: bool = False  # False = post-LN (paper); True = pre-LN (GPT-2)
+    norm_eps: float = 1e-5
+    bias: bool = True  # biases in the linear layers
+    max_len: int = 512  # longest sequence: the positional table's rows, a GPT's context
+    # today's layer options (the defaults are the paper's layer)
+    norm: str = "layernorm"  # "layernorm" | "rmsnorm": x / √(mean(x²) + norm_eps) · w
+    ffn: str = "mlp"  # "mlp" | "swiglu" | "geglu": down(act(gate(x)) · up(x)), d_ff the hidden width
+    n_kv_heads: int | None = None  # key/value heads: None = n_heads; 1 = multi-query; else grouped-query
+    qk_norm: bool = False  # RMSNorm (norm_eps) on each head's queries and keys (Qwen3, Gemma 3)
+
+    def __init_subclass__(cls, defaults: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        """``defaults``: the family's defaults of shared fields, turned into the field declarations the
+        dataclass decorator reads (the type and the meaning stay the ones above)."""
+        super().__init_subclass__(**kwargs)
+        shared = {f.name: f for f in dataclasses.fields(ModelConfig)}
+        annotations = cls.__dict__.get("__annotations__", {})
+        for name, value in (defaults or {}).items():
+            if name not in shared:
+                raise TypeError(f"{cls.__name__}: {name!r} is not a field every family shares")
+            annotations[name] = shared[name].type
+            setattr(cls, name, value)
+        cls.__annotations__ = annotations
 
     def __post_init__(self) -> None:
         self.check_types()

@@ -43,8 +43,19 @@ from tformer.nn.positional import ROPE_SCALINGS, InputEmbedding, rope_frequencie
 __all__ = ["GPTConfig", "GPT"]
 
 
-@dataclass(frozen=True)
-class GPTConfig(ModelConfig):
+# GPT-2 small's values of the fields every family shares (tformer.models.config.ModelConfig)
+GPT2 = dict(
+    d_model=768,
+    n_heads=12,
+    d_ff=3072,
+    max_len=1024,  # the context length (block size)
+    activation="gelu_tanh",  # GPT-2's "gelu_new"
+    norm_first=True,  # pre-LN
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPTConfig(ModelConfig, defaults=GPT2):
     """``GPTConfig.preset("small", vocab_size=65)``; presets: tiny, small, base (= GPT-2 small)."""
 
     PRESETS: ClassVar[dict] = {
@@ -55,18 +66,8 @@ class GPTConfig(ModelConfig):
     POSITIVE: ClassVar[tuple] = ("vocab_size", "n_layers")
 
     vocab_size: int
-    d_model: int = 768
-    n_heads: int = 12
     n_layers: int = 12
-    d_ff: int = 3072
-    max_len: int = 1024  # context length (block size)
-    dropout: float = 0.1
-    attn_dropout: float | None = None  # None = same as dropout
-    activation: str = "gelu_tanh"  # GPT-2's "gelu_new"; "gelu" | "relu" | "relu2" (squared ReLU) also allowed
-    norm_first: bool = True  # pre-LN (GPT-2); False = post-LN
     final_norm: bool | None = None  # None = only for pre-LN (GPT-2's ln_f)
-    norm_eps: float = 1e-5
-    bias: bool = True
     positional: str = (
         "learned"  # "learned" (GPT-2) | "sinusoidal" | "rope" (rotary, in self-attention: GPT-NeoX, LLaMA)
     )
@@ -74,11 +75,7 @@ class GPTConfig(ModelConfig):
     tie_embeddings: bool = True  # output projection = token embedding matrix
     pad_id: int | None = None  # a padding token, if the tokenizer has one (ignored by the loss)
     # today's decoders (Llama, Qwen, Mistral, Gemma); the defaults are GPT-2's block
-    norm: str = "layernorm"  # "layernorm" | "rmsnorm": x / √(mean(x²) + norm_eps) · (norm_weight_offset + w)
     norm_weight_offset: float = 0.0  # RMSNorm only: 1.0 = Gemma's (1 + weight), the weight starting at 0
-    ffn: str = "mlp"  # "mlp" | "swiglu" | "geglu": down(act(gate(x)) · up(x)), d_ff the hidden width
-    n_kv_heads: int | None = None  # key/value heads: None = n_heads; 1 = multi-query; else grouped-query
-    qk_norm: bool = False  # RMSNorm (norm_eps) on each head's queries and keys before RoPE (Qwen3, Gemma 3)
     qkv_bias: bool | None = None  # bias of the Q/K/V projection; None = same as bias (Qwen2: True, bias=False)
     sliding_window: int | None = None  # each position attends to the last this many positions only (Mistral)
     attn_softcap: float | None = None  # attention scores → c·tanh(scores / c) (Gemma 2)

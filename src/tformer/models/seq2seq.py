@@ -37,8 +37,8 @@ from tformer.nn.positional import InputEmbedding
 __all__ = ["Seq2SeqConfig", "Seq2SeqTransformer"]
 
 
-@dataclass(frozen=True)
-class Seq2SeqConfig(ModelConfig):
+@dataclass(frozen=True, kw_only=True)
+class Seq2SeqConfig(ModelConfig):  # the shared fields' defaults are ModelConfig's: the paper's base model
     """``Seq2SeqConfig.preset("small", src_vocab_size=8000, tgt_vocab_size=8000)``; presets: tiny, small, base."""
 
     PRESETS: ClassVar[dict] = {
@@ -51,29 +51,14 @@ class Seq2SeqConfig(ModelConfig):
 
     src_vocab_size: int
     tgt_vocab_size: int
-    d_model: int = 512
-    n_heads: int = 8
     n_encoder_layers: int = 6
     n_decoder_layers: int = 6
-    d_ff: int = 2048
-    dropout: float = 0.1
-    attn_dropout: float | None = None  # None = same as dropout
-    activation: str = "relu"  # "relu" (paper) | "gelu" | "gelu_tanh"
-    norm_first: bool = False  # False = post-LN (paper); True = pre-LN (GPT-2 style)
     final_norm: bool | None = None  # LayerNorm after each stack; None = only for pre-LN
-    norm_eps: float = 1e-5
-    bias: bool = True
-    max_len: int = 512  # longest source or target sequence (size of the positional table)
     positional: str = "sinusoidal"  # "sinusoidal" (paper) | "learned"
     scale_embeddings: bool = True  # multiply token embeddings by √D (paper)
     share_embeddings: bool = False  # one embedding table for source and target (needs a joint vocabulary)
     tie_embeddings: bool = True  # output projection = target embedding matrix (paper); 0.1's tie_output
-    pad_id: int = 0
-    # today's layer options (the defaults are the paper's layer); see GPTConfig for each
-    norm: str = "layernorm"  # "layernorm" | "rmsnorm"
-    ffn: str = "mlp"  # "mlp" | "swiglu" | "geglu"
-    n_kv_heads: int | None = None  # grouped-query attention in self- and cross-attention: a smaller KV cache
-    qk_norm: bool = False  # RMSNorm on each head's queries and keys
+    pad_id: int = 0  # the padding token of both sides (masked out, ignored by the loss)
 
     def validate(self) -> None:
         self.check_choice("positional", ("sinusoidal", "learned"))

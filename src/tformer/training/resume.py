@@ -34,6 +34,7 @@ from typing import Any
 
 from tformer.files import atomic_write, current_dir, recover_dir
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, WEIGHTS_NAME
+from tformer.settings import renamed
 from tformer.training import distributed
 from tformer.training.lock import LOCK_NAME, RunLock
 from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
@@ -242,7 +243,7 @@ def _value(value: Any) -> str:
 def _check_settings(cfg: TrainConfig, settings: dict, meta: dict, path: Path) -> None:
     """Refuse a resume whose fixed settings differ from the run's, naming each with both values."""
     saved_cfg, new_cfg = meta.get("train_config") or {}, _plain(asdict(cfg))
-    saved_settings = (meta.get("run") or {}).get("settings") or {}
+    saved_settings = renamed((meta.get("run") or {}).get("settings") or {}, "", warn=False)  # 0.2.0's names too
     pairs = [(f, saved_cfg[f], new_cfg[f]) for f in FIXED_FIELDS if f in saved_cfg]
     pairs += [(k, saved_settings[k], v) for k, v in _plain(settings).items() if k in saved_settings]
     changed = [f"{_flag(k)} {_value(new)} (the run: {_value(old)})" for k, old, new in pairs if old != new]

@@ -56,9 +56,9 @@ def make_batch(pairs: list[tuple[list[int], list[int]]]) -> Batch:
 
 
 def token_budget_batches(
-    pairs: list[tuple[list[int], list[int]]], max_tokens: int, seed: int, shuffle: bool = True
+    pairs: list[tuple[list[int], list[int]]], batch_tokens: int, seed: int, shuffle: bool = True
 ) -> list[list[int]]:
-    """Indices of ``pairs`` grouped into batches whose padded size (rows × longest side) ≤ ``max_tokens``.
+    """Indices of ``pairs`` grouped into batches whose padded size (rows × longest side) ≤ ``batch_tokens``.
 
     Sentences are sorted by length (with a seeded random tie-break) so each batch holds similar
     lengths; the order of batches is shuffled with ``seed``. Same seed → same batches.
@@ -71,7 +71,7 @@ def token_budget_batches(
     longest = 0
     for i in order:
         size = max(len(pairs[i][0]), len(pairs[i][1]) + 1)
-        if current and max(longest, size) * (len(current) + 1) > max_tokens:
+        if current and max(longest, size) * (len(current) + 1) > batch_tokens:
             batches.append(current)
             current, longest = [], 0
         current.append(i)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from tformer.settings import takes_old_names
 from tformer.text import read_lines
 from tformer.tokenizers import train_tokenizer
 from tformer.tokens import TRANSLATION_PAD as PAD
@@ -24,7 +25,10 @@ from tformer.translation.pairs import Split, load_splits
 from tformer.translation.task import TranslationTask
 from tformer.translation.translator import Translator, load_tokenizers
 
-__all__ = ["train_tokenizers", "prepare", "setup", "train", "evaluate_files"]
+__all__ = ["TRAINING", "train_tokenizers", "prepare", "setup", "train", "evaluate_files"]
+
+# The TrainConfig values a translation run starts from unless given (the CLI's defaults are these too)
+TRAINING = {"lr": 7e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
 
 
 def train_tokenizers(split: Split, vocab_size: int = 8000, joint: bool = True) -> tuple:
@@ -77,6 +81,7 @@ def _resumed(out_dir: str | Path, seed: int) -> Translator:
     return Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
 
 
+@takes_old_names  # 0.2.0's max_tokens
 def setup(
     data: str | None = "builtin",
     out_dir: str | Path = "runs/translation",
@@ -86,7 +91,7 @@ def setup(
     preset: str = "small",
     vocab_size: int = 8000,
     joint: bool = True,
-    max_tokens: int = 4096,
+    batch_tokens: int = 4096,
     label_smoothing: float = 0.1,
     valid: float = 0.05,
     test: float = 0.05,
@@ -101,18 +106,19 @@ def setup(
     ``data``: ``"builtin"``, a TSV pairs file or a Multi30k-style directory (:func:`load_splits`): a directory
     with ``val.*`` trains on all of ``train.*`` and validates on ``val.*``; other data is split ``valid`` /
     ``test`` (deterministic for the seed; ``valid=0``: no validation data, the latest model is kept).
+    ``batch_tokens``: a batch's size in tokens (sentences of similar length are batched together).
     ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``epochs``, ``device``, ...;
-    lr 7e-4 unless given). Under torchrun rank 0 trains the tokenizers and every
+    :data:`TRAINING` unless given). Under torchrun rank 0 trains the tokenizers and every
     process gets them; with ``resume`` they come from ``OUT/last``.
     """
-    cfg = TrainConfig(out_dir=str(out_dir), **{"lr": 7e-4, **train_options})
+    cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(
         src_lang=src_lang,
         tgt_lang=tgt_lang,
         preset=preset,
         vocab_size=vocab_size,
         separate_vocab=not joint,
-        max_tokens=max_tokens,
+        batch_tokens=batch_tokens,
         label_smoothing=label_smoothing,
         valid=valid,
         test=test,
@@ -129,7 +135,9 @@ def setup(
     else:
         tokenizers = distributed.from_rank0(lambda: train_tokenizers(split, vocab_size, joint), cfg.device)
         translator = prepare(split, out_dir, preset, vocab_size, joint, cfg.seed, tokenizers, **overrides)
-    task = TranslationTask(translator, split.train, split.valid, max_tokens, label_smoothing, cfg.seed, bleu_sentences)
+    task = TranslationTask(
+        translator, split.train, split.valid, batch_tokens, label_smoothing, cfg.seed, bleu_sentences
+    )
     return make_trainer(translator.model, task, cfg, resume)
 
 
@@ -142,7 +150,7 @@ def train(data: str | None = "builtin", out_dir: str | Path = "runs/translation"
 
 
 def evaluate_files(
-    translator: Translator, src: str | Path, refs: list[str | Path], beam: int = 1, max_len: int = 128
+    translator: Translator, src: str | Path, refs: list[str | Path], beam: int = 1, max_new_tokens: int = 128
 ) -> dict:
     """BLEU and chrF of ``translator`` on a file of source sentences and one or more reference files
     (one sentence a line, aligned); the result also holds the ``hypotheses``."""
@@ -152,4 +160,4 @@ def evaluate_files(
     for path, r in zip(refs, references):
         if len(r) != len(sources):
             raise ValueError(f"--ref {path} has {len(r)} lines, --src {src} has {len(sources)}")
-    return translator.evaluate(sources, references, beam=beam, max_len=max_len)
+    return translator.evaluate(sources, references, beam=beam, max_new_tokens=max_new_tokens)

@@ -31,15 +31,15 @@ class TranslationTask:
         translator: Translator,
         train: list[tuple[str, str]],
         valid: list[tuple[str, str]],
-        max_tokens: int = 4096,
+        batch_tokens: int = 4096,
         label_smoothing: float = 0.1,
         seed: int = 0,
         bleu_sentences: int = 500,
         beam: int = 1,
     ) -> None:
-        self.translator, self.max_tokens, self.label_smoothing, self.seed, self.beam = (
+        self.translator, self.batch_tokens, self.label_smoothing, self.seed, self.beam = (
             translator,
-            max_tokens,
+            batch_tokens,
             label_smoothing,
             seed,
             beam,
@@ -60,7 +60,7 @@ class TranslationTask:
         return [(s[:limit], t[:limit]) for s, t in zip(src, tgt) if s and t]
 
     def train_batches(self, epoch: int) -> list[Batch]:
-        groups = token_budget_batches(self.train_ids, self.max_tokens, seed=self.seed * 100_003 + epoch)
+        groups = token_budget_batches(self.train_ids, self.batch_tokens, seed=self.seed * 100_003 + epoch)
         return [make_batch([self.train_ids[i] for i in g]) for g in groups]
 
     @staticmethod
@@ -80,7 +80,7 @@ class TranslationTask:
         if not self.valid_ids:
             return {}
         total, tokens = 0.0, 0
-        for g in token_budget_batches(self.valid_ids, self.max_tokens, seed=0, shuffle=False):
+        for g in token_budget_batches(self.valid_ids, self.batch_tokens, seed=0, shuffle=False):
             batch = make_batch([self.valid_ids[i] for i in g]).to(next(model.parameters()).device)
             logits = model(batch.src, batch.tgt_in)
             total += float(sequence_cross_entropy(logits, batch.tgt_out, ignore_index=PAD, reduction="sum"))

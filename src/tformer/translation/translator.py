@@ -144,20 +144,26 @@ class Translator:
         self,
         sentences: list[str],
         beam: int = 1,
-        max_len: int = 128,
+        max_new_tokens: int = 128,
         batch_size: int = 64,
         length_penalty: float = 1.0,
         sampling: SamplingConfig | None = None,
         seed: int | None = None,
+        max_len: int | None = None,
     ) -> list[str]:
-        """Translate a list of sentences, ``batch_size`` at a time (sorted by length to limit padding)."""
+        """Translate a list of sentences, ``batch_size`` at a time (sorted by length to limit padding); each
+        translation has at most ``max_new_tokens`` tokens (and the model's ``max_len - 1``). ``max_len`` is
+        ``max_new_tokens``'s name before tformer 0.2.1 (in the model config, ``max_len`` is the longest sequence)."""
+        if max_len is not None:
+            warnings.warn("Translator.translate: max_len is now called max_new_tokens", FutureWarning, stacklevel=2)
+            max_new_tokens = max_len
         if isinstance(sentences, str):
             sentences = [sentences]
         vocab = self.model.config.tgt_vocab_size
         if beam > vocab:  # more beams than continuations: each step would rank the same tokens again
             raise ValueError(f"beam must be at most the target vocabulary size ({vocab} tokens), got {beam}")
         self.model.eval()
-        max_len = min(max_len, self.model.config.max_len - 1)
+        max_len = min(max_new_tokens, self.model.config.max_len - 1)
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
         out: list[str] = [""] * len(sentences)
@@ -172,8 +178,12 @@ class Translator:
                 out[i] = self.tgt_tokenizer.decode(row[: row.index(EOS)] if EOS in row else row)
         return out
 
-    def evaluate(self, sources: list[str], references: list[list[str]], beam: int = 1, max_len: int = 128) -> dict:
-        hyps = self.translate(sources, beam=beam, max_len=max_len)
+    def evaluate(
+        self, sources: list[str], references: list[list[str]], beam: int = 1, max_new_tokens: int = 128
+    ) -> dict:
+        """BLEU and chrF (sacreBLEU) of the translations of ``sources`` against ``references`` (one list per
+        reference set), with the signatures and the ``hypotheses``."""
+        hyps = self.translate(sources, beam=beam, max_new_tokens=max_new_tokens)
         bleu, chrf, bleu_sig, chrf_sig = corpus_bleu(hyps, references)
         return {"bleu": bleu, "chrf": chrf, "bleu_signature": bleu_sig, "chrf_signature": chrf_sig, "hypotheses": hyps}
 

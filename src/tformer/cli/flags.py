@@ -1,0 +1,277 @@
+"""Every flag the ``tformer`` commands share, declared once, and the parser they are built with.
+
+A flag's name is the library's name for the setting: ``--max-len`` is ``max_len`` in the model config, the
+family's entry point (``tformer.lm.setup(max_len=...)``) and the run's saved settings. So a command adds its
+flags by name from :data:`FLAGS` (its help, validator and spelling, written here once), takes their defaults
+from the entry point it calls (:func:`defaults`: the signature, and the family's ``TRAINING`` values of the
+:class:`~tformer.training.config.TrainConfig` fields), and hands the parsed values on with :func:`options` —
+no flag is restated between the command line and the library.
+
+The parser (:class:`Parser`) shows every default in ``--help``, answers a mistyped flag or command with the
+subcommand's usage and a "did you mean", and still takes the spellings earlier releases used (``--block-size``
+is ``--max-len`` now), with a note naming today's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import inspect
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tformer.cli import validate as v
+
+__all__ = ["Flag", "FLAGS", "Parser", "HelpFormatter", "add", "add_training", "defaults", "options"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One flag: its help, its validator (:mod:`tformer.cli.validate`), and what argparse needs besides.
+
+    ``default`` is the flag's own default when no entry point gives one; ``old`` lists the spellings of earlier
+    releases, still accepted with a note."""
+
+    help: str
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    choices: Sequence[str] | None = None
+    action: str | None = None
+    dest: str | None = None
+    metavar: str | None = None
+    old: tuple[str, ...] = ()
+
+
+PRESETS = ("tiny", "small", "base")
+
+FLAGS: dict[str, Flag] = {
+    # --- what to read and where to run
+    "--model": Flag(
+        "a model: a tformer run or model directory, or a Hugging Face one (read by tformer.load)", v.existing_dir
+    ),
+    "--device": Flag("where the model runs: cpu, cuda, cuda:N or mps", v.device, "cpu"),
+    "--no-fast": Flag(
+        "no CPU fast paths (tformer.fast): the plain reference code, the same numbers to float rounding",
+        action="store_false",
+        dest="fast",
+    ),
+    "--seed": Flag("random seed", v.seed, 0),
+    "--batch-size": Flag("sequences per batch", v.positive_int),
+    "--overwrite": Flag(
+        "replace the file {flag} names if it exists (a symbolic link, one of this command's inputs, or a place "
+        "inside a model or run directory is refused even so)",
+        action="store_true",
+    ),
+    # --- the model and its data (train)
+    "--preset": Flag("model size", choices=PRESETS),
+    "--vocab-size": Flag("size of the tokenizer trained on --data", v.int_at_least(6, " (the special tokens + 1)")),
+    "--max-len": Flag("longest sequence in tokens: the model's positions (its context)", v.positive_int),
+    "--batch-tokens": Flag(
+        "a batch's size in tokens (sentences of similar length are batched together)",
+        v.positive_int,
+        old=("--max-tokens",),
+    ),
+    "--dropout": Flag("dropout of the model (default: the preset's)", v.fraction),
+    "--valid": Flag(
+        "held-out part for validation: a fraction, or a count if >= 1 (0: none, the latest model is kept)",
+        v.count_or_fraction,
+    ),
+    "--tokenizer-dir": Flag(
+        "use this directory's tokenizer (tokenizer.json or vocab.txt) instead of training one on --data",
+        v.existing_dir,
+    ),
+    # --- training (TrainConfig's fields)
+    "--out": Flag("run directory (best model, last state, log, curves)", v.output_dir, dest="out_dir"),
+    "--lr": Flag("peak learning rate", v.positive_float),
+    "--schedule": Flag(
+        "learning rate after warmup: inverse_sqrt (the paper), cosine or constant",
+        choices=("inverse_sqrt", "cosine", "constant"),
+    ),
+    "--warmup-steps": Flag("optimizer steps of linear warmup", v.non_negative_int),
+    "--weight-decay": Flag("AdamW weight decay", v.non_negative_float),
+    "--clip": Flag("max gradient norm (0 = off)", v.non_negative_float),
+    "--accum-steps": Flag("batches accumulated per optimizer step", v.positive_int),
+    "--epochs": Flag("epochs in all (a resumed run counts the ones it trained)", v.positive_int),
+    "--max-steps": Flag("optimizer steps in all (a resumed run counts its steps)", v.positive_int),
+    "--minutes": Flag("training time budget in all (a resumed run counts its time)", v.positive_float),
+    "--eval-every": Flag("optimizer steps between evaluations (default: every epoch)", v.positive_int),
+    "--log-every": Flag("optimizer steps between progress lines and log records", v.positive_int),
+    "--bf16": Flag("bfloat16 autocast (fast only on CPUs with AVX512_BF16 or AMX, and on GPUs)", action="store_true"),
+    "--resume": Flag(
+        "continue exactly from OUT/last; a changed model, data or optimizer flag is refused, the budget, "
+        "evaluation, logging and device flags may change",
+        action="store_true",
+    ),
+    "--max-bad-steps": Flag(
+        "stop when this many steps in a row have a non-finite loss or gradient norm (each is skipped)", v.positive_int
+    ),
+    "--no-progress": Flag("no progress bar (the log lines stay)", action="store_false", dest="progress"),
+    # --- decoding
+    "--max-new-tokens": Flag("tokens generated at most", v.max_new_tokens),
+    "--beam": Flag("beam size (1 = greedy; at most the target vocabulary)", v.beam_size, 1),
+    "--length-penalty": Flag("beam search ranks by score / length ** this", v.length_penalty, 1.0),
+    "--temperature": Flag("divide the logits by this before sampling; towards 0: greedy", v.temperature, 1.0),
+    "--top-k": Flag("sample from the k most likely tokens only (0 = off)", v.top_k, 0),
+    "--top-p": Flag("sample from the smallest set of tokens whose probability reaches p (1 = off)", v.probability, 1.0),
+    # --- looking inside
+    "--candidates": Flag("most likely tokens shown for each position", v.int_in(1, 1_000_000), 5, old=("--top-k",)),
+}
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout, with each flag's default after its help (unless the help already says it), and short
+    placeholders that say what a flag takes: ``N`` (an integer), ``X`` (a number), ``DIR``, ``FILE``, ``PATH``."""
+
+    def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
+        kind = getattr(action.type, "kind", None)
+        if kind is int or kind is float:
+            return "N" if kind is int else "X"
+        if isinstance(kind, str):  # a path (tformer.cli.validate.PathArg)
+            return "DIR" if kind.endswith("dir") else "FILE" if kind.endswith("file") else "PATH"
+        return super()._get_default_metavar_for_optional(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = action.default not in (None, [], argparse.SUPPRESS) and not isinstance(action.default, bool)
+        if shown and action.option_strings and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _suggest(word: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f"{word}: did you mean {close[0]}?" if close else ""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` (every subcommand's too) that says "did you mean" and shows defaults.
+
+    A word it does not know is refused by the subcommand that got it, with that subcommand's usage; a mistyped
+    flag or command gets the nearest one it has."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:  # a subcommand's own flags: nothing after it can take these
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    def error(self, message: str):  # type: ignore[override]
+        hints: list[str] = []
+        if message.startswith("unrecognized arguments: "):
+            known = [s for a in self._actions for s in a.option_strings if a.help != argparse.SUPPRESS]
+            words = message.split(": ", 1)[1].split()
+            hints = [_suggest(w.split("=")[0], known) for w in words if w.startswith("-")]
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            hints = [_suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))]
+        hint = "; ".join(h for h in hints if h)
+        super().error(f"{message} ({hint})" if hint else message)
+
+
+def _renamed(old: str, action: argparse.Action) -> type[argparse.Action]:
+    """An action for ``old``, an earlier spelling of ``action``'s flag: a note on stderr, then the same effect."""
+
+    class Renamed(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None) -> None:
+            print(f"note: {old} is now called {action.option_strings[0]}", file=sys.stderr)
+            action(parser, namespace, values, option_string)
+
+    return Renamed
+
+
+def add(p, *names: str, defaults: Mapping[str, Any] | None = None, **changes: Any) -> None:
+    """Add the flags ``names`` (``"--device"``, ...) of :data:`FLAGS` to the parser or group ``p``.
+
+    ``defaults``: dest -> default (an entry point's, :func:`defaults`), else the flag's own. ``changes``: per
+    flag, keyed by its dest, what this command says differently (``model={"required": True}``; ``old``: earlier
+    spellings of the flag in this command); a help text's ``{flag}`` becomes the ``flag`` given there
+    (``--overwrite``'s output flag)."""
+    for name in names:
+        flag = FLAGS[name]
+        dest = flag.dest or name[2:].replace("-", "_")
+        spec = dict(changes.get(dest, {}))
+        olds = flag.old + tuple(spec.pop("old", ()))
+        kwargs: dict[str, Any] = dict(dest=dest, help=flag.help.format(flag=spec.pop("flag", "--out")))
+        if flag.action:
+            kwargs["action"] = flag.action
+        else:
+            default = (defaults or {}).get(dest, flag.default)
+            kwargs.update(type=flag.type, default=default, choices=flag.choices, metavar=flag.metavar)
+        kwargs.update(spec)
+        action = p.add_argument(name, **{k: x for k, x in kwargs.items() if x is not None or k == "default"})
+        for old in olds:
+            p.add_argument(
+                old,
+                dest=argparse.SUPPRESS,
+                nargs=action.nargs,
+                type=action.type,
+                help=argparse.SUPPRESS,
+                action=_renamed(old, action),
+            )
+
+
+def defaults(entry: Callable, training: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The defaults an entry point's flags show: its keyword parameters' and, for the TrainConfig fields it passes
+    on (``**train_options``), TrainConfig's overridden by the family's ``training`` values."""
+    from tformer.training.config import TrainConfig
+
+    out = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    out.update(training or {})
+    for name, param in inspect.signature(entry).parameters.items():
+        if param.default is not inspect.Parameter.empty:
+            out[name] = param.default
+    return out
+
+
+def options(args: argparse.Namespace, entry: Callable, **extra: Any) -> dict[str, Any]:
+    """The parsed values ``entry`` takes, by name: its parameters, and the TrainConfig fields when it passes
+    ``**train_options`` on; ``extra`` adds or replaces values the command computed."""
+    from tformer.training.config import TrainConfig
+
+    params = inspect.signature(entry).parameters
+    names = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        names |= {f.name for f in dataclasses.fields(TrainConfig)}
+    return {**{n: getattr(args, n) for n in names if hasattr(args, n)}, **extra}
+
+
+TRAINING_FLAGS = (
+    "--out",
+    "--lr",
+    "--schedule",
+    "--warmup-steps",
+    "--weight-decay",
+    "--clip",
+    "--accum-steps",
+    "--epochs",
+    "--max-steps",
+    "--minutes",
+    "--eval-every",
+    "--log-every",
+    "--seed",
+    "--bf16",
+    "--device",
+    "--resume",
+    "--overwrite",
+    "--max-bad-steps",
+    "--no-progress",
+    "--no-fast",
+)
+
+
+def add_training(p, entry_defaults: Mapping[str, Any], **changes: Any) -> None:
+    """The training flags every ``tformer train`` family has (one per TrainConfig field), in their own group."""
+    g = p.add_argument_group("training (TrainConfig)")
+    overwrite = (
+        "start a new run in a non-empty --out, deleting the run there, and only what a run wrote: a folder with "
+        "other files is refused (without --overwrite or --resume, a non-empty --out is refused)"
+    )
+    changes = {"out_dir": {"required": True}, "overwrite": {"help": overwrite}, **changes}
+    add(g, *TRAINING_FLAGS, defaults=entry_defaults, **changes)
