@@ -114,6 +114,7 @@ def test_an_old_spelling_still_works_with_a_note(argv, dest, value, note, capsys
             "--batch-tokens",
         ),
         (["generate", "--model", ".", "--temprature", "0.5"], "usage: tformer generate", "--temperature"),
+        (["fill-mask", "--modle", "runs/bert", "a [MASK]"], "usage: tformer fill-mask", "--model"),  # not "required"
         (["trian", "lm"], "usage: tformer ", "train"),
         (["plot", "atention"], "usage: tformer plot", "attention"),
     ],

@@ -157,6 +157,13 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self._subparsers is None and args is not None:  # before "required" errors hide the typo behind them
+            known = [s for a in self._actions for s in a.option_strings]
+            own = args[: args.index("--")] if "--" in args else args  # after "--" every word is a value
+            words = [a.split("=")[0] for a in own if a.startswith("--")]
+            unknown = [w for w in words if not any(k.startswith(w) for k in known)]
+            if unknown:
+                self.error(f"unrecognized arguments: {' '.join(unknown)}")
         parsed, extras = super().parse_known_args(args, namespace)
         if extras and self._subparsers is None:  # a subcommand's own flags: nothing after it can take these
             self.error(f"unrecognized arguments: {' '.join(extras)}")
