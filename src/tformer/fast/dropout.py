@@ -18,9 +18,13 @@ mask comes from PyTorch's own generator (``torch.manual_seed`` reproduces it). T
 number, no broadcast) and the scaling run on every thread. ``python -m benchmarks.train_step`` times both
 paths (README).
 
+A bfloat16 or float16 tensor (bfloat16 autocast) gets the same mask; its survivors are multiplied by the scale as
+a Python number, which PyTorch's CPU kernels apply in float32 and round once (a multiplier tensor in bfloat16
+would round 1/(1 − rate) first: 1.1111 → 1.1094 at p = 0.1, a bias of 0.16% on every survivor).
+
 Elsewhere it is exactly ``F.dropout``: on GPUs (PyTorch's fused dropout kernel is already cheap), in
-eval mode, for p = 0, for rates the lanes cannot resolve (p < 2⁻¹⁷, or within 2⁻¹⁷ of 1), for half-precision
-tensors, and inside :func:`reference`.
+eval mode, for p = 0, for rates the lanes cannot resolve (p < 2⁻¹⁷, or within 2⁻¹⁷ of 1), for other dtypes,
+and inside :func:`reference`.
 
 Attention weights: PyTorch's CPU attention kernels take dropout only on their unfused path, which draws the
 mask one element at a time. :func:`scaled_dot_product_attention` here runs the reference path of
@@ -63,19 +67,29 @@ def fast_cpu_multiplier(
     q = round(p * _LEVELS)
     if q == _LEVELS:
         raise ValueError(f"p = {p} rounds to 1 in 16-bit lanes; use F.dropout for rates this close to 1")
+    keep, scale = _keep(shape, q, generator)
+    return keep.to(dtype).mul_(scale)
+
+
+def _keep(shape: torch.Size, q: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
+    """The boolean mask of the kept elements (each dropped with probability q / 65536) and their scale."""
     n = shape.numel()
     words = torch.empty(-(-n // _LANES), dtype=torch.int64).random_(
         -(2**63), None, generator=generator
     )  # 64 random bits
     lanes = words.view(torch.int16)  # four lanes per word, each uniform on −32768…32767
     keep = (lanes[:n] >= q - _LEVELS // 2).view(shape)  # dropped: the q lowest of the 65,536 values
-    return keep.to(dtype).mul_(_LEVELS / (_LEVELS - q))
+    return keep, _LEVELS / (_LEVELS - q)
+
+
+_FLOATS = (torch.float32, torch.float64)  # the multiplier in x's dtype holds 1/(1 − rate) exactly enough
+_HALVES = (torch.bfloat16, torch.float16)  # the scale goes in as a Python number (see the module docstring)
 
 
 def uses_fast_mask(x: torch.Tensor, p: float) -> bool:
     """Whether :func:`dropout` of ``x`` at rate ``p`` (in training) takes the fast CPU mask rather than ``F.dropout``."""
-    exact_scale = x.dtype in (torch.float32, torch.float64)  # 1/(1 − rate) rounded to bfloat16 would bias the mean
-    return _SWITCH.on and x.device.type == "cpu" and exact_scale and 0 < round(p * _LEVELS) < _LEVELS
+    kind = x.dtype in _FLOATS or x.dtype in _HALVES
+    return _SWITCH.on and x.device.type == "cpu" and kind and 0 < round(p * _LEVELS) < _LEVELS
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
@@ -84,7 +98,10 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return x
     if not uses_fast_mask(x, p):
         return F.dropout(x, p, training=True)
-    return x * fast_cpu_multiplier(x.shape, p, x.dtype)
+    if x.dtype in _FLOATS:
+        return x * fast_cpu_multiplier(x.shape, p, x.dtype)
+    keep, scale = _keep(x.shape, round(p * _LEVELS))
+    return (x * keep).mul_(scale)  # x · 0 or x, then × the scale rounded once
 
 
 class Dropout(nn.Dropout):
