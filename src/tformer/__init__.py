@@ -4,11 +4,13 @@
 >>> model = tformer.Seq2SeqTransformer(tformer.Seq2SeqConfig.preset("tiny", src_vocab_size=100, tgt_vocab_size=100))
 
 ``tformer.load(DIR)`` reads any run, model or Hugging Face directory of any family, with its tokenizer
-(:mod:`tformer.loader`).
+(:mod:`tformer.loader`). ``tformer.quantize(model, "int8")`` makes a model's linear layers int8 for inference, and
+``tformer.dequantize(model)`` undoes it (:mod:`tformer.fast.quantize`).
 """
 
 __version__ = "0.2.0"
 
+from tformer.fast.quantize import dequantize, quantize
 from tformer.hf import from_hf
 from tformer.loader import Loaded, detect, load
 from tformer.models import GPT, Bert, BertConfig, GPTConfig, ModelConfig, Seq2SeqConfig, Seq2SeqTransformer
@@ -30,6 +32,8 @@ __all__ = [
     "Loaded",
     "load_pretrained",
     "from_hf",
+    "quantize",
+    "dequantize",
     "LayerConfig",
     "FeedForward",
     "EncoderLayer",

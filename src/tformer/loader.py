@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from tformer.checks import read_json_object
+from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
 from tformer.hf import export as hf_export
 from tformer.hf.directory import declares_hf, load_hf_dir
@@ -121,6 +122,13 @@ class Loaded:
     def config(self) -> Any:
         return self.model.config
 
+    @property
+    def precision(self) -> str:
+        """``"int8"`` for an int8 model (:func:`tformer.quantize`), else its weights' dtype (``"float32"``, ...)."""
+        if is_quantized(self.model):
+            return "int8"
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
+
     def require_tokenizer(self) -> Tokenizer:
         """The input tokenizer (and, for a translator, the target one), or one line saying which file is missing."""
         if self.tokenizer is None or self.target_tokenizer is None:
@@ -175,6 +183,7 @@ class Loaded:
     def export(self, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
         """The model and its tokenizers (none when one is missing) as a Hugging Face directory that ``transformers``
         loads with its own classes (:func:`tformer.hf.export`). Returns it."""
+        require_float(self.model, "a Hugging Face export", repr(str(self.directory)))
         tokenizer: Any = None
         if self.missing is None:
             pair = (self.tokenizer, self.target_tokenizer)
@@ -238,6 +247,7 @@ def load(
     family: str | Iterable[str] | None = None,
     flag: str | None = None,
     strict: bool = True,
+    float_weights: bool = False,
 ) -> Loaded:
     """The model of the directory ``path`` (in eval mode, on ``device``, in ``dtype``; None: as stored) with its
     tokenizers, whatever its kind (:func:`detect`).
@@ -248,6 +258,9 @@ def load(
     the model has rows, and (``strict``) one of tformer's own directories whose tokenizer and model differ in size
     (files from two runs) or whose tokenizer is of a kind its family never trains; ``strict=False`` lets ``trace``
     and ``info`` read a model with a hand-made tokenizer whose ids fit.
+
+    An int8 directory (a model saved after :func:`tformer.quantize`) gives the int8 model; ``float_weights``: the
+    caller needs float weights (fine-tuning, conversion), and such a directory is one line saying so.
     """
     kind = detect(path, flag)
     wanted = [family] if isinstance(family, str) else list(family) if family is not None else list(FAMILIES)
@@ -261,6 +274,9 @@ def load(
         model = load_hf_dir(kind.files, device, dtype)
     else:
         model = load_pretrained(kind.files)
+        if float_weights:
+            this = "this command" if flag else "this"
+            require_float(model, f"{this} (training, conversion)", _where(path, flag))
         model = model.to(device) if dtype is None else model.to(device, dtype)
     _check_sizes(kind, model.config, source, target, strict)
     start = _start_id(kind, target, model.config)

@@ -25,6 +25,10 @@ entropy` (not a module: the       sequence_cross_entropy`              pass from
 tasks' training loss)                                                  the (N, V) logits.
 ================================  ===================================  ==================================================
 
+:func:`quantize.quantize` (``tformer.quantize``) is the one swap that changes the numbers: int8 linear layers for
+inference (:mod:`tformer.fast.quantize`, :mod:`tformer.fast.int8`, ``tests/test_quantize.py``); :func:`speed_up` does
+not apply it.
+
 Each keeps its reference and a parity test (``tests/test_fast.py``); ``python -m benchmarks.train_step`` and
 ``python -m benchmarks.decode`` time them. :class:`~tformer.training.Trainer` (``TrainConfig.fast``, default True)
 applies :func:`speed_up` to the model it trains. The decoding functions of :mod:`tformer.generation`
@@ -40,7 +44,7 @@ import contextlib
 
 from torch import nn
 
-from tformer.fast import attention, dropout, linear, losses
+from tformer.fast import attention, dropout, int8, linear, losses
 from tformer.fast.linear import check_copies, forget_copies
 from tformer.fast.losses import sequence_cross_entropy
 from tformer.fast.swap import Switch
@@ -74,6 +78,8 @@ def fast_view(model: nn.Module) -> nn.Module:
 @contextlib.contextmanager
 def reference():
     """Within this block tformer runs its plain code: :func:`speed_up` swaps nothing, and what it swapped in before
-    runs its reference (``F.linear``, ``F.dropout``, the plain attention function and module, ``F.cross_entropy``)."""
+    runs its reference (``F.linear``, ``F.dropout``, the plain attention function and module, ``F.cross_entropy``,
+    the dequantized weights of an int8 layer)."""
     with _SWAPS.off(), linear.reference(), dropout.reference(), attention.reference(), losses.reference():
-        yield
+        with int8.reference():
+            yield

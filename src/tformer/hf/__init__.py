@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tformer.fast.quantize import require_float
 from tformer.hf.common import dtype_from_hf
 from tformer.hf.directory import is_hf_dir, load_hf_dir, load_hf_model
 from tformer.hf.export import export
@@ -79,7 +80,8 @@ def from_hf(
     initialised (``BertModel``: MLM and NSP; ``BertForMaskedLM``: pooler and NSP); a Marian model is generated
     from with ``sos_id=config.decoder_start_token_id`` (:mod:`tformer.hf.marian`). What tformer cannot express
     (relative positions, attention-scaling variants, unknown activations, biases on some projections only, sliding
-    windows on some layers only, ...) is a ``ValueError`` naming the field.
+    windows on some layers only, ...) is a ``ValueError`` naming the field. So is a quantized model (int8 layers,
+    int8 weights): the conversion copies float weights.
     """
     if isinstance(source, Mapping):
         if state is None:
@@ -87,12 +89,19 @@ def from_hf(
         hf, hf_state = dict(source), state
     else:
         name = type(source).__name__
+        require_float(source, "from_hf (the conversion copies float weights)", f"this {name}")
         if name not in CLASSES:
             raise TypeError(f"from_hf expects {', '.join(CLASSES[:-1])} or {CLASSES[-1]}, got {name}")
         hf = source.config.to_dict() | {"architectures": [name]}
         hf_state = source.state_dict()
         first = next(source.parameters())
         dtype = first.dtype
+    for key, tensor in hf_state.items():  # int8 weights (bitsandbytes, a quantized checkpoint) would be cast silently
+        if isinstance(tensor, torch.Tensor) and not tensor.is_floating_point() and key.endswith("weight"):
+            raise ValueError(
+                f"from_hf: weight {key!r} has dtype {str(tensor.dtype).removeprefix('torch.')}: a quantized model; "
+                "the conversion needs float weights (the float model it was quantized from)"
+            )
     config = config_from_hf(hf)
     model = build(config).to(dtype) if dtype is not None else build(config)
     load_state(model, state_from_hf(hf_state, config, dtype))

@@ -34,6 +34,7 @@ from typing import Any
 from safetensors.torch import save_file
 from torch import nn
 
+from tformer.fast.quantize import require_float
 from tformer.files import check_new_dir, staged_dir
 from tformer.hf import marian, registry
 from tformer.models.seq2seq import Seq2SeqConfig
@@ -71,6 +72,7 @@ def _files(model: nn.Module, tokenizer: Any) -> dict[str, Callable[[Path], None]
     config = getattr(model, "config", None)
     if config is None:
         raise ValueError(f"{type(model).__name__} is not a tformer model (no config): nothing to export")
+    require_float(model, "a Hugging Face export")  # transformers' classes hold float weights
     dtype = next(model.parameters()).dtype
     source, target = tokenizer if isinstance(tokenizer, tuple) else (tokenizer, tokenizer)
     _check_sizes(config, source, target)

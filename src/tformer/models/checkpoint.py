@@ -6,6 +6,12 @@ export MODEL --to hf OUT``), a layer above the models. Both are written atomical
 through safetensors, everything else through JSON. Tied weights are stored once. Loading refuses, naming the file
 and the tensor, a weight that is not floating point (it would be cast silently) or that holds NaN or inf.
 
+An int8 model (:func:`tformer.fast.quantize.quantize`) saves its int8 weights and their scales as they are, and its
+``config.json`` says so: a ``quantization`` object (the method and the quantized layers) beside the config fields.
+``from_pretrained`` builds the model, puts int8 layers where that object says, and reads the weights into them; a
+float model refuses int8 weights (``load_state_dict``), so fine-tuning from an int8 model's state is one line, not
+a silent copy of the layers it has and none of the ones it lacks.
+
 The config is read back with ``config_class.from_dict``, which maps the field names of older
 releases to today's, so checkpoints written by tformer 0.1 still load.
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,6 +34,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from tformer.checks import check_finite_weights, read_json_object
+from tformer.fast.int8 import Int8Linear
+from tformer.fast.quantize import apply_record, quantization_record
 from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
 
@@ -41,6 +50,7 @@ __all__ = [
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+QUANTIZATION = "quantization"  # config.json's record of an int8 model's layers (tformer.fast.quantize)
 BEST_DIR = "best"  # a training run's best model: OUT/best/
 _MODEL_TYPES: dict[str, Any] = {}  # model_type -> model class
 
@@ -84,6 +94,9 @@ class PretrainedMixin(torch.nn.Module):
         if format != "tformer":
             raise ValueError(f"save_pretrained format must be 'tformer', got {format!r}")
         config = {"model_type": self.model_type, **self.config.to_dict()}
+        record = quantization_record(self)
+        if record is not None:
+            config[QUANTIZATION] = record
         state = _unique_state(cast(torch.nn.Module, self))
         text = json.dumps(config, indent=2, sort_keys=True) + "\n"
         directory = Path(directory)
@@ -97,13 +110,30 @@ class PretrainedMixin(torch.nn.Module):
         """The model saved in ``directory`` (a ``save_pretrained`` directory, or a training run's: its best model)."""
         directory = model_dir(directory)
         config = _read_config(directory, expected_type=cls.model_type)
+        record = config.pop(QUANTIZATION, None)
         try:
             model_config = cls.config_class.from_dict(config)
         except (TypeError, ValueError) as err:  # unknown fields, invalid values
             raise ValueError(f"{str(directory / CONFIG_NAME)!r}: {err}") from None
         model = cast(Any, cls)(model_config)
+        if record is not None:  # an int8 model: int8 layers where config.json names them, filled from the file
+            apply_record(model, record, repr(str(directory / CONFIG_NAME)))
         _load_weights(model, directory / WEIGHTS_NAME, map_location)
         return model.eval()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict``, refusing int8 weights (``NAME.weight_int8``, from an int8 model) for a
+        layer of this model that is float: copying the rest would leave that layer's weights as they were."""
+        layers = dict(self.named_modules())
+        for key in state_dict:
+            name, _, field = key.rpartition(".")
+            if field == "weight_int8" and not isinstance(layers.get(name), Int8Linear):
+                raise ValueError(
+                    f"the weights to load are an int8 model's ({key!r}, tformer.quantize) but {name!r} of this "
+                    f"{type(self).__name__} is a float layer: it needs float weights (the float32 model the int8 "
+                    "one was made from)"
+                )
+        return super().load_state_dict(state_dict, strict, assign)
 
 
 def load_pretrained(directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
@@ -168,6 +198,11 @@ def _load_weights(model: torch.nn.Module, path: Path, map_location) -> None:
             raise ValueError(
                 f"{str(path)!r}: tensor {name!r} has dtype {str(state[name].dtype).removeprefix('torch.')}; "
                 "a weight must be floating point (float32, bfloat16 or float16)"
+            )
+        if expected[name].dtype == torch.int8 and state[name].dtype != torch.int8:  # an int8 model's weights
+            raise ValueError(
+                f"{str(path)!r}: tensor {name!r} has dtype {str(state[name].dtype).removeprefix('torch.')}; "
+                f"{CONFIG_NAME} says this layer is int8"
             )
     check_finite_weights(state, path)
     if missing or unexpected or wrong:
