@@ -68,3 +68,25 @@ def test_info_without_a_directory_or_system_is_one_line(capsys):
     assert (
         capsys.readouterr().err.strip() == "tformer info: error: give a model directory (tformer info DIR) or --system"
     )
+
+
+def test_every_training_session_logs_the_machine_in_its_first_record(tmp_path, monkeypatch):
+    """log.jsonl's first record names the processor (model, class, features) and the device; a resumed run, which
+    may run on another machine, names it again in the first record of its own session."""
+    import json
+
+    monkeypatch.setattr(machine, "_read_cpu", lambda: ("Test CPU", set(ZEN4.split())))
+    data = tmp_path / "speech.txt"
+    data.write_text("to be or not to be, that is the question.\n" * 30, encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["train", "lm", "--data", str(data), "--out", str(out), "--preset", "tiny", "--max-len", "16"]
+    argv += ["--batch-size", "4", "--eval-blocks", "4", "--log-every", "1", "--no-progress"]
+    assert main([*argv, "--max-steps", "2"]) == 0
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text(encoding="utf-8").splitlines()]
+    first = records[0]["machine"]
+    assert first["cpu"] == "Test CPU" and first["machine_class"] == "avx512_bf16" and first["device"] == "cpu"
+    assert "avx512_vnni" in first["features"] and first["torch_capability"] and records[0]["step"] == 1
+    assert all("machine" not in r for r in records[1:])
+    assert main([*argv, "--max-steps", "3", "--resume"]) == 0
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["step"] for r in records if "machine" in r] == [1, 3]  # each session's first record

@@ -26,7 +26,9 @@ Run directory layout::
 
     OUT/best/                                  the best model so far, with its tokenizer (from_pretrained(OUT))
     OUT/last/                                  the latest full state, for --resume (:mod:`tformer.training.state`)
-    OUT/log.jsonl, OUT/curves.png              one record per step and evaluation (strict JSON), and their plot
+    OUT/log.jsonl, OUT/curves.png              one record per step and evaluation (strict JSON), and their plot;
+                                               the first record of each session (the run's start, each
+                                               --resume) also holds "machine": the processor (tformer.machine)
     OUT/.lock                                  while the run trains: who runs it (:mod:`tformer.training.lock`)
 
 ``max_steps``, ``epochs`` and ``minutes`` are totals, counted from the run's start: a resumed run trains until
@@ -58,7 +60,9 @@ from pathlib import Path
 import torch
 
 from tformer import fast
+from tformer.fast.quantize import require_float
 from tformer.files import current_dir, staged_dir
+from tformer.machine import describe
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.training import distributed
 from tformer.training.config import TrainConfig, budget_reached, budget_spent_message, lr_factor, make_optimizer
@@ -105,6 +109,7 @@ class Trainer:
             raise TypeError(
                 f"model must be a tformer model (save_pretrained/from_pretrained), got {type(model).__name__}"
             )
+        require_float(model, "training")
         self.world, device = distributed.init(cfg.device)
         self.model: PretrainedMixin = model.to(device)
         self.task, self.cfg, self.device = task, cfg, device
@@ -124,6 +129,7 @@ class Trainer:
         self._saved_step: int | None = None
         self.lock: RunLock | None = None  # OUT/.lock, held by rank 0 while the run trains (taken in fit() if not given)
         self.run_info: dict | None = None  # the family's kind and settings, saved in state.json for --resume's checks
+        self._machine_logged = False  # the session's first log record names the machine (_log)
         torch.manual_seed(cfg.seed + 1000 * self.world.rank)  # dropout differs between processes
 
     # ---------------------------------------------------------------- state
@@ -216,12 +222,19 @@ class Trainer:
             ) from None
 
     def _log(self, record: dict) -> None:
+        """Append ``record`` to ``OUT/log.jsonl``; the first one of each session also holds ``"machine"``
+        (:func:`tformer.machine.describe`: CPU model, class, features; and the device), so that every speed in the
+        log names the machine that ran it, a resumed run's new machine included."""
         self.history.append(record)
         if not self.world.is_main:
             return
+        line = record
+        if not self._machine_logged:
+            line = {**record, "machine": {**describe().to_dict(), "device": str(self.device)}}
+            self._machine_logged = True
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(dumps(record) + "\n")  # strict JSON: a non-finite number is written as null
+            f.write(dumps(line) + "\n")  # strict JSON: a non-finite number is written as null
 
     def _warn(self, text: str) -> None:
         if self.world.is_main:
