@@ -20,6 +20,7 @@ BENCHMARKS = {
     "lm_recipes": "two Tiny Shakespeare recipes side by side at equal CPU time (today's vs the Llama-style options)",
     "bert_pretrain": "MLM and NSP accuracy on held-out text after N minutes of pretraining, with chance baselines",
     "explore": "tformer explore: ms from request to answer per API call (toy; 6-layer GPT at 32 and 256 tokens)",
+    "quantize": "tformer.quantize(model, 'int8') vs float32: perplexity, logits, greedy ids, file size, decode/encoder speed",
     "api_shape": "the API's shape: CLI lines, declarations of shared settings, module switches text -> loss / token",
 }
 

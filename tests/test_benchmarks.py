@@ -52,6 +52,15 @@ CASES = {
     ),
     "throughput_multi30k": ([], None, {"multi30k": {"pad-to-longest", "tformer token budget"}}),
     "bert_encode": ([], None, {"MiniLM b4": {"tformer", "HF BertModel"}}),
+    "quantize": (
+        ["--no-onnx"],
+        None,
+        {
+            "char GPT decode b1": {"float32", "int8"},
+            "GPT 6x384 decode b1": {"float32", "int8"},
+            "MiniLM-shaped encoder b2x16": {"float32", "int8"},
+        },
+    ),
     "lm_step": (
         [],
         None,
@@ -86,6 +95,8 @@ def test_benchmark_quick_writes_report(name, tmp_path):
         _minilm_or_skip()
     if name == "throughput_multi30k" and not (ROOT.parent / "shared" / "data" / "multi30k" / "train.en").is_file():
         pytest.skip("Multi30k not found in ../shared/data")
+    if name == "quantize" and not (ROOT.parent / "shared" / "data" / "tinyshakespeare.txt").is_file():
+        pytest.skip("Tiny Shakespeare not found in ../shared/data")
     extra, _, groups = CASES[name]
     threads = torch.get_num_threads()
     returned = run(name, ["--quick", "--out", str(tmp_path), *extra])

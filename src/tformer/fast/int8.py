@@ -243,8 +243,11 @@ class Int8Linear(nn.Module):
 
     def _copy(self, kernel: Kernel, start: int, end: int) -> Any:
         """The copy of rows ``start:end`` that ``kernel`` multiplies by, made once; all are remade when a buffer
-        changed (its version, storage or dtype)."""
-        state = tuple((t._version, t.data_ptr(), t.dtype) for t in (self.weight_int8, self.weight_scale))
+        changed (its version, storage or dtype; a buffer made under ``torch.inference_mode`` has no version)."""
+        state = tuple(
+            (-1 if t.is_inference() else t._version, t.data_ptr(), t.dtype)
+            for t in (self.weight_int8, self.weight_scale)
+        )
         copies: tuple[tuple, dict[tuple, Any]] | None = self.__dict__.get("_copies")
         if copies is None or copies[0] != state:
             copies = self.__dict__["_copies"] = (state, {})
