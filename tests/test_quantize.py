@@ -269,8 +269,9 @@ SAPPHIRE_RAPIDS = ZEN4 + ("avx_vnni", "amx_bf16", "amx_int8", "amx_tile")
 @pytest.mark.parametrize(
     "machine_class, features, rows, expected",
     [
-        ("avx512_bf16", ZEN4, 1, Kernel("dynamic", "fbgemm")),  # measured: decoding and batched work alike
-        ("avx512_bf16", ZEN4, 4096, Kernel("dynamic", "fbgemm")),
+        ("avx512_bf16", ZEN4, 1, Kernel("dynamic", "fbgemm")),  # measured: fbgemm's packing for decoding,
+        ("avx512_bf16", ZEN4, 16, Kernel("dynamic", "fbgemm")),
+        ("avx512_bf16", ZEN4, 17, Kernel("dynamic", "onednn")),  # oneDNN's for batched work
         ("amx", SAPPHIRE_RAPIDS, 1, Kernel("dynamic", "fbgemm")),
         ("amx", SAPPHIRE_RAPIDS, 17, Kernel("bf16")),  # batched work: AMX's bfloat16 tiles
         ("avx2", ZEN3, 1, Kernel("dynamic", "fbgemm", True)),  # no VNNI: 7-bit activations

@@ -10,7 +10,7 @@ The kernels, each computing ``x (q · s)ᵀ + b``:
 
 * ``dynamic``: PyTorch's dynamic int8 GEMM (``torch.ops.quantized.linear_dynamic``, the kernel under
   ``torch.ao.quantization.quantize_dynamic``), int8 × int8 with the CPU's integer dot products (VNNI), the weight
-  packed once per layer for the backend named (``fbgemm``). It quantizes x to 8 bits with one scale for the whole
+  packed once per layer for the backend named (``fbgemm`` or ``onednn``). It quantizes x to 8 bits with one scale for the whole
   input; here each row of x is first divided by its largest |value| (and the output row multiplied back), so that
   in effect every row (token) gets its own scale: one token with large activations no longer costs the others their
   precision (MiniLM's embeddings, 256 Multi30k sentences: cosine to float32 at least 0.9895 with one scale for
@@ -32,20 +32,25 @@ Measured on this project's avx512_bf16 class (AMD EPYC, family 26 = Zen 5, 2 cor
     512       322   ms         45.7  ms         37.6  ms          205    ms                   79   ms
 
 ``_weight_int8pack_mm`` with float32 x took 42 ms at one row and 708 ms at 16; ``torch._int_mm`` with x quantized
-per row 7.4 / 4.3 / 54 ms. End to end, one thread: greedy decoding of a GPT 6 × 384 (vocab 8000) 2.2–2.4× float32's
-tokens/s with fbgemm, 1.5× with oneDNN, 0.8× with the bf16 kernel; a MiniLM-shaped encoder at 32 × 128 tokens
-3.2–3.6× float32 with fbgemm, 3.3× oneDNN, 2.9× bf16, all with a scale per row (``python -m benchmarks.quantize
---kernels all``). So on this class ``dynamic`` with fbgemm's packing runs both decoding and batched work; oneDNN's
-was as fast for batched work (within the noise of a shared machine) but would be a second packed copy of every
-weight. On the amx class issue 33 measured fbgemm's dynamic int8 1.73× faster than float32 for batch-1 products,
+per row 7.4 / 4.3 / 54 ms. End to end (``python -m benchmarks.quantize --kernels all --threads 1``, medians of 5
+alternating rounds): greedy decoding at batch 1 of a GPT 6 × 384 (vocab 8000) ran 2.32× float32's tokens/s with
+fbgemm, 1.50× with oneDNN, 0.86× with the bf16 kernel; a MiniLM-shaped encoder at 32 × 128 tokens 2.65× float32
+with fbgemm, 3.39× with oneDNN, 2.80× with bf16 (ONNX Runtime's dynamic int8 of the same encoder: 2.87×), every
+dynamic kernel with a scale per row. So on this class decoding runs ``dynamic`` with fbgemm's packing and batched
+work with oneDNN's; a GPT that reads a long prompt (a prefill of more than :data:`DECODE_ROWS` rows) and then
+decodes holds both packings. On the amx class issue 33 measured fbgemm's dynamic int8 1.73× faster than float32 for batch-1 products,
 ``_weight_int8pack_mm`` 8–9× slower, and bfloat16 matrix products 6.7× faster than float32 (AMX tiles): decoding
 runs ``dynamic`` and batched work ``bf16`` there; the avx2 and avx512 classes run ``dynamic`` with 7-bit x. Those
 three rows are taken from the issue's figures, not measured with this code: the docs say so.
 
+A model whose matrices are small gains nothing: the dynamic kernel costs about 11 µs a call whatever its size, and
+a 128-wide char GPT decoded at 0.67× float32's speed (its float32 products take 7 µs). int8 pays from a few hundred
+features wide, where reading the weights is what a step costs.
+
 The packed copy is made on a layer's first product and kept (left out of a deep copy or a pickle, remade when a
 buffer changes: ``load_state_dict``, ``.to()``). It is the memory a quantized model takes at inference beyond its
-int8 buffers: one more byte per weight for fbgemm's packing, so about half of float32's bytes resident (the file
-is about a quarter).
+int8 buffers: one more byte per weight for each packing used, so about half of float32's bytes resident with one
+(the file is about a quarter).
 
 Dimension legend: N rows of the product (B × T), n output features computed, in input features.
 """
@@ -53,6 +58,7 @@ Dimension legend: N rows of the product (B × T), n output features computed, in
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
@@ -81,7 +87,7 @@ REFERENCE = Kernel("reference")
 DECODE_ROWS = 16
 # machine class (tformer.machine) -> (decoding, batched work); see the module docstring for the measurements.
 KERNELS: dict[str, tuple[Kernel, Kernel]] = {
-    "avx512_bf16": (Kernel("dynamic", "fbgemm"), Kernel("dynamic", "fbgemm")),  # measured
+    "avx512_bf16": (Kernel("dynamic", "fbgemm"), Kernel("dynamic", "onednn")),  # measured
     "amx": (Kernel("dynamic", "fbgemm"), Kernel("bf16")),  # from issue 33's figures
     "avx512": (Kernel("dynamic", "fbgemm", True), Kernel("dynamic", "fbgemm", True)),  # from issue 33's figures
     "avx2": (Kernel("dynamic", "fbgemm", True), Kernel("dynamic", "fbgemm", True)),  # from issue 33's figures
@@ -95,6 +101,7 @@ def reference():
     return _SWITCH.off()
 
 
+@functools.cache
 def _has_dynamic(backend: str) -> bool:
     """PyTorch has the dynamic int8 kernel and ``backend``'s packing (they are deprecated in torch.ao)."""
     try:
@@ -114,9 +121,14 @@ def kernel_for(machine_class: str, rows: int, features: Iterable[str] = ()) -> K
     if kernel.name == "dynamic":
         if not _has_dynamic(kernel.backend):
             return REFERENCE
-        if features and not {"avx512_vnni", "avx_vnni", "amx_int8"} & set(features):
+        if features and not _has_vnni(tuple(features)):
             return kernel._replace(seven_bits=True)
     return kernel
+
+
+@functools.cache
+def _has_vnni(features: tuple[str, ...]) -> bool:
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(features))
 
 
 _MACHINE: list = []
