@@ -490,6 +490,50 @@ def test_a_korean_lesson_needs_an_english_original(tmp_path):
     assert "no English lesson of that name" in translation_problems(korean, tmp_path / "en")[0]
 
 
+def _lessons_extension():
+    """docs/site/_ext/lessons.py, the site's Sphinx extension, as a module (it needs the docs extra)."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("jupyter_cache")
+    path = ROOT / "docs" / "site" / "_ext" / "lessons.py"
+    spec = importlib.util.spec_from_file_location("tformer_docs_lessons", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_cached_lesson_whose_explorer_page_is_missing_runs_again(tmp_path):
+    """A lesson served from the execution cache does not run, so it would never write the explorer page it embeds:
+    the build drops its cached execution (and only its) so that it runs. Both languages' pages of a lesson embed the
+    same page, and the Korean one, whose code is the English one, is served from the English lesson's record."""
+    from types import SimpleNamespace
+
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    lessons = _lessons_extension()
+    site, exports = tmp_path / "site", tmp_path / "explore"
+    exports.mkdir()
+    (exports / "07-b.html").write_text("<html></html>")  # lesson 7's page is there, lesson 6's is not
+    cache = get_cache(tmp_path / "cache")
+    for lang in ("en", "ko"):
+        (site / "lessons" / lang).mkdir(parents=True)
+    for name in ("06-a", "07-b"):
+        frame = f'```{{raw}} html\n<iframe class="explorer" src="../../_static/explore/{name}.html"></iframe>\n```\n'
+        for lang in ("en", "ko"):
+            (site / "lessons" / lang / f"{name}.md").write_text(f"# {name}\n\n{frame}", encoding="utf-8")
+        cell = nbformat.v4.new_code_cell(f"x = {name!r}", execution_count=1)
+        notebook = nbformat.v4.new_notebook(
+            cells=[cell], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}}
+        )
+        cache.cache_notebook_bundle(CacheBundleIn(notebook, str(site / "lessons" / "en" / f"{name}.md")))
+    app = SimpleNamespace(srcdir=str(site), config=SimpleNamespace(nb_execution_cache_path=str(tmp_path / "cache")))
+
+    lessons.rerun_lessons_missing_exports(app, exports)
+    assert [Path(r.uri).stem for r in cache.list_cache_records()] == ["07-b"]
+
+
 # ────────────────────────────────────────────── the build is strict and in CI ──────────────────────────────────────────────
 def test_the_docs_build_is_strict_executes_lessons_and_runs_in_ci():
     conf = (ROOT / "docs" / "site" / "conf.py").read_text(encoding="utf-8")

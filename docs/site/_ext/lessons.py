@@ -137,7 +137,7 @@ def rerun_lessons_missing_exports(app: Sphinx, folder: Path) -> None:
     for record in cache.list_cache_records():
         if record.uri in missing:
             logger.info("lessons: %s runs again: the explorer page it writes is missing", record.uri)
-            cache.remove_cache_record(record.pk)
+            cache.remove_cache(record.pk)
 
 
 # ---------------------------------------------------------------------------------------------- env-updated
