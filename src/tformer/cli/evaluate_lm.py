@@ -22,6 +22,7 @@ def add_parser(sub) -> None:
         "--max-len",
         "--batch-size",
         "--device",
+        "--precision",
         defaults=defaults(lm.evaluate),
         max_len={"help": "tokens per block scored (default: the model's context)", "old": ("--block-size",)},
         batch_size={"help": "blocks scored together"},
@@ -31,8 +32,10 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from tformer import lm
+    from tformer.fast.precision import for_inference
 
     model, tokenizer = lm.load(args.model, args.device, flag="--model")  # through tformer.load
+    model = for_inference(model, args.precision, "measuring", args.device)
     r = lm.evaluate(model, tokenizer, args.data, args.max_len, args.batch_size)
     print(
         f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {r['val_ppl']:.3f}  "

@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--export", metavar="FILE.html", type=output_file, help="write a self-contained page to this new file and exit"
     )
-    add(p, "--overwrite", overwrite={"flag": "--export"})
+    add(p, "--overwrite", "--precision", overwrite={"flag": "--export"})
     p.set_defaults(func=run)
 
 
@@ -43,7 +43,7 @@ def run(args) -> int:
 
     if args.export:  # before the model is loaded
         check_output(args.export, "--export", [("--model", args.model), ("--compare", args.compare)], args.overwrite)
-    session = Session.open(args.model, args.compare)
+    session = Session.open(args.model, args.compare, args.precision)
     if args.export:
         from tformer.explore.export import write_export
 

@@ -12,6 +12,7 @@ def add_parser(sub) -> None:
         f,
         "--model",
         "--candidates",
+        "--precision",
         model={
             "required": True,
             "help": "a BERT: a `tformer train bert` run or model directory, or a Hugging Face one",
@@ -23,8 +24,10 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from tformer.bert import fill_mask, load_masked_lm
+    from tformer.fast.precision import for_inference
 
     model, tokenizer = load_masked_lm(args.model, flag="--model")  # through tformer.load
+    model = for_inference(model, args.precision, "batched")
     for text in args.texts:
         print(text)
         for k, candidates in enumerate(fill_mask(model, tokenizer, text, args.candidates), 1):

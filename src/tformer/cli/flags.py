@@ -99,7 +99,19 @@ FLAGS: dict[str, Flag] = {
     "--minutes": Flag("training time budget in all (a resumed run counts its time)", v.positive_float),
     "--eval-every": Flag("optimizer steps between evaluations (default: every epoch)", v.positive_int),
     "--log-every": Flag("optimizer steps between progress lines and log records", v.positive_int),
-    "--bf16": Flag("bfloat16 autocast (fast only on CPUs with AVX512_BF16 or AMX, and on GPUs)", action="store_true"),
+    "--precision": Flag(
+        "number format: auto (picks per machine class and kind of work, and says what and why), fp32, bf16, fp16 "
+        "(GPUs), int8 (inference)",
+        v.precision,
+        "auto",
+        choices=("auto", "fp32", "bf16", "fp16", "int8"),
+        old=("--dtype",),
+    ),
+    "--bf16": Flag(
+        "the same as --precision bf16: bfloat16 autocast, float32 master weights (faster only on CPUs with "
+        "AVX512_BF16 or AMX, and on GPUs)",
+        action="store_true",
+    ),
     "--resume": Flag(
         "continue exactly from OUT/last; a changed model, data or optimizer flag is refused, the budget, "
         "evaluation, logging and device flags may change",
@@ -198,13 +210,13 @@ def add(p, *names: str, defaults: Mapping[str, Any] | None = None, **changes: An
 
     ``defaults``: dest -> default (an entry point's, :func:`defaults`), else the flag's own. ``changes``: per
     flag, keyed by its dest, what this command says differently (``model={"required": True}``; ``old``: earlier
-    spellings of the flag in this command); a help text's ``{flag}`` becomes the ``flag`` given there
+    spellings of the flag in this command, in place of its own); a help text's ``{flag}`` becomes the ``flag`` given there
     (``--overwrite``'s output flag)."""
     for name in names:
         flag = FLAGS[name]
         dest = flag.dest or name[2:].replace("-", "_")
         spec = dict(changes.get(dest, {}))
-        olds = flag.old + tuple(spec.pop("old", ()))
+        olds = tuple(spec.pop("old")) if "old" in spec else flag.old
         kwargs: dict[str, Any] = dict(dest=dest, help=flag.help.format(flag=spec.pop("flag", "--out")))
         if flag.action:
             kwargs["action"] = flag.action
@@ -219,6 +231,7 @@ def add(p, *names: str, defaults: Mapping[str, Any] | None = None, **changes: An
                 dest=argparse.SUPPRESS,
                 nargs=action.nargs,
                 type=action.type,
+                choices=action.choices,
                 help=argparse.SUPPRESS,
                 action=_renamed(old, action),
             )
@@ -263,6 +276,7 @@ TRAINING_FLAGS = (
     "--eval-every",
     "--log-every",
     "--seed",
+    "--precision",
     "--bf16",
     "--device",
     "--resume",
@@ -280,5 +294,6 @@ def add_training(p, entry_defaults: Mapping[str, Any], **changes: Any) -> None:
         "start a new run in a non-empty --out, deleting the run there, and only what a run wrote: a folder with "
         "other files is refused (without --overwrite or --resume, a non-empty --out is refused)"
     )
-    changes = {"out_dir": {"required": True}, "overwrite": {"help": overwrite}, **changes}
+    precision = {"choices": ("auto", "fp32", "bf16"), "old": ()}  # int8 is for inference; no --dtype here
+    changes = {"out_dir": {"required": True}, "overwrite": {"help": overwrite}, "precision": precision, **changes}
     add(g, *TRAINING_FLAGS, defaults=entry_defaults, **changes)

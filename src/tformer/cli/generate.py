@@ -43,23 +43,17 @@ def add_parser(sub) -> None:
     g.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
     g.add_argument("--num-samples", type=Number(int, 1, 1000), default=1, help="continuations, one after another")
     add(g, "--seed", "--device", defaults=SAMPLING, seed={"help": "sample i uses seed + i (default: random)"})
-    g.add_argument(
-        "--dtype",
-        choices=("float32", "bfloat16", "float16"),
-        default="float32",
-        help="the weights' dtype in memory (bfloat16: half the memory of float32, slightly different numbers)",
-    )
-    add(g, "--no-fast")
+    add(g, "--precision", "--no-fast")
     g.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import torch
-
     from tformer import lm
+    from tformer.fast.precision import for_inference
     from tformer.generation import SamplingConfig
 
-    model, tokenizer = lm.load(args.model, args.device, getattr(torch, args.dtype), flag="--model")  # tformer.load
+    model, tokenizer = lm.load(args.model, args.device, flag="--model")  # through tformer.load
+    model = for_inference(model, args.precision, "decoding", args.device)
     sampling = SamplingConfig(
         not args.greedy,
         args.temperature,

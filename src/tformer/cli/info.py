@@ -5,6 +5,7 @@ decide which kernels run fast (:mod:`tformer.machine`)."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 from tformer.cli.validate import existing_dir
 
@@ -71,3 +72,8 @@ def _system() -> None:
     print(f"machine class     {m.machine_class}")
     print(f"features          {' '.join(f if f in m.features else f'-{f}' for f in FEATURES)}")
     print(f"torch             {torch.__version__}, CPU capability {m.torch_capability}")
+    from tformer.fast.precision import INT8_MIN_WIDTH, choose
+
+    wide = types.SimpleNamespace(config=types.SimpleNamespace(d_model=INT8_MIN_WIDTH))  # a model just wide enough
+    for work in ("training", "decoding", "batched", "measuring"):  # what --precision auto picks here, and why
+        print(f"{'auto, ' + work:18s}{choose('auto', work, wide, machine=m)}")

@@ -14,7 +14,7 @@ from tformer.cli.flags import add, defaults, options
 TRANSLATOR = (
     "a translator: a tformer train translation / demo run or model directory, or a Marian one from tformer export"
 )
-DECODING = ("--beam", "--length-penalty", "--max-new-tokens", "--batch-size", "--device", "--no-fast")
+DECODING = ("--beam", "--length-penalty", "--max-new-tokens", "--batch-size", "--device", "--precision", "--no-fast")
 
 
 def add_decoding(p) -> None:
@@ -53,12 +53,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from tformer.fast.precision import for_inference
     from tformer.generation import SamplingConfig
     from tformer.text import read_stdin_lines
     from tformer.translation import Translator
     from tformer.translation.translator import SourceTruncated
 
     translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
+    translator.model = for_inference(translator.model, args.precision, "decoding", args.device)
     sentences = args.sentences or [line for line in read_stdin_lines() if line.strip()]  # strict UTF-8
     top_p = args.top_p if args.top_p < 1 else None
     sampling = SamplingConfig(True, args.temperature, args.top_k or None, top_p) if args.sample else None

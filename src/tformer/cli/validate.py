@@ -50,6 +50,7 @@ __all__ = [
     "output_dir",
     "output_file",
     "data_source",
+    "precision",
 ]
 
 
@@ -252,3 +253,13 @@ def device(text: str) -> str:
             f"{text!r} is not available: this machine has {torch.cuda.device_count()} CUDA device(s)"
         )
     return text
+
+
+def precision(text: str) -> str:
+    """A precision of :mod:`tformer.fast.precision` (torch's names too: ``bfloat16`` is ``bf16``)."""
+    from tformer.fast.precision import normalize
+
+    try:
+        return normalize(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("precision ")) from None

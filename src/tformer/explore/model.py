@@ -34,6 +34,7 @@ class Model:
     default_text: str = ""
     default_target: str | None = None
     default_text_b: str | None = None
+    precision: str = "fp32"  # the weights the numbers come from (tformer.fast.precision; the page says it)
 
     @property
     def config(self) -> Any:

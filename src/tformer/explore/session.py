@@ -33,6 +33,7 @@ from tformer.explore.formulas import formula
 from tformer.explore.model import Model, check_comparable, load_model
 from tformer.explore.params import Params
 from tformer.explore.tensors import difference, jsonable_tensor, number, value_range
+from tformer.fast.precision import apply, choose
 from tformer.inspect import Entry, Trace, trace
 from tformer.nn import hooks
 from tformer.nn.feedforward import FeedForward, GatedFeedForward
@@ -53,6 +54,13 @@ class _Traced:
     target_ids: list[int] | None = None  # seq2seq: the decoder input after <sos>
 
 
+def with_precision(m: Model, precision: str) -> Model:
+    """``m`` with its weights in ``precision`` (the explorer measures: ``auto`` keeps them float32)."""
+    choice = choose(precision, "measuring", m.model)
+    m.model, m.precision = apply(m.model, choice).eval(), choice.precision
+    return m
+
+
 class Session:
     """The explorer's state: one model, the traces computed so far; ``call(name, params)`` answers the API."""
 
@@ -71,11 +79,12 @@ class Session:
         self.default_text_b = self.nsp_texts[1] if self.nsp_texts is not None else None
 
     @classmethod
-    def open(cls, directory: str | Path | None, compare: str | Path | None = None) -> Session:
+    def open(cls, directory: str | Path | None, compare: str | Path | None = None, precision: str = "auto") -> Session:
         """The model of ``directory`` (None: the toy), and with ``compare`` a second checkpoint of the same family
-        and shape to compare it with (a ValueError naming both directories otherwise)."""
-        model = load_model(directory)
-        other = load_model(compare, "--compare") if compare is not None else None
+        and shape to compare it with (a ValueError naming both directories otherwise). ``precision``: the weights'
+        (:mod:`tformer.fast.precision`; ``auto`` keeps the float32 the model was saved in)."""
+        model = with_precision(load_model(directory), precision)
+        other = with_precision(load_model(compare, "--compare"), precision) if compare is not None else None
         if other is not None:
             check_comparable(model, other)
         return cls(model, other)
@@ -103,6 +112,7 @@ class Session:
             family=m.family,
             name=m.name,
             source=m.source,
+            precision=m.precision,
             config=c.to_dict(),
             layers=layers,
             heads=c.n_heads,

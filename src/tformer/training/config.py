@@ -32,7 +32,8 @@ class TrainConfig:
     eval_every: int | None = None  # optimizer steps between evaluations; None = every epoch
     log_every: int = 10
     seed: int = 0
-    bf16: bool = False
+    precision: str = "auto"  # "fp32" | "bf16" (autocast, float32 master weights) | "auto" (tformer.fast.precision)
+    bf16: bool = False  # 0.2.0's precision="bf16"
     device: str = "cpu"
     progress: bool = True
     fast: bool = True  # CPU fast paths (tformer.fast): swapped into the model, the fused loss backward
@@ -40,6 +41,12 @@ class TrainConfig:
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
 
     def __post_init__(self) -> None:
+        if self.bf16 and self.precision not in ("auto", "bf16"):
+            raise ValueError(f"bf16=True (--bf16) and precision={self.precision!r} contradict each other: give one")
+        if self.bf16:
+            object.__setattr__(self, "precision", "bf16")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"precision must be 'auto', 'fp32' or 'bf16' for training, got {self.precision!r}")
         if self.schedule not in ("inverse_sqrt", "cosine", "constant"):
             raise ValueError(f"schedule must be 'inverse_sqrt', 'cosine' or 'constant', got {self.schedule!r}")
         if self.epochs is None and self.max_steps is None and self.minutes is None:

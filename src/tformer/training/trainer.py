@@ -60,6 +60,7 @@ from pathlib import Path
 import torch
 
 from tformer import fast
+from tformer.fast.precision import choose
 from tformer.fast.quantize import require_float
 from tformer.files import current_dir, staged_dir
 from tformer.machine import describe
@@ -113,6 +114,7 @@ class Trainer:
         self.world, device = distributed.init(cfg.device)
         self.model: PretrainedMixin = model.to(device)
         self.task, self.cfg, self.device = task, cfg, device
+        self.precision = choose(cfg.precision, "training", model, str(device))  # bf16: autocast in _step
         if cfg.fast:
             fast.speed_up(self.model)  # in place: the parameters stay the same objects
         distributed.broadcast_parameters(self.model, self.world)
@@ -230,7 +232,8 @@ class Trainer:
             return
         line = record
         if not self._machine_logged:
-            line = {**record, "machine": {**describe().to_dict(), "device": str(self.device)}}
+            machine = {**describe().to_dict(), "device": str(self.device)}
+            line = {**record, "machine": machine, "precision": self.precision.precision}
             self._machine_logged = True
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
@@ -291,7 +294,7 @@ class Trainer:
         return contextlib.nullcontext() if self.cfg.fast else fast.reference()
 
     def _autocast(self):
-        if not self.cfg.bf16:
+        if self.precision.precision != "bf16":
             return contextlib.nullcontext()
         return torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16)
 
@@ -387,6 +390,7 @@ class Trainer:
                 self.lock = None
 
     def _fit(self) -> dict:
+        distributed.say(str(self.precision))  # what runs, and why (auto's choice for this machine)
         progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main)
         self._session = (self.step, self.elapsed)  # for the ETA
         last_eval: dict = {}

@@ -36,7 +36,7 @@ const activeView = () => $("#tabs button.active").dataset.view;
 function describeModel(info) {
   const layers = Object.entries(info.layers ?? {}).filter(([, n]) => n).map(([b, n]) => `${n} ${b}`).join(" + ");
   return `${info.family} · ${info.name} · ${layers} layers · ${info.heads} heads · d_model ${info.d_model} · ` +
-    `vocabulary ${info.vocab_size} · from ${info.source}`;
+    `vocabulary ${info.vocab_size} · ${info.precision || "fp32"} weights · from ${info.source}`;
 }
 
 /** Show only the tabs and inputs of this model's family (each view sets up its own form from the store's info). */

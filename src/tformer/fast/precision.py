@@ -1,0 +1,131 @@
+"""Precision as a choice: ``fp32``, ``bf16``, ``int8`` or ``auto``, which picks per machine class and kind of work
+what measured fastest at equal quality, and says what it picked and why (``--precision`` on every command).
+
+Kinds of work: ``training`` (bfloat16 autocast with float32 master weights, or float32), ``decoding`` (one token
+per sequence and step: ``generate``, ``translate``), ``batched`` (whole sequences through an encoder: ``fill-mask``,
+``embed``, ``classify``) and ``measuring`` (``evaluate``, ``evaluate-lm``, the explorer: the numbers are the
+point, so ``auto`` keeps the float32 model they describe).
+
+What ``auto`` picks, from the measurements in ``docs/benchmarks.md`` (machine classes: :mod:`tformer.machine`):
+
+* inference: int8 (:func:`tformer.fast.quantize.quantize`) on a class with 8-bit dot products (VNNI or AMX) for a
+  model at least :data:`INT8_MIN_WIDTH` wide, else float32. On the avx512_bf16 class a 6-layer × 384 GPT decoded
+  2.3× faster in int8 and a MiniLM-shaped encoder ran 3.4× faster, with Tiny Shakespeare perplexity +0.01% and
+  MiniLM embeddings at cosine ≥ 0.996 to float32's; a 128-wide GPT decoded at 0.67× (the int8 kernel's fixed
+  cost per call outweighs its savings on small products);
+* training: :data:`TRAINING_BF16` lists the classes where bfloat16 autocast measured faster at equal validation
+  loss; elsewhere float32.
+
+``bf16`` for inference holds the weights in bfloat16 (half the memory; numbers slightly different); ``fp16`` the
+same in float16 (for GPUs). ``int8`` is for inference only: training keeps float weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+__all__ = ["PRECISIONS", "Choice", "choose", "apply", "for_inference", "normalize", "INT8_MIN_WIDTH", "TRAINING_BF16"]
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+WORK = ("training", "decoding", "batched", "measuring")
+# the spellings of torch's dtypes (0.2.0's `generate --dtype`) -> today's
+_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+# int8 pays from this model width on (d_model; measured: 384 wide 2.3x float32, 128 wide 0.67x)
+INT8_MIN_WIDTH = 256
+# machine classes on which bfloat16 autocast training measured faster than float32 at equal quality
+TRAINING_BF16: dict[str, str] = {}
+M = TypeVar("M", bound=nn.Module)
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The precision in use and why (``str(choice)`` is the line the commands print)."""
+
+    precision: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"precision: {self.precision} ({self.reason})"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The float dtype of the weights (int8 layers keep their bias and the other modules in float32)."""
+        return _DTYPES.get(self.precision, torch.float32)
+
+
+def normalize(text: str) -> str:
+    """``text`` as one of :data:`PRECISIONS` (``bfloat16`` -> ``bf16``); anything else is refused by name."""
+    value = _ALIASES.get(text, text)
+    if value not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {text!r}")
+    return value
+
+
+def _width(model: Any) -> int:
+    config = getattr(model, "config", None)
+    return int(getattr(config, "d_model", 0) or 0)
+
+
+def choose(precision: str, work: str, model: Any = None, device: str = "cpu", machine: Any = None) -> Choice:
+    """The precision for ``work`` (:data:`WORK`): ``precision`` itself unless it is ``auto``; ``auto`` picks from the
+    machine class (``machine``: :func:`tformer.machine.describe`'s, read here when not given), the device and the
+    model's width. ``int8`` for training is refused: training keeps float weights."""
+    precision = normalize(precision)
+    if work not in WORK:
+        raise ValueError(f"work must be one of {', '.join(WORK)}, got {work!r}")
+    if precision == "int8" and work == "training":
+        raise ValueError("--precision int8 is for inference: training keeps float weights (give auto, fp32 or bf16)")
+    if precision != "auto":
+        return Choice(precision, "as asked")
+    if torch.device(device).type != "cpu":
+        return Choice("fp32", f"auto: measured on CPUs only; {device} keeps float32")
+    if machine is None:
+        from tformer.machine import describe
+
+        machine = describe()
+    cls = machine.machine_class
+    if work == "training":
+        if cls in TRAINING_BF16:
+            return Choice("bf16", f"auto: {TRAINING_BF16[cls]}")
+        return Choice("fp32", f"auto: bfloat16 training was not measured faster at equal quality on the {cls} class")
+    if work == "measuring":
+        return Choice("fp32", "auto: this command measures the model, so it reads the float32 weights it was given")
+    if not {"avx512_vnni", "avx_vnni", "amx_int8"} & set(machine.features):
+        return Choice("fp32", f"auto: the {cls} class has no 8-bit dot products (VNNI/AMX); int8 would not pay")
+    width = _width(model)
+    if width < INT8_MIN_WIDTH:
+        return Choice("fp32", f"auto: a model {width} wide is too small for int8 to pay (from {INT8_MIN_WIDTH} on)")
+    return Choice(
+        "int8", f"auto: the {cls} class has 8-bit dot products and the model is {width} wide (from {INT8_MIN_WIDTH})"
+    )
+
+
+def apply(model: M, choice: Choice) -> M:
+    """``model`` in ``choice``'s precision, for inference: int8 linear layers (:func:`tformer.quantize`) or the
+    weights in bfloat16 / float16; float32 leaves it as it is. A model saved in int8 stays int8 (it has no float
+    weights to read back)."""
+    from tformer.fast.quantize import is_quantized, quantize
+
+    if choice.precision == "int8":
+        if not is_quantized(model):
+            quantize(model, "int8", keep_float=False)  # in place
+        return model
+    if choice.precision in ("bf16", "fp16") and not is_quantized(model):
+        return model.to(choice.dtype)
+    return model
+
+
+def for_inference(model: M, precision: str, work: str, device: str = "cpu") -> M:
+    """``model`` in the precision :func:`choose` picks for ``work``; a choice other than the float32 the model was
+    read in is said on stderr (one line: what and why), so that no number's origin is hidden."""
+    import sys
+
+    choice = choose(precision, work, model, device)
+    if choice.precision != "fp32":
+        print(str(choice), file=sys.stderr)
+    return apply(model, choice).eval()

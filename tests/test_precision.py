@@ -1,0 +1,148 @@
+"""Precision as a choice (issue 33, item 2): ``--precision auto|fp32|bf16|fp16|int8`` on the training and inference
+commands, ``auto`` picking per machine class and kind of work and saying what and why."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from tformer.cli import main
+from tformer.fast.precision import INT8_MIN_WIDTH, TRAINING_BF16, Choice, apply, choose
+from tformer.fast.quantize import is_quantized
+from tformer.machine import Machine, machine_class
+from tformer.models.gpt import GPT, GPTConfig
+
+ZEN3 = ("avx2", "fma")
+ZEN5 = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni")
+SAPPHIRE_RAPIDS = (*ZEN5, "amx_bf16", "amx_int8", "amx_tile")
+
+
+def _machine(features) -> Machine:
+    return Machine("a CPU", 2, 2, tuple(features), "AVX512", machine_class(features))
+
+
+def _gpt(width: int) -> GPT:
+    return GPT(GPTConfig(vocab_size=50, d_model=width, n_heads=4, n_layers=1, d_ff=2 * width, max_len=32)).eval()
+
+
+@pytest.mark.parametrize(
+    "features, work, width, expected",
+    [
+        (ZEN5, "decoding", 384, "int8"),  # measured 2.3x float32 (GPT 6x384), perplexity +0.01%
+        (ZEN5, "batched", 384, "int8"),  # measured 3.4x (MiniLM-shaped encoder), cosine >= 0.996
+        (SAPPHIRE_RAPIDS, "decoding", 512, "int8"),
+        (ZEN5, "decoding", 128, "fp32"),  # measured 0.67x: the int8 kernel's fixed cost outweighs its savings
+        (ZEN3, "decoding", 384, "fp32"),  # no 8-bit dot products
+        (ZEN5, "measuring", 384, "fp32"),  # evaluate, evaluate-lm, explore read the weights they were given
+        (ZEN5, "training", 384, "fp32"),  # bfloat16 training not measured faster at equal quality here
+    ],
+)
+def test_auto_picks_per_machine_class_work_and_width(features, work, width, expected):
+    choice = choose("auto", work, _gpt(width), machine=_machine(features))
+    assert choice.precision == expected and choice.reason.startswith("auto: ")
+    assert str(choice).startswith(f"precision: {expected} (auto: ")
+    assert width >= INT8_MIN_WIDTH or choice.precision != "int8"
+
+
+def test_auto_keeps_float32_off_the_cpu_and_an_explicit_choice_as_asked():
+    assert choose("auto", "decoding", _gpt(384), device="cuda", machine=_machine(ZEN5)).precision == "fp32"
+    assert choose("bfloat16", "decoding") == Choice("bf16", "as asked")  # torch's spelling too
+    assert choose("int8", "measuring").precision == "int8"
+    with pytest.raises(ValueError, match="--precision int8 is for inference: training keeps float weights"):
+        choose("int8", "training")
+    with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16, int8, got 'int4'"):
+        choose("int4", "decoding")
+
+
+def test_apply_changes_the_weights_for_inference_only_as_chosen():
+    torch.manual_seed(0)
+    model, ids = _gpt(64), torch.randint(0, 50, (1, 8))
+    ref = model(ids)
+    assert apply(model, Choice("fp32", "as asked")) is model and torch.equal(model(ids), ref)
+    apply(model, Choice("int8", "as asked"))
+    assert is_quantized(model) and (model(ids) - ref).abs().max() < 0.05 * ref.abs().max()
+    bf16 = apply(_gpt(64), Choice("bf16", "as asked"))
+    assert next(bf16.parameters()).dtype == torch.bfloat16
+
+
+def _words(tmp_path: Path) -> Path:
+    rng = random.Random(0)
+    words = "the cat sat on a mat and then ran off to see the dog".split()
+    path = tmp_path / "words.txt"
+    path.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(200)), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("precision")
+    out = tmp / "run"
+    argv = ["train", "lm", "--data", str(_words(tmp)), "--out", str(out), "--preset", "tiny", "--max-len", "16"]
+    assert main([*argv, "--max-steps", "3", "--no-progress", "--precision", "bf16"]) == 0
+    return out
+
+
+def test_training_says_and_logs_its_precision(lm_run):
+    first = json.loads((lm_run / "log.jsonl").read_text().splitlines()[0])
+    assert first["precision"] == "bf16" and first["machine"]["machine_class"]
+    state = json.loads((lm_run / "last" / "state.json").read_text())
+    assert state["train_config"]["precision"] == "bf16"
+
+
+def test_training_auto_says_what_it_picked_and_why(tmp_path, capsys):
+    out = tmp_path / "auto"
+    argv = ["train", "lm", "--data", str(_words(tmp_path)), "--out", str(out), "--preset", "tiny", "--max-len", "16"]
+    assert main([*argv, "--max-steps", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out  # the run's report, with its data and model lines
+    expected = "bf16" if _this_class() in TRAINING_BF16 else "fp32"
+    assert f"precision: {expected} (auto: " in out
+
+
+def _this_class() -> str:
+    from tformer.machine import describe
+
+    return describe().machine_class
+
+
+def test_training_refuses_int8_and_a_contradiction_in_one_line(tmp_path, capsys):
+    argv = ["train", "lm", "--data", str(_words(tmp_path)), "--out", str(tmp_path / "r"), "--max-steps", "1"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--precision", "int8"])
+    assert exit_.value.code == 2 and "argument --precision: invalid choice: 'int8'" in capsys.readouterr().err
+    assert main([*argv, "--precision", "fp32", "--bf16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--bf16" in err[0] and "contradict" in err[0]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8", "bf16"])
+def test_generate_runs_in_each_precision_and_says_it(lm_run, precision, capsys):
+    assert main(["generate", "--model", str(lm_run), "--prompt", "the", "--max-new-tokens", "4", "--seed", "1",
+                 "--precision", precision]) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    said = f"precision: {precision} (as asked)" in captured.err  # only a change from the float32 read is said
+    assert said == (precision != "fp32") and captured.out.startswith("the")
+
+
+def test_the_old_dtype_flag_still_works(lm_run, capsys):
+    assert main(["generate", "--model", str(lm_run), "--max-new-tokens", "2", "--dtype", "bfloat16"]) == 0
+    err = capsys.readouterr().err
+    assert "note: --dtype is now called --precision" in err and "precision: bf16 (as asked)" in err
+
+
+def test_the_explorer_says_what_precision_its_numbers_come_from(lm_run):
+    from tformer.explore import Session
+
+    assert Session.open(lm_run).call("info", {})["precision"] == "fp32"  # auto: the explorer measures
+    assert Session.open(lm_run, precision="int8").call("info", {})["precision"] == "int8"
+
+
+def test_info_system_says_what_auto_picks_for_each_kind_of_work(capsys):
+    assert main(["info", "--system"]) == 0
+    out = capsys.readouterr().out
+    for work in ("training", "decoding", "batched", "measuring"):
+        line = next(x for x in out.splitlines() if x.startswith(f"auto, {work}"))
+        assert "precision: " in line and "(auto: " in line
