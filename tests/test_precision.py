@@ -33,7 +33,7 @@ def _gpt(width: int) -> GPT:
     "features, work, width, expected",
     [
         (ZEN5, "decoding", 384, "int8"),  # measured 2.3x float32 (GPT 6x384), perplexity +0.01%
-        (ZEN5, "batched", 384, "int8"),  # measured 3.4x (MiniLM-shaped encoder), cosine >= 0.996
+        (ZEN5, "batched", 384, "fp32"),  # 3.4x, but the printed similarities moved by up to 0.012
         (SAPPHIRE_RAPIDS, "decoding", 512, "int8"),
         (ZEN5, "decoding", 128, "fp32"),  # measured 0.67x: the int8 kernel's fixed cost outweighs its savings
         (ZEN3, "decoding", 384, "fp32"),  # no 8-bit dot products

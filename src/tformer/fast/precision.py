@@ -8,11 +8,13 @@ point, so ``auto`` keeps the float32 model they describe).
 
 What ``auto`` picks, from the measurements in ``docs/benchmarks.md`` (machine classes: :mod:`tformer.machine`):
 
-* inference: int8 (:func:`tformer.fast.quantize.quantize`) on a class with 8-bit dot products (VNNI or AMX) for a
+* decoding: int8 (:func:`tformer.fast.quantize.quantize`) on a class with 8-bit dot products (VNNI or AMX) for a
   model at least :data:`INT8_MIN_WIDTH` wide, else float32. On the avx512_bf16 class a 6-layer × 384 GPT decoded
-  2.3× faster in int8 and a MiniLM-shaped encoder ran 3.4× faster, with Tiny Shakespeare perplexity +0.01% and
-  MiniLM embeddings at cosine ≥ 0.996 to float32's; a 128-wide GPT decoded at 0.67× (the int8 kernel's fixed
-  cost per call outweighs its savings on small products);
+  2.3× faster in int8 with Tiny Shakespeare perplexity +0.01%; a 128-wide GPT decoded at 0.67× (the int8
+  kernel's fixed cost per call outweighs its savings on small products);
+* batched work (``fill-mask``, ``embed``, ``classify``): float32. int8 ran a MiniLM-shaped encoder 3.4× faster,
+  but these commands print scores, and int8 moved MiniLM's cosine similarities by up to 0.012: ``--precision
+  int8`` takes the speed;
 * training: :data:`TRAINING_BF16` lists the classes where bfloat16 autocast measured faster at equal validation
   loss; elsewhere float32. On the avx512_bf16 class it trained 1.9–2.0× faster end to end (2.4× a step) but its
   validation loss on Multi30k after 400 steps was 1.4–1.9% above float32's two seeds (Tiny Shakespeare: +0.8%,
@@ -103,6 +105,8 @@ def choose(precision: str, work: str, model: Any = None, device: str = "cpu", ma
         return Choice("fp32", f"auto: {why} on the {cls} class")
     if work == "measuring":
         return Choice("fp32", "auto: this command measures the model, so it reads the float32 weights it was given")
+    if work == "batched":  # the printed numbers are the point: int8 moves MiniLM's similarities by up to 0.012
+        return Choice("fp32", "auto: int8 would move the scores this command prints (ask for int8: ~3.4x faster)")
     if not {"avx512_vnni", "avx_vnni", "amx_int8"} & set(machine.features):
         return Choice("fp32", f"auto: the {cls} class has no 8-bit dot products (VNNI/AMX); int8 would not pay")
     width = _width(model)
