@@ -2,6 +2,7 @@
 
     python -m benchmarks.decode_llama                # batch 1 and 16, prompt 64, 128 new tokens: a few minutes
     python -m benchmarks.decode_llama --quick        # tiny sizes, seconds: proves the script works
+    python -m benchmarks.decode_llama --int8 --batch 1   # also tformer int8 and HF dynamic int8, batch 1 only
 
 The model is a randomly initialised ``LlamaForCausalLM`` with SmolLM2-135M's shape (30 layers, d_model 576, 9 query
 heads and 3 key/value heads of 64, SwiGLU 1536, vocabulary 49,152, tied embeddings; float32) and its tformer twin
@@ -69,7 +70,19 @@ def kv_bytes_per_token(model, c: dict) -> dict:
     return {"kv_bytes_per_token": per_token, "mha_kv_bytes_per_token": mha, "ratio_vs_mha": per_token / mha}
 
 
-def candidates(hf, ours, c: dict, batch: int, device: str) -> list[Candidate]:
+def int8_pair(hf, ours):
+    """tformer's twin in int8 (``tformer.quantize``: what ``--precision auto`` decodes with on a class with VNNI or
+    AMX) and HF's model through PyTorch's dynamic int8 (``torch.ao.quantization.quantize_dynamic``, qint8 linear
+    layers: the same class of int8), each a copy."""
+    import copy
+
+    from tformer.fast.quantize import quantize
+
+    hf_int8 = torch.ao.quantization.quantize_dynamic(copy.deepcopy(hf), {torch.nn.Linear}, dtype=torch.qint8)
+    return hf_int8.eval(), quantize(copy.deepcopy(ours), "int8", keep_float=False).eval()
+
+
+def candidates(hf, ours, c: dict, batch: int, device: str, int8=None) -> list[Candidate]:
     from tformer.generation import generate_lm
 
     ids = torch.randint(3, c["vocab"], (batch, c["prompt_len"]), generator=torch.Generator().manual_seed(batch))
@@ -79,14 +92,29 @@ def candidates(hf, ours, c: dict, batch: int, device: str) -> list[Candidate]:
     def tformer_run() -> float:
         return sum(len(row) for row in generate_lm(ours, ids.tolist(), n, eos_id=NEVER))
 
-    return [Candidate("HF generate", hf_greedy(hf, ids, n)), Candidate("tformer", tformer_run)]
+    out = [Candidate("HF generate", hf_greedy(hf, ids, n)), Candidate("tformer", tformer_run)]
+    if int8 is not None:
+        hf_int8, ours_int8 = int8
+
+        def tformer_int8_run() -> float:
+            return sum(len(row) for row in generate_lm(ours_int8, ids.tolist(), n, eos_id=NEVER))
+
+        out += [
+            Candidate("HF generate, dynamic int8", hf_greedy(hf_int8, ids, n)),
+            Candidate("tformer int8", tformer_int8_run),
+        ]
+    return out
 
 
 def main(argv=None) -> dict:
     p = base_parser(__doc__, "runs/bench")
     p.set_defaults(repeats=3, warmup=1)
+    p.add_argument("--int8", action="store_true", help="also tformer int8 and HF's dynamic int8 (each a copy)")
+    p.add_argument("--batch", type=int, action="append", help="only these batch sizes (repeatable)")
     args = p.parse_args(argv)
     c = QUICK if args.quick else FULL
+    if args.batch:
+        c = dict(c, batches=args.batch)
     results = {}
     with session(args):
         hf, ours = llama_pair(c, args.device)
@@ -96,9 +124,10 @@ def main(argv=None) -> dict:
         from tformer.generation import generate_lm
 
         same = generate_lm(ours, prompt.tolist(), 8, eos_id=NEVER)[0] == theirs[0, c["prompt_len"] :].tolist()
+        int8 = int8_pair(hf, ours) if args.int8 else None
         for batch in c["batches"]:
             results[f"smollm2-shape b{batch}"] = compare(
-                candidates(hf, ours, c, batch, args.device),
+                candidates(hf, ours, c, batch, args.device, int8),
                 args.repeats,
                 args.warmup,
                 args.device,
