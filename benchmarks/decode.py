@@ -5,6 +5,7 @@
     python -m benchmarks.decode --only greedy --only gpt
     python -m benchmarks.decode --only gpt --no-uncached   # HF vs the KV cache only: minutes, not half an hour
     python -m benchmarks.decode --quick         # tiny sizes, seconds: proves the script works
+    python -m benchmarks.decode --only greedy --only beam5 --only gpt --no-uncached --int8 --batch 1   # and int8
 
 * **Translation** (``greedy``, ``beam5``, ``sample``): an HF ``MarianMTModel`` built from a config (d_model 256,
   4 heads, FFN 1024, 3+3 layers, vocab 8000) and its tformer twin from ``from_hf`` (same weights); batches of
@@ -74,34 +75,66 @@ def _marian_pair(c: dict, device: str):
     return hf, speed_up(from_hf(hf))  # tformer's CPU fast paths (generation applies them too)
 
 
-def translation_candidates(mode: str, c: dict, batch: int, device: str) -> list[Candidate]:
-    from tformer.generation import SamplingConfig, beam_search, translate_ids
+def _int8(model):
+    """A copy of ``model`` in int8 (``tformer.quantize``: what ``--precision auto`` decodes with from 256 wide on a
+    class with VNNI or AMX)."""
+    import copy
 
+    from tformer.fast.quantize import quantize
+
+    return quantize(copy.deepcopy(model), "int8", keep_float=False).eval()
+
+
+def translation_candidates(mode: str, c: dict, batch: int, device: str, int8: bool = False) -> list[Candidate]:
     hf, ours = _marian_pair(c, device)
-    src = torch.randint(4, c["vocab"], (batch, c["src_len"]), generator=torch.Generator().manual_seed(batch)).to(device)
+    src = _source(c, batch, device)
     n = c["new_tokens"]
     hf_kwargs = dict(input_ids=src, attention_mask=torch.ones_like(src), min_new_tokens=n, max_new_tokens=n)
     if mode == "greedy":
         hf_kwargs.update(num_beams=1, do_sample=False)
-        ours_run = lambda: translate_ids(ours, src, sos_id=PAD, eos_id=NEVER, max_len=n)  # noqa: E731
     elif mode == "beam5":
         hf_kwargs.update(num_beams=5, do_sample=False, length_penalty=1.0, early_stopping=True)
-        ours_run = lambda: beam_search(ours, src, sos_id=PAD, eos_id=NEVER, beam_size=5, max_len=n)  # noqa: E731
     else:
         hf_kwargs.update(num_beams=1, do_sample=True, top_k=50, temperature=1.0)
-        sampling = SamplingConfig(do_sample=True, top_k=50)
-        ours_run = lambda: translate_ids(ours, src, PAD, NEVER, n, sampling, torch.Generator(device).manual_seed(0))  # noqa: E731
 
     def hf_run() -> float:
         with torch.inference_mode():
             out = hf.generate(**hf_kwargs)  # (B, 1 + n)
         return (out.shape[1] - 1) * batch
 
+    candidates = [
+        Candidate("HF generate", hf_run),
+        Candidate("tformer", _translation_run(mode, ours, c, batch, device)),
+    ]
+    if int8:
+        candidates.append(Candidate("tformer int8", _translation_run(mode, _int8(ours), c, batch, device)))
+    return candidates
+
+
+def _source(c: dict, batch: int, device: str) -> torch.Tensor:
+    return torch.randint(4, c["vocab"], (batch, c["src_len"]), generator=torch.Generator().manual_seed(batch)).to(
+        device
+    )
+
+
+def _translation_run(mode: str, ours, c: dict, batch: int, device: str):
+    """tformer's decoding of ``mode`` (greedy, beam5, sample) on the benchmark's sources, as a timed callable."""
+    from tformer.generation import SamplingConfig, beam_search, translate_ids
+
+    src, n = _source(c, batch, device), c["new_tokens"]
+    if mode == "greedy":
+        ours_run = lambda: translate_ids(ours, src, sos_id=PAD, eos_id=NEVER, max_len=n)  # noqa: E731
+    elif mode == "beam5":
+        ours_run = lambda: beam_search(ours, src, sos_id=PAD, eos_id=NEVER, beam_size=5, max_len=n)  # noqa: E731
+    else:
+        sampling = SamplingConfig(do_sample=True, top_k=50)
+        ours_run = lambda: translate_ids(ours, src, PAD, NEVER, n, sampling, torch.Generator(device).manual_seed(0))  # noqa: E731
+
     def tformer_run() -> float:
         with torch.inference_mode():
             return sum(len(ids) for ids in ours_run())
 
-    return [Candidate("HF generate", hf_run), Candidate("tformer", tformer_run)]
+    return tformer_run
 
 
 def _gpt_pair(c: dict, device: str):
@@ -150,7 +183,7 @@ def hf_greedy(hf, ids: torch.Tensor, n: int):
     return run
 
 
-def gpt_candidates(c: dict, batch: int, device: str, uncached: bool = True) -> list[Candidate]:
+def gpt_candidates(c: dict, batch: int, device: str, uncached: bool = True, int8: bool = False) -> list[Candidate]:
     from tformer.generation import generate_lm
 
     hf, ours = _gpt_pair(c, device)
@@ -167,6 +200,11 @@ def gpt_candidates(c: dict, batch: int, device: str, uncached: bool = True) -> l
             return (_greedy_without_cache(ours, ids, n).shape[1] - ids.shape[1]) * batch
 
     candidates = [Candidate("HF generate", hf_run), Candidate("tformer KV cache", cached_run)]
+    if int8:
+        quantized = _int8(ours)
+        candidates.append(
+            Candidate("tformer int8 KV cache", lambda: sum(len(r) for r in generate_lm(quantized, ids.tolist(), n)))
+        )
     return candidates + [Candidate("tformer no cache", uncached_run)] if uncached else candidates
 
 
@@ -181,6 +219,8 @@ def main(argv=None) -> dict:
         action="store_true",
         help="gpt: skip the no-cache loop (on a CPU it takes most of the benchmark's time)",
     )
+    p.add_argument("--int8", action="store_true", help="also tformer's model in int8 (tformer.quantize), a copy")
+    p.add_argument("--batch", type=int, action="append", help="only these batch sizes (repeatable)")
     p.set_defaults(repeats=5, warmup=1)
     args = p.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -188,11 +228,11 @@ def main(argv=None) -> dict:
     with session(args):
         for group in args.only or GROUPS:
             c = sizes["gpt" if group == "gpt" else "marian"]
-            for batch in c["batches"]:
+            for batch in args.batch or c["batches"]:
                 if group == "gpt":
-                    candidates = gpt_candidates(c, batch, args.device, not args.no_uncached)
+                    candidates = gpt_candidates(c, batch, args.device, not args.no_uncached, args.int8)
                 else:
-                    candidates = translation_candidates(group, c, batch, args.device)
+                    candidates = translation_candidates(group, c, batch, args.device, args.int8)
                 results[f"{group} b{batch}"] = compare(
                     candidates, args.repeats, args.warmup, args.device, not args.no_memory, anchor="HF generate"
                 )

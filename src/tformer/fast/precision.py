@@ -9,9 +9,10 @@ point, so ``auto`` keeps the float32 model they describe).
 What ``auto`` picks, from the measurements in ``docs/benchmarks.md`` (machine classes: :mod:`tformer.machine`):
 
 * decoding: int8 (:func:`tformer.fast.quantize.quantize`) on a class with 8-bit dot products (VNNI or AMX) for a
-  model at least :data:`INT8_MIN_WIDTH` wide, else float32. On the avx512_bf16 class a 6-layer × 384 GPT decoded
-  2.3× faster in int8 with Tiny Shakespeare perplexity +0.01%; a 128-wide GPT decoded at 0.67× (the int8
-  kernel's fixed cost per call outweighs its savings on small products);
+  model at least :data:`INT8_MIN_WIDTH` wide, else float32. On the avx512_bf16 class a SmolLM2-135M-shaped Llama
+  (576 wide) decoded 1.74× faster in int8 and a 6-layer × 384 GPT 1.85×, with Tiny Shakespeare perplexity
+  +0.01%; a 256-wide translator decoded greedily at 0.91× and a 128-wide GPT at 0.67× (the int8 kernel's fixed
+  cost per call outweighs its savings on small products);
 * batched work (``fill-mask``, ``embed``, ``classify``): float32. int8 ran a MiniLM-shaped encoder 3.4× faster,
   but these commands print scores, and int8 moved MiniLM's cosine similarities by up to 0.012: ``--precision
   int8`` takes the speed;
@@ -38,8 +39,9 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 WORK = ("training", "decoding", "batched", "measuring")
 # the spellings of torch's dtypes (0.2.0's `generate --dtype`) -> today's
 _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-# int8 pays from this model width on (d_model; measured: 384 wide 2.3x float32, 128 wide 0.67x)
-INT8_MIN_WIDTH = 256
+# int8 pays from this model width on (d_model; measured on the avx512_bf16 class, greedy batch 1 against float32:
+# 576 wide 1.74x, 384 wide 1.85x, 256 wide 0.91x (beam 5: 1.07x), 128 wide 0.67x)
+INT8_MIN_WIDTH = 384
 # machine classes on which bfloat16 autocast training measured faster than float32 at equal quality (none yet),
 # and why auto keeps float32 on a class where it was measured (docs/benchmarks.md, "Precision per machine class")
 TRAINING_BF16: dict[str, str] = {}
