@@ -1,9 +1,11 @@
-"""Shared fixtures: the three model families at their tiny presets, dropout off, in eval mode.
+"""Shared fixtures: the three model families at their tiny presets, dropout off, in eval mode; a small text.
 
 Session-scoped (built once; no test trains them or changes a weight) so hypothesis tests can use them too. The
 decoding functions leave them plain (they decode through ``tformer.fast.fast_view``, a view sharing the
 parameters); a test that swaps fast layers in (``tformer.fast.speed_up``) builds its own model.
 """
+
+import random
 
 import pytest
 import torch
@@ -37,3 +39,13 @@ def gpt_rope() -> GPT:
 def bert() -> Bert:
     torch.manual_seed(2)
     return Bert(BertConfig.preset("tiny", vocab_size=VOCAB, dropout=0.0, max_len=64)).eval()
+
+
+@pytest.fixture(scope="session")
+def words_txt(tmp_path_factory):
+    """A 200-line text of 14 words (a few KB): enough for a tiny language model to train a few steps on."""
+    rng = random.Random(0)
+    words = "the cat sat on a mat and then ran off to see the dog".split()
+    path = tmp_path_factory.mktemp("words") / "words.txt"
+    path.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(200)), encoding="utf-8")
+    return path

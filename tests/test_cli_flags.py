@@ -9,7 +9,6 @@ import argparse
 import ast
 import dataclasses
 import json
-import random
 import re
 from pathlib import Path
 
@@ -179,26 +178,18 @@ def test_the_flags_table_names_each_flag_after_its_setting():
 # ------------------------------------------------------------------------------------------- the library
 
 
-def _words(tmp_path: Path) -> Path:
-    rng = random.Random(0)
-    words = "the cat sat on a mat and then ran off to see the dog".split()
-    path = tmp_path / "words.txt"
-    path.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(200)), encoding="utf-8")
-    return path
-
-
-def test_the_library_takes_the_old_names_with_a_warning_and_refuses_both(tmp_path):
+def test_the_library_takes_the_old_names_with_a_warning_and_refuses_both(tmp_path, words_txt):
     with pytest.warns(FutureWarning, match="tformer.lm.setup: block_size is now called max_len"):
-        trainer = lm_run.setup(_words(tmp_path), tmp_path / "a", "tiny", block_size=16, max_steps=1, progress=False)
+        trainer = lm_run.setup(words_txt, tmp_path / "a", "tiny", block_size=16, max_steps=1, progress=False)
     assert trainer.model.config.max_len == 16
     with pytest.raises(ValueError, match="block_size and max_len are the same setting"):
-        lm_run.setup(_words(tmp_path), tmp_path / "b", "tiny", block_size=16, max_len=16, max_steps=1)
+        lm_run.setup(words_txt, tmp_path / "b", "tiny", block_size=16, max_len=16, max_steps=1)
 
 
-def test_a_run_saved_with_the_old_names_is_resumed_and_checked_under_the_new_ones(tmp_path, capsys):
+def test_a_run_saved_with_the_old_names_is_resumed_and_checked_under_the_new_ones(tmp_path, capsys, words_txt):
     """A 0.2.0 run saved its settings as block_size / val_fraction: --resume compares them with --max-len and
     --valid (without the mapping, a changed context length went through unnoticed)."""
-    data, out = _words(tmp_path), tmp_path / "run"
+    data, out = words_txt, tmp_path / "run"
     common = ["train", "lm", "--data", str(data), "--out", str(out), "--preset", "tiny", "--no-progress"]
     assert main([*common, "--max-len", "16", "--max-steps", "2"]) == 0
     state = out / "last" / "state.json"

@@ -4,8 +4,6 @@ commands, ``auto`` picking per machine class and kind of work and saying what an
 from __future__ import annotations
 
 import json
-import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -70,19 +68,10 @@ def test_apply_changes_the_weights_for_inference_only_as_chosen():
     assert next(bf16.parameters()).dtype == torch.bfloat16
 
 
-def _words(tmp_path: Path) -> Path:
-    rng = random.Random(0)
-    words = "the cat sat on a mat and then ran off to see the dog".split()
-    path = tmp_path / "words.txt"
-    path.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(200)), encoding="utf-8")
-    return path
-
-
 @pytest.fixture(scope="module")
-def lm_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("precision")
-    out = tmp / "run"
-    argv = ["train", "lm", "--data", str(_words(tmp)), "--out", str(out), "--preset", "tiny", "--max-len", "16"]
+def lm_run(tmp_path_factory, words_txt):
+    out = tmp_path_factory.mktemp("precision") / "run"
+    argv = ["train", "lm", "--data", str(words_txt), "--out", str(out), "--preset", "tiny", "--max-len", "16"]
     assert main([*argv, "--max-steps", "3", "--no-progress", "--precision", "bf16"]) == 0
     return out
 
@@ -94,9 +83,9 @@ def test_training_says_and_logs_its_precision(lm_run):
     assert state["train_config"]["precision"] == "bf16"
 
 
-def test_training_auto_says_what_it_picked_and_why(tmp_path, capsys):
+def test_training_auto_says_what_it_picked_and_why(tmp_path, capsys, words_txt):
     out = tmp_path / "auto"
-    argv = ["train", "lm", "--data", str(_words(tmp_path)), "--out", str(out), "--preset", "tiny", "--max-len", "16"]
+    argv = ["train", "lm", "--data", str(words_txt), "--out", str(out), "--preset", "tiny", "--max-len", "16"]
     assert main([*argv, "--max-steps", "1", "--no-progress"]) == 0
     out = capsys.readouterr().out  # the run's report, with its data and model lines
     expected = "bf16" if _this_class() in TRAINING_BF16 else "fp32"
@@ -109,8 +98,8 @@ def _this_class() -> str:
     return describe().machine_class
 
 
-def test_training_refuses_int8_and_a_contradiction_in_one_line(tmp_path, capsys):
-    argv = ["train", "lm", "--data", str(_words(tmp_path)), "--out", str(tmp_path / "r"), "--max-steps", "1"]
+def test_training_refuses_int8_and_a_contradiction_in_one_line(tmp_path, capsys, words_txt):
+    argv = ["train", "lm", "--data", str(words_txt), "--out", str(tmp_path / "r"), "--max-steps", "1"]
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--precision", "int8"])
     assert exit_.value.code == 2 and "argument --precision: invalid choice: 'int8'" in capsys.readouterr().err
