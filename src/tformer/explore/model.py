@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from tformer.explore.codecs import LMCodec, ToyCodec, TranslationCodec, WordPieceCodec
+from tformer.fast.precision import apply, choose
 from tformer.inspect import toy_seq2seq
 from tformer.tokenizers import WordPieceTokenizer
 from tformer.tokens import TRANSLATION_SOS
 
-__all__ = ["Model", "load_model", "MAX_TOKENS", "check_comparable"]
+__all__ = ["Model", "load_model", "MAX_TOKENS", "check_comparable", "with_precision"]
 
 MAX_TOKENS = 1024  # an input is capped at the model's context and at this
 DEFAULT_TEXT = {"seq2seq": "I am good.", "gpt": "To be, or not to be", "bert": "the cat sat on the [MASK]."}
@@ -91,6 +92,13 @@ def load_model(directory: str | Path | None, flag: str = "--model") -> Model:
     wordpiece = cast(WordPieceTokenizer, tok)  # a BERT's tokenizer is WordPiece (tformer.loader)
     m = Model(kind, name, str(directory), model, WordPieceCodec(wordpiece), None, DEFAULT_TEXT[kind])
     m.default_text_b = "it was a sunny day."
+    return m
+
+
+def with_precision(m: Model, precision: str) -> Model:
+    """``m`` with its weights in ``precision`` (the explorer measures: ``auto`` keeps them float32)."""
+    choice = choose(precision, "measuring", m.model)
+    m.model, m.precision = apply(m.model, choice).eval(), choice.precision
     return m
 
 

@@ -21,19 +21,17 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tformer.explore import decoding
+from tformer.explore import decoding, defaults
 from tformer.explore.formulas import formula
-from tformer.explore.model import Model, check_comparable, load_model
+from tformer.explore.model import Model, check_comparable, load_model, with_precision
 from tformer.explore.params import Params
 from tformer.explore.tensors import difference, jsonable_tensor, number, value_range
-from tformer.fast.precision import apply, choose
 from tformer.inspect import Entry, Trace, trace
 from tformer.nn import hooks
 from tformer.nn.feedforward import FeedForward, GatedFeedForward
@@ -54,13 +52,6 @@ class _Traced:
     target_ids: list[int] | None = None  # seq2seq: the decoder input after <sos>
 
 
-def with_precision(m: Model, precision: str) -> Model:
-    """``m`` with its weights in ``precision`` (the explorer measures: ``auto`` keeps them float32)."""
-    choice = choose(precision, "measuring", m.model)
-    m.model, m.precision = apply(m.model, choice).eval(), choice.precision
-    return m
-
-
 class Session:
     """The explorer's state: one model, the traces computed so far; ``call(name, params)`` answers the API."""
 
@@ -75,7 +66,8 @@ class Session:
         self._traces: OrderedDict[str, _Traced] = OrderedDict()
         self._inputs: dict[str, dict] = {}  # trace_id → its inputs, to recompute a trace the LRU dropped
         self._lock = threading.Lock()  # one model, hooks attached while tracing: one call at a time
-        self.default_text, self.nsp_texts = self._fit_defaults()
+        limit = min(s.max_tokens for s in (self, self.other) if s is not None)  # with --compare, both must fit
+        self.default_text, self.nsp_texts = defaults.fit_texts(model, limit)
         self.default_text_b = self.nsp_texts[1] if self.nsp_texts is not None else None
 
     @classmethod
@@ -132,50 +124,8 @@ class Session:
         )
 
     def default_requests(self) -> dict[str, dict]:
-        """The requests the page makes first (and an export answers): name → params, each within the model's context
-        (:meth:`_fit_defaults`); a request no text fits is left out."""
-        m, text = self.m, self.default_text
-        if text is None:  # not even one word fits the context
-            return {}
-        out: dict[str, dict] = {"trace": {"text": text}}
-        room = int(m.config.max_len) - len(m.tgt.encode(text)[0]) if m.family == "gpt" else 0  # tokens to generate
-        if m.family == "seq2seq" or room > 0:
-            out["decode"] = {"text": text, "mode": "greedy"}
-        if m.family == "seq2seq":
-            out["beam"] = {"text": text, "mode": "beam", "beam_size": 4}
-        if room > 0:
-            top_k = min(50, len(m.tgt.vocab))  # a small vocabulary (a character GPT) has fewer than 50
-            steps = min(20, decoding.MAX_STEPS, room)
-            out["sample"] = {"text": text, "temperature": 0.8, "top_k": top_k, "top_p": 0.95, "seed": 0, "steps": steps}
-        if m.family == "bert" and "[MASK]" in text:
-            out["fill_mask"] = {"text": text, "top_k": 5}
-        if self.nsp_texts is not None:
-            out["nsp"] = {"text": self.nsp_texts[0], "text_b": self.nsp_texts[1]}
-        if self.other is not None:
-            out["compare"] = {"text": text, "other": "model"}
-        return out
-
-    def _fit_defaults(self) -> tuple[str | None, tuple[str, str] | None]:
-        """The model's default text, and BERT's sentence pair for NSP, shortened to fit its context (with --compare,
-        the second model's too); a GPT's text leaves room for one new token at least. None where nothing fits."""
-        m = self.m
-        limit = min(s.max_tokens for s in (self, self.other) if s is not None)
-        if m.family == "seq2seq":
-            return _fit(m.default_text, lambda t: len(m.src.encode(t)[0]), limit), None
-        count = lambda t: len(m.tgt.encode(t)[0])  # noqa: E731
-        if m.family == "gpt":
-            text = _fit(m.default_text, count, min(limit, int(m.config.max_len) - 1))
-            return text or _fit(m.default_text, count, limit), None
-        text = _fit(m.default_text, lambda t: count(t) + 2, limit, keep_end=True)  # [CLS] text [SEP]
-        if text is None or m.default_text_b is None:
-            return text, None
-        budget = limit - 3  # [CLS] A [SEP] B [SEP]
-        for a_limit in (budget - 1, budget // 2):  # A whole if B still fits a word, else each half the room
-            a = _fit(text.replace("[MASK]", "mat"), count, a_limit, keep_end=True)
-            b = _fit(m.default_text_b, count, budget - count(a)) if a is not None else None
-            if a is not None and b is not None:
-                return text, (a, b)
-        return text, None
+        """The requests the page makes first (and an export answers): :func:`tformer.explore.defaults.requests`."""
+        return defaults.requests(self.m, self.default_text, self.nsp_texts, self.other is not None)
 
     # ------------------------------------------------------------------------------------------ trace
     def encode(self, text: str, codec: Any, field_name: str = "text") -> tuple[list[int], list[str]]:
@@ -437,19 +387,6 @@ class Session:
             token_type_ids=types,
             is_next_prob=float(nsp.float().softmax(-1)[0, 0]),  # class 0 = "B follows A"
         )
-
-
-def _fit(text: str, count: Callable[[str], int], limit: int, keep_end: bool = False) -> str | None:
-    """``text``, or the longest part of it that ``count`` makes at most ``limit`` tokens: its first words (with
-    ``keep_end``, its last: BERT's default keeps its [MASK]), then one word's first characters; None if not even
-    one character fits."""
-    words = text.split()
-    if keep_end:
-        words = words[::-1]
-    parts = [words[:n] for n in range(len(words), 0, -1)]
-    candidates = [" ".join(part[::-1] if keep_end else part) for part in parts]
-    candidates += [words[0][:k] for k in range(len(words[0]) - 1, 0, -1)] if words else []
-    return next((c for c in candidates if count(c) <= limit), None)
 
 
 _FFN_INSIDE = (".hook_hidden", ".hook_activation")

@@ -45,6 +45,7 @@ class TrainConfig:
             raise ValueError(f"bf16=True (--bf16) and precision={self.precision!r} contradict each other: give one")
         if self.bf16:
             object.__setattr__(self, "precision", "bf16")
+        object.__setattr__(self, "bf16", self.precision == "bf16")  # the alias follows: one truth, not two
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be 'auto', 'fp32' or 'bf16' for training, got {self.precision!r}")
         if self.schedule not in ("inverse_sqrt", "cosine", "constant"):

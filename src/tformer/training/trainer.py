@@ -28,7 +28,8 @@ Run directory layout::
     OUT/last/                                  the latest full state, for --resume (:mod:`tformer.training.state`)
     OUT/log.jsonl, OUT/curves.png              one record per step and evaluation (strict JSON), and their plot;
                                                the first record of each session (the run's start, each
-                                               --resume) also holds "machine": the processor (tformer.machine)
+                                               --resume) also holds "machine": the processor (tformer.machine),
+                                               and "precision" (tformer.fast.precision)
     OUT/.lock                                  while the run trains: who runs it (:mod:`tformer.training.lock`)
 
 ``max_steps``, ``epochs`` and ``minutes`` are totals, counted from the run's start: a resumed run trains until
@@ -38,7 +39,8 @@ nothing written.
 A run is never lost: ``best/`` and ``last/`` are each written into a temporary directory, fsynced and swapped
 in whole (:func:`tformer.files.staged_dir`), so a crash, a full disk or a refused write leaves the previous
 state as it was (the error names the directory). SIGINT and SIGTERM finish the current step, save ``last/``
-and raise :class:`TrainingInterrupted` (exit status 130 / 143 in the CLI); a second one stops at once. A step
+and raise :class:`TrainingInterrupted` (exit status 130 / 143 in the CLI); a second one stops at once
+(:mod:`tformer.training.signals`). A step
 whose loss or gradient norm is not finite is skipped (no update, gradients dropped) and counted;
 ``max_bad_steps`` of them in a row raise :class:`TrainingDiverged`. A non-finite evaluation is never the best.
 Progress: a bar on a terminal, plain lines elsewhere (:mod:`tformer.training.progress`).
@@ -51,7 +53,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -69,6 +70,7 @@ from tformer.training import distributed
 from tformer.training.config import TrainConfig, budget_reached, budget_spent_message, lr_factor, make_optimizer
 from tformer.training.lock import RunLock
 from tformer.training.progress import Progress
+from tformer.training.signals import TrainingInterrupted, stop_signals
 from tformer.training.state import (
     JSON_NAME,
     STATE_NAME,
@@ -94,14 +96,6 @@ __all__ = [
 
 class TrainingDiverged(ValueError):
     """The loss or the gradient norm was not finite for ``max_bad_steps`` steps in a row."""
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM stopped training (``last/`` saved, unless a second signal came); ``exit_code`` = 128 + signal."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class Trainer:
@@ -243,22 +237,7 @@ class Trainer:
         if self.world.is_main:
             print(text, file=sys.stderr, flush=True)
 
-    # ---------------------------------------------------------------- signals
-    @contextlib.contextmanager
-    def _signals(self) -> Iterator[None]:
-        """SIGINT and SIGTERM ask fit() to stop after the current step; the previous handlers come back after."""
-        if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-            yield
-            return
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        for s in previous:
-            signal.signal(s, self._on_signal)
-        try:
-            yield
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
-
+    # ---------------------------------------------------------------- signals (tformer.training.signals)
     def _on_signal(self, signum: int, frame) -> None:
         name, last = signal.Signals(signum).name, self.out / "last"
         if self._signal is not None:
@@ -396,7 +375,7 @@ class Trainer:
         last_eval: dict = {}
         window_tokens, window_start = 0, time.perf_counter()
         try:
-            with self._signals():
+            with stop_signals(self._on_signal):  # SIGINT / SIGTERM: stop after this step
                 while not self._done():
                     batches = self.task.train_batches(self.epoch)
                     while self.batch_index < len(batches) and not self._done():
