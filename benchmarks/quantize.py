@@ -1,17 +1,24 @@
-"""int8 inference (issue 33): ``tformer.quantize(model, "int8")`` against float32, quality and speed, in one process.
+"""bf16 and int8 inference (issue 33): quality per precision against float32, and int8's speed, in one process.
 
-    python -m benchmarks.quantize                         # trains a char GPT for 300 steps first (a minute or two)
+    python -m benchmarks.quantize                         # trains a char GPT (300 steps) and a BERT (300): minutes
+    python -m benchmarks.quantize --no-speed              # the quality measures only (they need no quiet machine)
     python -m benchmarks.quantize --run runs/lm           # a GPT run or model directory instead (its text: --data)
     python -m benchmarks.quantize --quick                 # tiny sizes, one round: proves the script works (seconds)
 
+bf16 and int8 are reached as ``--precision bf16`` / ``--precision int8`` reach them (``tformer.fast.precision``'s
+``choose`` and ``apply``: the weights in bfloat16; int8 linear layers), each on a copy of the float32 model.
+
 * **Quality**, on a character GPT trained in-process on Tiny Shakespeare (``tformer.lm.train``, preset
   ``shakespeare-char-6min``, ``--steps`` steps) or the one ``--run`` names: validation perplexity over the last
-  10% of the text (``tformer.lm.evaluate_stream``, as training reports it) in float32, int8 with the machine's
-  kernels, and int8 with the reference product (the dequantized weights in float32: what the weights' rounding
-  alone costs); the largest difference of the logits over the first validation blocks, absolute and relative to
-  the largest float32 logit; how many of ``--new-tokens`` greedy tokens from a validation prompt equal float32's.
-  The MiniLM sentence encoder (all-MiniLM-L6-v2's real weights, when the package that ships them is installed):
-  the cosine of each int8 embedding to its float32 one, over ``--batch-size`` Multi30k sentences.
+  10% of the text (``tformer.lm.evaluate_stream``, as training reports it) in float32, bf16, int8 with the
+  machine's kernels, and int8 with the reference product (the dequantized weights in float32: what the weights'
+  rounding alone costs); bf16's and int8's largest difference of the logits to float32's over the first validation
+  blocks, absolute and relative to the largest float32 logit; how many of ``--new-tokens`` greedy tokens from a
+  validation prompt equal float32's. The MiniLM sentence encoder (all-MiniLM-L6-v2's real weights, when the
+  package that ships them is installed): the cosine of each bf16 and int8 embedding (``SentenceEncoder.encode``,
+  what ``tformer embed`` prints from) to its float32 one, over ``--batch-size`` Multi30k sentences. Fill-mask top-1
+  agreement of a BERT trained here and the SmolLM2-135M-shaped Llama's perplexity on its own sampled text, with
+  the KL divergence of its next-token distributions: :mod:`benchmarks.quantize_quality` says how.
 * **Size**: ``model.safetensors`` of the GPT saved in float32 and in int8 (bytes and ratio).
 * **Speed** (alternating rounds, medians; ``benchmarks.common.compare``): greedy decoding at batch 1, new tokens/s,
   float32 (tformer's fast paths) vs int8, for the trained GPT and for a GPT of ``benchmarks.decode``'s size (6 × 384,
@@ -25,7 +32,8 @@
   report says it was not measured. The largest gap of each one's hidden states to float32's is in the report,
   beside tformer int8's.
 
-Writes ``OUT/quantize.json`` and ``OUT/quantize.md``; the machine (CPU model and class) is in both.
+Writes ``OUT/quantize.json`` and ``OUT/quantize.md`` (the speed table, then the quality table: a column per
+precision); the machine (CPU model and class) is in both. ``--no-speed`` leaves out every timing (and the ONNX part).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from benchmarks.common import SHARED_DATA, Candidate, base_parser, compare, machine_info, session, write_report
+from benchmarks.quantize_quality import PRECISIONS, at_precision, fill_mask_and_own_text, markdown
 
 SIZES = {
     "full": dict(steps=300, preset="shakespeare-char-6min", prompt=32, new_tokens=128, batch=32, seq=128),
@@ -112,22 +121,24 @@ def perplexity(model, tok, val, max_blocks: int | None) -> float:
     return r["val_ppl"]
 
 
-def logits_gap(f32, q8, val, blocks: int) -> dict:
-    """Largest |int8 − float32| logit over ``blocks`` validation blocks, absolute and relative to the largest |logit|."""
+def logits_gap(f32, other, val, blocks: int) -> dict:
+    """Largest |other − float32| logit over ``blocks`` validation blocks, absolute and relative to the largest
+    |logit|, and the mean gap."""
     T = f32.config.max_len
     n = min(blocks, (len(val) - 1) // T)
     x = val[: n * T].view(n, T)  # (n, T)
     with torch.inference_mode():
-        a, b = f32(x), q8(x)  # (n, T, V)
+        a, b = f32(x), other(x).float()  # (n, T, V)
     gap = (a - b).abs().max().item()
     return {"max_abs": gap, "relative": gap / a.abs().max().item(), "mean_abs": (a - b).abs().mean().item()}
 
 
-def greedy_agreement(f32, q8, prompt: list[int], n: int) -> dict:
-    """How many of ``n`` greedy tokens int8 gives as float32 does: all positions, and before the first difference."""
+def greedy_agreement(f32, other, prompt: list[int], n: int) -> dict:
+    """How many of ``n`` greedy tokens ``other`` gives as float32 does: all positions, and before the first one
+    that differs."""
     from tformer.generation import generate_lm
 
-    a, b = generate_lm(f32, [prompt], n)[0], generate_lm(q8, [prompt], n)[0]
+    a, b = generate_lm(f32, [prompt], n)[0], generate_lm(other, [prompt], n)[0]
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
     return {"equal": sum(x == y for x, y in zip(a, b)), "of": len(a), "equal_prefix": first}
 
@@ -140,9 +151,9 @@ def file_sizes(f32, q8, work: Path) -> dict:
 
 
 def minilm_cosine(batch: int) -> dict:
-    """Cosine of int8 to float32 MiniLM sentence embeddings (real weights), over ``batch`` Multi30k sentences."""
-    from tformer import quantize
-    from tformer.bert.embeddings import SentenceEncoder, mean_pool, minilm_path
+    """Cosine of bf16's and int8's MiniLM sentence embeddings (real weights) to float32's, over ``batch`` Multi30k
+    sentences, each precision's embeddings made as ``tformer embed`` makes them (``SentenceEncoder.encode``)."""
+    from tformer.bert.embeddings import SentenceEncoder, minilm_path
 
     try:
         path = minilm_path()
@@ -150,13 +161,15 @@ def minilm_cosine(batch: int) -> dict:
         return {"skipped": str(err)}
     encoder = SentenceEncoder.from_sentence_transformers(str(path))
     lines = (SHARED_DATA / "multi30k" / "val.en").read_text(encoding="utf-8").splitlines()[:batch]
-    ids, mask = encoder.tokenize(lines)  # (B, T) each
-    f32 = encoder.model.eval()
-    q8 = quantize(copy.deepcopy(f32), "int8")
-    with torch.inference_mode():
-        a, b = mean_pool(f32(ids, attention_mask=mask), mask), mean_pool(q8(ids, attention_mask=mask), mask)  # (B, D)
-    cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)  # (B,)
-    return {"sentences": len(lines), "min": cos.min().item(), "mean": cos.mean().item()}
+    f32 = encoder.model
+    a = encoder.encode(lines, batch_size=batch)  # (B, D), unit length
+    out: dict = {"sentences": len(lines)}
+    for name in PRECISIONS[1:]:
+        other = SentenceEncoder(at_precision(f32, name, "batched"), encoder.tokenizer, encoder.max_length)
+        b = other.encode(lines, batch_size=batch).float()  # (B, D)
+        cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)  # (B,): bf16's unit length is only near 1
+        out[name] = {"min": cos.min().item(), "mean": cos.mean().item()}
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------- speed
@@ -248,6 +261,64 @@ def _relative_gap(expected: torch.Tensor, got: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------------------------------- main
 
 
+def char_gpt_quality(args, sizes: dict, variants: dict, work: Path) -> tuple[dict, object, list[int]]:
+    """The char GPT's quality in float32, bf16 and int8 (each int8 kernel of ``variants``, and the reference
+    product), and the file sizes; returns (quality, the float32 model, the validation prompt)."""
+    from tformer.fast.int8 import reference as int8_reference
+
+    f32, tok, val = trained_gpt(args, sizes, work)
+    bf16, q8 = at_precision(f32, "bf16", "measuring"), at_precision(f32, "int8", "measuring")
+    max_blocks = 8 if args.quick else None
+    ppl = {"float32": perplexity(f32, tok, val, max_blocks), "bf16": perplexity(bf16, tok, val, max_blocks)}
+    for name, choice in variants.items():
+        with kernels(choice):
+            ppl[name] = perplexity(q8, tok, val, max_blocks)
+    with int8_reference():
+        ppl["int8 reference (dequantized weights)"] = perplexity(q8, tok, val, max_blocks)
+    prompt = val[: sizes["prompt"]].tolist()
+    quality = {
+        "perplexity": ppl,
+        "perplexity_change": {k: v / ppl["float32"] - 1 for k, v in ppl.items()},
+        "logits": {"bf16": logits_gap(f32, bf16, val, 4 if args.quick else 32)},
+        "greedy": {"bf16": greedy_agreement(f32, bf16, prompt, sizes["new_tokens"])},
+    }
+    quality["logits"]["int8"] = logits_gap(f32, q8, val, 4 if args.quick else 32)
+    quality["greedy"]["int8"] = greedy_agreement(f32, q8, prompt, sizes["new_tokens"])
+    quality["file_size"] = file_sizes(f32, q8, work)
+    return quality, f32, prompt
+
+
+def speed(args, sizes: dict, variants: dict, gpt, prompt: list[int], work: Path) -> tuple[dict, dict, float]:
+    """Decoding and encoder throughput, float32 against int8 (and ONNX Runtime): (results, ONNX Runtime's info,
+    tformer int8's largest hidden-state gap on the MiniLM-shaped encoder, relative)."""
+    from tformer.models.gpt import GPT, GPTConfig
+
+    results = {}
+    memory = not args.no_memory
+    results["char GPT decode b1"] = compare(
+        decode_candidates(gpt, variants, prompt, sizes["new_tokens"]), args.repeats, args.warmup, memory=memory
+    )
+    torch.manual_seed(0)
+    big = GPT(GPTConfig(**(QUICK_GPT if args.quick else BIG_GPT))).eval()
+    big_prompt = torch.randint(1, big.config.vocab_size, (16,), generator=torch.Generator().manual_seed(1)).tolist()
+    results["GPT 6x384 decode b1"] = compare(
+        decode_candidates(big, variants, big_prompt, sizes["new_tokens"]), args.repeats, args.warmup, memory=memory
+    )
+    encoder, (bert, ids, mask) = encoder_candidates(
+        QUICK_BERT if args.quick else MINILM, variants, sizes["batch"], sizes["seq"]
+    )
+    ort_candidates, ort_info = [], {"skipped": "--no-onnx"}
+    if not args.no_onnx:
+        ort_candidates, ort_info = onnx_candidates(bert, ids, mask, work)
+    q_bert = at_precision(bert, "int8", "batched")
+    with torch.inference_mode():  # the measure ONNX Runtime's candidates get, for tformer's int8, on the same batch
+        gap = _relative_gap(bert(ids, attention_mask=mask), q_bert(ids, attention_mask=mask))
+    results[f"MiniLM-shaped encoder b{sizes['batch']}x{sizes['seq']}"] = compare(
+        encoder + ort_candidates, args.repeats, args.warmup, memory=memory
+    )
+    return results, ort_info, gap
+
+
 def main(argv=None) -> dict:
     p = base_parser(__doc__, "runs/bench")
     p.add_argument("--run", default=None, help="a GPT run or model directory (default: train one here)")
@@ -257,78 +328,35 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=None, help="training steps of the GPT trained here (default 300)")
     p.add_argument("--kernels", choices=("auto", "all"), default="auto", help="all: also time each int8 kernel forced")
     p.add_argument("--no-onnx", action="store_true", help="leave ONNX Runtime out even when it is installed")
+    p.add_argument("--no-speed", action="store_true", help="quality only: no timing (nor ONNX Runtime)")
     p.set_defaults(repeats=5, warmup=1)
     args = p.parse_args(argv)
     sizes = dict(SIZES["quick" if args.quick else "full"])
     if args.steps is not None:
         sizes["steps"] = args.steps
-    from tformer import quantize
     from tformer.fast.int8 import kernel_for
-    from tformer.fast.int8 import reference as int8_reference
     from tformer.machine import describe
-    from tformer.models.gpt import GPT, GPTConfig
 
     variants = kernel_variants(args.kernels)
     results: dict[str, dict] = {}
-    quality: dict = {}
+    ort_info: dict = {"skipped": "--no-speed" if args.no_speed else "--no-onnx"}
     with session(args), tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        f32, tok, val = trained_gpt(args, sizes, work)
-        q8 = quantize(copy.deepcopy(f32), "int8", keep_float=False)
-        max_blocks = 8 if args.quick else None
-        quality["perplexity"] = {"float32": perplexity(f32, tok, val, max_blocks)}
-        for name, choice in variants.items():
-            with kernels(choice):
-                quality["perplexity"][name] = perplexity(q8, tok, val, max_blocks)
-        with int8_reference():
-            quality["perplexity"]["int8 reference (dequantized weights)"] = perplexity(q8, tok, val, max_blocks)
-        base = quality["perplexity"]["float32"]
-        quality["perplexity_change"] = {k: v / base - 1 for k, v in quality["perplexity"].items()}
-        quality["logits"] = logits_gap(f32, q8, val, 4 if args.quick else 32)
-        prompt = val[: sizes["prompt"]].tolist()
-        quality["greedy"] = greedy_agreement(f32, q8, prompt, sizes["new_tokens"])
-        quality["file_size"] = file_sizes(f32, q8, work)
+        quality, gpt, prompt = char_gpt_quality(args, sizes, variants, work)
         quality["minilm_cosine"] = minilm_cosine(sizes["batch"])
-
-        results["char GPT decode b1"] = compare(
-            decode_candidates(f32, variants, prompt, sizes["new_tokens"]),
-            args.repeats,
-            args.warmup,
-            memory=not args.no_memory,
-        )
-        torch.manual_seed(0)
-        big = GPT(GPTConfig(**(QUICK_GPT if args.quick else BIG_GPT))).eval()
-        big_prompt = torch.randint(1, big.config.vocab_size, (16,), generator=torch.Generator().manual_seed(1)).tolist()
-        results["GPT 6x384 decode b1"] = compare(
-            decode_candidates(big, variants, big_prompt, sizes["new_tokens"]),
-            args.repeats,
-            args.warmup,
-            memory=not args.no_memory,
-        )
-        encoder, (bert, ids, mask) = encoder_candidates(
-            QUICK_BERT if args.quick else MINILM, variants, sizes["batch"], sizes["seq"]
-        )
-        ort_candidates, ort_info = [], {"skipped": "--no-onnx"}
-        if not args.no_onnx:
-            ort_candidates, ort_info = onnx_candidates(bert, ids, mask, work)
-        q_bert = quantize(copy.deepcopy(bert), "int8")
-        with torch.inference_mode():  # the same measure for tformer's int8 encoder, on the same batch
-            quality["encoder_hidden_gap_int8"] = _relative_gap(
-                bert(ids, attention_mask=mask), q_bert(ids, attention_mask=mask)
-            )
-        results[f"MiniLM-shaped encoder b{sizes['batch']}x{sizes['seq']}"] = compare(
-            encoder + ort_candidates, args.repeats, args.warmup, memory=not args.no_memory
-        )
+        quality |= fill_mask_and_own_text(args.quick)
+        if not args.no_speed:
+            results, ort_info, quality["encoder_hidden_gap_int8"] = speed(args, sizes, variants, gpt, prompt, work)
         machine = machine_info(args, None)
     m = describe()
     payload = {
         "benchmark": "quantize",
         "description": (
-            "tformer.quantize(model, 'int8') vs float32: decoding new tokens/s (batch 1) and encoder sentences/s; "
-            "quality and file size in 'quality'"
+            "bf16 and int8 against float32: quality per precision in 'quality' (and the table below); "
+            "int8's decoding new tokens/s (batch 1) and encoder sentences/s"
         ),
         "machine": machine,
-        "config": {**sizes, "big_gpt": BIG_GPT, "encoder": MINILM, "kernels": args.kernels},
+        "config": {**sizes, "big_gpt": BIG_GPT, "encoder": MINILM, "kernels": args.kernels, "speed": not args.no_speed},
         "kernels_picked": {
             "decoding (1 row)": list(kernel_for(m.machine_class, 1, m.features)),
             "batched": list(kernel_for(m.machine_class, sizes["batch"] * sizes["seq"], m.features)),
@@ -338,23 +366,13 @@ def main(argv=None) -> dict:
         "results": results,
     }
     report = write_report(args.out, "quantize", payload, "tokens or sentences/s")
-    _print_quality(quality)
+    table = markdown(quality)
+    with (Path(args.out) / "quantize.md").open("a", encoding="utf-8") as f:
+        f.write("\n" + table)
+    print("\n" + table)
+    if any(math.isnan(quality["logits"][p]["max_abs"]) for p in PRECISIONS[1:]):
+        raise RuntimeError(f"NaN logits: {quality['logits']}")
     return report
-
-
-def _print_quality(quality: dict) -> None:
-    print("\nquality:")
-    for name, ppl in quality["perplexity"].items():
-        print(f"  perplexity {name:40s} {ppl:.4f} ({100 * quality['perplexity_change'][name]:+.2f}%)")
-    lg, g, fs = quality["logits"], quality["greedy"], quality["file_size"]
-    print(f"  logits: max |int8 - float32| {lg['max_abs']:.4f} ({100 * lg['relative']:.2f}% of the largest logit)")
-    print(f"  greedy: {g['equal']}/{g['of']} tokens equal, the first {g['equal_prefix']} in a row")
-    print(f"  file: float32 {fs['float32_bytes']:,} bytes, int8 {fs['int8_bytes']:,} ({fs['ratio']:.3f}x)")
-    cos = quality["minilm_cosine"]
-    if "skipped" not in cos:
-        print(f"  MiniLM embeddings: cosine to float32 min {cos['min']:.5f}, mean {cos['mean']:.5f}")
-    if math.isnan(lg["max_abs"]):
-        raise RuntimeError("the int8 logits are NaN")
 
 
 if __name__ == "__main__":

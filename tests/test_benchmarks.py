@@ -127,6 +127,34 @@ def test_benchmark_quick_writes_report(name, tmp_path):
     assert "| group | candidate |" in table and all(g in table for g in groups)
 
 
+def test_quantize_quality_per_precision_without_speed(tmp_path):
+    """``quantize --no-speed`` times nothing and measures quality in float32, bf16 and int8: the char GPT's
+    perplexity, logit gap and greedy agreement, fill-mask top-1 agreement over masked held-out words, the Llama's
+    perplexity of its own text with the KL divergence from float32; quantize.md holds the table, a column each."""
+    from benchmarks.__main__ import run
+
+    _shared_or_skip("tinyshakespeare.txt", "Tiny Shakespeare")
+    _shared_or_skip("multi30k/train.en", "Multi30k")
+    report = run("quantize", ["--quick", "--no-speed", "--out", str(tmp_path)])
+    assert report["results"] == {} and report["onnxruntime"] == {"skipped": "--no-speed"}
+    q = report["quality"]
+    assert {"float32", "bf16", "int8"} <= set(q["perplexity"]) and q["perplexity_change"]["float32"] == 0
+    fill, own = q["fill_mask"], q["own_text"]
+    assert fill["positions"] == 24 and set(fill["top1_accuracy"]) == {"float32", "bf16", "int8"}
+    assert own["tokens"] == 24 and set(own["perplexity"]) == {"float32", "bf16", "int8"}
+    for p in ("bf16", "int8"):
+        assert abs(q["perplexity_change"][p]) < 0.01 and abs(own["perplexity_change"][p]) < 0.01
+        assert 0 < q["logits"][p]["relative"] < 0.05
+        assert q["greedy"][p]["of"] == 8
+        assert 0 <= fill["agreement_with_float32"][p] <= 1
+        assert -1e-6 < own["kl_from_float32"][p] < 1e-3
+        if "skipped" not in q["minilm_cosine"]:
+            assert q["minilm_cosine"][p]["min"] > 0.99
+    table = (tmp_path / "quantize.md").read_text()
+    assert "| measure | float32 | bf16 | int8 |" in table
+    assert "fill-mask (24 masked held-out words)" in table and "its own 24 sampled tokens" in table
+
+
 def test_train_step_reports_gflops_against_measured_peak(tmp_path):
     from benchmarks.train_step import main
 
