@@ -48,9 +48,25 @@ a 128-wide char GPT decoded at 0.67× float32's speed (its float32 products take
 features wide, where reading the weights is what a step costs.
 
 The packed copy is made on a layer's first product and kept (left out of a deep copy or a pickle, remade when a
-buffer changes: ``load_state_dict``, ``.to()``). It is the memory a quantized model takes at inference beyond its
-int8 buffers: one more byte per weight for each packing used, so about half of float32's bytes resident with one
-(the file is about a quarter).
+buffer changes: ``load_state_dict``, ``.to()``). A layer holds its int8 values in one of two ways:
+
+* by default, the ``weight_int8`` buffer and, beside it, one packed copy per kernel used (a GPT that reads a long
+  prompt and then decodes packs for fbgemm and for oneDNN): two or three bytes per weight resident;
+* ``packed_only`` (what :func:`tformer.fast.quantize.quantize` makes with ``keep_float=False``, as the CLI's
+  ``--precision int8`` does, and what ``tformer.load`` makes of an int8 directory): one packing, for the class's
+  decoding kernel, used for products of any number of rows, and the ``weight_int8`` buffer let go once it is made,
+  so the int8 values are held once (one byte per weight). fbgemm's packing is that one on every class listed:
+  PyTorch's oneDNN packing keeps a copy of the int8 tensor it was made from beside its own layout (measured: 2.0
+  bytes per weight against fbgemm's 1.0), so a packed-only layer on the avx512_bf16 class runs batched work with
+  fbgemm too, about 20% slower than oneDNN at 512 rows (45.7 against 37.6 ms above; a MiniLM-shaped encoder 2.65×
+  float32 instead of 3.39×): the price of keeping a model within 30% of float32's memory. The int8 values come
+  back from the packing, exactly (``linear_unpack`` gives the int8 values and the scales it was given), whenever
+  something reads them: ``weight_int8`` and ``weight``, the state dict (a saved file is byte for byte the one
+  written before the first product), the reference product, ``.to()`` to another device, a deep copy or a pickle,
+  ``load_state_dict``. A layer whose products need rows ``start:end`` of its matrix (cross-attention's W_Q apart
+  from W_K, W_V) holds its packing in pieces that split the rows there, never overlapping. A head tied to an int8
+  embedding (:mod:`tformer.fast.int8_embedding`) reads the embedding's table: it keeps that buffer (the embedding
+  looks up in it) and packs its own copy.
 
 Dimension legend: N rows of the product (B × T), n output features computed, in input features.
 """
@@ -157,34 +173,70 @@ class Int8Linear(nn.Module):
 
     ``weight`` is the dequantized matrix ``q · s`` (made on each access), for code that reads a layer's weight (the
     plain attention's :func:`tformer.nn.attention.project_rows`, plots). ``original``: the ``nn.Linear`` this layer
-    replaced, when :func:`tformer.fast.quantize.quantize` kept it (not a submodule: not in the state dict)."""
+    replaced, when :func:`tformer.fast.quantize.quantize` kept it (not a submodule: not in the state dict).
+    ``packed_only``: hold the int8 values only in one packed copy once the first product has made it (the module
+    docstring); ``weight_int8`` then reads them back from it. ``shares_values``: the ``weight_int8`` buffer is an
+    int8 embedding's table (a tied head), kept whatever the mode."""
 
-    weight_int8: torch.Tensor  # (out, in) int8
     weight_scale: torch.Tensor  # (out,) float32
     bias: torch.Tensor | None  # (out,)
     original: nn.Module | None
+    packed_only: bool
+    shares_values: bool
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, device=None, packed_only: bool = False
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.register_buffer("weight_int8", torch.zeros(out_features, in_features, dtype=torch.int8, device=device))
+        # (not register_buffer: the weight_int8 property stands in the way of its check)
+        self._buffers["weight_int8"] = torch.zeros(out_features, in_features, dtype=torch.int8, device=device)
         self.register_buffer("weight_scale", torch.ones(out_features, device=device))
         self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
-        self.__dict__["original"] = None
+        self.__dict__.update(original=None, packed_only=packed_only, shares_values=False)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, keep: bool = False) -> Int8Linear:
-        """The int8 twin of ``linear`` (in the same train/eval mode); ``keep``: remember ``linear`` as ``original``."""
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        keep: bool = False,
+        packed_only: bool = False,
+        values: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> Int8Linear:
+        """The int8 twin of ``linear`` (in the same train/eval mode); ``keep``: remember ``linear`` as ``original``.
+        ``values``: the (q, s) to hold instead of quantizing the weight again, shared, not copied (a head tied to an
+        int8 embedding holds the embedding's table)."""
         w = linear.weight.detach()
-        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, device=w.device)
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, w.device, packed_only)
         with torch.no_grad():
-            q, s = quantize_rows(w)
-            layer.weight_int8.copy_(q)
-            layer.weight_scale.copy_(s)
+            if values is None:
+                q, s = quantize_rows(w)
+                layer.weight_int8.copy_(q)
+                layer.weight_scale.copy_(s)
+            else:
+                layer.share_values(*values)
             if linear.bias is not None:
                 layer.bias = linear.bias.detach().float().clone()
         layer.__dict__["original"] = linear if keep else None
         return layer.train(linear.training)
+
+    def share_values(self, q: torch.Tensor, s: torch.Tensor) -> None:
+        """Hold ``q`` (out, in) and ``s`` (out,) themselves as ``weight_int8`` and ``weight_scale``: an int8
+        embedding's table, which a head tied to it reads (saved once, held once)."""
+        self._buffers["weight_int8"], self._buffers["weight_scale"] = q, s
+        self.__dict__.pop("_copies", None)
+        self.__dict__["shares_values"] = True
+
+    @property
+    def weight_int8(self) -> torch.Tensor:
+        """The int8 values q (out, in): the buffer, or a copy read back from the packing of a packed-only layer."""
+        held = self._buffers.get("weight_int8")
+        return held if held is not None else self._unpacked()
+
+    @weight_int8.setter
+    def weight_int8(self, value: torch.Tensor) -> None:
+        self.__dict__.pop("_copies", None)
+        self._buffers["weight_int8"] = value
 
     @property
     def weight(self) -> torch.Tensor:
@@ -202,13 +254,49 @@ class Int8Linear(nn.Module):
         return linear.train(self.training)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"
+        mode = ", packed only" if self.packed_only else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8{mode}"
 
     def __getstate__(self) -> dict:
-        """A deep copy or a pickle leaves the packed copies out (remade on first use)."""
+        """A deep copy or a pickle leaves the packed copies out (remade on first use) and holds the int8 values in
+        their buffer (read back from the packing of a packed-only layer)."""
         state = dict(self.__dict__)
         state.pop("_copies", None)
+        if self._buffers.get("weight_int8") is None:
+            state["_buffers"] = {**self._buffers, "weight_int8": self._unpacked()}  # in its place, first
         return state
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        """The state dict holds ``weight_int8`` as before the packing (read back from it), then the other buffers."""
+        if self._buffers.get("weight_int8") is None:
+            destination[prefix + "weight_int8"] = self._unpacked()
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """Loading fills the ``weight_int8`` buffer (back for the purpose); the next product packs it again."""
+        self._restore()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _apply(self, fn, recurse: bool = True):
+        """``.to()``, ``.half()``, ...: a packed-only layer's int8 values go back into their buffer first when
+        ``fn`` would change an int8 tensor (another device); a cast of the float buffers leaves the packing be."""
+        probe = torch.empty(0, dtype=torch.int8)
+        if self._buffers.get("weight_int8") is None and fn(probe) is not probe:
+            self._restore()
+        return super()._apply(fn, recurse)
+
+    def _restore(self) -> None:
+        """The int8 values back in the ``weight_int8`` buffer, the packed copies dropped."""
+        if self._buffers.get("weight_int8") is None and "_copies" in self.__dict__:
+            self._buffers["weight_int8"] = self._unpacked()
+        self.__dict__.pop("_copies", None)
+
+    def _unpacked(self) -> torch.Tensor:
+        """q (out, in), read back from a packed-only layer's pieces (``linear_unpack``: the values it was given)."""
+        pieces = self.__dict__["_copies"][1]["pieces"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.cat([torch.ops.quantized.linear_unpack(p)[0].int_repr() for _, _, p in pieces])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_rows(x, 0, self.out_features)
@@ -220,12 +308,11 @@ class Int8Linear(nn.Module):
             return self.reference_rows(x, start, end)
         rows = x.reshape(-1, self.in_features).float()  # (N, in)
         if kernel.name == "dynamic":
-            packed = self._copy(kernel, start, end)
             if len(rows) == 1:  # one row: the kernel's own scale is already the row's
-                y = torch.ops.quantized.linear_dynamic(rows, packed, kernel.seven_bits)  # (1, n)
+                y = self._dynamic(rows, kernel, start, end)  # (1, n)
             else:  # every row scaled to a largest |value| of 1, so that the kernel's one scale is each row's
                 r = rows.abs().amax(dim=-1, keepdim=True).clamp_min(_TINY)  # (N, 1)
-                y = torch.ops.quantized.linear_dynamic(rows / r, packed, kernel.seven_bits).mul_(r)  # (N, n)
+                y = self._dynamic(rows / r, kernel, start, end).mul_(r)  # (N, n)
         else:  # bf16: x in bfloat16 times the exact int8 values, the scales after
             q_t, s = self._copy(kernel, start, end)  # (in, n) bfloat16, (n,) float32
             y = torch.matmul(rows.to(torch.bfloat16), q_t).float().mul_(s)  # (N, n)
@@ -233,6 +320,16 @@ class Int8Linear(nn.Module):
         if b is not None:
             y = y.add_(b.float())
         return y.to(x.dtype).view(*x.shape[:-1], end - start)
+
+    def _dynamic(self, rows: torch.Tensor, kernel: Kernel, start: int, end: int) -> torch.Tensor:
+        """``rows (q · s)[start:end]ᵀ`` by the dynamic kernel: (N, in) → (N, n)."""
+        if not self.packed_only:
+            return torch.ops.quantized.linear_dynamic(rows, self._copy(kernel, start, end), kernel.seven_bits)
+        products = [
+            torch.ops.quantized.linear_dynamic(rows, packed, kernel.seven_bits)
+            for _, _, packed in self._pieces(kernel, start, end)
+        ]
+        return products[0] if len(products) == 1 else torch.cat(products, dim=-1)
 
     def reference_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """``x (q · s)[start:end]ᵀ + b[start:end]`` in x's dtype: the dequantized weight, ``F.linear``."""
@@ -251,27 +348,56 @@ class Int8Linear(nn.Module):
         ):
             return REFERENCE
         machine_class, features = _this_machine()
-        return kernel_for(machine_class, x.numel() // self.in_features, features)
+        kernel = kernel_for(machine_class, 1 if self.packed_only else x.numel() // self.in_features, features)
+        return kernel if kernel.name == "dynamic" or not self.packed_only else REFERENCE
+
+    def _state(self) -> tuple:
+        """What the packed copies were made from: each buffer's version, storage and dtype (a buffer made under
+        ``torch.inference_mode`` has no version); ``None`` for a packed-only layer's let-go ``weight_int8``."""
+        return tuple(
+            None if t is None else (-1 if t.is_inference() else t._version, t.data_ptr(), t.dtype)
+            for t in (self._buffers.get("weight_int8"), self.weight_scale)
+        )
+
+    def _copies_now(self) -> dict[Any, Any]:
+        """The packed copies, all remade when a buffer changed (see :meth:`_state`)."""
+        state = self._state()
+        copies: tuple[tuple, dict[Any, Any]] | None = self.__dict__.get("_copies")
+        if copies is None or copies[0] != state:
+            self._restore()  # a packed-only layer's values back first: its scales changed, not its int8 values
+            copies = self.__dict__["_copies"] = (self._state(), {})
+        return copies[1]
 
     def _copy(self, kernel: Kernel, start: int, end: int) -> Any:
-        """The copy of rows ``start:end`` that ``kernel`` multiplies by, made once; all are remade when a buffer
-        changed (its version, storage or dtype; a buffer made under ``torch.inference_mode`` has no version)."""
-        state = tuple(
-            (-1 if t.is_inference() else t._version, t.data_ptr(), t.dtype)
-            for t in (self.weight_int8, self.weight_scale)
-        )
-        copies: tuple[tuple, dict[tuple, Any]] | None = self.__dict__.get("_copies")
-        if copies is None or copies[0] != state:
-            copies = self.__dict__["_copies"] = (state, {})
+        """The copy of rows ``start:end`` that ``kernel`` multiplies by, made once."""
+        copies = self._copies_now()
         key = (kernel.name, kernel.backend, start, end)
-        found = copies[1].get(key)
+        found = copies.get(key)
         if found is None:
             with torch.no_grad():
-                found = copies[1][key] = self._make_copy(kernel, start, end)
+                found = copies[key] = self._make_copy(kernel, self.weight_int8, start, end)
         return found
 
-    def _make_copy(self, kernel: Kernel, start: int, end: int) -> Any:
-        q, s = self.weight_int8[start:end], self.weight_scale[start:end].float()  # (n, in), (n,)
+    def _pieces(self, kernel: Kernel, start: int, end: int) -> list[tuple[int, int, Any]]:
+        """A packed-only layer's packing of rows ``start:end``: the pieces (start, end, packed) that cover them. The
+        pieces split the rows at every start and end asked for so far (made again, from the values read back, when
+        a new one falls inside a piece); the ``weight_int8`` buffer is let go once they exist."""
+        copies = self._copies_now()
+        pieces: list[tuple[int, int, Any]] | None = copies.get("pieces")
+        cuts = {0, self.out_features} if pieces is None else {a for a, _, _ in pieces} | {self.out_features}
+        if pieces is None or not {start, end} <= cuts:
+            with torch.no_grad():
+                q = self.weight_int8  # the buffer, or the values read back from the pieces
+                bounds = sorted(cuts | {start, end})
+                pieces = [(a, b, self._make_copy(kernel, q, a, b)) for a, b in zip(bounds, bounds[1:])]
+            copies["pieces"] = pieces
+            if not self.shares_values:
+                self._buffers["weight_int8"] = None  # held once, in the packing
+                self.__dict__["_copies"] = (self._state(), copies)
+        return [p for p in pieces if start <= p[0] and p[1] <= end]
+
+    def _make_copy(self, kernel: Kernel, q: torch.Tensor, start: int, end: int) -> Any:
+        q, s = q[start:end], self.weight_scale[start:end].float()  # (n, in), (n,)
         if kernel.name == "bf16":
             return q.t().to(torch.bfloat16).contiguous(), s  # (in, n)
         zero = torch.zeros(end - start, dtype=torch.long)

@@ -120,14 +120,16 @@ def choose(precision: str, work: str, model: Any = None, device: str = "cpu", ma
 
 
 def apply(model: M, choice: Choice) -> M:
-    """``model`` in ``choice``'s precision, for inference: int8 linear layers (:func:`tformer.quantize`) or the
-    weights in bfloat16 / float16; float32 leaves it as it is. A model saved in int8 stays int8 (it has no float
-    weights to read back)."""
-    from tformer.fast.quantize import is_quantized, quantize
+    """``model`` in ``choice``'s precision, for inference: int8 linear layers and token embeddings
+    (:func:`tformer.quantize`, without keeping the float weights: each int8 layer holds its values once, packed, so
+    the model takes about a quarter of float32's memory) or the weights in bfloat16 / float16; float32 leaves it as
+    it is. A model saved in int8 stays int8 (it has no float weights to read back), its layers packed-only too."""
+    from tformer.fast.quantize import is_quantized, pack_only, quantize
 
     if choice.precision == "int8":
         if not is_quantized(model):
             quantize(model, "int8", keep_float=False)  # in place
+        pack_only(model)
         return model
     if choice.precision in ("bf16", "fp16") and not is_quantized(model):
         return model.to(choice.dtype)

@@ -34,8 +34,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from tformer.checks import check_finite_weights, read_json_object
-from tformer.fast.int8 import Int8Linear
-from tformer.fast.quantize import apply_record, quantization_record
+from tformer.fast.quantize import INT8_MODULES, apply_record, quantization_record
 from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
 
@@ -127,7 +126,7 @@ class PretrainedMixin(torch.nn.Module):
         layers = dict(self.named_modules())
         for key in state_dict:
             name, _, field = key.rpartition(".")
-            if field == "weight_int8" and not isinstance(layers.get(name), Int8Linear):
+            if field == "weight_int8" and not isinstance(layers.get(name), INT8_MODULES):
                 raise ValueError(
                     f"the weights to load are an int8 model's ({key!r}, tformer.quantize) but {name!r} of this "
                     f"{type(self).__name__} is a float layer: it needs float weights (the float32 model the int8 "
