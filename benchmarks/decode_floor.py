@@ -77,6 +77,49 @@ def floor_candidates(model: torch.nn.Module, decoder_only: bool, device: str) ->
     ]
 
 
+def stream_gbs(mb: int = 512, repeats: int = 7) -> float:
+    """The machine's measured rate of reading memory, GB/s: the best of ``repeats`` sums of a float32 buffer of
+    ``mb`` MB (far larger than any cache here), with torch's threads. A decoding step at batch 1 reads every weight
+    once, so no step is faster than its weight bytes ÷ this rate."""
+    import time
+
+    buffer = torch.ones(mb * 250_000)  # mb MB of float32
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return buffer.nbytes / best / 1e9
+
+
+def step_bytes(model: torch.nn.Module, decoder_only: bool) -> dict:
+    """Bytes of weights one cached batch-1 decoding step reads: float32 (4 per weight, bias included) and int8 (what
+    ``tformer.quantize`` keeps: 1 per weight, a float32 scale per output feature, the float32 bias); the KV cache's
+    reads are left out (they grow with the length and are the same for both)."""
+    fp32 = int8 = 0
+    for module, start, end in step_layers(model, decoder_only):
+        n, k = end - start, module.in_features
+        bias = 0 if module.bias is None else 4 * n
+        fp32 += 4 * n * k + bias
+        int8 += n * k + 4 * n + bias
+    return {"fp32": fp32, "int8": int8}
+
+
+def floor_report(model: torch.nn.Module, decoder_only: bool, measured: dict[str, float]) -> dict:
+    """The floor of batch-1 decoding, tokens/s, per precision (the stream rate ÷ the step's weight bytes), and each
+    ``measured`` tokens/s (``{"fp32": …, "int8": …}``) as a fraction of its precision's floor."""
+    rate = stream_gbs()
+    out: dict = {"stream_gb_per_s": round(rate, 2)}
+    for precision, nbytes in step_bytes(model, decoder_only).items():
+        floor = rate * 1e9 / nbytes
+        row = {"weight_mb_per_step": round(nbytes / 1e6, 1), "floor_tokens_per_s": round(floor, 1)}
+        if precision in measured:
+            row["measured_tokens_per_s"] = round(measured[precision], 1)
+            row["fraction_of_floor"] = round(measured[precision] / floor, 3)
+        out[precision] = row
+    return out
+
+
 def main(argv=None) -> dict:
     p = base_parser(__doc__, "runs/bench")
     p.set_defaults(repeats=5, warmup=1)

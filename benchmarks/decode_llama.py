@@ -106,11 +106,28 @@ def candidates(hf, ours, c: dict, batch: int, device: str, int8=None) -> list[Ca
     return out
 
 
+def _floor(ours, batch1: dict | None) -> dict:
+    """benchmarks.decode_floor's floor for this model, with tformer's batch-1 medians (float32, int8) against it."""
+    from benchmarks.decode_floor import floor_report
+
+    measured = {}
+    if batch1:
+        measured = {p: batch1[name]["median"] for p, name in (("fp32", "tformer"), ("int8", "tformer int8"))}
+        measured = {p: v for p, v in measured.items() if v}
+    return floor_report(ours, True, measured)
+
+
 def main(argv=None) -> dict:
     p = base_parser(__doc__, "runs/bench")
     p.set_defaults(repeats=3, warmup=1)
     p.add_argument("--int8", action="store_true", help="also tformer int8 and HF's dynamic int8 (each a copy)")
     p.add_argument("--batch", type=int, action="append", help="only these batch sizes (repeatable)")
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="also the floor of batch-1 decoding per precision (measured stream rate / weight bytes per step) and "
+        "tformer's batch-1 tokens/s as a fraction of it (benchmarks.decode_floor)",
+    )
     args = p.parse_args(argv)
     c = QUICK if args.quick else FULL
     if args.batch:
@@ -135,6 +152,7 @@ def main(argv=None) -> dict:
                 anchor="HF generate",
             )
         kv = kv_bytes_per_token(ours, c)
+        floor = _floor(ours, results.get("smollm2-shape b1")) if args.floor else None
         machine = machine_info(args, None)
     payload = {
         "benchmark": "decode_llama",
@@ -145,6 +163,15 @@ def main(argv=None) -> dict:
         "kv_cache": kv,
         "results": results,
     }
+    if floor is not None:
+        payload["floor"] = floor
+        for precision in ("fp32", "int8"):
+            row = floor[precision]
+            print(
+                f"floor {precision}: {row['weight_mb_per_step']} MB/step at {floor['stream_gb_per_s']} GB/s = "
+                f"{row['floor_tokens_per_s']} tokens/s; tformer {row.get('measured_tokens_per_s')} "
+                f"({row.get('fraction_of_floor')} of it)"
+            )
     print(
         f"greedy ids equal HF's: {same}; KV cache {kv['kv_bytes_per_token']:,.0f} bytes/token "
         f"(multi-head: {kv['mha_kv_bytes_per_token']:,.0f}, ×{kv['ratio_vs_mha']:.2f})"
