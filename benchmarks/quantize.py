@@ -1,6 +1,6 @@
 """bf16 and int8 inference (issue 33): quality per precision against float32, and int8's speed, in one process.
 
-    python -m benchmarks.quantize                         # trains a char GPT (300 steps) and a BERT (300): minutes
+    python -m benchmarks.quantize                         # trains a char GPT (300 steps), a BERT (700): minutes
     python -m benchmarks.quantize --no-speed              # the quality measures only (they need no quiet machine)
     python -m benchmarks.quantize --run runs/lm           # a GPT run or model directory instead (its text: --data)
     python -m benchmarks.quantize --quick                 # tiny sizes, one round: proves the script works (seconds)
@@ -49,7 +49,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from benchmarks.common import SHARED_DATA, Candidate, base_parser, compare, machine_info, session, write_report
+from benchmarks.common import (
+    SHARED_DATA,
+    Candidate,
+    base_parser,
+    compare,
+    machine_info,
+    markdown_table,
+    session,
+    write_report,
+)
 from benchmarks.quantize_quality import PRECISIONS, at_precision, fill_mask_and_own_text, markdown
 
 SIZES = {
@@ -366,10 +375,11 @@ def main(argv=None) -> dict:
         "results": results,
     }
     report = write_report(args.out, "quantize", payload, "tokens or sentences/s")
-    table = markdown(quality)
-    with (Path(args.out) / "quantize.md").open("a", encoding="utf-8") as f:
-        f.write("\n" + table)
-    print("\n" + table)
+    md = Path(args.out) / "quantize.md"
+    speed_table = markdown_table(results, "tokens or sentences/s")
+    text = md.read_text(encoding="utf-8").replace(speed_table, speed_table if results else "Speed: not measured.")
+    md.write_text(text + "\n" + markdown(quality), encoding="utf-8")
+    print("\n" + markdown(quality))
     if any(math.isnan(quality["logits"][p]["max_abs"]) for p in PRECISIONS[1:]):
         raise RuntimeError(f"NaN logits: {quality['logits']}")
     return report

@@ -5,12 +5,14 @@ Every precision is reached the way the commands reach it (:func:`at_precision`: 
 ``choose`` and ``apply``, what ``--precision bf16`` / ``--precision int8`` run), on a copy of the float32 model.
 
 * **Fill-mask** (:func:`fill_mask_quality`): a BERT with its MLM head pretrained here (``tformer.bert.train``, what
-  ``tformer train bert`` runs: MLM + NSP, preset ``small``, a fixed number of steps) on Multi30k's English training
-  side; then each of ``texts`` sentences of Multi30k's English validation side (never trained on) with one whole word
-  replaced by ``[MASK]`` (a word that is one WordPiece token, at most ``ceil(texts / lines)`` per line, picked by a
-  seeded random), filled by ``tformer.bert.fill_mask`` (the code ``tformer fill-mask`` prints from) in float32, bf16
-  and int8. Reported: how often bf16's and int8's top-1 token equals float32's (the issue's goal: >= 95%), and each
-  precision's top-1 accuracy against the word that was there (how good the model is: context for the agreement).
+  ``tformer train bert`` runs: MLM + NSP, preset ``small``, 700 steps: a few minutes) on Multi30k's English training
+  side; then sentences of Multi30k's English validation side (never trained on) with one whole word replaced by
+  ``[MASK]`` (a word that is one WordPiece token, at most ``ceil(texts / lines)`` per line, picked by a seeded
+  random), ``texts`` of them, filled by ``tformer.bert.fill_mask`` (the code ``tformer fill-mask`` prints from) in
+  float32, bf16 and int8. Reported: how often bf16's and int8's top-1 token equals float32's (the issue's goal:
+  >= 95%), also over only the positions where float32's top-1 is not its commonest one (a model this short-trained
+  still guesses a frequent word often, and agreeing on a constant guess is easy); each precision's top-1 accuracy
+  against the word that was there, beside always guessing the commonest hidden word; the distinct top-1 tokens.
 * **Own text** (:func:`own_text_quality`): the Llama of ``benchmarks.decode_llama`` (random weights, SmolLM2-135M's
   shape, converted with ``from_hf``) samples ``rows`` × ``tokens`` tokens after a BOS token at temperature 1 (seed
   0) in float32; each sequence is then scored teacher-forced, one forward pass each, in float32, bf16 and int8:
@@ -28,6 +30,7 @@ import copy
 import math
 import random
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -37,8 +40,12 @@ from benchmarks.common import SHARED_DATA
 PRECISIONS = ("float32", "bf16", "int8")  # report names; the commands' --precision spells float32 fp32
 MLM = {
     "full": dict(
-        train=dict(preset="small", max_len=64, batch_size=32, vocab_size=4000, lr=1e-3, warmup_steps=100),
-        steps=300,
+        # a constant 5e-4 after warmup: with the inverse square root (or at 1e-3 / 2e-3) 300-800 steps ended on the
+        # unigram plateau, the top-1 'a' at 77-100% of the masked words; this ends at 'a' for about half of them
+        train=dict(
+            preset="small", max_len=64, batch_size=32, vocab_size=4000, lr=5e-4, warmup_steps=100, schedule="constant"
+        ),
+        steps=700,
         texts=2000,
         lines=None,
     ),
@@ -120,13 +127,21 @@ def fill_mask_quality(quick: bool, work: Path) -> dict:
         top1[name] = [fill_mask(model, tok, text, top_k=1)[0][0][0] for text, _ in texts]
     truth = [word for _, word in texts]
     n = len(texts)
+    commonest, _ = Counter(top1["float32"]).most_common(1)[0]
+    rest = [k for k, t in enumerate(top1["float32"]) if t != commonest]  # where a constant guess would not agree
+
+    def agreement(p: str, where) -> float:
+        return sum(top1[p][k] == top1["float32"][k] for k in where) / max(len(where), 1)
+
     return {
         "model": {"preset": sizes["train"]["preset"], "d_model": f32.config.d_model, "steps": sizes["steps"]},
         "positions": n,
-        "agreement_with_float32": {
-            p: sum(a == b for a, b in zip(top1[p], top1["float32"])) / n for p in PRECISIONS if p != "float32"
-        },
+        "agreement_with_float32": {p: agreement(p, range(n)) for p in PRECISIONS[1:]},
         "top1_accuracy": {p: sum(a == b for a, b in zip(top1[p], truth)) / n for p in PRECISIONS},
+        "distinct_top1": {p: len(set(top1[p])) for p in PRECISIONS},
+        "float32_commonest": {"token": commonest, "share": 1 - len(rest) / n},
+        "agreement_elsewhere": {"positions": len(rest)} | {p: agreement(p, rest) for p in PRECISIONS[1:]},
+        "hidden_word_majority": Counter(truth).most_common(1)[0][1] / n,  # accuracy of always guessing it
     }
 
 
@@ -215,8 +230,16 @@ def markdown(quality: dict) -> str:
             f"| fill-mask ({fm['positions']:,} masked held-out words): top-1 equal to float32's | — | "
             + " | ".join(f"{100 * agree[p]:.2f}%" for p in PRECISIONS[1:])
             + " |",
-            "| fill-mask: top-1 accuracy against the hidden word | "
+            f"| the same, at the {fm['agreement_elsewhere']['positions']:,} positions where float32's top-1 is not its "
+            f"commonest ({fm['float32_commonest']['token']!r}, {100 * fm['float32_commonest']['share']:.1f}%) | — | "
+            + " | ".join(f"{100 * fm['agreement_elsewhere'][p]:.2f}%" for p in PRECISIONS[1:])
+            + " |",
+            "| fill-mask: top-1 accuracy against the hidden word (always its commonest: "
+            f"{100 * fm['hidden_word_majority']:.2f}%) | "
             + " | ".join(f"{100 * acc[p]:.2f}%" for p in PRECISIONS)
+            + " |",
+            "| fill-mask: distinct top-1 tokens | "
+            + " | ".join(str(fm["distinct_top1"][p]) for p in PRECISIONS)
             + " |",
         ]
     ot = quality.get("own_text")
