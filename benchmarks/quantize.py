@@ -225,8 +225,10 @@ def encoder_candidates(config: dict, variants: dict, batch: int, seq: int) -> tu
     return candidates, (f32, ids, mask)
 
 
-def onnx_candidates(f32, ids, mask, work: Path) -> tuple[list[Candidate], dict]:
-    """ONNX Runtime float32 and dynamic int8 of the same encoder and batch, if onnxruntime and onnx are installed."""
+def onnx_candidates(f32, ids, mask, work: Path, batches: list | None = None) -> tuple[list[Candidate], dict]:
+    """ONNX Runtime float32 and dynamic int8 of the same encoder and batch, if onnxruntime and onnx are installed.
+    ``batches`` ((ids, mask) pairs of any shapes): each candidate runs all of them (the graph is exported with a
+    dynamic batch and length) and returns their sentence count; by default the one batch ``ids``, ``mask``."""
     try:
         import onnxruntime as ort
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -243,7 +245,10 @@ def onnx_candidates(f32, ids, mask, work: Path) -> tuple[list[Candidate], dict]:
 
     path, qpath = work / "encoder.onnx", work / "encoder.int8.onnx"
     try:
-        torch.onnx.export(Encoder(f32).eval(), (ids, mask), str(path), input_names=["ids", "mask"], dynamo=False)
+        axes = {name: {0: "batch", 1: "length"} for name in ("ids", "mask")}
+        torch.onnx.export(
+            Encoder(f32).eval(), (ids, mask), str(path), input_names=["ids", "mask"], dynamic_axes=axes, dynamo=False
+        )
         quantize_dynamic(str(path), str(qpath), weight_type=QuantType.QInt8)
     except Exception as err:  # an exporter that cannot trace the model: say so, measure the rest
         return [], {"skipped": f"export failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"}
@@ -252,15 +257,26 @@ def onnx_candidates(f32, ids, mask, work: Path) -> tuple[list[Candidate], dict]:
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
     feeds = {"ids": ids.numpy(), "mask": mask.numpy()}
+    every = [{"ids": i.numpy(), "mask": m.numpy()} for i, m in (batches or [(ids, mask)])]
+    sentences = sum(f["ids"].shape[0] for f in every)
     candidates, info = [], {"onnxruntime": ort.__version__}
     with torch.inference_mode():
         expected = f32(ids, attention_mask=mask)  # (B, T, D)
     for name, p in (("ONNX Runtime float32", path), ("ONNX Runtime int8 (dynamic)", qpath)):
         session_ = ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"])
-        candidates.append(Candidate(name, lambda s=session_: (s.run(None, feeds), ids.shape[0])[1]))
+        candidates.append(Candidate(name, lambda s=session_: ([s.run(None, f) for f in every], sentences)[1]))
         got = torch.from_numpy(session_.run(None, feeds)[0])
         info[f"{name}: max |hidden - float32| / max |hidden|"] = _relative_gap(expected, got)
+        info[f"{name}: min cosine of mean-pooled embeddings to float32's"] = _pooled_cosine(expected, got, mask)
     return candidates, info
+
+
+def _pooled_cosine(expected: torch.Tensor, got: torch.Tensor, mask: torch.Tensor) -> float:
+    """The smallest cosine between the mean-pooled sentence embeddings of two (B, T, D) hidden states."""
+    from tformer.bert.embeddings import mean_pool
+
+    mask = mask.bool()
+    return float(torch.nn.functional.cosine_similarity(mean_pool(expected, mask), mean_pool(got, mask), dim=-1).min())
 
 
 def _relative_gap(expected: torch.Tensor, got: torch.Tensor) -> float:
