@@ -21,6 +21,7 @@ BENCHMARKS = {
     "bert_pretrain": "MLM and NSP accuracy on held-out text after N minutes of pretraining, with chance baselines",
     "explore": "tformer explore: ms from request to answer per API call (toy; 6-layer GPT at 32 and 256 tokens)",
     "quantize": "tformer.quantize(model, 'int8') vs float32: perplexity, logits, greedy ids, file size, decode/encoder speed",
+    "memory": "resident MB of four models in float32 and in int8 (--precision int8), each in a fresh process",
     "api_shape": "the API's shape: CLI lines, declarations of shared settings, module switches text -> loss / token",
 }
 

@@ -229,3 +229,16 @@ def test_api_shape_counts_the_cli_the_settings_and_the_module_switches(tmp_path)
     for path in ("translation_text_to_loss", "gpt_prompt_to_first_token"):
         assert result[path]["switches"] >= result[path]["distinct_switches"] > 3
         assert "tformer.nn.attention" in result[path]["module_list"]
+
+
+def test_memory_measures_float32_and_int8_in_fresh_processes(tmp_path):
+    """``benchmarks.memory --quick``: each model in float32 and int8 in a child process of its own; the int8 model's
+    tensors (its packings included) take under three quarters of float32's bytes (tiny tables stay float), and the report has a row per model."""
+    from benchmarks.__main__ import run
+
+    report = run("memory", ["--quick", "--out", str(tmp_path), "--models", "gpt", "marian"])
+    assert report["benchmark"] == "memory" and set(report["results"]) == {"gpt", "marian"}
+    for row in report["results"].values():
+        assert row["fp32"]["tensor_bytes"]["total"] > 0 and 0 < row["ratio_tensors"] < 0.75
+        assert row["fp32"]["resident_trimmed_mb"] > 0
+    assert "| model |" in (tmp_path / "memory.md").read_text()
