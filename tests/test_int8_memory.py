@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import tformer
-from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, fast
 from tformer.cli import main
 from tformer.fast import precision
 from tformer.fast.int8 import Int8Linear
@@ -222,3 +222,33 @@ def test_a_file_written_before_packed_only_layers_existed_still_loads(tmp_path):
     loaded = tformer.load(tmp_path / "old").model
     assert not any(m.packed_only for m in loaded.modules() if isinstance(m, Int8Linear))
     assert torch.equal(_logits(loaded, IDS % 40), _logits(model, IDS % 40))
+
+
+@pytest.mark.skipif(not Int8Linear(4, 4)._kernel(torch.zeros(1, 4)).name == "dynamic", reason="no int8 kernel here")
+def test_decodings_one_row_product_equals_the_general_path_and_follows_changed_buffers():
+    """A packed-only layer's one-row float32 product (decoding's, worked out once) gives the numbers of the general
+    path (the same product as a batch of two rows' first row, and the dequantized reference within int8's rounding
+    of x), for a fused projection's rows too; scales changed in place, a new bias or a new scale buffer take effect."""
+    torch.manual_seed(0)
+    layer = precision.apply(nn.Sequential(nn.Linear(64, 96)), precision.Choice("int8", "as asked"))[0]
+    x = torch.randn(1, 1, 64)
+    with torch.inference_mode():
+        first = layer(x)  # packs, lets the int8 buffer go
+        assert layer._buffers["weight_int8"] is None
+        again, rows = layer(x), layer.forward_rows(x, 32, 96)
+        assert torch.equal(first, again) and torch.equal(rows, layer.forward_rows(x, 32, 96))
+        two = layer(torch.cat([x, torch.zeros_like(x)], dim=1))[:, :1]  # the general path (rows scaled each)
+        assert (again - two).abs().max() <= 1e-5 * again.abs().max()
+        with fast.reference():
+            assert (again - layer(x)).abs().max() <= 0.02 * again.abs().max()
+            assert torch.allclose(rows, layer(x)[..., 32:], atol=0.02 * float(rows.abs().max()))
+    bias = layer.bias.clone()
+    with torch.no_grad():
+        layer.weight_scale.mul_(2)  # in place: the packing is made again from the new scales
+    with torch.inference_mode():
+        doubled = layer(x)
+        assert (doubled - (2 * (again - bias) + bias)).abs().max() <= 1e-4 * doubled.abs().max()
+        layer.bias = torch.zeros(96)  # a new bias buffer
+        assert torch.allclose(layer(x), doubled - bias, atol=1e-6)
+        layer.weight_scale = layer.weight_scale / 2  # a new scale buffer
+        assert (layer(x) - (again - bias)).abs().max() <= 1e-4 * again.abs().max()

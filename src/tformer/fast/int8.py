@@ -31,17 +31,13 @@ Measured on this project's avx512_bf16 class (AMD EPYC, family 26 = Zen 5, 2 cor
     16         23.1 ms          2.49 ms          2.64 ms            7.46 ms                    7.6 ms
     512       322   ms         45.7  ms         37.6  ms          205    ms                   79   ms
 
-``_weight_int8pack_mm`` with float32 x took 42 ms at one row and 708 ms at 16; ``torch._int_mm`` with x quantized
-per row 7.4 / 4.3 / 54 ms. End to end (``python -m benchmarks.quantize --kernels all --threads 1``, medians of 5
-alternating rounds): greedy decoding at batch 1 of a GPT 6 × 384 (vocab 8000) ran 2.32× float32's tokens/s with
-fbgemm, 1.50× with oneDNN, 0.86× with the bf16 kernel; a MiniLM-shaped encoder at 32 × 128 tokens 2.65× float32
-with fbgemm, 3.39× with oneDNN, 2.80× with bf16 (ONNX Runtime's dynamic int8 of the same encoder: 2.87×), every
-dynamic kernel with a scale per row. So on this class decoding runs ``dynamic`` with fbgemm's packing and batched
-work with oneDNN's; a GPT that reads a long prompt (a prefill of more than :data:`DECODE_ROWS` rows) and then
-decodes holds both packings. On the amx class issue 33 measured fbgemm's dynamic int8 1.73× faster than float32 for batch-1 products,
-``_weight_int8pack_mm`` 8–9× slower, and bfloat16 matrix products 6.7× faster than float32 (AMX tiles): decoding
-runs ``dynamic`` and batched work ``bf16`` there; the avx2 and avx512 classes run ``dynamic`` with 7-bit x. Those
-three rows are taken from the issue's figures, not measured with this code: the docs say so.
+``_weight_int8pack_mm`` with float32 x: 42 / 708 ms at 1 / 16 rows; ``torch._int_mm`` (x quantized per row) 7.4 /
+4.3 / 54 ms. End to end (``benchmarks.quantize --kernels all``): a 6 × 384 GPT decoded at batch 1 2.32× float32
+with fbgemm, 1.50× with oneDNN, 0.86× with bf16; a MiniLM-shaped encoder (32 × 128 tokens) ran 2.65× / 3.39× /
+2.80×. So decoding runs ``dynamic`` with fbgemm's packing and, by default, batched work oneDNN's. On the amx class
+issue 33 measured fbgemm's dynamic int8 1.73× float32 at batch 1, ``_weight_int8pack_mm`` 8–9× slower and bfloat16
+products 6.7× faster (AMX tiles): decoding runs ``dynamic``, batched work ``bf16`` there; the avx2 and avx512
+classes run ``dynamic`` with 7-bit x. Those rows come from the issue's figures, not from this code.
 
 A model whose matrices are small gains nothing: the dynamic kernel costs about 11 µs a call whatever its size, and
 a 128-wide char GPT decoded at 0.67× float32's speed (its float32 products take 7 µs). int8 pays from a few hundred
@@ -52,20 +48,15 @@ buffer changes: ``load_state_dict``, ``.to()``). A layer holds its int8 values i
 
 * by default, the ``weight_int8`` buffer and, beside it, one packed copy per kernel used (a GPT that reads a long
   prompt and then decodes packs for fbgemm and for oneDNN): two or three bytes per weight resident;
-* ``packed_only`` (what :func:`tformer.fast.quantize.quantize` makes with ``keep_float=False``, as the CLI's
-  ``--precision int8`` does, and what ``tformer.load`` makes of an int8 directory): one packing, for the class's
-  decoding kernel, used for products of any number of rows, and the ``weight_int8`` buffer let go once it is made,
-  so the int8 values are held once (one byte per weight). fbgemm's packing is that one on every class listed:
-  PyTorch's oneDNN packing keeps a copy of the int8 tensor it was made from beside its own layout (measured: 2.0
-  bytes per weight against fbgemm's 1.0), so a packed-only layer on the avx512_bf16 class runs batched work with
-  fbgemm too, about 20% slower than oneDNN at 512 rows (45.7 against 37.6 ms above; a MiniLM-shaped encoder 2.65×
-  float32 instead of 3.39×): the price of keeping a model within 30% of float32's memory. The int8 values come
-  back from the packing, exactly (``linear_unpack`` gives the int8 values and the scales it was given), whenever
-  something reads them: ``weight_int8`` and ``weight``, the state dict (a saved file is byte for byte the one
-  written before the first product), the reference product, ``.to()`` to another device, a deep copy or a pickle,
-  ``load_state_dict``. A layer whose products need rows ``start:end`` of its matrix (cross-attention's W_Q apart
-  from W_K, W_V) holds its packing in pieces that split the rows there, never overlapping. A head tied to an int8
-  embedding (:mod:`tformer.fast.int8_embedding`) reads the embedding's table: it keeps that buffer (the embedding
+* ``packed_only`` (``quantize(keep_float=False)``, the CLI's ``--precision int8``, an int8 directory loaded): one
+  packing, fbgemm's on every class listed, for products of any number of rows, and the ``weight_int8`` buffer let
+  go once it is made: one byte per weight. (PyTorch's oneDNN packing keeps a copy of the int8 tensor beside its own
+  layout, 2.0 bytes per weight, so batched work runs fbgemm here too: about 20% slower than oneDNN at 512 rows.)
+  The int8 values come back from the packing exactly (``linear_unpack``) whenever something reads them:
+  ``weight_int8``, ``weight``, the state dict (a saved file is byte for byte the one written before the first
+  product), the reference product, ``.to()`` to another device, a deep copy or a pickle, ``load_state_dict``. A
+  fused projection's rows ``start:end`` (cross-attention's W_Q apart from W_K, W_V) are packed in pieces split
+  there. A head tied to an int8 embedding (:mod:`tformer.fast.int8_embedding`) keeps that buffer (the embedding
   looks up in it) and packs its own copy.
 
 Dimension legend: N rows of the product (B × T), n output features computed, in input features.
@@ -303,6 +294,11 @@ class Int8Linear(nn.Module):
 
     def forward_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Output features ``start:end`` only (W_Q, or W_K and W_V, of a fused projection): (..., end − start)."""
+        ready = self._one_row(x, start, end)
+        if ready is not None:  # decoding's product: one float32 row, a packed-only layer (see _one_row)
+            packed, b, seven_bits = ready
+            y = torch.ops.quantized.linear_dynamic(x, packed, seven_bits)  # (..., n): the kernel keeps x's leading dims
+            return y if b is None else y.add_(b)
         kernel = self._kernel(x)
         if kernel.name == "reference":
             return self.reference_rows(x, start, end)
@@ -320,6 +316,38 @@ class Int8Linear(nn.Module):
         if b is not None:
             y = y.add_(b.float())
         return y.to(x.dtype).view(*x.shape[:-1], end - start)
+
+    def _one_row(self, x: torch.Tensor, start: int, end: int) -> tuple | None:
+        """(packed, bias, seven_bits) for one float32 row ``x`` times rows ``start:end`` of a packed-only layer held in
+        one piece (decoding's product, a hundred times a token), worked out once and kept with the packed copies
+        with the scale and bias buffers it came from (a new buffer, or scales changed in place, make it again);
+        None for any other product: the general path."""
+        if (
+            x.dtype is not torch.float32
+            or x.numel() != self.in_features
+            or not self.packed_only
+            or self._buffers.get("weight_int8") is not None  # not packed yet, or a tied head's shared table
+            or x.requires_grad
+            or not _SWITCH.on
+            or not x.is_cpu
+            or torch.compiler.is_compiling()
+        ):
+            return None
+        copies, scale = self.__dict__.get("_copies"), self.weight_scale
+        version = -1 if scale.is_inference() else scale._version
+        found = None if copies is None else copies[1].get(("one row", start, end))
+        if found is not None and found[0] is scale and found[1] == version and found[2] is self._buffers["bias"]:
+            return found[3]
+        kernel = self._kernel(x)
+        if kernel.name != "dynamic":
+            return None
+        pieces = self._pieces(kernel, start, end)  # (re)makes the packing when the buffers changed
+        if len(pieces) != 1:
+            return None
+        b = _rows(self.bias, start, end)
+        ready = (pieces[0][2], None if b is None else b.float(), kernel.seven_bits)
+        self.__dict__["_copies"][1][("one row", start, end)] = (scale, version, self._buffers["bias"], ready)
+        return ready
 
     def _dynamic(self, rows: torch.Tensor, kernel: Kernel, start: int, end: int) -> torch.Tensor:
         """``rows (q · s)[start:end]ᵀ`` by the dynamic kernel: (N, in) → (N, n)."""
