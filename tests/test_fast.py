@@ -19,6 +19,7 @@ from tformer.fast import attention as fast_attention
 from tformer.fast import dropout as fast_dropout
 from tformer.fast import linear as fast_linear
 from tformer.fast import losses as fast_losses
+from tformer.fast import reference as fast_reference
 from tformer.generation import beam_search, generate_lm, translate_ids
 from tformer.nn import attention, losses
 from tformer.nn.cache import LayerKV
@@ -479,3 +480,31 @@ def test_speed_up_swaps_every_attention_and_a_hooked_one_runs_the_plain_forward(
         with hooks.capture(model, "decoder.layers.0.self_attn.hook_q"):
             model(SRC, TGT)
         assert len(fast_masks) == 6 + 5  # the hooked layer ran the plain forward
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 576), (3, 7, 64), (5, 32)])
+def test_the_fast_rmsnorm_gives_the_references_numbers_and_gradients(shape):
+    """F.rms_norm in place of the written-out formula: the same float32 numbers and gradients to the last bit; a
+    bfloat16 input and Gemma's weight offset run the reference (its float32 arithmetic, its offset)."""
+    from tformer.fast.norms import RMSNorm as FastRMSNorm
+    from tformer.fast.norms import swap_norms
+    from tformer.nn.norms import RMSNorm
+
+    torch.manual_seed(0)
+    ref = RMSNorm(shape[-1], eps=1e-5)
+    with torch.no_grad():
+        ref.weight.normal_()
+    model = swap_norms(torch.nn.Sequential(ref))
+    fast = model[0]
+    assert type(fast) is FastRMSNorm and fast.weight is ref.weight
+    x = torch.randn(shape, requires_grad=True)
+    fast_out = fast(x)
+    (fast_grad,) = torch.autograd.grad(fast_out.square().sum(), x)
+    with fast_reference():
+        ref_out = fast(x)
+    (ref_grad,) = torch.autograd.grad(ref_out.square().sum(), x)
+    assert torch.equal(fast_out, ref_out) and torch.allclose(fast_grad, ref_grad, rtol=1e-6, atol=1e-6)
+    half = x.detach().bfloat16()
+    assert torch.equal(fast(half), RMSNorm.forward(fast, half))  # computed in float32, as the reference does
+    gemma = swap_norms(torch.nn.Sequential(RMSNorm(shape[-1], weight_offset=1.0)))[0]
+    assert torch.equal(gemma(x), RMSNorm.forward(gemma, x))

@@ -20,6 +20,9 @@ swap                              reference it replaces                faster wh
                                                                        hides anything, one decoding step's reshapes as
                                                                        views, beams attending to their shared source
                                                                        row without a copy, the fast rows of W_Q/W_K/W_V.
+:func:`norms.swap_norms`          :class:`tformer.nn.norms.RMSNorm`     everywhere, in float32: ``F.rms_norm``, one op
+                                                                       for the formula's five (half the time of a
+                                                                       decoding row).
 :func:`losses.sequence_cross_     :func:`tformer.nn.losses.            training on the CPU: the backward written in one
 entropy` (not a module: the       sequence_cross_entropy`              pass from the saved log-softmax, not three over
 tasks' training loss)                                                  the (N, V) logits.
@@ -44,7 +47,7 @@ import contextlib
 
 from torch import nn
 
-from tformer.fast import attention, dropout, int8, linear, losses
+from tformer.fast import attention, dropout, int8, linear, losses, norms
 from tformer.fast.linear import check_copies, forget_copies
 from tformer.fast.losses import sequence_cross_entropy
 from tformer.fast.swap import Switch
@@ -57,12 +60,13 @@ _SWAPS = Switch()  # off inside reference(): speed_up and fast_view swap nothing
 
 def speed_up(model: nn.Module) -> nn.Module:
     """Apply every swap to ``model`` in place (idempotent) and return it: fast :class:`~tformer.fast.linear.Linear`
-    layers, the fast dropout mask, the fast attention forward. Inside :func:`reference`, leave it as it is; an object
+    layers, the fast dropout mask, the fast attention forward, the fast RMSNorm. Inside :func:`reference`, leave it as it is; an object
     that is not an ``nn.Module`` (a stand-in model of a test, say) has nothing to swap and is returned as it is."""
     if _SWAPS.on and isinstance(model, nn.Module):
         linear.swap_linear(model)
         dropout.swap_dropout(model)
         attention.swap_attention(model)
+        norms.swap_norms(model)
     return model
 
 
@@ -81,5 +85,5 @@ def reference():
     runs its reference (``F.linear``, ``F.dropout``, the plain attention function and module, ``F.cross_entropy``,
     the dequantized weights of an int8 layer)."""
     with _SWAPS.off(), linear.reference(), dropout.reference(), attention.reference(), losses.reference():
-        with int8.reference():
+        with int8.reference(), norms.reference():
             yield
