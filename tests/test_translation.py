@@ -258,3 +258,17 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
         "log.jsonl",
     ):
         assert (out / name).stat().st_size > 0, name
+
+
+def test_the_demo_takes_the_training_precision_flag(tmp_path, capsys):
+    """``tformer demo --precision fp32`` trains in float32 as asked (its log's first record says so); int8, an
+    inference precision, is refused in one line naming the flag."""
+    out = tmp_path / "demo"
+    argv = ["demo", "--out", str(out), "--max-steps", "2", "--vocab-size", "300", "--no-progress"]
+    assert main([*argv, "--precision", "fp32"]) == 0
+    assert "precision: fp32 (as asked)" in capsys.readouterr().out
+    assert json.loads((out / "log.jsonl").read_text().splitlines()[0])["precision"] == "fp32"
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--overwrite", "--precision", "int8"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and "--precision" in err[-1] and "int8" in err[-1]

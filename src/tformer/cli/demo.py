@@ -38,8 +38,10 @@ def add_parser(sub) -> None:
         "--preset",
         "--vocab-size",
         "--seed",
+        "--precision",
         "--no-progress",
         defaults=dict(out_dir="runs/demo", max_steps=STEPS, preset="tiny", vocab_size=1000),
+        precision={"choices": ("auto", "fp32", "bf16"), "old": ()},  # training's; int8 is for inference
         overwrite={"help": "delete the earlier run in a non-empty --out and start anew"},
         max_steps={
             "help": f"optimizer steps to train (default {STEPS}: what the built-in corpus needs, with margin)",
@@ -77,6 +79,7 @@ def run(args) -> int:
         minutes=args.minutes,
         eval_every=200,
         seed=args.seed,
+        precision=args.precision,
         progress=args.progress,
         overwrite=args.overwrite,
     )
