@@ -45,13 +45,11 @@ _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # 576 wide 1.74x, 384 wide 1.85x, 256 wide 0.91x (beam 5: 1.07x), 128 wide 0.67x)
 INT8_MIN_WIDTH = 384
 # machine classes on which bfloat16 autocast training measured faster than float32 at equal quality (validation
-# loss at equal steps within 1% of float32's, issue 33's bar), and why auto keeps float32 on a class where it was
-# measured otherwise (docs/benchmarks.md, "bfloat16 training")
+# loss at equal steps within 1% of float32's, issue 33's bar; docs/benchmarks.md, "bfloat16 training"), and why
 TRAINING_BF16: dict[str, str] = {
     "avx512_bf16": "bf16 trained the Multi30k translator 1.9-2.0x faster than float32, validation loss +0.8% at 400 "
     "steps (mean of 4 seeds; the char LM +0.8%); --precision fp32 trains in float32",
 }
-TRAINING_FP32_WHY: dict[str, str] = {}
 M = TypeVar("M", bound=nn.Module)
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -106,8 +104,7 @@ def choose(precision: str, work: str, model: Any = None, device: str = "cpu", ma
     if work == "training":
         if cls in TRAINING_BF16:
             return Choice("bf16", f"auto: on the {cls} class {TRAINING_BF16[cls]}")
-        why = TRAINING_FP32_WHY.get(cls, "bfloat16 training was not measured faster at equal quality")
-        return Choice("fp32", f"auto: {why} on the {cls} class")
+        return Choice("fp32", f"auto: bfloat16 training was not measured faster at equal quality on the {cls} class")
     if work == "measuring":
         return Choice("fp32", "auto: this command measures the model, so it reads the float32 weights it was given")
     if work == "batched":  # the printed numbers are the point: int8 moves MiniLM's similarities by up to 0.012
