@@ -492,8 +492,8 @@ def test_a_korean_lesson_needs_an_english_original(tmp_path):
 
 def _lessons_extension():
     """docs/site/_ext/lessons.py, the site's Sphinx extension, as a module (it needs the docs extra)."""
-    pytest.importorskip("sphinx")
-    pytest.importorskip("jupyter_cache")
+    for module in ("sphinx", "jupyter_cache", "nbformat"):
+        pytest.importorskip(module, reason=f"DOCS EXTRA NOT INSTALLED: {module} (bash scripts/docs.sh installs it)")
     path = ROOT / "docs" / "site" / "_ext" / "lessons.py"
     spec = importlib.util.spec_from_file_location("tformer_docs_lessons", path)
     assert spec is not None and spec.loader is not None
@@ -508,11 +508,11 @@ def test_a_cached_lesson_whose_explorer_page_is_missing_runs_again(tmp_path):
     same page, and the Korean one, whose code is the English one, is served from the English lesson's record."""
     from types import SimpleNamespace
 
+    lessons = _lessons_extension()  # skips without the docs extra, before anything imports from it
     import nbformat
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
 
-    lessons = _lessons_extension()
     site, exports = tmp_path / "site", tmp_path / "explore"
     exports.mkdir()
     (exports / "07-b.html").write_text("<html></html>")  # lesson 7's page is there, lesson 6's is not
@@ -541,6 +541,12 @@ def test_the_docs_build_is_strict_executes_lessons_and_runs_in_ci():
         assert setting in conf
     script = (ROOT / "scripts" / "docs.sh").read_text(encoding="utf-8")
     assert "-W --keep-going" in script and "scripts/setup.sh" in script and ".[dev,docs]" in script
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    # before the tests: tests/test_docs_site.py opens the site it built
-    assert "bash scripts/docs.sh" in ci and ci.index("bash scripts/docs.sh") < ci.index("bash scripts/test.sh")
+    ci = [line for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines() if not line.startswith("#")]
+    steps = [line for line in ci if "bash scripts/" in line and not line.lstrip().startswith("echo")]
+    # the README's test command first, alone (a test that needs the docs extra fails there), then the site, then the
+    # tests that open the site it built, required
+    assert steps == [
+        "TFORMER_DOCS_SITE_TESTS=0 bash scripts/test.sh",
+        "bash scripts/docs.sh",
+        "TFORMER_DOCS_SITE_TESTS=1 bash scripts/test.sh tests/test_docs_site.py tests/test_lessons.py",
+    ]
