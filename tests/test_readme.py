@@ -3,7 +3,10 @@
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
+README_KO = README.with_name("README.ko.md")
 
 
 def test_readme_python_example_runs(tmp_path, monkeypatch):
@@ -95,8 +98,8 @@ def _anchors(markdown: str) -> set[str]:
 
 
 def test_readme_relative_links_point_to_files_that_exist():
-    """Every relative link of the README (and of the docs it links to) names an existing file and heading."""
-    pages = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    """Every relative link of the README, README.ko.md and the docs names an existing file and heading."""
+    pages = [README, README_KO, *sorted((README.parent / "docs").glob("*.md"))]
     checked = 0
     for page in pages:
         text = page.read_text(encoding="utf-8")
@@ -136,8 +139,56 @@ def _resolves(name: str) -> bool:
 
 
 def test_readme_names_exist():
-    """Every dotted ``tformer.x.y`` name of the README and docs/ is importable (no lines about things gone)."""
-    pages = [README, *sorted((README.parent / "docs").glob("*.md"))]
-    names = {n for p in pages for n in re.findall(r"\btformer(?:\.[A-Za-z_]\w*)+", p.read_text(encoding="utf-8"))}
+    """Every dotted ``tformer.x.y`` name of the READMEs and docs/ is importable (no lines about things gone)."""
+    pages = [README, README_KO, *sorted((README.parent / "docs").glob("*.md"))]
+    # ASCII names: in Korean a particle follows a name directly (tformer.hooks.add는)
+    names = {
+        n for p in pages for n in re.findall(r"\btformer(?:\.[A-Za-z_][A-Za-z0-9_]*)+", p.read_text(encoding="utf-8"))
+    }
     missing = sorted(n for n in names if not _resolves(n))
     assert not missing, f"README/docs name things that do not exist: {missing}"
+
+
+def _code_blocks(markdown: str) -> list[str]:
+    """The fenced code blocks of a markdown text, in order."""
+    return re.findall(r"^```[^\n]*\n(.*?)^```", markdown, flags=re.S | re.M)
+
+
+def _without_comments(code: str) -> list[str]:
+    """A code block's lines with their ``#`` comments and blank lines left out: what runs, in either language."""
+    lines = (re.sub(r"(^|\s)#.*", "", line).rstrip() for line in code.splitlines())
+    return [line for line in lines if line.strip()]
+
+
+def _commands_and_flags(markdown: str, *, inline: bool) -> tuple[set[str], set[str]]:
+    """Every ``tformer <command> [<subcommand> ...]`` and every ``--flag`` of a page's code blocks (comments left
+    out), and with ``inline`` of its inline code spans too."""
+    code = [line for block in _code_blocks(markdown) for line in _without_comments(block)]
+    if inline:
+        prose = re.sub(r"^```[^\n]*\n.*?^```", "", markdown, flags=re.S | re.M)
+        code += re.findall(r"`([^`]+)`", prose)  # a span may wrap onto the next line
+    text = "\n".join(code)
+    commands = set(re.findall(r"\btformer(?: [a-z][a-z0-9-]*(?=\s|$))+", text, flags=re.M))
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text))
+    return commands, flags
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["code-blocks", "and-inline-code"])
+def test_the_korean_readme_has_every_command_and_flag_of_the_english_one(inline):
+    """README.ko.md once shortened the command line (no classify, data download, evaluate-lm, ... issue 38): every
+    ``tformer <command>`` and ``--flag`` of README.md's code blocks is in README.ko.md's code blocks, and every one
+    of its inline code (the training flags, `tformer info --system` ...) is in README.ko.md's blocks or inline code."""
+    commands, flags = _commands_and_flags(README.read_text(encoding="utf-8"), inline=inline)
+    assert len(commands) >= 20 and len(flags) >= 45, "the English README's command line was not read"
+    ko_commands, ko_flags = _commands_and_flags(README_KO.read_text(encoding="utf-8"), inline=inline)
+    assert not commands - ko_commands, f"README.ko.md lacks the commands {sorted(commands - ko_commands)}"
+    assert not flags - ko_flags, f"README.ko.md lacks the flags {sorted(flags - ko_flags)}"
+
+
+def test_the_korean_readme_has_the_english_code_blocks():
+    """README.ko.md's code blocks are README.md's, in order, line for line: only the comments are translated."""
+    english = [_without_comments(b) for b in _code_blocks(README.read_text(encoding="utf-8"))]
+    korean = [_without_comments(b) for b in _code_blocks(README_KO.read_text(encoding="utf-8"))]
+    assert len(korean) == len(english), f"README.ko.md has {len(korean)} code blocks, README.md {len(english)}"
+    for n, (en, ko) in enumerate(zip(english, korean), 1):
+        assert ko == en, f"README.ko.md's code block {n} differs from README.md's (besides comments)"
