@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ __all__ = [
     "check_positive_int",
     "read_json_object",
     "load_safetensors",
+    "safetensors_shapes",
+    "check_layers",
     "check_finite_weights",
     "load_tokenizer_file",
     "read_text_file",
@@ -108,6 +112,48 @@ def load_safetensors(path: str | os.PathLike, device: str = "cpu") -> dict[str, 
         ) from None
     check_finite_weights(tensors, path)
     return tensors
+
+
+def safetensors_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape in the safetensors file ``path``, from its header alone (a few kilobytes: no tensor is
+    read), so that a config can be held against its weights before a model of its size is built. Missing:
+    ``FileNotFoundError``; unreadable: the ``ValueError`` of :func:`load_safetensors`."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"weights file {str(path)!r} is missing")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"weights file {str(path)!r} is not a readable safetensors file (truncated or corrupted?): {err}"
+        ) from None
+
+
+def check_layers(found: Iterable[str], prefix: str, says: str, count: int, config: str, weights: str) -> None:
+    """The layers whose weights are ``found`` (tensor names) under ``prefix`` (``"model.layers.{i}"``, matched at a
+    name's start or after a dot) are 0 .. count - 1, no more, no fewer; else a ``ValueError``: ``CONFIG says SAYS, but
+    WEIGHTS holds 2 layers ('model.layers.0' to 'model.layers.1')``. Checked before a model of ``count`` layers is
+    built: a config.json saying 100,000 beside a file of two would otherwise build them all first."""
+    head, tail = prefix.split("{i}")
+    pattern = re.compile(rf"(?:^|\.){re.escape(head)}(\d+){re.escape(tail)}\.")
+    layers: dict[int, str] = {}  # index -> the layer's name as the file writes it ('model.layers.3')
+    for name in found:
+        match = pattern.search(name)
+        if match:
+            layers.setdefault(int(match.group(1)), name[: match.end(1) + len(tail)])
+    if sorted(layers) == list(range(count)):
+        return
+    if not layers:
+        holds = f"no layer ({prefix.replace('{i}', 'N')!r})"
+    elif sorted(layers) == list(range(len(layers))):
+        holds = f"{len(layers)} layer{'s' if len(layers) > 1 else ''} ({layers[0]!r} to {layers[len(layers) - 1]!r})"
+    else:
+        gap = next(i for i in range(max(layers) + 1) if i not in layers)
+        holds = f"layers up to {layers[max(layers)]!r} but not layer {gap}"
+    raise ValueError(f"{config} says {says}, but {weights} holds {holds}")
 
 
 def check_finite_weights(tensors: dict[str, torch.Tensor], path: str | os.PathLike) -> None:

@@ -44,7 +44,7 @@ from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
 from tformer.hf import export as hf_export
 from tformer.hf.directory import declares_hf, load_hf_dir
-from tformer.hf.registry import DECODER_TYPES, MODULES
+from tformer.hf.registry import DECODER_TYPES, MODULES, hf_field
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir
 from tformer.text import normalize
 from tformer.tokenizers import HFTokenizer, Tokenizer, WordPieceTokenizer, load_tokenizer
@@ -327,6 +327,8 @@ def _check_sizes(kind: Kind, config: Any, source: Tokenizer | None, target: Toke
         if kind.source != "hf" and strict:
             check_vocab(files, name, tok.vocab_size, field, size)
         elif tok.vocab_size > size:
+            if kind.source == "hf":  # in the file's words (a Marian's target: decoder_vocab_size)
+                field = hf_field(read_json_object(files / CONFIG_NAME, "model config"), field)
             raise ValueError(
                 f"{str(files / name)!r} has token ids up to {tok.vocab_size - 1} but {str(files / CONFIG_NAME)!r} "
                 f"says {field}={size}: the tokenizer and the model do not belong together"

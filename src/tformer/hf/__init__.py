@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from tformer.fast.quantize import require_float
+from tformer.hf import registry, sizes
 from tformer.hf.common import dtype_from_hf
 from tformer.hf.directory import is_hf_dir, load_hf_dir, load_hf_model
 from tformer.hf.export import export
@@ -103,6 +104,8 @@ def from_hf(
                 "the conversion needs float weights (the float model it was quantized from)"
             )
     config = config_from_hf(hf)
+    shapes = {name: tuple(t.shape) for name, t in hf_state.items() if isinstance(t, torch.Tensor)}
+    sizes.check(registry.shapes(hf), shapes, "the config", lambda name: "the weights")  # before a model is built
     model = build(config).to(dtype) if dtype is not None else build(config)
     load_state(model, state_from_hf(hf_state, config, dtype))
     if not isinstance(source, Mapping):

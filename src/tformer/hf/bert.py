@@ -35,11 +35,13 @@ from tformer.hf.common import (
     dtype_name,
     fuse_qkv,
     hf_activation,
+    make_config,
     refuse,
     rename,
     require,
     split_qkv,
 )
+from tformer.hf.sizes import Dim, Rule, Shapes, dim
 from tformer.models.bert import Bert, BertConfig
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "state_from_hf",
     "state_to_hf",
     "load_state",
+    "shapes",
 ]
 
 ARCHITECTURES = {"bert": "BertForPreTraining"}  # with a classifier: BertForSequenceClassification
@@ -78,6 +81,22 @@ FIELDS: Fields = {  # the kind of each field read, and whether null is allowed
     "position_embedding_type": ("str", True),
     "is_decoder": ("bool", True),
     "add_cross_attention": ("bool", True),
+}
+
+CONFIG_NAMES = {  # each BertConfig field read from config.json -> that field (messages use the file's words)
+    "vocab_size": "vocab_size",
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_layers": "num_hidden_layers",
+    "d_ff": "intermediate_size",
+    "max_len": "max_position_embeddings",
+    "n_segments": "type_vocab_size",
+    "dropout": "hidden_dropout_prob",
+    "attn_dropout": "attention_probs_dropout_prob",
+    "activation": "hidden_act",
+    "norm_eps": "layer_norm_eps",
+    "pad_id": "pad_token_id",
+    "num_labels": "num_labels",
 }
 
 # HF BERT weight names -> ours: the prefix rules first, then the one rename that matches.
@@ -153,7 +172,10 @@ def config_from_hf(hf: Mapping, num_labels: int | None = None) -> BertConfig:
         raise ValueError(f"from_hf: the BERT config has no {', '.join(map(repr, missing))} (not a BERT config?)")
     check_fields({"model_type": "bert", **hf}, FIELDS)  # types and ranges, naming the field
     pad = hf.get("pad_token_id")
-    return BertConfig(
+    return make_config(
+        BertConfig,
+        {"model_type": "bert", **hf},
+        CONFIG_NAMES,
         vocab_size=hf["vocab_size"],
         d_model=hf["hidden_size"],
         n_heads=hf["num_attention_heads"],
@@ -168,6 +190,31 @@ def config_from_hf(hf: Mapping, num_labels: int | None = None) -> BertConfig:
         pad_id=0 if pad is None else pad,
         num_labels=num_labels,
     )
+
+
+def shapes(hf: Mapping) -> Shapes:
+    """The shape each size field of a BERT ``config.json`` gives the weights (:mod:`tformer.hf.sizes`)."""
+    vocab, d, ff = dim(hf, "vocab_size"), dim(hf, "hidden_size"), dim(hf, "intermediate_size")
+    layer = "encoder.layer.{i}."
+    rules = [
+        Rule("embeddings.word_embeddings", (vocab, d)),
+        Rule("embeddings.position_embeddings", (dim(hf, "max_position_embeddings"), d)),
+        Rule("embeddings.token_type_embeddings", (dim(hf, "type_vocab_size"), d)),
+        Rule("embeddings.LayerNorm", (d,)),
+        *[Rule(f"{layer}attention.self.{name}", (d, d)) for name in ("query", "key", "value")],
+        Rule(layer + "attention.output.dense", (d, d)),
+        Rule(layer + "attention.output.LayerNorm", (d,)),
+        Rule(layer + "intermediate.dense", (ff, d)),
+        Rule(layer + "output.dense", (d, ff)),
+        Rule(layer + "output.LayerNorm", (d,)),
+        Rule("pooler.dense", (d, d)),
+        Rule("cls.predictions.transform.dense", (d, d)),
+        Rule("cls.predictions.transform.LayerNorm", (d,)),
+        Rule("cls.predictions.decoder", (vocab, d)),
+        Rule("cls.predictions", (), (vocab,)),  # its bias, ``cls.predictions.bias``
+        Rule("cls.seq_relationship", (Dim("2 (is next, is not)", 2), d)),
+    ]
+    return Shapes(rules, {"encoder.layer.{i}": dim(hf, "num_hidden_layers")})
 
 
 def check(config: BertConfig) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -24,6 +24,8 @@ __all__ = [
     "hf_activation",
     "Fields",
     "check_fields",
+    "make_config",
+    "in_own_words",
     "Names",
     "translate",
     "rename",
@@ -117,6 +119,31 @@ def _check(where: str, field: str, value: Any, kind: str) -> None:
     test, expected = _KINDS[kind]
     if not test(value):
         raise ValueError(f"{where} {field}={value!r} must be {expected}")
+
+
+C = TypeVar("C")
+
+
+def make_config(cls: Callable[..., C], hf: Mapping, names: Mapping[str, str], **fields: Any) -> C:
+    """``cls(**fields)``, our config read from the Hugging Face config ``hf``; a value it refuses is said in the
+    file's own words: ``names`` maps each of our fields to the config.json field it was read from, so
+    ``GPTConfig.d_model must be divisible by n_heads`` reaches the user as ``hidden_size must be divisible by
+    num_attention_heads``."""
+    try:
+        return cls(**fields)
+    except ValueError as err:
+        where = f"{hf.get('model_type')} config" if isinstance(hf.get("model_type"), str) else "config"
+        raise ValueError(f"{where}: {in_own_words(str(err), getattr(cls, '__name__', ''), names)}") from None
+
+
+def in_own_words(message: str, config_class: str, names: Mapping[str, str]) -> str:
+    """``message`` (a refusal by our ``config_class``) with each of our field names replaced by the Hugging Face one
+    it maps to (``names``): ``GPTConfig.d_model`` and ``d_model`` → ``hidden_size``; a field read from no config.json
+    field loses its class (``positional='rope' needs ...``), and the class alone becomes "this config"."""
+    fields = "|".join(sorted(map(re.escape, names), key=len, reverse=True)) or "(?!)"
+    message = re.sub(rf"\b(?:{config_class}\.)?({fields})\b", lambda m: names[m.group(1)], message)
+    message = re.sub(rf"\b{config_class}\.", "", message)
+    return re.sub(rf"\b{config_class}\b", "this config", message)
 
 
 def pad_id(hf: Mapping) -> int | None:

@@ -27,15 +27,15 @@ Dimension legend: V vocabulary size, D model dim.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from tformer.checks import load_safetensors, read_json_object
-from tformer.hf import bert, gpt2, llama, registry
+from tformer.checks import load_safetensors, read_json_object, safetensors_shapes
+from tformer.hf import bert, gpt2, llama, registry, sizes
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
@@ -45,6 +45,7 @@ __all__ = [
     "is_hf_dir",
     "read_hf_config",
     "read_hf_weights",
+    "check_hf_sizes",
     "load_hf_model",
     "load_hf_dir",
     "read_hf_bert_dir",
@@ -110,27 +111,59 @@ def read_hf_config(directory: str | os.PathLike) -> tuple[dict[str, Any], GPTCon
 def read_hf_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tensor], Path]:
     """The weights (Hugging Face names, as stored: bf16 stays bf16 until copied into the model, half the memory
     of float32) of ``directory``, and the file that lists them (model.safetensors or the index)."""
+    source, files = _weight_files(Path(directory))
+    if source.name == WEIGHTS:
+        return _floating(load_safetensors(source), source), source  # finite, checked by load_safetensors
+    state: dict[str, torch.Tensor] = {}
+    for shard, names in files.items():
+        assert names is not None
+        tensors = _floating(load_safetensors(shard), shard)  # missing, empty, truncated, NaN: one line naming it
+        _lacks(shard, names, tensors.keys(), source)
+        state.update({k: tensors[k] for k in names})
+        del tensors
+    return state, source
+
+
+def check_hf_sizes(directory: str | os.PathLike, hf: Mapping[str, Any], shapes: sizes.Shapes | None = None) -> None:
+    """The sizes of ``directory``'s config.json (``hf``) against the shapes its weights files declare in their headers
+    (:mod:`tformer.hf.sizes`; no tensor is read), before a model of those sizes is built: a field that disagrees is
+    one line naming it, the tensor and the file. ``shapes``: what the config gives (default: by its model_type)."""
     directory = Path(directory)
+    source, files = _weight_files(directory)
+    found: dict[str, tuple[int, ...]] = {}
+    held_by: dict[str, Path] = {}
+    for file, names in files.items():
+        header = safetensors_shapes(file)  # empty, truncated, not safetensors: one line naming it
+        if names is not None:
+            _lacks(file, names, header.keys(), source)
+        for name in header if names is None else names:
+            found[name], held_by[name] = header[name], file
+    shapes = registry.shapes(hf) if shapes is None else shapes
+    sizes.check(
+        shapes, found, f"model config {str(directory / CONFIG)!r}", lambda name: repr(str(held_by.get(name, source)))
+    )
+
+
+def _weight_files(directory: Path) -> tuple[Path, dict[Path, set[str] | None]]:
+    """The file that lists the weights (model.safetensors, or the index of a sharded directory) and each file to read
+    with the weight names it holds (None: all of them, a single file)."""
     single, index = directory / WEIGHTS, directory / INDEX
     if single.is_file():
-        return _floating(load_safetensors(single), single), single  # finite, checked by load_safetensors
+        return single, {single: None}
     if not index.is_file():
         others = [n for n in ("pytorch_model.bin", "model.bin", "tf_model.h5") if (directory / n).exists()]
         found = f" (found {', '.join(others)}: tformer never unpickles weights)" if others else ""
         raise FileNotFoundError(f"weights file {str(single)!r} is missing, and so is {str(index)!r}{found}")
-    state: dict[str, torch.Tensor] = {}
-    shards = _shards(directory, index)
-    for shard, names in shards.items():
-        tensors = _floating(load_safetensors(shard), shard)  # missing, empty, truncated, NaN: one line naming it
-        absent = sorted(names - set(tensors))
-        if absent:
-            raise ValueError(
-                f"weights file {str(shard)!r} lacks {len(absent)} weight(s) that {str(index)!r} puts there, "
-                f"e.g. {absent[0]!r}"
-            )
-        state.update({k: tensors[k] for k in names})
-        del tensors
-    return state, index
+    return index, dict(_shards(directory, index))
+
+
+def _lacks(shard: Path, names: set[str], held: Iterable[str], index: Path) -> None:
+    absent = sorted(names - set(held))
+    if absent:
+        raise ValueError(
+            f"weights file {str(shard)!r} lacks {len(absent)} weight(s) that {str(index)!r} puts there, "
+            f"e.g. {absent[0]!r}"
+        )
 
 
 def _floating(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
@@ -187,7 +220,8 @@ def load_hf_model(
 ) -> GPT:
     """The GPT (in eval mode) of the Hugging Face decoder directory ``directory``, on ``device``, in ``dtype`` (None:
     as the weights are stored)."""
-    _, config = read_hf_config(directory)
+    hf, config = read_hf_config(directory)
+    check_hf_sizes(directory, hf)  # before the weights are read and a model of the config's sizes is built
     state, source = read_hf_weights(directory)
     model = _load(config, state, source, dtype)
     assert isinstance(model, GPT)
@@ -211,8 +245,10 @@ def load_hf_dir(
         _, bert_config, bert_state = read_hf_bert_dir(directory)
         model = bert_from_hf_dir(directory, bert_config, bert_state)
         return model.to(device) if dtype is None else model.to(device, dtype)
+    config = _config(path, hf)
+    check_hf_sizes(directory, hf)  # before the weights are read and a model of the config's sizes is built
     state, source = read_hf_weights(directory)
-    return _load(_config(path, hf), state, source, dtype).to(device)
+    return _load(config, state, source, dtype).to(device)
 
 
 def read_hf_bert_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], BertConfig, dict[str, torch.Tensor]]:
@@ -231,6 +267,7 @@ def read_hf_bert_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], Bert
         bert_config = bert.config_from_hf(config)
     except (ValueError, TypeError) as err:  # missing fields; values of the wrong type or out of range
         raise ValueError(f"model config {str(config_path)!r}: {err}") from None
+    check_hf_sizes(directory, config, bert.shapes(config))  # before the weights are read and the model is built
     state = load_safetensors(weights_path)  # NaN / inf: one line naming the file and the tensor
     for name, tensor in state.items():  # an integer or boolean weight would be cast without a word
         if not tensor.is_floating_point() and not bert.IGNORED.search(name):

@@ -28,10 +28,31 @@ from typing import Any
 import torch
 
 from tformer.hf import llama
-from tformer.hf.common import Fields, Names, check_decoder, check_fields, dtype_name, pad_id, refuse, require
+from tformer.hf.common import (
+    Fields,
+    Names,
+    check_decoder,
+    check_fields,
+    dtype_name,
+    make_config,
+    pad_id,
+    refuse,
+    require,
+)
+from tformer.hf.sizes import Rule, Shapes
 from tformer.models.gpt import GPTConfig
 
-__all__ = ["ARCHITECTURES", "FIELDS", "NAMES", "config_from_hf", "config_to_hf", "state_from_hf", "state_to_hf"]
+__all__ = [
+    "ARCHITECTURES",
+    "FIELDS",
+    "NAMES",
+    "config_from_hf",
+    "config_to_hf",
+    "state_from_hf",
+    "state_to_hf",
+    "config_names",
+    "shapes",
+]
 
 ARCHITECTURES = {"gemma3_text": "Gemma3ForCausalLM"}
 FIELDS: Fields = {  # the Llama fields and Gemma's own
@@ -43,6 +64,13 @@ FIELDS: Fields = {  # the Llama fields and Gemma's own
     "use_bidirectional_attention": ("bool", True),
     "query_pre_attn_scalar": ("positive", True),
     "final_logit_softcapping": ("positive", True),
+}
+CONFIG_NAMES = {  # the Llama fields' names, and Gemma's own
+    **llama.CONFIG_NAMES,
+    "rope_local_base": "rope_local_base_freq",
+    "sliding_window_pattern": "sliding_window_pattern",
+    "attn_scale": "query_pre_attn_scalar",
+    "final_softcap": "final_logit_softcapping",
 }
 NAMES: Names = [
     ("model.embed_tokens.", "embed.token."),
@@ -75,7 +103,10 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
     global_theta, local_theta, scaling = _rope(hf)
     head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
     n_heads, kv_heads = hf["num_attention_heads"], hf.get("num_key_value_heads") or hf["num_attention_heads"]
-    return GPTConfig(
+    return make_config(
+        GPTConfig,
+        hf,
+        config_names(hf),
         vocab_size=hf["vocab_size"],
         d_model=hf["hidden_size"],
         n_heads=n_heads,
@@ -107,6 +138,19 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
         pad_id=pad_id(hf),
     )
+
+
+def config_names(hf: Mapping) -> dict[str, str]:
+    """Each GPTConfig field → the field of ``hf`` it is read from (:func:`tformer.hf.llama.config_names`)."""
+    return llama.config_names(hf, CONFIG_NAMES)
+
+
+def shapes(hf: Mapping) -> Shapes:
+    """The Llama block's shapes (:func:`tformer.hf.llama.shapes`) and Gemma's two norms around the feed-forward."""
+    base = llama.shapes(hf)
+    d = next(rule.weight[0] for rule in base.rules if rule.module == "norm")
+    extra = [Rule(f"layers.{{i}}.{norm}", (d,)) for norm in ("pre_feedforward_layernorm", "post_feedforward_layernorm")]
+    return Shapes([*base.rules, *extra], base.stacks, base.may_be_absent)
 
 
 def _window_pattern(hf: Mapping, n_layers: int) -> tuple[int | None, int | None]:

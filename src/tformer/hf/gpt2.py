@@ -36,14 +36,25 @@ from tformer.hf.common import (
     drop_tied,
     dtype_name,
     hf_activation,
+    make_config,
     pad_id,
     refuse,
     require,
     translate,
 )
+from tformer.hf.sizes import Dim, Rule, Shapes, dim
 from tformer.models.gpt import GPTConfig
 
-__all__ = ["ARCHITECTURES", "FIELDS", "check", "config_from_hf", "config_to_hf", "state_from_hf", "state_to_hf"]
+__all__ = [
+    "ARCHITECTURES",
+    "FIELDS",
+    "check",
+    "config_from_hf",
+    "config_to_hf",
+    "state_from_hf",
+    "state_to_hf",
+    "shapes",
+]
 
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel"}
 FIELDS: Fields = {  # every config.json field read here: its kind, and whether null is allowed
@@ -63,6 +74,20 @@ FIELDS: Fields = {  # every config.json field read here: its kind, and whether n
     "reorder_and_upcast_attn": ("bool", True),
     "add_cross_attention": ("bool", True),
     "tie_word_embeddings": ("bool", False),
+}
+CONFIG_NAMES = {  # each GPTConfig field read from config.json -> that field (messages use the file's words)
+    "vocab_size": "vocab_size",
+    "d_model": "n_embd",
+    "n_heads": "n_head",
+    "n_layers": "n_layer",
+    "d_ff": "n_inner",
+    "max_len": "n_positions",
+    "dropout": "resid_pdrop",
+    "attn_dropout": "attn_pdrop",
+    "activation": "activation_function",
+    "norm_eps": "layer_norm_epsilon",
+    "tie_embeddings": "tie_word_embeddings",
+    "pad_id": "pad_token_id",
 }
 NAMES: Names = [
     ("transformer.wte.", "embed.token."),
@@ -88,7 +113,10 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
     if not hf.get("scale_attn_weights", True):
         raise ValueError("from_hf: GPT-2 with scale_attn_weights=False is not supported (we always scale by 1/√d_k)")
     d_model = hf["n_embd"]
-    return GPTConfig(
+    return make_config(
+        GPTConfig,
+        hf,
+        CONFIG_NAMES,
         vocab_size=hf["vocab_size"],
         d_model=d_model,
         n_heads=hf["n_head"],
@@ -102,6 +130,26 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
         tie_embeddings=hf.get("tie_word_embeddings", True),
         pad_id=pad_id(hf),
     )
+
+
+def shapes(hf: Mapping) -> Shapes:
+    """The shape each size field of a GPT-2 ``config.json`` gives the weights (:mod:`tformer.hf.sizes`); a ``Conv1D``
+    matrix is (in, out), its bias (out,)."""
+    vocab, d, positions = dim(hf, "vocab_size"), dim(hf, "n_embd"), dim(hf, "n_positions")
+    ff = dim(hf, "n_inner", Dim("4 × n_embd", 4 * d.value))
+    rules = [
+        Rule("wte", (vocab, d)),
+        Rule("wpe", (positions, d)),
+        Rule("lm_head", (vocab, d)),
+        Rule("h.{i}.ln_1", (d,)),
+        Rule("h.{i}.ln_2", (d,)),
+        Rule("h.{i}.attn.c_attn", (d, 3 * d), (3 * d,)),  # Q, K, V side by side
+        Rule("h.{i}.attn.c_proj", (d, d)),
+        Rule("h.{i}.mlp.c_fc", (d, ff), (ff,)),
+        Rule("h.{i}.mlp.c_proj", (ff, d), (d,)),
+        Rule("ln_f", (d,)),
+    ]
+    return Shapes(rules, {"h.{i}": dim(hf, "n_layer")})
 
 
 def check(config: GPTConfig) -> None:

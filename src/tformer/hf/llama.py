@@ -35,12 +35,14 @@ from tformer.hf.common import (
     drop_tied,
     dtype_name,
     fuse_qkv,
+    make_config,
     pad_id,
     refuse,
     require,
     split_qkv,
     translate,
 )
+from tformer.hf.sizes import Dim, Rule, Shapes, dim
 from tformer.models.gpt import GPTConfig
 
 __all__ = [
@@ -53,6 +55,8 @@ __all__ = [
     "state_from_hf",
     "state_to_hf",
     "rope_from_hf",
+    "config_names",
+    "shapes",
 ]
 
 ARCHITECTURES = {
@@ -87,6 +91,25 @@ FIELDS: Fields = {  # every config.json field read here (and by tformer.hf.gemma
     "layer_types": ("strings", True),
     "tie_word_embeddings": ("bool", False),
 }
+CONFIG_NAMES = {  # each GPTConfig field read from config.json -> that field (messages use the file's words)
+    "vocab_size": "vocab_size",
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "n_layers": "num_hidden_layers",
+    "d_ff": "intermediate_size",
+    "max_len": "max_position_embeddings",
+    "head_dim": "head_dim",
+    "norm_eps": "rms_norm_eps",
+    "attn_dropout": "attention_dropout",
+    "rope_base": "rope_theta",
+    "rope_scaling": "rope_scaling",
+    "bias": "attention_bias",
+    "qkv_bias": "attention_bias",
+    "sliding_window": "sliding_window",
+    "tie_embeddings": "tie_word_embeddings",
+    "pad_id": "pad_token_id",
+}
 NAMES: Names = [
     ("model.embed_tokens.", "embed.token."),
     *[(f"model.layers.{{i}}.self_attn.{p}_proj.", f"decoder.layers.{{i}}.self_attn.{p}_proj.") for p in "qkv"],
@@ -101,6 +124,7 @@ NAMES: Names = [
 ]
 IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")  # a buffer of older versions
 QKV = ("q_proj", "k_proj", "v_proj")
+NORMS = ("input_layernorm", "post_attention_layernorm")  # each layer's; Gemma 3 adds two
 
 
 # ------------------------------------------------------------------------------------------------ config
@@ -127,7 +151,10 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
             )
         bias, qkv_bias = attention_bias, None
     theta, scaling = rope_from_hf(hf)
-    return GPTConfig(
+    return make_config(
+        GPTConfig,
+        hf,
+        config_names(hf),
         vocab_size=hf["vocab_size"],
         d_model=d_model,
         n_heads=n_heads,
@@ -152,6 +179,39 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
         head_dim=hf.get("head_dim") or None,  # None: hidden_size / num_attention_heads (older configs lack it)
         rope_scaling=scaling,
     )
+
+
+def config_names(hf: Mapping, names: Mapping[str, str] = CONFIG_NAMES) -> dict[str, str]:
+    """Each GPTConfig field → the field of ``hf`` it is read from (RoPE scaling: v5's ``rope_parameters`` when the
+    file has it, else v4's ``rope_scaling``); ``names``: another architecture's table (Gemma 3's)."""
+    return {**names, "rope_scaling": "rope_parameters" if "rope_parameters" in hf else "rope_scaling"}
+
+
+def shapes(hf: Mapping) -> Shapes:
+    """The shape each size field of a Llama-layout ``config.json`` gives the weights (:mod:`tformer.hf.sizes`); the
+    Gemma 3 block adds its norms (:mod:`tformer.hf.gemma3`)."""
+    vocab, d, ff = dim(hf, "vocab_size"), dim(hf, "hidden_size"), dim(hf, "intermediate_size")
+    heads = dim(hf, "num_attention_heads")
+    kv_heads = dim(hf, "num_key_value_heads", heads)
+    head_dim = dim(hf, "head_dim", Dim("hidden_size / num_attention_heads", d.value // heads.value))
+    q, kv = heads * head_dim, kv_heads * head_dim  # H·Dh, Hkv·Dh
+    layer = "layers.{i}."
+    rules = [
+        Rule("embed_tokens", (vocab, d)),
+        Rule("lm_head", (vocab, d)),
+        Rule(layer + "self_attn.q_proj", (q, d)),
+        Rule(layer + "self_attn.k_proj", (kv, d)),
+        Rule(layer + "self_attn.v_proj", (kv, d)),
+        Rule(layer + "self_attn.o_proj", (d, q)),
+        Rule(layer + "self_attn.q_norm", (head_dim,)),
+        Rule(layer + "self_attn.k_norm", (head_dim,)),
+        Rule(layer + "mlp.gate_proj", (ff, d)),
+        Rule(layer + "mlp.up_proj", (ff, d)),
+        Rule(layer + "mlp.down_proj", (d, ff)),
+        *[Rule(layer + norm, (d,)) for norm in NORMS],
+        Rule("norm", (d,)),
+    ]
+    return Shapes(rules, {"layers.{i}": dim(hf, "num_hidden_layers")}, may_be_absent=("head_dim",))
 
 
 def _refuse_unless(hf: Mapping, field: str, expected: Any, missing_ok: bool = False) -> None:

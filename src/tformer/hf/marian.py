@@ -41,23 +41,28 @@ import torch
 
 from tformer.hf.common import (
     ACTIVATIONS,
+    Fields,
     activation,
+    check_fields,
     contiguous_copy,
     drop_tied,
     dtype_name,
     fuse_qkv,
     hf_activation,
+    make_config,
     refuse,
     rename,
     require,
     split_qkv,
 )
+from tformer.hf.sizes import Rule, Shapes, dim
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.nn.positional import sinusoidal_table
 from tformer.tokens import TRANSLATION_EOS, TRANSLATION_SOS
 
 __all__ = [
     "ARCHITECTURES",
+    "FIELDS",
     "config_from_hf",
     "config_to_hf",
     "state_from_hf",
@@ -65,10 +70,51 @@ __all__ = [
     "load_state",
     "channel_order",
     "marian_table",
+    "config_names",
+    "shapes",
 ]
 
 ARCHITECTURES = {"marian": "MarianMTModel"}
 MARIAN_ACTIVATIONS = {**ACTIVATIONS, "swish": "silu", "silu": "silu"}  # x·sigmoid(x)
+FIELDS: Fields = {  # every config.json field read here: its kind, and whether null is allowed
+    "model_type": ("str", False),
+    "vocab_size": ("count", False),
+    "decoder_vocab_size": ("count", True),
+    "d_model": ("count", False),
+    "encoder_attention_heads": ("count", False),
+    "decoder_attention_heads": ("count", False),
+    "encoder_layers": ("count", False),
+    "decoder_layers": ("count", False),
+    "encoder_ffn_dim": ("count", False),
+    "decoder_ffn_dim": ("count", False),
+    "max_position_embeddings": ("count", False),
+    "dropout": ("fraction", False),
+    "attention_dropout": ("fraction", False),
+    "encoder_layerdrop": ("fraction", True),
+    "decoder_layerdrop": ("fraction", True),
+    "activation_function": ("str", False),
+    "scale_embedding": ("bool", True),
+    "share_encoder_decoder_embeddings": ("bool", True),
+    "tie_word_embeddings": ("bool", True),
+    "pad_token_id": ("index", False),
+    "decoder_start_token_id": ("index", True),
+}
+CONFIG_NAMES = {  # each Seq2SeqConfig field read from config.json -> that field (messages use the file's words)
+    "src_vocab_size": "vocab_size",
+    "d_model": "d_model",
+    "n_heads": "encoder_attention_heads",
+    "n_encoder_layers": "encoder_layers",
+    "n_decoder_layers": "decoder_layers",
+    "d_ff": "encoder_ffn_dim",
+    "max_len": "max_position_embeddings",
+    "dropout": "dropout",
+    "attn_dropout": "attention_dropout",
+    "activation": "activation_function",
+    "scale_embeddings": "scale_embedding",
+    "share_embeddings": "share_encoder_decoder_embeddings",
+    "tie_embeddings": "tie_word_embeddings",
+    "pad_id": "pad_token_id",
+}
 _PREFIX = [(r"^model\.", "")]
 _IGNORED = re.compile(r"^(model\.shared\.weight|final_logits_bias|model\.(en|de)coder\.embed_positions\.weight)$")
 _RENAMES = [
@@ -107,6 +153,7 @@ def config_from_hf(hf: Mapping) -> Seq2SeqConfig:
     """Our :class:`Seq2SeqConfig` from a Hugging Face Marian config dict; refuses what ours cannot express."""
     if hf.get("model_type", "marian") != "marian":
         raise ValueError(f"from_hf: expected a Marian config (model_type 'marian'), got {hf['model_type']!r}")
+    check_fields({"model_type": "marian", **hf}, FIELDS)  # types and ranges, naming the field
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
         if hf[a] != hf[b]:
             raise ValueError(f"from_hf: Marian with {a}={hf[a]} != {b}={hf[b]} is not supported")
@@ -115,7 +162,10 @@ def config_from_hf(hf: Mapping) -> Seq2SeqConfig:
     if hf["d_model"] % 2:
         raise ValueError(f"from_hf: Marian with an odd d_model ({hf['d_model']}) is not supported")
     share = hf.get("share_encoder_decoder_embeddings", True)
-    return Seq2SeqConfig(
+    return make_config(
+        Seq2SeqConfig,
+        {"model_type": "marian", **hf},
+        config_names(hf),
         src_vocab_size=hf["vocab_size"],
         tgt_vocab_size=hf.get("decoder_vocab_size") or hf["vocab_size"],
         d_model=hf["d_model"],
@@ -135,6 +185,30 @@ def config_from_hf(hf: Mapping) -> Seq2SeqConfig:
         tie_embeddings=hf.get("tie_word_embeddings", True),
         pad_id=hf["pad_token_id"],
     )
+
+
+def config_names(hf: Mapping) -> dict[str, str]:
+    """Each Seq2SeqConfig field → the field of ``hf`` it is read from (the target vocabulary: ``decoder_vocab_size``
+    when the file has one, else ``vocab_size``)."""
+    return CONFIG_NAMES | {"tgt_vocab_size": "decoder_vocab_size" if hf.get("decoder_vocab_size") else "vocab_size"}
+
+
+def shapes(hf: Mapping) -> Shapes:
+    """The shape each size field of a Marian ``config.json`` gives the weights (:mod:`tformer.hf.sizes`); the position
+    tables are Marian's fixed ones, rarely stored."""
+    vocab, d, positions = dim(hf, "vocab_size"), dim(hf, "d_model"), dim(hf, "max_position_embeddings")
+    target = vocab if hf.get("decoder_vocab_size") in (None, vocab.value) else dim(hf, "decoder_vocab_size")
+    rules = [Rule("shared", (vocab, d)), Rule("encoder.embed_tokens", (vocab, d))]
+    rules += [Rule("decoder.embed_tokens", (target, d)), Rule("lm_head", (target, d))]
+    for stack, attentions in (("encoder", ("self_attn",)), ("decoder", ("self_attn", "encoder_attn"))):
+        layer, ff = f"{stack}.layers.{{i}}.", dim(hf, f"{stack}_ffn_dim")
+        rules.append(Rule(f"{stack}.embed_positions", (positions, d)))
+        for attention in attentions:
+            rules += [Rule(f"{layer}{attention}.{p}_proj", (d, d)) for p in ("q", "k", "v", "out")]
+            rules.append(Rule(f"{layer}{attention}_layer_norm", (d,)))
+        rules += [Rule(layer + "fc1", (ff, d)), Rule(layer + "fc2", (d, ff)), Rule(layer + "final_layer_norm", (d,))]
+    stacks = {f"{stack}.layers.{{i}}": dim(hf, f"{stack}_layers") for stack in ("encoder", "decoder")}
+    return Shapes(rules, stacks, may_be_absent=("max_position_embeddings",))
 
 
 def check(config: Seq2SeqConfig) -> None:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from tformer.hf import bert, common, gemma3, gpt2, llama, marian
+from tformer.hf.sizes import Shapes
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
@@ -35,6 +36,8 @@ __all__ = [
     "state_to_hf",
     "build",
     "load_state",
+    "shapes",
+    "hf_field",
 ]
 
 MODULES: dict[str, ModuleType] = {  # Hugging Face model_type -> the module that reads and writes it
@@ -85,6 +88,19 @@ def module_for(config: ModelConfig) -> ModuleType:
 def config_from_hf(hf: Mapping) -> ModelConfig:
     """Our config for a Hugging Face config dict, by its ``model_type``."""
     return module_for_hf(hf).config_from_hf(hf)
+
+
+def hf_field(hf: Mapping, ours: str) -> str:
+    """The field of the config dict ``hf`` that our config field ``ours`` is read from (``d_model`` → ``hidden_size``
+    in a Llama, ``n_embd`` in a GPT-2): what a message about a Hugging Face model names."""
+    module = module_for_hf(hf)
+    names = module.config_names(hf) if hasattr(module, "config_names") else module.CONFIG_NAMES
+    return names.get(ours, ours)
+
+
+def shapes(hf: Mapping) -> Shapes:
+    """The shape each size field of the config dict ``hf`` gives its weights (:mod:`tformer.hf.sizes`)."""
+    return module_for_hf(hf).shapes(hf)
 
 
 def config_to_hf(config: ModelConfig, dtype: torch.dtype = torch.float32) -> dict[str, Any]:

@@ -84,6 +84,7 @@ class MLMHead(nn.Module):
 class Bert(PretrainedMixin, nn.Module):
     model_type = "bert"
     config_class = BertConfig
+    stacks = {"encoder.layers.{i}": "n_layers"}
     config: BertConfig
 
     def __init__(self, config: BertConfig) -> None:

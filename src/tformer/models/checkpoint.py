@@ -23,17 +23,18 @@ A training run directory keeps its best model in ``OUT/best/`` (swapped in as a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from tformer.checks import check_finite_weights, read_json_object
+from tformer.checks import check_finite_weights, check_layers, read_json_object, safetensors_shapes
 from tformer.fast.quantize import INT8_MODULES, apply_record, quantization_record
 from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
@@ -51,6 +52,19 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 QUANTIZATION = "quantization"  # config.json's record of an int8 model's layers (tformer.fast.quantize)
 BEST_DIR = "best"  # a training run's best model: OUT/best/
+_SIZE_FIELDS = (  # the config fields a weight's shape may follow
+    "vocab_size",
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "max_len",
+    "n_segments",
+    "num_labels",
+    "d_model",
+    "d_ff",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+)
 _MODEL_TYPES: dict[str, Any] = {}  # model_type -> model class
 
 
@@ -72,6 +86,7 @@ class PretrainedMixin(torch.nn.Module):
 
     model_type: str = ""
     config_class: type[ModelConfig] = ModelConfig
+    stacks: ClassVar[dict[str, str]] = {}  # the layer stacks' name prefixes ({i}: a layer) -> the field counting them
     config: ModelConfig
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -114,6 +129,7 @@ class PretrainedMixin(torch.nn.Module):
             model_config = cls.config_class.from_dict(config)
         except (TypeError, ValueError) as err:  # unknown fields, invalid values
             raise ValueError(f"{str(directory / CONFIG_NAME)!r}: {err}") from None
+        _check_sizes(cls, model_config, directory)  # before a model of the config's sizes is built
         model = cast(Any, cls)(model_config)
         if record is not None:  # an int8 model: int8 layers where config.json names them, filled from the file
             apply_record(model, record, repr(str(directory / CONFIG_NAME)))
@@ -179,6 +195,66 @@ def _read_config(directory: Path, expected_type: str | None) -> dict[str, Any]:
     if expected_type is not None and model_type != expected_type:
         raise ValueError(f"{str(path)!r} holds a {model_type!r} model, not a {expected_type!r} model")
     return config
+
+
+def _check_sizes(cls: type[PretrainedMixin], config: ModelConfig, directory: Path) -> None:
+    """config.json's sizes against the shapes model.safetensors declares in its header (no tensor is read), before a
+    model of those sizes exists: the layer counts first (a model of 100,000 layers is not built to learn that the
+    file holds two), then every weight against the model built on the ``meta`` device (shapes, no memory). A weight
+    that disagrees is one line naming the config fields its shape comes from, the tensor and both files."""
+    config_path, weights_path = repr(str(directory / CONFIG_NAME)), repr(str(directory / WEIGHTS_NAME))
+    if not (directory / WEIGHTS_NAME).is_file():
+        return  # said by _load_weights
+    found = safetensors_shapes(directory / WEIGHTS_NAME)  # not safetensors, truncated: one line naming it
+    for prefix, field in cls.stacks.items():
+        count = getattr(config, field)
+        check_layers(found, prefix, f"{field}={count}", count, config_path, weights_path)
+    expected = _meta_shapes(cls, config)
+    missing = sorted(set(expected) - {name.removesuffix("_int8") for name in found})
+    if missing:  # a size no weight holds would go unchecked into the model
+        raise ValueError(f"{weights_path} does not match the config: missing {missing[:5]}")
+    for name, shape in found.items():
+        ours = name.removesuffix("_int8")  # an int8 layer's values have its float weight's shape
+        if ours not in expected or name.endswith(".weight_scale") or tuple(shape) == expected[ours]:
+            continue
+        wanted = expected[ours]
+        axis = next((i for i in range(min(len(shape), len(wanted))) if shape[i] != wanted[i]), 0)
+        fields = ", ".join(_fields_behind(cls, config, ours, axis, wanted)) or f"shape {wanted}"
+        raise ValueError(
+            f"{config_path} says {fields}, but tensor {name!r} in {weights_path} has shape {tuple(shape)}, where the "
+            f"config gives {wanted}: the config and the weights do not belong together"
+        )
+
+
+def _meta_shapes(cls: type[PretrainedMixin], config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Each weight's shape in a model of ``config``, built on the ``meta`` device (no memory for its tensors); a tied
+    weight once, under its first name, as :func:`_unique_state` saves it."""
+    with torch.device("meta"):
+        state = cast(Any, cls)(config).state_dict(keep_vars=True)
+    seen: set[int] = set()
+    shapes = {}
+    for name, tensor in state.items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            shapes[name] = tuple(tensor.shape)
+    return shapes
+
+
+def _fields_behind(cls: type[PretrainedMixin], config: ModelConfig, name: str, axis: int, wanted: tuple) -> list[str]:
+    """The size fields of ``config`` that axis ``axis`` of weight ``name`` follows (``d_model=64``): those whose
+    doubling changes it, found on ``meta`` models (a field whose double is not a valid config is left out)."""
+    behind = []
+    for field in [f.name for f in dataclasses.fields(config) if f.name in _SIZE_FIELDS]:
+        value = getattr(config, field)
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue
+        try:
+            changed = _meta_shapes(cls, config.replace(**{field: 2 * value})).get(name)
+        except ValueError:
+            continue
+        if changed is not None and len(changed) > axis and changed[axis] != wanted[axis]:
+            behind.append(f"{field}={value}")
+    return behind
 
 
 def _load_weights(model: torch.nn.Module, path: Path, map_location) -> None:

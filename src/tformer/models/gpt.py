@@ -183,6 +183,7 @@ class GPT(PretrainedMixin, nn.Module):
     model_type = "gpt"
     config_class = GPTConfig
     config: GPTConfig
+    stacks = {"decoder.layers.{i}": "n_layers"}
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()

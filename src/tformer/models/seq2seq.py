@@ -74,6 +74,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
     model_type = "seq2seq"
     config_class = Seq2SeqConfig
     config: Seq2SeqConfig
+    stacks = {"encoder.layers.{i}": "n_encoder_layers", "decoder.layers.{i}": "n_decoder_layers"}
 
     def __init__(self, config: Seq2SeqConfig) -> None:
         super().__init__()
