@@ -104,7 +104,10 @@ def test_training_refuses_int8_and_a_contradiction_in_one_line(tmp_path, capsys,
     argv = ["train", "lm", "--data", str(words_txt), "--out", str(tmp_path / "r"), "--max-steps", "1"]
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--precision", "int8"])
-    assert exit_.value.code == 2 and "argument --precision: invalid choice: 'int8'" in capsys.readouterr().err
+    # the command's own choices are listed: fp16 trains (with a gradient scaler), int8 does not
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "argument --precision: must be one of auto, fp32, bf16, fp16 for this" in err
+    assert "got 'int8'" in err
     assert main([*argv, "--precision", "fp32", "--bf16"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--bf16" in err[0] and "contradict" in err[0]
@@ -138,3 +141,68 @@ def test_info_system_says_what_auto_picks_for_each_kind_of_work(capsys):
     for work in ("training", "decoding", "batched", "measuring"):
         line = next(x for x in out.splitlines() if x.startswith(f"auto, {work}"))
         assert "precision: " in line and "(auto: " in line
+
+
+# ───────────────────────────────────────── the device: a GPU's generation, fp16 with a gradient scaler (issue 39) ─────
+@pytest.mark.parametrize(
+    "capability, work, expected",
+    [
+        ((7, 5), "training", "fp16"),  # a T4: no native bfloat16 (is_bf16_supported() says yes, through emulation)
+        ((7, 0), "decoding", "fp16"),  # a V100
+        ((8, 0), "training", "bf16"),  # an A100
+        ((9, 0), "training", "bf16"),  # an H100
+        ((9, 0), "decoding", "bf16"),
+        ((9, 0), "measuring", "fp32"),  # evaluate, the explorer: the numbers are the point
+        ((9, 0), "batched", "fp32"),  # the scores printed stay float32's
+    ],
+)
+def test_auto_on_a_gpu_picks_by_compute_capability(capability, work, expected):
+    choice = choose("auto", work, _gpt(384), device="cuda", capability=capability, machine=_machine(ZEN5))
+    assert choice.precision == expected and choice.reason.startswith("auto: ")
+    if expected != "fp32":  # the reason names the GPU's generation
+        assert f"compute capability {capability[0]}.{capability[1]}" in choice.reason
+
+
+def test_the_cpu_choice_is_not_the_gpu_choice():
+    on_cpu = choose("auto", "training", _gpt(384), machine=_machine(ZEN3))
+    on_gpu = choose("auto", "training", _gpt(384), device="cuda", capability=(7, 5), machine=_machine(ZEN3))
+    assert (on_cpu.precision, on_gpu.precision) == ("fp32", "fp16")
+
+
+def _scaler_state(run) -> dict:
+    from tformer.training.state import JSON_NAME
+
+    return json.loads((run / "last" / JSON_NAME).read_text())["scaler"]
+
+
+def test_fp16_trains_with_a_gradient_scaler_whose_state_resume_restores(tmp_path, words_txt, capsys):
+    from tformer import lm
+
+    run = tmp_path / "fp16"
+    common = dict(preset="tiny", max_len=16, batch_size=4, precision="fp16", progress=False, eval_every=2)
+    trainer = lm.setup(words_txt, run, max_steps=2, **common)
+    assert trainer.scaler is not None and trainer.precision.precision == "fp16"
+    trainer.fit()
+    assert trainer.step == 2 and "precision: fp16 (as asked)" in capsys.readouterr().out
+    saved = _scaler_state(run)
+    assert saved["scale"] == trainer.scaler.get_scale() and saved["_growth_tracker"] == 2  # two good steps
+    first = json.loads((run / "log.jsonl").read_text().splitlines()[0])
+    assert first["precision"] == "fp16"
+    resumed = lm.setup(words_txt, run, max_steps=4, resume=True, **common)
+    assert resumed.scaler.state_dict() == trainer.scaler.state_dict()  # scale and growth tracker, exactly
+    resumed.fit()
+    assert _scaler_state(run)["_growth_tracker"] == 4
+
+
+def test_fp16_overflow_is_the_scalers_skip_not_a_diverged_run(tmp_path, words_txt):
+    """A scale so large that the scaled gradients overflow float16: the step is skipped and the scale halved, as
+    torch's GradScaler does, and the run goes on (a non-finite *loss* is still a bad step)."""
+    from tformer import lm
+
+    trainer = lm.setup(
+        words_txt, tmp_path / "r", preset="tiny", max_len=16, batch_size=4, precision="fp16", progress=False,
+        max_steps=1, max_bad_steps=1,
+    )  # fmt: skip
+    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**126)  # float16 overflows at 65504
+    trainer.fit()  # max_bad_steps=1: a bad step would raise TrainingDiverged
+    assert trainer.step == 1 and trainer.scaler_skips >= 1 and trainer.scaler.get_scale() < 2.0**126

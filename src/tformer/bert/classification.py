@@ -120,7 +120,8 @@ class ClassifyTask:
 
     def loss(self, model, batch: BertBatch) -> tuple[torch.Tensor, int]:
         batch = batch.to(next(model.parameters()).device)
-        logits = model.classify(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, L)
+        hidden = model(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, T, D): the model, maybe compiled
+        logits = model.classifier(model.pool(hidden))  # (B, L), as model.classify
         return F.cross_entropy(logits.float(), batch.labels, reduction="sum"), len(batch.labels)
 
     def evaluate(self, model) -> dict:

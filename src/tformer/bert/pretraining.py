@@ -254,7 +254,8 @@ class BertPretrainTask:
         """MLM logits at the picked positions only (N, V), their labels (N,), NSP logits (B, 2)."""
         labels = _mlm_labels(batch)  # (B, T)
         picked = labels != IGNORE  # (B, T)
-        mlm_logits, nsp_logits = model.pretraining_logits(batch.ids, batch.token_type_ids, batch.attention_mask, picked)
+        hidden = model(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, T, D): the model, maybe compiled
+        mlm_logits, nsp_logits = model.pretraining_heads(hidden, picked)
         return mlm_logits, labels[picked], nsp_logits  # (N, V), (N,), (B, 2)
 
     def loss(self, model, batch: BertBatch) -> tuple[torch.Tensor, int]:

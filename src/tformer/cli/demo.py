@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from tformer.cli.flags import add
+from tformer.cli.flags import add, training_precision
 from tformer.cli.validate import data_source, int_at_least
 
 # The tiny preset on the built-in corpus (seeds 0, 1, 2) translated all five examples right from step 400-500 on
@@ -40,8 +40,9 @@ def add_parser(sub) -> None:
         "--seed",
         "--precision",
         "--no-progress",
+        "--compile",
         defaults=dict(out_dir="runs/demo", max_steps=STEPS, preset="tiny", vocab_size=1000),
-        precision={"choices": ("auto", "fp32", "bf16"), "old": ()},  # training's; int8 is for inference
+        precision=training_precision(),  # training's; int8 is for inference
         overwrite={"help": "delete the earlier run in a non-empty --out and start anew"},
         max_steps={
             "help": f"optimizer steps to train (default {STEPS}: what the built-in corpus needs, with margin)",
@@ -81,6 +82,7 @@ def run(args) -> int:
         seed=args.seed,
         precision=args.precision,
         progress=args.progress,
+        compile=args.compile,
         overwrite=args.overwrite,
     )
     n_params = sum(p.numel() for p in trainer.model.parameters())

@@ -121,6 +121,11 @@ FLAGS: dict[str, Flag] = {
         "stop when this many steps in a row have a non-finite loss or gradient norm (each is skipped)", v.positive_int
     ),
     "--no-progress": Flag("no progress bar (the log lines stay)", action="store_false", dest="progress"),
+    "--compile": Flag(
+        "torch.compile the model for the training steps: slower to start (the first steps compile), faster after, "
+        "mostly on GPUs; the model saved is the plain one",
+        action="store_true",
+    ),
     # --- decoding
     "--max-new-tokens": Flag("tokens generated at most", v.max_new_tokens),
     "--beam": Flag("beam size (1 = greedy; at most the target vocabulary)", v.beam_size, 1),
@@ -284,7 +289,16 @@ TRAINING_FLAGS = (
     "--max-bad-steps",
     "--no-progress",
     "--no-fast",
+    "--compile",
 )
+
+
+def training_precision() -> dict[str, Any]:
+    """``--precision`` as a training command takes it: what :data:`~tformer.training.config.TRAINING_PRECISIONS`
+    lists (no int8: training keeps float weights), and an error that lists those."""
+    from tformer.training.config import TRAINING_PRECISIONS
+
+    return {"choices": TRAINING_PRECISIONS, "type": v.precision_in(TRAINING_PRECISIONS), "old": ()}
 
 
 def add_training(p, entry_defaults: Mapping[str, Any], **changes: Any) -> None:
@@ -294,6 +308,10 @@ def add_training(p, entry_defaults: Mapping[str, Any], **changes: Any) -> None:
         "start a new run in a non-empty --out, deleting the run there, and only what a run wrote: a folder with "
         "other files is refused (without --overwrite or --resume, a non-empty --out is refused)"
     )
-    precision = {"choices": ("auto", "fp32", "bf16"), "old": ()}  # int8 is for inference; no --dtype here
-    changes = {"out_dir": {"required": True}, "overwrite": {"help": overwrite}, "precision": precision, **changes}
+    changes = {
+        "out_dir": {"required": True},
+        "overwrite": {"help": overwrite},
+        "precision": training_precision(),
+        **changes,
+    }
     add(g, *TRAINING_FLAGS, defaults=entry_defaults, **changes)

@@ -77,3 +77,23 @@ def _system() -> None:
     wide = types.SimpleNamespace(config=types.SimpleNamespace(d_model=INT8_MIN_WIDTH))  # a model just wide enough
     for work in ("training", "decoding", "batched", "measuring"):  # what --precision auto picks here, and why
         print(f"{'auto, ' + work:18s}{choose('auto', work, wide, machine=m)}")
+    _gpus(wide)
+
+
+def _gpus(model) -> None:
+    """Each CUDA GPU: name, memory, compute capability, and what ``--precision auto`` picks on it."""
+    import torch
+
+    from tformer.fast.precision import choose, gpu_capability
+
+    if not torch.cuda.is_available():
+        cuda = torch.version.cuda
+        why = "this torch is a CPU build" if cuda is None else f"none found (this torch has CUDA {cuda})"
+        print(f"{'gpu':18s}none: {why}")
+        return
+    for i in range(torch.cuda.device_count()):
+        props, device = torch.cuda.get_device_properties(i), f"cuda:{i}"
+        cap = gpu_capability(device)
+        print(f"{'gpu ' + str(i):18s}{props.name}, {props.total_memory / 2**30:.0f} GiB, compute capability {cap}")
+        for work in ("training", "decoding"):
+            print(f"{'  auto, ' + work:18s}{choose('auto', work, model, device=device)}")

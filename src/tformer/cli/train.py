@@ -146,9 +146,6 @@ def _add_lm(fam) -> None:
             "old": ("--val-fraction",),
         },
     )
-    t.add_argument(
-        "--compile", action="store_true", help="torch.compile the model for training (the saved model is unwrapped)"
-    )
     add_training(t, entry)
     t.set_defaults(func=run_lm)
 

@@ -20,12 +20,14 @@ import argparse
 import math
 import os
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = [
     "Number",
     "PathArg",
     "device",
+    "precision_in",
     "positive_int",
     "non_negative_int",
     "positive_float",
@@ -253,6 +255,24 @@ def device(text: str) -> str:
             f"{text!r} is not available: this machine has {torch.cuda.device_count()} CUDA device(s)"
         )
     return text
+
+
+def precision_in(choices: Sequence[str]) -> Callable[[str], str]:
+    """``--precision`` of a command that accepts ``choices`` only (training has no int8): torch's names too
+    (``float16`` is ``fp16``); anything else is refused listing what this command accepts."""
+
+    def parse(text: str) -> str:
+        from tformer.fast.precision import normalize
+
+        try:
+            value = normalize(text)
+        except ValueError:
+            value = None
+        if value not in choices:
+            raise argparse.ArgumentTypeError(f"must be one of {', '.join(choices)} for this command, got {text!r}")
+        return value
+
+    return parse
 
 
 def precision(text: str) -> str:

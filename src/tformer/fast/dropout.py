@@ -22,7 +22,8 @@ A bfloat16 or float16 tensor (bfloat16 autocast) gets the same mask; its survivo
 a Python number, which PyTorch's CPU kernels apply in float32 and round once (a multiplier tensor in bfloat16
 would round 1/(1 − rate) first: 1.1111 → 1.1094 at p = 0.1, a bias of 0.16% on every survivor).
 
-Elsewhere it is exactly ``F.dropout``: on GPUs (PyTorch's fused dropout kernel is already cheap), in
+Elsewhere it is exactly ``F.dropout``: on GPUs (PyTorch's fused dropout kernel is already cheap), inside a
+``torch.compile`` graph (dynamo cannot trace ``random_``, and the compiler fuses PyTorch's draw itself), in
 eval mode, for p = 0, for rates the lanes cannot resolve (p < 2⁻¹⁷, or within 2⁻¹⁷ of 1), for other dtypes,
 and inside :func:`reference`.
 
@@ -89,6 +90,8 @@ _HALVES = (torch.bfloat16, torch.float16)  # the scale goes in as a Python numbe
 def uses_fast_mask(x: torch.Tensor, p: float) -> bool:
     """Whether :func:`dropout` of ``x`` at rate ``p`` (in training) takes the fast CPU mask rather than ``F.dropout``."""
     kind = x.dtype in _FLOATS or x.dtype in _HALVES
+    if torch.compiler.is_compiling():  # a compiled graph draws F.dropout's mask (dynamo cannot trace random_)
+        return False
     return _SWITCH.on and x.device.type == "cpu" and kind and 0 < round(p * _LEVELS) < _LEVELS
 
 

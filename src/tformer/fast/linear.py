@@ -41,7 +41,9 @@ says that a weight changed: a tensor's version counter misses writes that bypass
 fused AdamW and SGD steps leave it as it was, and so does a write through a NumPy view). So the copies are dropped
 on each of these, any one of which is enough:
 
-* a forward with gradients on through the layer (every training step runs one before it updates the weight);
+* a forward with gradients on through the layer (every training step runs one before it updates the weight; a
+  compiled one does not: inside a ``torch.compile`` graph the layer is ``F.linear`` and changes nothing, and the
+  optimizer's step below drops the copies);
 * ``train()`` or ``eval()`` on the layer or a module above it;
 * any ``torch.optim`` optimizer's step, whatever its implementation (a global step hook; it also covers a step
   taken without a forward, e.g. weight decay alone);
@@ -170,6 +172,8 @@ class Linear(nn.Linear):
         return fast.train(plain.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # a compiled graph: F.linear, and nothing in the module changes
+            return F.linear(x, self.weight, self.bias)
         if torch.is_grad_enabled():  # training: nn.Linear itself; the weight is about to change, so no copy survives
             self.__dict__.pop("_decoding_copies", None)
             return F.linear(x, self.weight, self.bias)
@@ -189,11 +193,13 @@ class Linear(nn.Linear):
     def forward_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Only output features ``start:end`` (e.g. W_Q out of a fused W_Q/W_K/W_V): ``x W[start:end]ᵀ + b[start:end]``
         (the fast version of :func:`tformer.nn.attention.project_rows`)."""
+        if torch.compiler.is_compiling():  # a compiled graph: F.linear, and nothing in the module changes
+            return self._plain(x, start, end)
         if torch.is_grad_enabled():  # training (autograd): as in forward, no copy survives it
             self.__dict__.pop("_decoding_copies", None)
             return self._plain(x, start, end)
-        if not x.is_cpu or x.shape[-1] != self.in_features or not _SWITCH.on or torch.compiler.is_compiling():
-            return self._plain(x, start, end)  # GPUs, compiled graphs; a wrong width: F.linear's error
+        if not x.is_cpu or x.shape[-1] != self.in_features or not _SWITCH.on:
+            return self._plain(x, start, end)  # GPUs; a wrong width: F.linear's error
         copies = self._copies()
         if copies is None:  # a weight made in inference mode: it keeps no version counter, a copy could go stale
             return self._plain(x, start, end)

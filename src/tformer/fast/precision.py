@@ -23,8 +23,18 @@ What ``auto`` picks, from the measurements in ``docs/benchmarks.md`` (machine cl
   own seeds spread over 6.6%), the character LM +0.8%, the built-in corpus −0.7%. ``--precision fp32`` trains in
   float32 where the last digits matter (a lesson's asserted numbers, a comparison with another library).
 
+On a GPU (``--device cuda``) ``auto`` picks by the GPU's compute capability (:func:`gpu_capability`), as nanoGPT
+and litgpt do: from 8.0 on (Ampere, Hopper, Ada, Blackwell) the tensor cores compute bfloat16 natively, so training
+runs bfloat16 autocast and decoding holds bfloat16 weights; below (Turing's T4, Volta's V100: the GPUs of free
+notebooks) ``fp16``, float16 autocast with a gradient scaler (:func:`gradient_scaler`) for training and float16
+weights for decoding. ``torch.cuda.is_bf16_supported()`` is not asked: it answers yes on a T4, through emulation.
+Under ``auto`` a GPU's float32 matrix products also run as TF32 (:func:`use_tf32`); ``measuring`` keeps float32.
+These choices follow what the GPU generations are documented to do; docs/benchmarks.md says which were measured.
+
 ``bf16`` for inference holds the weights in bfloat16 (half the memory; numbers slightly different); ``fp16`` the
-same in float16 (for GPUs). ``int8`` is for inference only: training keeps float weights.
+same in float16. For training ``fp16`` is float16 autocast with float32 master weights and a gradient scaler (the
+loss scaled so that small gradients do not underflow float16; its state is saved in ``last/``): on a GPU, and on a
+CPU where this torch has float16 autocast. ``int8`` is for inference only: training keeps float weights.
 """
 
 from __future__ import annotations
@@ -35,7 +45,20 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-__all__ = ["PRECISIONS", "Choice", "choose", "apply", "for_inference", "normalize", "INT8_MIN_WIDTH", "TRAINING_BF16"]
+__all__ = [
+    "PRECISIONS",
+    "Choice",
+    "choose",
+    "apply",
+    "for_inference",
+    "normalize",
+    "gpu_capability",
+    "gradient_scaler",
+    "use_tf32",
+    "INT8_MIN_WIDTH",
+    "TRAINING_BF16",
+    "GPU_BF16_CAPABILITY",
+]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 WORK = ("training", "decoding", "batched", "measuring")
@@ -50,6 +73,8 @@ TRAINING_BF16: dict[str, str] = {
     "avx512_bf16": "bf16 trained the Multi30k translator 1.9-2.0x faster than float32, validation loss +0.8% at 400 "
     "steps (mean of 4 seeds; the char LM +0.8%); --precision fp32 trains in float32",
 }
+# compute capability from which a GPU's tensor cores compute bfloat16 natively (Ampere's 8.0)
+GPU_BF16_CAPABILITY = (8, 0)
 M = TypeVar("M", bound=nn.Module)
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -83,19 +108,58 @@ def _width(model: Any) -> int:
     return int(getattr(config, "d_model", 0) or 0)
 
 
-def choose(precision: str, work: str, model: Any = None, device: str = "cpu", machine: Any = None) -> Choice:
+def gpu_capability(device: str = "cuda") -> tuple[int, int] | None:
+    """The compute capability of the CUDA GPU ``device`` names, e.g. (9, 0) for an H100; None for any other device."""
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability(dev)
+    return int(major), int(minor)
+
+
+def _gpu_choice(work: str, device: str, capability: tuple[int, int] | None) -> Choice:
+    """``auto`` on a GPU: bf16 from :data:`GPU_BF16_CAPABILITY` on, fp16 below; float32 for measuring."""
+    kind = torch.device(device).type
+    if kind != "cuda" or capability is None:
+        return Choice("fp32", f"auto: {device} keeps float32 (auto's GPU choices are for CUDA GPUs)")
+    if work == "measuring":
+        return Choice("fp32", "auto: this command measures the model, so it reads the float32 weights it was given")
+    cap = f"{capability[0]}.{capability[1]}"
+    if work == "batched":
+        return Choice("fp32", "auto: the scores this command prints stay float32's (ask for bf16 or fp16: faster)")
+    if capability >= GPU_BF16_CAPABILITY:
+        what = "bfloat16 autocast" if work == "training" else "bfloat16 weights"
+        return Choice("bf16", f"auto: a GPU of compute capability {cap} computes bfloat16 natively: {what}")
+    what = "float16 autocast with a gradient scaler" if work == "training" else "float16 weights"
+    return Choice("fp16", f"auto: a GPU of compute capability {cap} has no native bfloat16 (from 8.0): {what}")
+
+
+def choose(
+    precision: str,
+    work: str,
+    model: Any = None,
+    device: str = "cpu",
+    machine: Any = None,
+    capability: tuple[int, int] | None = None,
+) -> Choice:
     """The precision for ``work`` (:data:`WORK`): ``precision`` itself unless it is ``auto``; ``auto`` picks from the
-    machine class (``machine``: :func:`tformer.machine.describe`'s, read here when not given), the device and the
-    model's width. ``int8`` for training is refused: training keeps float weights."""
+    machine class (``machine``: :func:`tformer.machine.describe`'s, read here when not given), the device (on a CUDA
+    GPU its compute capability: ``capability``, read from the device when not given) and the model's width. ``int8``
+    for training is refused: training keeps float weights; so is ``fp16`` training where torch has no float16
+    autocast for the device."""
     precision = normalize(precision)
     if work not in WORK:
         raise ValueError(f"work must be one of {', '.join(WORK)}, got {work!r}")
     if precision == "int8" and work == "training":
-        raise ValueError("--precision int8 is for inference: training keeps float weights (give auto, fp32 or bf16)")
+        raise ValueError(
+            "--precision int8 is for inference: training keeps float weights (give auto, fp32, bf16 or fp16)"
+        )
+    if precision == "fp16" and work == "training":
+        _check_fp16_training(device)
     if precision != "auto":
         return Choice(precision, "as asked")
     if torch.device(device).type != "cpu":
-        return Choice("fp32", f"auto: measured on CPUs only; {device} keeps float32")
+        return _gpu_choice(work, device, capability if capability is not None else gpu_capability(device))
     if machine is None:
         from tformer.machine import describe
 
@@ -117,6 +181,35 @@ def choose(precision: str, work: str, model: Any = None, device: str = "cpu", ma
     return Choice(
         "int8", f"auto: the {cls} class has 8-bit dot products and the model is {width} wide (from {INT8_MIN_WIDTH})"
     )
+
+
+def _check_fp16_training(device: str) -> None:
+    kind = torch.device(device).type
+    if not torch.amp.autocast_mode.is_autocast_available(kind):
+        raise ValueError(f"--precision fp16: this torch has no autocast on {kind} (give auto, fp32 or bf16)")
+    try:
+        with torch.autocast(device_type=kind, dtype=torch.float16):
+            pass
+    except (RuntimeError, AssertionError) as err:
+        raise ValueError(f"--precision fp16: this torch cannot train in float16 on {kind} ({err})") from None
+
+
+def gradient_scaler(choice: Choice, device: str) -> torch.amp.GradScaler | None:
+    """A ``torch.amp.GradScaler`` for fp16 training on ``device`` (float16 gradients underflow without one: the loss
+    is scaled up before the backward and the gradients down before the step); None for any other precision."""
+    if choice.precision != "fp16":
+        return None
+    return torch.amp.GradScaler(torch.device(device).type)
+
+
+def use_tf32(device: str) -> bool:
+    """On a CUDA GPU, let float32 matrix products and convolutions run as TF32 on the tensor cores (PyTorch's
+    ``set_float32_matmul_precision("high")``, what nanoGPT sets) and return True; elsewhere change nothing, False."""
+    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        return False
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.allow_tf32 = True
+    return True
 
 
 def apply(model: M, choice: Choice) -> M:

@@ -70,7 +70,6 @@ def setup(
     batches_per_epoch: int = 200,
     eval_blocks: int | None = 400,
     valid: float = 0.1,
-    compile: bool = False,
     resume: bool = False,
     log: Callable[[str], None] = say,
     **train_options,
@@ -114,7 +113,7 @@ def setup(
         dropout=dropout,
         batches_per_epoch=batches_per_epoch,
         valid=valid,
-    )  # what makes the run: --resume refuses a change (eval_blocks and compile may change)
+    )  # what makes the run: --resume refuses a change (eval_blocks may change)
     start_run(cfg, resume, "lm", settings)  # a non-empty out_dir needs resume or overwrite
     docs = read_documents(data)
     if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
@@ -133,7 +132,7 @@ def setup(
         f"context {config.max_len}"
     )
     task = LMTask(
-        tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed, compile
+        tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed
     )
     return make_trainer(model, task, cfg, resume)
 

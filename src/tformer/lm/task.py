@@ -86,7 +86,6 @@ class LMTask:
         batches_per_epoch: int = 200,
         eval_blocks: int | None = 400,
         seed: int = 0,
-        compile: bool = False,
     ) -> None:
         if len(train_ids) < max_len + 1:
             raise ValueError(
@@ -95,9 +94,8 @@ class LMTask:
             )
         self.tokenizer, self.train_ids, self.val_ids = tokenizer, train_ids, val_ids
         self.max_len, self.batch_size, self.batches_per_epoch = max_len, batch_size, batches_per_epoch
-        self.eval_blocks, self.seed, self.compile = eval_blocks, seed, compile
+        self.eval_blocks, self.seed = eval_blocks, seed
         self.unit_lengths = torch.tensor(tokenizer.unit_lengths())
-        self._compiled: tuple | None = None  # (model, torch.compile(model)): same parameters, compiled forward
 
     def train_batches(self, epoch: int) -> list[torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
@@ -107,17 +105,10 @@ class LMTask:
     def count_tokens(self, batch: torch.Tensor) -> int:
         return len(batch) * self.max_len
 
-    def _forward(self, model):
-        if not self.compile:
-            return model
-        if self._compiled is None or self._compiled[0] is not model:
-            self._compiled = (model, torch.compile(model))
-        return self._compiled[1]
-
     def loss(self, model, batch: torch.Tensor) -> tuple[torch.Tensor, int]:
         device = next(model.parameters()).device
         rows = blocks(self.train_ids, batch, self.max_len + 1).to(device)  # (B, T+1)
-        logits = self._forward(model)(rows[:, :-1])  # (B, T, V)
+        logits = model(rows[:, :-1])  # (B, T, V)
         labels = rows[:, 1:]  # (B, T) the input shifted by one
         loss = sequence_cross_entropy(logits, labels, ignore_index=PAD, reduction="sum")
         return loss, int((labels != PAD).sum())

@@ -161,7 +161,14 @@ class Bert(PretrainedMixin, nn.Module):
         those N positions only, (N, V) in row-major order — what pretraining needs, at a fraction of
         the cost of the vocabulary projection at every position.
         """
-        hidden = self(ids, token_type_ids, attention_mask)  # (B, T, D)
+        return self.pretraining_heads(self(ids, token_type_ids, attention_mask), mlm_positions)
+
+    def pretraining_heads(
+        self, hidden: torch.Tensor, mlm_positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two heads of :meth:`pretraining_logits` on the encoder's output ``hidden`` (B, T, D): MLM logits
+        (B, T, V) or (N, V) at ``mlm_positions``, NSP logits (B, 2). (Training calls the model, compiled or not,
+        then this: the picked positions' count changes from batch to batch, which a compiled graph would not.)"""
         picked = hidden if mlm_positions is None else hidden[mlm_positions]  # (B, T, D) or (N, D)
         return self.hook_logits(self.mlm_head(picked)), self.nsp_head(self.pool(hidden))
 

@@ -248,7 +248,7 @@ class GPT(PretrainedMixin, nn.Module):
         else:  # counted from the cache
             where = (
                 torch.arange(start, start + ids.shape[1], device=ids.device)
-                if rope
+                if rope or torch.compiler.is_compiling()  # (compiled: a slice would fix T, one compilation per length)
                 else slice(start, start + ids.shape[1])
             )
         mask = None

@@ -124,7 +124,9 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         check_ids(tgt, "tgt", self.config.tgt_vocab_size)
         start = cache.length if cache is not None else 0
         check_length(start + tgt.shape[1], self.config.max_len, "tgt")
-        positions = slice(start, start + tgt.shape[1])  # the table's rows start.. (a view)
+        positions: torch.Tensor | slice = slice(start, start + tgt.shape[1])  # the table's rows start.. (a view)
+        if torch.compiler.is_compiling():  # as ids: a slice would fix T in the graph, one compilation per length
+            positions = torch.arange(start, start + tgt.shape[1], device=tgt.device)
         # Self-attention: look-ahead (causal) + target padding. With a cache the keys include
         # earlier positions, which were all real tokens when they were fed.
         self_mask = padding_mask(tgt, self.config.pad_id) if cache is None else None  # (B, 1, 1, T)

@@ -100,7 +100,8 @@ def scaled_dot_product_attention(
     )
     if mask is not None:  # some kernels give NaN for fully masked rows: make them exactly 0
         has_key = mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
-        if not bool(has_key.all()):
+        # eager: only when such a row exists; a compiled graph cannot branch on the data, so it always fills
+        if torch.compiler.is_compiling() or not bool(has_key.all()):
             out = out.masked_fill(~has_key, 0.0)
     return out  # (B, H, Tq, Dh)
 

@@ -12,7 +12,11 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["TrainConfig", "budget_reached", "budget_spent_message", "lr_factor", "make_optimizer"]
+__all__ = ["TRAINING_PRECISIONS", "TrainConfig", "budget_reached", "budget_spent_message", "lr_factor", "make_optimizer"]
+
+
+# what a training run accepts for precision (int8 is for inference only: training keeps float weights)
+TRAINING_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -32,11 +36,14 @@ class TrainConfig:
     eval_every: int | None = None  # optimizer steps between evaluations; None = every epoch
     log_every: int = 10
     seed: int = 0
-    precision: str = "auto"  # "fp32" | "bf16" (autocast, float32 master weights) | "auto" (tformer.fast.precision)
+    # "fp32" | "bf16" (autocast, float32 master weights) | "fp16" (autocast with a gradient scaler) | "auto"
+    # (tformer.fast.precision: per device and machine class)
+    precision: str = "auto"
     bf16: bool = False  # 0.2.0's precision="bf16"
     device: str = "cpu"
     progress: bool = True
     fast: bool = True  # CPU fast paths (tformer.fast): swapped into the model, the fused loss backward
+    compile: bool = False  # torch.compile the model's forward for the training steps (the saved model is plain)
     overwrite: bool = False  # start a new run in a non-empty out_dir (its old run is deleted); else refused
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
 
@@ -46,8 +53,9 @@ class TrainConfig:
         if self.bf16:
             object.__setattr__(self, "precision", "bf16")
         object.__setattr__(self, "bf16", self.precision == "bf16")  # the alias follows: one truth, not two
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"precision must be 'auto', 'fp32' or 'bf16' for training, got {self.precision!r}")
+        if self.precision not in TRAINING_PRECISIONS:
+            choices = ", ".join(map(repr, TRAINING_PRECISIONS))
+            raise ValueError(f"precision must be one of {choices} for training, got {self.precision!r}")
         if self.schedule not in ("inverse_sqrt", "cosine", "constant"):
             raise ValueError(f"schedule must be 'inverse_sqrt', 'cosine' or 'constant', got {self.schedule!r}")
         if self.epochs is None and self.max_steps is None and self.minutes is None:

@@ -60,8 +60,15 @@ def write_json(path: Path, value: Any) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
-def write_state(directory: Path, optimizer: dict, scheduler: dict, rng: list[dict[str, torch.Tensor]]) -> None:
-    """Write an optimizer and a scheduler ``state_dict`` and each process's RNG states into ``directory``."""
+def write_state(
+    directory: Path,
+    optimizer: dict,
+    scheduler: dict,
+    rng: list[dict[str, torch.Tensor]],
+    scaler: dict | None = None,
+) -> None:
+    """Write an optimizer and a scheduler ``state_dict``, each process's RNG states and (fp16 training) the gradient
+    scaler's ``state_dict`` (its scale and growth tracker: plain numbers) into ``directory``."""
     tensors: dict[str, torch.Tensor] = {}
     slots: dict[str, dict[str, Any]] = {}
     for param, state in optimizer["state"].items():
@@ -79,11 +86,14 @@ def write_state(directory: Path, optimizer: dict, scheduler: dict, rng: list[dic
         "scheduler": scheduler,
         "processes": len(rng),
     }
+    if scaler is not None:
+        meta["scaler"] = scaler
     write_json(directory / JSON_NAME, meta)
 
 
 def read_state(directory: Path) -> dict[str, Any]:
-    """``{"optimizer": state_dict, "scheduler": state_dict, "rng": [{"rng": ..., "cuda_rng": ...} per rank]}``.
+    """``{"optimizer": state_dict, "scheduler": state_dict, "rng": [{"rng": ..., "cuda_rng": ...} per rank],
+    "scaler": state_dict or None}``.
 
     Anything else than what :func:`write_state` writes (a file missing, unreadable, of the wrong shape) is an
     error naming the file and what it should hold."""
@@ -121,7 +131,10 @@ def read_state(directory: Path) -> dict[str, Any]:
             "expected the same for each (the file is damaged or was mixed with another run's)"
         )
     optimizer = {"state": state, "param_groups": meta["optimizer"]["param_groups"]}
-    return {"optimizer": optimizer, "scheduler": meta["scheduler"], "rng": rng}
+    scaler = meta.get("scaler")
+    if scaler is not None and not isinstance(scaler, dict):
+        raise ValueError(f"{str(directory / JSON_NAME)!r}: 'scaler' must be the gradient scaler's state (an object)")
+    return {"optimizer": optimizer, "scheduler": meta["scheduler"], "rng": rng, "scaler": scaler}
 
 
 def _check_meta(path: Path, meta: dict[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 A *task* knows its data and its loss; the :class:`Trainer` knows everything else: AdamW (weight
 decay on matrices only), warmup then inverse-square-root or cosine decay, gradient clipping and
-accumulation, optional bf16 autocast, periodic evaluation, the best checkpoint, a time budget,
+accumulation, bf16 or fp16 autocast (fp16 with a gradient scaler), ``torch.compile``, periodic evaluation, the best checkpoint, a time budget,
 exact resume, a progress bar, a JSONL log and a PNG of the curves.
 
 A task provides::
@@ -61,7 +61,7 @@ from pathlib import Path
 import torch
 
 from tformer import fast
-from tformer.fast.precision import choose
+from tformer.fast.precision import choose, gradient_scaler, use_tf32
 from tformer.fast.quantize import require_float
 from tformer.files import current_dir, staged_dir
 from tformer.machine import describe
@@ -108,9 +108,14 @@ class Trainer:
         self.world, device = distributed.init(cfg.device)
         self.model: PretrainedMixin = model.to(device)
         self.task, self.cfg, self.device = task, cfg, device
-        self.precision = choose(cfg.precision, "training", model, str(device))  # bf16: autocast in _step
+        self.precision = choose(cfg.precision, "training", model, str(device))  # bf16/fp16: autocast in _step
+        self.scaler = gradient_scaler(self.precision, str(device))  # fp16: scales the loss; else None
+        self.tf32 = cfg.precision == "auto" and use_tf32(str(device))  # a GPU's float32 products on tensor cores
         if cfg.fast:
             fast.speed_up(self.model)  # in place: the parameters stay the same objects
+        # what the task's loss calls: the model itself, or (--compile) its compiled forward over the same parameters;
+        # the model saved, evaluated and decoded is always the plain one
+        self.forward_model: torch.nn.Module = torch.compile(self.model) if cfg.compile else self.model
         distributed.broadcast_parameters(self.model, self.world)
         self.out = Path(cfg.out_dir)
         self.optimizer = make_optimizer(self.model, cfg)
@@ -120,6 +125,7 @@ class Trainer:
         self.best: float | None = None
         self.history: list[dict] = []
         self.bad_steps, self.skipped_steps = 0, 0  # non-finite steps: in a row, and in all
+        self.scaler_skips = 0  # fp16: steps the gradient scaler skipped (overflow), not counted as bad
         self._signal: int | None = None  # the first SIGINT/SIGTERM received during fit()
         self._stop = False  # a process received one (agreed by all processes at the last step)
         self._saved_step: int | None = None
@@ -165,7 +171,8 @@ class Trainer:
         with self._saving(self.out / "last") as tmp:
             self.model.save_pretrained(tmp)
             self.task.save_extra(tmp)
-            write_state(tmp, self.optimizer.state_dict(), self.scheduler.state_dict(), rng)
+            scaler = None if self.scaler is None else self.scaler.state_dict()
+            write_state(tmp, self.optimizer.state_dict(), self.scheduler.state_dict(), rng, scaler)
             write_json(tmp / STATE_NAME, meta)
 
     def resume(self) -> None:
@@ -187,6 +194,8 @@ class Trainer:
             )
         self._load(last / JSON_NAME, "the optimizer", lambda: self.optimizer.load_state_dict(state["optimizer"]))
         self._load(last / JSON_NAME, "the schedule", lambda: self._load_scheduler(state["scheduler"]))
+        if self.scaler is not None and state.get("scaler"):  # fp16: the loss scale goes on where it was
+            self._load(last / JSON_NAME, "the gradient scaler", lambda: self.scaler.load_state_dict(state["scaler"]))
         mine = state["rng"][self.world.rank]
         if "rng" not in mine:
             raise ValueError(
@@ -273,9 +282,9 @@ class Trainer:
         return contextlib.nullcontext() if self.cfg.fast else fast.reference()
 
     def _autocast(self):
-        if self.precision.precision != "bf16":
+        if self.precision.precision not in ("bf16", "fp16"):
             return contextlib.nullcontext()
-        return torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=self.precision.dtype)
 
     def _optimizer_step(self, group: list, start: float) -> tuple[float | None, int]:
         """One optimizer step over ``group`` (gradient accumulation, split across processes).
@@ -290,8 +299,9 @@ class Trainer:
         for batch in group[self.world.rank :: self.world.size]:  # this process's share
             with self._paths():
                 with self._autocast():
-                    loss, _ = self.task.loss(self.model, batch)
-                (loss / max(total_tokens, 1)).backward()
+                    loss, _ = self.task.loss(self.forward_model, batch)
+                share = loss / max(total_tokens, 1)
+                (share if self.scaler is None else self.scaler.scale(share)).backward()
             loss_sum += float(loss.detach())
         # one all-reduce: the gradients, the loss, the time and whether any process was asked to stop
         loss_sum, elapsed, stop = distributed.sync_gradients(
@@ -301,14 +311,28 @@ class Trainer:
         )
         self.elapsed = elapsed / self.world.size  # the same on every process, so all stop together
         self._stop = stop > 0
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # the true gradients, for the clip and the norm
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf))
         mean_loss = loss_sum / max(total_tokens, 1)
+        if self.scaler is not None and math.isfinite(mean_loss) and not math.isfinite(norm):
+            # fp16: the scaled gradients overflowed. The scaler's own business, not a bad step: it halves the scale
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.update()
+            self.scaler_skips += 1
+            return None, total_tokens
         if not (math.isfinite(mean_loss) and math.isfinite(norm)):  # the same on every process: all skip
             self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler.update()
             self._skip(mean_loss, norm)
             return None, total_tokens
         self.bad_steps = 0
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:  # the gradients are unscaled and finite: the scaler steps, then may grow the scale
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -370,6 +394,10 @@ class Trainer:
 
     def _fit(self) -> dict:
         distributed.say(str(self.precision))  # what runs, and why (auto's choice for this machine)
+        if self.tf32:
+            distributed.say("float32 matrix products: TF32 on the GPU's tensor cores (auto)")
+        if self.cfg.compile:
+            distributed.say("torch.compile: the first steps compile the model (a minute or more), then run compiled")
         progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main)
         self._session = (self.step, self.elapsed)  # for the ETA
         last_eval: dict = {}
