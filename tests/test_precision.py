@@ -206,3 +206,21 @@ def test_fp16_overflow_is_the_scalers_skip_not_a_diverged_run(tmp_path, words_tx
     trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**126)  # float16 overflows at 65504
     trainer.fit()  # max_bad_steps=1: a bad step would raise TrainingDiverged
     assert trainer.step == 1 and trainer.scaler_skips >= 1 and trainer.scaler.get_scale() < 2.0**126
+
+
+def test_a_cpu_recipes_batch_on_a_gpu_is_said_with_what_to_use_instead(tmp_path, words_txt, monkeypatch):
+    from tformer.lm import run as lm_run
+    from tformer.lm.recipes import resolve
+    from tformer.training.config import GPU_MIN_TOKENS, gpu_batch_note
+
+    note = gpu_batch_note("cuda:0", 3000, "--batch-tokens 3000", "--batch-tokens 24000")
+    assert note is not None and "3,000 tokens a step" in note and note.endswith("--batch-tokens 24000")
+    assert gpu_batch_note("cpu", 3000, "--batch-tokens 3000", "x") is None  # the CPU recipe is right on a CPU
+    assert gpu_batch_note("cuda", GPU_MIN_TOKENS, "b", "x") is None
+    gpu = resolve("shakespeare-char-gpu")  # the GPU variant of the Tiny Shakespeare recipes
+    assert gpu["batch_size"] * gpu["max_len"] >= GPU_MIN_TOKENS
+    seen = []  # the LM entry point asks with its own batch (a tiny run on the CPU: the note says nothing there)
+    monkeypatch.setattr(lm_run, "gpu_batch_note", lambda *a: seen.append(a) or "note: said")
+    lines = []
+    lm_run.setup(words_txt, tmp_path / "r", max_len=16, batch_size=4, max_steps=1, log=lines.append, progress=False)
+    assert seen[0][1:3] == (4 * 16, "--batch-size 4 × --max-len 16") and "note: said" in lines

@@ -75,6 +75,19 @@ RECIPES["shakespeare-char-6min-llama"] = dict(
 RECIPES["shakespeare-char-30min"] = dict(
     RECIPES["shakespeare-char-30min-gelu"], model=dict(RECIPES["shakespeare-char-30min-gelu"]["model"], **LLAMA_STYLE)
 )
+# For a GPU: nanoGPT's shakespeare-char shape (6 layers × 384, context 256, batch 64: 16,384 tokens a step, dropout
+# 0.2, lr 1e-3), with RoPE and the exact GELU as the recipes above. Not tuned or measured by this project yet (no GPU
+# in its sessions): `python -m benchmarks.gpu` measures it where one is at hand; docs/benchmarks.md says what was.
+RECIPES["shakespeare-char-gpu"] = dict(
+    base="tiny",
+    model=dict(d_model=384, n_heads=6, n_layers=6, d_ff=1536, dropout=0.2, activation="gelu", positional="rope"),
+    tokenizer="char",
+    max_len=256,
+    batch_size=64,
+    lr=1e-3,
+    warmup_steps=100,
+    weight_decay=0.1,
+)
 DEFAULTS = dict(tokenizer="char", batch_size=16, lr=1e-3, warmup_steps=100, weight_decay=0.01, vocab_size=4096)
 
 

@@ -28,6 +28,7 @@ from tformer.settings import takes_old_names
 from tformer.tokenizers import Continuation, Tokenizer, load_tokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import make_trainer, saved_run, start_run
+from tformer.training.config import gpu_batch_note
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = ["TRAINING", "setup", "train", "load", "generate", "evaluate"]
@@ -38,6 +39,9 @@ TRAINING = {"schedule": "cosine"}
 
 # the recipes' and the CLI's --tokenizer names -> the tokenizer kinds (tformer.tokenizers)
 TOKENIZER_KINDS = {"char": "char", "bpe": "byte_bpe"}
+
+
+GPU_ADVICE = "--preset shakespeare-char-gpu (6 × 384, 64 × 256 tokens a step), or a larger --batch-size"
 
 
 def _tokenizer(directory: str | Path) -> Tokenizer:
@@ -131,6 +135,10 @@ def setup(
         f"vocabulary {tok.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} parameters, "
         f"context {config.max_len}"
     )
+    batch = f"--batch-size {r['batch_size']} × --max-len {config.max_len}"
+    note = gpu_batch_note(cfg.device, r["batch_size"] * config.max_len * cfg.accum_steps, batch, GPU_ADVICE)
+    if note:
+        log(note)
     task = LMTask(
         tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed
     )

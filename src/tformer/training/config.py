@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["TRAINING_PRECISIONS", "TrainConfig", "budget_reached", "budget_spent_message", "lr_factor", "make_optimizer"]
+__all__ = ["GPU_MIN_TOKENS", "TRAINING_PRECISIONS", "TrainConfig", "gpu_batch_note", "budget_reached", "budget_spent_message", "lr_factor", "make_optimizer"]
 
 
 # what a training run accepts for precision (int8 is for inference only: training keeps float weights)
@@ -66,6 +66,22 @@ class TrainConfig:
             raise ValueError(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
         if self.schedule == "cosine" and self.max_steps is None and self.minutes is None:
             raise ValueError("schedule='cosine' needs max_steps or minutes (the length of the decay)")
+
+
+# Tokens an optimizer step below which a GPU waits on kernel launches more than it computes (the issue 39 measurement:
+# the Multi30k recipe's 3,000 tokens a step ran an H100 at 5-6% of its peak); the CPU recipes' batches are far below.
+GPU_MIN_TOKENS = 16384
+
+
+def gpu_batch_note(device: str, tokens_per_step: int, batch: str, instead: str) -> str | None:
+    """The line a training run on a GPU prints when its batch is a CPU recipe's (under :data:`GPU_MIN_TOKENS` tokens
+    a step): what it uses (``batch``: its flags) and what it would use instead; None on a CPU or with a big batch."""
+    if not str(device).startswith("cuda") or tokens_per_step >= GPU_MIN_TOKENS:
+        return None
+    return (
+        f"note: {batch} is {tokens_per_step:,} tokens a step, a CPU recipe's batch: a GPU runs that mostly idle "
+        f"(launch-bound). For a GPU: {instead}"
+    )
 
 
 def budget_reached(cfg: TrainConfig, step: int, epoch: int, elapsed: float) -> str | None:

@@ -20,6 +20,7 @@ from tformer.tokenizers import train_tokenizer
 from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.training import distributed
 from tformer.training.resume import make_trainer, saved_run, start_run
+from tformer.training.config import gpu_batch_note
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation.pairs import Split, load_splits
 from tformer.translation.task import TranslationTask
@@ -29,6 +30,9 @@ __all__ = ["TRAINING", "train_tokenizers", "prepare", "setup", "train", "evaluat
 
 # The TrainConfig values a translation run starts from unless given (the CLI's defaults are these too)
 TRAINING = {"lr": 7e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
+# The README's Multi30k recipe scaled for a GPU: 8× the tokens a step, the learning rate doubled, an eighth of the
+# warmup and steps. A starting point, not yet measured by this project (no GPU in its sessions): benchmarks.gpu runs it.
+GPU_ADVICE = "--batch-tokens 24000 --lr 4e-3 --warmup-steps 40 (and about an eighth of the CPU run's --max-steps)"
 
 
 def train_tokenizers(split: Split, vocab_size: int = 8000, joint: bool = True) -> tuple:
@@ -135,6 +139,9 @@ def setup(
     else:
         tokenizers = distributed.from_rank0(lambda: train_tokenizers(split, vocab_size, joint), cfg.device)
         translator = prepare(split, out_dir, preset, vocab_size, joint, cfg.seed, tokenizers, **overrides)
+    note = gpu_batch_note(cfg.device, batch_tokens * cfg.accum_steps, f"--batch-tokens {batch_tokens}", GPU_ADVICE)
+    if note and distributed.is_main_process():
+        print(note)
     task = TranslationTask(
         translator, split.train, split.valid, batch_tokens, label_smoothing, cfg.seed, bleu_sentences
     )
