@@ -224,3 +224,57 @@ def test_a_cpu_recipes_batch_on_a_gpu_is_said_with_what_to_use_instead(tmp_path,
     lines = []
     lm_run.setup(words_txt, tmp_path / "r", max_len=16, batch_size=4, max_steps=1, log=lines.append, progress=False)
     assert seen[0][1:3] == (4 * 16, "--batch-size 4 × --max-len 16") and "note: said" in lines
+
+
+# ───────────────────────────────────────── the precision reported is the precision that runs (issue 41, item 2) ───
+@pytest.fixture(scope="module")
+def int8_run(tmp_path_factory, lm_run):
+    """The LM run's model quantized and saved in int8 (its float weights are not in the directory)."""
+    import shutil
+
+    import tformer
+
+    directory = tmp_path_factory.mktemp("int8") / "m"
+    shutil.copytree(lm_run / "best", directory)
+    loaded = tformer.load(directory)
+    tformer.quantize(loaded.model, "int8").save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize("asked", ["fp32", "bf16", "fp16"])
+def test_a_float_precision_asked_of_an_int8_model_dequantizes_it_and_says_so(int8_run, asked):
+    import tformer
+    from tformer.fast.quantize import is_quantized
+
+    model = tformer.load(int8_run).model
+    for work in ("decoding", "measuring", "batched"):
+        choice = choose(asked, work, model)
+        assert choice.precision == asked and "int8 weights dequantized" in choice.reason
+    apply(model, choose(asked, "decoding", model))
+    assert not is_quantized(model)  # what runs is float: the int8 layers are gone
+    assert {p.dtype for p in model.parameters()} == {Choice(asked, "").dtype}
+
+
+@pytest.mark.parametrize("work", ["decoding", "measuring", "batched"])
+def test_auto_on_an_int8_model_runs_int8_and_says_so(int8_run, work):
+    import tformer
+
+    choice = choose("auto", work, tformer.load(int8_run).model, machine=_machine(ZEN3))  # even where int8 never pays
+    assert choice.precision == "int8" and "holds int8 weights" in choice.reason
+
+
+@pytest.mark.parametrize("asked", ["fp32", "bf16"])
+def test_generate_on_an_int8_model_says_the_precision_it_decodes_in(int8_run, lm_run, asked, capsys):
+    argv = ["generate", "--model", str(int8_run), "--prompt", "the", "--max-new-tokens", "6", "--greedy"]
+    assert main([*argv, "--precision", asked]) == 0
+    captured = capsys.readouterr()
+    assert f"precision: {asked} (as asked: the model's int8 weights dequantized" in captured.err
+    assert main([*argv, "--precision", "auto"]) == 0
+    assert "precision: int8 (auto: the model holds int8 weights" in capsys.readouterr().err
+
+
+def test_the_explorer_of_an_int8_model_names_int8(int8_run):
+    from tformer.explore import Session
+
+    assert Session.open(int8_run).call("info", {})["precision"] == "int8"  # not "fp32" (issue 41)
+    assert Session.open(int8_run, precision="fp32").call("info", {})["precision"] == "fp32"  # dequantized

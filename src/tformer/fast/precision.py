@@ -156,6 +156,9 @@ def choose(
         )
     if precision == "fp16" and work == "training":
         _check_fp16_training(device)
+    saved = _saved_int8(model, precision)
+    if saved is not None:  # a model that holds int8 weights: what runs is said as it is
+        return saved
     if precision != "auto":
         return Choice(precision, "as asked")
     if torch.device(device).type != "cpu":
@@ -181,6 +184,22 @@ def choose(
     return Choice(
         "int8", f"auto: the {cls} class has 8-bit dot products and the model is {width} wide (from {INT8_MIN_WIDTH})"
     )
+
+
+def _saved_int8(model: Any, precision: str) -> Choice | None:
+    """The choice for a model that already holds int8 layers (read from an int8 directory, or quantized): ``auto``
+    and ``int8`` run those; a float precision dequantizes them (:func:`tformer.dequantize`: q · scale), and says so.
+    None for a float model."""
+    from tformer.fast.quantize import is_quantized
+
+    if not is_quantized(model):
+        return None
+    if precision == "int8":
+        return Choice("int8", "as asked")
+    if precision == "auto":
+        return Choice("int8", "auto: the model holds int8 weights (tformer.quantize), with no float weights to read")
+    name = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[precision]
+    return Choice(precision, f"as asked: the model's int8 weights dequantized (q × scale) to {name}")
 
 
 def _check_fp16_training(device: str) -> None:
@@ -216,15 +235,18 @@ def apply(model: M, choice: Choice) -> M:
     """``model`` in ``choice``'s precision, for inference: int8 linear layers and token embeddings
     (:func:`tformer.quantize`, without keeping the float weights: each int8 layer holds its values once, packed, so
     the model takes about a quarter of float32's memory) or the weights in bfloat16 / float16; float32 leaves it as
-    it is. A model saved in int8 stays int8 (it has no float weights to read back), its layers packed-only too."""
-    from tformer.fast.quantize import is_quantized, pack_only, quantize
+    it is. A model that holds int8 layers stays int8 under ``int8`` (its layers packed-only too) and is dequantized
+    (:func:`tformer.dequantize`) for a float precision: what runs is what the choice says."""
+    from tformer.fast.quantize import dequantize, is_quantized, pack_only, quantize
 
     if choice.precision == "int8":
         if not is_quantized(model):
             quantize(model, "int8", keep_float=False)  # in place
         pack_only(model)
         return model
-    if choice.precision in ("bf16", "fp16") and not is_quantized(model):
+    if is_quantized(model):
+        dequantize(model)  # in place: float layers holding q × scale
+    if choice.precision in ("bf16", "fp16"):
         return model.to(choice.dtype)
     return model
 
@@ -235,6 +257,6 @@ def for_inference(model: M, precision: str, work: str, device: str = "cpu") -> M
     import sys
 
     choice = choose(precision, work, model, device)
-    if choice.precision != "fp32":
+    if choice.precision != "fp32" or "dequantized" in choice.reason:  # not the float32 weights the model was read in
         print(str(choice), file=sys.stderr)
     return apply(model, choice).eval()
