@@ -264,8 +264,8 @@ saves = {}
 def interrupt(times):
     for _ in range(times):  # a real signal to this process: its handler runs as soon as os.kill returns
         os.kill(os.getpid(), signal.SIGINT)
-def write_state(directory, *args):  # last/ being written: the weights and the tokenizer are in, not the state yet
-    run = Path(directory).parent
+def write_state(directory, *args):  # last/ being written (RUN/.last.tformer-*/writing): the weights and the
+    run = Path(directory).parent.parent  # tokenizer are in, not the state yet
     saves[run.name] = saves.get(run.name, 0) + 1
     if saves[run.name] == 2 and run.name in ("once", "twice"):  # the save of step 4 (--eval-every 2)
         shutil.copytree(run / "last", run.parent / (run.name + "-before"))
@@ -274,12 +274,13 @@ def write_state(directory, *args):  # last/ being written: the weights and the t
 real_write_state, trainer.write_state = trainer.write_state, write_state
 def replace(src, dst):  # the swap of the save of step 4: a second signal between its renames or after the last
     src, dst = Path(src), Path(dst)
-    run = dst.parent
+    aside = dst.name == "old" and dst.parent.name.startswith(".last.tformer-")  # last/ into the save's work dir
+    run = dst.parent.parent if aside else dst.parent
     at_step_4 = saves.get(run.name) == 2
-    if at_step_4 and run.name == "aside" and dst.name == ".last.old":
+    if at_step_4 and run.name == "aside" and aside:
         shutil.copytree(src, run.parent / "aside-before")
     real_replace(src, dst)
-    if at_step_4 and (run.name, dst.name) in (("aside", ".last.old"), ("swapped", "last")):
+    if at_step_4 and ((run.name == "aside" and aside) or (run.name, dst.name) == ("swapped", "last")):
         interrupt(2)
 real_replace, files.os.replace = os.replace, replace
 """
@@ -348,8 +349,8 @@ real, state.save_file = state.save_file, save_file
 import tformer.files as files
 def replace(src, dst):  # run "refuse": the second best model cannot be renamed in, the first one set aside
     src, dst = Path(src), Path(dst)
-    if src.name == ".best.new" and dst.name == "best" and dst.parent.name == "refuse":
-        if (dst.parent / ".best.old").is_dir():
+    if src.name == "new" and src.parent.name.startswith(".best.") and (dst.parent.name, dst.name) == ("refuse", "best"):
+        if (src.parent / "old").is_dir():
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dst))
     return real_replace(src, dst)
 real_replace, files.os.replace = os.replace, replace
@@ -418,18 +419,44 @@ def _read(directory: Path) -> str:
     return a
 
 
-@pytest.mark.parametrize("crash", ["before-aside", "after-aside", "after-in"])
-def test_a_save_cut_between_its_renames_reads_whole_and_recovers(tmp_path, crash):
+CRASH_IN_SAVE = """
+import os, sys
+from pathlib import Path
+import tformer.files as files
+dest, at = Path(sys.argv[1]), sys.argv[2]
+calls, real_replace, real_rmtree = [0], os.replace, files.shutil.rmtree
+def replace(src, dst):  # the process dies before the rename `at` counts (2: old state aside, 3: new state in)
+    calls[0] += 1
+    if str(calls[0]) == at:
+        os._exit(0)
+    real_replace(src, dst)
+def rmtree(path, *args, **kwargs):  # ... or after the last rename, before its work directory is deleted
+    if at == "done":
+        os._exit(0)
+    real_rmtree(path, *args, **kwargs)
+files.os.replace, files.shutil.rmtree = replace, rmtree
+with files.staged_dir(dest) as tmp:
+    for name in ("a.txt", "b.txt"):
+        (tmp / name).write_text("new")
+"""
+
+
+@pytest.mark.parametrize("crash, seen", [("2", "old"), ("3", "new"), ("done", "new")])
+def test_a_save_killed_between_its_renames_reads_whole_and_recovers_touching_no_folder_of_the_user(
+    tmp_path, crash, seen
+):
+    """A process killed (``os._exit``) before the old state goes aside, before the new one goes in, or after: a
+    reader sees a whole state, the old or the new, and :func:`recover_dir` puts it in place and deletes the save's
+    work directory. Folders of the user's that look like the names earlier versions used, beside ``last``, are
+    neither read nor deleted (issue 41, item 1)."""
     dest = _state(tmp_path / "last", "old")
-    new = _state(tmp_path / ".last.new", "new")  # a finished save is only ever called .new
-    if crash != "before-aside":
-        os.replace(dest, tmp_path / ".last.old")
-    if crash == "after-in":
-        os.replace(new, dest)
-    seen = _read(current_dir(dest))
-    assert seen == ("old" if crash == "before-aside" else "new")
+    mine = {name: _state(tmp_path / name, "mine") for name in (".last.old", ".last.new", ".last.tmp-abcdefgh")}
+    subprocess.run([sys.executable, "-c", CRASH_IN_SAVE, str(dest), crash], check=True, timeout=120)
+    assert _read(current_dir(dest)) == seen
     recover_dir(dest)
-    assert _read(dest) == seen and sorted(p.name for p in tmp_path.iterdir()) == ["last"]
+    assert _read(dest) == seen
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["last", *mine])  # the work directory went
+    assert all(_read(path) == "mine" for path in mine.values())
 
 
 @pytest.mark.parametrize("fail_at", [1, 2, 3])

@@ -10,7 +10,7 @@ before it does any work. Through the real CLI, for each of them:
 * a missing directory is an error, and is not created;
 * the command's own inputs (``--ref``, ``--src``, ``--tatoeba``, a run's ``log.jsonl``) and anything inside a
   model or training run directory are refused, even with ``--overwrite``;
-* a write that fails halfway leaves the old file.
+* a write that fails halfway leaves the old file; a full disk says so in one line naming the file (issue 41).
 
 ``data download --cache`` is a directory the command fills with its own file names: it may exist, but not lie in
 a model or run directory, and ``--force`` does not replace a cached file that is a symbolic link.
@@ -18,6 +18,7 @@ a model or run directory, and ``--force`` does not replace a cached file that is
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -271,6 +272,27 @@ def test_a_failed_write_leaves_the_old_file(inputs, tmp_path, capsys, monkeypatc
     )
     assert code == 1 and "No space left on device" in err
     assert out.read_bytes() == OLD and _names(tmp_path) == ["pe.png"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_full_disk_says_so_names_the_file_and_leaves_the_old_one(command, inputs, tmp_path, capsys, monkeypatch):
+    """The disk fills while the new file is written (its fsync reports ENOSPC, as delayed allocation does): one
+    line, status 1, saying that the disk is full and naming the file, never its temporary name; the old file is
+    left whole, with no temp file beside it (issue 41, item 4)."""
+    import tformer.files as files
+
+    def full(path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files, "_fsync_file", full)
+    out = tmp_path / "mine.txt"
+    out.write_bytes(OLD)
+    code, err = _run([*COMMANDS[command](inputs, str(out)), "--overwrite"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and ": error: " in lines[0], err
+    assert f"could not write {str(out)!r}: the disk is full (No space left on device)" in lines[0], lines[0]
+    assert "left as it was" in lines[0] and ".mine.txt." not in lines[0]
+    assert out.read_bytes() == OLD and _names(tmp_path) == ["mine.txt"]
 
 
 # ------------------------------------------------------------------------------------ data download --cache

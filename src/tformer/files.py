@@ -1,24 +1,42 @@
-"""Writing files and directories so that a reader sees the old content or the new one, never half of one.
+"""Writing files and directories so that a reader sees the old content or the new one, never half of one, and
+touching nothing that this process did not make.
 
 Files: :func:`atomic_write` writes a temporary file next to the target, fsyncs it, renames it onto the target
 (``os.replace``, atomic on POSIX and Windows) and fsyncs the directory, so the rename itself survives a crash.
 
-Directories: :func:`staged_dir` gives a fresh temporary directory next to ``dest``; when the block ends without
-an error, every file in it is fsynced and the whole directory takes the place of ``dest``
-(:func:`replace_dir`). A directory cannot be renamed over a non-empty one, so the swap is three renames::
+Directories: :func:`staged_dir` gives a fresh directory to write into; when the block ends without an error,
+every file in it is fsynced and the whole directory takes the place of ``dest`` (:func:`replace_dir`). A
+directory cannot be renamed over a non-empty one, so the swap is three renames, all inside a work directory
+``.NAME.tformer-<random>`` that this process creates next to ``dest`` (``mkdtemp``: a name no one else has) and
+marks as tformer's with a file, :data:`MARK`, naming ``NAME``::
 
-    .NAME.tmp-<random>  -> .NAME.new   (complete and fsynced: only a finished save is ever called .new)
-    NAME                -> .NAME.old   (the previous state, aside)
-    .NAME.new           -> NAME        (the new state in), then .NAME.old is deleted
+    .NAME.tformer-<random>/writing  -> .NAME.tformer-<random>/new   (complete and fsynced: only a finished save is
+                                                                     ever called new)
+    NAME                            -> .NAME.tformer-<random>/old   (the previous state, aside)
+    .NAME.tformer-<random>/new      -> NAME                         (the new state in); then the work directory,
+                                                                     old state and all, is deleted
 
 We chose this over a symbolic link swapped with one rename because it keeps run directories made of plain
 directories: copying one (``cp -r``, an archive, a Windows machine) never leaves a link to a directory that
 was not copied. The price is a short window with no ``NAME`` at all, which :func:`current_dir` covers for a
-reader (it reads ``.NAME.new``, else ``.NAME.old``: each a complete state) and :func:`recover_dir` repairs for
-the next writer. A crash at any point leaves ``NAME`` (or what :func:`current_dir` finds instead) holding the
-complete old state or the complete new one. A reader that opens files one by one while a save swaps them can
-still read one file from before and one from after; the trainer's files that belong together (weights,
+reader (it reads the work directory's ``new``, else its ``old``: each a complete state) and :func:`recover_dir`
+repairs for the next writer. A crash at any point leaves ``NAME`` (or what :func:`current_dir` finds instead)
+holding the complete old state or the complete new one. A reader that opens files one by one while a save swaps
+them can still read one file from before and one from after; the trainer's files that belong together (weights,
 config, tokenizer) do not change within a run, so what such a reader can mix is two states of one model.
+
+Nothing beside ``dest`` is ever deleted or renamed onto unless this process made it: a temporary file or work
+directory has a name ``mkstemp``/``mkdtemp`` created for this process alone, and a save never clears another's
+leftovers. :func:`recover_dir` (a resumed run, which holds the run's lock) adopts or deletes only a work
+directory that carries :data:`MARK` for that ``NAME``; a user's ``.NAME.old`` or ``.NAME.new`` is left alone.
+Earlier versions staged a save as ``.NAME.tmp-<random>``, ``.NAME.new`` and ``.NAME.old``: such a ``.NAME.new``
+or ``.NAME.old`` is still read, and put back as ``NAME``, when ``NAME`` is missing and it holds a saved model
+(config.json and weights), and never deleted (see :func:`leftover_of` for what a run's ``--overwrite`` deletes).
+
+A write that fails for a reason of the machine's — a full disk (``ENOSPC``, also when it arrives inside
+safetensors' ``SafetensorError`` or a ``RuntimeError``), a quota, a read-only file system, a refused permission —
+raises :class:`WriteError`: one line naming the target (never the temporary name), the reason in words, and that
+what was there is left as it was.
 
 Outputs a user names (``--out``, ``--json``, ``--export``, ``--out-hyp``): every command checks the path with
 :func:`check_output` before it does any work, then writes it with :func:`write_output`. A file is replaced only
@@ -29,7 +47,10 @@ run directory are refused even then (see :func:`check_output` for why).
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -43,11 +64,88 @@ __all__ = [
     "replace_dir",
     "current_dir",
     "recover_dir",
+    "leftover_of",
+    "WriteError",
+    "os_error",
+    "machine_reason",
+    "machine_errors",
     "check_output",
     "check_output_dir",
     "check_new_dir",
     "write_output",
+    "MARK",
 ]
+
+MARK = "tformer-save.json"  # in a save's work directory: {"saving": NAME}; what makes a leftover tformer's
+_OURS = ".tformer-"  # .NAME.tformer-<random>: a save's work directory; .NAME.tformer-<random>.tmp: a file's
+
+# The refusals that are the machine's situation, not a bug: each errno and the words a message says it in.
+_MACHINE = {
+    number: words
+    for number, words in (
+        (errno.ENOSPC, "the disk is full"),
+        (getattr(errno, "EDQUOT", None), "the disk quota is used up"),
+        (errno.EFBIG, "the file is larger than the file system takes"),
+        (errno.EROFS, "the file system is read-only"),
+        (errno.EACCES, "permission denied"),
+        (errno.EPERM, "the operation is not permitted"),
+    )
+    if number is not None
+}
+_OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")  # how safetensors (Rust) writes the OS's error into its text
+
+
+def os_error(err: BaseException) -> OSError | None:
+    """The operating system's error behind ``err``: ``err`` itself if it is an OSError; for safetensors'
+    ``SafetensorError`` and torch's ``RuntimeError``, which carry it only in their text (``Error while serializing:
+    I/O error: No space left on device (os error 28)``), one rebuilt from that text; else None."""
+    if isinstance(err, OSError):
+        return err
+    if not (isinstance(err, RuntimeError) or type(err).__name__ == "SafetensorError"):
+        return None
+    text = str(err)
+    found = _OS_ERROR_TEXT.search(text)
+    numbers = [int(found.group(1))] if found else [n for n in _MACHINE if os.strerror(n) in text]
+    return OSError(numbers[0], os.strerror(numbers[0])) if numbers else None
+
+
+def machine_reason(err: OSError) -> str:
+    """``the disk is full (No space left on device)``: the error in words, with the system's own."""
+    system = err.strerror or str(err) or type(err).__name__
+    words = _MACHINE.get(err.errno) if err.errno is not None else None
+    return f"{words} ({system})" if words else system
+
+
+class WriteError(OSError):
+    """A write that failed for a reason of the machine's (a full disk, a read-only or forbidden place). ``str()``
+    is its one-line message, naming the target (never a temporary name) and what was left as it was; ``errno``,
+    ``strerror`` and ``filename`` (the target) are the OSError's."""
+
+    def __init__(self, number: int | None, strerror: str | None, path: str | os.PathLike, message: str) -> None:
+        super().__init__(number, strerror, os.fspath(path))
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):  # pickled between processes (torchrun): rebuilt with the same arguments
+        return type(self), (self.errno, self.strerror, self.filename, self.message)
+
+
+@contextlib.contextmanager
+def machine_errors(path: str | os.PathLike) -> Iterator[None]:
+    """A write of ``path`` that the machine refuses (:data:`_MACHINE`, also inside a SafetensorError or a
+    RuntimeError, or a nested write's :class:`WriteError`) becomes a WriteError naming ``path``."""
+    path = Path(path)
+    kept = f"{str(path)!r} is left as it was" if path.exists() else "nothing was written"
+    try:
+        yield
+    except Exception as err:
+        cause = os_error(err)
+        if cause is None or cause.errno not in _MACHINE:
+            raise
+        message = f"could not write {str(path)!r}: {machine_reason(cause)}; {kept}"
+        raise WriteError(cause.errno, cause.strerror, path, message) from err
 
 
 def _fsync_file(path: str | os.PathLike) -> None:
@@ -67,20 +165,23 @@ def _fsync_dir(path: str | os.PathLike) -> None:
 
 
 def atomic_write(path: str | os.PathLike, write) -> None:
-    """Call ``write(tmp_path)``, fsync, then rename the temp file onto ``path`` (same directory, so atomic)."""
+    """Call ``write(tmp_path)``, fsync, then rename the temp file onto ``path`` (same directory, so atomic). The
+    temp file, ``.NAME.tformer-<random>.tmp``, is created for this call alone and is the only other file touched.
+    A refusal of the machine's (a full disk, a read-only place) is a :class:`WriteError` naming ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        _fsync_file(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+    with machine_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{_OURS}", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            write(tmp)
+            _fsync_file(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(path.parent)
 
 
 def fsync_tree(root: str | os.PathLike) -> None:
@@ -91,75 +192,172 @@ def fsync_tree(root: str | os.PathLike) -> None:
         _fsync_dir(dirpath)
 
 
-def _sibling(dest: Path, kind: str) -> Path:
-    return dest.parent / f".{dest.name}.{kind}"
-
-
-def current_dir(dest: str | os.PathLike) -> Path:
-    """Where a reader finds the state saved as ``dest``: ``dest``, or, if a save was cut between its renames,
-    ``.NAME.new`` (the complete new state) else ``.NAME.old`` (the complete old one). Renames nothing."""
-    dest = Path(dest)
-    if dest.is_dir():
-        return dest
-    for kind in ("new", "old"):
-        if _sibling(dest, kind).is_dir():
-            return _sibling(dest, kind)
-    return dest
-
-
-def recover_dir(dest: str | os.PathLike) -> None:
-    """Finish or undo a save of ``dest`` cut by a crash, and delete its leftovers (for a writer, before it saves)."""
-    dest = Path(dest)
-    new, old = _sibling(dest, "new"), _sibling(dest, "old")
-    if not dest.is_dir():
-        if new.is_dir():
-            os.replace(new, dest)
-        elif old.is_dir():
-            os.replace(old, dest)
-    for leftover in [new, old, *dest.parent.glob(f".{dest.name}.tmp-*")]:
-        if leftover.is_dir():
-            shutil.rmtree(leftover)
-    if dest.parent.is_dir():
-        _fsync_dir(dest.parent)
-
-
-def replace_dir(src: str | os.PathLike, dest: str | os.PathLike) -> None:
-    """Put the complete, fsynced directory ``src`` in the place of ``dest`` (see the module docstring)."""
-    src, dest = Path(src), Path(dest)
-    new, old = _sibling(dest, "new"), _sibling(dest, "old")
-    for leftover in (new, old):
-        if leftover.is_dir():
-            shutil.rmtree(leftover)
-    os.replace(src, new)
+def _new_work(dest: Path) -> Path:
+    """A work directory ``.NAME.tformer-<random>`` next to ``dest``, made for this save alone, marked as tformer's."""
+    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_OURS}", dir=dest.parent))
     try:
-        _fsync_dir(dest.parent)
+        (work / MARK).write_text(json.dumps({"saving": dest.name}) + "\n", encoding="utf-8")
+        _fsync_file(work / MARK)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return work
+
+
+def _swap(work: Path, dest: Path) -> None:
+    """``dest`` aside into ``work/old``, ``work/new`` into its place; a failure puts the old state back."""
+    new, old = work / "new", work / "old"
+    _fsync_dir(work)
+    _fsync_dir(dest.parent)  # the work directory and its complete new state are durable
+    try:
         if dest.is_dir():
             os.replace(dest, old)
         os.replace(new, dest)
     except BaseException:  # a refused rename, a full disk: the previous state goes back where it was
         if old.is_dir() and not dest.exists():
             os.replace(old, dest)
-        shutil.rmtree(new, ignore_errors=True)
         raise
     _fsync_dir(dest.parent)
-    if old.is_dir():
-        shutil.rmtree(old)
+
+
+def _discard(work: Path) -> None:
+    """Delete a failed save's work directory, unless the previous state is still in it (its way back failed)."""
+    if not (work / "old").exists():
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def replace_dir(src: str | os.PathLike, dest: str | os.PathLike) -> None:
+    """Put the complete, fsynced directory ``src`` in the place of ``dest`` (see the module docstring)."""
+    src, dest = Path(src), Path(dest)
+    with machine_errors(dest):
+        work = _new_work(dest)
+        try:
+            os.replace(src, work / "new")
+            _swap(work, dest)
+        except BaseException:
+            _discard(work)
+            raise
+        shutil.rmtree(work)
+        _fsync_dir(dest.parent)
 
 
 @contextlib.contextmanager
 def staged_dir(dest: str | os.PathLike) -> Iterator[Path]:
-    """A fresh directory next to ``dest`` to write into; if the block ends without an error it replaces ``dest``
-    as a whole (fsynced), else it is deleted and ``dest`` is left as it was."""
+    """A fresh directory to write into; if the block ends without an error it replaces ``dest`` as a whole
+    (fsynced), else it is deleted and ``dest`` is left as it was. A refusal of the machine's, in the block or in
+    the swap, is a :class:`WriteError` naming ``dest``."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    with machine_errors(dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        work = _new_work(dest)
+        try:
+            writing = work / "writing"
+            writing.mkdir()
+            yield writing
+            fsync_tree(writing)
+            os.replace(writing, work / "new")  # inside this save's own directory: only a finished save is new
+            _swap(work, dest)
+        except BaseException:
+            _discard(work)
+            raise
+        shutil.rmtree(work)
+        _fsync_dir(dest.parent)
+
+
+# ------------------------------------------------------------------------------------------ crash recovery
+
+_LEFTOVERS = (  # (pattern, what it must be): what tformer's writes leave when a crash cuts them
+    (re.compile(r"\.(?P<name>.+)\.tformer-[a-z0-9_]+\.tmp"), "file"),  # atomic_write's temp file
+    (re.compile(r"\.(?P<name>.+)\.tformer-[a-z0-9_]+"), "work"),  # a save's work directory, with MARK
+    (re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp"), "file"),  # earlier versions: atomic_write's temp file
+    (re.compile(r"\.(?P<name>.+)\.tmp-[a-z0-9_]{8}"), "dir"),  # earlier versions: a save being written
+)
+
+
+def _marked(work: Path, name: str) -> bool:
+    """Whether ``work`` holds tformer's :data:`MARK` for a save of ``name``."""
     try:
-        yield tmp
-        fsync_tree(tmp)
-        replace_dir(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        return json.loads((work / MARK).read_text(encoding="utf-8")) == {"saving": name}
+    except (OSError, ValueError):
+        return False
+
+
+def leftover_of(path: str | os.PathLike) -> str | None:
+    """The NAME whose write or save, cut short, left ``path`` behind, if tformer made it: a temporary file
+    ``.NAME.tformer-<random>.tmp``, a work directory ``.NAME.tformer-<random>`` holding :data:`MARK` for NAME,
+    or what earlier versions left with a random part of their own (``.NAME.<random>.tmp`` files,
+    ``.NAME.tmp-<random>`` directories); None for anything else: a symbolic link, and an earlier version's
+    ``.NAME.new`` / ``.NAME.old``, which a user's folder of that name cannot be told from."""
+    path = Path(path)
+    if path.is_symlink():
+        return None
+    for pattern, kind in _LEFTOVERS:
+        found = pattern.fullmatch(path.name)
+        if not found:
+            continue
+        name = found["name"]
+        if kind == "file" and path.is_file():
+            return name
+        if kind == "dir" and path.is_dir():
+            return name
+        if kind == "work" and path.is_dir() and _marked(path, name):
+            return name
+    return None
+
+
+def _works(dest: Path) -> list[Path]:
+    """The marked work directories of saves of ``dest``, the newest first."""
+    if not dest.parent.is_dir():
+        return []
+    prefix = f".{dest.name}{_OURS}"
+    found = [
+        p
+        for p in dest.parent.iterdir()
+        if p.name.startswith(prefix) and not p.is_symlink() and p.is_dir() and _marked(p, dest.name)
+    ]
+    return sorted(found, key=lambda p: (p / MARK).stat().st_mtime, reverse=True)
+
+
+def _legacy_save(dest: Path, kind: str) -> Path | None:
+    """An earlier version's ``.NAME.new`` / ``.NAME.old`` of ``dest``, if it holds a saved model (config.json and
+    weights): the only such folder read or put back, and never deleted."""
+    path = dest.parent / f".{dest.name}.{kind}"
+    return path if not path.is_symlink() and _dir_kind(path) == "model directory" else None
+
+
+def current_dir(dest: str | os.PathLike) -> Path:
+    """Where a reader finds the state saved as ``dest``: ``dest``, or, if a save was cut between its renames,
+    its work directory's ``new`` (the complete new state) else its ``old`` (the complete old one); for a save of
+    an earlier version, ``.NAME.new`` else ``.NAME.old`` if it holds a saved model. Renames nothing."""
+    dest = Path(dest)
+    if dest.is_dir():
+        return dest
+    for work in _works(dest):
+        for kind in ("new", "old"):
+            if (work / kind).is_dir():
+                return work / kind
+    for kind in ("new", "old"):
+        legacy = _legacy_save(dest, kind)
+        if legacy is not None:
+            return legacy
+    return dest
+
+
+def recover_dir(dest: str | os.PathLike) -> None:
+    """Finish or undo a save of ``dest`` cut by a crash, for a writer, before it saves (one that holds the
+    directory: a run's lock). ``dest`` missing: the state :func:`current_dir` finds is renamed to ``dest``. Then the
+    marked work directories of ``dest`` are deleted, and only those: an earlier version's ``.NAME.new`` or
+    ``.NAME.old`` is kept (it cannot be told from a user's folder of that name)."""
+    dest = Path(dest)
+    if not dest.exists():
+        found = current_dir(dest)
+        if found != dest:
+            os.replace(found, dest)
+    if dest.is_dir():  # a whole state is in place: what the cut saves left is no longer needed
+        for work in _works(dest):
+            shutil.rmtree(work)
+    if dest.parent.is_dir():
+        _fsync_dir(dest.parent)
 
 
 # ----------------------------------------------------------------------------------- outputs a user names
@@ -217,6 +415,26 @@ def _refuse_inputs(path: Path, flag: str, resolved: Path, inputs: list, inside: 
             )
 
 
+def _read_only(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # Windows has no statvfs
+        return False
+
+
+def _refuse_unwritable(path: Path, flag: str) -> None:
+    """The directory that receives ``path`` must take new entries (a temporary name, then a rename): checked
+    before any work, so that a read-only or forbidden place is said at once, naming ``path``."""
+    parent = path.parent
+    if os.access(parent, os.W_OK | os.X_OK):
+        return
+    why = "the file system is read-only" if _read_only(parent) else "permission denied"
+    raise ValueError(
+        f"{flag} {str(path)!r}: cannot write into {str(parent)!r} ({why}); nothing was written: name a place you "
+        "can write to"
+    )
+
+
 def check_output(
     path: str | os.PathLike,
     flag: str,
@@ -231,7 +449,8 @@ def check_output(
     - a symbolic link, even with ``overwrite``: renaming a new file onto it would silently turn the link into a
       file, and writing through it would change a file the user did not name; which of the two is meant cannot
       be told, so the user names the plain file instead;
-    - a missing directory (a typo makes no new directories), a directory, or a special file such as /dev/null;
+    - a missing directory (a typo makes no new directories), one this process cannot write into (read-only, or no
+      permission), a directory, or a special file such as /dev/null;
     - one of ``inputs`` (the same resolved path, or the same file under another name: a hard link), or a place
       inside an input directory, even with ``overwrite``: the command would destroy what it reads;
     - a place inside a model directory (config.json next to model.safetensors) or a training run directory
@@ -253,6 +472,7 @@ def check_output(
         raise ValueError(f"{flag} {str(path)!r} is a directory, expected a file name")
     if path.exists() and not path.is_file():
         raise ValueError(f"{flag} {str(path)!r} is not a regular file (a device, a pipe, a socket)")
+    _refuse_unwritable(path, flag)
     resolved = path.resolve()
     read = [(name, given) for name, given in inputs if given is not None]
     _refuse_inputs(path, flag, resolved, read, inside=False)
@@ -284,7 +504,7 @@ def check_new_dir(
     returns it as a Path. The command then writes it with :func:`staged_dir`, which replaces it as a whole.
 
     Refused, each in one line naming ``flag`` and the path: a symbolic link; a missing parent (a typo makes no new
-    directories) or a path that is a file; one of ``inputs``, a place inside one or a directory that holds one (the
+    directories), a parent this process cannot write into (read-only, or no permission) or a path that is a file; one of ``inputs``, a place inside one or a directory that holds one (the
     whole directory is replaced: the input would go with it); a place inside a model or run directory; a directory
     that is not empty, unless ``overwrite`` and every entry is one of the ``replaceable`` file names (what an
     earlier run of the command wrote). The first four even with ``overwrite``.
@@ -297,6 +517,7 @@ def check_new_dir(
         raise ValueError(f"{flag} {str(path)!r}: the directory {str(path.parent)!r} {problem}")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a file, expected a directory")
+    _refuse_unwritable(path, flag)
     resolved = path.resolve()
     for name, given in inputs:
         if given is None:

@@ -9,6 +9,7 @@ that imports it back."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -101,8 +102,14 @@ def _expected(err: Exception) -> tuple[str, int] | None:
     if _out_of_memory(err):
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         return f"out of memory: {first} (try a smaller batch, model or --max-len)", 1
-    if isinstance(err, OSError):  # permission, disk full, ...
+    if isinstance(err, OSError):  # permission, disk full, ... (a write's WriteError names its target)
         return str(err) or type(err).__name__, 1
+    from tformer.files import machine_reason, os_error
+
+    cause = os_error(err)  # a full disk that safetensors or torch reports in its own error's text
+    if cause is not None and cause.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        first = str(err).strip().splitlines()[0]
+        return f"{machine_reason(cause)}: {first}", 1
     if _missing_package(err):
         name = getattr(err, "name", None) or ""
         return f"this needs the package {name!r}, which is not installed (pip install {name.split('.')[0]})", 1

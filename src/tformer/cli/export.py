@@ -4,7 +4,9 @@ MODEL is a tformer model or training run directory (any family) or a Hugging Fac
 gets ``config.json``, ``model.safetensors``, ``generation_config.json`` and, when MODEL has a tokenizer,
 ``tokenizer.json`` + ``tokenizer_config.json``, which ``transformers`` loads with its own classes
 (:func:`tformer.hf.export` does the work and says which class each model becomes). A setting no Hugging Face class
-holds is one line naming the field, and OUT is checked before the model is read; nothing is written then.
+holds is one line naming the field, and OUT is checked before the model is read (its parent must take new entries:
+a read-only or forbidden place is refused first, naming OUT); nothing is written then. A full disk is one line
+naming OUT, which is left as it was (:class:`tformer.files.WriteError`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ def add_parser(sub) -> None:
         "config; BERT -> BertForPreTraining; a translator -> MarianMTModel).",
     )
     p.add_argument("model", metavar="MODEL", type=existing_dir, help="a tformer run or model directory, or a HF one")
-    p.add_argument("out", metavar="OUT", help="the directory to write (missing or empty; its parent must exist)")
+    p.add_argument(
+        "out", metavar="OUT", help="the directory to write (missing or empty; its parent must exist and be writable)"
+    )
     p.add_argument("--to", required=True, choices=["hf"], help="the format: hf (Hugging Face transformers)")
     p.add_argument(
         "--overwrite",

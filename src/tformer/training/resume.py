@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tformer.files import atomic_write, current_dir, recover_dir
+from tformer.files import atomic_write, current_dir, leftover_of, recover_dir
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, WEIGHTS_NAME
 from tformer.settings import renamed
 from tformer.training import distributed
@@ -57,7 +57,6 @@ LEGACY_FILES = (
 )
 _DATA_FILES = {"valid.tsv", "test.tsv"}  # what a run writes into OUT/data
 _MARKERS = (BEST_DIR, "last", "log.jsonl", "data")  # any of these (as a run writes it) makes OUT a run
-_STAGED = tuple(f".{name}." for name in RUN_FILES)  # a save or a write cut short: .best.new, .log.jsonl.x.tmp, ...
 
 # TrainConfig fields a resumed run must keep (the optimizer, the schedule, the data order); the others (the
 # budget, the evaluation cadence, the device, ...) may change. Flags name them; the rest by their field.
@@ -166,7 +165,13 @@ def _written_by_run(path: Path) -> bool:
         return path.is_dir() and {p.name for p in path.iterdir()} <= _DATA_FILES
     if name in RUN_FILES or name in LEGACY_FILES:
         return path.is_file()
-    return name.startswith(_STAGED)
+    return _cut_short(path)
+
+
+def _cut_short(path: Path) -> bool:
+    """A write or save of one of the run's files that a crash cut short, as tformer names and marks them
+    (:func:`tformer.files.leftover_of`): never a user's ``.best.old`` or ``.log.jsonl.bak``."""
+    return leftover_of(path) in RUN_FILES
 
 
 def _shown(names: list[str]) -> str:
@@ -180,7 +185,7 @@ def _clear(out: Path, overwrite: bool, resumable: bool) -> None:
         return
     ours = [name for name in entries if _written_by_run(out / name)]
     others = [name for name in entries if name not in ours]
-    is_run = any(name in _MARKERS or name.startswith(_STAGED) for name in ours)
+    is_run = any(name in _MARKERS or _cut_short(out / name) for name in ours)
     if not is_run:
         raise ValueError(
             f"--out {str(out)!r} is not empty and is not a tformer run (no best/, last/ or log.jsonl; it holds "

@@ -63,7 +63,7 @@ import torch
 from tformer import fast
 from tformer.fast.precision import choose, gradient_scaler, use_tf32
 from tformer.fast.quantize import require_float
-from tformer.files import current_dir, staged_dir
+from tformer.files import WriteError, current_dir, machine_reason, os_error, staged_dir
 from tformer.machine import describe
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.training import distributed
@@ -137,13 +137,21 @@ class Trainer:
     # ---------------------------------------------------------------- state
     @contextlib.contextmanager
     def _saving(self, dest: Path) -> Iterator[Path]:
-        """A temporary directory that replaces ``dest`` as a whole; a failed write names ``dest`` and leaves it be."""
+        """A temporary directory that replaces ``dest`` as a whole; a write the machine refuses (a full disk, also
+        inside a SafetensorError; a read-only place) is one line naming ``dest``, and ``dest`` is left as it was."""
+        before = dest.is_dir()
         try:
             with staged_dir(dest) as tmp:
                 yield tmp
-        except OSError as err:
-            message = f"could not save {dest}: {err.strerror or err}; the previous {dest.name}/ is left as it was"
-            raise type(err)(err.errno, message) if err.errno else OSError(message) from err
+        except Exception as err:
+            cause = os_error(err)
+            if cause is None:
+                raise
+            kept = f"the previous {dest.name}/ is left as it was" if before else f"no {dest.name}/ had been saved yet"
+            if dest.name == "last" and before:
+                kept += " (a --resume continues from it)"
+            message = f"could not save {dest}: {machine_reason(cause)}; {kept}"
+            raise WriteError(cause.errno, cause.strerror, dest, message) from err
 
     def _rng_state(self) -> dict[str, torch.Tensor]:
         state = {"rng": torch.get_rng_state()}
@@ -238,9 +246,17 @@ class Trainer:
             machine = {**describe().to_dict(), "device": str(self.device)}
             line = {**record, "machine": machine, "precision": self.precision.precision}
             self._machine_logged = True
-        self.out.mkdir(parents=True, exist_ok=True)
-        with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(dumps(line) + "\n")  # strict JSON: a non-finite number is written as null
+        path = self.out / "log.jsonl"
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(dumps(line) + "\n")  # strict JSON: a non-finite number is written as null
+        except OSError as err:  # a full disk says so here first: the log grows between two saves
+            message = (
+                f"could not append to {path}: {machine_reason(err)}; what was saved before in {self.out} (best/, "
+                "last/) is left as it was"
+            )
+            raise WriteError(err.errno, err.strerror, path, message) from err
 
     def _warn(self, text: str) -> None:
         if self.world.is_main:

@@ -45,6 +45,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, BinaryIO, cast
 
+from tformer.files import machine_errors
+
 __all__ = ["SOURCES", "RemoteFile", "default_cache_dir", "download", "DEFAULT_MAX_MB"]
 
 DEFAULT_MAX_MB = 256  # cap on a file of unknown size: the download, and what it unpacks to
@@ -340,7 +342,8 @@ def download(
                 raise ValueError(f"{path} (already in the cache): {problem}; --force downloads it again")
             continue
         url = remote.url if base_url is None else base_url.rstrip("/") + "/" + remote.url.rsplit("/", 1)[1]
-        got = _fetch_one(url, remote, path, deadline, int(max_mb * (1 << 20)))
+        with machine_errors(path):  # a full disk or a read-only cache: one line naming the file, not a temp one
+            got = _fetch_one(url, remote, path, deadline, int(max_mb * (1 << 20)))
         checked = "verified" if remote.sha256 else "not pinned: pass --sha256 to pin it"
         log(f"downloaded {url} -> {path} ({got.size:,} bytes, sha256 {got.sha256}, {checked})")
     return target / remotes[0].filename if len(remotes) == 1 else target

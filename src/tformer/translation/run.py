@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from tformer.files import atomic_write
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.settings import takes_old_names
 from tformer.text import read_lines
@@ -74,7 +75,8 @@ def prepare(
         data_dir = Path(out_dir) / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
         for name, part in (("valid", split.valid), ("test", split.test)):
-            (data_dir / f"{name}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in part), encoding="utf-8")
+            text = "".join(f"{s}\t{t}\n" for s, t in part)  # a full disk: one line naming the file (WriteError)
+            atomic_write(data_dir / f"{name}.tsv", lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
     return translator
 
 
