@@ -207,6 +207,75 @@ def test_peak_memory_sees_an_allocation():
     assert peak_memory_mb(two_at_once) == pytest.approx(32, abs=0.1)
 
 
+def test_gpu_quick_reports_each_part_and_names_the_device(tmp_path):
+    """``benchmarks.gpu --quick`` on the CPU: (a) the four training candidates with tokens/s and MFU against the measured
+    bf16 matmul peak (the published peak is null off a GPU), (b) greedy decoding at batch 1 and 16, (c) both Multi30k
+    recipe runs to their last step with a BLEU, (d) a peak memory for each candidate; the JSON names the device.
+    Hugging Face's compiled static cache may fail in some transformers versions: recorded as an error, never a crash."""
+    from benchmarks.__main__ import run
+
+    report = run("gpu", ["--quick", "--out", str(tmp_path)])
+    assert report == json.loads((tmp_path / "gpu.json").read_text()) and report["benchmark"] == "gpu"
+    m = report["machine"]
+    assert m["device"] == "cpu" and m["gpu"] is None and m["device_name"] and m["torch"] and m["quick"] is True
+    assert m["measured_bf16_tflops"] > 0 and m["published_bf16_tflops"] is None
+    assert all(name.endswith("HF static cache + compile") for name in report["errors"]), report["errors"]
+    static = "tformer static cache + compile"
+    train = {"HF eager", "HF compiled", "tformer eager", "tformer compiled"}
+    decode = {"HF generate", "HF static cache + compile", "tformer eager loop", static}
+    assert set(report["results"]) == {"train gpt-tiny", "decode b1", "decode b16"}
+    for group, stats in report["results"].items():
+        expected = train if group.startswith("train") else decode
+        missing = expected - set(stats)
+        assert all(n == "HF static cache + compile" or n == static for n in missing), missing
+        if static in missing:  # only where tformer's static decoding is not in this checkout
+            assert report["skipped"]["decode / " + static].startswith("not available")
+        for s in stats.values():
+            assert STAT_KEYS <= set(s) and s["median"] > 0 and s["first_call_s"] >= 0
+            assert s["peak_total_mb"] >= s["peak_memory_mb"] >= 0
+        assert any(s["ratio"] == 1.0 for s in stats.values())
+    for s in report["results"]["train gpt-tiny"].values():
+        assert s["tflops"] > 0 and s["mfu_published_peak"] is None
+        assert s["mfu_measured_peak"] == pytest.approx(s["tflops"] / m["measured_bf16_tflops"])
+        assert s["state_mb"] > 0
+    runs = report["sections"]["multi30k"]["runs"]
+    assert set(runs) == {"README recipe", "GPU variant"}
+    for r in runs.values():
+        assert r["steps"] == r["options"]["max_steps"] and not r["stopped_by_budget"]
+        assert r["tokens_per_s"] > 0 and r["bleu"] is not None and r["val_loss"] > 0
+    assert runs["GPU variant"]["options"]["batch_tokens"] > runs["README recipe"]["options"]["batch_tokens"]
+    assert {g["met"] for g in report["goals"]} == {None}  # --quick judges no goal
+    table = (tmp_path / "gpu.md").read_text()
+    for heading in ("## (a)", "## (b)", "## (c)", "## (d)", "## goals"):
+        assert heading in table
+    assert "Device: cpu" in table and "decode b16" in table and "README recipe" in table
+
+
+def test_gpu_published_peaks_and_flops():
+    """The published dense bf16 peak by device name (first match; a card not in the table: None), and nanoGPT's N:
+    the parameters of both GPT-2-shaped models less the position table."""
+    from benchmarks.gpu import QUICK, _hf_gpt2, _tformer_gpt2, gpt2_flops, published_bf16_tflops
+
+    names = {
+        "NVIDIA H100 80GB HBM3": 989,
+        "NVIDIA H100 PCIe": 756,
+        "NVIDIA H100 NVL": None,
+        "NVIDIA H200": 989,
+        "NVIDIA A100-SXM4-80GB": 312,
+        "NVIDIA L4": 121,
+        "NVIDIA L40S": None,
+        "Tesla T4": 65,
+        None: None,
+    }
+    assert {name: published_bf16_tflops(name)[0] for name in names} == names
+    c = QUICK["gpt"]
+    n, flops = gpt2_flops(c)
+    for model in (_tformer_gpt2(c, "cpu"), _hf_gpt2(c, "cpu")):
+        assert sum(p.numel() for p in model.parameters()) - c["ctx"] * c["d"] == n
+    tokens = c["batch"] * c["ctx"]
+    assert flops == 6 * n * tokens + 12 * c["layers"] * c["d"] * c["ctx"] * tokens
+
+
 def test_listing_and_cli(capfd, tmp_path):
     from benchmarks.__main__ import BENCHMARKS
     from benchmarks.__main__ import main as bench_main
