@@ -47,7 +47,11 @@ def _inputs(family: str, batch: int, length: int, g: torch.Generator) -> tuple:
     if family == "bert":
         attention = torch.ones(batch, length, dtype=torch.long)
         attention[0, -3:] = 0
-        return torch.randint(5, 60, (batch, length), generator=g), torch.zeros(batch, length, dtype=torch.long), attention
+        return (
+            torch.randint(5, 60, (batch, length), generator=g),
+            torch.zeros(batch, length, dtype=torch.long),
+            attention,
+        )
     return (torch.randint(1, 50, (batch, length), generator=g),)
 
 

@@ -124,13 +124,14 @@ def test_two_to_256_rows_use_the_onednn_packed_copy_with_the_same_numbers(rows):
     layer = _big_layer()
     x = torch.randn(rows, 1, 128)
     expected = F.linear(x, layer.weight, layer.bias).detach()
-    with torch.inference_mode():
-        got = layer(x)
-        rows_only = layer.forward_rows(x, 100, 1500)  # W[100:1500] is big enough for a packing of its own
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(rows_only, expected[..., 100:1500], rtol=1e-5, atol=1e-5)
-    hint = 1 << max(rows - 1, 1).bit_length()  # packings are shared by row counts up to the next power of two
-    assert set(_made(layer, "packed")) == {(0, 2048, hint), (100, 1500, hint)}
+    for call in range(2):  # a first product of so many rows (a prompt) is F.linear's: packing pays from the second
+        with torch.inference_mode():
+            got = layer(x)
+            rows_only = layer.forward_rows(x, 100, 1500)  # W[100:1500] is big enough for a packing of its own
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(rows_only, expected[..., 100:1500], rtol=1e-5, atol=1e-5)
+        hint = 1 << max(rows - 1, 1).bit_length()  # packings are shared by row counts up to the next power of two
+        assert set(_made(layer, "packed")) == (set() if call == 0 else {(0, 2048, hint), (100, 1500, hint)})
 
 
 @pytest.mark.skipif(not linear._ONEDNN, reason="this PyTorch has no oneDNN: the packed layout is never used")
@@ -169,8 +170,9 @@ def test_without_onednn_few_rows_fall_back_to_the_transposed_copy(monkeypatch):
 def test_packings_are_bounded_and_the_oldest_goes_first():
     layer = _big_layer()
     with torch.no_grad():
-        for rows in (2, 5, 20, 40, 100):  # buckets 2, 8, 32, 64, 128
-            assert layer(torch.randn(rows, 128)).shape == (rows, 2048)
+        for rows in (2, 5, 20, 40, 100):  # buckets 2, 8, 32, 64, 128, each used twice (the first is not packed)
+            for _ in range(2):
+                assert layer(torch.randn(rows, 128)).shape == (rows, 2048)
     assert list(_made(layer, "packed")) == [(0, 2048, 32), (0, 2048, 64), (0, 2048, 128)]
     assert linear.MAX_PACKINGS == 3
 
@@ -383,7 +385,7 @@ def test_a_write_no_signal_sees_is_caught_by_check_copies_and_mended_by_forget_c
     threads(2)
     model = torch.nn.Sequential(_big_layer(), torch.nn.ReLU(), Linear(2048, 64))
     model.eval()
-    for rows in (1, 32):
+    for rows in (1, 32, 32):  # a packed copy from the second product of 32 rows (the views of W cannot go stale)
         _decode(model, torch.randn(rows, 128))
     linear.check_copies(model)  # current: nothing to say
     _numpy_write(model[0])()
@@ -403,6 +405,7 @@ def test_a_layer_holding_a_packed_copy_deep_copies_and_pickles(threads):
     layer = _big_layer().eval()
     x = torch.randn(32, 128)
     _decode(layer, x)
+    _decode(layer, x)  # packed from the second product of 32 rows
     assert _made(layer, "packed")  # an oneDNN tensor: no storage to copy
     for twin in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
         assert "_decoding_copies" not in twin.__dict__
@@ -412,3 +415,88 @@ def test_a_layer_holding_a_packed_copy_deep_copies_and_pickles(threads):
         torch.testing.assert_close(
             _decode(layer, x), F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-4, atol=1e-4
         )
+
+
+# ───────────────────────────── decoding in about the model's own size (issue 40): layouts, not copies ─────────────────
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize(
+    "n_threads, shape, kind",
+    [  # shape: (out, in), the weight's
+        (1, (80, 48), "transposed"),  # one thread: the product reads Wᵀ, which is the weight stored column-major
+        (2, (2048, 128), "splits"),  # wide, two threads: split by inputs over Wᵀ, a view of the weight
+        (2, (256, 2048), "splits"),  # tall, two threads: split by outputs over W's own rows
+    ],
+)
+def test_a_one_row_product_in_eval_mode_reads_the_weight_itself_not_a_copy(threads, n_threads, shape, kind):
+    threads(n_threads)
+    torch.manual_seed(0)
+    layer = Linear(shape[1], shape[0]).eval()
+    before = layer.weight.detach().clone()
+    x = torch.randn(1, 1, shape[1])
+    with torch.no_grad():
+        got = layer(x)
+    torch.testing.assert_close(got, F.linear(x, before, layer.bias), rtol=1e-5, atol=1e-5)
+    made = _made(layer, kind)
+    layouts = [made] if kind == "transposed" else [split.blocks for split in made.values()]
+    assert layouts and all(_shares_storage(t, layer.weight) for t in layouts)  # no second copy of the weight
+    assert torch.equal(layer.weight, before)  # the same values (maybe another layout)
+    assert torch.equal(layer.state_dict()["weight"], before)
+
+
+def test_training_after_decoding_gets_pytorchs_layout_and_the_same_numbers_to_the_bit(threads):
+    threads(1)
+    torch.manual_seed(0)
+    layer = Linear(48, 80).eval()
+    x = torch.randn(4, 48)
+    expected = F.linear(x, layer.weight, layer.bias)  # row-major, as PyTorch stores it
+    with torch.no_grad():
+        layer(torch.randn(1, 48))  # decoding: the weight now column-major
+    assert not layer.weight.is_contiguous()
+    assert torch.equal(layer(x), expected)  # a forward with gradients: PyTorch's layout again, the same bits
+    assert layer.weight.is_contiguous()
+    with torch.no_grad():
+        layer(torch.randn(1, 48))
+    layer.train()
+    assert layer.weight.is_contiguous()
+
+
+def test_a_prompt_alone_makes_no_packed_copy():
+    layer = _big_layer().eval()
+    with torch.no_grad():
+        layer(torch.randn(16, 128))  # a 16-token prompt, then one-row steps: no packing kept
+        for _ in range(3):
+            layer(torch.randn(1, 128))
+    assert not _made(layer, "packed")
+
+
+def test_a_model_that_decoded_saves_copies_and_moves_the_weights_it_was_given(tmp_path, threads):
+    import copy
+    import pickle
+
+    from tformer import fast
+    from tformer.generation import generate_lm
+    from tformer.models.gpt import GPT, GPTConfig
+
+    threads(1)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=300)).eval()
+    given = {k: v.clone() for k, v in model.state_dict().items()}
+    generate_lm(model, [[1, 2, 3]], 6)  # decodes through a fast view sharing the Parameters
+    fast.speed_up(model)
+    with torch.no_grad():
+        model(torch.tensor([[5]]))  # the model itself decoding too
+    assert any(not p.is_contiguous() for p in model.parameters())  # some weights are column-major now
+    for name, weights in [
+        ("state_dict", model.state_dict()),
+        ("deepcopy", copy.deepcopy(model).state_dict()),
+        ("pickle", pickle.loads(pickle.dumps(model)).state_dict()),
+        (".to()", copy.deepcopy(model).to(torch.float64).to(torch.float32).state_dict()),
+    ]:
+        assert weights.keys() == given.keys(), name
+        assert all(torch.equal(weights[k], given[k]) for k in given), name
+    model.save_pretrained(tmp_path / "m")
+    loaded = GPT.from_pretrained(tmp_path / "m").state_dict()
+    assert all(torch.equal(loaded[k], given[k]) for k in given)

@@ -4,16 +4,24 @@ binary or of the wrong kind."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 __all__ = [
+    "BadValue",
+    "Number",
+    "device",
+    "check_device",
+    "SETTINGS",
+    "check_settings",
     "check_ids",
     "check_length",
     "check_positive",
@@ -28,9 +36,195 @@ __all__ = [
     "MAX_JSON_BYTES",
 ]
 
+BOM = "\ufeff"  # UTF-8's byte-order mark (tformer.text drops it too)
 # Larger JSON files are refused unread: our config.json and tokenizer files are kilobytes to a few MB
 # (a 250k-token BPE vocabulary with its merges is ~20 MB).
 MAX_JSON_BYTES = 256 * 2**20
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+# A number a flag or a parameter takes: the command line parses a flag with one of these (tformer.cli.validate), the
+# library's entry points check a parameter against the same one, so both say the same words.
+
+
+class BadValue(argparse.ArgumentTypeError, ValueError):
+    """A value outside what a flag or a parameter allows: a ``ValueError`` to the library's callers, and what
+    argparse prints as one line for a flag (it reads an ``ArgumentTypeError``'s message as it is)."""
+
+
+class Number:
+    """A number of ``kind`` (``int`` or ``float``, floats finite) in the interval given by ``low`` / ``high``.
+
+    ``low_open`` / ``high_open`` exclude the bound itself (``Number(float, 0, low_open=True)`` is "> 0").
+    ``whole_from``: values at or above it must be whole numbers (a fraction below 1, a count from 1 on).
+    """
+
+    def __init__(
+        self,
+        kind: type,
+        low: float | None = None,
+        high: float | None = None,
+        low_open: bool = False,
+        high_open: bool = False,
+        whole_from: float | None = None,
+        allowed: str | None = None,
+    ) -> None:
+        self.kind, self.low, self.high = kind, low, high
+        self.low_open, self.high_open, self.whole_from = low_open, high_open, whole_from
+        self.allowed = allowed or self._describe()
+        self.__name__ = self.allowed  # argparse names a type by its __name__ in a few messages
+
+    def _describe(self) -> str:
+        noun = "an integer" if self.kind is int else "a number"
+        if self.kind is int and self.low == 1 and self.high is None:
+            return "a positive integer"
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"{noun} in {left}{_plain(self.low)}, {_plain(self.high)}{right}"
+        if self.low is not None:
+            return f"{noun} {'>' if self.low_open else '>='} {_plain(self.low)}"
+        if self.high is not None:
+            return f"{noun} {'<' if self.high_open else '<='} {_plain(self.high)}"
+        return noun
+
+    def __repr__(self) -> str:
+        return f"Number({self.allowed})"
+
+    def ok(self, value: float) -> bool:
+        """Whether ``value`` (already of the right kind) is allowed."""
+        if self.kind is float and not math.isfinite(value):
+            return False
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            return False
+        return not (self.whole_from is not None and value >= self.whole_from and value != int(value))
+
+    def __call__(self, text: str) -> int | float:
+        """The number a flag's ``text`` gives (argparse's ``type=``); else :class:`BadValue`, which argparse prints
+        as ``argument --beam: must be an integer in [1, 64], got 0``."""
+        try:
+            value = self.kind(text)
+        except (TypeError, ValueError):
+            raise BadValue(f"must be {self.allowed}, got {text!r}") from None
+        if not self.ok(value):
+            raise BadValue(f"must be {self.allowed}, got {text}")
+        return value
+
+    def check(self, value: Any, name: str) -> Any:
+        """``value`` itself when it is a number of this kind within the bounds (a bool is no number, nor is 3.0 an
+        integer); else :class:`BadValue` in a flag's words with the parameter's name: ``beam must be an integer in
+        [1, 64], got 0``."""
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or (self.kind is int and not isinstance(value, int)) or not self.ok(value):
+            raise BadValue(f"{name} must be {self.allowed}, got {value!r}")
+        return value
+
+
+def _plain(x: float) -> str:
+    """1000000, not 1e+06; 0.5 as 0.5."""
+    return str(int(x)) if x == int(x) and abs(x) < 1e15 else f"{x:g}"
+
+
+positive_int = Number(int, 1)
+non_negative_int = Number(int, 0, allowed="an integer >= 0")
+positive_float = Number(float, 0, low_open=True, allowed="a finite number > 0")
+non_negative_float = Number(float, 0, allowed="a finite number >= 0")
+probability = Number(float, 0, 1, low_open=True, allowed="a probability in (0, 1]")
+fraction = Number(float, 0, 1, high_open=True, allowed="a fraction in [0, 1)")
+seed = Number(int, 0, 2**32 - 1, allowed="an integer in [0, 2**32 - 1]")
+count_or_fraction = Number(
+    float, 0, whole_from=1, allowed="a fraction in [0, 1) or a whole count >= 1 (e.g. 0.05 or 500)"
+)
+
+# decoding: the bounds of tformer.generation (MAX_BEAM, MAX_LENGTH_PENALTY, MAX_NEW_TOKENS);
+# tests/test_limits_and_values.py keeps them equal
+temperature = Number(float, 0, 100, low_open=True, allowed="a number in (0, 100]")
+repetition_penalty = Number(float, 0.01, 100, allowed="a number in [0.01, 100] (1 = off)")
+top_k = Number(int, 0, 1_000_000, allowed="an integer in [0, 1000000] (0 = off)")
+candidates = Number(int, 1, 1_000_000)  # the most likely tokens shown (fill-mask, trace)
+beam_size = Number(int, 1, 64, allowed="an integer in [1, 64]")
+length_penalty = Number(float, 0, 10, allowed="a number in [0, 10]")
+max_new_tokens = Number(int, 1, 100_000, allowed="an integer in [1, 100000]")
+seconds = Number(float, 0, 86_400, low_open=True, allowed="a number of seconds in (0, 86400] (one day)")
+vocab_size = Number(int, 6, allowed="an integer >= 6 (the special tokens + 1)")
+
+# Each numeric setting, by the one name the library, a run's settings and the command line give it (--max-len is
+# max_len), with its bound: the flags parse with these (tests/test_api_checks.py keeps tformer.cli.flags equal), the
+# families' entry points and TrainConfig check their arguments with them (check_settings).
+SETTINGS: dict[str, Number] = {
+    "seed": seed,
+    "batch_size": positive_int,
+    "batch_tokens": positive_int,
+    "vocab_size": vocab_size,
+    "max_len": positive_int,
+    "dropout": fraction,
+    "valid": count_or_fraction,
+    "lr": positive_float,
+    "warmup_steps": non_negative_int,
+    "weight_decay": non_negative_float,
+    "clip": non_negative_float,
+    "accum_steps": positive_int,
+    "epochs": positive_int,
+    "max_steps": positive_int,
+    "minutes": positive_float,
+    "eval_every": positive_int,
+    "log_every": positive_int,
+    "max_bad_steps": positive_int,
+    "max_new_tokens": max_new_tokens,
+    "beam": beam_size,
+    "length_penalty": length_penalty,
+    "temperature": temperature,
+    "top_k": top_k,
+    "top_p": probability,
+    "candidates": candidates,
+}
+
+
+def check_settings(*options: Mapping[str, Any]) -> None:
+    """Every setting of ``options`` (name → value; several mappings: an entry point's parameters and its
+    ``**train_options``) that :data:`SETTINGS` bounds, unless None (the default), checked there: ``batch_size must be
+    a positive integer, got 0``, the words ``--batch-size`` has."""
+    for mapping in options:
+        for name, value in mapping.items():
+            if value is not None and name in SETTINGS:
+                SETTINGS[name].check(value, name)
+
+
+_DEVICE = re.compile(r"^(cpu|cuda|mps)(:\d+)?$")
+
+
+def device(text: str) -> str:
+    """``cpu``, ``cuda``, ``cuda:N`` or ``mps``, and available on this machine (``--device``'s ``type=``); else
+    :class:`BadValue`."""
+    if not _DEVICE.match(text):
+        raise BadValue(f"must be cpu, cuda, cuda:N or mps, got {text!r}")
+    kind, _, index = text.partition(":")
+    if kind == "cpu":
+        return text
+    if kind == "mps":
+        if not torch.backends.mps.is_available():
+            raise BadValue(f"{text!r} is not available on this machine (no MPS backend)")
+        return text
+    if not torch.cuda.is_available():
+        raise BadValue(
+            f"{text!r} is not available on this machine (torch.cuda.is_available() is False); use --device cpu"
+        )
+    if index and int(index) >= torch.cuda.device_count():
+        raise BadValue(f"{text!r} is not available: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return text
+
+
+def check_device(value: Any, name: str = "device") -> Any:
+    """``value`` itself (a string or a ``torch.device``) when it names a device of this machine, as ``--device``
+    checks it; else :class:`BadValue` naming the parameter: ``device must be cpu, cuda, cuda:N or mps, got 'gpu'``."""
+    if not isinstance(value, (str, torch.device)):
+        raise BadValue(f"{name} must be cpu, cuda, cuda:N or mps (a string or a torch.device), got {value!r}")
+    try:
+        device(str(value))
+    except BadValue as err:
+        raise BadValue(f"{name} {err}") from None  # device must be ..., device 'cuda' is not available ...
+    return value
 
 
 def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
@@ -85,7 +279,7 @@ def read_json_object(path: str | os.PathLike, what: str = "file") -> dict[str, A
     if size > MAX_JSON_BYTES:
         raise ValueError(f"{what} {str(path)!r} is {size:,} bytes, more than the {MAX_JSON_BYTES:,} allowed")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8").removeprefix(BOM))  # a Windows editor's mark: no JSON
     except UnicodeDecodeError:
         raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (a binary or corrupted file?)") from None
     except (json.JSONDecodeError, RecursionError) as err:
@@ -181,8 +375,8 @@ def load_tokenizer_file(path: str | os.PathLike, what: str = "tokenizer file"):
     from tokenizers import Tokenizer
 
     read_json_object(path, what)  # missing, empty, binary, truncated, too large, not an object
-    try:
-        return Tokenizer.from_file(str(path))
+    try:  # the text, not the file: the library refuses a byte-order mark that read_json_object takes
+        return Tokenizer.from_str(Path(path).read_bytes().decode("utf-8").removeprefix(BOM))
     except Exception as err:  # the Rust library raises a bare Exception for any content it cannot read
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"{what} {str(path)!r} is not a tokenizer saved by the tokenizers library: {reason}") from None
@@ -197,7 +391,7 @@ def read_text_file(path: str | os.PathLike, what: str = "file") -> str:
     if not data.strip():
         raise ValueError(f"{what} {str(path)!r} is empty")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix(BOM)  # a Windows editor's byte-order mark is no character
     except UnicodeDecodeError:
         raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (a binary or corrupted file?)") from None
     if "\x00" in text:

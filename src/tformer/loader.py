@@ -39,14 +39,14 @@ from typing import Any
 
 import torch
 
-from tformer.checks import read_json_object
+from tformer.checks import BadValue, check_device, read_json_object
 from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
 from tformer.hf import export as hf_export
 from tformer.hf.directory import declares_hf, load_hf_dir
 from tformer.hf.registry import DECODER_TYPES, MODULES, hf_field
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir
-from tformer.text import normalize
+from tformer.text import check_text, normalize
 from tformer.tokenizers import HFTokenizer, Tokenizer, WordPieceTokenizer, load_tokenizer
 from tformer.tokens import TRANSLATION_SOS
 
@@ -141,6 +141,11 @@ class Loaded:
         GPT's ``ids`` (an empty text: its start token), a BERT's ``ids`` (``[CLS] text [SEP]``).
         ``model(**loaded.encode(text))`` runs the model; ``trace``, fill-mask, training and the explorer give the
         same ids."""
+        for name, value in (("text", text), ("target", target)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r:.40}")
+            if value is not None:
+                check_text(value, name)  # no lone surrogate, no NUL
         tok = self.require_tokenizer()
         if self.family == "seq2seq":
             src = tok.encode(normalize(text), add_special_tokens=True)  # Marian's adds </s>; tformer's nothing
@@ -202,6 +207,8 @@ def detect(path: str | os.PathLike, flag: str | None = None) -> Kind:
     reads. ``flag`` names the argument in the message (``--model``).
     """
     where = _where(path, flag)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a directory (a str or a path), got {type(path).__name__} {path!r:.40}")
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{where} is not a directory")
@@ -262,8 +269,11 @@ def load(
     An int8 directory (a model saved after :func:`tformer.quantize`) gives the int8 model; ``float_weights``: the
     caller needs float weights (fine-tuning, conversion), and such a directory is one line saying so.
     """
+    wanted = _families(family)  # the arguments first: a typo is named before a file is read
+    check_device(device)
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise BadValue(f"dtype must be None (as stored) or a floating torch.dtype (torch.float32, ...), got {dtype!r}")
     kind = detect(path, flag)
-    wanted = [family] if isinstance(family, str) else list(family) if family is not None else list(FAMILIES)
     if kind.family not in wanted:
         this = "this command" if flag else "this"
         raise ValueError(
@@ -281,6 +291,17 @@ def load(
     _check_sizes(kind, model.config, source, target, strict)
     start = _start_id(kind, target, model.config)
     return Loaded(kind.family, model.eval(), source, target, kind, start, missing)
+
+
+def _families(family: Any) -> list[str]:
+    """``load``'s ``family``: one of :data:`FAMILIES`, a list of them, or None (any); else one line naming it."""
+    if family is None:
+        return list(FAMILIES)
+    wanted = [family] if isinstance(family, str) else list(family) if isinstance(family, Iterable) else [family]
+    if not wanted or any(f not in FAMILIES for f in wanted):
+        allowed = ", ".join(map(repr, FAMILIES))
+        raise BadValue(f"family must be one of {allowed} (or a list of them, or None for any), got {family!r}")
+    return wanted
 
 
 def _tokenizers(kind: Kind, strict: bool) -> tuple[tuple[Tokenizer | None, Tokenizer | None], str | None]:

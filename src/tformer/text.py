@@ -7,6 +7,11 @@ score against, text that is not what the user has. Python hands over command-lin
 locales, stdin) that are not UTF-8 as lone surrogates (``surrogateescape``); :func:`check_text` finds them,
 since the tokenizers refuse them with a ``TypeError`` deep inside.
 
+The text is the one the user meant: a UTF-8 byte-order mark (U+FEFF, which Windows editors put first) is dropped,
+never read as a character of the first line (a tokenizer would learn it as a token); a NUL is refused with its line
+and column (``FILE:LINE: holds a NUL character``): UTF-16 text without a byte-order mark decodes as UTF-8 with a NUL
+after every Latin character, and a binary file holds them; UTF-16 text with its byte-order mark is named as such.
+
 Normalisation is Unicode NFC plus one space kind: the French side of Tatoeba mixes U+202F (narrow
 no-break space), U+00A0 (no-break space) and plain spaces before ``? ! : ;``; all become plain
 spaces, and runs of whitespace collapse to one.
@@ -21,21 +26,26 @@ import re
 import sys
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "normalize",
     "decode_utf8",
     "check_text",
+    "check_texts",
     "read_text",
     "read_lines",
     "split_lines",
     "read_stdin_lines",
     "read_tsv",
     "TSV_COLUMNS",
+    "BOM",
 ]
 
 _SPACES = re.compile(r"[\s\u00a0\u202f\u2009\u2007]+")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_TEXT = re.compile("[\ud800-\udfff\x00]")  # a lone surrogate, or a NUL
+BOM = "\ufeff"  # UTF-8's byte-order mark, dropped from the start of a text
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 TSV_COLUMNS = (2, 3)  # source, target and an optional attribution (Tatoeba / manythings.org)
 
 
@@ -45,31 +55,73 @@ def normalize(text: str) -> str:
 
 
 def decode_utf8(data: bytes, where: str) -> str:
-    """``data`` (the bytes of ``where``: a file name or ``<stdin>``) decoded as strict UTF-8.
+    """``data`` (the bytes of ``where``: a file name or ``<stdin>``) decoded as strict UTF-8, without the byte-order
+    mark a Windows editor may put first.
 
-    The first invalid byte is a ``ValueError`` naming ``WHERE:LINE`` and the column (in characters, from 1)."""
+    The first invalid byte, or a NUL, is a ``ValueError`` naming ``WHERE:LINE`` and the column (in characters, from
+    1); text in UTF-16 is named as such."""
+    if data.startswith(_UTF16_BOMS):
+        raise ValueError(
+            f"{where}:1: UTF-16 text (it starts with the byte-order mark 0x{data[0]:02x} 0x{data[1]:02x}), not UTF-8: "
+            "save it as UTF-8"
+        )
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as err:
         line_start = data.rfind(b"\n", 0, err.start) + 1
         line = data.count(b"\n", 0, err.start) + 1
         column = len(data[line_start : err.start].decode("utf-8", "replace")) + 1
         raise ValueError(f"{where}:{line}: not valid UTF-8 (byte 0x{data[err.start]:02x} at column {column})") from None
+    nul = text.find("\x00")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        column = nul - (text.rfind("\n", 0, nul) + 1) + 1
+        raise ValueError(f"{where}:{line}: {_NUL_AT} column {column}{_NUL_WHY}")
+    return text
 
 
 def check_text(text: str, where: str) -> str:
-    """``text`` itself when it holds no lone surrogate; else a ``ValueError`` naming ``where`` and the column.
+    """``text`` itself when it holds no lone surrogate and no NUL; else a ``ValueError`` naming ``where`` and the
+    column.
 
     A surrogate U+DC80..U+DCFF is how Python passes on a byte that is not UTF-8 (``surrogateescape``, used for
     command-line arguments and some stdin), so the message names that byte; any other lone surrogate (from a
-    JSON ``\\ud800`` escape, or a caller) is named as itself. Neither can be encoded, tokenized or printed."""
-    found = _SURROGATE.search(text)
+    JSON ``\\ud800`` escape, or a caller) is named as itself. Neither can be encoded, tokenized or printed. A NUL
+    (a JSON ``\\u0000``, a caller's string read from a binary or UTF-16 file) is no text either."""
+    found = _NOT_TEXT.search(text)
     if found is None:
         return text
     code = ord(found.group())
-    what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"lone surrogate U+{code:04X}"
     column = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+    if code == 0:
+        raise ValueError(f"{where}: {_NUL_AT} column {column}{_NUL_WHY}")
+    what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"lone surrogate U+{code:04X}"
     raise ValueError(f"{where}: not valid UTF-8 ({what} at column {column})")
+
+
+def check_texts(texts: Any, name: str, one: bool = True) -> list[str]:
+    """The texts a caller of the library passes (``name``: the parameter), each checked by :func:`check_text`
+    (``sentences[2]: not valid UTF-8 (lone surrogate U+D800 at column 4)``): a list or tuple of strings, or (``one``)
+    a single string, which is taken as a list of one. Anything else is a ``TypeError`` naming what it got."""
+    if isinstance(texts, str) and one:
+        texts = [texts]
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+        single = " (wrap one text in a list)" if isinstance(texts, str) else ""
+        raise TypeError(f"{name} must be a list of strings{single}, got {_kind(texts)}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{name}[{i}] must be a string, got {_kind(text)}")
+        check_text(text, f"{name}[{i}]")
+    return list(texts)
+
+
+def _kind(value: Any) -> str:
+    shown, kind = repr(value), type(value).__name__
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({shown if len(shown) <= 40 else shown[:40] + '…'})"
+
+
+_NUL_AT = "holds a NUL character at"
+_NUL_WHY = " (UTF-16 text without a byte-order mark, or a binary file?): tformer reads UTF-8 text"
 
 
 def split_lines(text: str) -> list[str]:
@@ -101,7 +153,7 @@ def read_stdin_lines() -> list[str]:
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is not None:  # the bytes themselves: the text layer may decode with surrogateescape
         return split_lines(decode_utf8(buffer.read(), "<stdin>"))
-    lines = split_lines(sys.stdin.read())  # a text-only stream (tests, embedding): its surrogates are checked
+    lines = split_lines(sys.stdin.read().removeprefix(BOM))  # a text-only stream (tests, embedding): checked here
     for n, line in enumerate(lines, 1):
         check_text(line, f"<stdin>:{n}")
     return lines

@@ -28,7 +28,7 @@ from tformer.checks import read_json_object
 from tformer.files import atomic_write, write_output
 from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
-from tformer.text import read_lines, read_tsv
+from tformer.text import check_texts, read_lines, read_tsv
 from tformer.tokenizers import WordPieceTokenizer
 
 __all__ = [
@@ -180,10 +180,9 @@ class TextClassifier:
     @torch.no_grad()
     def predict(self, texts: list[str]) -> list[tuple[str, float]]:
         """(label, probability) of the most likely label for each text."""
-        if isinstance(texts, str):
-            texts = [texts]
+        texts = check_texts(texts, "texts")  # a str, or a list of them; no lone surrogate, no NUL
         self.model.eval()
-        batch = _batch(self.tokenizer, list(texts), [0] * len(texts), self.model.config.max_len)
+        batch = _batch(self.tokenizer, texts, [0] * len(texts), self.model.config.max_len)
         batch = batch.to(next(self.model.parameters()).device)
         probs = self.model.classify(batch.ids, batch.token_type_ids, batch.attention_mask).float().softmax(-1)  # (B, L)
         best = probs.max(-1)

@@ -24,9 +24,10 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
-from tformer.checks import read_json_object
+from tformer.checks import positive_int, read_json_object
 from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
+from tformer.text import check_texts
 from tformer.tokenizers import WordPieceTokenizer
 
 __all__ = ["SentenceEncoder", "minilm_path", "mean_pool"]
@@ -115,10 +116,8 @@ class SentenceEncoder:
     @torch.inference_mode()
     def encode(self, sentences: list[str], batch_size: int = 32) -> torch.Tensor:
         """Unit-length sentence embeddings (N, D), computed ``batch_size`` sentences at a time."""
-        if isinstance(sentences, str):
-            raise TypeError("sentences must be a list of strings, got a single str (wrap it in a list)")
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        sentences = check_texts(sentences, "sentences", one=False)  # a list of strings; no lone surrogate, no NUL
+        positive_int.check(batch_size, "batch_size")  # the words of --batch-size
         device = next(self.model.parameters()).device
         chunks = []
         for start in range(0, len(sentences), batch_size):

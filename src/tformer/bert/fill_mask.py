@@ -18,8 +18,10 @@ from typing import cast
 import torch
 from safetensors import safe_open
 
+from tformer.checks import candidates
 from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
+from tformer.text import check_text
 from tformer.tokenizers import WordPieceTokenizer
 
 __all__ = ["load_masked_lm", "masked_lm", "fill_mask"]
@@ -50,8 +52,10 @@ def masked_lm(loaded: Loaded) -> tuple[Bert, WordPieceTokenizer]:
 @torch.no_grad()
 def fill_mask(model: Bert, tokenizer: WordPieceTokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each ``[MASK]`` in ``text`` (left to right), the ``top_k`` (token, probability) pairs."""
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string with [MASK] in it, got {type(text).__name__} {text!r:.40}")
+    check_text(text, "text")  # no lone surrogate, no NUL
+    candidates.check(top_k, "top_k")  # the bound and words of --candidates
     ids = tokenizer.encode(text, add_special_tokens=True, max_length=model.config.max_len)  # [CLS] … [SEP]
     types = [0] * len(ids)
     positions = [i for i, t in enumerate(ids) if t == tokenizer.mask_id]

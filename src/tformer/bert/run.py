@@ -17,6 +17,7 @@ import torch
 
 from tformer.bert.classification import ClassifyTask, read_labelled_tsv, split_examples
 from tformer.bert.pretraining import BertPretrainTask, read_sentence_documents, split_documents
+from tformer.checks import check_settings
 from tformer.loader import load
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.checkpoint import model_dir
@@ -66,6 +67,7 @@ def setup(
     the training part; with ``resume``, tokenizer and config come from ``OUT/last``. ``train_options`` are
     the other :class:`TrainConfig` fields (:data:`TRAINING` unless given).
     """
+    check_settings(locals(), train_options)  # each number in its flag's bounds and words, before anything runs
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
     # what makes the run: --resume refuses a change (the tokenizer comes from OUT/last)
@@ -144,6 +146,7 @@ def setup_classifier(
     held-out examples (a fraction, or a count when >= 1). ``train_options``: the other :class:`TrainConfig`
     fields (:data:`CLASSIFIER_TRAINING` unless given).
     """
+    check_settings(locals(), train_options)  # each number in its flag's bounds and words, before anything runs
     cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
     # what makes the run: --resume refuses a change (the tokenizer and weights come from OUT/last, not --init)

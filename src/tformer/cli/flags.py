@@ -134,7 +134,7 @@ FLAGS: dict[str, Flag] = {
     "--top-k": Flag("sample from the k most likely tokens only (0 = off)", v.top_k, 0),
     "--top-p": Flag("sample from the smallest set of tokens whose probability reaches p (1 = off)", v.probability, 1.0),
     # --- looking inside
-    "--candidates": Flag("most likely tokens shown for each position", v.int_in(1, 1_000_000), 5, old=("--top-k",)),
+    "--candidates": Flag("most likely tokens shown for each position", v.candidates, 5, old=("--top-k",)),
 }
 
 

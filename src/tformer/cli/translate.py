@@ -1,5 +1,8 @@
 """``tformer translate``: translate sentences with a trained translation model (arguments or stdin lines).
 
+One line out for each line in: an empty (or blank) line gives an empty line, so the output lines stay aligned with
+the input's; input with no text at all is refused in one line, as ``embed`` refuses it.
+
 A sentence longer than the model reads (its ``max_len`` tokens) is translated from its first ``max_len`` tokens,
 with one line on stderr: ``tformer translate: warning: source sentence 3 is longer than the model reads ...``.
 """
@@ -61,7 +64,10 @@ def run(args) -> int:
 
     translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
     translator.model = for_inference(translator.model, args.precision, "decoding", args.device)
-    sentences = args.sentences or [line for line in read_stdin_lines() if line.strip()]  # strict UTF-8
+    sentences = args.sentences or read_stdin_lines()  # strict UTF-8; every line, empty ones too: one out for each
+    if not any(s.strip() for s in sentences):
+        where = "the arguments are all empty" if args.sentences else "stdin held only empty lines"
+        raise ValueError(f"no sentences: {where} (one sentence a line, pass them as arguments or pipe them in)")
     top_p = args.top_p if args.top_p < 1 else None
     sampling = SamplingConfig(True, args.temperature, args.top_k or None, top_p) if args.sample else None
     with warnings.catch_warnings(record=True) as caught:

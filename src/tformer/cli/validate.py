@@ -5,7 +5,9 @@ status 2::
 
     tformer translate: error: argument --beam: must be a positive integer, got '0'
 
-Numbers are :class:`Number` (an ``int`` or a finite ``float`` within bounds), paths are :class:`PathArg`
+Numbers are :class:`~tformer.checks.Number` (an ``int`` or a finite ``float`` within bounds; the bounds live in
+:mod:`tformer.checks`, where the library's entry points check their arguments against the same ones, in the same
+words: ``beam must be an integer in [1, 64], got 0``), paths are :class:`PathArg`
 (an existing file or directory, or a place where one can be written), devices are :func:`device`. Each
 validator carries its bounds or kind as attributes, so ``tests/test_inputs.py`` walks the parser and draws
 bad values for every flag, a new flag included. A flag that takes a number must use :class:`Number`: that
@@ -17,11 +19,30 @@ as an ``OverflowError`` or gigabytes later.
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from tformer.checks import (  # the numbers' bounds and words, shared with the library's own checks
+    Number,
+    beam_size,
+    candidates,
+    count_or_fraction,
+    device,
+    fraction,
+    length_penalty,
+    max_new_tokens,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+    repetition_penalty,
+    seconds,
+    seed,
+    temperature,
+    top_k,
+)
 
 __all__ = [
     "Number",
@@ -39,6 +60,7 @@ __all__ = [
     "temperature",
     "repetition_penalty",
     "top_k",
+    "candidates",
     "beam_size",
     "length_penalty",
     "max_new_tokens",
@@ -56,97 +78,12 @@ __all__ = [
 ]
 
 
-class Number:
-    """A number of ``kind`` (``int`` or ``float``, floats finite) in the interval given by ``low`` / ``high``.
-
-    ``low_open`` / ``high_open`` exclude the bound itself (``Number(float, 0, low_open=True)`` is "> 0").
-    ``whole_from``: values at or above it must be whole numbers (a fraction below 1, a count from 1 on).
-    """
-
-    def __init__(
-        self,
-        kind: type,
-        low: float | None = None,
-        high: float | None = None,
-        low_open: bool = False,
-        high_open: bool = False,
-        whole_from: float | None = None,
-        allowed: str | None = None,
-    ) -> None:
-        self.kind, self.low, self.high = kind, low, high
-        self.low_open, self.high_open, self.whole_from = low_open, high_open, whole_from
-        self.allowed = allowed or self._describe()
-        self.__name__ = self.allowed  # argparse names a type by its __name__ in a few messages
-
-    def _describe(self) -> str:
-        noun = "an integer" if self.kind is int else "a number"
-        if self.kind is int and self.low == 1 and self.high is None:
-            return "a positive integer"
-        if self.low is not None and self.high is not None:
-            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            return f"{noun} in {left}{_plain(self.low)}, {_plain(self.high)}{right}"
-        if self.low is not None:
-            return f"{noun} {'>' if self.low_open else '>='} {_plain(self.low)}"
-        if self.high is not None:
-            return f"{noun} {'<' if self.high_open else '<='} {_plain(self.high)}"
-        return noun
-
-    def __repr__(self) -> str:
-        return f"Number({self.allowed})"
-
-    def ok(self, value: float) -> bool:
-        """Whether ``value`` (already of the right kind) is allowed."""
-        if self.kind is float and not math.isfinite(value):
-            return False
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
-            return False
-        return not (self.whole_from is not None and value >= self.whole_from and value != int(value))
-
-    def __call__(self, text: str) -> int | float:
-        try:
-            value = self.kind(text)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"must be {self.allowed}, got {text!r}") from None
-        if not self.ok(value):
-            raise argparse.ArgumentTypeError(f"must be {self.allowed}, got {text}")
-        return value
-
-
-def _plain(x: float) -> str:
-    """1000000, not 1e+06; 0.5 as 0.5."""
-    return str(int(x)) if x == int(x) and abs(x) < 1e15 else f"{x:g}"
-
-
 def int_at_least(low: int, why: str = "") -> Number:
     return Number(int, low, allowed=f"an integer >= {low}{why}")
 
 
 def int_in(low: int, high: int) -> Number:
     return Number(int, low, high)
-
-
-positive_int = Number(int, 1)
-non_negative_int = Number(int, 0, allowed="an integer >= 0")
-positive_float = Number(float, 0, low_open=True, allowed="a finite number > 0")
-non_negative_float = Number(float, 0, allowed="a finite number >= 0")
-probability = Number(float, 0, 1, low_open=True, allowed="a probability in (0, 1]")
-fraction = Number(float, 0, 1, high_open=True, allowed="a fraction in [0, 1)")
-seed = Number(int, 0, 2**32 - 1, allowed="an integer in [0, 2**32 - 1]")
-count_or_fraction = Number(
-    float, 0, whole_from=1, allowed="a fraction in [0, 1) or a whole count >= 1 (e.g. 0.05 or 500)"
-)
-
-# decoding: the bounds of tformer.generation (MAX_BEAM, MAX_LENGTH_PENALTY, MAX_NEW_TOKENS), written out here so
-# that parsing the command line does not import torch; tests/test_limits_and_values.py keeps them equal
-temperature = Number(float, 0, 100, low_open=True, allowed="a number in (0, 100]")
-repetition_penalty = Number(float, 0.01, 100, allowed="a number in [0.01, 100] (1 = off)")
-top_k = Number(int, 0, 1_000_000, allowed="an integer in [0, 1000000] (0 = off)")
-beam_size = Number(int, 1, 64, allowed="an integer in [1, 64]")
-length_penalty = Number(float, 0, 10, allowed="a number in [0, 10]")
-max_new_tokens = Number(int, 1, 100_000, allowed="an integer in [1, 100000]")
-seconds = Number(float, 0, 86_400, low_open=True, allowed="a number of seconds in (0, 86400] (one day)")
 
 
 # ----------------------------------------------------------------------------------------------- paths
@@ -227,34 +164,6 @@ data_source = PathArg("path", keywords=("builtin",))
 
 
 # ---------------------------------------------------------------------------------------------- device
-
-_DEVICE = re.compile(r"^(cpu|cuda|mps)(:\d+)?$")
-
-
-def device(text: str) -> str:
-    """``cpu``, ``cuda``, ``cuda:N`` or ``mps``, and available on this machine."""
-    if not _DEVICE.match(text):
-        raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or mps, got {text!r}")
-    if text == "cpu":  # no torch import for the default
-        return text
-    import torch
-
-    kind, _, index = text.partition(":")
-    if kind == "cpu":
-        return text
-    if kind == "mps":
-        if not torch.backends.mps.is_available():
-            raise argparse.ArgumentTypeError(f"{text!r} is not available on this machine (no MPS backend)")
-        return text
-    if not torch.cuda.is_available():
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not available on this machine (torch.cuda.is_available() is False); use --device cpu"
-        )
-    if index and int(index) >= torch.cuda.device_count():
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not available: this machine has {torch.cuda.device_count()} CUDA device(s)"
-        )
-    return text
 
 
 def precision_in(choices: Sequence[str]) -> Callable[[str], str]:

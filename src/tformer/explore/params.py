@@ -44,7 +44,8 @@ def shown(value: Any) -> str:
 
 
 def _check_unicode(api: str, key: str, value: str) -> None:
-    """Refuse a lone surrogate (JSON's ``"\\ud800"``): the tokenizers cannot take it, nor can UTF-8 write it back."""
+    """Refuse a lone surrogate (JSON's ``"\\ud800"``): the tokenizers cannot take it, nor can UTF-8 write it back;
+    and a NUL (``"\\u0000"``), which no text holds (every text tformer reads refuses it, :mod:`tformer.text`)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as err:
@@ -52,6 +53,8 @@ def _check_unicode(api: str, key: str, value: str) -> None:
         raise ValueError(
             f"{api}: {key} is not valid Unicode (lone surrogate U+{code:04X} at character {err.start + 1})"
         ) from None
+    if "\x00" in value:
+        raise ValueError(f"{api}: {key} holds a NUL character (at character {value.index(chr(0)) + 1}), not text")
 
 
 class Params:

@@ -148,13 +148,14 @@ class _Split(NamedTuple):
 class _Copies:
     """The copies of one weight (and bias) that decoding uses, all made from the same version of them."""
 
-    __slots__ = ("weight", "bias", "key", "transposed", "splits", "packed")
+    __slots__ = ("weight", "bias", "key", "transposed", "splits", "packed", "uses")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, key: tuple) -> None:
         self.weight, self.bias, self.key = weight, bias, key
-        self.transposed: torch.Tensor | None = None  # (in, out)
+        self.transposed: torch.Tensor | None = None  # (in, out): a view of a column-major weight, else a copy
         self.splits: dict[tuple, _Split] = {}  # (start, end, parts) -> the split of rows start:end
         self.packed: dict[tuple, torch.Tensor] = {}  # (start, end, row hint) -> oneDNN-packed rows start:end
+        self.uses: dict[tuple, int] = {}  # (start, end, row hint) -> products of that many rows (pack from the 2nd)
 
 
 class Linear(nn.Linear):
@@ -175,14 +176,27 @@ class Linear(nn.Linear):
         if torch.compiler.is_compiling():  # a compiled graph: F.linear, and nothing in the module changes
             return F.linear(x, self.weight, self.bias)
         if torch.is_grad_enabled():  # training: nn.Linear itself; the weight is about to change, so no copy survives
-            self.__dict__.pop("_decoding_copies", None)
+            self._training_layout()
             return F.linear(x, self.weight, self.bias)
         return self.forward_rows(x, 0, self.out_features)
 
     def train(self, mode: bool = True) -> Linear:
-        """``nn.Module.train``; the decoding copies are dropped (a change of mode is where training starts or ends)."""
+        """``nn.Module.train``; the decoding copies are dropped (a change of mode is where training starts or ends),
+        and training gets its weight back in PyTorch's own (out, in) layout (decoding may have stored it
+        column-major, see :meth:`_decoding_layout`): the same values, one matrix copied at a time."""
+        if mode:
+            self._training_layout()
         self.__dict__.pop("_decoding_copies", None)
         return super().train(mode)
+
+    def _training_layout(self) -> None:
+        """No decoding copy, and the weight in PyTorch's own (out, in) layout, as training and F.linear's numbers
+        to the last bit want it (decoding may have stored it column-major: :meth:`_decoding_layout`)."""
+        self.__dict__.pop("_decoding_copies", None)
+        w = self._parameters["weight"]
+        if w is not None and not w.is_contiguous() and w.dim() == 2 and w.t().is_contiguous():
+            with torch.no_grad():
+                w.data = w.contiguous()
 
     def __getstate__(self) -> dict:
         """A deep copy or a pickle leaves the decoding copies out (remade on first use; a packed one cannot be copied)."""
@@ -196,7 +210,7 @@ class Linear(nn.Linear):
         if torch.compiler.is_compiling():  # a compiled graph: F.linear, and nothing in the module changes
             return self._plain(x, start, end)
         if torch.is_grad_enabled():  # training (autograd): as in forward, no copy survives it
-            self.__dict__.pop("_decoding_copies", None)
+            self._training_layout()
             return self._plain(x, start, end)
         if not x.is_cpu or x.shape[-1] != self.in_features or not _SWITCH.on:
             return self._plain(x, start, end)  # GPUs; a wrong width: F.linear's error
@@ -225,9 +239,10 @@ class Linear(nn.Linear):
             and (end - start) * self.in_features >= PACKED_MIN_WEIGHTS
             and x.dtype == copies.weight.dtype == torch.float32
         ):
-            return torch.ops.mkldnn._linear_pointwise(
-                x, self._packed(copies, start, end, rows), _rows(copies.bias, start, end), "none", [], ""
-            )
+            packed = self._packed(copies, start, end, rows)
+            if packed is None:  # the first product of this many rows (a prompt, say): no packed copy made for it
+                return self._plain(x, start, end)
+            return torch.ops.mkldnn._linear_pointwise(x, packed, _rows(copies.bias, start, end), "none", [], "")
         if rows <= FEW_ROWS:
             return _project(x, self._transposed(copies, start, end), _rows(copies.bias, start, end))
         return self._plain(x, start, end)
@@ -245,18 +260,28 @@ class Linear(nn.Linear):
         assert w is not None  # nn.Linear always has a weight
         if w.is_inference():
             return None
-        key = (
-            _OPTIMIZER_STEPS,
-            w._version,
-            w.data_ptr(),
-            w.dtype,
-            w.device,
-            None if b is None else (b._version, b.data_ptr()),
-        )
+        key = _key(w, b)
         copies = self.__dict__.get("_decoding_copies")
         if copies is None or copies.weight is not w or copies.bias is not b or copies.key != key:
+            if self._decoding_layout(w):  # the storage changed: the key with it
+                key = _key(w, b)
             self.__dict__["_decoding_copies"] = copies = _Copies(w, b, key)
         return copies
+
+    def _decoding_layout(self, w: torch.Tensor) -> bool:
+        """Store ``w`` column-major (its transpose contiguous, the same values) where the one-row product reads Wᵀ:
+        then the transposed copy is a view of the weight and costs no memory. Kept (out, in) where that product reads
+        W's rows (split by outputs between the threads: views of W). Returns whether the storage changed.
+        :meth:`train` puts it back for training."""
+        if self.training or not (w.device.type == "cpu" and w.dim() == 2 and w.is_contiguous() and min(w.shape) > 1):
+            return False  # a layer in training mode keeps PyTorch's layout (a no_grad forward between steps, say)
+        n, d = w.shape
+        parts = min(torch.get_num_threads(), n // SPLIT_MIN_COLUMNS)
+        if parts > 1 and not (d * parts < n and d % parts == 0):  # split by outputs: W's own rows
+            return False
+        with torch.no_grad():
+            w.data = w.t().contiguous().t()  # (out, in), column-major
+        return True
 
     def transposed_weight(self) -> torch.Tensor:
         """The weight as a contiguous (in, out) tensor, cached until the weight is replaced or modified."""
@@ -267,7 +292,7 @@ class Linear(nn.Linear):
 
     def _transposed(self, copies: _Copies, start: int, end: int) -> torch.Tensor:
         if copies.transposed is None:
-            with torch.no_grad():
+            with torch.no_grad():  # a column-major weight's transpose is a view; otherwise a copy
                 copies.transposed = copies.weight.detach().t().contiguous()  # (in, out)
         wt = copies.transposed
         return wt if start == 0 and end == self.out_features else wt[:, start:end]
@@ -289,23 +314,37 @@ class Linear(nn.Linear):
                 w = _rows(copies.weight.detach(), start, end)  # (n, in)
                 if pad:
                     w, b = F.pad(w, (0, 0, 0, pad)), None if b is None else F.pad(b, (0, pad))  # (P * C, in)
-                blocks = w.view(parts, columns, d).transpose(1, 2)  # (P, in, C): views of W's rows where not padded
+                if w.t().is_contiguous() and not w.is_contiguous():  # column-major: views of Wᵀ's columns
+                    blocks = w.t().reshape(d, parts, columns).permute(1, 0, 2)  # (in, P, C) -> (P, in, C)
+                else:
+                    blocks = w.reshape(parts, columns, d).transpose(1, 2)  # (P, in, C): views of W's rows
                 split = _Split(False, blocks, None if b is None else b.view(parts, 1, columns), pad > 0)
         if len(copies.splits) >= MAX_PACKINGS:
             del copies.splits[next(iter(copies.splits))]  # the oldest
         copies.splits[(start, end, parts)] = split
         return split
 
-    def _packed(self, copies: _Copies, start: int, end: int, rows: int) -> torch.Tensor:
+    def _packed(self, copies: _Copies, start: int, end: int, rows: int) -> torch.Tensor | None:
+        """The weight rows ``start:end`` packed for about ``rows`` rows; None the first time that many rows come (a
+        prompt's one product would not pay for a copy of the weight: it is made when the same count comes again)."""
         hint = 1 << max(rows - 1, 1).bit_length()
         found = copies.packed.get((start, end, hint))
         if found is None:
+            copies.uses[(start, end, hint)] = uses = copies.uses.get((start, end, hint), 0) + 1
+            if uses < 2:
+                return None
             if len(copies.packed) >= MAX_PACKINGS:
                 del copies.packed[next(iter(copies.packed))]  # the oldest
             with torch.no_grad():
                 w = copies.weight.detach()[start:end].contiguous()
                 copies.packed[(start, end, hint)] = found = torch.ops.mkldnn._reorder_linear_weight(w, hint)
         return found
+
+
+def _key(w: torch.Tensor, b: torch.Tensor | None) -> tuple:
+    """What a decoding copy of ``w`` and ``b`` is valid for (see :meth:`Linear._copies`)."""
+    bias = None if b is None else (b._version, b.data_ptr())
+    return (_OPTIMIZER_STEPS, w._version, w.data_ptr(), w.dtype, w.device, bias)
 
 
 def forget_copies(model: nn.Module) -> None:

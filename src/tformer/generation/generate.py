@@ -13,9 +13,10 @@ from collections.abc import Sequence
 
 import torch
 
+from tformer import checks
 from tformer.checks import check_positive_int
 from tformer.generation.loop import Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
-from tformer.generation.samplers import GREEDY, SamplingConfig, sampler
+from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
 
 __all__ = ["MAX_NEW_TOKENS", "generate_lm", "translate_ids", "seeded"]
 
@@ -74,12 +75,12 @@ def generate_lm(
     steps decode only the rows still running); the callbacks still get (B,) ids, ``eos_id`` (or ``pad_id``) for it.
     ``seed`` seeds the sampling's generator; ``fast=False`` decodes with the plain model.
     """
-    check_positive_int(max_new_tokens, "max_new_tokens")
-    if max_new_tokens > MAX_NEW_TOKENS:
-        raise ValueError(
-            f"max_new_tokens must be at most {MAX_NEW_TOKENS:,} (generation.MAX_NEW_TOKENS), got {max_new_tokens:,}"
-        )
-    prompts = _prompt_lists(prompts)
+    checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # [1, MAX_NEW_TOKENS], --max-new-tokens' words
+    check_sampling(sampling, seed)
+    for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):
+        if value is not None:
+            checks.non_negative_int.check(value, name)
+    prompts = _prompt_lists(prompts, model.config.vocab_size)
     decoder = LMDecoder(model, pad_id, fast)
     choose = sampler(sampling, seeded(seed, next(model.parameters()).device))
     end_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())
@@ -88,15 +89,29 @@ def generate_lm(
     return decode_n(decoder, state, logits, max_new_tokens, choose, ends)
 
 
-def _prompt_lists(prompts: list[list[int]] | torch.Tensor) -> list[list[int]]:
-    """The prompts as lists of ids: a (B, T) tensor (as Hugging Face's ``input_ids``) or a list of non-empty lists."""
+def _prompt_lists(prompts: list[list[int]] | torch.Tensor, vocab_size: int) -> list[list[int]]:
+    """The prompts as lists of ids: a (B, T) tensor (as Hugging Face's ``input_ids``) or a list of non-empty lists,
+    each id in [0, ``vocab_size``); anything else (a text: ids come from a tokenizer) is a ``ValueError`` naming it."""
     if isinstance(prompts, torch.Tensor):
         if prompts.dim() != 2:
             raise ValueError(f"prompts as a tensor must have shape (B, T), got {tuple(prompts.shape)}")
-        prompts = prompts.tolist()
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("prompts must be a non-empty list of non-empty token-id lists (or a (B, T) tensor)")
-    return prompts
+        checks.check_ids(prompts, "prompts", vocab_size)  # integer ids in the vocabulary
+        return prompts.tolist()
+    if isinstance(prompts, str) or (isinstance(prompts, list) and any(isinstance(p, str) for p in prompts)):
+        raise TypeError(
+            f"prompts must be token ids (a list of lists of ints, or a (B, T) tensor), got text {prompts!r:.40}: "
+            "encode it with the model's tokenizer, or call tformer.lm.generate(model, tokenizer, text, ...)"
+        )
+    if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, (list, tuple)) for p in prompts):
+        raise TypeError(f"prompts must be a non-empty list of token-id lists (or a (B, T) tensor), got {prompts!r:.60}")
+    for i, prompt in enumerate(prompts):
+        if not prompt:
+            raise checks.BadValue(f"prompts[{i}] is empty: each prompt needs at least one token id")
+        ok = [isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in prompt]
+        bad = None if all(ok) else prompt[ok.index(False)]
+        if bad is not None:
+            raise checks.BadValue(f"prompts[{i}] holds {bad!r}: token ids are integers in [0, {vocab_size})")
+    return [list(p) for p in prompts]
 
 
 def _lm_ends(batch: int, end_ids: set[int], filler: int, on_token, stop) -> Ends | None:

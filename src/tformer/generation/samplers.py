@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tformer import checks
+
 __all__ = [
     "MIN_TEMPERATURE",
     "MAX_TEMPERATURE",
@@ -35,6 +37,7 @@ __all__ = [
     "sample",
     "choose_next",
     "sampler",
+    "check_sampling",
 ]
 
 MIN_TEMPERATURE = 1e-30  # temperatures below it divide as this (float32 keeps it exact; see process_logits)
@@ -74,6 +77,16 @@ class SamplingConfig:
             raise ValueError(f"top_p must be in (0, 1] (or None), got {self.top_p!r}")
         if not is_finite_number(self.repetition_penalty) or self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty!r}")
+
+
+def check_sampling(sampling: object, seed: object) -> None:
+    """A decoding entry point's ``sampling`` (a :class:`SamplingConfig` or None) and ``seed`` (None or an integer in
+    [0, 2**32 - 1], ``--seed``'s bound); else a ``ValueError`` naming the parameter."""
+    if sampling is not None and not isinstance(sampling, SamplingConfig):
+        got = f"{type(sampling).__name__} {sampling!r:.40}"
+        raise checks.BadValue(f"sampling must be a SamplingConfig or None, got {got}")
+    if seed is not None:
+        checks.seed.check(seed, "seed")
 
 
 def is_finite_number(value) -> bool:

@@ -84,9 +84,16 @@ def from_hf(
     windows on some layers only, ...) is a ``ValueError`` naming the field. So is a quantized model (int8 layers,
     int8 weights): the conversion copies float weights.
     """
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise ValueError(f"dtype must be None or a floating torch.dtype (torch.float32, ...), got {dtype!r}")
     if isinstance(source, Mapping):
         if state is None:
             raise ValueError("from_hf(config_dict, state): the weights (state) are missing")
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must map weight names to tensors (a state_dict), got {type(state).__name__}")
+        odd = next((name for name, t in state.items() if not isinstance(t, torch.Tensor)), None)
+        if odd is not None:
+            raise TypeError(f"state[{odd!r}] must be a torch.Tensor, got {type(state[odd]).__name__}")
         hf, hf_state = dict(source), state
     else:
         name = type(source).__name__

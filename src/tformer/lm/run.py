@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from tformer import checks
+from tformer.checks import check_settings
 from tformer.generation import SamplingConfig, generate_lm
 from tformer.lm.data import encode_documents, read_documents, split_ids
 from tformer.lm.recipes import resolve
@@ -25,6 +27,7 @@ from tformer.loader import load as load_any
 from tformer.models.checkpoint import model_dir
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.settings import takes_old_names
+from tformer.text import check_text, check_texts
 from tformer.tokenizers import Continuation, Tokenizer, load_tokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import make_trainer, saved_run, start_run
@@ -86,6 +89,7 @@ def setup(
     ``device``, ...; :data:`TRAINING` unless given). With ``resume``, the tokenizer and the config come from
     ``OUT/last`` and training continues exactly where it stopped.
     """
+    check_settings(locals(), train_options)  # each number in its flag's bounds and words, before anything runs
     r = resolve(
         preset,
         tokenizer=tokenizer,
@@ -183,6 +187,11 @@ def generate(
 ) -> str:
     """Continue ``prompt`` (no prompt: start a new document); ``on_text`` receives the text as it becomes safe
     to show (never the end-of-document token, nothing from a stop string on). Returns the continuation."""
+    if not isinstance(prompt, str):  # token ids go to tformer.generation.generate_lm
+        raise TypeError(f"prompt must be a string (the text to continue), got {type(prompt).__name__} {prompt!r:.40}")
+    check_text(prompt, "prompt")  # no lone surrogate, no NUL
+    stop = check_texts(list(stop) if isinstance(stop, Iterable) and not isinstance(stop, str) else stop, "stop")
+    checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # the words of --max-new-tokens
     # tformer's tokenizers start and end a document with <|endoftext|>; a Hugging Face one names its own ids
     ends, pad = tokenizer.eos_ids, tokenizer.pad_id
     start = tokenizer.start_id

@@ -33,17 +33,29 @@ from tformer.nn.hooks import HookPoint, keep_at_hand
 
 __all__ = ["ACTIVATIONS", "GATED", "FeedForward", "GatedFeedForward"]
 
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU with the tanh approximation: GPT-2's "gelu_new"."""
+    return F.gelu(x, approximate="tanh")
+
+
+def relu2(x: torch.Tensor) -> torch.Tensor:
+    """Squared ReLU (So et al. 2021, "Primer"); HF's "relu2"."""
+    return F.relu(x).square()
+
+
+# named functions, not lambdas: a model holding them pickles (torch.save of a whole model, multiprocessing)
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact erf GELU (BERT)
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "gelu_tanh": gelu_tanh,
     "silu": F.silu,  # x·sigmoid(x), "swish" (some Marian models)
-    "relu2": lambda x: F.relu(x).square(),  # squared ReLU (So et al. 2021, "Primer"); HF's "relu2"
+    "relu2": relu2,
 }
 
 GATED = {
     "swiglu": F.silu,
-    "geglu": lambda x: F.gelu(x, approximate="tanh"),
+    "geglu": gelu_tanh,
 }
 
 

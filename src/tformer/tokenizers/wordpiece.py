@@ -29,6 +29,7 @@ from tokenizers import Tokenizer as Library
 from tokenizers.implementations import BertWordPieceTokenizer
 
 from tformer.checks import load_tokenizer_file, read_text_file
+from tformer.text import split_lines
 from tformer.tokenizers.library import LibraryTokenizer
 from tformer.tokens import BERT_SPECIALS
 
@@ -50,9 +51,10 @@ def bert_tokenizer(path: str | os.PathLike) -> Library:
         tokenizer = load_tokenizer_file(path / "tokenizer.json")
     elif (path / "vocab.txt").is_file():
         vocab = path / "vocab.txt"
-        read_text_file(vocab, "vocabulary file")  # empty, binary: one line naming it
+        text = read_text_file(vocab, "vocabulary file")  # empty, binary: one line naming it; no byte-order mark
+        tokens = {token.rstrip(): i for i, token in enumerate(split_lines(text))}  # as the library reads the file
         try:
-            implementation = BertWordPieceTokenizer(str(vocab), lowercase=True)
+            implementation = BertWordPieceTokenizer(tokens, lowercase=True)
         except Exception as err:  # the Rust library raises a bare Exception for what it cannot read
             raise ValueError(f"vocabulary file {str(vocab)!r} is not a WordPiece vocab.txt: {err}") from None
         tokenizer = Library.from_str(implementation.to_str())

@@ -7,10 +7,12 @@ models, tasks or files.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
+
+from tformer.checks import check_settings
 
 __all__ = ["GPU_MIN_TOKENS", "TRAINING_PRECISIONS", "TrainConfig", "gpu_batch_note", "budget_reached", "budget_spent_message", "lr_factor", "make_optimizer"]
 
@@ -48,6 +50,7 @@ class TrainConfig:
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
 
     def __post_init__(self) -> None:
+        check_settings({f.name: getattr(self, f.name) for f in fields(self)})  # lr > 0, ...: the flags' words
         if self.bf16 and self.precision not in ("auto", "bf16"):
             raise ValueError(f"bf16=True (--bf16) and precision={self.precision!r} contradict each other: give one")
         if self.bf16:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from tformer.checks import check_settings
 from tformer.files import atomic_write
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.settings import takes_old_names
@@ -117,6 +118,7 @@ def setup(
     :data:`TRAINING` unless given). Under torchrun rank 0 trains the tokenizers and every
     process gets them; with ``resume`` they come from ``OUT/last``.
     """
+    check_settings(locals(), train_options)  # each number in its flag's bounds and words, before anything runs
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(
         src_lang=src_lang,

@@ -20,11 +20,13 @@ from pathlib import Path
 
 import torch
 
+from tformer import checks
 from tformer.generation import SamplingConfig, beam_search, translate_ids
+from tformer.generation.samplers import check_sampling
 from tformer.loader import Loaded, load
 from tformer.models.checkpoint import model_dir
 from tformer.models.seq2seq import Seq2SeqTransformer
-from tformer.text import normalize
+from tformer.text import check_texts, normalize
 from tformer.tokenizers import BPETokenizer, Tokenizer
 from tformer.tokens import TRANSLATION_EOS as EOS
 from tformer.tokens import TRANSLATION_PAD as PAD
@@ -157,15 +159,20 @@ class Translator:
         if max_len is not None:
             warnings.warn("Translator.translate: max_len is now called max_new_tokens", FutureWarning, stacklevel=2)
             max_new_tokens = max_len
-        if isinstance(sentences, str):
-            sentences = [sentences]
+        sentences = check_texts(sentences, "sentences")  # a str, or a list of them; no lone surrogate, no NUL
+        checks.beam_size.check(beam, "beam")  # the bounds and words of the command line's flags
+        checks.max_new_tokens.check(max_new_tokens, "max_len" if max_len is not None else "max_new_tokens")
+        checks.positive_int.check(batch_size, "batch_size")
+        checks.length_penalty.check(length_penalty, "length_penalty")
+        check_sampling(sampling, seed)
         vocab = self.model.config.tgt_vocab_size
         if beam > vocab:  # more beams than continuations: each step would rank the same tokens again
             raise ValueError(f"beam must be at most the target vocabulary size ({vocab} tokens), got {beam}")
         self.model.eval()
         max_len = min(max_new_tokens, self.model.config.max_len - 1)
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        # a blank sentence translates to "" without decoding: one translation for each sentence, in its place
+        order = sorted((i for i, s in enumerate(sentences) if s.strip()), key=lambda i: len(sentences[i]))
         out: list[str] = [""] * len(sentences)
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
@@ -183,6 +190,13 @@ class Translator:
     ) -> dict:
         """BLEU and chrF (sacreBLEU) of the translations of ``sources`` against ``references`` (one list per
         reference set), with the signatures and the ``hypotheses``."""
+        sources = check_texts(sources, "sources", one=False)
+        if not isinstance(references, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in references):
+            raise ValueError(f"references must be a list of reference sets (lists of strings), got {references!r:.60}")
+        for k, refs in enumerate(references):
+            check_texts(refs, f"references[{k}]", one=False)
+            if len(refs) != len(sources):
+                raise ValueError(f"references[{k}] has {len(refs)} sentences, sources has {len(sources)}")
         hyps = self.translate(sources, beam=beam, max_new_tokens=max_new_tokens)
         bleu, chrf, bleu_sig, chrf_sig = corpus_bleu(hyps, references)
         return {"bleu": bleu, "chrf": chrf, "bleu_signature": bleu_sig, "chrf_signature": chrf_sig, "hypotheses": hyps}
