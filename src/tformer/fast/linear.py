@@ -3,7 +3,7 @@ which puts it in place of every ``nn.Linear`` of a plain model.
 
 A decoding step multiplies a handful of rows (one per sequence, or per beam) by every weight matrix
 of the decoder. For so few rows the layout of the weight decides the speed, so in inference on the CPU
-this layer keeps a second copy of its weight, made once and remade whenever the weight changes:
+this layer reads its weight in the layout the product wants (most of them views, see below):
 
 * **one row** (batch-1 greedy or sampled decoding): the product streams the whole weight from memory
   for one row, and the BLAS runs it on one core (its matrix-vector kernel does not split the work). With
@@ -30,11 +30,16 @@ this layer keeps a second copy of its weight, made once and remade whenever the 
 
 Everything else (training, more rows, GPUs, other dtypes for the packed copy, ``torch.compile``) is
 plain ``F.linear``. The parameters and the state dict are exactly ``nn.Linear``'s; the copies are not
-saved. They cost memory: each is one more float copy of a weight that inference touches (for a
-GPT-2-small-sized model about 0.5 GB; the transposed copy, a padded split where the outputs do not
-divide evenly between the threads, and up to three packings, so at most five such copies), made lazily
-and only when such a product actually runs. The result is the same product (the summation order inside the
-kernels differs, ~1e-7 relative). Inside :func:`reference` it is ``F.linear``.
+saved. Most cost no memory (issue 40: a model decodes in about its own size). In eval mode the layer stores its
+weight in the layout its one-row product reads (:meth:`Linear._decoding_layout`): column-major (the same values,
+its transpose contiguous) where the product reads Wᵀ, so the "transposed copy" and the split by inputs are views of
+the weight itself; PyTorch's (out, in) where the split by outputs reads W's rows, as views. Training (``train()``,
+or any forward with gradients) gets PyTorch's layout back, so its numbers are ``F.linear``'s to the bit. What
+still copies: a packing for 2 to 256 rows, made from the second product of about that many rows (beams, batches;
+a prompt's single product is ``F.linear``'s), up to three; a padded split where the outputs do not divide evenly
+between the threads; and a transposed copy in the few cases the layout chosen did not foresee (a change of thread
+count, the rows of a fused matrix). The result is the same product (the summation order inside the kernels differs,
+~1e-7 relative). Inside :func:`reference` it is ``F.linear``.
 
 When the copies are dropped. A copy is only right while the weight is what it was copied from, and no single signal
 says that a weight changed: a tensor's version counter misses writes that bypass autograd's bookkeeping (PyTorch's
