@@ -287,3 +287,14 @@ def test_the_kernel_each_machine_class_gets(machine_class, features, rows, expec
     layer = Int8Linear.from_linear(nn.Linear(8, 8))
     assert layer._kernel(torch.randn(rows, 8)) == expected
     assert layer._kernel(torch.randn(rows, 8, requires_grad=True)) == Kernel("reference")  # autograd: the exact one
+
+
+def test_a_head_tied_to_a_float_table_keeps_its_saved_bias_through_load_and_dequantize(tmp_path):
+    """BERT's MLM decoder shares the float token table and has a bias of its own: its int8 twin keeps the float
+    layer as its original, whose bias is the file's too (it had been the fresh model's zeros, silently)."""
+    f32 = MODELS["bert"]().eval()
+    with torch.no_grad():
+        f32.mlm_head.decoder.bias.normal_()  # a trained bias, not the initial zeros
+    tformer.quantize(copy.deepcopy(f32), "int8").save_pretrained(tmp_path / "int8")
+    back = tformer.dequantize(tformer.load(tmp_path / "int8").model)
+    assert torch.equal(back.mlm_head.decoder.bias, f32.mlm_head.decoder.bias)

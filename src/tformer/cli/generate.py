@@ -2,6 +2,7 @@
 
 tformer generate --model runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 50 --seed 1
 tformer generate --model ./SmolLM2-135M --prompt "The capital of France is" --greedy --max-new-tokens 20
+tformer generate --model runs/shakespeare --device cuda --compile   # static KV cache, the step a CUDA graph
 
 ``--model`` is any GPT ``tformer.load`` reads: a ``tformer train lm`` run or model directory, or a Hugging Face
 decoder directory (config.json, safetensors weights, tokenizer.json; read without ``transformers``); another family
@@ -15,6 +16,11 @@ import sys
 from tformer.cli.flags import add
 from tformer.cli.validate import Number, repetition_penalty
 
+COMPILE = (
+    "decode on a static KV cache with the one-token step compiled once by torch.compile (on a GPU captured as a CUDA "
+    "graph and replayed): the same tokens, faster where launching kernels is the cost; the first run pays the "
+    "compilation (seconds to a minute)"
+)
 # what generate samples with unless told: the filters people use with small models (nanoGPT's sample.py, HF's)
 SAMPLING = {"max_new_tokens": 300, "temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": None}
 
@@ -43,7 +49,7 @@ def add_parser(sub) -> None:
     g.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
     g.add_argument("--num-samples", type=Number(int, 1, 1000), default=1, help="continuations, one after another")
     add(g, "--seed", "--device", defaults=SAMPLING, seed={"help": "sample i uses seed + i (default: random)"})
-    add(g, "--precision", "--no-fast")
+    add(g, "--precision", "--no-fast", "--compile", compile={"help": COMPILE})
     g.set_defaults(func=run)
 
 
@@ -72,6 +78,16 @@ def run(args) -> int:
             out.write("\n" + "-" * 40 + "\n")
         show(args.prompt)
         seed = None if args.seed is None else args.seed + i
-        lm.generate(model, tokenizer, args.prompt, args.max_new_tokens, sampling, args.stop, seed, on_text=show)
+        lm.generate(
+            model,
+            tokenizer,
+            args.prompt,
+            args.max_new_tokens,
+            sampling,
+            args.stop,
+            seed,
+            on_text=show,
+            compile=args.compile,
+        )
         show("\n")
     return 0

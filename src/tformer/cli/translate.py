@@ -17,6 +17,10 @@ from tformer.cli.flags import add, defaults, options
 TRANSLATOR = (
     "a translator: a tformer train translation / demo run or model directory, or a Marian one from tformer export"
 )
+COMPILE = (
+    "decode on a static KV cache with the one-token step compiled once by torch.compile (on a GPU captured as a CUDA "
+    "graph and replayed): the same translations; the first batch pays the compilation (seconds to a minute)"
+)
 DECODING = ("--beam", "--length-penalty", "--max-new-tokens", "--batch-size", "--device", "--precision", "--no-fast")
 
 
@@ -52,6 +56,7 @@ def add_parser(sub) -> None:
         temperature={"help": "with --sample: divide the logits by this; a tiny value is greedy"},
         seed={"default": None, "help": "with --sample: the random seed (default: random)"},
     )
+    add(p, "--compile", compile={"help": COMPILE})
     p.set_defaults(func=run)
 
 

@@ -37,6 +37,7 @@ from tformer.nn import attention
 from tformer.nn.cache import LayerKV
 from tformer.nn.hooks import HookPoint, watched
 from tformer.nn.masks import causal_mask, combine_masks, sliding_window_mask
+from tformer.nn.static_cache import StaticLayerKV
 
 __all__ = ["MultiHeadAttention", "swap_attention", "reference"]
 
@@ -60,7 +61,7 @@ class MultiHeadAttention(attention.MultiHeadAttention):
         memory: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         causal: bool = False,
-        cache: LayerKV | None = None,
+        cache: LayerKV | StaticLayerKV | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         if not _SWITCH.on or self.softcap is not None or watched(self._hook_points):
@@ -70,7 +71,9 @@ class MultiHeadAttention(attention.MultiHeadAttention):
             return self._beams_sharing_memory(x, memory, mask, cache)
         if memory is None:
             q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
-            if cache is not None:
+            if isinstance(cache, StaticLayerKV):  # the whole fixed buffer, under the cache's own mask
+                mask, causal = cache.mask, False  # (B, 1, Tq, C)
+            elif cache is not None:
                 mask = cache.kept(mask)
         else:
             q, k, v = self._cross_qkv(x, memory, cache)
@@ -81,7 +84,7 @@ class MultiHeadAttention(attention.MultiHeadAttention):
         return self.out_proj(self._merge_heads(out))  # (B, H, Tq, Dh) -> (B, Tq, D)
 
     def _beams_sharing_memory(
-        self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None, cache: LayerKV | None
+        self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None, cache: LayerKV | StaticLayerKV | None
     ) -> torch.Tensor:
         """G rows of ``x`` per row of ``memory``: they attend to it as G·Tq query positions of one row."""
         sources, rows, tq = memory.shape[0], x.shape[0], x.shape[1]

@@ -251,7 +251,10 @@ def _empty_twin(linear: nn.Module, tied: set[int], tables: dict[int, tuple], pac
     values = tables.get(id(linear.weight))
     if values is not None:
         layer.share_values(*values)
-    layer.__dict__["original"] = linear if values is None and id(linear.weight) in tied else None
+    keep = values is None and id(linear.weight) in tied
+    layer.__dict__["original"] = linear if keep else None
+    if keep and linear.bias is not None:  # the file's bias fills the original's too (one storage): dequantize gives it
+        layer._buffers["bias"] = linear.bias.detach()
     return layer.train(linear.training)
 
 

@@ -9,7 +9,10 @@
 * :mod:`.generate` — :func:`generate_lm` (decoder-only: prompts of different lengths in one batch) and
   :func:`translate_ids` (encoder–decoder: the source encoded once), each a prefill and :func:`decode_n`;
 * :mod:`.beam` — :func:`beam_search` (encoder–decoder, with a length penalty), ranking its beams between
-  :func:`decode_one` steps.
+  :func:`decode_one` steps;
+* :mod:`.static` — :class:`StaticLMDecoder` and :class:`StaticSeq2SeqDecoder`, the same decoders on a
+  :class:`~tformer.nn.static_cache.StaticKVCache` with the one-token step compiled once (``compile=True`` in each
+  function above; ``torch.compile``, a CUDA graph on a GPU): the same tokens.
 
 The decoders run :func:`tformer.fast.fast_view` of the model (``fast=True``): its fast paths, applied to a view that
 shares its Parameters, so the model the caller holds keeps its modules and its numbers. ``fast=False`` decodes with
@@ -36,6 +39,7 @@ from tformer.generation.samplers import (
     top_k_filter,
     top_p_filter,
 )
+from tformer.generation.static import StaticLMDecoder, StaticSeq2SeqDecoder
 
 __all__ = [
     "MAX_BEAM",
@@ -55,6 +59,8 @@ __all__ = [
     "seeded",
     "LMDecoder",
     "Seq2SeqDecoder",
+    "StaticLMDecoder",
+    "StaticSeq2SeqDecoder",
     "decode_one",
     "decode_n",
     "until",

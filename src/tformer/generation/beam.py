@@ -20,6 +20,7 @@ import torch
 from tformer.checks import check_positive_int
 from tformer.generation.loop import Seq2SeqDecoder, decode_one
 from tformer.generation.samplers import is_finite_number
+from tformer.generation.static import Compile, StaticSeq2SeqDecoder
 
 __all__ = ["MAX_BEAM", "MAX_LENGTH_PENALTY", "BeamCandidate", "beam_search"]
 
@@ -60,6 +61,7 @@ def beam_search(
     length_penalty: float = 1.0,
     fast: bool = True,
     on_step: Callable[[int, int, list[BeamCandidate]], None] | None = None,
+    compile: bool | Compile = False,
 ) -> list[list[int]]:
     """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
 
@@ -78,11 +80,15 @@ def beam_search(
     ``on_step(step, source, candidates)``, if given, is called after each step for each source still running, with
     the step's ranked candidates (:class:`BeamCandidate`): which became beams, which finished, which were pruned
     (``tformer explore`` draws the search tree from it); it only watches, the search is the same with or without it.
-    ``fast=False`` decodes with the plain model (:class:`~tformer.generation.loop.Seq2SeqDecoder`).
+    ``fast=False`` decodes with the plain model (:class:`~tformer.generation.loop.Seq2SeqDecoder`). ``compile=True``
+    searches the same beams on a static KV cache of B·K rows (a done source's rows go on, unread), its one-token step
+    compiled once (:class:`~tformer.generation.static.StaticSeq2SeqDecoder`).
     """
     _check(beam_size, max_len, length_penalty)
     b, k, device = src.shape[0], beam_size, src.device
-    decoder = Seq2SeqDecoder(model, sos_id, fast)
+    decoder: Seq2SeqDecoder | StaticSeq2SeqDecoder = (
+        StaticSeq2SeqDecoder(model, sos_id, fast, compile, beams=k) if compile else Seq2SeqDecoder(model, sos_id, fast)
+    )
     # each source once: the K beams of source i (rows i·K … i·K + K − 1) share its memory, and cross-attention
     # computes, caches and reads its keys/values once for all of them (tformer.fast.attention)
     logits, state = decoder.prefill(src, max_len)  # (B, V): one row per source, its K beams would all be <sos>

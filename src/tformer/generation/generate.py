@@ -15,8 +15,9 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_positive_int
-from tformer.generation.loop import Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
+from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
+from tformer.generation.static import Compile, StaticLMDecoder, StaticSeq2SeqDecoder
 
 __all__ = ["MAX_NEW_TOKENS", "generate_lm", "translate_ids", "seeded"]
 
@@ -38,14 +39,19 @@ def translate_ids(
     sampling: SamplingConfig = GREEDY,
     generator: torch.Generator | None = None,
     fast: bool = True,
+    compile: bool | Compile = False,
 ) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
 
     A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
-    sources still running. ``fast=False`` decodes with the plain model.
+    sources still running. ``fast=False`` decodes with the plain model. ``compile=True`` decodes the same tokens on
+    a static KV cache with the one-token step compiled once (``torch.compile``; a CUDA graph on a GPU: see
+    :mod:`tformer.generation.static`, which also says what else ``compile`` takes); the first batch pays the compile.
     """
     check_positive_int(max_len, "max_len")
-    decoder = Seq2SeqDecoder(model, sos_id, fast)
+    decoder: Decoder = (
+        StaticSeq2SeqDecoder(model, sos_id, fast, compile) if compile else Seq2SeqDecoder(model, sos_id, fast)
+    )
     logits, state = decoder.prefill(src, max_len)
     out = decode_n(decoder, state, logits, max_len, sampler(sampling, generator), until(eos_id))
     return [row[:-1] if row and row[-1] == eos_id else row for row in out]
@@ -64,6 +70,7 @@ def generate_lm(
     stop_ids: Sequence[int] = (),
     stop=None,
     fast: bool = True,
+    compile: bool | Compile = False,
 ) -> list[list[int]]:
     """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
 
@@ -74,6 +81,12 @@ def generate_lm(
     of bools; e.g. a stop string seen in the decoded text). A finished row leaves the batch and the cache (later
     steps decode only the rows still running); the callbacks still get (B,) ids, ``eos_id`` (or ``pad_id``) for it.
     ``seed`` seeds the sampling's generator; ``fast=False`` decodes with the plain model.
+
+    ``compile=True`` decodes the same tokens on a static KV cache, with the one-token step compiled once by
+    ``torch.compile`` and replayed (on a CUDA device with ``mode="reduce-overhead"``: a CUDA graph), as gpt-fast's
+    ``--compile`` and Hugging Face's ``cache_implementation="static"`` do. The first call pays the compilation
+    (seconds); later calls with the same batch size and a similar length reuse it. A function in place of ``True``
+    compiles the step its own way (:mod:`tformer.generation.static`).
     """
     checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # [1, MAX_NEW_TOKENS], --max-new-tokens' words
     check_sampling(sampling, seed)
@@ -81,7 +94,7 @@ def generate_lm(
         if value is not None:
             checks.non_negative_int.check(value, name)
     prompts = _prompt_lists(prompts, model.config.vocab_size)
-    decoder = LMDecoder(model, pad_id, fast)
+    decoder: Decoder = StaticLMDecoder(model, pad_id, fast, compile) if compile else LMDecoder(model, pad_id, fast)
     choose = sampler(sampling, seeded(seed, next(model.parameters()).device))
     end_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())
     ends = _lm_ends(len(prompts), end_ids, eos_id if eos_id is not None else pad_id, on_token, stop)

@@ -57,9 +57,8 @@ Ends = Callable[[int, list[int], torch.Tensor], Sequence[bool] | None]
 
 
 class State(Protocol):
-    """What the rows carry between steps."""
+    """What the rows carry between steps (their KV cache among them, which only their decoder reads)."""
 
-    cache: KVCache
     tokens: torch.Tensor  # (R, T) the tokens each row has seen
 
     def keep(self, rows: torch.Tensor) -> None:

@@ -184,9 +184,12 @@ def generate(
     stop: Iterable[str] = (),
     seed: int | None = None,
     on_text: Callable[[str], None] | None = None,
+    compile: bool = False,
 ) -> str:
     """Continue ``prompt`` (no prompt: start a new document); ``on_text`` receives the text as it becomes safe
-    to show (never the end-of-document token, nothing from a stop string on). Returns the continuation."""
+    to show (never the end-of-document token, nothing from a stop string on). Returns the continuation.
+    ``compile=True``: the same text from a static KV cache and a compiled step (:func:`~tformer.generation.generate_lm`;
+    a CUDA graph on a GPU), the first call paying the compilation."""
     if not isinstance(prompt, str):  # token ids go to tformer.generation.generate_lm
         raise TypeError(f"prompt must be a string (the text to continue), got {type(prompt).__name__} {prompt!r:.40}")
     check_text(prompt, "prompt")  # no lone surrogate, no NUL
@@ -222,6 +225,7 @@ def generate(
         on_token=show,
         stop_ids=ends[1:],
         stop=lambda step, ids: [stream.stopped],
+        compile=compile,
     )
     emit(stream.flush())
     return "".join(pieces)

@@ -38,6 +38,7 @@ from tformer.checks import check_finite_weights, check_layers, read_json_object,
 from tformer.fast.quantize import INT8_MODULES, apply_record, quantization_record
 from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
+from tformer.models.loading import DTYPES, no_init, read_header, read_into
 
 __all__ = [
     "load_pretrained",
@@ -68,8 +69,9 @@ _SIZE_FIELDS = (  # the config fields a weight's shape may follow
 _MODEL_TYPES: dict[str, Any] = {}  # model_type -> model class
 
 
-def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """State dict with tied tensors kept once (the first name wins)."""
+def _unique_state(model: torch.nn.Module, copy: bool = True) -> dict[str, torch.Tensor]:
+    """State dict with tied tensors kept once (the first name wins): contiguous CPU tensors to save (``copy``; a
+    contiguous CPU tensor is itself, not a copy), or the model's own tensors, to fill."""
     seen: set[tuple[int, int]] = set()
     state = {}
     for name, tensor in model.state_dict().items():
@@ -77,7 +79,7 @@ def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         if key in seen:
             continue
         seen.add(key)
-        state[name] = tensor.detach().contiguous().cpu()
+        state[name] = tensor.detach().contiguous().cpu() if copy else tensor.detach()
     return state
 
 
@@ -130,7 +132,8 @@ class PretrainedMixin(torch.nn.Module):
         except (TypeError, ValueError) as err:  # unknown fields, invalid values
             raise ValueError(f"{str(directory / CONFIG_NAME)!r}: {err}") from None
         _check_sizes(cls, model_config, directory)  # before a model of the config's sizes is built
-        model = cast(Any, cls)(model_config)
+        with no_init():  # its parameters are filled from the file: not initialised first (issue 40)
+            model = cast(Any, cls)(model_config)
         if record is not None:  # an int8 model: int8 layers where config.json names them, filled from the file
             apply_record(model, record, repr(str(directory / CONFIG_NAME)))
         _load_weights(model, directory / WEIGHTS_NAME, map_location)
@@ -258,28 +261,48 @@ def _fields_behind(cls: type[PretrainedMixin], config: ModelConfig, name: str, a
 
 
 def _load_weights(model: torch.nn.Module, path: Path, map_location) -> None:
+    """Fill ``model`` (built by :func:`~tformer.models.loading.no_init`) from the safetensors file ``path``: the
+    file's names, shapes and dtypes are checked against the model first (from its header: nothing read), then each
+    tensor is read straight into the parameter it fills, and checked finite (:mod:`tformer.models.loading`: no
+    second copy of the weights). An int8 model, or a ``map_location`` other than the CPU, reads the file whole."""
     if not path.is_file():
         raise FileNotFoundError(f"{str(path)!r} is missing: the checkpoint has no weights")
-    try:
-        state = load_file(str(path), device=str(map_location))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"{str(path)!r} is not a readable safetensors file (truncated or corrupted?): {err}") from None
-    expected = _unique_state(model)
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
-    for name in sorted(set(state) & set(expected)):  # load_state_dict would cast integers silently
-        if expected[name].is_floating_point() and not state[name].is_floating_point():
+    expected = _unique_state(model, copy=False)
+    if torch.device(map_location).type != "cpu" or any(t.dtype == torch.int8 for t in expected.values()):
+        return _load_whole(model, path, map_location, expected)
+    header, _ = read_header(path)
+    found = {name: (DTYPES[entry["dtype"]], tuple(entry["shape"])) for name, entry in header.items()}
+    _check_against(path, expected, found)
+    read_into(path, expected, lambda name, tensor: _check_finite(name, tensor, path))
+
+
+def _check_finite(name: str, tensor: torch.Tensor, path: Path) -> None:
+    """``check_finite_weights`` of one tensor, first by its minimum and maximum (NaN and inf show there): one pass and
+    no mask the size of the tensor, which would stay in the process's memory after loading."""
+    if tensor.is_floating_point() and tensor.numel():
+        low, high = torch.aminmax(tensor.reshape(-1))
+        if not bool(torch.isfinite(low) & torch.isfinite(high)):
+            check_finite_weights({name: tensor}, path)  # the message, with its counts
+
+
+def _check_against(path: Path, expected: Mapping[str, torch.Tensor], found: Mapping[str, tuple]) -> None:
+    """The file's tensors (``found``: name -> (dtype, shape)) are the model's, of its shapes, floating point where
+    the model's are (an integer weight would be cast silently), int8 where the model's layer is int8."""
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    wrong = sorted(k for k in set(found) & set(expected) if tuple(found[k][1]) != tuple(expected[k].shape))
+    for name in sorted(set(found) & set(expected)):
+        dtype = found[name][0]
+        if expected[name].is_floating_point() and not dtype.is_floating_point:
             raise ValueError(
-                f"{str(path)!r}: tensor {name!r} has dtype {str(state[name].dtype).removeprefix('torch.')}; "
+                f"{str(path)!r}: tensor {name!r} has dtype {str(dtype).removeprefix('torch.')}; "
                 "a weight must be floating point (float32, bfloat16 or float16)"
             )
-        if expected[name].dtype == torch.int8 and state[name].dtype != torch.int8:  # an int8 model's weights
+        if expected[name].dtype == torch.int8 and dtype != torch.int8:  # an int8 model's weights
             raise ValueError(
-                f"{str(path)!r}: tensor {name!r} has dtype {str(state[name].dtype).removeprefix('torch.')}; "
+                f"{str(path)!r}: tensor {name!r} has dtype {str(dtype).removeprefix('torch.')}; "
                 f"{CONFIG_NAME} says this layer is int8"
             )
-    check_finite_weights(state, path)
     if missing or unexpected or wrong:
         details = []
         if missing:
@@ -289,7 +312,17 @@ def _load_weights(model: torch.nn.Module, path: Path, map_location) -> None:
         if wrong:
             details.append(
                 "shape mismatch "
-                + ", ".join(f"{k}: file {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}" for k in wrong[:5])
+                + ", ".join(f"{k}: file {tuple(found[k][1])} vs model {tuple(expected[k].shape)}" for k in wrong[:5])
             )
         raise ValueError(f"{str(path)!r} does not match the config: " + "; ".join(details))
+
+
+def _load_whole(model: torch.nn.Module, path: Path, map_location, expected: Mapping[str, torch.Tensor]) -> None:
+    """The file read whole (safetensors' ``load_file``), checked, and loaded by ``load_state_dict``."""
+    try:
+        state = load_file(str(path), device=str(map_location))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{str(path)!r} is not a readable safetensors file (truncated or corrupted?): {err}") from None
+    _check_against(path, expected, {name: (t.dtype, tuple(t.shape)) for name, t in state.items()})
+    check_finite_weights(state, path)
     model.load_state_dict(state, strict=False)

@@ -39,6 +39,7 @@ from tformer.nn.cache import KVCache
 from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.layers import Decoder, LayerConfig
 from tformer.nn.positional import ROPE_SCALINGS, InputEmbedding, rope_frequencies, rotary_tables
+from tformer.nn.static_cache import StaticKVCache
 
 __all__ = ["GPTConfig", "GPT"]
 
@@ -224,41 +225,23 @@ class GPT(PretrainedMixin, nn.Module):
         ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | StaticKVCache | None = None,
         logits_to_keep: int = 0,
     ) -> torch.Tensor:
         """``ids`` (B, T) → logits (B, T, V).
 
         ``attention_mask`` (B, Tk) bool, ``True`` = real token, covers the cached positions too
         (Tk = cached + T); use it for left-padded batches, with ``positions`` (B, T) counting real
-        tokens only. With a ``cache``, ``ids`` holds only the new positions.
+        tokens only. With a ``cache``, ``ids`` holds only the new positions. With a static cache
+        (:meth:`new_static_cache`) the positions are counted on the device (give ``positions`` for a padded batch)
+        and ``attention_mask`` is (B, T), the new positions' only: the cache keeps it.
         ``return_attention=True`` returns ``(logits, weights)`` (weights by module name). ``logits_to_keep=k`` > 0
         projects only the last k positions onto the vocabulary, (B, k, V): generation's prefill needs the last one
         only, and (B, T, V) is the largest tensor of a long prompt (Hugging Face's argument of the same name).
         """
         check_ids(ids, "ids", self.config.vocab_size)
-        start = cache.length if cache is not None else 0
-        check_length(start + ids.shape[1], self.config.max_len, "ids")
         rope = self.config.positional == "rope"
-        where: (
-            torch.Tensor | slice
-        )  # the positions of ids: RoPE's tables need them as ids, a position table a slice of its rows
-        if positions is not None:
-            where = positions
-        else:  # counted from the cache
-            where = (
-                torch.arange(start, start + ids.shape[1], device=ids.device)
-                if rope or torch.compiler.is_compiling()  # (compiled: a slice would fix T, one compilation per length)
-                else slice(start, start + ids.shape[1])
-            )
-        mask = None
-        if attention_mask is not None:
-            if attention_mask.shape != (ids.shape[0], start + ids.shape[1]):
-                raise ValueError(
-                    f"attention_mask must have shape (B, cached + T) = {(ids.shape[0], start + ids.shape[1])}, "
-                    f"got {tuple(attention_mask.shape)}"
-                )
-            mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
+        where, mask = self._where(ids, attention_mask, positions, cache)
         x = self.embed(ids, where)  # (B, T, D)
         rotary: list | tuple | None = None
         if isinstance(where, torch.Tensor) and rope:
@@ -275,6 +258,39 @@ class GPT(PretrainedMixin, nn.Module):
         cap = self.config.final_softcap
         return self.hook_logits(logits if cap is None else cap * torch.tanh(logits / cap))
 
+    def _where(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        cache: KVCache | StaticKVCache | None,
+    ) -> tuple[torch.Tensor | slice, torch.Tensor | None]:
+        """The positions of ``ids`` (``positions``, else counted from the cache: RoPE's tables need them as ids, a
+        position table a slice of its rows) and the padding mask (B, 1, 1, Tk) of self-attention, or None.
+
+        A :class:`~tformer.nn.static_cache.StaticKVCache` counts on the device: its slots are the positions, and it
+        keeps ``attention_mask`` (B, T) in its own mask."""
+        if isinstance(cache, StaticKVCache):
+            slots = cache.begin(ids, attention_mask)  # (T,)
+            return (slots if positions is None else positions), None
+        start = cache.length if cache is not None else 0
+        check_length(start + ids.shape[1], self.config.max_len, "ids")
+        where: torch.Tensor | slice
+        if positions is not None:
+            where = positions
+        elif self.config.positional == "rope" or torch.compiler.is_compiling():  # (compiled: a slice would fix T)
+            where = torch.arange(start, start + ids.shape[1], device=ids.device)
+        else:
+            where = slice(start, start + ids.shape[1])
+        if attention_mask is None:
+            return where, None
+        if attention_mask.shape != (ids.shape[0], start + ids.shape[1]):
+            raise ValueError(
+                f"attention_mask must have shape (B, cached + T) = {(ids.shape[0], start + ids.shape[1])}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        return where, attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
+
     def _rotary(
         self, where: torch.Tensor, frequencies: tuple[torch.Tensor, float]
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -285,5 +301,16 @@ class GPT(PretrainedMixin, nn.Module):
     def new_cache(self, max_len: int | None = None) -> KVCache:
         """A KV cache; the sliding-window layers' stores keep only the positions their window still needs."""
         c = self.config
-        windows = [c.sliding_window if c.is_local(i) else None for i in range(c.n_layers)]
-        return KVCache(c.n_layers, max_len or c.max_len, windows)
+        return KVCache(c.n_layers, max_len or c.max_len, self._windows())
+
+    def new_static_cache(self, capacity: int | None = None) -> StaticKVCache:
+        """A KV cache of ``capacity`` slots (default and at most: the context) whose decoding steps all have the same
+        shapes (:mod:`tformer.nn.static_cache`: what ``torch.compile`` and CUDA graphs need)."""
+        capacity = capacity or self.config.max_len
+        check_length(capacity, self.config.max_len, "a static cache")
+        return StaticKVCache(self.config.n_layers, capacity, self._windows())
+
+    def _windows(self) -> list[int | None]:
+        """Each layer's sliding window, None for a layer that sees every earlier position."""
+        c = self.config
+        return [c.sliding_window if c.is_local(i) else None for i in range(c.n_layers)]

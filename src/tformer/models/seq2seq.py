@@ -33,6 +33,7 @@ from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.layers import Decoder, Encoder
 from tformer.nn.masks import padding_mask
 from tformer.nn.positional import InputEmbedding
+from tformer.nn.static_cache import StaticKVCache
 
 __all__ = ["Seq2SeqConfig", "Seq2SeqTransformer"]
 
@@ -113,20 +114,24 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         tgt: torch.Tensor,
         memory: torch.Tensor,
         memory_mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | StaticKVCache | None = None,
     ) -> torch.Tensor:
         """``tgt`` (B, T) decoder input ids → logits (B, T, V).
 
         With a ``cache``, ``tgt`` holds only the new positions; their positions start after the
-        cached ones. ``memory_mask`` is the source padding mask (B, 1, 1, S). ``memory`` and its mask may
+        cached ones (a :class:`~tformer.nn.static_cache.StaticKVCache` counts them on the device). ``memory_mask`` is the source padding mask (B, 1, 1, S). ``memory`` and its mask may
         have B / G rows, each serving G consecutive rows of ``tgt`` (beam search's G beams of one source).
         """
         check_ids(tgt, "tgt", self.config.tgt_vocab_size)
-        start = cache.length if cache is not None else 0
-        check_length(start + tgt.shape[1], self.config.max_len, "tgt")
-        positions: torch.Tensor | slice = slice(start, start + tgt.shape[1])  # the table's rows start.. (a view)
-        if torch.compiler.is_compiling():  # as ids: a slice would fix T in the graph, one compilation per length
-            positions = torch.arange(start, start + tgt.shape[1], device=tgt.device)
+        positions: torch.Tensor | slice
+        if isinstance(cache, StaticKVCache):  # counted on the device: the slots are the positions
+            positions = cache.begin(tgt)  # (T,)
+        else:
+            start = cache.length if cache is not None else 0
+            check_length(start + tgt.shape[1], self.config.max_len, "tgt")
+            positions = slice(start, start + tgt.shape[1])  # the table's rows start.. (a view)
+            if torch.compiler.is_compiling():  # as ids: a slice would fix T in the graph, one compilation per length
+                positions = torch.arange(start, start + tgt.shape[1], device=tgt.device)
         # Self-attention: look-ahead (causal) + target padding. With a cache the keys include
         # earlier positions, which were all real tokens when they were fed.
         self_mask = padding_mask(tgt, self.config.pad_id) if cache is None else None  # (B, 1, 1, T)
@@ -157,3 +162,10 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
     def new_cache(self, max_len: int | None = None) -> KVCache:
         """An empty KV cache for incremental decoding with :meth:`decode`."""
         return KVCache(self.config.n_decoder_layers, max_len or self.config.max_len)
+
+    def new_static_cache(self, capacity: int | None = None) -> StaticKVCache:
+        """A KV cache of ``capacity`` target slots (default and at most ``max_len``) whose decoding steps all have the
+        same shapes (:mod:`tformer.nn.static_cache`: what ``torch.compile`` and CUDA graphs need)."""
+        capacity = capacity or self.config.max_len
+        check_length(capacity, self.config.max_len, "a static cache")
+        return StaticKVCache(self.config.n_decoder_layers, capacity)

@@ -44,6 +44,7 @@ from tformer.nn.hooks import HookPoint, keep_at_hand, watched
 from tformer.nn.masks import causal_mask, check_mask, combine_masks, sliding_window_mask
 from tformer.nn.norms import RMSNorm
 from tformer.nn.positional import apply_rotary
+from tformer.nn.static_cache import StaticLayerKV
 
 __all__ = [
     "AttentionDetails",
@@ -257,13 +258,15 @@ class MultiHeadAttention(nn.Module):
         memory: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         causal: bool = False,
-        cache: LayerKV | None = None,
+        cache: LayerKV | StaticLayerKV | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``x`` (B, Tq, D); ``memory`` (B, Tk, D) for cross-attention; returns (B, Tq, D).
 
         ``mask`` is boolean (``True`` = may attend), broadcastable to (B, 1, Tq, Tk); for self-attention
-        with a ``cache``, Tk counts the cached positions too. ``causal=True`` adds the look-ahead mask.
+        with a ``cache``, Tk counts the cached positions too. ``causal=True`` adds the look-ahead mask. A
+        :class:`~tformer.nn.static_cache.StaticLayerKV` brings its own mask over its fixed buffer (the look-ahead,
+        the padding and the window in it), which replaces ``mask`` and ``causal`` in self-attention.
         ``rotary`` = (cos, sin) of the new positions (:func:`~tformer.nn.positional.rotary_tables`, broadcastable
         to (B, H, Tq, Dh)) rotates queries and keys before the keys are cached (self-attention only).
         ``memory`` may also have B / G rows, each serving G consecutive rows of ``x`` (beam search: the G beams of
@@ -273,7 +276,9 @@ class MultiHeadAttention(nn.Module):
         self._check_inputs(x, memory, causal, rotary)
         if memory is None:
             q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
-            if cache is not None:
+            if isinstance(cache, StaticLayerKV):  # its whole buffer: the cache's mask hides what is not to be seen
+                mask, causal = cache.mask, False  # (B, 1, Tq, C): the look-ahead, padding and window included
+            elif cache is not None:
                 mask = cache.kept(mask)  # a sliding window's cache forgets the oldest positions: so does the mask
         else:
             q, k, v = self._cross_qkv(x, memory, cache)  # (B, H, Tq, Dh), (B or B/G, Hkv, Tk, Dh) × 2
@@ -298,7 +303,7 @@ class MultiHeadAttention(nn.Module):
             )
 
     def _self_qkv(
-        self, x: torch.Tensor, cache: LayerKV | None, rotary
+        self, x: torch.Tensor, cache: LayerKV | StaticLayerKV | None, rotary
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q, K, V of self-attention, one matmul; QK-norm, then RoPE rotates Q and K; the cache adds the earlier
         keys/values (Hkv heads)."""
@@ -311,7 +316,7 @@ class MultiHeadAttention(nn.Module):
         return q, k, v  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
 
     def _cross_qkv(
-        self, x: torch.Tensor, memory: torch.Tensor, cache: LayerKV | None
+        self, x: torch.Tensor, memory: torch.Tensor, cache: LayerKV | StaticLayerKV | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q from the decoder states (rows W_Q); K, V from the memory (rows W_K, W_V), once per source with a cache."""
         q = self._split_heads(self._project_rows(x, 0, self.q_dim), self.n_heads)  # (B, H, Tq, Dh)

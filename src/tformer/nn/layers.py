@@ -34,6 +34,7 @@ from tformer.nn.cache import KVCache, LayerKV
 from tformer.nn.feedforward import ACTIVATIONS, GATED, FeedForward, GatedFeedForward
 from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.norms import NORMS, make_norm
+from tformer.nn.static_cache import StaticKVCache, StaticLayerKV
 
 __all__ = ["LayerConfig", "AddNorm", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
 
@@ -194,7 +195,7 @@ class DecoderLayer(nn.Module):
         self_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         causal: bool = True,
-        cache: LayerKV | None = None,
+        cache: LayerKV | StaticLayerKV | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``x`` (B, T, D) decoder states; ``memory`` (B, S, D) encoder output; returns (B, T, D).
@@ -264,7 +265,7 @@ class Decoder(nn.Module):
         self_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         causal: bool = True,
-        cache: KVCache | None = None,
+        cache: KVCache | StaticKVCache | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         if cache is not None and len(cache) != len(self.layers):

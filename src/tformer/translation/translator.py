@@ -36,6 +36,7 @@ __all__ = [
     "SRC_TOKENIZER",
     "TGT_TOKENIZER",
     "MAX_CHARS_PER_TOKEN",
+    "SOURCE_BUCKET",
     "SourceTruncated",
     "Translator",
     "load_tokenizers",
@@ -47,6 +48,7 @@ SRC_TOKENIZER, TGT_TOKENIZER = SRC_PREFIX + BPETokenizer.file_name, TGT_PREFIX +
 # a subword token spans a few characters (a long French word with its ▁ is ~20): max_len tokens always fit in
 # max_len · 64 characters, and a longer sentence is cut there before the tokenizer sees it
 MAX_CHARS_PER_TOKEN = 64
+SOURCE_BUCKET = 16  # translate(compile=True) pads each batch's sources to a multiple of this many tokens
 
 
 class SourceTruncated(UserWarning):
@@ -152,10 +154,16 @@ class Translator:
         sampling: SamplingConfig | None = None,
         seed: int | None = None,
         max_len: int | None = None,
+        compile: bool = False,
     ) -> list[str]:
         """Translate a list of sentences, ``batch_size`` at a time (sorted by length to limit padding); each
         translation has at most ``max_new_tokens`` tokens (and the model's ``max_len - 1``). ``max_len`` is
-        ``max_new_tokens``'s name before tformer 0.2.1 (in the model config, ``max_len`` is the longest sequence)."""
+        ``max_new_tokens``'s name before tformer 0.2.1 (in the model config, ``max_len`` is the longest sequence).
+
+        ``compile=True`` decodes on a static KV cache with the one-token step compiled by ``torch.compile`` (on a GPU
+        with CUDA graphs; :mod:`tformer.generation.static`): the same translations, the first batch paying the
+        compilation. The sources of a batch are then padded to a multiple of :data:`SOURCE_BUCKET` tokens, so
+        that batches of other lengths reuse the compiled step (the padding is masked: it changes nothing)."""
         if max_len is not None:
             warnings.warn("Translator.translate: max_len is now called max_new_tokens", FutureWarning, stacklevel=2)
             max_new_tokens = max_len
@@ -177,10 +185,13 @@ class Translator:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             src = self.encode_sources([sentences[i] for i in idx], [i + 1 for i in idx])
+            if compile:
+                src = _bucketed(src, self.model.config.max_len)
             if beam > 1:
-                ids = beam_search(self.model, src, SOS, EOS, beam, max_len, length_penalty)
+                ids = beam_search(self.model, src, SOS, EOS, beam, max_len, length_penalty, compile=compile)
             else:
-                ids = translate_ids(self.model, src, SOS, EOS, max_len, sampling or SamplingConfig(), generator)
+                sampling = sampling or SamplingConfig()
+                ids = translate_ids(self.model, src, SOS, EOS, max_len, sampling, generator, compile=compile)
             for i, row in zip(idx, ids):
                 out[i] = self.tgt_tokenizer.decode(row[: row.index(EOS)] if EOS in row else row)
         return out
@@ -200,6 +211,12 @@ class Translator:
         hyps = self.translate(sources, beam=beam, max_new_tokens=max_new_tokens)
         bleu, chrf, bleu_sig, chrf_sig = corpus_bleu(hyps, references)
         return {"bleu": bleu, "chrf": chrf, "bleu_signature": bleu_sig, "chrf_signature": chrf_sig, "hypotheses": hyps}
+
+
+def _bucketed(src: torch.Tensor, limit: int) -> torch.Tensor:
+    """``src`` (B, S) right-padded to a multiple of :data:`SOURCE_BUCKET` tokens (at most ``limit``): (B, S')."""
+    length = min(-(-src.shape[1] // SOURCE_BUCKET) * SOURCE_BUCKET, max(limit, src.shape[1]))
+    return torch.nn.functional.pad(src, (0, length - src.shape[1]), value=PAD)
 
 
 def _head(text: str, budget: int) -> tuple[str, int]:

@@ -1,0 +1,131 @@
+"""The static KV cache: keys and values in buffers of a fixed size, written in place at a position kept on the device.
+
+:class:`~tformer.nn.cache.KVCache` grows as decoding goes: each step attends to one more key, and the Python int that
+counts the positions changes every step. A graph compiled for one step (``torch.compile``; on a GPU a CUDA graph,
+which replays the same kernels on the same memory) would see new shapes and new constants each time. Here every
+decoding step has the same shapes (gpt-fast's ``KVCache``, Hugging Face's ``StaticCache``):
+
+* each layer's keys and values live in buffers of ``capacity`` positions, (B, Hkv, C, Dh), allocated at the first
+  write and never replaced: the new positions go in with ``index_copy_`` at their *slots*;
+* ``index``, a (1,) tensor on the device, is the slot of the next position; :meth:`StaticKVCache.begin` (the model
+  calls it once per forward) reads it, builds the masks of this forward and moves it on, all as tensor operations;
+* attention reads the whole buffer, (B, Hkv, C, Dh), with a mask that hides what a query may not see: the slots
+  after its own (not written yet, or the future), the slots that hold left padding (``real``, (B, C)), and for a
+  sliding-window layer the slots more than W − 1 behind it. A key hidden by the mask adds exp(−∞) = 0 to the softmax,
+  so the output is the dynamic cache's to float rounding.
+
+A sliding-window layer keeps every slot (the mask does the forgetting): the buffer never holds more than the model's
+context, ``capacity`` ≤ ``max_len``. Cross-attention keys/values are computed at the first step and kept, as in
+:class:`~tformer.nn.cache.LayerKV`. Beam search reorders rows in place (:meth:`StaticKVCache.reorder`): the buffers
+keep their addresses, which a CUDA graph needs.
+
+Dimension legend: B batch (× beams), Hkv key/value heads, T new positions, C capacity (slots), Dh head dim, W window.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["StaticLayerKV", "StaticKVCache"]
+
+
+def _static(t: torch.Tensor) -> torch.Tensor:
+    """Tell ``torch.compile`` that ``t`` keeps its address from call to call (a CUDA graph then reads it in place instead
+    of copying it in; a new cache is a new address: the graph is recorded again, not compiled again)."""
+    if t.is_cuda:
+        torch._dynamo.mark_static_address(t)
+    return t
+
+
+class StaticLayerKV:
+    """Keys/values of one decoder layer in buffers of fixed size; cross-attention keys/values once per source."""
+
+    def __init__(self, owner: StaticKVCache, window: int | None = None) -> None:
+        self.owner = owner  # the StaticKVCache: its slots and masks of the current forward
+        self.window = window  # a sliding window of this many positions (None: every earlier position)
+        self.k: torch.Tensor | None = None  # (B, Hkv, C, Dh)
+        self.v: torch.Tensor | None = None  # (B, Hkv, C, Dh)
+        self.cross_k: torch.Tensor | None = None  # (B, Hkv, S, Dh)
+        self.cross_v: torch.Tensor | None = None  # (B, Hkv, S, Dh)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new positions' keys/values (B, Hkv, T, Dh) at this forward's slots; return the whole buffers."""
+        if self.k is None or self.v is None:  # the first write (the prefill): the buffers, once
+            shape = (k.shape[0], k.shape[1], self.owner.capacity, k.shape[3])  # (B, Hkv, C, Dh)
+            self.k, self.v = _static(k.new_zeros(shape)), _static(v.new_zeros(shape))
+        slots = self.owner.slots  # (T,)
+        self.k.index_copy_(2, slots, k)
+        self.v.index_copy_(2, slots, v)
+        return self.k, self.v  # (B, Hkv, C, Dh) each
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """(B, 1, T, C): which slots each new position may attend to in this layer (see the module docstring)."""
+        return self.owner.masks[self.window]
+
+
+class StaticKVCache:
+    """One :class:`StaticLayerKV` per decoder layer, ``capacity`` slots each; pass it to a model's forward/decode.
+
+    >>> cache = model.new_static_cache(64)                          # doctest: +SKIP
+    >>> logits = model(prompt, cache=cache)                           # slots 0 … T − 1 (the prefill)
+    >>> logits = model(next_ids, positions=positions, cache=cache)   # slot T, then T + 1, …: the same shapes
+
+    A left-padded prompt gives its ``attention_mask`` (B, T) at the prefill: those slots stay hidden for good.
+    """
+
+    def __init__(self, n_layers: int, capacity: int, windows: list[int | None] | None = None) -> None:
+        """``windows``: each layer's sliding window (None = every earlier position)."""
+        windows = windows or [None] * n_layers
+        if len(windows) != n_layers:
+            raise ValueError(f"StaticKVCache got {len(windows)} windows for {n_layers} layers")
+        if capacity < 1:
+            raise ValueError(f"StaticKVCache needs a capacity of at least 1 slot, got {capacity}")
+        self.capacity = capacity
+        self.layers = [StaticLayerKV(self, window) for window in windows]
+        self.windows = tuple(dict.fromkeys(windows))  # the layers' windows, each once
+        self.index: torch.Tensor | None = None  # (1,) the slot of the next position, on the device
+        self.real: torch.Tensor | None = None  # (B, C) False where a slot holds left padding
+        self.slots = torch.zeros(0, dtype=torch.long)  # (T,) the slots of the current forward's positions
+        self.masks: dict[int | None, torch.Tensor] = {}  # window → (B, 1, T, C), for the current forward
+
+    def begin(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Open a forward of ``ids`` (B, T): its slots (from ``index``) and masks; ``index`` moves past them. Returns
+        the slots (T,), which are the positions where nothing is padded. ``attention_mask`` (B, T), True = a real
+        token, marks left padding (the prefill's); None: every new token is real."""
+        b, t = ids.shape
+        if self.index is None or self.real is None:  # the first forward: the position and the padding, on the device
+            self.index = _static(torch.zeros(1, dtype=torch.long, device=ids.device))
+            self.real = _static(torch.ones(b, self.capacity, dtype=torch.bool, device=ids.device))
+        self.slots = self.index + torch.arange(t, device=ids.device)  # (T,)
+        if attention_mask is not None:
+            self.real.index_copy_(1, self.slots, attention_mask.bool())
+        keys = torch.arange(self.capacity, device=ids.device)  # (C,) the slots
+        seen = keys <= self.slots[:, None]  # (T, C) written, and not after the query
+        self.masks = {}
+        for window in self.windows:
+            allowed = seen if window is None else seen & (keys > self.slots[:, None] - window)  # (T, C)
+            self.masks[window] = self.real[:, None, None, :] & allowed[None, None]  # (B, 1, T, C)
+        self.index.add_(t)
+        return self.slots
+
+    def reset(self) -> None:
+        """Start again from slot 0, with no padding (the keys/values left in the buffers are hidden by the masks)."""
+        if self.index is not None and self.real is not None:
+            self.index.zero_()
+            self.real.fill_(True)
+
+    def reorder(self, index: torch.Tensor, length: int | None = None) -> None:
+        """Row i takes the keys/values of row ``index[i]`` (B,), in place: the buffers keep their addresses (beam
+        search follows its beams). ``length``: only the first that many slots are copied (the rest are not written
+        yet). The cross-attention keys/values stay: the rows of one source hold the same ones."""
+        for layer in self.layers:
+            for buffer in (layer.k, layer.v):
+                if buffer is not None:
+                    filled = buffer if length is None else buffer.narrow(2, 0, length)  # (B, Hkv, L, Dh)
+                    filled.copy_(filled.index_select(0, index))
+        if self.real is not None:
+            self.real.copy_(self.real.index_select(0, index))
+
+    def __len__(self) -> int:
+        return len(self.layers)

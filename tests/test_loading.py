@@ -1,0 +1,140 @@
+"""Loading in about the model's own size (issue 40, item 1): ``tformer.load`` builds the model without initialising
+its parameters and reads each tensor of the file straight into the parameter it fills (:mod:`tformer.models.loading`).
+
+* the peak resident memory of a load, measured in a child process (the kernel's high-water mark, reset after
+  the interpreter and the code have loaded), is at most 1.2× the weights (it was 2.4× here);
+* the loaded weights are the saved ones to the bit, tied weights stay tied, buffers computed at build are right;
+* every refusal still comes before the model is used: a file that is truncated, names another tensor, holds an
+  integer weight or a NaN is one error naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import tformer
+from tformer.models.gpt import GPT, GPTConfig
+from tformer.models.loading import no_init, read_header
+
+CHILD = textwrap.dedent(
+    """
+    import gc, json, sys
+    import tformer
+
+    def status(field):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith(field))
+
+    tformer.load(sys.argv[2]).model  # the code a load runs, loaded once (a tiny twin)
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the high-water mark starts again from here
+    base = status("VmRSS")
+    model = tformer.load(sys.argv[1]).model
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values()) / 2**20
+    print(json.dumps({"peak_mb": status("VmHWM") - base, "weights_mb": weights}))
+    """
+)
+
+
+def _gpt(width: int, layers: int, vocab: int, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=vocab, d_model=width, n_heads=8, n_layers=layers, d_ff=4 * width, max_len=128))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the kernel's high-water mark (/proc)")
+def test_a_load_peaks_at_about_the_weights_size(tmp_path):
+    _gpt(384, 6, 8000).save_pretrained(tmp_path / "m")  # ~52 MB of float32 weights
+    _gpt(64, 1, 50).save_pretrained(tmp_path / "tiny")
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path / "m"), str(tmp_path / "tiny")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    measured = json.loads(out.strip().splitlines()[-1])
+    assert measured["peak_mb"] <= 1.2 * measured["weights_mb"], measured
+
+
+def test_the_loaded_weights_are_the_saved_ones_to_the_bit(tmp_path):
+    model = _gpt(64, 2, 300)
+    model.save_pretrained(tmp_path / "m")
+    loaded = tformer.load(tmp_path / "m").model
+    saved = model.state_dict()
+    assert loaded.state_dict().keys() == saved.keys()
+    assert all(torch.equal(t, saved[k]) for k, t in loaded.state_dict().items())
+    assert loaded.output.weight is loaded.embed.token.weight  # tied, as saved (once)
+    ids = torch.tensor([[1, 5, 7, 2]])
+    assert torch.equal(loaded(ids), model.eval()(ids))
+
+
+def test_no_init_builds_the_shapes_and_the_computed_buffers_but_writes_no_weight():
+    with no_init():
+        model = GPT(GPTConfig.preset("tiny", vocab_size=50, positional="sinusoidal"))
+    plain = GPT(GPTConfig.preset("tiny", vocab_size=50, positional="sinusoidal"))
+    assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in plain.state_dict().items()}
+    for (name, buffer), (_, expected) in zip(model.named_buffers(), plain.named_buffers()):
+        assert torch.equal(buffer, expected), name  # the sinusoidal table: computed, not initialised
+    torch.nn.init.normal_(torch.zeros(3))  # and torch's own functions are back after the block
+    assert torch.nn.init.normal_(torch.zeros(1000)).std() > 0.5
+
+
+def _saved(tmp_path) -> tuple:
+    _gpt(64, 2, 300).save_pretrained(tmp_path / "m")
+    return tmp_path / "m", tmp_path / "m" / "model.safetensors"
+
+
+def test_a_truncated_file_is_refused_naming_it_before_the_model_is_used(tmp_path):
+    directory, weights = _saved(tmp_path)
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) - 1000])
+    with pytest.raises(ValueError, match=r"model\.safetensors"):
+        tformer.load(directory)
+
+
+def test_a_nan_weight_is_refused_naming_the_tensor(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    directory, weights = _saved(tmp_path)
+    state = load_file(str(weights))
+    state["decoder.layers.1.ff.linear1.weight"][3, 4] = float("nan")
+    save_file(state, str(weights))
+    with pytest.raises(ValueError, match=r"tensor 'decoder\.layers\.1\.ff\.linear1\.weight' has NaN/inf values"):
+        tformer.load(directory)
+
+
+def test_an_integer_weight_is_refused_not_cast(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    directory, weights = _saved(tmp_path)
+    state = load_file(str(weights))
+    state["embed.position.weight"] = state["embed.position.weight"].to(torch.int32)
+    save_file(state, str(weights))
+    with pytest.raises(ValueError, match=r"tensor 'embed\.position\.weight' has dtype int32"):
+        tformer.load(directory)
+
+
+def test_a_bfloat16_file_fills_a_float32_model_by_conversion(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    directory, weights = _saved(tmp_path)
+    state = {k: v.to(torch.bfloat16) for k, v in load_file(str(weights)).items()}
+    save_file(state, str(weights))
+    loaded = tformer.load(directory).model
+    assert all(t.dtype == torch.float32 for t in loaded.state_dict().values())
+    assert torch.equal(loaded.embed.token.weight, state["embed.token.weight"].float())
+
+
+def test_read_header_refuses_a_header_that_lies_about_sizes(tmp_path):
+    bad = tmp_path / "x.safetensors"
+    header = json.dumps({"w": {"dtype": "F32", "shape": [10, 10], "data_offsets": [0, 40]}}).encode()
+    bad.write_bytes(len(header).to_bytes(8, "little") + header + bytes(40))
+    with pytest.raises(ValueError, match="has 40 bytes, not what its shape says"):
+        read_header(bad)
