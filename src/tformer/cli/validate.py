@@ -176,7 +176,7 @@ def precision_in(choices: Sequence[str]) -> Callable[[str], str]:
         try:
             value = normalize(text)
         except ValueError:
-            value = None
+            value = ""
         if value not in choices:
             raise argparse.ArgumentTypeError(f"must be one of {', '.join(choices)} for this command, got {text!r}")
         return value

@@ -101,7 +101,7 @@ def read_header(path: Path) -> tuple[dict[str, dict], int]:
     header.pop("__metadata__", None)
     for name, entry in header.items():
         begin, end = entry.get("data_offsets", (0, -1)) if isinstance(entry, dict) else (0, -1)
-        dtype = DTYPES.get(entry.get("dtype")) if isinstance(entry, dict) else None
+        dtype = DTYPES.get(str(entry.get("dtype"))) if isinstance(entry, dict) else None
         shape = entry.get("shape") if isinstance(entry, dict) else None
         if dtype is None or not isinstance(shape, list) or not 0 <= begin <= end or 8 + n + end > size:
             raise ValueError(f"{str(path)!r}: the header's entry for {name!r} is not a tensor this file holds")
@@ -141,7 +141,7 @@ def read_into(path: Path, targets: dict[str, torch.Tensor], check: Callable[[str
 def _read_exactly(f, tensor: torch.Tensor, path: Path, name: str) -> None:
     if tensor.numel() == 0:
         return
-    view = memoryview(tensor.view(-1).view(torch.uint8).numpy())  # the tensor's own bytes
+    view = memoryview(tensor.view(-1).view(torch.uint8).numpy().data)  # the tensor's own bytes
     done = 0
     while done < len(view):
         got = f.readinto(view[done:])

@@ -53,7 +53,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu2": relu2,
 }
 
-GATED = {
+GATED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "swiglu": F.silu,
     "geglu": gelu_tanh,
 }

@@ -57,6 +57,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -115,7 +116,9 @@ class Trainer:
             fast.speed_up(self.model)  # in place: the parameters stay the same objects
         # what the task's loss calls: the model itself, or (--compile) its compiled forward over the same parameters;
         # the model saved, evaluated and decoded is always the plain one
-        self.forward_model: torch.nn.Module = torch.compile(self.model) if cfg.compile else self.model
+        self.forward_model: torch.nn.Module = (
+            cast(torch.nn.Module, torch.compile(self.model)) if cfg.compile else self.model
+        )
         distributed.broadcast_parameters(self.model, self.world)
         self.out = Path(cfg.out_dir)
         self.optimizer = make_optimizer(self.model, cfg)
