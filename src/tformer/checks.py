@@ -150,8 +150,8 @@ seconds = Number(float, 0, 86_400, low_open=True, allowed="a number of seconds i
 vocab_size = Number(int, 6, allowed="an integer >= 6 (the special tokens + 1)")
 
 # Each numeric setting, by the one name the library, a run's settings and the command line give it (--max-len is
-# max_len), with its bound: the flags parse with these (tests/test_api_checks.py keeps tformer.cli.flags equal), the
-# families' entry points and TrainConfig check their arguments with them (check_settings).
+# max_len), with its bound: the flags parse with these (tests/test_api_checks.py keeps tformer.cli.flags equal, but
+# where a flag is stricter), the families' entry points and TrainConfig check their arguments with them.
 SETTINGS: dict[str, Number] = {
     "seed": seed,
     "batch_size": positive_int,
@@ -166,7 +166,7 @@ SETTINGS: dict[str, Number] = {
     "clip": non_negative_float,
     "accum_steps": positive_int,
     "epochs": positive_int,
-    "max_steps": positive_int,
+    "max_steps": non_negative_int,  # the library trains 0 steps to carry a model over (the flag wants >= 1)
     "minutes": positive_float,
     "eval_every": positive_int,
     "log_every": positive_int,
