@@ -308,7 +308,7 @@ def test_qkv_rows_are_q_then_k_then_v():
         ("llama-gqa-untied", dict(attention_bias=True, mlp_bias=False), "attention_bias"),
         ("llama-gqa-untied", dict(pretraining_tp=2), "pretraining_tp"),
         ("llama-gqa-untied", dict(model_type="gemma"), "model_type"),
-        ("llama-gqa-untied", dict(rope_parameters=dict(rope_type="dynamic", factor=2.0)), "rope_scaling"),
+        ("llama-gqa-untied", dict(rope_parameters=dict(rope_type="dynamic", factor=2.0)), "rope_parameters"),
         ("llama-gqa-untied", dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
         ("qwen2-window", dict(max_window_layers=1, layer_types=None), "max_window_layers"),  # v4: layer 1 slides only
         ("qwen2-window", dict(layer_types=["full_attention", "sliding_attention"]), "max_window_layers"),

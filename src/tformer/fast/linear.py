@@ -200,7 +200,7 @@ class Linear(nn.Linear):
         self.__dict__.pop("_decoding_copies", None)
         w = self._parameters["weight"]
         if w is not None and not w.is_contiguous() and w.dim() == 2 and w.t().is_contiguous():
-            with torch.no_grad():
+            with torch.inference_mode(False), torch.no_grad():
                 w.data = w.contiguous()
 
     def __getstate__(self) -> dict:
@@ -284,7 +284,7 @@ class Linear(nn.Linear):
         parts = min(torch.get_num_threads(), n // SPLIT_MIN_COLUMNS)
         if parts > 1 and not (d * parts < n and d % parts == 0):  # split by outputs: W's own rows
             return False
-        with torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad():  # a normal tensor, even when decoding in inference mode
             w.data = w.t().contiguous().t()  # (out, in), column-major
         return True
 

@@ -18,6 +18,11 @@ What is copied and what is shared:
   a ``.to(device)``, a new buffer or a forward hook registered on the model later are seen by the view at once
   (:func:`tformer.nn.hooks.capture` on the model records what decoding computes).
 
+What the view does change in the model: the *layout* of a weight the fast Linear reads transposed (stored
+column-major while the model decodes: the same values, no second copy; :mod:`tformer.fast.linear`). Its values, its
+Parameter and the state dict are the model's own; a plain forward of the model sums in another order then (float
+rounding), and ``model.train()`` or any forward with gradients puts PyTorch's layout back.
+
 The view is made once per model and kept (a weak reference to the model: it goes when the model goes), so repeated
 calls cost a walk over the modules, and the decoding copies of the fast layers (the transposed and packed weights)
 are made once. The walk compares the model with what the view was made from: the same modules in the same

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from tformer.models.loading import fill
+
 __all__ = [
     "ACTIVATIONS",
     "activation",
@@ -229,9 +231,12 @@ def drop_tied(state: dict[str, torch.Tensor], key: str, tied_to: str, message: s
     return key
 
 
-def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], tied: tuple[str, ...] = ()) -> nn.Module:
-    """Copy ``state`` (our names) into ``model``: every weight used, every parameter filled (but the ``tied`` ones,
-    and a GPT's tied ``output.weight``), shapes equal."""
+def load_state(
+    model: nn.Module, state: Mapping[str, torch.Tensor], tied: tuple[str, ...] = (), owned: bool = False
+) -> nn.Module:
+    """Put ``state`` (our names) into ``model``: every weight used, every parameter filled (but the ``tied`` ones,
+    and a GPT's tied ``output.weight``), shapes equal. ``owned``: the tensors are the caller's alone (read from a
+    file) and go in as they are (:func:`tformer.models.loading.fill`); else they are copied."""
     expected = model.state_dict()
     tied_set = set(tied) | ({"output.weight"} if getattr(model.config, "tie_embeddings", False) else set())
     missing = sorted(set(expected) - set(state) - tied_set)
@@ -246,7 +251,7 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], tied: tuple[
         raise ValueError(
             f"weights do not fit the config: missing {missing[:5]}, unexpected {unexpected[:5]}, shapes {wrong[:5]}"
         )
-    model.load_state_dict(dict(state), strict=False)
+    fill(model, state if isinstance(state, dict) else dict(state), owned)  # each dropped from ``state`` once in
     return model
 
 

@@ -39,6 +39,7 @@ from tformer.hf import bert, gpt2, llama, registry, sizes
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
+from tformer.models.loading import read_header, read_tensors
 
 __all__ = [
     "declares_hf",
@@ -113,14 +114,12 @@ def read_hf_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tenso
     of float32) of ``directory``, and the file that lists them (model.safetensors or the index)."""
     source, files = _weight_files(Path(directory))
     if source.name == WEIGHTS:
-        return _floating(load_safetensors(source), source), source  # finite, checked by load_safetensors
+        return _floating(read_tensors(source), source), source  # finite, checked as read
     state: dict[str, torch.Tensor] = {}
     for shard, names in files.items():
         assert names is not None
-        tensors = _floating(load_safetensors(shard), shard)  # missing, empty, truncated, NaN: one line naming it
-        _lacks(shard, names, tensors.keys(), source)
-        state.update({k: tensors[k] for k in names})
-        del tensors
+        _lacks(shard, names, read_header(shard)[0], source)  # before a tensor is read
+        state.update(_floating(read_tensors(shard, names), shard))  # empty, truncated, NaN: one line naming it
     return state, source
 
 
@@ -207,9 +206,11 @@ def _load(config: ModelConfig, state: Mapping[str, torch.Tensor], source: Path, 
         ours = registry.state_from_hf(state, config)  # a name with no counterpart, a missing K/V, an untied head
     except (ValueError, KeyError) as err:
         raise _misfit(source, err) from None
-    model = registry.build(config).to(dtype or _stored_dtype(ours))
+    if isinstance(state, dict):
+        state.clear()  # the weights live on in ``ours``; each goes as it is copied in (no second copy whole)
+    model = registry.build(config, empty=True).to(dtype or _stored_dtype(ours))
     try:
-        registry.load_state(model, ours)  # every weight used, every parameter filled, the shapes equal
+        registry.load_state(model, ours, owned=True)  # every weight used, every parameter filled, shapes equal
     except (ValueError, RuntimeError, KeyError) as err:
         raise _misfit(source, err) from None
     return model.eval()

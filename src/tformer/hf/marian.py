@@ -56,6 +56,7 @@ from tformer.hf.common import (
     split_qkv,
 )
 from tformer.hf.sizes import Rule, Shapes, dim
+from tformer.models.loading import fill
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.nn.positional import sinusoidal_table
 from tformer.tokens import TRANSLATION_EOS, TRANSLATION_SOS
@@ -308,7 +309,7 @@ def state_from_hf(
     return fuse_qkv(state, QKV)
 
 
-def load_state(model: Seq2SeqTransformer, state: dict[str, torch.Tensor]) -> Seq2SeqTransformer:
+def load_state(model: Seq2SeqTransformer, state: dict[str, torch.Tensor], owned: bool = False) -> Seq2SeqTransformer:
     """Copy ``state`` (from :func:`state_from_hf`) into ``model`` (in place): tied copies checked and dropped,
     Marian's position table put in (frozen), every other parameter filled."""
     config = model.config
@@ -319,10 +320,17 @@ def load_state(model: Seq2SeqTransformer, state: dict[str, torch.Tensor]) -> Seq
         tgt_table = "src_embed.token.weight" if config.share_embeddings else "tgt_embed.token.weight"
         tied.append(_drop_tied(state, "output.weight", tgt_table))
     table = marian_table(config.max_len, config.d_model).to(model.src_embed.token.weight.dtype)
-    state = state | {"src_embed.position.weight": table, "tgt_embed.position.weight": table}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if [k for k in missing if k not in tied] or unexpected:
-        raise ValueError(f"from_hf: Marian weights do not fit the model: missing {missing}, unexpected {unexpected}")
+    state.update({"src_embed.position.weight": table, "tgt_embed.position.weight": table})
+    expected = model.state_dict()
+    missing = sorted(k for k in set(expected) - set(state) if k not in tied)
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
+    if missing or unexpected or wrong:
+        raise ValueError(
+            f"from_hf: Marian weights do not fit the model: missing {missing}, unexpected {unexpected}, "
+            f"shapes {[f'{k}: {tuple(state[k].shape)} vs {tuple(expected[k].shape)}' for k in wrong]}"
+        )
+    fill(model, state, owned)  # each weight dropped from ``state`` once in (owned: no copy)
     for embed in (model.src_embed, model.tgt_embed):
         assert embed.position is not None  # positional="learned"
         embed.position.weight.requires_grad_(False)  # a fixed sinusoidal table in Marian

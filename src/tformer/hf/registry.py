@@ -9,6 +9,7 @@ module is the one place that lists them; :mod:`tformer.hf` and :mod:`tformer.hf.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -21,6 +22,7 @@ from tformer.hf.sizes import Shapes
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
+from tformer.models.loading import no_init
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 __all__ = [
@@ -120,22 +122,23 @@ def state_to_hf(state: Mapping[str, torch.Tensor], config: ModelConfig) -> dict[
     return module_for(config).state_to_hf(state, config)
 
 
-def build(config: ModelConfig) -> nn.Module:
-    """A fresh tformer model of ``config``'s family."""
-    if isinstance(config, GPTConfig):
-        return GPT(config)
+def build(config: ModelConfig, empty: bool = False) -> nn.Module:
+    """A fresh tformer model of ``config``'s family; ``empty``: its parameters not initialised, for
+    :func:`load_state` to fill (a GPT's and a translator's are all filled; a BERT's heads may be absent from a
+    checkpoint and keep their init, so a BERT is always initialised)."""
     if isinstance(config, BertConfig):
         return Bert(config)
-    if isinstance(config, Seq2SeqConfig):
-        return Seq2SeqTransformer(config)
-    raise ValueError(f"{type(config).__name__} is not a tformer model config")
+    if not isinstance(config, (GPTConfig, Seq2SeqConfig)):
+        raise ValueError(f"{type(config).__name__} is not a tformer model config")
+    with no_init() if empty else contextlib.nullcontext():
+        return GPT(config) if isinstance(config, GPTConfig) else Seq2SeqTransformer(config)
 
 
-def load_state(model: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
+def load_state(model: nn.Module, state: dict[str, torch.Tensor], owned: bool = False) -> nn.Module:
     """Copy ``state`` (our names) into ``model``: strictly for a GPT (every weight used, every parameter filled);
     a BERT's missing heads keep their init; a Marian model gets its fixed position table."""
     if isinstance(model, Bert):
         return bert.load_state(model, state)
     if isinstance(model, Seq2SeqTransformer):
-        return marian.load_state(model, state)
-    return common.load_state(model, state)
+        return marian.load_state(model, state, owned)
+    return common.load_state(model, state, owned=owned)

@@ -38,7 +38,7 @@ from tformer.checks import check_finite_weights, check_layers, read_json_object,
 from tformer.fast.quantize import INT8_MODULES, apply_record, quantization_record
 from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
-from tformer.models.loading import DTYPES, no_init, read_header, read_into
+from tformer.models.loading import DTYPES, check_finite, no_init, read_header, read_into
 
 __all__ = [
     "load_pretrained",
@@ -273,16 +273,7 @@ def _load_weights(model: torch.nn.Module, path: Path, map_location) -> None:
     header, _ = read_header(path)
     found = {name: (DTYPES[entry["dtype"]], tuple(entry["shape"])) for name, entry in header.items()}
     _check_against(path, expected, found)
-    read_into(path, expected, lambda name, tensor: _check_finite(name, tensor, path))
-
-
-def _check_finite(name: str, tensor: torch.Tensor, path: Path) -> None:
-    """``check_finite_weights`` of one tensor, first by its minimum and maximum (NaN and inf show there): one pass and
-    no mask the size of the tensor, which would stay in the process's memory after loading."""
-    if tensor.is_floating_point() and tensor.numel():
-        low, high = torch.aminmax(tensor.reshape(-1))
-        if not bool(torch.isfinite(low) & torch.isfinite(high)):
-            check_finite_weights({name: tensor}, path)  # the message, with its counts
+    read_into(path, expected, lambda name, tensor: check_finite(name, tensor, path))
 
 
 def _check_against(path: Path, expected: Mapping[str, torch.Tensor], found: Mapping[str, tuple]) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["no_init", "read_header", "read_into", "fill", "DTYPES"]
+__all__ = ["no_init", "read_header", "read_into", "read_tensors", "check_finite", "fill", "DTYPES"]
 
 # safetensors' dtype names -> torch's
 DTYPES = {
@@ -91,7 +91,7 @@ def read_header(path: Path) -> tuple[dict[str, dict], int]:
         n = int.from_bytes(head, "little") if len(head) == 8 else -1
         size = path.stat().st_size
         if n < 2 or 8 + n > size:
-            raise ValueError(f"{str(path)!r} is not a readable safetensors file (truncated or corrupted?)")
+            raise ValueError(f"weights file {str(path)!r} is not a readable safetensors file (truncated or corrupted?)")
         try:
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -138,6 +138,31 @@ def read_into(path: Path, targets: dict[str, torch.Tensor], check: Callable[[str
             check(name, target)
 
 
+def read_tensors(path: Path, names: set[str] | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors file ``path`` (those of ``names``, or all), each read into a tensor of its own
+    (no memory map: the file's pages do not stay in the process's memory), each checked finite. Unreadable: a
+    ValueError naming the file; missing: FileNotFoundError."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"weights file {str(path)!r} is missing")
+    header, _ = read_header(path)
+    wanted = [name for name in header if names is None or name in names]
+    tensors = {name: torch.empty(header[name]["shape"], dtype=DTYPES[header[name]["dtype"]]) for name in wanted}
+    read_into(path, tensors, lambda name, tensor: check_finite(name, tensor, path))
+    return tensors
+
+
+def check_finite(name: str, tensor: torch.Tensor, path: Path) -> None:
+    """``tformer.checks.check_finite_weights`` of one tensor, first by its minimum and maximum (NaN and inf show
+    there): one pass and no mask the size of the tensor (which would stay in the process's memory after loading)."""
+    if tensor.is_floating_point() and tensor.numel():
+        low, high = torch.aminmax(tensor.reshape(-1))
+        if not bool(torch.isfinite(low) & torch.isfinite(high)):
+            from tformer.checks import check_finite_weights
+
+            check_finite_weights({name: tensor}, path)  # the message, with its counts
+
+
 def _read_exactly(f, tensor: torch.Tensor, path: Path, name: str) -> None:
     if tensor.numel() == 0:
         return
@@ -159,14 +184,33 @@ def _from_little_endian(tensor: torch.Tensor) -> torch.Tensor:
     return raw.view(-1).view(tensor.dtype).view(tensor.shape)
 
 
-def fill(model: nn.Module, state: MutableMapping[str, torch.Tensor]) -> None:
-    """Copy ``state`` (names of ``model.state_dict()``, shapes checked by the caller) into ``model``'s tensors one at a
-    time, each dropped from ``state`` once copied: the model's memory grows as the state's shrinks. A tied weight is
-    filled once; a name ``state`` lacks is left as it is (the caller says which may be missing)."""
-    seen: set[int] = set()
+def fill(model: nn.Module, state: MutableMapping[str, torch.Tensor], owned: bool = False) -> None:
+    """Put ``state`` (names of ``model.state_dict()``, shapes checked by the caller) into ``model``, each tensor
+    dropped from ``state`` as it goes in. ``owned`` (the tensors are the caller's alone, read from a file): the
+    tensor itself where it already has the model's dtype and layout (no copy: the model's own, uninitialised tensor
+    goes, as ``load_state_dict(assign=True)`` does), else a converted copy; not ``owned`` (another model's weights,
+    say): always a copy, so that the two never share memory. Tied weights stay tied; Parameters keep their ``requires_grad``; a name ``state`` lacks is left as it is
+    (the caller says which may be missing)."""
+    modules = dict(model.named_modules())
+    placed: dict[int, torch.Tensor] = {}  # id(the model's tensor) -> what replaced it (ties follow)
     with torch.no_grad():
-        for name, tensor in model.state_dict(keep_vars=True).items():
-            if id(tensor) in seen or name not in state:
-                continue
-            seen.add(id(tensor))
-            tensor.detach().copy_(state.pop(name))
+        for name, old in model.state_dict(keep_vars=True).items():
+            prefix, _, leaf = name.rpartition(".")
+            owner = modules[prefix]
+            new = placed.get(id(old))
+            if new is None:
+                if name not in state:
+                    continue
+                src = state.pop(name)
+                if not owned:
+                    old.detach().copy_(src)  # into the model's own tensor: nothing shared with the source
+                    placed[id(old)] = old
+                    continue
+                if src.dtype != old.dtype or src.device != old.device or not src.is_contiguous():
+                    src = src.to(device=old.device, dtype=old.dtype, memory_format=torch.contiguous_format)
+                new = nn.Parameter(src, requires_grad=old.requires_grad) if isinstance(old, nn.Parameter) else src
+                placed[id(old)] = new
+            if leaf in owner._parameters:
+                owner._parameters[leaf] = new  # type: ignore[assignment]
+            else:
+                owner._buffers[leaf] = new
