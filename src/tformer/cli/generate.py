@@ -68,6 +68,7 @@ def run(args) -> int:
         args.repetition_penalty,
     )
     out = sys.stdout
+    _say_cache(model, tokenizer, args)
 
     def show(text: str) -> None:
         out.write(text)
@@ -91,3 +92,14 @@ def run(args) -> int:
         )
         show("\n")
     return 0
+
+
+def _say_cache(model, tokenizer, args) -> None:
+    """The KV cache this run will hold at most, on stderr, before it is allocated (tformer.generation.memory; the
+    library refuses one larger than the memory available)."""
+    from tformer.generation.memory import describe_bytes, kv_cache_bytes
+
+    prompt = len(tokenizer.encode(args.prompt)) + 1 if args.prompt else 1  # (+ a start-of-document token)
+    positions = min(prompt + args.max_new_tokens, model.config.max_len)
+    size = kv_cache_bytes(model, 1, positions)
+    print(f"KV cache: {describe_bytes(size)} at most (1 row x {positions} positions)", file=sys.stderr)

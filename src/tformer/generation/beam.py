@@ -19,6 +19,7 @@ import torch
 
 from tformer.checks import check_positive_int
 from tformer.generation.loop import Seq2SeqDecoder, decode_one
+from tformer.generation.memory import check_kv_cache
 from tformer.generation.samplers import is_finite_number
 from tformer.generation.static import Compile, StaticSeq2SeqDecoder
 
@@ -86,6 +87,8 @@ def beam_search(
     """
     _check(beam_size, max_len, length_penalty)
     b, k, device = src.shape[0], beam_size, src.device
+    what = f"{b} source(s) x beam_size={k} x {max_len} new tokens"
+    check_kv_cache(model, b * k, max_len + 1, what, source_len=src.shape[1])  # before anything is allocated
     decoder: Seq2SeqDecoder | StaticSeq2SeqDecoder = (
         StaticSeq2SeqDecoder(model, sos_id, fast, compile, beams=k) if compile else Seq2SeqDecoder(model, sos_id, fast)
     )

@@ -16,6 +16,7 @@ import torch
 from tformer import checks
 from tformer.checks import check_positive_int
 from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
+from tformer.generation.memory import check_kv_cache
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
 from tformer.generation.static import Compile, StaticLMDecoder, StaticSeq2SeqDecoder
 
@@ -49,6 +50,8 @@ def translate_ids(
     :mod:`tformer.generation.static`, which also says what else ``compile`` takes); the first batch pays the compile.
     """
     check_positive_int(max_len, "max_len")
+    rows, length = src.shape[0], src.shape[1]
+    check_kv_cache(model, rows, max_len + 1, f"{rows} source(s) x {max_len} new tokens", source_len=length)
     decoder: Decoder = (
         StaticSeq2SeqDecoder(model, sos_id, fast, compile) if compile else Seq2SeqDecoder(model, sos_id, fast)
     )
@@ -94,6 +97,9 @@ def generate_lm(
         if value is not None:
             checks.non_negative_int.check(value, name)
     prompts = _prompt_lists(prompts, model.config.vocab_size)
+    longest = max(len(p) for p in prompts)
+    what = f"{len(prompts)} prompt(s) of up to {longest} tokens + max_new_tokens={max_new_tokens}"
+    check_kv_cache(model, len(prompts), longest + max_new_tokens, what)  # before anything is allocated
     decoder: Decoder = StaticLMDecoder(model, pad_id, fast, compile) if compile else LMDecoder(model, pad_id, fast)
     choose = sampler(sampling, seeded(seed, next(model.parameters()).device))
     end_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())
