@@ -300,14 +300,40 @@ def test_api_shape_counts_the_cli_the_settings_and_the_module_switches(tmp_path)
         assert "tformer.nn.attention" in result[path]["module_list"]
 
 
-def test_memory_measures_float32_and_int8_in_fresh_processes(tmp_path):
-    """``benchmarks.memory --quick``: each model in float32 and int8 in a child process of its own; the int8 model's
-    tensors (its packings included) take under three quarters of float32's bytes (tiny tables stay float), and the report has a row per model."""
+def test_memory_measures_both_libraries_in_fresh_processes(tmp_path):
+    """``benchmarks.memory --quick``: each model saved by both libraries, then loaded and used (and trained a step) in a
+    process of its own, tformer beside Hugging Face: the load's peak, the peak while decoding and after it, each × the
+    model's tensors; HF's dynamic int8 where it is measured (the Llama) and none elsewhere; tformer's int8 tensors (its
+    packings included) under three quarters of float32's bytes (tiny tables stay float); the commit measured named."""
     from benchmarks.__main__ import run
+    from benchmarks.memory_laptop import weight_bytes
 
-    report = run("memory", ["--quick", "--out", str(tmp_path), "--models", "gpt", "marian"])
-    assert report["benchmark"] == "memory" and set(report["results"]) == {"gpt", "marian"}
-    for row in report["results"].values():
+    report = run("memory", ["--quick", "--out", str(tmp_path), "--models", "smollm2", "marian"])
+    assert report["benchmark"] == "memory" and set(report["results"]) == {"smollm2", "marian"}
+    assert report["measured"]["commit"] and report["machine"]["cpu"]["machine_class"]
+    for name, row in report["results"].items():
+        cells = [row[k] for k in ("fp32", "int8", "hf_fp32", "hf_int8")] + list(row["train"].values())
+        assert not [c["error"] for c in cells if c is not None and "error" in c]  # each measurement ran
         assert row["fp32"]["tensor_bytes"]["total"] > 0 and 0 < row["ratio_tensors"] < 0.75
         assert row["fp32"]["resident_trimmed_mb"] > 0
-    assert "| model |" in (tmp_path / "memory.md").read_text()
+        assert (row["hf_int8"] is None) == (name != "smollm2")
+        for key in ("fp32", "int8", "hf_fp32", "hf_int8"):
+            r = row[key]
+            if r is None:
+                continue
+            assert r["lib"] == ("hf" if key.startswith("hf") else "tformer") and r["peak_method"].startswith("VmHWM")
+            assert r["load_peak_mb"] > 0 and r["work_peak_mb"] >= r["resident_mb"] - 0.5
+            assert r["resident_second_mb"] > 0 and r["x_weights"]["resident_second"] > 0
+            assert r["x_weights"]["load_peak"] == pytest.approx(
+                r["load_peak_mb"] / (r["tensor_bytes"]["total"] / 2**20)
+            )
+        same = row["hf_fp32"]["tensor_bytes"]["total"] / row["fp32"]["tensor_bytes"]["total"]
+        assert 0.8 < same < 1.25  # the same model in both libraries
+        train = row["train"]
+        assert train["tformer"]["step_peak_mb"] > 0 and train["hf"]["step_peak_mb"] > 0
+        assert train["tformer"]["after_step_mb"] > 0 and row["ratio_train_peak"] > 0
+    table = (tmp_path / "memory.md").read_text()
+    for heading in ("## Load", "## Decoding", "## One training step", "## tformer, float32 and int8"):
+        assert heading in table
+    assert "| model | precision | tformer | HF |" in table and "| model | resident fp32 MB |" in table
+    assert 1.70e9 < weight_bytes() / 4 < 1.72e9  # --laptop's model (not run here): SmolLM2-1.7B's parameter count
