@@ -463,13 +463,17 @@ def test_training_after_decoding_gets_pytorchs_layout_and_the_same_numbers_to_th
     assert layer.weight.is_contiguous()
 
 
-def test_a_prompt_alone_makes_no_packed_copy():
+def test_prompts_make_no_packed_copy_and_steps_of_many_rows_do():
     layer = _big_layer().eval()
     with torch.no_grad():
-        layer(torch.randn(16, 128))  # a 16-token prompt, then one-row steps: no packing kept
+        for _ in range(3):  # prompt after prompt (a chat, the explorer, translate's lines), each then decoded
+            layer(torch.randn(16, 128))  # a 16-token prompt
+            for _ in range(3):
+                layer(torch.randn(1, 128))  # one-row steps
+        assert not _made(layer, "packed")  # no copy of the weight for prompts (a second one doubled it, issue 40)
         for _ in range(3):
-            layer(torch.randn(1, 128))
-    assert not _made(layer, "packed")
+            layer(torch.randn(5, 128))  # the steps of beam 5: from the second, a packing
+    assert list(_made(layer, "packed")) == [(0, 2048, 8)]
 
 
 def test_a_model_that_decoded_saves_copies_and_moves_the_weights_it_was_given(tmp_path, threads):

@@ -35,8 +35,8 @@ weight in the layout its one-row product reads (:meth:`Linear._decoding_layout`)
 its transpose contiguous) where the product reads Wᵀ, so the "transposed copy" and the split by inputs are views of
 the weight itself; PyTorch's (out, in) where the split by outputs reads W's rows, as views. Training (``train()``,
 or any forward with gradients) gets PyTorch's layout back, so its numbers are ``F.linear``'s to the bit. What
-still copies: a packing for 2 to 256 rows, made from the second product of about that many rows (beams, batches;
-a prompt's single product is ``F.linear``'s), up to three; a padded split where the outputs do not divide evenly
+still copies: a packing for 2 to 256 rows, made when the layer's product of about that many rows follows one of as
+many (the steps of beams and batches; a prompt's product, between one-row steps, is ``F.linear``'s), up to three; a padded split where the outputs do not divide evenly
 between the threads; and a transposed copy in the few cases the layout chosen did not foresee (a change of thread
 count, the rows of a fused matrix). The result is the same product (the summation order inside the kernels differs,
 ~1e-7 relative). Inside :func:`reference` it is ``F.linear``.
@@ -153,14 +153,14 @@ class _Split(NamedTuple):
 class _Copies:
     """The copies of one weight (and bias) that decoding uses, all made from the same version of them."""
 
-    __slots__ = ("weight", "bias", "key", "transposed", "splits", "packed", "uses")
+    __slots__ = ("weight", "bias", "key", "transposed", "splits", "packed", "last")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, key: tuple) -> None:
         self.weight, self.bias, self.key = weight, bias, key
         self.transposed: torch.Tensor | None = None  # (in, out): a view of a column-major weight, else a copy
         self.splits: dict[tuple, _Split] = {}  # (start, end, parts) -> the split of rows start:end
         self.packed: dict[tuple, torch.Tensor] = {}  # (start, end, row hint) -> oneDNN-packed rows start:end
-        self.uses: dict[tuple, int] = {}  # (start, end, row hint) -> products of that many rows (pack from the 2nd)
+        self.last: dict[tuple, int] = {}  # (start, end) -> the row hint of its previous product, if of 2+ rows
 
 
 class Linear(nn.Linear):
@@ -224,6 +224,8 @@ class Linear(nn.Linear):
             return self._plain(x, start, end)
         rows = x.numel() // self.in_features
         if rows == 1:  # a decoding step at batch 1: the Python here runs once per weight matrix per token
+            if copies.last:
+                copies.last.clear()
             parts = min(torch.get_num_threads(), (end - start) // SPLIT_MIN_COLUMNS)
             if parts > 1 and x.dim() <= 3:  # split between the threads (see _split), one batch entry of bmm each
                 split = copies.splits.get((start, end, parts)) or self._split(copies, start, end, parts)
@@ -330,13 +332,16 @@ class Linear(nn.Linear):
         return split
 
     def _packed(self, copies: _Copies, start: int, end: int, rows: int) -> torch.Tensor | None:
-        """The weight rows ``start:end`` packed for about ``rows`` rows; None the first time that many rows come (a
-        prompt's one product would not pay for a copy of the weight: it is made when the same count comes again)."""
+        """The weight rows ``start:end`` packed for about ``rows`` rows; None unless the layer's previous product was of
+        about as many rows too: decoding steps of a batch or of beams come one after another, a prompt's one product
+        (between one-row steps, prompt after prompt) would not pay for a copy of the weight."""
         hint = 1 << max(rows - 1, 1).bit_length()
-        found = copies.packed.get((start, end, hint))
+        key = (start, end, hint)
+        repeated = copies.last.get((start, end)) == hint
+        copies.last[(start, end)] = hint
+        found = copies.packed.get(key)
         if found is None:
-            copies.uses[(start, end, hint)] = uses = copies.uses.get((start, end, hint), 0) + 1
-            if uses < 2:
+            if not repeated:
                 return None
             if len(copies.packed) >= MAX_PACKINGS:
                 del copies.packed[next(iter(copies.packed))]  # the oldest
