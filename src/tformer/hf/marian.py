@@ -320,7 +320,8 @@ def load_state(model: Seq2SeqTransformer, state: dict[str, torch.Tensor], owned:
         tgt_table = "src_embed.token.weight" if config.share_embeddings else "tgt_embed.token.weight"
         tied.append(_drop_tied(state, "output.weight", tgt_table))
     table = marian_table(config.max_len, config.d_model).to(model.src_embed.token.weight.dtype)
-    state.update({"src_embed.position.weight": table, "tgt_embed.position.weight": table})
+    # one table each: filled in as they are, one shared tensor would be saved once and read back with one missing
+    state.update({"src_embed.position.weight": table, "tgt_embed.position.weight": table.clone()})
     expected = model.state_dict()
     missing = sorted(k for k in set(expected) - set(state) if k not in tied)
     unexpected = sorted(set(state) - set(expected))
