@@ -20,7 +20,8 @@ BERT's):
 
 The family comes from the model_type alone. The tokenizers come from the files beside the model, of whatever kind
 (:func:`tformer.tokenizers.load_tokenizer`): a translator's ``src_`` / ``tgt_`` pair (a Hugging Face Marian's
-tokenizer.json / target_tokenizer.json), a GPT's char_tokenizer.json or tokenizer.json, a BERT's WordPiece
+tokenizer.json / target_tokenizer.json, or an Opus-MT's source.spm / target.spm + vocab.json), a GPT's
+char_tokenizer.json or tokenizer.json, a BERT's WordPiece
 (tokenizer.json or vocab.txt), a Hugging Face decoder's tokenizer.json with its special tokens. A directory without
 one still loads (``tformer trace --ids`` reads such a model); what needs text asks :meth:`Loaded.require_tokenizer`,
 which says in one line what is missing.
@@ -47,7 +48,7 @@ from tformer.hf.directory import declares_hf, load_hf_dir
 from tformer.hf.registry import DECODER_TYPES, MODULES, hf_field
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir
 from tformer.text import check_text, normalize
-from tformer.tokenizers import HFTokenizer, Tokenizer, WordPieceTokenizer, load_tokenizer
+from tformer.tokenizers import HFTokenizer, MarianTokenizer, Tokenizer, WordPieceTokenizer, load_tokenizer
 from tformer.tokens import TRANSLATION_SOS
 
 __all__ = ["Kind", "Loaded", "detect", "load", "FAMILIES"]
@@ -56,13 +57,11 @@ FAMILIES = {"seq2seq": "a seq2seq translator", "gpt": "a GPT", "bert": "a BERT"}
 _WRITERS = {"seq2seq": "tformer train translation", "gpt": "tformer train lm", "bert": "tformer train bert"}
 _RUN_MARKS = (BEST_DIR, "last", "log.jsonl")  # what a training run writes into OUT (tformer.training.resume)
 _KINDS = {  # the tokenizer kinds of each family's own directories (tformer trains these; hf: saved from one)
-    "seq2seq": ("bpe", "hf"),
+    "seq2seq": ("bpe", "hf", "marian"),
     "gpt": ("char", "byte_bpe", "hf"),
     "bert": ("wordpiece",),
 }
-_MARIAN_NOTE = (
-    ": transformers' own Marian tokenizer is SentencePiece (source.spm, target.spm), which tformer does not read"
-)
+_MARIAN_NOTE = " nor an Opus-MT tokenizer (source.spm, target.spm and vocab.json, read with sentencepiece)"
 
 
 @dataclass(frozen=True)
@@ -320,6 +319,9 @@ def _tokenizers(kind: Kind, strict: bool) -> tuple[tuple[Tokenizer | None, Token
             tok = HFTokenizer.load(files) if kind.source == "hf" else load_tokenizer(files, "", kinds)
             return (tok, tok), None
         if kind.source == "hf" and not (files / "tokenizer.json").is_file():
+            if (files / "source.spm").is_file():  # transformers' own Marian layout (Opus-MT)
+                marian = MarianTokenizer.load(files)
+                return (marian, marian.other_side()), None
             return (None, None), f"{str(files)!r} has no tokenizer.json{_MARIAN_NOTE}"
         source = load_tokenizer(files, src_prefix, kinds)
     except FileNotFoundError as err:
@@ -374,5 +376,5 @@ def _start_id(kind: Kind, target: Tokenizer | None, config: Any) -> int | None:
                 )
             return start
     if target is not None and target.bos_id is not None:
-        return target.bos_id
+        return target.bos_id  # <sos>; an Opus-MT target's <pad>
     return TRANSLATION_SOS

@@ -7,6 +7,12 @@ gets ``config.json``, ``model.safetensors``, ``generation_config.json`` and, whe
 holds is one line naming the field, and OUT is checked before the model is read (its parent must take new entries:
 a read-only or forbidden place is refused first, naming OUT); nothing is written then. A full disk is one line
 naming OUT, which is left as it was (:class:`tformer.files.WriteError`).
+
+A translator with an Opus-MT tokenizer (SentencePiece: an Opus-MT directory, or one saved from it) is written in
+Opus-MT's layout, ``source.spm``, ``target.spm``, ``vocab.json`` and ``tokenizer_config.json``, which transformers reads
+with its MarianTokenizer; ``--tokenizer spm`` asks for that layout and refuses, saying why, a tokenizer that is not
+SentencePiece (a translator trained here has a BPE of the ``tokenizers`` library: its ordered merges and pre-tokenizer
+are no SentencePiece model, so it is written as tokenizer.json); ``--tokenizer json`` asks for tokenizer.json.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import json
 import sys
 
 from tformer.cli.validate import existing_dir
+
+FORMATS = ("auto", "spm", "json")
 
 
 def add_parser(sub) -> None:
@@ -32,6 +40,13 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--to", required=True, choices=["hf"], help="the format: hf (Hugging Face transformers)")
     p.add_argument(
+        "--tokenizer",
+        choices=FORMATS,
+        default="auto",
+        help="the tokenizer's files: spm (an Opus-MT translator's source.spm, target.spm, vocab.json: transformers' "
+        "MarianTokenizer), json (tokenizer.json), auto (default: the one MODEL's tokenizer has)",
+    )
+    p.add_argument(
         "--overwrite",
         action="store_true",
         help="replace OUT if it holds an earlier export (a directory holding other files, a symbolic link, MODEL "
@@ -47,6 +62,7 @@ def run(args) -> int:
 
     out = check_new_dir(args.out, "OUT", [("MODEL", args.model)], args.overwrite, EXPORT_FILES)  # before any work
     loaded = load(args.model, flag="MODEL")  # any family, any kind of directory (tformer.loader)
+    _check_format(loaded, args.tokenizer)
     loaded.export(out, overwrite=args.overwrite)  # with its tokenizers (a translator's source and target)
     architecture = json.loads((out / "config.json").read_text(encoding="utf-8"))["architectures"][0]
     files = ", ".join(sorted(p.name for p in out.iterdir()))
@@ -54,3 +70,23 @@ def run(args) -> int:
     if loaded.missing:
         print(f"tformer export: note: {loaded.missing}, so OUT has no tokenizer.json", file=sys.stderr)
     return 0
+
+
+def _check_format(loaded, wanted: str) -> None:
+    """``--tokenizer spm`` needs a SentencePiece (Opus-MT) tokenizer, ``json`` one with a tokenizer.json form."""
+    kind = "none" if loaded.tokenizer is None else loaded.tokenizer.kind
+    if wanted == "auto" or (wanted == "spm") == (kind == "marian"):
+        return
+    if wanted == "json":
+        raise ValueError(
+            "--tokenizer json: MODEL's tokenizer is an Opus-MT SentencePiece one (source.spm, target.spm, vocab.json), "
+            "which has no tokenizer.json form here; leave --tokenizer out to write its own files"
+        )
+    if kind == "none":
+        raise ValueError(f"--tokenizer spm: MODEL has no tokenizer ({loaded.missing})")
+    raise ValueError(
+        f"--tokenizer spm: MODEL's tokenizer is a {kind} one, not SentencePiece: transformers' MarianTokenizer reads "
+        "SentencePiece models (source.spm, target.spm), and a BPE's ordered merges and pre-tokenizer cannot be written "
+        "as one without changing how text is cut; leave --tokenizer out to write tokenizer.json, which transformers "
+        "loads with AutoTokenizer"
+    )

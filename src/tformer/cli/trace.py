@@ -28,7 +28,7 @@ def add_input_args(p) -> None:
     p.add_argument("--prompt", help="the same as TEXT (reads better for GPT)")
     p.add_argument("--target", help="seq2seq: target text fed to the decoder after <sos> (teacher forcing)")
     p.add_argument("--ids", help="space-separated input ids, when the model directory has no tokenizer")
-    p.add_argument("--target-ids", help="seq2seq: space-separated decoder input ids (default: 2 = <sos>)")
+    p.add_argument("--target-ids", help="seq2seq: space-separated decoder input ids (default: its start, <sos> = 2)")
 
 
 def add_parser(sub) -> None:
@@ -137,7 +137,8 @@ def _inputs(loaded, args) -> dict:
                 raise ValueError(f"{loaded.missing}: pass --target as space-separated --target-ids")
             tgt_ids = loaded.target_ids(args.target)  # <sos> + the target's pieces (teacher forcing)
             tgt_tokens = _names(tgt_tok, tgt_ids)
-        return dict(src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=vocab)
+        ends = dict(start_id=loaded.start_id, eos_id=None if tgt_tok is None else tgt_tok.eos_id)  # a Marian's too
+        return dict(src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=vocab, **ends)
     if args.ids is not None:
         ids, tokens = _parse_ids(args.ids, "--ids"), None
     else:

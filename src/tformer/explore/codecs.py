@@ -43,14 +43,16 @@ class ToyCodec:
 
 
 class TranslationCodec:
-    """A translation model's source or target BPE, on the normalised text (as ``Translator`` encodes it)."""
+    """A translation model's source or target tokenizer (BPE, a Marian's SentencePiece), on the normalised text (as
+    ``Translator`` encodes it): the source with what the encoder reads after it (a Marian's ``</s>``; tformer's
+    encoder reads the bare source), the target bare (the decoder's input after its start token)."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: Tokenizer, source: bool = False) -> None:
+        self.tokenizer, self.source = tokenizer, source
         self.vocab = tokenizer.vocabulary()
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
-        ids = self.tokenizer.encode(normalize(text))  # the encoder reads the bare source
+        ids = self.tokenizer.encode(normalize(text), add_special_tokens=self.source)
         return ids, [self.vocab[i] for i in ids]
 
     def decode(self, ids: list[int]) -> str:

@@ -32,7 +32,7 @@ from tformer.generation import (
     until,
 )
 from tformer.inspect import greedy_steps
-from tformer.tokens import LM_PAD, TRANSLATION_EOS, TRANSLATION_SOS
+from tformer.tokens import LM_PAD
 
 if TYPE_CHECKING:
     from tformer.explore.model import Model
@@ -50,7 +50,8 @@ def _name(m: Model, i: int) -> str:
 
 def greedy_ids(m: Model, src_ids: list[int], max_len: int) -> list[int]:
     """The greedy translation's ids (no <eos>)."""
-    return [s["id"] for s in greedy_steps(m.model, src_ids, max_len, m.tgt.vocab, 1) if s["id"] != TRANSLATION_EOS]
+    steps = greedy_steps(m.model, src_ids, max_len, m.tgt.vocab, 1, m.eos_id, m.start_id)
+    return [s["id"] for s in steps if s["id"] != m.eos_id]
 
 
 def decode(m: Model, p: Params) -> dict:
@@ -73,9 +74,9 @@ def decode(m: Model, p: Params) -> dict:
         return _beam(m, ids, k, max_len, lp)
     reference = p.text("reference") if p.has("reference") else None
     p.done()
-    eos = TRANSLATION_EOS if m.family == "seq2seq" else m.tgt.eos
+    eos = m.eos_id if m.family == "seq2seq" else m.tgt.eos
     steps, fed = [], []
-    for step in greedy_steps(m.model, ids, max_len, m.tgt.vocab, TOP, eos):
+    for step in greedy_steps(m.model, ids, max_len, m.tgt.vocab, TOP, eos, m.start_id):
         fed += step["fed"]
         candidates = [list(c) for c in step["candidates"]]
         steps.append({**step, "candidates": candidates, "input": list(fed), "cache_len": len(fed)})
@@ -90,7 +91,7 @@ def _teacher_forced(m: Model, ids: list[int], reference: str) -> list[dict]:
     """Each reference token's probability when the decoder is fed the reference (not its own picks)."""
     ref = m.encode(reference, m.tgt, "reference")[0]
     if m.family == "seq2seq":
-        fed, expected = [TRANSLATION_SOS] + ref, ref + [TRANSLATION_EOS]
+        fed, expected = [m.start_id] + ref, ref + [m.eos_id]
         m.check_length(len(fed), "reference")
         logits = m.model(torch.tensor([ids]), torch.tensor([fed]))[0]  # (T, V)
         start = 0
@@ -118,8 +119,9 @@ def _teacher_forced(m: Model, ids: list[int], reference: str) -> list[dict]:
 
 def _beam(m: Model, ids: list[int], k: int, max_len: int, length_penalty: float) -> dict:
     """The search tree as ``beam_search`` reports it: every ranked candidate of every step, and its own result."""
+    root = _name(m, m.start_id)  # <sos>; a Marian's <pad>
     nodes: list[dict] = [
-        dict(id=0, parent=None, step=0, token="<sos>", token_id=TRANSLATION_SOS, logp=0.0, score=0.0, status="alive")
+        dict(id=0, parent=None, step=0, token=root, token_id=m.start_id, logp=0.0, score=0.0, status="alive")
     ]
     steps: list[dict] = []
     beams = [0]  # node id of each beam slot
@@ -149,21 +151,20 @@ def _beam(m: Model, ids: list[int], k: int, max_len: int, length_penalty: float)
         steps.append(dict(step=step, **record))
         beams = [slots[j] for j in sorted(slots)]
 
-    best = beam_search(
-        m.model, torch.tensor([ids]), TRANSLATION_SOS, TRANSLATION_EOS, k, max_len, length_penalty, on_step=on_step
-    )[0]
+    src = torch.tensor([ids])  # (1, S)
+    best = beam_search(m.model, src, m.start_id, m.eos_id, k, max_len, length_penalty, on_step=on_step)[0]
     return dict(
         nodes=nodes,
         steps=steps,
         best=[_name(m, i) for i in best],
-        best_node=_best_node(nodes, best),
+        best_node=_best_node(nodes, best, m.eos_id),
         output=m.tgt.decode(best),
         beam_size=k,
         length_penalty=length_penalty,
     )
 
 
-def _best_node(nodes: list[dict], best: list[int]) -> int | None:
+def _best_node(nodes: list[dict], best: list[int], eos_id: int) -> int | None:
     """The finished node whose path is ``best`` with the highest score (the search's pick)."""
 
     def path(node: dict) -> list[int]:
@@ -174,7 +175,7 @@ def _best_node(nodes: list[dict], best: list[int]) -> int | None:
         return ids[::-1]
 
     done = [n for n in nodes if n["status"] == "finished"]
-    hits = [n for n in done if path(n) in (best, best + [TRANSLATION_EOS])]
+    hits = [n for n in done if path(n) in (best, best + [eos_id])]
     return max(hits, key=lambda n: n["score"])["id"] if hits else None
 
 

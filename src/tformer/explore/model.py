@@ -14,7 +14,7 @@ from tformer.explore.codecs import LMCodec, ToyCodec, TranslationCodec, WordPiec
 from tformer.fast.precision import apply, choose
 from tformer.inspect import toy_seq2seq
 from tformer.tokenizers import WordPieceTokenizer
-from tformer.tokens import TRANSLATION_SOS
+from tformer.tokens import TRANSLATION_EOS, TRANSLATION_SOS
 
 __all__ = ["Model", "load_model", "MAX_TOKENS", "check_comparable", "with_precision"]
 
@@ -36,6 +36,8 @@ class Model:
     default_target: str | None = None
     default_text_b: str | None = None
     precision: str = "fp32"  # the weights the numbers come from (tformer.fast.precision; the page says it)
+    start_id: int = TRANSLATION_SOS  # seq2seq: what the decoder starts from (a Marian's <pad>) and what ends it
+    eos_id: int = TRANSLATION_EOS
 
     @property
     def config(self) -> Any:
@@ -79,14 +81,13 @@ def load_model(directory: str | Path | None, flag: str = "--model") -> Model:
     loaded = load(directory, flag=flag)  # any family, any kind of directory (tformer.loader)
     tok = loaded.require_tokenizer()  # the page shows text: a model without a tokenizer is one line
     kind, name, model = loaded.family, Path(directory).name, loaded.model
-    if kind == "seq2seq":
-        if loaded.start_id != TRANSLATION_SOS:
-            raise ValueError(
-                f"{flag} {str(directory)!r} starts its decoder from id {loaded.start_id}; the explorer decodes "
-                f"tformer's translation layout, from <sos> (id {TRANSLATION_SOS})"
-            )
-        codecs = TranslationCodec(loaded.target_tokenizer or tok), TranslationCodec(tok)
-        return Model(kind, name, str(directory), model, *codecs, DEFAULT_TEXT[kind])
+    if kind == "seq2seq":  # tformer's layout (<sos> 2, <eos> 3) or a Marian's (<pad> starts, </s> ends)
+        target = loaded.target_tokenizer or tok
+        codecs = TranslationCodec(target), TranslationCodec(tok, source=True)
+        m = Model(kind, name, str(directory), model, *codecs, DEFAULT_TEXT[kind])
+        m.start_id = TRANSLATION_SOS if loaded.start_id is None else loaded.start_id
+        m.eos_id = TRANSLATION_EOS if target.eos_id is None else target.eos_id
+        return m
     if kind == "gpt":
         return Model(kind, name, str(directory), model, LMCodec(tok), None, DEFAULT_TEXT[kind])
     wordpiece = cast(WordPieceTokenizer, tok)  # a BERT's tokenizer is WordPiece (tformer.loader)

@@ -35,7 +35,6 @@ from tformer.explore.tensors import difference, jsonable_tensor, number, value_r
 from tformer.inspect import Entry, Trace, trace
 from tformer.nn import hooks
 from tformer.nn.feedforward import FeedForward, GatedFeedForward
-from tformer.tokens import TRANSLATION_SOS
 
 __all__ = ["Session", "API_NAMES", "MAX_TENSOR_VALUES", "jsonable_tensor"]
 
@@ -198,7 +197,7 @@ class Session:
             else:  # the greedy translation
                 tgt_ids = decoding.greedy_ids(m, src_ids, self.target_cap)
             self.check_length(len(tgt_ids) + 1, "target")
-            tgt_ids = [TRANSLATION_SOS] + tgt_ids
+            tgt_ids = [m.start_id] + tgt_ids
             tgt_tokens = [m.tgt.vocab[i] if i < len(m.tgt.vocab) else str(i) for i in tgt_ids]
             args: tuple = (src_ids, tgt_ids, src_tokens, tgt_tokens)
             kwargs = dict(vocab=m.tgt.vocab, k=k)

@@ -8,6 +8,9 @@
       tokenizer_config.json     PreTrainedTokenizerFast, the special tokens by name, model_max_length
       target_tokenizer.json     a translator whose target tokenizer is not its source one: the target side
                                 (transformers' Marian reads one tokenizer; tformer.hf.load's caller reads both)
+      source.spm, target.spm    instead of tokenizer.json, an Opus-MT translator's SentencePiece tokenizer: its two
+      vocab.json                models, its vocabulary (and target_vocab.json when the sides have their own) and
+                                tokenizer_config.json, as transformers' MarianTokenizer reads them
 
 Which ``transformers`` class each tformer config becomes, and what is refused, is the architecture modules' part
 (:mod:`tformer.hf.registry` picks the module). Every refusal — a setting no Hugging Face class holds (named by its
@@ -16,11 +19,14 @@ file is written, and the directory is written as a whole (:func:`tformer.files.s
 directory or the new one.
 
 Tokenizers: those built on the ``tokenizers`` library (byte-level BPE, translation BPE, WordPiece, a Hugging Face
-``tokenizer.json``) are written as they are (padding and truncation off). A character tokenizer has no such file of
-its own; it is written as an equivalent one: a word-level vocabulary of its characters (ids unchanged), a
-pre-tokenizer that cuts the text into single characters, a decoder that joins them, ``<unk>`` for a character it
-lacks. One difference remains: the special tokens' text (``<pad>``, ``<|endoftext|>``) written inside a text is read
-as that special token, where tformer's character tokenizer reads its characters.
+``tokenizer.json``) are written as they are (padding and truncation off). A Marian SentencePiece tokenizer (an Opus-MT
+translator's, :class:`tformer.tokenizers.MarianTokenizer`) is written as its own files, and the decoder starts from its
+``<pad>`` (``decoder_start_token_id``), as in Opus-MT. A translation BPE is never written as SentencePiece files: those
+hold pieces with scores, not the ordered merges and the pre-tokenizer the BPE cuts text with. A character tokenizer has
+no such file of its own; it is written as an equivalent one: a word-level vocabulary of its characters (ids unchanged),
+a pre-tokenizer that cuts the text into single characters, a decoder that joins them, ``<unk>`` for a character it
+lacks. One difference remains: the special tokens' text (``<pad>``, ``<|endoftext|>``) written inside a text is read as
+that special token, where tformer's character tokenizer reads its characters.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from tformer.fast.quantize import require_float
 from tformer.files import check_new_dir, staged_dir
 from tformer.hf import marian, registry
 from tformer.models.seq2seq import Seq2SeqConfig
+from tformer.tokenizers.marian import MARIAN_FILES
 
 __all__ = ["export", "EXPORT_FILES"]
 
@@ -48,6 +55,7 @@ EXPORT_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
     "target_tokenizer.json",
+    *MARIAN_FILES,
 )
 _TOKEN_FIELDS = ("bos", "eos", "pad", "unk", "mask", "cls", "sep")  # tformer's names; tokenizer_config adds _token
 
@@ -78,7 +86,7 @@ def _files(model: nn.Module, tokenizer: Any) -> dict[str, Callable[[Path], None]
     _check_sizes(config, source, target)
     ids = _special_ids(target)
     if isinstance(config, Seq2SeqConfig):
-        hf = marian.config_to_hf(config, dtype, ids.get("bos"), ids.get("eos"))
+        hf = marian.config_to_hf(config, dtype, ids.get("bos"), ids.get("eos"))  # bos: what the decoder starts from
     else:
         hf = registry.config_to_hf(config, dtype)
         hf |= {f"{name}_token_id": ids[name] for name in ("bos", "eos") if name in ids}
@@ -90,7 +98,10 @@ def _files(model: nn.Module, tokenizer: Any) -> dict[str, Callable[[Path], None]
         "model.safetensors": lambda path: save_file(state, str(path), metadata={"format": "pt"}),
         "generation_config.json": _json(_generation(hf)),
     }
-    if tokenizer is not None:
+    own = None if source is None else source.hf_files()  # an Opus-MT's: transformers' MarianTokenizer files
+    if own is not None:
+        files |= {name: _bytes(data) for name, data in own.items()}
+    elif tokenizer is not None:
         files |= _tokenizer_files(source, target, config.max_len)
     return files
 
@@ -198,6 +209,13 @@ def _char_json(tokenizer: Any) -> str:
 
 def _json(data: dict[str, Any]) -> Callable[[Path], None]:
     return _text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _bytes(data: bytes) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        path.write_bytes(data)
+
+    return write
 
 
 def _text(text: str) -> Callable[[Path], None]:

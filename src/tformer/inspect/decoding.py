@@ -47,10 +47,13 @@ def as_ids(ids, name: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def greedy_steps(model, ids, max_new_tokens: int, vocab=None, k: int = 5, eos_id: int | None = None) -> list[dict]:
+def greedy_steps(
+    model, ids, max_new_tokens: int, vocab=None, k: int = 5, eos_id: int | None = None, start_id: int | None = None
+) -> list[dict]:
     """Greedy decoding with the KV cache, one dict per step: the fed tokens, the pick and its top-k.
 
-    Seq2seq: ``ids`` is the source; decoding starts from <sos> and stops at ``eos_id`` (default <eos> = 3).
+    Seq2seq: ``ids`` is the source; decoding starts from ``start_id`` (default <sos> = 2; a Marian's <pad>) and stops
+    at ``eos_id`` (default <eos> = 3).
     GPT: ``ids`` is the prompt; it stops at ``eos_id`` if given, or at the context length.
     The steps are the decoding loop's (:func:`tformer.generation.decode_n`, greedy), run in eval mode.
     """
@@ -58,7 +61,8 @@ def greedy_steps(model, ids, max_new_tokens: int, vocab=None, k: int = 5, eos_id
         raise TypeError(f"greedy generation needs a seq2seq or GPT model, got {type(model).__name__}")
     ids, was_training = as_ids(ids, "ids"), model.training
     steps: list[dict] = []
-    fed = [SOS] if model.model_type == "seq2seq" else ids[0].tolist()  # what the next step feeds
+    start_id = SOS if start_id is None else start_id
+    fed = [start_id] if model.model_type == "seq2seq" else ids[0].tolist()  # what the next step feeds
 
     def pick(logits: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:
         """The greedy choice, written down with the top-k of the logits it was made from."""
@@ -78,7 +82,7 @@ def greedy_steps(model, ids, max_new_tokens: int, vocab=None, k: int = 5, eos_id
         decoder: LMDecoder | Seq2SeqDecoder
         if model.model_type == "seq2seq":
             eos_id = EOS if eos_id is None else eos_id
-            decoder, inputs, limit = Seq2SeqDecoder(model, SOS), ids, model.config.max_len
+            decoder, inputs, limit = Seq2SeqDecoder(model, start_id), ids, model.config.max_len
         else:
             decoder, inputs, limit = LMDecoder(model), ids.tolist(), model.config.max_len - ids.shape[1]
         n = min(max_new_tokens, limit)

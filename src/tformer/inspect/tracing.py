@@ -368,9 +368,19 @@ def _add_top_k(tr: Trace, vocab, k: int, positions: list[int]) -> None:
 
 
 def trace_seq2seq(
-    model, src_ids, tgt_ids=(SOS,), src_tokens=None, tgt_tokens=None, vocab=None, k: int = 5, max_new_tokens: int = 0
+    model,
+    src_ids,
+    tgt_ids=(SOS,),
+    src_tokens=None,
+    tgt_tokens=None,
+    vocab=None,
+    k: int = 5,
+    max_new_tokens: int = 0,
+    eos_id: int | None = None,
+    start_id: int | None = None,
 ) -> Trace:
-    """Trace ``model(src, tgt)`` (teacher forcing; ``tgt`` starts with <sos>), then greedy generation.
+    """Trace ``model(src, tgt)`` (teacher forcing; ``tgt`` starts with <sos>), then greedy generation from
+    ``start_id`` (default <sos>; a Marian's <pad>) until ``eos_id`` (default <eos>; a Marian's </s>).
 
     ``vocab`` maps target ids to token strings (for top-k and generation).
     """
@@ -382,7 +392,7 @@ def trace_seq2seq(
     tr = _run(model, labels, {"encoder": src, "decoder": tgt}, vocab, lambda: model(src, tgt))
     _add_top_k(tr, vocab, k, list(range(tgt.shape[1])))
     if max_new_tokens:
-        tr.steps = greedy_steps(model, src, max_new_tokens, vocab, k)
+        tr.steps = greedy_steps(model, src, max_new_tokens, vocab, k, eos_id, start_id)
     return tr
 
 

@@ -6,6 +6,7 @@ any kind from a directory.
   ``bos_id``, ``eos_id``, ``mask_id``, ``cls_id``, ``sep_id``), ``add_special_tokens``;
 * :mod:`.char` — characters (``char``); :mod:`.bpe` — byte-level BPE (``byte_bpe``) and translation BPE (``bpe``);
   :mod:`.wordpiece` — BERT's WordPiece (``wordpiece``); :mod:`.hf` — any Hugging Face ``tokenizer.json`` (``hf``);
+  :mod:`.marian` — an Opus-MT translator's SentencePiece models and vocab.json (``marian``, one object per side);
   :mod:`.library` — what the kinds built on the ``tokenizers`` library share.
 
     tok = train_tokenizer("wordpiece", texts, vocab_size=8000)
@@ -14,12 +15,13 @@ any kind from a directory.
     ids, mask = tok.encode_batch(["a cat", "a dog sat"], padding=True, add_special_tokens=True)
 
 :func:`load_tokenizer` reads every file name tformer has written (``char_tokenizer.json``, ``tokenizer.json``,
-a translator's ``src_tokenizer.json`` / ``tgt_tokenizer.json`` with ``prefix``) and a BERT ``vocab.txt``; which kind
+a translator's ``src_tokenizer.json`` / ``tgt_tokenizer.json`` with ``prefix``), a BERT ``vocab.txt`` and an Opus-MT
+``source.spm`` + ``vocab.json`` (the prefix names the side: ``""``/``src_`` or ``target_``/``tgt_``); which kind
 a ``tokenizer.json`` is comes from what it holds: WordPiece with BERT's specials, BPE with the language model's or
 translation's layout (:mod:`tformer.tokens`), else a Hugging Face tokenizer.
 
-This package knows the ``tokenizers`` library and the special-token layouts; it knows nothing about models,
-families, training or the command line.
+This package knows the ``tokenizers`` and ``sentencepiece`` libraries and the special-token layouts; it knows nothing
+about models, families, training or the command line.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tformer.tokenizers.base import SPECIAL_NAMES, Continuation, Tokenizer
 from tformer.tokenizers.bpe import BPETokenizer, ByteBPETokenizer
 from tformer.tokenizers.char import CharTokenizer
 from tformer.tokenizers.hf import HFTokenizer
+from tformer.tokenizers.marian import MarianTokenizer
 from tformer.tokenizers.wordpiece import WordPieceTokenizer, bert_tokenizer, truncate_pair
 from tformer.tokens import BERT_SPECIALS, LM_SPECIALS, TRANSLATION_SPECIALS
 
@@ -44,6 +47,7 @@ __all__ = [
     "BPETokenizer",
     "WordPieceTokenizer",
     "HFTokenizer",
+    "MarianTokenizer",
     "KINDS",
     "train_tokenizer",
     "load_tokenizer",
@@ -53,9 +57,10 @@ __all__ = [
 ]
 
 KINDS: dict[str, type[Tokenizer]] = {
-    cls.kind: cls for cls in (CharTokenizer, ByteBPETokenizer, BPETokenizer, WordPieceTokenizer, HFTokenizer)
+    cls.kind: cls
+    for cls in (CharTokenizer, ByteBPETokenizer, BPETokenizer, WordPieceTokenizer, HFTokenizer, MarianTokenizer)
 }
-TRAINED = ("char", "byte_bpe", "bpe", "wordpiece")  # hf is loaded, never trained here
+TRAINED = ("char", "byte_bpe", "bpe", "wordpiece")  # hf and marian are loaded, never trained here
 
 
 def train_tokenizer(
@@ -65,7 +70,7 @@ def train_tokenizer(
     kind's defaults (byte_bpe 4096 ids, bpe and wordpiece 8000 and a minimum pair frequency of 2; char keeps
     every character)."""
     if kind not in TRAINED:
-        why = " (a Hugging Face tokenizer is loaded from its directory)" if kind == "hf" else ""
+        why = " (a Hugging Face tokenizer is loaded from its directory)" if kind in ("hf", "marian") else ""
         raise ValueError(f"tokenizer kind must be one of {list(TRAINED)}, got {kind!r}{why}")
     if vocab_size is not None and vocab_size < 1:
         raise ValueError(f"vocab_size must be a positive integer, got {vocab_size}")
@@ -83,6 +88,8 @@ def tokenizer_kind(directory: str | Path, prefix: str = "") -> str:
         return _library_kind(load_tokenizer_file(path))
     if (directory / (prefix + "vocab.txt")).is_file():
         return "wordpiece"
+    if (directory / "source.spm").is_file() and (directory / "vocab.json").is_file():
+        return "marian"  # an Opus-MT layout: its files keep their names, the prefix names the side
     names = " or ".join(prefix + n for n in (CharTokenizer.file_name, "tokenizer.json", "vocab.txt"))
     raise FileNotFoundError(f"{str(directory)!r} has no tokenizer ({names})")
 

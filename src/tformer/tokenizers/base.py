@@ -182,6 +182,11 @@ class Tokenizer(ABC):
         """What a generation with no prompt starts from: ``bos_id``, else ``eos_id`` (as after a text's end)."""
         return self.bos_id if self.bos_id is not None else self.eos_id
 
+    def hf_files(self) -> dict[str, bytes] | None:
+        """The files of the Hugging Face layout of a kind that has its own (name → bytes: an Opus-MT's SentencePiece
+        models and vocab.json); None for the kinds a Hugging Face export writes as a tokenizer.json."""
+        return None
+
     def unit_lengths(self) -> list[int]:
         """Units (:attr:`unit`) per id, for bits per character or byte; kinds without a unit refuse."""
         raise ValueError(f"a {self.kind} tokenizer has no unit to score bits per character or byte with")

@@ -4,6 +4,11 @@
 references)`` → sacreBLEU BLEU and chrF with their signatures. A model directory holds the model and
 ``src_tokenizer.json`` / ``tgt_tokenizer.json``.
 
+The ids it pads, starts and ends with are the model's and its tokenizers': tformer's translation layout (``<pad>`` 0,
+``<sos>`` 2, ``<eos>`` 3), or an Opus-MT translator's (:class:`~tformer.tokenizers.MarianTokenizer`: the source ends
+with ``</s>``, the decoder starts from ``<pad>``, the model's ``pad_token_id``), as ``transformers``' MarianTokenizer
+and ``generate`` use them.
+
 A source longer than the model reads (``max_len`` tokens) is cut to its first ``max_len`` tokens, as training
 cuts its pairs, with a :class:`SourceTruncated` warning that names the sentence and the limit (``tformer
 translate`` prints it as one line). Only the first ``max_len`` · :data:`MAX_CHARS_PER_TOKEN` characters of a
@@ -29,7 +34,6 @@ from tformer.models.seq2seq import Seq2SeqTransformer
 from tformer.text import check_texts, normalize
 from tformer.tokenizers import BPETokenizer, Tokenizer
 from tformer.tokens import TRANSLATION_EOS as EOS
-from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.tokens import TRANSLATION_SOS as SOS
 
 __all__ = [
@@ -81,6 +85,17 @@ class Translator:
     model: Seq2SeqTransformer
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
+    start_id: int = SOS  # what the decoder starts from (tformer's <sos>; a Marian's decoder_start_token_id)
+
+    @property
+    def pad_id(self) -> int:
+        """The id sources are padded with: the model's, which its source mask hides."""
+        return int(self.model.config.pad_id)
+
+    @property
+    def eos_id(self) -> int:
+        """The id that ends a translation: the target tokenizer's end of text."""
+        return EOS if self.tgt_tokenizer.eos_id is None else self.tgt_tokenizer.eos_id
 
     @classmethod
     def load(cls, directory: str | Path, device: str = "cpu", flag: str | None = None) -> Translator:
@@ -91,26 +106,26 @@ class Translator:
 
     @classmethod
     def from_loaded(cls, loaded: Loaded) -> Translator:
-        """A :class:`Translator` of a translator :func:`tformer.load` read; its tokenizers must have the translation
-        layout (``<pad>`` 0, ``<sos>`` 2, ``<eos>`` 3: the ids batches and decoding use), else one line naming the file."""
+        """A :class:`Translator` of a translator :func:`tformer.load` read. Its tokenizers must hold the ids batches
+        and decoding use: ``<pad>`` at the model's ``pad_id`` on both sides, a target ``<eos>``, and a target ``bos_id``
+        (what its text starts from) that is the decoder's start (tformer's layout: ``<pad>`` 0, ``<sos>`` 2,
+        ``<eos>`` 3; an Opus-MT's: ``<pad>`` both pads and starts, ``</s>`` ends); else one line naming the file."""
         src_tok = loaded.require_tokenizer()
         tgt_tok = loaded.target_tokenizer
-        assert tgt_tok is not None
+        assert tgt_tok is not None and loaded.start_id is not None  # a translator always has a start
         src_prefix, tgt_prefix = loaded.kind.prefixes
+        pad, start = loaded.config.pad_id, loaded.start_id
         for tok, prefix, wrong in (
-            (src_tok, src_prefix, src_tok.pad_id != PAD),
-            (
-                tgt_tok,
-                tgt_prefix,
-                (tgt_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id, loaded.start_id) != (PAD, SOS, EOS, SOS),
-            ),
+            (src_tok, src_prefix, src_tok.pad_id != pad),
+            (tgt_tok, tgt_prefix, tgt_tok.pad_id != pad or tgt_tok.eos_id is None or tgt_tok.bos_id != start),
         ):
             if wrong:
                 raise ValueError(
-                    f"{str(loaded.directory / (prefix + tok.file_name))!r} is a {tok.kind} tokenizer without the "
-                    f"translation layout the Translator pads, starts and ends with (<pad> at id 0, <sos> 2, <eos> 3)"
+                    f"{str(loaded.directory / (prefix + tok.file_name))!r} is a {tok.kind} tokenizer whose ids do not "
+                    f"fit the model: <pad> {tok.pad_id}, start {tok.bos_id}, end {tok.eos_id}, where the model pads "
+                    f"with {pad} (pad_id) and starts its decoder from {start}: they do not belong together"
                 )
-        return cls(loaded.model, src_tok, tgt_tok)
+        return cls(loaded.model, src_tok, tgt_tok, start)
 
     def save(self, directory: str | Path) -> None:
         self.model.save_pretrained(directory)
@@ -126,9 +141,10 @@ class Translator:
         :class:`SourceTruncated` warning that calls it by its entry in ``numbers`` (default: 1, 2, ...)."""
         limit = self.model.config.max_len
         heads = [_head(normalize(s), limit * MAX_CHARS_PER_TOKEN) for s in sentences]  # (text, length if cut)
-        encoded = self.src_tokenizer.encode_batch([text for text, _ in heads])
+        texts = [text for text, _ in heads]
+        encoded = self.src_tokenizer.encode_batch(texts, add_special_tokens=True)  # a Marian's ends with </s>
         rows = []
-        for i, ((_, cut), ids) in enumerate(zip(heads, encoded)):
+        for i, ((text, cut), ids) in enumerate(zip(heads, encoded)):
             if cut or len(ids) > limit:
                 size = f"{cut:,} characters" if cut else f"{len(ids):,} tokens"
                 warnings.warn(
@@ -137,8 +153,10 @@ class Translator:
                     SourceTruncated,
                     stacklevel=2,
                 )
-            rows.append(ids[:limit] or [PAD])
-        src = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)  # (B, S)
+            if len(ids) > limit:  # cut the text's pieces, keep what ends it
+                ids = self.src_tokenizer.encode(text, add_special_tokens=True, max_length=limit)
+            rows.append(ids or [self.pad_id])
+        src = torch.full((len(rows), max(len(r) for r in rows)), self.pad_id, dtype=torch.long)  # (B, S)
         for i, r in enumerate(rows):
             src[i, : len(r)] = torch.tensor(r)
         return src.to(next(self.model.parameters()).device)
@@ -179,6 +197,7 @@ class Translator:
         self.model.eval()
         max_len = min(max_new_tokens, self.model.config.max_len - 1)
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        sos_id, eos_id = self.start_id, self.eos_id
         # a blank sentence translates to "" without decoding: one translation for each sentence, in its place
         order = sorted((i for i, s in enumerate(sentences) if s.strip()), key=lambda i: len(sentences[i]))
         out: list[str] = [""] * len(sentences)
@@ -186,14 +205,14 @@ class Translator:
             idx = order[start : start + batch_size]
             src = self.encode_sources([sentences[i] for i in idx], [i + 1 for i in idx])
             if compile:
-                src = _bucketed(src, self.model.config.max_len)
+                src = _bucketed(src, self.model.config.max_len, self.pad_id)
             if beam > 1:
-                ids = beam_search(self.model, src, SOS, EOS, beam, max_len, length_penalty, compile=compile)
+                ids = beam_search(self.model, src, sos_id, eos_id, beam, max_len, length_penalty, compile=compile)
             else:
                 sampling = sampling or SamplingConfig()
-                ids = translate_ids(self.model, src, SOS, EOS, max_len, sampling, generator, compile=compile)
+                ids = translate_ids(self.model, src, sos_id, eos_id, max_len, sampling, generator, compile=compile)
             for i, row in zip(idx, ids):
-                out[i] = self.tgt_tokenizer.decode(row[: row.index(EOS)] if EOS in row else row)
+                out[i] = self.tgt_tokenizer.decode(row[: row.index(eos_id)] if eos_id in row else row)
         return out
 
     def evaluate(
@@ -213,10 +232,11 @@ class Translator:
         return {"bleu": bleu, "chrf": chrf, "bleu_signature": bleu_sig, "chrf_signature": chrf_sig, "hypotheses": hyps}
 
 
-def _bucketed(src: torch.Tensor, limit: int) -> torch.Tensor:
-    """``src`` (B, S) right-padded to a multiple of :data:`SOURCE_BUCKET` tokens (at most ``limit``): (B, S')."""
+def _bucketed(src: torch.Tensor, limit: int, pad: int) -> torch.Tensor:
+    """``src`` (B, S) right-padded with ``pad`` to a multiple of :data:`SOURCE_BUCKET` tokens (at most ``limit``):
+    (B, S')."""
     length = min(-(-src.shape[1] // SOURCE_BUCKET) * SOURCE_BUCKET, max(limit, src.shape[1]))
-    return torch.nn.functional.pad(src, (0, length - src.shape[1]), value=PAD)
+    return torch.nn.functional.pad(src, (0, length - src.shape[1]), value=pad)
 
 
 def _head(text: str, budget: int) -> tuple[str, int]:
