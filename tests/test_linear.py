@@ -2,6 +2,8 @@
 are never stale: a split between the threads or a transposed copy (one row), a oneDNN-packed copy (2 to 256
 rows)."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -124,14 +126,14 @@ def test_two_to_256_rows_use_the_onednn_packed_copy_with_the_same_numbers(rows):
     layer = _big_layer()
     x = torch.randn(rows, 1, 128)
     expected = F.linear(x, layer.weight, layer.bias).detach()
-    for call in range(2):  # a first product of so many rows (a prompt) is F.linear's: packing pays from the second
-        with torch.inference_mode():
+    for step in (False, True):  # outside a decoding step (a prompt, an encoder) F.linear's; inside, packed
+        with torch.inference_mode(), linear.decoding_step() if step else contextlib.nullcontext():
             got = layer(x)
             rows_only = layer.forward_rows(x, 100, 1500)  # W[100:1500] is big enough for a packing of its own
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(rows_only, expected[..., 100:1500], rtol=1e-5, atol=1e-5)
         hint = 1 << max(rows - 1, 1).bit_length()  # packings are shared by row counts up to the next power of two
-        assert set(_made(layer, "packed")) == (set() if call == 0 else {(0, 2048, hint), (100, 1500, hint)})
+        assert set(_made(layer, "packed")) == ({(0, 2048, hint), (100, 1500, hint)} if step else set())
 
 
 @pytest.mark.skipif(not linear._ONEDNN, reason="this PyTorch has no oneDNN: the packed layout is never used")
@@ -170,8 +172,8 @@ def test_without_onednn_few_rows_fall_back_to_the_transposed_copy(monkeypatch):
 def test_packings_are_bounded_and_the_oldest_goes_first():
     layer = _big_layer()
     with torch.no_grad():
-        for rows in (2, 5, 20, 40, 100):  # buckets 2, 8, 32, 64, 128, each used twice (the first is not packed)
-            for _ in range(2):
+        for rows in (2, 5, 20, 40, 100):  # buckets 2, 8, 32, 64, 128
+            with linear.decoding_step():
                 assert layer(torch.randn(rows, 128)).shape == (rows, 2048)
     assert list(_made(layer, "packed")) == [(0, 2048, 32), (0, 2048, 64), (0, 2048, 128)]
     assert linear.MAX_PACKINGS == 3
@@ -328,7 +330,7 @@ OPTIMIZER_STEPS = [_fused_adamw_step, _fused_sgd_step, _foreach_adamw_step, _loo
 
 
 def _decode(layer, x):
-    with torch.no_grad():
+    with torch.no_grad(), linear.decoding_step():  # as the decoding loop runs a step
         return layer(x)
 
 
@@ -385,7 +387,7 @@ def test_a_write_no_signal_sees_is_caught_by_check_copies_and_mended_by_forget_c
     threads(2)
     model = torch.nn.Sequential(_big_layer(), torch.nn.ReLU(), Linear(2048, 64))
     model.eval()
-    for rows in (1, 32, 32):  # a packed copy from the second product of 32 rows (the views of W cannot go stale)
+    for rows in (1, 32):  # the packed copy can go stale (the views of W cannot)
         _decode(model, torch.randn(rows, 128))
     linear.check_copies(model)  # current: nothing to say
     _numpy_write(model[0])()
@@ -405,7 +407,6 @@ def test_a_layer_holding_a_packed_copy_deep_copies_and_pickles(threads):
     layer = _big_layer().eval()
     x = torch.randn(32, 128)
     _decode(layer, x)
-    _decode(layer, x)  # packed from the second product of 32 rows
     assert _made(layer, "packed")  # an oneDNN tensor: no storage to copy
     for twin in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
         assert "_decoding_copies" not in twin.__dict__
@@ -463,16 +464,17 @@ def test_training_after_decoding_gets_pytorchs_layout_and_the_same_numbers_to_th
     assert layer.weight.is_contiguous()
 
 
-def test_prompts_make_no_packed_copy_and_steps_of_many_rows_do():
+def test_prompts_and_encoders_make_no_packed_copy_and_decoding_steps_of_many_rows_do():
     layer = _big_layer().eval()
     with torch.no_grad():
         for _ in range(3):  # prompt after prompt (a chat, the explorer, translate's lines), each then decoded
-            layer(torch.randn(16, 128))  # a 16-token prompt
+            layer(torch.randn(16, 128))  # a 16-token prompt, or a source through an encoder layer
             for _ in range(3):
-                layer(torch.randn(1, 128))  # one-row steps
-        assert not _made(layer, "packed")  # no copy of the weight for prompts (a second one doubled it, issue 40)
-        for _ in range(3):
-            layer(torch.randn(5, 128))  # the steps of beam 5: from the second, a packing
+                with linear.decoding_step():
+                    layer(torch.randn(1, 128))  # one-row steps
+        assert not _made(layer, "packed")  # no copy of the weight for them (a second prompt doubled it, issue 40)
+        with linear.decoding_step():
+            layer(torch.randn(5, 128))  # a step of beam 5: packed
     assert list(_made(layer, "packed")) == [(0, 2048, 8)]
 
 

@@ -35,8 +35,9 @@ weight in the layout its one-row product reads (:meth:`Linear._decoding_layout`)
 its transpose contiguous) where the product reads Wᵀ, so the "transposed copy" and the split by inputs are views of
 the weight itself; PyTorch's (out, in) where the split by outputs reads W's rows, as views. Training (``train()``,
 or any forward with gradients) gets PyTorch's layout back, so its numbers are ``F.linear``'s to the bit. What
-still copies: a packing for 2 to 256 rows, made when the layer's product of about that many rows follows one of as
-many (the steps of beams and batches; a prompt's product, between one-row steps, is ``F.linear``'s), up to three; a padded split where the outputs do not divide evenly
+still copies: a packing for 2 to 256 rows, made inside a decoding step only (:func:`decoding_step`: the steps of
+beams and batches, each the same product again; a prompt's, an encoder's or one forward's product is ``F.linear``'s),
+up to three; a padded split where the outputs do not divide evenly
 between the threads; and a transposed copy in the few cases the layout chosen did not foresee (a change of thread
 count, the rows of a fused matrix). The result is the same product (the summation order inside the kernels differs,
 ~1e-7 relative). Inside :func:`reference` it is ``F.linear``.
@@ -65,6 +66,8 @@ Dimension legend: P threads (parts of a split), C outputs per thread, n outputs 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import NamedTuple, overload
 
 import torch
@@ -85,6 +88,7 @@ __all__ = [
     "MAX_PACKINGS",
     "forget_copies",
     "check_copies",
+    "decoding_step",
 ]
 
 # Up to this many rows the transposed copy is used where the packed one is not.
@@ -139,6 +143,28 @@ def reference():
     return _SWITCH.off()
 
 
+class _Flag:
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = False
+
+
+_STEP = _Flag()  # inside decoding_step()
+
+
+@contextlib.contextmanager
+def decoding_step() -> Iterator[None]:
+    """Within this block the products are a decoding step's (:func:`tformer.generation.loop.decode_one` says so): the
+    same products again at every step, so 2 to 256 rows get the oneDNN-packed copy. Outside, those products are
+    ``F.linear``'s: a prompt, an encoder, one forward would pay for the packing, and a copy of the weight, once."""
+    previous, _STEP.on = _STEP.on, True
+    try:
+        yield
+    finally:
+        _STEP.on = previous
+
+
 class _Split(NamedTuple):
     """A one-row product split between ``parts`` threads, ready for ``torch.bmm``/``baddbmm``."""
 
@@ -153,14 +179,13 @@ class _Split(NamedTuple):
 class _Copies:
     """The copies of one weight (and bias) that decoding uses, all made from the same version of them."""
 
-    __slots__ = ("weight", "bias", "key", "transposed", "splits", "packed", "last")
+    __slots__ = ("weight", "bias", "key", "transposed", "splits", "packed")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, key: tuple) -> None:
         self.weight, self.bias, self.key = weight, bias, key
         self.transposed: torch.Tensor | None = None  # (in, out): a view of a column-major weight, else a copy
         self.splits: dict[tuple, _Split] = {}  # (start, end, parts) -> the split of rows start:end
         self.packed: dict[tuple, torch.Tensor] = {}  # (start, end, row hint) -> oneDNN-packed rows start:end
-        self.last: dict[tuple, int] = {}  # (start, end) -> the row hint of its previous product, if of 2+ rows
 
 
 class Linear(nn.Linear):
@@ -224,8 +249,6 @@ class Linear(nn.Linear):
             return self._plain(x, start, end)
         rows = x.numel() // self.in_features
         if rows == 1:  # a decoding step at batch 1: the Python here runs once per weight matrix per token
-            if copies.last:
-                copies.last.clear()
             parts = min(torch.get_num_threads(), (end - start) // SPLIT_MIN_COLUMNS)
             if parts > 1 and x.dim() <= 3:  # split between the threads (see _split), one batch entry of bmm each
                 split = copies.splits.get((start, end, parts)) or self._split(copies, start, end, parts)
@@ -332,17 +355,15 @@ class Linear(nn.Linear):
         return split
 
     def _packed(self, copies: _Copies, start: int, end: int, rows: int) -> torch.Tensor | None:
-        """The weight rows ``start:end`` packed for about ``rows`` rows; None unless the layer's previous product was of
-        about as many rows too: decoding steps of a batch or of beams come one after another, a prompt's one product
-        (between one-row steps, prompt after prompt) would not pay for a copy of the weight."""
+        """The weight rows ``start:end`` packed for about ``rows`` rows, inside a decoding step (:func:`decoding_step`:
+        the steps of beams and batches, each the same product again); None elsewhere: a prompt's, an encoder's or
+        one forward's product is made once, and would not pay for a copy of the weight."""
+        if not _STEP.on:
+            return None
         hint = 1 << max(rows - 1, 1).bit_length()
         key = (start, end, hint)
-        repeated = copies.last.get((start, end)) == hint
-        copies.last[(start, end)] = hint
         found = copies.packed.get(key)
         if found is None:
-            if not repeated:
-                return None
             if len(copies.packed) >= MAX_PACKINGS:
                 del copies.packed[next(iter(copies.packed))]  # the oldest
             with torch.no_grad():

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from tformer.fast import fast_view
+from tformer.fast.linear import decoding_step
 from tformer.generation.samplers import Sampler
 from tformer.nn.cache import KVCache
 from tformer.nn.masks import padding_mask
@@ -74,8 +75,10 @@ class Decoder(Protocol):
 
 
 def decode_one(decoder: Decoder, state: State, ids: torch.Tensor) -> torch.Tensor:
-    """Feed ``ids`` (R,), one new token per row; returns the (R, V) logits of the position after it."""
-    return decoder.step(ids, state)
+    """Feed ``ids`` (R,), one new token per row; returns the (R, V) logits of the position after it. (A decoding
+    step for the fast layers: :func:`tformer.fast.linear.decoding_step`.)"""
+    with decoding_step():
+        return decoder.step(ids, state)
 
 
 def decode_n(
