@@ -29,9 +29,9 @@ from tformer.models.gpt import GPT, GPTConfig
 from tformer.settings import takes_old_names
 from tformer.text import check_text, check_texts
 from tformer.tokenizers import Continuation, Tokenizer, load_tokenizer, train_tokenizer
+from tformer.training.config import gpu_batch_note
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import make_trainer, saved_run, start_run
-from tformer.training.config import gpu_batch_note
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = ["TRAINING", "setup", "train", "load", "generate", "evaluate"]
@@ -143,9 +143,7 @@ def setup(
     note = gpu_batch_note(cfg.device, r["batch_size"] * config.max_len * cfg.accum_steps, batch, GPU_ADVICE)
     if note:
         log(note)
-    task = LMTask(
-        tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed
-    )
+    task = LMTask(tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed)
     return make_trainer(model, task, cfg, resume)
 
 

@@ -14,7 +14,16 @@ import torch
 
 from tformer.checks import check_settings
 
-__all__ = ["GPU_MIN_TOKENS", "TRAINING_PRECISIONS", "TrainConfig", "gpu_batch_note", "budget_reached", "budget_spent_message", "lr_factor", "make_optimizer"]
+__all__ = [
+    "GPU_MIN_TOKENS",
+    "TRAINING_PRECISIONS",
+    "TrainConfig",
+    "gpu_batch_note",
+    "budget_reached",
+    "budget_spent_message",
+    "lr_factor",
+    "make_optimizer",
+]
 
 
 # what a training run accepts for precision (int8 is for inference only: training keeps float weights)

@@ -21,8 +21,8 @@ from tformer.text import read_lines
 from tformer.tokenizers import train_tokenizer
 from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.training import distributed
-from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.config import gpu_batch_note
+from tformer.training.resume import make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation.pairs import Split, load_splits
 from tformer.translation.task import TranslationTask
