@@ -60,6 +60,9 @@ def translate_ids(
     return [row[:-1] if row and row[-1] == eos_id else row for row in out]
 
 
+_ANY_ID = checks.Number(int, allowed="an integer (a negative one ends no row)")
+
+
 @torch.inference_mode()
 def generate_lm(
     model,
@@ -93,9 +96,9 @@ def generate_lm(
     """
     checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # [1, MAX_NEW_TOKENS], --max-new-tokens' words
     check_sampling(sampling, seed)
-    for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):
-        if value is not None:
-            checks.non_negative_int.check(value, name)
+    if eos_id is not None:  # a negative one is no token: the rows run to max_new_tokens (what benchmarks ask)
+        _ANY_ID.check(eos_id, "eos_id")
+    checks.non_negative_int.check(pad_id, "pad_id")
     prompts = _prompt_lists(prompts, model.config.vocab_size)
     longest = max(len(p) for p in prompts)
     what = f"{len(prompts)} prompt(s) of up to {longest} tokens + max_new_tokens={max_new_tokens}"
