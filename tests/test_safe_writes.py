@@ -1,7 +1,7 @@
 """A file a user names for output never costs them another file (issue 32, destructive writes).
 
 Every command that writes a path named on its command line (``explore --export``, ``evaluate --out-hyp``,
-``trace --json``, ``plot ... --out``, ``data langid --out``) goes through :func:`tformer.files.check_output`
+``trace --json``, ``plot ... --out``, ``data langid --out``) goes through :func:`tformer.outputs.check_output`
 before it does any work. Through the real CLI, for each of them:
 
 * an existing file is refused (one line naming the flag and the path) and left byte for byte as it was; with

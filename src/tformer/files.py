@@ -52,9 +52,8 @@ import json
 import os
 import re
 import shutil
-import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
@@ -69,10 +68,6 @@ __all__ = [
     "os_error",
     "machine_reason",
     "machine_errors",
-    "check_output",
-    "check_output_dir",
-    "check_new_dir",
-    "write_output",
     "MARK",
 ]
 
@@ -322,7 +317,7 @@ def _legacy_save(dest: Path, kind: str) -> Path | None:
     """An earlier version's ``.NAME.new`` / ``.NAME.old`` of ``dest``, if it holds a saved model (config.json and
     weights): the only such folder read or put back, and never deleted."""
     path = dest.parent / f".{dest.name}.{kind}"
-    return path if not path.is_symlink() and _dir_kind(path) == "model directory" else None
+    return path if not path.is_symlink() and dir_kind(path) == "model directory" else None
 
 
 def current_dir(dest: str | os.PathLike) -> Path:
@@ -360,15 +355,13 @@ def recover_dir(dest: str | os.PathLike) -> None:
         _fsync_dir(dest.parent)
 
 
-# ----------------------------------------------------------------------------------- outputs a user names
-
 # What makes a directory a model or a training run. The names are written here rather than imported from
 # tformer.models.checkpoint and tformer.training, because this module is the bottom layer those import.
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json")  # next to config.json; the index: a sharded model
 _RUN_LOG, _RUN_MODELS = "log.jsonl", ("best", "last")
 
 
-def _dir_kind(directory: Path) -> str | None:
+def dir_kind(directory: Path) -> str | None:
     """``"model directory"`` (config.json next to the weights), ``"training run directory"`` (a log.jsonl, or a
     best/ or last/ holding config.json), else None."""
     if (directory / "config.json").is_file() and any((directory / name).is_file() for name in _WEIGHTS):
@@ -376,189 +369,3 @@ def _dir_kind(directory: Path) -> str | None:
     if (directory / _RUN_LOG).is_file() or any((directory / name / "config.json").is_file() for name in _RUN_MODELS):
         return "training run directory"
     return None
-
-
-def _model_or_run_around(path: Path) -> tuple[str, Path] | None:
-    """The first model or run directory among ``path`` and its parents, with its kind."""
-    for directory in (path, *path.parents):
-        kind = _dir_kind(directory)
-        if kind:
-            return kind, directory
-    return None
-
-
-def _refuse_model_or_run(path: Path, flag: str, resolved: Path) -> None:
-    found = _model_or_run_around(resolved)
-    if found:
-        kind, directory = found
-        raise ValueError(
-            f"{flag} {str(path)!r} is inside the {kind} {str(directory)!r}, which only saving a model or training "
-            "writes into: name a path outside it"
-        )
-
-
-def _refuse_inputs(path: Path, flag: str, resolved: Path, inputs: list, inside: bool) -> None:
-    """The same file as an input (by resolved path, or by inode: a hard link); with ``inside``, a place inside an
-    input directory."""
-    for name, given in inputs:
-        source = Path(given).resolve()
-        same = source == resolved or (source.exists() and resolved.exists() and os.path.samefile(source, resolved))
-        if same:
-            raise ValueError(
-                f"{flag} {str(path)!r} is the {name} {str(given)!r} that this command reads: writing it would "
-                "destroy the input; name another file"
-            )
-        if inside and source.is_dir() and source in resolved.parents:
-            raise ValueError(
-                f"{flag} {str(path)!r} is inside the {name} directory {str(given)!r} that this command reads: "
-                "name a path outside it"
-            )
-
-
-def _read_only(directory: Path) -> bool:
-    try:
-        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
-    except (OSError, AttributeError):  # Windows has no statvfs
-        return False
-
-
-def _refuse_unwritable(path: Path, flag: str) -> None:
-    """The directory that receives ``path`` must take new entries (a temporary name, then a rename): checked
-    before any work, so that a read-only or forbidden place is said at once, naming ``path``."""
-    parent = path.parent
-    if os.access(parent, os.W_OK | os.X_OK):
-        return
-    why = "the file system is read-only" if _read_only(parent) else "permission denied"
-    raise ValueError(
-        f"{flag} {str(path)!r}: cannot write into {str(parent)!r} ({why}); nothing was written: name a place you "
-        "can write to"
-    )
-
-
-def check_output(
-    path: str | os.PathLike,
-    flag: str,
-    inputs: Iterable[tuple[str, str | os.PathLike | None]] = (),
-    overwrite: bool = False,
-) -> Path:
-    """Check the file a user named with ``flag`` before a command does any work; returns it as a Path.
-
-    ``inputs`` are ``(flag, path)`` pairs of what the command reads (a path may be None). Each refusal is a
-    ValueError whose one line names ``flag`` and the path:
-
-    - a symbolic link, even with ``overwrite``: renaming a new file onto it would silently turn the link into a
-      file, and writing through it would change a file the user did not name; which of the two is meant cannot
-      be told, so the user names the plain file instead;
-    - a missing directory (a typo makes no new directories), one this process cannot write into (read-only, or no
-      permission), a directory, or a special file such as /dev/null;
-    - one of ``inputs`` (the same resolved path, or the same file under another name: a hard link), or a place
-      inside an input directory, even with ``overwrite``: the command would destroy what it reads;
-    - a place inside a model directory (config.json next to model.safetensors) or a training run directory
-      (log.jsonl, best/, last/), at any depth, even with ``overwrite``: saving and training own those files, and
-      a run's ``--overwrite`` deletes them;
-    - an existing file, unless ``overwrite``.
-    """
-    path = Path(path)
-    if path.is_symlink():
-        raise ValueError(
-            f"{flag} {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); tformer replaces neither a link "
-            "nor the file it points to: name a plain file"
-        )
-    parent = path.parent
-    if not parent.is_dir():
-        problem = "does not exist; create it first" if not parent.exists() else "is not a directory"
-        raise ValueError(f"{flag} {str(path)!r}: the directory {str(parent)!r} {problem}")
-    if path.is_dir():
-        raise ValueError(f"{flag} {str(path)!r} is a directory, expected a file name")
-    if path.exists() and not path.is_file():
-        raise ValueError(f"{flag} {str(path)!r} is not a regular file (a device, a pipe, a socket)")
-    _refuse_unwritable(path, flag)
-    resolved = path.resolve()
-    read = [(name, given) for name, given in inputs if given is not None]
-    _refuse_inputs(path, flag, resolved, read, inside=False)
-    _refuse_model_or_run(path, flag, resolved.parent)
-    _refuse_inputs(path, flag, resolved, read, inside=True)
-    if path.exists() and not overwrite:
-        raise ValueError(f"{flag} {str(path)!r} already exists; pass --overwrite to replace it, or name another file")
-    return path
-
-
-def check_output_dir(path: str | os.PathLike, flag: str) -> Path:
-    """Check a directory a user named for a command's own files (a download cache): it may exist, and may be a
-    link to a directory, but not be a file, nor lie in a model or run directory (see :func:`check_output`)."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{flag} {str(path)!r} is not a directory")
-    _refuse_model_or_run(path, flag, path.resolve())
-    return path
-
-
-def check_new_dir(
-    path: str | os.PathLike,
-    flag: str,
-    inputs: Iterable[tuple[str, str | os.PathLike | None]] = (),
-    overwrite: bool = False,
-    replaceable: Iterable[str] = (),
-) -> Path:
-    """Check a directory a user named for a command to write whole (``tformer export``'s output), before any work;
-    returns it as a Path. The command then writes it with :func:`staged_dir`, which replaces it as a whole.
-
-    Refused, each in one line naming ``flag`` and the path: a symbolic link; a missing parent (a typo makes no new
-    directories), a parent this process cannot write into (read-only, or no permission) or a path that is a file; one of ``inputs``, a place inside one or a directory that holds one (the
-    whole directory is replaced: the input would go with it); a place inside a model or run directory; a directory
-    that is not empty, unless ``overwrite`` and every entry is one of the ``replaceable`` file names (what an
-    earlier run of the command wrote). The first four even with ``overwrite``.
-    """
-    path = Path(path)
-    if path.is_symlink():
-        raise ValueError(f"{flag} {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); name a plain directory")
-    if not path.parent.is_dir():
-        problem = "does not exist; create it first" if not path.parent.exists() else "is not a directory"
-        raise ValueError(f"{flag} {str(path)!r}: the directory {str(path.parent)!r} {problem}")
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{flag} {str(path)!r} is a file, expected a directory")
-    _refuse_unwritable(path, flag)
-    resolved = path.resolve()
-    for name, given in inputs:
-        if given is None:
-            continue
-        source = Path(given).resolve()
-        if source == resolved or resolved in source.parents or source in resolved.parents:
-            raise ValueError(
-                f"{flag} {str(path)!r} is, holds or lies inside the {name} {str(given)!r} that this command reads: "
-                "name a directory apart from it"
-            )
-    _refuse_model_or_run(path, flag, resolved.parent)
-    entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
-    if entries:
-        others = [name for name in entries if name not in set(replaceable) or not (path / name).is_file()]
-        if not overwrite:
-            raise ValueError(f"{flag} {str(path)!r} is not empty; pass --overwrite to replace it, or name another")
-        if others:
-            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-            raise ValueError(
-                f"--overwrite: {flag} {str(path)!r} holds {shown}, which this command does not write; nothing was "
-                "deleted: name another directory"
-            )
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)  # the only portable way to read it is to set it; put back at once
-    os.umask(mask)
-    return mask
-
-
-def write_output(path: str | os.PathLike, write) -> Path:
-    """:func:`atomic_write` for a file a user named; returns the path. The new file keeps the permission bits of
-    the file it replaces, else gets those an ordinary ``open()`` gives (0o666 less the umask), not the temp
-    file's private 0o600: a picture or a page is there to be read."""
-    path = Path(path)
-    mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_umask()
-
-    def write_with_mode(tmp: str) -> None:
-        write(tmp)
-        os.chmod(tmp, mode)
-
-    atomic_write(path, write_with_mode)
-    return path

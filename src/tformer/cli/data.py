@@ -67,7 +67,7 @@ def run_download(args) -> int:
 def _check_cache(args) -> None:
     """The cache directory is tformer's to fill with its own file names, so it may exist; it may not lie in a
     model or run directory, and ``--force`` does not replace a cached file that is a symbolic link."""
-    from tformer.files import check_output_dir
+    from tformer.outputs import check_output_dir
     from tformer.translation.download import SOURCES, default_cache_dir
 
     flag = "--cache" if args.cache else "the cache directory ($TFORMER_CACHE or ~/.cache/tformer)"
@@ -83,7 +83,7 @@ def _check_cache(args) -> None:
 
 def run_langid(args) -> int:
     from tformer.bert import langid_examples, write_tsv
-    from tformer.files import check_output
+    from tformer.outputs import check_output
 
     check_output(args.out, "--out", [("--tatoeba", args.tatoeba)], args.overwrite)
     examples = langid_examples(args.tatoeba, args.n, args.seed)

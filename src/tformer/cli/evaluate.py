@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from tformer.fast.precision import for_inference
-    from tformer.files import check_output, write_output
+    from tformer.outputs import check_output, write_output
     from tformer.translation import Translator, evaluate_files
 
     if args.out_hyp:  # before the model is loaded and the test set translated

@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from tformer.explore import Session
     from tformer.explore.server import LOOPBACK, serve
-    from tformer.files import check_output
+    from tformer.outputs import check_output
 
     if args.export:  # before the model is loaded
         check_output(args.export, "--export", [("--model", args.model), ("--compare", args.compare)], args.overwrite)

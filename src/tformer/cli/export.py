@@ -56,9 +56,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from tformer.files import check_new_dir
     from tformer.hf.export import EXPORT_FILES
     from tformer.loader import load
+    from tformer.outputs import check_new_dir
 
     out = check_new_dir(args.out, "OUT", [("MODEL", args.model)], args.overwrite, EXPORT_FILES)  # before any work
     loaded = load(args.model, flag="MODEL")  # any family, any kind of directory (tformer.loader)

@@ -71,8 +71,8 @@ def add_parser(sub) -> None:
 
 def _check_out(args, inputs=()) -> None:
     """Refuse an --out that would replace a file without --overwrite, or any of the command's inputs
-    (:func:`tformer.files.check_output`), before anything is loaded or drawn."""
-    from tformer.files import check_output
+    (:func:`tformer.outputs.check_output`), before anything is loaded or drawn."""
+    from tformer.outputs import check_output
 
     check_output(args.out, "--out", inputs, args.overwrite)
 

@@ -60,7 +60,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     if args.json:  # before the model is loaded
-        from tformer.files import check_output
+        from tformer.outputs import check_output
 
         check_output(args.json, "--json", [("--model", args.model)], args.overwrite)
     trace = build_trace(args)

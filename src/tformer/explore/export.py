@@ -25,7 +25,7 @@ from typing import Any
 
 from tformer.explore.server import PLACEHOLDER, static_dir, static_files
 from tformer.explore.session import Session
-from tformer.files import write_output
+from tformer.outputs import write_output
 
 __all__ = ["request_key", "export_answers", "export_html", "inline_page", "write_export"]
 

@@ -41,9 +41,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from tformer.fast.quantize import require_float
-from tformer.files import check_new_dir, staged_dir
+from tformer.files import staged_dir
 from tformer.hf import marian, registry
 from tformer.models.seq2seq import Seq2SeqConfig
+from tformer.outputs import check_new_dir
 from tformer.tokenizers.marian import MARIAN_FILES
 
 __all__ = ["export", "EXPORT_FILES"]

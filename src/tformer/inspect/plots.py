@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tformer.files import write_output
+from tformer.outputs import write_output
 
 __all__ = ["plot_attention", "plot_positional_encoding", "plot_mask"]
 

@@ -27,7 +27,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tformer.files import write_output
 from tformer.inspect.decoding import as_ids, greedy_steps, token_text, top_k_probs
 from tformer.inspect.format import format_trace, summary
 from tformer.nn import hooks
@@ -35,6 +34,7 @@ from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.feedforward import FeedForward, GatedFeedForward
 from tformer.nn.layers import AddNorm, Decoder, Encoder
 from tformer.nn.positional import InputEmbedding
+from tformer.outputs import write_output
 from tformer.tokens import TRANSLATION_SOS
 
 __all__ = [

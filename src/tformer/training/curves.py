@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tformer.files import write_output
+from tformer.outputs import write_output
 from tformer.text import read_lines
 
 __all__ = ["read_log", "plot_curves"]
