@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from test_lessons import KOREAN, LESSONS, ROOT, code_cells, code_tokens
+from test_lessons import KOREAN, LESSONS, ROOT, code_cells
 
 GLOSSARY = LESSONS / "glossary.md"
 SITE = ROOT / "docs" / "site"
@@ -436,61 +436,3 @@ def test_the_korean_font_is_shipped_for_every_hangul_syllable():
     conf = (SITE / "conf.py").read_text(encoding="utf-8")
     assert '"korean.css"' in conf
     assert re.search(r'font-family:\s*"Noto Sans KR Variable"', css) and ":lang(ko)" in css
-
-
-# ────────────────────────────────────────────── README.ko.md ──────────────────────────────────────────────
-README = ROOT / "README.md"
-README_KO = ROOT / "README.ko.md"
-
-
-def test_the_korean_readme_runs_the_readmes_python_example():
-    """Its Python block is the README's, token for token (comments translated), so it runs as test_readme runs it."""
-    english, korean = (
-        re.findall(r"```python\n(.*?)```", p.read_text(encoding="utf-8"), re.S) for p in (README, README_KO)
-    )
-    assert korean and code_tokens(korean[0]) == code_tokens(english[0]), "README.ko.md's example is not README.md's"
-
-
-def test_the_korean_readmes_commands_parse(monkeypatch):
-    import shlex
-
-    from tformer.cli import build_parser
-    from tformer.cli.validate import PathArg
-
-    monkeypatch.setattr(PathArg, "__call__", lambda self, text: text)
-    block = README_KO.read_text(encoding="utf-8").split("## 명령줄", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
-    lines, current = [], ""
-    for raw in block.splitlines():  # continuation lines joined, as test_readme reads README.md
-        current = f"{current} {raw.split('  #', 1)[0].strip()}".strip()
-        if current.endswith("\\"):
-            current = current[:-1].strip()
-            continue
-        if current.startswith("tformer "):
-            lines.append(current)
-        current = ""
-    assert len(lines) >= 12
-    parser = build_parser()
-    for line in lines:
-        argv = shlex.split(re.sub(r"\[[^\]]*\]", "", line))[1:]
-        if argv == ["bench"]:
-            continue  # `tformer bench` alone lists the benchmarks
-        try:
-            parser.parse_args(argv)
-        except SystemExit as exc:
-            raise AssertionError(f"README.ko.md line does not parse: {line}") from exc
-
-
-def test_the_readmes_link_each_other_and_the_korean_ones_links_resolve():
-    from test_readme import _anchors
-
-    assert "(README.ko.md)" in README.read_text(encoding="utf-8")
-    text = README_KO.read_text(encoding="utf-8")
-    assert "(README.md)" in text
-    for lang in ("ko", "en"):
-        assert f"(docs/site/lessons/{lang}/" in text, lang
-    for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        path, _, anchor = target.partition("#")
-        file = ROOT / path
-        assert file.is_file(), f"README.ko.md links to {target}, which does not exist"
-        if anchor:
-            assert anchor in _anchors(file.read_text(encoding="utf-8")), f"README.ko.md: no heading for {target}"
