@@ -8,14 +8,17 @@ What it holds. A weight W (out, in) becomes int8 values q and one float32 scale 
 
 The kernels, each computing ``x (q · s)ᵀ + b``:
 
-* ``dynamic``: PyTorch's dynamic int8 GEMM (``torch.ops.quantized.linear_dynamic``, the kernel under
-  ``torch.ao.quantization.quantize_dynamic``), int8 × int8 with the CPU's integer dot products (VNNI), the weight
-  packed once per layer for the backend named (``fbgemm`` or ``onednn``). It quantizes x to 8 bits with one scale for the whole
-  input; here each row of x is first divided by its largest |value| (and the output row multiplied back), so that
-  in effect every row (token) gets its own scale: one token with large activations no longer costs the others their
-  precision (MiniLM's embeddings, 256 Multi30k sentences: cosine to float32 at least 0.9895 with one scale for
-  the batch, 0.9961 with a scale per row). With ``seven_bits``, x gets 7 bits (``reduce_range``): on CPUs
-  without VNNI fbgemm multiplies with ``vpmaddubsw``, whose 16-bit sums can saturate, and PyTorch does the same;
+* ``dynamic``: PyTorch's dynamic int8 GEMM (``torch.ops.quantized.linear_dynamic``, under ``torch.ao``'s
+  ``quantize_dynamic``), the weight packed once per layer for the backend named (``fbgemm`` or ``onednn``). It
+  quantizes x to 8 bits with one scale for the whole input; here each row of x is first divided by its largest |value|
+  (and the output row multiplied back), so that in effect every row (token) gets its own scale: one token with large
+  activations no longer costs the others their precision (MiniLM's embeddings, 256 Multi30k sentences: cosine to
+  float32 at least 0.9895 with one scale for the batch, 0.9961 with a scale per row). With ``seven_bits``, x gets 7
+  bits (``reduce_range``), twice the rounding step. The u8 × s8 products are summed in 32 bits with VNNI; without it
+  (classes avx2, avx512) fbgemm and oneDNN add pairs of them in 16 bits first (``vpmaddubsw``, saturating): 255 × 127
+  × 2 overflows, 127 × 127 × 2 does not. 8-bit x is wrong there (issue 44: outputs up to 1.6 off by 0.43), so such a
+  CPU gets 7 bits, as does one whose 8-bit product :func:`_saturates` finds overflowing (VNNI hidden,
+  ``FBGEMM_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``);
 * ``bf16``: x in bfloat16 times the int8 values in bfloat16 (exact), the scales applied after: a bfloat16 GEMM on a
   bfloat16 copy of q (two bytes per weight);
 * ``reference``: ``F.linear(x, q · s, b)`` in x's dtype, the exact product of the dequantized weight and the parity
@@ -31,17 +34,12 @@ Measured on this project's avx512_bf16 class (AMD EPYC, family 26 = Zen 5, 2 cor
     16         23.1 ms          2.49 ms          2.64 ms            7.46 ms                    7.6 ms
     512       322   ms         45.7  ms         37.6  ms          205    ms                   79   ms
 
-``_weight_int8pack_mm`` with float32 x: 42 / 708 ms at 1 / 16 rows; ``torch._int_mm`` (x quantized per row) 7.4 /
-4.3 / 54 ms. End to end (``benchmarks.quantize --kernels all``): a 6 × 384 GPT decoded at batch 1 2.32× float32
-with fbgemm, 1.50× with oneDNN, 0.86× with bf16; a MiniLM-shaped encoder (32 × 128 tokens) ran 2.65× / 3.39× /
-2.80×. So decoding runs ``dynamic`` with fbgemm's packing and, by default, batched work oneDNN's. On the amx class
-issue 33 measured fbgemm's dynamic int8 1.73× float32 at batch 1, ``_weight_int8pack_mm`` 8–9× slower and bfloat16
-products 6.7× faster (AMX tiles): decoding runs ``dynamic``, batched work ``bf16`` there; the avx2 and avx512
-classes run ``dynamic`` with 7-bit x. Those rows come from the issue's figures, not from this code.
-
-A model whose matrices are small gains nothing: the dynamic kernel costs about 11 µs a call whatever its size, and
-a 128-wide char GPT decoded at 0.67× float32's speed (its float32 products take 7 µs). int8 pays from a few hundred
-features wide, where reading the weights is what a step costs.
+``_weight_int8pack_mm``, float32 x: 42 / 708 ms at 1 / 16 rows; ``torch._int_mm``: 7.4 / 4.3 / 54 ms. End to end
+(``benchmarks.quantize --kernels all``): a 6 × 384 GPT decoded at batch 1 2.32× float32 with fbgemm, 1.50× with oneDNN,
+0.86× with bf16; a MiniLM-shaped encoder (32 × 128 tokens) ran 2.65× / 3.39× / 2.80×. So decoding runs ``dynamic`` with
+fbgemm's packing and, by default, batched work oneDNN's. On the amx class issue 33 measured fbgemm's dynamic int8 1.73×
+float32 at batch 1, ``_weight_int8pack_mm`` 8–9× slower, bfloat16 products 6.7× faster (AMX tiles): decoding runs
+``dynamic`` there, batched work ``bf16``; the avx2 and avx512 classes run ``dynamic``, 7-bit x (also from that issue).
 
 The packed copy is made on a layer's first product and kept (left out of a deep copy or a pickle, remade when a
 buffer changes: ``load_state_dict``, ``.to()``). A layer holds its int8 values in one of two ways:
@@ -64,10 +62,9 @@ Dimension legend: N rows of the product (B × T), n output features computed, in
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import torch
@@ -89,9 +86,7 @@ class Kernel(NamedTuple):
 
 
 REFERENCE = Kernel("reference")
-# Up to this many rows a product is "decoding" (one row per sequence or beam); more is batched work (an encoder,
-# a prefill, an evaluation).
-DECODE_ROWS = 16
+DECODE_ROWS = 16  # up to this many rows a product is "decoding" (a row per sequence or beam); more is batched work
 # machine class (tformer.machine) -> (decoding, batched work); see the module docstring for the measurements.
 KERNELS: dict[str, tuple[Kernel, Kernel]] = {
     "avx512_bf16": (Kernel("dynamic", "fbgemm"), Kernel("dynamic", "onednn")),  # measured
@@ -128,14 +123,18 @@ def kernel_for(machine_class: str, rows: int, features: Iterable[str] = ()) -> K
     if kernel.name == "dynamic":
         if not _has_dynamic(kernel.backend):
             return REFERENCE
-        if features and not _has_vnni(tuple(features)):
+        if features and not {"avx512_vnni", "avx_vnni", "amx_int8"} & set(features):
             return kernel._replace(seven_bits=True)
     return kernel
 
 
 @functools.cache
-def _has_vnni(features: tuple[str, ...]) -> bool:
-    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(features))
+def _saturates(backend: str) -> bool:
+    """``backend``'s 8-bit dynamic product overflows its 16-bit sums on this CPU (the module docstring), tried once:
+    x of ones (255 once quantized) times 64 weights of 127 (scale 1/127) is 64, or about 32 where pairs saturate."""
+    packed = _pack(backend, torch.full((1, 64), 127, dtype=torch.int8), torch.full((1,), 1 / 127))
+    with torch.no_grad():
+        return abs(torch.ops.quantized.linear_dynamic(torch.ones(1, 64), packed, False).item() - 64) > 0.5
 
 
 _MACHINE: list = []
@@ -377,6 +376,8 @@ class Int8Linear(nn.Module):
             return REFERENCE
         machine_class, features = _this_machine()
         kernel = kernel_for(machine_class, 1 if self.packed_only else x.numel() // self.in_features, features)
+        if kernel.name == "dynamic" and not kernel.seven_bits and _saturates(kernel.backend):
+            kernel = kernel._replace(seven_bits=True)  # VNNI listed, but the kernel runs without it
         return kernel if kernel.name == "dynamic" or not self.packed_only else REFERENCE
 
     def _state(self) -> tuple:
@@ -428,20 +429,19 @@ class Int8Linear(nn.Module):
         q, s = q[start:end], self.weight_scale[start:end].float()  # (n, in), (n,)
         if kernel.name == "bf16":
             return q.t().to(torch.bfloat16).contiguous(), s  # (in, n)
-        zero = torch.zeros(end - start, dtype=torch.long)
-        with warnings.catch_warnings(), _engine(kernel.backend):  # torch.ao's quantized tensors are deprecated
-            warnings.simplefilter("ignore")
-            qweight = torch._make_per_channel_quantized_tensor(q.contiguous(), s.double(), zero, 0)
-            return torch.ops.quantized.linear_prepack(qweight, None)  # the bias is added after (rows rescaled)
+        return _pack(kernel.backend, q, s)
 
 
-@contextlib.contextmanager
-def _engine(backend: str) -> Iterator[None]:
-    """PyTorch's quantized engine set to ``backend`` while a weight is packed (a packed weight keeps its own)."""
-    previous = torch.backends.quantized.engine
+def _pack(backend: str, q: torch.Tensor, s: torch.Tensor) -> Any:
+    """``backend``'s packing of int8 ``q`` (n, in) with scales ``s`` (n,), no bias (added after: rows rescaled),
+    PyTorch's quantized engine set to ``backend`` meanwhile (a packed weight keeps its own)."""
+    zero, previous = torch.zeros(len(q), dtype=torch.long), torch.backends.quantized.engine
     torch.backends.quantized.engine = backend
     try:
-        yield
+        with warnings.catch_warnings():  # torch.ao's quantized tensors are deprecated
+            warnings.simplefilter("ignore")
+            qweight = torch._make_per_channel_quantized_tensor(q.contiguous(), s.double(), zero, 0)
+            return torch.ops.quantized.linear_prepack(qweight, None)
     finally:
         torch.backends.quantized.engine = previous
 
