@@ -1,18 +1,16 @@
 """The Korean half of the documentation site, without building it.
 
 * **The glossary** (docs/site/lessons/glossary.md) keeps the Korean pages' terms the same everywhere: when an English
-  lesson uses a glossary term in its prose, its Korean lesson uses the glossary's Korean form (or the notes' other
-  word the glossary gives beside it: 위치 인코딩 beside 포지셔널 인코딩); no Korean page — text or code comments —
-  uses a spelling the glossary lists as not used (층 정규화 for 레이어 정규화, 아래 삼각 for 하삼각, …); the first use of
-  each term in a Korean lesson carries its English in parentheses (잔차 연결(residual connection)); and 배치, which
-  the glossary keeps for *batch*, is not used for a *layout* (레이아웃). Each checker is tested on made-up pages
-  too, so it is known to fail.
-* **Both lesson indexes link the glossary**, and the Korean index lists every Korean lesson and the solutions.
-* **The Korean font ships with the site**: docs/site/_static/korean.css declares Noto Sans KR for the Hangul
-  ranges from woff2 files in the repository (no network), its licence is there, and the files cover every Hangul
-  syllable.
+  lesson uses a glossary term in its prose, its Korean lesson uses the glossary's one Korean word for it; no Korean
+  page — lessons, index, solutions, user guide, README.ko.md; text or code comments — uses a spelling the glossary
+  lists as not used (층 정규화 for 레이어 정규화, 아래 삼각 for 하삼각, …), nor a word of its *the notes say* column
+  (서브층, 위치 인코딩) outside a sentence about the notes (노트); the first use of each term in a Korean lesson carries
+  its English in parentheses (잔차 연결(residual connection)); and 배치, which the glossary keeps for *batch*, is not
+  used for a *layout* (레이아웃). Each checker is tested on made-up pages too, so it is known to fail.
 
-That a Korean lesson runs the English code and names its revision is tests/test_lessons.py's.
+That a Korean lesson runs the English code and names its revision is tests/test_lessons.py's; that README.ko.md
+keeps README.md's code, guarantees and sections is tests/test_readme.py's; step counts, the indexes, the user
+guide and the Korean font are tests/test_korean_site.py's.
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from test_lessons import KOREAN, LESSONS, ROOT, code_cells
 
 GLOSSARY = LESSONS / "glossary.md"
 SITE = ROOT / "docs" / "site"
-FONT_CSS = SITE / "_static" / "korean.css"
 
 # Where an English lesson uses a glossary word in another sense than the glossary's, the Korean lesson need not use
 # the glossary's form: (lesson file, English form) -> why.
@@ -38,24 +35,24 @@ OTHER_SENSE = {
 
 
 # ────────────────────────────────────────────── reading the glossary and the pages ──────────────────────────────────────────────
-Row = tuple[list[str], list[str], list[str]]
+Row = tuple[list[str], list[str], list[str], list[str]]
 HANGUL = "\uac00-\ud7a3"
 
 
 def glossary_rows(text: str) -> list[Row]:
-    """The glossary's table rows as (English forms, Korean forms, Korean spellings not used).
+    """The glossary's table rows as (English forms, the Korean word, the notes' words, Korean spellings not used).
 
-    An English cell may give several forms separated by `` / `` and a note in parentheses (not matched); a Korean cell
-    the lessons' word and the notes' other word for the same idea, separated by `` · ``."""
+    An English cell may give several forms separated by `` / `` and a note in parentheses (not matched); the Korean
+    cell is the one word the site uses (a list of one); the notes' words are what the notes say instead."""
     rows = []
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else []
-        if len(cells) != 3 or cells[0] == "English" or set(cells[0]) <= set("-: "):
+        if len(cells) != 4 or cells[0] == "English" or set(cells[0]) <= set("-: "):
             continue
-        english, korean, avoid = cells
+        english, korean, notes, avoid = cells
         forms = [form.strip() for form in re.sub(r"\([^)]*\)", "", english).split(" / ") if form.strip()]
-        korean_forms = [form.strip() for form in korean.split(" · ")]
-        rows.append((forms, korean_forms, [word.strip() for word in avoid.split(",") if word.strip()]))
+        words = [[word.strip() for word in cell.split(",") if word.strip()] for cell in (notes, avoid)]
+        rows.append((forms, [korean], *words))
     return rows
 
 
@@ -98,14 +95,22 @@ def uses(english_prose: str, form: str) -> bool:
 
 
 def spelling_problems(page: Path, rows: list[Row]) -> list[str]:
-    """Where a Korean page — its text or its code's comments — uses a spelling the glossary does not use."""
+    """Where a Korean page — its text or its code's comments — uses a spelling the glossary does not use, or a notes'
+    word (서브층) in a sentence that does not say it is the notes' (노트)."""
     source = page.read_text(encoding="utf-8")
     text = prose(source, korean=True) + "\n" + comments(source)
-    return [
+    not_about_the_notes = [s for s in re.split(r"(?<=[.!?])\s+|\n", text) if "노트" not in s]
+    problems = [
         f"{page.name}: {word!r} is not the glossary's form; write {ko[0]!r}"
-        for _, ko, avoid in rows
+        for _, ko, _, avoid in rows
         for word in avoid
         if word in text
+    ]
+    return problems + [
+        f"{page.name}: {word!r} is the notes' word, in a sentence not about the notes; write {ko[0]!r}"
+        for _, ko, notes, _ in rows
+        for word in notes
+        if any(word in sentence for sentence in not_about_the_notes)
     ]
 
 
@@ -116,7 +121,7 @@ def glossary_problems(korean: Path, english_dir: Path, rows: list[Row], other_se
     english = prose((english_dir / korean.name).read_text(encoding="utf-8"))
     text = prose(korean.read_text(encoding="utf-8"), korean=True)
     problems = []
-    for forms, ko, _ in rows:
+    for forms, ko, _, _ in rows:
         used = [form for form in forms if uses(english, form) and (korean.name, form) not in other_sense]
         if used and not any(word in text for word in ko):
             problems.append(f"{korean.name}: the English lesson says {used[0]!r}, the Korean one never {ko[0]!r}")
@@ -149,9 +154,9 @@ def first_use_problems(page: Path, rows: list[Row], plain: set[str]) -> list[str
     text = prose(source, headings=False).replace("*", "")
     unfenced = re.sub(r"^(```|~~~).*?^\1[ \t]*$", " ", source, flags=re.MULTILINE | re.DOTALL)
     headings = " ".join(re.findall(r"^#+ (.*)$", unfenced, flags=re.MULTILINE))
-    all_terms = [word for _, ko, _ in rows for word in ko]
+    all_terms = [word for _, ko, _, _ in rows for word in ko]
     problems = []
-    for forms, ko, _ in rows:
+    for forms, ko, _, _ in rows:
         firsts = []
         for term in [word for word in ko if re.search(f"[{HANGUL}]", word) and word not in plain]:
             longer = [(word, word.index(term)) for word in all_terms if term in word and word != term]
@@ -200,6 +205,7 @@ GLOSSARY_TEXT = GLOSSARY.read_text(encoding="utf-8")
 ROWS = glossary_rows(GLOSSARY_TEXT)
 PLAIN = plain_words(GLOSSARY_TEXT)
 KOREAN_PAGES = sorted((LESSONS / "ko").glob("*.md"))  # the lessons, the index and the solutions page
+OTHER_KOREAN = [*sorted((SITE / "guide" / "ko").glob("*.md")), ROOT / "README.ko.md"]  # the user guide, the README
 
 
 def row(english: str) -> Row:
@@ -208,28 +214,27 @@ def row(english: str) -> Row:
 
 # ────────────────────────────────────────────── the glossary holds ──────────────────────────────────────────────
 def test_the_glossary_has_the_notes_terms_once_each():
-    english = [form.lower() for forms, _, _ in ROWS for form in forms]
+    english = [form.lower() for forms, _, _, _ in ROWS for form in forms]
     assert len(ROWS) >= 60 and len(english) == len(set(english)), "each English term once"
-    korean = {word for _, ko, _ in ROWS for word in ko}
+    korean = {word for _, ko, _, _ in ROWS for word in ko}
     # the notes' vocabulary (shared/notes/README.md), transliterated as the notes write it
     for term in ["디코더", "인코더", "어텐션", "셀프 어텐션", "쿼리", "키", "밸류", "룩-어헤드 마스크", "피드포워드"]:
         assert term in korean, term
     for term in ["임베딩", "소프트맥스", "토큰", "헤드", "멀티 헤드 어텐션"]:
         assert term in korean, term
-    for _, ko, avoid in ROWS:  # a form cannot be both the glossary's and one it does not use
+    for _, ko, notes, avoid in ROWS:  # a form cannot be both the glossary's and one it does not use
+        avoid = avoid + notes
         assert not any(word in ko or any(k in word.split() for k in ko) for word in avoid), ko
     assert PLAIN <= korean, PLAIN - korean
 
 
 def test_the_glossary_follows_the_notes_words_and_bans_the_variants_a_reader_found():
-    """Issue 38: the notes' own words are the glossary's (위치 인코딩 beside 포지셔널 인코딩, 마스크된 as in "마스크된
-    멀티 헤드 어텐션", the look-ahead mask named for the code's ``causal_mask`` too), one word per idea (레이어, not
-    층), the standard 하삼각/상삼각, and "forward pass" one word (순전파), not 통과 or 순방향 계산."""
-    assert row("positional encoding")[1] == ["포지셔널 인코딩", "위치 인코딩"]
+    """Issue 38: the notes' own words are the glossary's (마스크된 as in "마스크된 멀티 헤드 어텐션", the look-ahead
+    mask named for the code's ``causal_mask`` too), one word per idea (레이어, not 층), the standard 하삼각/상삼각, and
+    "forward pass" one word (순전파), not 통과 or 순방향 계산."""
     assert "causal mask" in row("look-ahead mask")[0] and row("look-ahead mask")[1] == ["룩-어헤드 마스크"]
     banned = {
         "layer normalization": ("레이어 정규화", ["층 정규화"]),
-        "sub-layer": ("서브레이어", ["서브층"]),
         "output layer": ("출력 레이어", ["출력층"]),
         "lower triangle": ("하삼각", ["아래 삼각"]),
         "upper triangle": ("상삼각", ["위 삼각"]),
@@ -240,10 +245,30 @@ def test_the_glossary_follows_the_notes_words_and_bans_the_variants_a_reader_fou
         "look-ahead mask": ("룩-어헤드 마스크", ["인과 마스크"]),
     }
     for english, (korean, variants) in banned.items():
-        _, ko, avoid = row(english)
+        _, ko, _, avoid = row(english)
         assert ko[0] == korean and set(variants) <= set(avoid), (english, ko, avoid)
-    assert "순전파" not in row("feed-forward")[2]  # the standard word for a forward pass, not a feed-forward layer
+    assert "순전파" not in row("feed-forward")[3]  # the standard word for a forward pass, not a feed-forward layer
     assert row("layout")[1] == ["레이아웃"] and row("batch")[1] == ["배치"]
+
+
+def test_the_glossary_gives_one_word_an_idea_and_the_notes_words_as_the_notes():
+    """Issue 44: the glossary gave the notes' 위치 인코딩 beside its own 포지셔널 인코딩 as a second Korean form and the
+    notes' 서브층 and 훈련 among the spellings not used, so a reader could not tell which the project says: the
+    Korean column holds one word, the notes' words stand in their own column, and each of them is in the notes."""
+    notes = {
+        "sub-layer": "서브층",
+        "training": "훈련",
+        "cross-attention": "인코더-디코더 어텐션",
+        "positional encoding": "위치 인코딩",
+    }
+    for english, word in notes.items():
+        forms, ko, said, avoid = row(english)
+        assert word in said and word not in ko + avoid, (english, ko, said, avoid)
+    assert all(len(ko) == 1 and " · " not in ko[0] for _, ko, _, _ in ROWS)
+    assert row("training step")[1] == ["스텝"] and "스텝" in PLAIN
+    folder = ROOT.parent / "shared" / "notes"  # absent in a clone: the rest holds there too
+    text = "".join(p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt")))
+    assert not text or all(word in text for _, _, said, _ in ROWS for word in said), "a notes' word the notes lack"
 
 
 @pytest.mark.parametrize("korean", KOREAN, ids=lambda p: p.stem)
@@ -251,8 +276,8 @@ def test_korean_lesson_uses_the_glossary_terms(korean):
     assert glossary_problems(korean, LESSONS / "en", ROWS) == []
 
 
-@pytest.mark.parametrize("page", [p for p in KOREAN_PAGES if p not in KOREAN], ids=lambda p: p.stem)
-def test_the_korean_index_and_solutions_use_the_glossary_spellings(page):
+@pytest.mark.parametrize("page", [p for p in KOREAN_PAGES if p not in KOREAN] + OTHER_KOREAN, ids=lambda p: p.stem)
+def test_the_korean_index_solutions_guide_and_readme_use_the_glossary_spellings(page):
     assert spelling_problems(page, ROWS) == []
 
 
@@ -278,15 +303,15 @@ softmax = 1  # code is not prose: softmax appears here only
 ```
 """
 MADE_UP_ROWS: list[Row] = [
-    (["positional encoding"], ["포지셔널 인코딩", "위치 인코딩"], ["위치 부호화"]),
-    (["softmax"], ["소프트맥스"], []),
-    (["embedding"], ["임베딩"], ["임배딩"]),
-    (["padding"], ["패딩"], []),
-    (["padding mask"], ["패딩 마스크"], []),
-    (["id"], ["ID"], []),
-    (["position"], ["위치"], []),
-    (["check value"], ["검증값"], []),
-    (["validation"], ["검증"], []),
+    (["positional encoding"], ["포지셔널 인코딩"], ["위치 인코딩"], ["위치 부호화"]),
+    (["softmax"], ["소프트맥스"], [], []),
+    (["embedding"], ["임베딩"], [], ["임배딩"]),
+    (["padding"], ["패딩"], [], []),
+    (["padding mask"], ["패딩 마스크"], [], []),
+    (["id"], ["ID"], [], []),
+    (["position"], ["위치"], [], []),
+    (["check value"], ["검증값"], [], []),
+    (["validation"], ["검증"], [], []),
 ]
 
 
@@ -305,13 +330,27 @@ def made_up_page(tmp_path: Path, korean: str, comment: str = "", heading: str = 
     [
         ("**포지셔널 인코딩**(positional encoding)은 각 토큰의 임베딩에 더합니다.", "", None),
         ("위치 정보는 각 토큰의 임베딩에 더합니다.", "", "never '포지셔널 인코딩'"),
-        ("위치 인코딩(positional encoding)은 노트의 다른 말입니다. 각 토큰의 임베딩에 더합니다.", "", None),
+        ("포지셔널 인코딩은 각 토큰의 임베딩에 더합니다. 노트는 위치 인코딩이라고 부릅니다.", "", None),
+        ("노트의 위치 인코딩(positional encoding)은 각 토큰의 임베딩에 더합니다.", "", "never '포지셔널 인코딩'"),
+        ("포지셔널 인코딩은 각 토큰의 임베딩에 더합니다. 위치 인코딩도 같습니다.", "", "the notes' word"),
+        ("포지셔널 인코딩은 각 토큰의 임베딩에 더합니다.", "위치 인코딩 하나", "the notes' word"),
         ("포지셔널 인코딩은 각 토큰의 임베딩에 더합니다. 위치 부호화라고도 합니다.", "", "'위치 부호화' is not"),
         ("포지셔널 인코딩은 각 토큰의 임베딩에 더합니다. 임배딩이 아닙니다.", "", "'임배딩' is not"),
         ("포지셔널 인코딩은 각 토큰의 임베딩에 더합니다.", "임배딩 하나", "'임배딩' is not"),
         ("포지셔널\n인코딩은 각 토큰(token)의 임베딩(embedding)에 더합니다.", "", None),
     ],
-    ids=["right", "missing-term", "the-notes-word", "other-spelling", "misspelt", "misspelt-comment", "glosses"],
+    ids=[
+        "right",
+        "missing-term",
+        "the-notes-word-as-the-notes",
+        "the-notes-word-for-the-term",
+        "the-notes-word-as-an-alternative",
+        "the-notes-word-in-a-comment",
+        "other-spelling",
+        "misspelt",
+        "misspelt-comment",
+        "glosses",
+    ],
 )
 def test_the_glossary_checker_on_made_up_pages(tmp_path, korean, comment, problem):
     page = made_up_page(tmp_path, korean, comment)
@@ -331,7 +370,7 @@ PE = "포지셔널 인코딩(positional encoding)을 "
         ("**포지셔널 인코딩**(positional encoding)은 임베딩(embedding)에 더합니다. 포지셔널 인코딩은 …", None),
         ("사인파 **포지셔널 인코딩**(sinusoidal positional encoding)은 임베딩(embedding)에 더합니다.", None),
         ("값을 더합니다(**소프트맥스**, softmax). 그다음 임베딩(embedding)에 " + PE, None),
-        ("위치 인코딩(positional encoding)을 임베딩(embedding)에 더합니다.", None),
+        ("포지셔널 인코딩(positional encoding)은 노트의 위치 인코딩입니다. 임베딩(embedding)에 더합니다.", None),
         (
             "포지셔널 인코딩은 임베딩(embedding)에 더합니다. 포지셔널 인코딩(positional encoding)은 …",
             "the first '포지셔널",
@@ -390,49 +429,3 @@ def test_the_batch_and_layout_counts_on_made_up_pages(tmp_path, english, korean,
         assert problems == []
     else:
         assert any(problem in found for found in problems), problems
-
-
-def test_both_lesson_indexes_link_the_glossary_and_the_korean_one_lists_its_pages():
-    for lang in ("en", "ko"):
-        assert "(../glossary.md)" in (LESSONS / lang / "index.md").read_text(encoding="utf-8"), lang
-    korean_index = (LESSONS / "ko" / "index.md").read_text(encoding="utf-8")
-    assert (LESSONS / "ko" / "solutions.md").is_file()
-    assert ":glob:" in korean_index and "[0-9][0-9]-*" in korean_index and "solutions" in korean_index
-    assert "lessons/glossary" in (SITE / "index.md").read_text(encoding="utf-8")
-
-
-# ────────────────────────────────────────────── the Korean font ships with the site ──────────────────────────────────────────────
-def font_faces(css: str) -> list[tuple[str, list[tuple[int, int]]]]:
-    """Each @font-face of the CSS as (its url, its unicode ranges)."""
-    faces = []
-    for block in re.findall(r"@font-face\s*\{(.*?)\}", css, flags=re.DOTALL):
-        url = re.search(r"url\(([^)]+)\)", block)
-        ranges = re.search(r"unicode-range:\s*([^;]+);", block)
-        assert url and ranges, block
-        spans = []
-        for part in ranges.group(1).split(","):
-            low, _, high = part.strip().removeprefix("U+").partition("-")
-            spans.append((int(low, 16), int(high or low, 16)))
-        faces.append((url.group(1).strip("'\""), spans))
-    return faces
-
-
-def test_the_korean_font_is_shipped_for_every_hangul_syllable():
-    css = FONT_CSS.read_text(encoding="utf-8")
-    faces = font_faces(css)
-    assert len(faces) > 50
-    covered = set()
-    for url, spans in faces:
-        assert not re.match(r"(https?:)?//", url), f"{url}: a font from the network"
-        path = (FONT_CSS.parent / url).resolve()
-        assert path.is_file() and path.suffix == ".woff2", url
-        assert path.read_bytes()[:4] == b"wOF2", url
-        for low, high in spans:  # Hangul only: Latin text keeps the theme's fonts
-            assert 0x1100 <= low and high <= 0xD7FF, f"{url}: U+{low:04X}-{high:04X} is not Hangul"
-            covered.update(range(low, high + 1))
-    assert set(range(0xAC00, 0xD7A4)) <= covered, "every Hangul syllable has a font"
-    licence = FONT_CSS.parent / "fonts" / "noto-sans-kr" / "OFL.txt"
-    assert "SIL Open Font License" in licence.read_text(encoding="utf-8")
-    conf = (SITE / "conf.py").read_text(encoding="utf-8")
-    assert '"korean.css"' in conf
-    assert re.search(r'font-family:\s*"Noto Sans KR Variable"', css) and ":lang(ko)" in css
