@@ -2,10 +2,13 @@
 
 Session-scoped (built once; no test trains them or changes a weight) so hypothesis tests can use them too. The
 decoding functions leave them plain (they decode through ``tformer.fast.fast_view``, a view sharing the
-parameters); a test that swaps fast layers in (``tformer.fast.speed_up``) builds its own model.
+parameters); a test that swaps fast layers in (``tformer.fast.speed_up``) builds its own model. ``shared_data``: a
+file of this project's offline corpora, ../shared/data, or a skip saying it is missing (a user's clone has none).
 """
 
+import os
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,3 +52,24 @@ def words_txt(tmp_path_factory):
     path = tmp_path_factory.mktemp("words") / "words.txt"
     path.write_text("\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(200)), encoding="utf-8")
     return path
+
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture
+def shared_data():
+    """``shared_data(RELATIVE)``: the path of ../shared/data/RELATIVE beside the repository (the corpora this project
+    keeps offline). Where it is missing the test is skipped, saying which file (a user's clone has no ../shared), and
+    fails under CI (``CI=true``), whose checkout has ../shared beside it."""
+
+    def find(relative: str) -> Path:
+        path = SHARED_DATA / relative
+        if not path.is_file():
+            message = f"needs ../shared/data/{relative} beside the repository (not in this checkout)"
+            if os.environ.get("CI") == "true":
+                pytest.fail(message + "; CI has it")
+            pytest.skip(message)
+        return path
+
+    return find

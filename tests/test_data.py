@@ -4,7 +4,6 @@ import http.server
 import io
 import threading
 import zipfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +17,6 @@ from tformer.translation.batching import make_batch, token_budget_batches
 from tformer.translation.download import download
 from tformer.translation.pairs import filter_pairs, group_references, normalize, read_aligned, read_tsv, split_pairs
 from tformer.translation.toy_corpus import builtin_pairs
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def test_normalize_unifies_spaces_before_punctuation():
@@ -75,8 +72,8 @@ def test_group_references_pads_with_empty_strings():
     assert sources == ["a", "b"] and refs == [["x1", "y1"], ["x2", ""]]
 
 
-def test_shared_tatoeba_reads_and_normalises():
-    pairs = read_tsv(SHARED / "tatoeba-eng-fra.tsv")
+def test_shared_tatoeba_reads_and_normalises(shared_data):
+    pairs = read_tsv(shared_data("tatoeba-eng-fra.tsv"))
     assert len(pairs) == 162_928
     assert ("I'm OK.", "Je vais bien.") in pairs
     assert not any("\u202f" in t or "\u00a0" in t for _, t in pairs)

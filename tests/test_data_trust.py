@@ -23,7 +23,6 @@ from tformer.translation import download as dl
 from tformer.translation.download import SOURCES, RemoteFile, download
 from tformer.translation.pairs import load_splits, read_tsv
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 TSV = "I'm OK.\tJe vais bien.\nRun!\tCours !\n"
 
 
@@ -142,12 +141,20 @@ def test_pinned_gzip_source_verified(server, tmp_path, toy):
     assert download("toy", tmp_path / "cache", url) == target
 
 
-def test_builtin_multi30k_digests_match_the_shared_copies():
-    """The pinned sizes and digests are those of ../shared/data/multi30k (local copies; not the live server)."""
-    for remote in SOURCES["multi30k"]:
-        data = (SHARED / "multi30k" / remote.filename).read_bytes()
+@pytest.mark.parametrize(
+    "name, folder, commit",
+    [
+        ("multi30k", "multi30k/", "a3d2e0d26b56f3846f66a952536ffed4e401d05a"),
+        ("tinyshakespeare", "", "6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e"),  # karpathy/char-rnn
+    ],
+)
+def test_builtin_digests_match_the_shared_copies(name, folder, commit, shared_data):
+    """The pinned sizes and digests are those of ../shared/data's copies (not the live server), and the URLs name
+    the commit the copies came from (../shared/data/README.md)."""
+    for remote in SOURCES[name]:
+        data = shared_data(folder + remote.filename).read_bytes()
         assert (len(data), sha(data)) == (remote.size, remote.sha256), remote.filename
-        assert "/a3d2e0d26b56f3846f66a952536ffed4e401d05a/" in remote.url  # the commit the copies came from
+        assert f"/{commit}/" in remote.url
 
 
 # ------------------------------------------------------------------------------------------- bad bytes
