@@ -12,7 +12,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("data", help="fetch corpora (everything also accepts local paths)")
     sp = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     d = sp.add_parser("download", help="download a corpus into the cache directory")
-    d.add_argument("name", help="tatoeba-eng-fra or multi30k")
+    d.add_argument("name", help="tatoeba-eng-fra, multi30k or tinyshakespeare")
     d.add_argument(
         "--cache",
         type=output_dir,
@@ -20,6 +20,13 @@ def add_parser(sub) -> None:
         "not inside a model or run directory",
     )
     d.add_argument("--url", help="base http(s) URL of a mirror (replaces the directory part of each URL)")
+    d.add_argument(
+        "--from",
+        dest="local",
+        metavar="PATH",
+        help="a copy on disk instead of the network (the file, or a directory holding the files), checked as a "
+        "download is: e.g. --from ../shared/data/tinyshakespeare.txt",
+    )
     d.add_argument(
         "--timeout", type=seconds, default=300.0, help="seconds for the whole download (an overall deadline)"
     )
@@ -58,7 +65,14 @@ def run_download(args) -> int:
 
     _check_cache(args)
     path = download(
-        args.name, args.cache, args.url, args.timeout, sha256=args.sha256, force=args.force, max_mb=args.max_mb
+        args.name,
+        args.cache,
+        args.url,
+        args.timeout,
+        sha256=args.sha256,
+        force=args.force,
+        max_mb=args.max_mb,
+        local=args.local,
     )
     print(path)
     return 0

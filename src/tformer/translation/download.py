@@ -1,7 +1,10 @@
 """Fetching corpora into a cache directory, verified (when the network allows).
 
 Everything in tformer also takes a local path, so nothing needs this at run time; it saves a
-user the manual steps. ``tformer data download NAME [--cache DIR] [--url URL] [--sha256 HEX]``.
+user the manual steps. ``tformer data download NAME [--cache DIR] [--url URL | --from PATH] [--sha256 HEX]``.
+``--from`` (``local=``) takes a copy already on disk (the file, what its URL serves, or a directory holding
+either) instead of the network, checked the same way: the lessons use this project's ``../shared/data`` so,
+where it exists, and download elsewhere.
 
 What a download promises:
 
@@ -18,7 +21,8 @@ What a download promises:
 Where the digests come from: Multi30k's six files are pinned to one commit of ``multi30k/dataset``, and
 each carries the size and sha256 of the *decompressed* file. These were computed from local copies
 decompressed from that commit (``../shared/data/multi30k``), not checked against the live server (this
-project's machines have no network). manythings.org's ``fra-eng.zip`` is rebuilt as Tatoeba grows, so it
+project's machines have no network); Tiny Shakespeare's one file is pinned the same way, to the char-rnn commit
+that ``../shared/data/README.md`` names. manythings.org's ``fra-eng.zip`` is rebuilt as Tatoeba grows, so it
 cannot be pinned: it gets a size cap and a format check (UTF-8 ``English<TAB>French`` lines) only, and
 ``sha256=`` (``--sha256``) pins the file a user expects.
 """
@@ -74,6 +78,9 @@ MULTI30K_FILES = {
     "val.fr": (73924, "5304e444d842e962b2dda4d816b70b22a1765b15401642b7ca37a67477e708dc"),
     "val.de": (75981, "660e09eb7e1da2f856ea13ee5ad3cf6d36b3d5b0b733c857e94c5747a3dfc660"),
 }
+# Tiny Shakespeare: karpathy/char-rnn's input.txt at that commit, byte for byte (../shared/data/README.md).
+CHAR_RNN = "https://raw.githubusercontent.com/karpathy/char-rnn/6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e"
+SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 SOURCES: dict[str, list[RemoteFile]] = {
     # a moving target: capped and format-checked only (pin it with --sha256)
     "tatoeba-eng-fra": [
@@ -82,6 +89,11 @@ SOURCES: dict[str, list[RemoteFile]] = {
     "multi30k": [
         RemoteFile(f"{MULTI30K}/{name}.gz", name, sha256=digest, size=size)
         for name, (size, digest) in MULTI30K_FILES.items()
+    ],
+    "tinyshakespeare": [
+        RemoteFile(
+            f"{CHAR_RNN}/data/tinyshakespeare/input.txt", "tinyshakespeare.txt", sha256=SHAKESPEARE_SHA256, size=1115394
+        )
     ],
 }
 
@@ -262,38 +274,75 @@ def _hash_file(path: Path) -> _Unpacked:
     return _Unpacked(size, digest.hexdigest())
 
 
+def _temp(remote: RemoteFile, path: Path, suffix: str) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{remote.filename}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    return Path(name)
+
+
 def _fetch_one(url: str, remote: RemoteFile, path: Path, deadline: _Deadline, max_bytes: int) -> _Unpacked:
     """Download, unpack and verify one file into ``path``; on any failure the temp files go, ``path`` stays."""
     cap_out = remote.size if remote.size is not None else max_bytes
     # deflate never grows its input by more than a few bytes per 16 KiB block
     cap_in = cap_out + cap_out // 1000 + 4096 if remote.size is not None else max_bytes
-    temps: list[Path] = []
+    archive = _temp(remote, path, ".download")
     try:
-        for suffix in (".download", ".part"):
-            fd, name = tempfile.mkstemp(prefix=f".{remote.filename}.", suffix=suffix, dir=path.parent)
-            os.close(fd)
-            temps.append(Path(name))
-        archive, unpacked = temps
         with open(archive, "wb") as f:
             _within(deadline, url, lambda: _fetch(url, f, cap_in, deadline))
+        return _install(archive, url, remote, path, cap_out)
+    finally:
+        archive.unlink(missing_ok=True)
+
+
+def _install(source: Path, label: str, remote: RemoteFile, path: Path, cap: int) -> _Unpacked:
+    """Unpack ``source`` (named ``label`` in messages: its URL or path) into a temporary file beside ``path``, check
+    it and rename it into place; on any failure the temporary file goes and ``path`` stays as it was."""
+    unpacked = _temp(remote, path, ".part")
+    try:
         with open(unpacked, "wb") as out:
-            got = _unpack(archive, out, remote, url, cap_out)
+            got = _unpack(source, out, remote, label, cap)
             out.flush()
             os.fsync(out.fileno())
         problem = _mismatch(remote, got)
         if problem:
-            raise ValueError(f"{url}: refused: {problem}")
+            raise ValueError(f"{label}: refused: {problem}")
         os.chmod(unpacked, 0o644)  # mkstemp made it private; a cached corpus is an ordinary file
         os.replace(unpacked, path)
         return got
     finally:
-        for tmp in temps:
-            tmp.unlink(missing_ok=True)
+        unpacked.unlink(missing_ok=True)
 
 
-def _check_options(name: str, base_url: str | None, timeout: float, sha256: str | None, max_mb: float) -> None:
+def _local_copy(local: Path, remote: RemoteFile, several: bool) -> Path:
+    """The file of ``local`` that stands for ``remote``: ``local`` itself (a one-file source), or in the directory
+    ``local`` the file under its cache name or its URL's name (``train.en`` or ``train.en.gz``)."""
+    if not local.is_dir():
+        if several or not local.is_file():
+            wanted = "a directory holding its files" if several else "a file or a directory holding it"
+            raise ValueError(f"--from {str(local)!r} is not {wanted}")
+        return _readable(local)
+    names = dict.fromkeys([remote.filename, remote.url.rsplit("/", 1)[1]])
+    found = [local / n for n in names if (local / n).is_file()]
+    if not found:
+        raise ValueError(f"--from {str(local)!r} has no {' or '.join(names)}")
+    return _readable(found[0])
+
+
+def _readable(path: Path) -> Path:
+    try:
+        open(path, "rb").close()
+    except OSError as err:
+        raise ValueError(f"--from: {str(path)!r} cannot be read ({err.strerror or err})") from None
+    return path
+
+
+def _check_options(
+    name: str, base_url: str | None, timeout: float, sha256: str | None, max_mb: float, local: object
+) -> None:
     if name not in SOURCES:
         raise ValueError(f"unknown source {name!r}; available: {sorted(SOURCES)}")
+    if base_url is not None and local is not None:
+        raise ValueError(f"--url and --from: give one (got {base_url!r} and {str(local)!r})")
     if base_url is not None and not re.match(r"^https?://[^/]", base_url):
         raise ValueError(f"--url must be an http:// or https:// address, got {base_url!r}")
     if not (math.isfinite(timeout) and timeout > 0):
@@ -316,6 +365,7 @@ def download(
     sha256: str | None = None,
     force: bool = False,
     max_mb: float = DEFAULT_MAX_MB,
+    local: str | Path | None = None,
     log: Callable[[str], None] = print,
 ) -> Path:
     """Fetch source ``name`` into ``cache_dir/name/``; return that directory (or the single file).
@@ -323,9 +373,11 @@ def download(
     ``base_url`` replaces the directory part of every URL (a mirror, or a local test server). ``timeout``:
     seconds for the whole download. ``sha256``: the digest the (single) unpacked file must have. ``force``:
     download again files already in the cache (an old file is replaced only by a verified new one).
-    ``max_mb``: the cap on a file whose size is not pinned, downloaded and unpacked.
+    ``max_mb``: the cap on a file whose size is not pinned, downloaded and unpacked. ``local``: a copy on disk to
+    take instead of the network (``--from``): the file, or a directory holding the files (:func:`_local_copy`),
+    unpacked and checked as a download is.
     """
-    _check_options(name, base_url, timeout, sha256, max_mb)
+    _check_options(name, base_url, timeout, sha256, max_mb, local)
     remotes = SOURCES[name] if sha256 is None else [replace(SOURCES[name][0], sha256=sha256.lower())]
     target = Path(cache_dir or default_cache_dir()) / name
     try:
@@ -342,8 +394,15 @@ def download(
                 raise ValueError(f"{path} (already in the cache): {problem}; --force downloads it again")
             continue
         url = remote.url if base_url is None else base_url.rstrip("/") + "/" + remote.url.rsplit("/", 1)[1]
+        cap = int(max_mb * (1 << 20))
         with machine_errors(path):  # a full disk or a read-only cache: one line naming the file, not a temp one
-            got = _fetch_one(url, remote, path, deadline, int(max_mb * (1 << 20)))
+            if local is None:
+                got = _fetch_one(url, remote, path, deadline, cap)
+            else:
+                url = str(_local_copy(Path(local), remote, len(remotes) > 1))
+                got = _install(Path(url), url, remote, path, remote.size if remote.size is not None else cap)
         checked = "verified" if remote.sha256 else "not pinned: pass --sha256 to pin it"
-        log(f"downloaded {url} -> {path} ({got.size:,} bytes, sha256 {got.sha256}, {checked})")
+        log(
+            f"{'copied' if local else 'downloaded'} {url} -> {path} ({got.size:,} bytes, sha256 {got.sha256}, {checked})"
+        )
     return target / remotes[0].filename if len(remotes) == 1 else target
