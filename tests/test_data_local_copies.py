@@ -100,6 +100,8 @@ def test_local_paths_that_cannot_stand_for_the_source_are_one_line_each(tmp_path
         download("multi30k", tmp_path / "cache", local=copy)
     with pytest.raises(ValueError, match=r"^--from '.*' has no train\.en or train\.en\.gz$"):
         download("multi30k", tmp_path / "cache", local=tmp_path)
+    with pytest.raises(TypeError, match=r"^local \(--from\) must be a path, got 3$"):
+        download("tinyshakespeare", tmp_path / "cache", local=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^--url and --from: give one"):
         download("tinyshakespeare", tmp_path / "cache", "http://127.0.0.1:9/", local=copy)
     assert leftovers(tmp_path / "cache") == []

@@ -341,6 +341,8 @@ def _check_options(
 ) -> None:
     if name not in SOURCES:
         raise ValueError(f"unknown source {name!r}; available: {sorted(SOURCES)}")
+    if local is not None and not isinstance(local, (str, os.PathLike)):
+        raise TypeError(f"local (--from) must be a path, got {local!r}")
     if base_url is not None and local is not None:
         raise ValueError(f"--url and --from: give one (got {base_url!r} and {str(local)!r})")
     if base_url is not None and not re.match(r"^https?://[^/]", base_url):
