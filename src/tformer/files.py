@@ -52,6 +52,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +65,7 @@ __all__ = [
     "current_dir",
     "recover_dir",
     "leftover_of",
+    "earlier_name",
     "WriteError",
     "os_error",
     "machine_reason",
@@ -262,10 +264,21 @@ def staged_dir(dest: str | os.PathLike) -> Iterator[Path]:
 # ------------------------------------------------------------------------------------------ crash recovery
 
 _LEFTOVERS = (  # (pattern, what it must be): what tformer's writes leave when a crash cuts them
-    (re.compile(r"\.(?P<name>.+)\.tformer-[a-z0-9_]+\.tmp"), "file"),  # atomic_write's temp file
-    (re.compile(r"\.(?P<name>.+)\.tformer-[a-z0-9_]+"), "work"),  # a save's work directory, with MARK
-    (re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp"), "file"),  # earlier versions: atomic_write's temp file
-    (re.compile(r"\.(?P<name>.+)\.tmp-[a-z0-9_]{8}"), "dir"),  # earlier versions: a save being written
+    (re.compile(r"\.(?P<name>.+)\.tformer-[a-z0-9_]{8}\.tmp"), "file"),  # atomic_write's temp file
+    (re.compile(r"\.(?P<name>.+)\.tformer-[a-z0-9_]{8}"), "work"),  # a save's work directory, with MARK
+    (re.compile(r"\.(?P<name>.+)\.tmp-[a-z0-9_]{8}"), "earlier"),  # earlier versions: a save being written
+)
+# Earlier versions' temporary names, which a user's file may bear too (``.log.jsonl.backup01.tmp``): a file
+# is never judged tformer's by such a name, a folder only by what it holds (:func:`_earlier_save`)
+_EARLIER = (
+    re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp"),  # atomic_write's temp file (mkstemp's 8 characters)
+    re.compile(r"\.(?P<name>.+)\.tmp-[a-z0-9_]{8}"),  # a save being written (mkdtemp)
+    re.compile(r"\.(?P<name>.+)\.(new|old)"),  # a save's previous and next state, swapped by renames
+)
+# The files a save of a model or a run's state writes (what an earlier version's save folder may hold)
+_SAVED = re.compile(
+    r"config\.json|model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json|labels\.json"
+    r"|state\.json|trainer_state\.(safetensors|json|pt)|(src_|tgt_)?(char_)?tokenizer\.json"
 )
 
 
@@ -277,12 +290,32 @@ def _marked(work: Path, name: str) -> bool:
         return False
 
 
+def _saved_file(path: Path) -> bool:
+    """A plain file named as a save's file, or as an earlier version's temporary file of one."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    found = _EARLIER[0].fullmatch(path.name)
+    return bool(_SAVED.fullmatch(found["name"] if found else path.name))
+
+
+def _earlier_save(path: Path) -> bool:
+    """Whether the folder ``path``, named ``.NAME.tmp-<random>``, holds what an earlier version's save left: made
+    by ``mkdtemp`` (on POSIX its mode is 0o700, which ``mkdir`` gives only under a umask of 077), holding files
+    and nothing but files a save writes (config.json, weights, tokenizers, the training state, their temporary
+    files). A folder of the user's with that name holds something else, or is empty, and is kept."""
+    if os.name == "posix" and stat.S_IMODE(path.stat().st_mode) != 0o700:
+        return False
+    entries = list(path.iterdir())
+    return bool(entries) and all(_saved_file(entry) for entry in entries)
+
+
 def leftover_of(path: str | os.PathLike) -> str | None:
     """The NAME whose write or save, cut short, left ``path`` behind, if tformer made it: a temporary file
     ``.NAME.tformer-<random>.tmp``, a work directory ``.NAME.tformer-<random>`` holding :data:`MARK` for NAME,
-    or what earlier versions left with a random part of their own (``.NAME.<random>.tmp`` files,
-    ``.NAME.tmp-<random>`` directories); None for anything else: a symbolic link, and an earlier version's
-    ``.NAME.new`` / ``.NAME.old``, which a user's folder of that name cannot be told from."""
+    or an earlier version's save folder ``.NAME.tmp-<random>`` that holds what only a save writes
+    (:func:`_earlier_save`); None for anything else: a symbolic link, and the names earlier versions gave their
+    temporary files (``.NAME.<random>.tmp``), ``.NAME.new`` and ``.NAME.old``, which a user's file or folder of
+    that name cannot be told from (:func:`earlier_name`)."""
     path = Path(path)
     if path.is_symlink():
         return None
@@ -293,11 +326,17 @@ def leftover_of(path: str | os.PathLike) -> str | None:
         name = found["name"]
         if kind == "file" and path.is_file():
             return name
-        if kind == "dir" and path.is_dir():
-            return name
         if kind == "work" and path.is_dir() and _marked(path, name):
             return name
+        if kind == "earlier" and path.is_dir() and _earlier_save(path):
+            return name
     return None
+
+
+def earlier_name(path: str | os.PathLike) -> bool:
+    """Whether ``path`` bears a name that earlier versions gave their temporary files and folders (so a refusal
+    can say why it was kept)."""
+    return any(pattern.fullmatch(Path(path).name) for pattern in _EARLIER)
 
 
 def _works(dest: Path) -> list[Path]:

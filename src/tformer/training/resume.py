@@ -3,10 +3,14 @@
 A run directory holds the best model in ``OUT/best`` and the latest full state in ``OUT/last`` (see
 :mod:`tformer.training.trainer`). :func:`start_run` comes first, before anything is read or written:
 
+- it judges ``OUT``, reading only: a folder that is neither empty nor a tformer run, or whose ``.lock`` tformer
+  did not write, is refused before anything is written there, naming what it holds (hidden files too);
 - it takes the directory's lock (:mod:`tformer.training.lock`), held until training ends, so a second run, a
-  ``--resume`` or an ``--overwrite`` into a directory where a run trains is refused, naming that run;
+  ``--resume`` or an ``--overwrite`` into a directory where a run trains is refused, naming that run; then it
+  judges ``OUT`` again, under the lock (another run may have started and ended in between);
 - a new run needs an empty or missing ``OUT``; ``overwrite`` deletes what a tformer run wrote there
-  (:data:`RUN_FILES`) and refuses a directory that holds anything else, deleting nothing;
+  (:data:`RUN_FILES`, the leftovers of its cut saves, as :func:`tformer.files.leftover_of` tells them) and
+  refuses a directory that holds anything else, deleting nothing;
 - a resumed run has its ``last/`` repaired if a crash cut a save (:func:`tformer.files.recover_dir`) and its
   state checked file by file; it must be a run of the same kind (``lm`` is not resumed as ``translation``), with
   the same settings (model, data, optimizer and schedule: a change is refused, naming each flag and both
@@ -32,11 +36,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tformer.files import atomic_write, current_dir, leftover_of, recover_dir
+from tformer.files import atomic_write, current_dir, earlier_name, leftover_of, recover_dir
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, WEIGHTS_NAME
 from tformer.settings import renamed
 from tformer.training import distributed
-from tformer.training.lock import LOCK_NAME, RunLock
+from tformer.training.lock import LOCK_NAME, RunLock, foreign_lock, foreign_message
 from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
 from tformer.training.trainer import TrainConfig, Trainer, budget_reached, budget_spent_message
 
@@ -45,7 +49,8 @@ __all__ = ["last_dir", "start_run", "check_out_dir", "saved_run", "make_trainer"
 # What a run writes into OUT, and all that --overwrite deletes: the best model, the last state, the log and its
 # plot, translation's held-out splits, `tformer demo`'s attention picture
 RUN_FILES = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", "cross_attention.png")
-# tformer 0.1 kept the best model at the top of OUT: its config, weights, tokenizers and labels
+# tformer 0.1 kept the best model at the top of OUT: its config, weights, tokenizers and labels (a run's only
+# beside that model: config and weights at the top)
 LEGACY_FILES = (
     CONFIG_NAME,
     WEIGHTS_NAME,
@@ -113,9 +118,10 @@ def start_run(cfg: TrainConfig, resume: bool, kind: str | None = None, settings:
 
 
 def check_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = False, resumable: bool = True) -> None:
-    """What :func:`start_run` does first, in this process: take the lock of ``out_dir`` (kept for the trainer);
-    refuse a non-empty ``out_dir`` for a new run without ``overwrite`` (else delete the old run's files, and only
-    those); repair ``OUT/last`` and check that it holds a state for ``resume``. Any error releases the lock.
+    """What :func:`start_run` does first, in this process: judge ``out_dir`` (reading only: it must be empty or
+    a run, and its ``.lock`` tformer's); take its lock (kept for the trainer); refuse a non-empty ``out_dir`` for a
+    new run without ``overwrite`` (else delete the old run's files, and only those); repair ``OUT/last`` and check
+    that it holds a state for ``resume``. Any error releases the lock.
 
     ``resumable=False``: the command has no ``--resume`` (``tformer demo``), so the refusal names ``--overwrite`` only.
     """
@@ -125,6 +131,7 @@ def check_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = F
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one of them")
     _release(out)  # this process's earlier start into out_dir, whose setup failed before it made a trainer
+    _judge(out, resume)  # before the lock: nothing is written into a folder that is not a run's
     lock = RunLock(out).acquire()
     if lock.stale:
         print(f"note: took over {str(lock.path)!r}, a lock left by a run that is no longer running: {lock.stale}",
@@ -140,18 +147,53 @@ def check_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = F
         raise
 
 
+def _judge(out: Path, resume: bool) -> None:
+    """Refuse, reading only, an ``out`` that is neither missing, empty nor a run (all it holds named), or whose
+    ``.lock`` tformer did not write (a link, a file of the user's: naming it); the lock is taken only after."""
+    entries = _entries(out)
+    if not _is_run(out, entries):
+        if [name for name in entries if name != LOCK_NAME]:
+            raise _no_state(out) if resume else _not_a_run(out, entries)
+        if resume and not os.path.lexists(out / LOCK_NAME):  # with a lock, a run may be starting: the lock tells
+            raise _no_state(out)
+    what = foreign_lock(out)
+    if what is not None:
+        raise ValueError(foreign_message(out, what))
+
+
+def _no_state(out: Path) -> FileNotFoundError:
+    last = out / "last"
+    return FileNotFoundError(
+        f"--resume: {str(last)!r} holds no training state to resume from; train without --resume first"
+    )
+
+
+def _not_a_run(out: Path, entries: list[str], overwrite: bool = False) -> ValueError:
+    return ValueError(
+        f"--out {str(out)!r} is not empty and is not a tformer run (no best/, last/ or log.jsonl; it holds "
+        f"{_shown(entries)}): give another --out"
+        + (" (--overwrite deletes only what a run wrote)" if overwrite else "")
+    )
+
+
 def _check_resumable(out: Path) -> None:
     for name in (BEST_DIR, "last"):
         recover_dir(out / name)
-    last = out / "last"
-    if not (last / STATE_NAME).is_file():
-        raise FileNotFoundError(
-            f"--resume: {str(last)!r} holds no training state to resume from; train without --resume first"
-        )
+    if not (out / "last" / STATE_NAME).is_file():
+        raise _no_state(out)
 
 
 def _entries(out: Path) -> list[str]:
-    return sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME) if out.is_dir() else []
+    """What ``out`` holds, hidden names included; its ``.lock`` only if tformer did not write it."""
+    if not out.is_dir():
+        return []
+    names = sorted(p.name for p in out.iterdir())
+    return [name for name in names if name != LOCK_NAME or foreign_lock(out) is not None]
+
+
+def _is_run(out: Path, entries: list[str]) -> bool:
+    """Whether ``entries`` of ``out`` make it a run's: one of :data:`_MARKERS`, or a cut save, as a run writes it."""
+    return any((name in _MARKERS or _cut_short(out / name)) and _written_by_run(out / name) for name in entries)
 
 
 def _written_by_run(path: Path) -> bool:
@@ -163,14 +205,23 @@ def _written_by_run(path: Path) -> bool:
         return path.is_dir()
     if name == "data":
         return path.is_dir() and {p.name for p in path.iterdir()} <= _DATA_FILES
-    if name in RUN_FILES or name in LEGACY_FILES:
+    if name in LEGACY_FILES:
+        return path.is_file() and _legacy_layout(path.parent)
+    if name in RUN_FILES:
         return path.is_file()
     return _cut_short(path)
 
 
+def _legacy_layout(out: Path) -> bool:
+    """Whether ``out`` holds a tformer 0.1 run's best model at its top (config and weights, as files; a 0.1 run
+    resumed since has best/ too): only then are config.json, tokenizers and labels at the top a run's."""
+    return all((out / name).is_file() and not (out / name).is_symlink() for name in (CONFIG_NAME, WEIGHTS_NAME))
+
+
 def _cut_short(path: Path) -> bool:
-    """A write or save of one of the run's files that a crash cut short, as tformer names and marks them
-    (:func:`tformer.files.leftover_of`): never a user's ``.best.old`` or ``.log.jsonl.bak``."""
+    """A write or save of one of the run's files that a crash cut short, as tformer names and marks them, or an
+    earlier version's save folder by what it holds (:func:`tformer.files.leftover_of`): never a user's
+    ``.best.old``, ``.log.jsonl.bak``, ``.log.jsonl.backup01.tmp`` or ``.best.tmp-20250101/``."""
     return leftover_of(path) in RUN_FILES
 
 
@@ -185,13 +236,8 @@ def _clear(out: Path, overwrite: bool, resumable: bool) -> None:
         return
     ours = [name for name in entries if _written_by_run(out / name)]
     others = [name for name in entries if name not in ours]
-    is_run = any(name in _MARKERS or _cut_short(out / name) for name in ours)
-    if not is_run:
-        raise ValueError(
-            f"--out {str(out)!r} is not empty and is not a tformer run (no best/, last/ or log.jsonl; it holds "
-            f"{_shown(entries)}): give another --out"
-            + (" (--overwrite deletes only what a run wrote)" if overwrite else "")
-        )
+    if not _is_run(out, entries):
+        raise _not_a_run(out, entries, overwrite)
     if not overwrite:
         remedy = (
             "pass --resume to continue the run in it, or --overwrite to delete it and start a new one"
@@ -200,9 +246,18 @@ def _clear(out: Path, overwrite: bool, resumable: bool) -> None:
         )
         raise ValueError(f"--out {str(out)!r} is not empty (it holds {_shown(entries)}): {remedy}")
     if others:
+        earlier = [name for name in others if earlier_name(out / name)]
+        which = "which no tformer run writes" + (
+            f" or which tformer cannot tell from files of yours ({_shown(earlier)}: named as earlier versions named "
+            "their temporary files)"
+            if earlier
+            else ""
+        )
         raise ValueError(
-            f"--overwrite: --out {str(out)!r} holds a run and also {_shown(others)}, which no tformer run writes; "
-            f"nothing was deleted: move them out of {str(out)!r}, or give another --out"
+            f"--overwrite: --out {str(out)!r} holds a run and also {_shown(others)}, {which}; nothing was deleted: "
+            f"move them out of {str(out)!r}"
+            + (" (delete what an earlier tformer left)" if earlier else "")
+            + ", or give another --out"
         )
     for name in ours:
         path = out / name

@@ -1,0 +1,143 @@
+"""``--overwrite`` deletes only what a run wrote, for the leftovers of every version (issue 44, item 2).
+
+Earlier versions named their temporary files ``.NAME.<random>.tmp`` and their save folders ``.NAME.tmp-<random>``,
+names a user's file may bear too (``.log.jsonl.backup01.tmp``, ``.best.tmp-20250101/``). Such a file is never
+judged tformer's by its name; such a folder only by what it holds (made by ``mkdtemp``, holding a save's files and
+nothing else). What tformer cannot tell from the user's is kept, and the refusal names it; the leftovers tformer
+marks (today's ``.NAME.tformer-<random>``) and an earlier version's save folder are still cleared. A 0.1 run's
+files at the top of OUT are a run's only beside its model (config and weights), never a lone ``config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import tformer.files as files
+from tformer.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "v0.1"
+WORDS = "the king is dead long live the queen and all her men ride to war at dawn".split()
+RUN = ["best", "curves.png", "last", "log.jsonl"]  # what the run below leaves
+
+
+def _text(directory: Path) -> Path:
+    rng = random.Random(0)
+    path = directory / "words.txt"
+    path.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(300)), encoding="utf-8")
+    return path
+
+
+def _lm(directory: Path, out: str, *more: str) -> list[str]:
+    return [
+        "train", "lm", "--data", str(_text(directory)), "--out", out, "--preset", "tiny", "--max-len", "16",
+        "--batch-size", "4", "--batches-per-epoch", "5", "--eval-blocks", "8", "--log-every", "1",
+        "--schedule", "inverse_sqrt", "--warmup-steps", "3", "--no-progress", "--max-steps", "2", *more,
+    ]  # fmt: skip
+
+
+def _run(capsys, argv: list[str]) -> dict:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return {"code": code, "out": captured.out, "err": captured.err}
+
+
+def _snapshot(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("trained")
+    assert main(_lm(directory, str(directory / "run"))) == 0
+    return directory / "run"
+
+
+@pytest.fixture
+def run2(trained, tmp_path, monkeypatch) -> Path:
+    """A finished lm run of 2 steps in ``tmp_path/run`` (a copy), the working directory ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    return Path(shutil.copytree(trained, tmp_path / "run"))
+
+
+def _notes_folder(run: Path, name: str) -> None:
+    (run / name).mkdir()
+    (run / name / "notes.txt").write_text("mine\n")
+
+
+def _best_copy(run: Path, name: str) -> None:
+    shutil.copytree(run / "best", run / name)  # the user's copy of best/
+    (run / name).chmod(0o755)  # as their mkdir or cp makes it (under a umask of 022), not as mkdtemp does
+
+
+def _log_copy(run: Path, name: str) -> None:
+    shutil.copy(run / "log.jsonl", run / name)  # the log's own lines: content cannot tell it from a cut write
+
+
+USERS = {
+    ".best.tmp-20250101": (_notes_folder, True),
+    ".last.tmp-backup01": (_best_copy, True),
+    ".log.jsonl.backup01.tmp": (_log_copy, True),
+    ".curves.png.abcdefgh.tmp": (lambda run, name: (run / name).write_bytes(b"my picture"), True),
+    "config.json": (lambda run, name: (run / name).write_text('{"mine": true}'), False),  # a 0.1 name, no 0.1 model
+}
+
+
+@pytest.mark.parametrize("name", list(USERS))
+def test_overwrite_keeps_the_users_files_named_as_earlier_versions_named_theirs_and_names_them(run2, capsys, name):
+    make, earlier = USERS[name]
+    make(run2, name)
+    before = _snapshot(run2)
+    result = _run(capsys, _lm(run2.parent, "run", "--overwrite"))
+    assert result["code"] == 2 and "Traceback" not in result["err"], result
+    line = [line for line in result["err"].splitlines() if "error:" in line][-1]
+    assert f"holds a run and also {name}" in line and "nothing was deleted" in line
+    assert ("named as earlier versions named their temporary files" in line) == earlier
+    assert _snapshot(run2) == before
+
+
+def test_overwrite_still_clears_the_leftovers_tformer_made_in_every_version(run2, capsys):
+    work = run2 / ".last.tformer-abcdefgh"  # today's cut save: marked
+    work.mkdir()
+    (work / files.MARK).write_text(json.dumps({"saving": "last"}))
+    shutil.copytree(run2 / "last", work / "new")
+    (run2 / ".log.jsonl.tformer-abcdefgh.tmp").write_text('{"step": 1')  # today's cut write
+    earlier = Path(tempfile.mkdtemp(prefix=".best.tmp-", dir=run2))  # an earlier version's cut save, as it made it
+    for part in ("config.json", "model.safetensors"):
+        shutil.copy(run2 / "best" / part, earlier / part)
+    (earlier / ".char_tokenizer.json.k3j4h5g6.tmp").write_text('{"half": ')  # its own cut write inside
+    result = _run(capsys, _lm(run2.parent, "run", "--overwrite"))
+    assert result["code"] == 0, result["err"]
+    assert sorted(p.name for p in run2.iterdir()) == RUN
+
+
+def test_overwrite_clears_a_01_run_with_its_model_at_the_top(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run = Path(shutil.copytree(FIXTURES / "lm", tmp_path / "run"))
+    result = _run(capsys, _lm(tmp_path, "run", "--overwrite"))
+    assert result["code"] == 0, result["err"]
+    assert sorted(p.name for p in run.iterdir()) == RUN
+
+
+def test_leftover_of_judges_earlier_names_by_what_they_hold(tmp_path):
+    saved = Path(tempfile.mkdtemp(prefix=".best.tmp-", dir=tmp_path))
+    (saved / "config.json").write_text("{}")
+    (saved / "model.safetensors").write_bytes(b"")
+    assert files.leftover_of(saved) == "best"
+    (saved / "notes.txt").write_text("mine")  # something no save writes
+    assert files.leftover_of(saved) is None
+    (saved / "notes.txt").unlink()
+    saved.chmod(0o755)  # made by mkdir, not mkdtemp
+    assert files.leftover_of(saved) is None
+    assert files.leftover_of(Path(tempfile.mkdtemp(prefix=".last.tmp-", dir=tmp_path))) is None  # empty: kept
+    for name in (".log.jsonl.backup01.tmp", ".best.new", ".best.old"):
+        (tmp_path / name).write_text("x")
+        assert files.leftover_of(tmp_path / name) is None and files.earlier_name(tmp_path / name)
+    (tmp_path / ".log.jsonl.tformer-abcdefgh.tmp").write_text("x")
+    assert files.leftover_of(tmp_path / ".log.jsonl.tformer-abcdefgh.tmp") == "log.jsonl"
+    assert not files.earlier_name(tmp_path / "notes.txt")
