@@ -137,6 +137,17 @@ def _check_arguments(words: list[str]) -> None:
         check_text(word, f"argument {n}")
 
 
+def _split_bench(words: list[str]) -> tuple[list[str], list[str] | None]:
+    """``tformer [--debug] bench NAME ARGS...``: (the words up to NAME, ARGS) so that ARGS reach the benchmark as
+    they are (argparse would take ``--quick`` for a flag of ``bench`` and refuse it); (words, None) otherwise."""
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        i += 1  # tformer's own options (--debug)
+    if i + 1 < len(words) and words[i] == "bench" and not words[i + 1].startswith("-"):
+        return words[: i + 2], words[i + 2 :]
+    return words, None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, run, and the CLI's one error boundary.
 
@@ -148,12 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     validators (:mod:`tformer.cli.validate`) make argparse exit with status 2.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    ours, theirs = _split_bench(words)
+    args = parser.parse_args(ours)
+    if theirs is not None:
+        args.args = theirs  # tformer bench NAME ...: the benchmark's own flags, unparsed
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
     try:
-        _check_arguments(sys.argv[1:] if argv is None else list(argv))
+        _check_arguments(words)
         code = _run(args)
         if "torch.distributed" in sys.modules:  # leave a torchrun process group cleanly; only after success,
             from tformer.training.distributed import shutdown  # since a failed rank would leave the others waiting

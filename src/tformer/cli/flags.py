@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
 import inspect
 import re
 import sys
@@ -169,9 +170,15 @@ class Parser(argparse.ArgumentParser):
     A word it does not know is refused by the subcommand that got it, with that subcommand's usage; a mistyped
     flag or command gets the nearest one it has."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, commands: dict[str, argparse.ArgumentParser] | None = None, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        self.commands = {} if commands is None else commands  # every parser of this CLI by prog, shared with them
+        self.commands[self.prog] = self
+
+    def add_subparsers(self, **kwargs):  # type: ignore[override]
+        kwargs.setdefault("parser_class", functools.partial(type(self), commands=self.commands))
+        return super().add_subparsers(**kwargs)
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         if self._subparsers is None and args is not None:  # before "required" errors hide the typo behind them
@@ -186,12 +193,24 @@ class Parser(argparse.ArgumentParser):
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
 
+    def _hint(self, word: str, known: list[str]) -> str:
+        """A flag another command has is said so (``--init`` on ``train lm``: not "did you mean --minutes?");
+        else the nearest flag this command has."""
+        elsewhere = sorted(
+            prog
+            for prog, parser in self.commands.items()
+            if prog != self.prog and any(word in a.option_strings for a in parser._actions)
+        )
+        if elsewhere:
+            return f"{word} is a flag of {', '.join(elsewhere)}, not of {self.prog}"
+        return _suggest(word, known)
+
     def error(self, message: str):  # type: ignore[override]
         hints: list[str] = []
         if message.startswith("unrecognized arguments: "):
             known = [s for a in self._actions for s in a.option_strings if a.help != argparse.SUPPRESS]
             words = message.split(": ", 1)[1].split()
-            hints = [_suggest(w.split("=")[0], known) for w in words if w.startswith("-")]
+            hints = [self._hint(w.split("=")[0], known) for w in words if w.startswith("-")]
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice:
             hints = [_suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))]
@@ -298,7 +317,13 @@ def training_precision() -> dict[str, Any]:
     lists (no int8: training keeps float weights), and an error that lists those."""
     from tformer.training.config import TRAINING_PRECISIONS
 
-    return {"choices": TRAINING_PRECISIONS, "type": v.precision_in(TRAINING_PRECISIONS), "old": ()}
+    return {
+        "choices": TRAINING_PRECISIONS,
+        "type": v.precision_in(TRAINING_PRECISIONS),
+        "old": (),
+        "help": "number format of training: auto (picks per machine class and kind of work, and says what and why), "
+        "fp32, bf16, fp16 (with a gradient scaler; for GPUs); int8 is for inference only",
+    }
 
 
 def add_training(p, entry_defaults: Mapping[str, Any], **changes: Any) -> None:

@@ -5,7 +5,9 @@ decide which kernels run fast (:mod:`tformer.machine`)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
+from pathlib import Path
 
 from tformer.cli.validate import existing_dir
 
@@ -41,12 +43,79 @@ def run(args) -> int:
 
     loaded = load(directory, flag=flag, strict=False)  # what the directory holds, even a tokenizer of another run
     model = loaded.model
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"{type(model).__name__} ({model.model_type}), {n_params:,} parameters: {loaded.kind.describe()}")
+    n_params, n_int8 = count_parameters(model)
+    held = f" ({n_int8:,} of them int8)" if n_int8 else ""
+    print(f"{type(model).__name__} ({model.model_type}), {n_params:,} parameters{held}: {loaded.kind.describe()}")
     for field, value in dataclasses.asdict(model.config).items():
         print(f"  {field:18s} {value}")
     print(f"  {'tokenizer':18s} {_tokenizers(loaded)}")
+    if loaded.kind.source == "run":
+        print(f"  {'run':18s} {describe_run(loaded.kind.path)}")
     return 0
+
+
+def describe_run(out: Path) -> str:
+    """A run's progress in one line, from ``last/state.json`` and ``log.jsonl``: ``step 6 of 6 (last/), 0.4 s of
+    training; best val_loss 4.0923 at step 6 (best/, the model above)``. What cannot be read is said, not raised."""
+    parts = []
+    try:
+        state = json.loads((out / "last" / "state.json").read_text(encoding="utf-8"))
+        config = state.get("train_config") or {}
+        total = f" of {config['max_steps']}" if config.get("max_steps") else ""
+        parts.append(f"step {state['step']}{total} (last/), {float(state['elapsed']):.1f} s of training")
+        best = state.get("best")
+    except FileNotFoundError:
+        parts.append("no last/ state (the run saved none)")
+        best = None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        parts.append(f"last/state.json unreadable ({type(err).__name__})")
+        best = None
+    where = _best_record(out / "log.jsonl", best) if best is not None else None
+    if where is not None:
+        parts.append(f"best {where[0]} {best:.4f} at step {where[1]} (best/, the model above)")
+    elif best is not None:
+        parts.append(f"best {best:.4f} (best/, the model above)")
+    return "; ".join(parts)
+
+
+def _best_record(log: Path, best: float) -> tuple[str, int] | None:
+    """(metric, step) of the evaluation in ``log`` whose value is ``best`` (the state keeps the value only)."""
+    try:
+        lines = log.read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        return None
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        for metric in ("bleu", "accuracy", "val_loss"):  # the families' metrics (task.metric), the first that fits
+            if isinstance(record, dict) and record.get(metric) == best and "step" in record:
+                return metric, record["step"]
+    return None
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(the model's parameters, how many of them it holds in int8). An int8 layer's values are buffers, not
+    ``parameters()``: the count is that of the same model in float (built from its config on the meta device: no
+    memory), so that quantizing never changes it; the int8 ones are counted from the int8 layers' shapes (a head
+    that shares an int8 table's values once)."""
+    import torch
+
+    from tformer.fast.int8 import Int8Linear
+    from tformer.fast.int8_embedding import Int8Embedding
+
+    int8 = 0
+    for m in model.modules():
+        if isinstance(m, Int8Embedding):
+            int8 += m.num_embeddings * m.embedding_dim
+        elif isinstance(m, Int8Linear) and not m.shares_values:
+            int8 += m.in_features * m.out_features
+    if not int8:
+        return sum(p.numel() for p in model.parameters()), 0
+    with torch.device("meta"):
+        float_twin = type(model)(model.config)
+    return sum(p.numel() for p in float_twin.parameters()), int8
 
 
 def _tokenizers(loaded) -> str:

@@ -202,18 +202,27 @@ def _shards(directory: Path, index: Path) -> dict[Path, set[str]]:
 def _load(config: ModelConfig, state: Mapping[str, torch.Tensor], source: Path, dtype: torch.dtype | None) -> nn.Module:
     """A model of ``config`` holding ``state`` (Hugging Face names) in ``dtype`` (None: as stored); weights that do
     not fit the config are one line naming ``source``."""
+    held = set(state)  # the file's names: a weight it lacks is named as the file would name it
     try:
         ours = registry.state_from_hf(state, config)  # a name with no counterpart, a missing K/V, an untied head
     except (ValueError, KeyError) as err:
-        raise _misfit(source, err) from None
+        raise _misfit(source, err, config, held) from None
     if isinstance(state, dict):
         state.clear()  # the weights live on in ``ours``; each goes as it is copied in (no second copy whole)
     model = registry.build(config, empty=True).to(dtype or _stored_dtype(ours))
     try:
         registry.load_state(model, ours, owned=True)  # every weight used, every parameter filled, shapes equal
     except (ValueError, RuntimeError, KeyError) as err:
-        raise _misfit(source, err) from None
+        raise _misfit(source, err, config, held) from None
     return model.eval()
+
+
+def _hf_names(config: ModelConfig) -> set[str]:
+    """The Hugging Face names of every weight a model of ``config`` has, from a twin of fake tensors (no memory)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return set(registry.state_to_hf(registry.build(config, empty=True).state_dict(), config))
 
 
 def load_hf_model(
@@ -294,7 +303,20 @@ def _first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
-def _misfit(source: Path, err: Exception) -> ValueError:
+def _misfit(
+    source: Path, err: Exception, config: ModelConfig | None = None, held: frozenset[str] | set[str] = frozenset()
+) -> ValueError:
+    """The refusal of weights that do not fit the config; weights the file lacks are named in the file's own words
+    (``lm_head.weight``, not tformer's ``output.weight``)."""
+    lacks: list[str] = []
+    if config is not None and "missing" in str(err):
+        try:
+            lacks = sorted(_hf_names(config) - held)
+        except Exception:  # the names cannot be worked out: the message below still says what is wrong
+            lacks = []
+    if lacks:
+        shown = ", ".join(repr(n) for n in lacks[:5]) + (f" and {len(lacks) - 5} more" if len(lacks) > 5 else "")
+        return ValueError(f"weights file {str(source)!r} lacks {shown}, which its config.json asks for")
     return ValueError(f"weights file {str(source)!r} does not fit its config.json: {_first_line(err)}")
 
 
