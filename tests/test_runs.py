@@ -259,7 +259,7 @@ SIGNAL_IN_SAVE = """
 import os, shutil, signal
 from pathlib import Path
 import tformer.files as files
-import tformer.training.trainer as trainer
+import tformer.training.state as state  # where RunState.save_last finds write_state
 saves = {}
 def interrupt(times):
     for _ in range(times):  # a real signal to this process: its handler runs as soon as os.kill returns
@@ -271,7 +271,7 @@ def write_state(directory, *args):  # last/ being written (RUN/.last.tformer-*/w
         shutil.copytree(run / "last", run.parent / (run.name + "-before"))
         interrupt(1 if run.name == "once" else 2)
     return real_write_state(directory, *args)
-real_write_state, trainer.write_state = trainer.write_state, write_state
+real_write_state, state.write_state = state.write_state, write_state
 def replace(src, dst):  # the swap of the save of step 4: a second signal between its renames or after the last
     src, dst = Path(src), Path(dst)
     aside = dst.name == "old" and dst.parent.name.startswith(".last.tformer-")  # last/ into the save's work dir

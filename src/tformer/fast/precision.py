@@ -35,10 +35,19 @@ These choices follow what the GPU generations are documented to do; docs/benchma
 same in float16. For training ``fp16`` is float16 autocast with float32 master weights and a gradient scaler (the
 loss scaled so that small gradients do not underflow float16; its state is saved in ``last/``): on a GPU, and on a
 CPU where this torch has float16 autocast. ``int8`` is for inference only: training keeps float weights.
+
+fp16's loss scale cannot run away (torch's ``GradScaler`` has no floor: a scale of 0 skips every step as an
+overflow, for ever). The scale never goes below :data:`SCALE_FLOOR`, 1 (DeepSpeed's and Megatron's default
+minimum): below 1 the scaler would shrink the gradients it exists to keep from underflowing, and gradients that
+overflow float16 (above 65504) unscaled mean a diverging loss or values outside float16's range, which no scale
+cures. Up to :data:`NORMAL_OVERFLOWS` skipped steps in a row are the scaler finding its level; the trainer counts
+each one past that, and each overflow at the floor, as a bad step (``--max-bad-steps``). A scaler state read from a
+file is checked first (:func:`scaler_state_problem`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -54,6 +63,10 @@ __all__ = [
     "normalize",
     "gpu_capability",
     "gradient_scaler",
+    "halve_scale",
+    "scaler_state_problem",
+    "SCALE_FLOOR",
+    "NORMAL_OVERFLOWS",
     "use_tf32",
     "INT8_MIN_WIDTH",
     "TRAINING_BF16",
@@ -219,6 +232,64 @@ def gradient_scaler(choice: Choice, device: str) -> torch.amp.GradScaler | None:
     if choice.precision != "fp16":
         return None
     return torch.amp.GradScaler(torch.device(device).type)
+
+
+# The lowest loss scale (see the module's notes): torch's GradScaler warns that a scale below 1 means "something is
+# likely wrong"; DeepSpeed's min_loss_scale and Megatron's min-loss-scale default to 1 too.
+SCALE_FLOOR = 1.0
+# Skipped steps in a row that are the scaler finding its level, not a fault: from its start, 65536 = 2**16, 16
+# halvings reach the floor; a scale grown over a long run (×2 every 2000 good steps) to 2**24 takes 24 to come back
+# to 1. More in a row means that the gradients grew more than 2**24-fold from one step to the next: divergence.
+NORMAL_OVERFLOWS = 24
+
+
+def halve_scale(scaler: torch.amp.GradScaler) -> bool:
+    """``scaler.update()`` after a step whose gradients overflowed (it multiplies the scale by its backoff
+    factor, ½), kept at :data:`SCALE_FLOOR`; True when the floor stopped it (the scale would have gone below)."""
+    scaler.update()
+    if scaler.get_scale() >= SCALE_FLOOR:
+        return False
+    scaler.update(SCALE_FLOOR)
+    return True
+
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max  # the scaler holds its scale in a float32 tensor
+
+
+def scaler_state_problem(state: Any) -> str | None:
+    """What is wrong with ``state``, a ``GradScaler.state_dict()`` read from a file as ``"scaler"`` (``"'scaler.scale'
+    is 0, expected ..."``), or None: every field present, of its type and in its range, the scale within [:data:`SCALE_FLOOR`,
+    float32's largest]."""
+    if not isinstance(state, dict):
+        return f"'scaler' is {_shown(state)}, expected the gradient scaler's state (an object)"
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    fields = {
+        "scale": (
+            f"a number from {SCALE_FLOOR:g} (the floor) to {_FLOAT32_MAX:.3g}",
+            lambda v: number(v) and SCALE_FLOOR <= v <= _FLOAT32_MAX,
+        ),
+        "growth_factor": ("a number above 1", lambda v: number(v) and 1 < v <= _FLOAT32_MAX),
+        "backoff_factor": ("a number between 0 and 1", lambda v: number(v) and 0 < v < 1),
+        "growth_interval": ("a whole number >= 1", lambda v: whole(v) and v >= 1),
+        "_growth_tracker": ("a whole number >= 0", lambda v: whole(v) and v >= 0),
+    }
+    for name, (expected, ok) in fields.items():
+        if name not in state:
+            return f"'scaler.{name}' is missing, expected {expected}"
+        if not ok(state[name]):
+            return f"'scaler.{name}' is {_shown(state[name])}, expected {expected}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if value is not None else "null"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def use_tf32(device: str) -> bool:

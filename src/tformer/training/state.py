@@ -10,6 +10,12 @@
 JSON is written with ``allow_nan=False``: a non-finite number (a NaN loss, an infinite metric) is written as
 ``null`` (:func:`finite_json`), so any strict JSON reader takes the files.
 
+``state.json`` also says in which precision the run trained (``"precision"``), so that an fp16 run's resume finds
+its gradient scaler's state or is refused.
+
+:class:`RunState` is the part of the :class:`~tformer.training.trainer.Trainer` that writes ``last/`` and resumes
+from it, every file checked as it is read.
+
 tformer 0.1 wrote ``trainer_state.pt``, a pickle. :func:`read_state` still reads it, once, with
 ``torch.load(weights_only=True)`` (the restricted unpickler, which builds tensors and plain containers only;
 CVE-2025-32434 let a crafted file run code through it up to torch 2.5.1, so pyproject.toml asks for
@@ -18,9 +24,13 @@ torch >= 2.6), and :func:`convert_legacy` rewrites such a directory in today's f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +39,21 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from tformer.checks import read_json_object
-from tformer.files import atomic_write, staged_dir
+from tformer.fast.precision import Choice, scaler_state_problem
+from tformer.files import WriteError, atomic_write, current_dir, machine_reason, os_error, staged_dir
+from tformer.training import distributed
+from tformer.training.config import TrainConfig
 
-__all__ = ["STATE_NAME", "finite_json", "write_json", "write_state", "read_state", "read_meta", "convert_legacy"]
+__all__ = [
+    "STATE_NAME",
+    "RunState",
+    "finite_json",
+    "write_json",
+    "write_state",
+    "read_state",
+    "read_meta",
+    "convert_legacy",
+]
 
 STATE_NAME = "state.json"
 TENSORS_NAME = "trainer_state.safetensors"
@@ -176,6 +198,7 @@ def read_meta(directory: Path) -> dict[str, Any]:
     }
     optional = {
         "skipped_steps": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
+        "precision": ("'fp32', 'bf16' or 'fp16'", lambda v: v in ("fp32", "bf16", "fp16")),
         "train_config": ("an object (the TrainConfig)", lambda v: isinstance(v, dict)),
         "run": (
             "an object with the run's 'kind' and 'settings'",
@@ -233,3 +256,157 @@ def convert_legacy(directory: Path) -> bool:
                 shutil.copy2(path, tmp / path.name)
         write_state(tmp, state["optimizer"], state["scheduler"], state["rng"])
     return True
+
+
+def _trained_in(meta: dict[str, Any]) -> str | None:
+    """The precision the run trained in: as state.json says it, or (written before it said) as it was asked."""
+    asked = (meta.get("train_config") or {}).get("precision")
+    return meta.get("precision", asked if asked in ("fp32", "bf16", "fp16") else None)
+
+
+class RunState:
+    """What the :class:`~tformer.training.trainer.Trainer` saves in ``OUT/last`` and restores from it (a mixin; the
+    trainer's attributes it uses are declared here)."""
+
+    world: distributed.World
+    model: Any  # a tformer model (PretrainedMixin)
+    task: Any
+    cfg: TrainConfig
+    device: Any
+    out: Path
+    precision: Choice
+    scaler: torch.amp.GradScaler | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    step: int
+    epoch: int
+    batch_index: int
+    elapsed: float
+    best: float | None
+    skipped_steps: int
+    run_info: dict | None
+    _saved_step: int | None
+
+    def _warn(self, text: str) -> None:
+        if self.world.is_main:
+            print(text, file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def _saving(self, dest: Path) -> Iterator[Path]:
+        """A temporary directory that replaces ``dest`` as a whole; a write the machine refuses (a full disk, also
+        inside a SafetensorError; a read-only place) is one line naming ``dest``, and ``dest`` is left as it was."""
+        before = dest.is_dir()
+        try:
+            with staged_dir(dest) as tmp:
+                yield tmp
+        except Exception as err:
+            cause = os_error(err)
+            if cause is None:
+                raise
+            kept = f"the previous {dest.name}/ is left as it was" if before else f"no {dest.name}/ had been saved yet"
+            if dest.name == "last" and before:
+                kept += " (a --resume continues from it)"
+            message = f"could not save {dest}: {machine_reason(cause)}; {kept}"
+            raise WriteError(cause.errno, cause.strerror, dest, message) from err
+
+    def _rng_state(self) -> dict[str, torch.Tensor]:
+        state = {"rng": torch.get_rng_state()}
+        if torch.device(self.device).type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def save_last(self) -> None:
+        """``OUT/last``: model, tokenizer, optimizer, scheduler, every process's RNG, step and data position."""
+        rng = distributed.gather_objects(self._rng_state(), self.world)  # every rank's dropout RNG
+        self._saved_step = self.step
+        if not self.world.is_main:
+            return
+        meta = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_index": self.batch_index,
+            "elapsed": self.elapsed,
+            "best": self.best,
+            "skipped_steps": self.skipped_steps,
+            "precision": self.precision.precision,  # what ran ("auto" chose it): an fp16 run has a scaler to resume
+            "train_config": asdict(self.cfg),
+        }
+        if self.run_info is not None:
+            meta["run"] = self.run_info
+        with self._saving(self.out / "last") as tmp:
+            self.model.save_pretrained(tmp)
+            self.task.save_extra(tmp)
+            scaler = None if self.scaler is None else self.scaler.state_dict()
+            write_state(tmp, self.optimizer.state_dict(), self.scheduler.state_dict(), rng, scaler)
+            write_json(tmp / STATE_NAME, meta)
+
+    def resume(self) -> None:
+        """Continue exactly from ``OUT/last``: model, optimizer, scheduler, gradient scaler, step, RNG, data position.
+
+        Every file is checked: one that is missing, damaged or does not fit this model is an error naming it."""
+        last = current_dir(self.out / "last")
+        meta = read_meta(last)  # first: "no training state" before any other complaint
+        weights = type(self.model).from_pretrained(last).state_dict()
+        self.model.load_state_dict(weights)
+        self.model.train()
+        state = read_state(last)
+        if len(state["rng"]) != self.world.size:
+            raise ValueError(f"--resume: the run used {len(state['rng'])} processes, this one has {self.world.size}")
+        if meta["step"] > 0 and not state["optimizer"]["state"]:
+            raise ValueError(
+                f"{str(last / TENSORS_NAME)!r} holds no optimizer state, expected the optimizer's moments of a run "
+                f"at step {meta['step']} (the file is damaged or not this run's)"
+            )
+        self._load(last / JSON_NAME, "the optimizer", lambda: self.optimizer.load_state_dict(state["optimizer"]))
+        self._load(last / JSON_NAME, "the schedule", lambda: self._load_scheduler(state["scheduler"]))
+        if self.scaler is not None:  # fp16: the loss scale goes on where it was
+            self._load_scaler(last / JSON_NAME, state.get("scaler"), meta)
+        mine = state["rng"][self.world.rank]
+        if "rng" not in mine:
+            raise ValueError(
+                f"{str(last / TENSORS_NAME)!r} has no 'rng.{self.world.rank}': expected every process's RNG"
+            )
+        self._load(last / TENSORS_NAME, "the RNG", lambda: torch.set_rng_state(mine["rng"]))
+        if "cuda_rng" in mine and torch.device(self.device).type == "cuda":
+            torch.cuda.set_rng_state(mine["cuda_rng"], self.device)
+        self.step, self.epoch, self.batch_index = meta["step"], meta["epoch"], meta["batch_index"]
+        self.elapsed, self.best = float(meta["elapsed"]), meta["best"]
+        self.skipped_steps = meta.get("skipped_steps", 0)
+        self.run_info = self.run_info or meta.get("run")
+        self._saved_step = self.step
+
+    def _load_scaler(self, path: Path, saved: Any, meta: dict[str, Any]) -> None:
+        """The gradient scaler's state, checked (:func:`tformer.fast.precision.scaler_state_problem`); a run that
+        trained in fp16 without one is refused: tformer always writes it, so the file is damaged or another's, and
+        a fresh scaler would resume inexactly without a word. A run that trained in fp32 or bf16 has none: the
+        scaler starts afresh, as the resume line's "--precision fp16 (was ...)" says."""
+        remedy = "resume with --precision fp32 or bf16, which use no scaler, or start the run again with --overwrite"
+        if saved is None:
+            if _trained_in(meta) != "fp16":
+                return
+            raise ValueError(
+                f"{str(path)!r} holds no 'scaler', expected the gradient scaler's state of a run that trained in "
+                f"fp16 (the file is damaged or not this run's): {remedy}"
+            )
+        problem = scaler_state_problem(saved)
+        if problem:
+            raise ValueError(f"training state {str(path)!r}: {problem} (the file is damaged): {remedy}")
+        scaler = self.scaler
+        assert scaler is not None
+        self._load(path, "the gradient scaler", lambda: scaler.load_state_dict(saved))
+
+    def _load_scheduler(self, state: dict) -> None:
+        if len(state["base_lrs"]) != len(self.optimizer.param_groups):
+            raise ValueError(f"it has {len(state['base_lrs'])} base_lrs, expected {len(self.optimizer.param_groups)}")
+        self.scheduler.load_state_dict(state)
+
+    @staticmethod
+    def _load(path: Path, what: str, load) -> None:
+        """``load()``, its errors (PyTorch's, which name no file) turned into one naming ``path``."""
+        try:
+            load()
+        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                f"{str(path)!r} does not fit this model: {what} could not be restored ({reason})"
+            ) from None

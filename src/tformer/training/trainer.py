@@ -42,7 +42,11 @@ state as it was (the error names the directory). SIGINT and SIGTERM finish the c
 and raise :class:`TrainingInterrupted` (exit status 130 / 143 in the CLI); a second one stops at once
 (:mod:`tformer.training.signals`). A step
 whose loss or gradient norm is not finite is skipped (no update, gradients dropped) and counted;
-``max_bad_steps`` of them in a row raise :class:`TrainingDiverged`. A non-finite evaluation is never the best.
+``max_bad_steps`` of them in a row raise :class:`TrainingDiverged`. In fp16 an overflow of the scaled gradients is
+the gradient scaler's to handle (it halves its scale and skips the step) up to
+:data:`~tformer.fast.precision.NORMAL_OVERFLOWS` in a row; past that, and at the scale's floor
+(:data:`~tformer.fast.precision.SCALE_FLOOR`, said once when reached), each one is a bad step too. A non-finite
+evaluation is never the best. Saving ``last/`` and resuming from it: :class:`tformer.training.state.RunState`.
 Progress: a bar on a terminal, plain lines elsewhere (:mod:`tformer.training.progress`).
 """
 
@@ -54,17 +58,15 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import cast
 
 import torch
 
 from tformer import fast
-from tformer.fast.precision import choose, gradient_scaler, use_tf32
+from tformer.fast.precision import NORMAL_OVERFLOWS, SCALE_FLOOR, choose, gradient_scaler, halve_scale, use_tf32
 from tformer.fast.quantize import require_float
-from tformer.files import WriteError, current_dir, machine_reason, os_error, staged_dir
+from tformer.files import WriteError, machine_reason
 from tformer.machine import describe
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.training import distributed
@@ -72,16 +74,7 @@ from tformer.training.config import TrainConfig, budget_reached, budget_spent_me
 from tformer.training.lock import RunLock
 from tformer.training.progress import Progress
 from tformer.training.signals import TrainingInterrupted, stop_signals
-from tformer.training.state import (
-    JSON_NAME,
-    STATE_NAME,
-    TENSORS_NAME,
-    dumps,
-    read_meta,
-    read_state,
-    write_json,
-    write_state,
-)
+from tformer.training.state import RunState, dumps
 
 __all__ = [
     "TrainConfig",
@@ -99,7 +92,7 @@ class TrainingDiverged(ValueError):
     """The loss or the gradient norm was not finite for ``max_bad_steps`` steps in a row."""
 
 
-class Trainer:
+class Trainer(RunState):
     def __init__(self, model: torch.nn.Module, task, cfg: TrainConfig) -> None:
         if not isinstance(model, PretrainedMixin):
             raise TypeError(
@@ -128,7 +121,8 @@ class Trainer:
         self.best: float | None = None
         self.history: list[dict] = []
         self.bad_steps, self.skipped_steps = 0, 0  # non-finite steps: in a row, and in all
-        self.scaler_skips = 0  # fp16: steps the gradient scaler skipped (overflow), not counted as bad
+        self.scaler_skips, self.overflows = 0, 0  # fp16: steps the scaler skipped (overflow): in all, and in a row
+        self._floor_said = False  # fp16: the loss scale's floor reached, said once
         self._signal: int | None = None  # the first SIGINT/SIGTERM received during fit()
         self._stop = False  # a process received one (agreed by all processes at the last step)
         self._saved_step: int | None = None
@@ -137,106 +131,7 @@ class Trainer:
         self._machine_logged = False  # the session's first log record names the machine (_log)
         torch.manual_seed(cfg.seed + 1000 * self.world.rank)  # dropout differs between processes
 
-    # ---------------------------------------------------------------- state
-    @contextlib.contextmanager
-    def _saving(self, dest: Path) -> Iterator[Path]:
-        """A temporary directory that replaces ``dest`` as a whole; a write the machine refuses (a full disk, also
-        inside a SafetensorError; a read-only place) is one line naming ``dest``, and ``dest`` is left as it was."""
-        before = dest.is_dir()
-        try:
-            with staged_dir(dest) as tmp:
-                yield tmp
-        except Exception as err:
-            cause = os_error(err)
-            if cause is None:
-                raise
-            kept = f"the previous {dest.name}/ is left as it was" if before else f"no {dest.name}/ had been saved yet"
-            if dest.name == "last" and before:
-                kept += " (a --resume continues from it)"
-            message = f"could not save {dest}: {machine_reason(cause)}; {kept}"
-            raise WriteError(cause.errno, cause.strerror, dest, message) from err
-
-    def _rng_state(self) -> dict[str, torch.Tensor]:
-        state = {"rng": torch.get_rng_state()}
-        if torch.device(self.device).type == "cuda":
-            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
-        return state
-
-    def save_last(self) -> None:
-        """``OUT/last``: model, tokenizer, optimizer, scheduler, every process's RNG, step and data position."""
-        rng = distributed.gather_objects(self._rng_state(), self.world)  # every rank's dropout RNG
-        self._saved_step = self.step
-        if not self.world.is_main:
-            return
-        meta = {
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_index": self.batch_index,
-            "elapsed": self.elapsed,
-            "best": self.best,
-            "skipped_steps": self.skipped_steps,
-            "train_config": asdict(self.cfg),
-        }
-        if self.run_info is not None:
-            meta["run"] = self.run_info
-        with self._saving(self.out / "last") as tmp:
-            self.model.save_pretrained(tmp)
-            self.task.save_extra(tmp)
-            scaler = None if self.scaler is None else self.scaler.state_dict()
-            write_state(tmp, self.optimizer.state_dict(), self.scheduler.state_dict(), rng, scaler)
-            write_json(tmp / STATE_NAME, meta)
-
-    def resume(self) -> None:
-        """Continue exactly from ``OUT/last``: model, optimizer, scheduler, step, RNG, data position.
-
-        Every file is checked: one that is missing, damaged or does not fit this model is an error naming it."""
-        last = current_dir(self.out / "last")
-        meta = read_meta(last)  # first: "no training state" before any other complaint
-        weights = type(self.model).from_pretrained(last).state_dict()
-        self.model.load_state_dict(weights)
-        self.model.train()
-        state = read_state(last)
-        if len(state["rng"]) != self.world.size:
-            raise ValueError(f"--resume: the run used {len(state['rng'])} processes, this one has {self.world.size}")
-        if meta["step"] > 0 and not state["optimizer"]["state"]:
-            raise ValueError(
-                f"{str(last / TENSORS_NAME)!r} holds no optimizer state, expected the optimizer's moments of a run "
-                f"at step {meta['step']} (the file is damaged or not this run's)"
-            )
-        self._load(last / JSON_NAME, "the optimizer", lambda: self.optimizer.load_state_dict(state["optimizer"]))
-        self._load(last / JSON_NAME, "the schedule", lambda: self._load_scheduler(state["scheduler"]))
-        if self.scaler is not None and state.get("scaler"):  # fp16: the loss scale goes on where it was
-            self._load(last / JSON_NAME, "the gradient scaler", lambda: self.scaler.load_state_dict(state["scaler"]))
-        mine = state["rng"][self.world.rank]
-        if "rng" not in mine:
-            raise ValueError(
-                f"{str(last / TENSORS_NAME)!r} has no 'rng.{self.world.rank}': expected every process's RNG"
-            )
-        self._load(last / TENSORS_NAME, "the RNG", lambda: torch.set_rng_state(mine["rng"]))
-        if "cuda_rng" in mine and torch.device(self.device).type == "cuda":
-            torch.cuda.set_rng_state(mine["cuda_rng"], self.device)
-        self.step, self.epoch, self.batch_index = meta["step"], meta["epoch"], meta["batch_index"]
-        self.elapsed, self.best = float(meta["elapsed"]), meta["best"]
-        self.skipped_steps = meta.get("skipped_steps", 0)
-        self.run_info = self.run_info or meta.get("run")
-        self._saved_step = self.step
-
-    def _load_scheduler(self, state: dict) -> None:
-        if len(state["base_lrs"]) != len(self.optimizer.param_groups):
-            raise ValueError(f"it has {len(state['base_lrs'])} base_lrs, expected {len(self.optimizer.param_groups)}")
-        self.scheduler.load_state_dict(state)
-
-    @staticmethod
-    def _load(path: Path, what: str, load) -> None:
-        """``load()``, its errors (PyTorch's, which name no file) turned into one naming ``path``."""
-        try:
-            load()
-        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as err:
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(
-                f"{str(path)!r} does not fit this model: {what} could not be restored ({reason})"
-            ) from None
-
+    # ---------------------------------------------------------------- state: save_last(), resume() (RunState)
     def _log(self, record: dict) -> None:
         """Append ``record`` to ``OUT/log.jsonl``; the first one of each session also holds ``"machine"``
         (:func:`tformer.machine.describe`: CPU model, class, features; and the device), so that every speed in the
@@ -260,10 +155,6 @@ class Trainer:
                 "last/) is left as it was"
             )
             raise WriteError(err.errno, err.strerror, path, message) from err
-
-    def _warn(self, text: str) -> None:
-        if self.world.is_main:
-            print(text, file=sys.stderr, flush=True)
 
     # ---------------------------------------------------------------- signals (tformer.training.signals)
     def _on_signal(self, signum: int, frame) -> None:
@@ -335,18 +226,25 @@ class Trainer:
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf))
         mean_loss = loss_sum / max(total_tokens, 1)
         if self.scaler is not None and math.isfinite(mean_loss) and not math.isfinite(norm):
-            # fp16: the scaled gradients overflowed. The scaler's own business, not a bad step: it halves the scale
+            # fp16: the scaled gradients overflowed. The scaler halves the scale and skips the step while it finds its
+            # level; past NORMAL_OVERFLOWS in a row, or at the scale's floor, it is a bad step
             self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.update()
-            self.scaler_skips += 1
+            self.scaler_skips, self.overflows = self.scaler_skips + 1, self.overflows + 1
+            if self._halve_scale():
+                self._skip(mean_loss, norm, f"float16 gradients overflowed at the loss scale's floor ({SCALE_FLOOR:g})")
+            elif self.overflows > NORMAL_OVERFLOWS:
+                scale = f"{self.scaler.get_scale():g}"
+                self._skip(
+                    mean_loss, norm, f"float16 gradients overflowed {self.overflows} steps in a row (scale {scale})"
+                )
             return None, total_tokens
         if not (math.isfinite(mean_loss) and math.isfinite(norm)):  # the same on every process: all skip
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:
-                self.scaler.update()
+                self._halve_scale()
             self._skip(mean_loss, norm)
             return None, total_tokens
-        self.bad_steps = 0
+        self.bad_steps, self.overflows = 0, 0
         if self.scaler is None:
             self.optimizer.step()
         else:  # the gradients are unscaled and finite: the scaler steps, then may grow the scale
@@ -357,16 +255,35 @@ class Trainer:
         self.step += 1
         return mean_loss, total_tokens
 
-    def _skip(self, loss: float, norm: float) -> None:
+    def _halve_scale(self) -> bool:
+        """fp16, after an overflow: the scaler halves its scale, down to its floor; reaching it is said once."""
+        assert self.scaler is not None
+        floor = halve_scale(self.scaler)
+        if floor and not self._floor_said:
+            self._floor_said = True
+            self._warn(
+                f"fp16: the loss scale reached its floor, {SCALE_FLOOR:g}, at step {self.step + 1}: the gradients "
+                "overflow float16 (above 65504) even unscaled, so each overflow from now on counts as a bad step "
+                f"(--max-bad-steps {self.cfg.max_bad_steps} in a row stop the run)"
+            )
+        return floor
+
+    def _skip(self, loss: float, norm: float, why: str | None = None) -> None:
         self.bad_steps, self.skipped_steps = self.bad_steps + 1, self.skipped_steps + 1
         step, n = self.step + 1, self.bad_steps
-        self._warn(f"step {step}: loss {loss}, gradient norm {norm}: not finite, step skipped ({n} in a row)")
+        what = (
+            f"{why}: step skipped, a bad step"
+            if why
+            else f"loss {loss}, gradient norm {norm}: not finite, step skipped"
+        )
+        self._warn(f"step {step}: {what} ({n} in a row)")
         if n >= self.cfg.max_bad_steps:
             lr = self.scheduler.get_last_lr()[0]
+            fp16 = ", or --precision bf16 or fp32 (float16 overflows above 65504)" if self.scaler is not None else ""
             raise TrainingDiverged(
                 f"training diverged at step {step}: the loss or the gradient norm was not finite for {n} steps in "
                 f"a row (last: loss {loss}, gradient norm {norm}, learning rate {lr:.3g}); try a lower --lr "
-                f"(now {self.cfg.lr:g}) or a longer --warmup-steps; what was saved before in {self.out} is kept"
+                f"(now {self.cfg.lr:g}) or a longer --warmup-steps{fp16}; what was saved before in {self.out} is kept"
             )
 
     def evaluate(self) -> dict:
