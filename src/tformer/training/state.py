@@ -264,6 +264,13 @@ def _trained_in(meta: dict[str, Any]) -> str | None:
     return meta.get("precision", asked if asked in ("fp32", "bf16", "fp16") else None)
 
 
+def _decay_end(max_steps: int | None, minutes: float | None) -> tuple[str, str]:
+    """Where a cosine decay ends (``"at step 20"``) and the flag that says so: ``max_steps``, else ``minutes``."""
+    if max_steps is not None:
+        return f"at step {max_steps}", f"--max-steps {max_steps}"
+    return f"after {minutes:g} minutes", f"--minutes {minutes:g}"
+
+
 class RunState:
     """What the :class:`~tformer.training.trainer.Trainer` saves in ``OUT/last`` and restores from it (a mixin; the
     trainer's attributes it uses are declared here)."""
@@ -374,6 +381,7 @@ class RunState:
         self.skipped_steps = meta.get("skipped_steps", 0)
         self.run_info = self.run_info or meta.get("run")
         self._saved_step = self.step
+        self._follow_schedule(meta.get("train_config") or {})
 
     def _load_scaler(self, path: Path, saved: Any, meta: dict[str, Any]) -> None:
         """The gradient scaler's state, checked (:func:`tformer.fast.precision.scaler_state_problem`); a run that
@@ -394,6 +402,29 @@ class RunState:
         scaler = self.scaler
         assert scaler is not None
         self._load(path, "the gradient scaler", lambda: scaler.load_state_dict(saved))
+
+    def _follow_schedule(self, saved: dict[str, Any]) -> None:
+        """A cosine decay whose end moved since the save (a larger ``--max-steps``; ``--minutes`` without one)
+        follows the new end from the next step on, said in one line on stderr with that step's learning rate on
+        both schedules. The resumed run is then not the run it would have been: a resume changes nothing silently."""
+        steps, minutes = saved.get("max_steps"), saved.get("minutes")
+        if self.cfg.schedule != "cosine" or not (_is_int(steps) or (steps is None and _is_number(minutes))):
+            return  # no end to move, or none saved that a cosine run could have had
+        old = _decay_end(steps, minutes)
+        new = _decay_end(self.cfg.max_steps, self.cfg.minutes)
+        if old == new:
+            return
+        before = self.optimizer.param_groups[0]["lr"]  # what the run's schedule set for the next step
+        factor = self.scheduler.lr_lambdas[0](self.step)  # the same one for every group
+        for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+            group["lr"] = base * factor
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]  # type: ignore[attr-defined]
+        after, step = self.optimizer.param_groups[0]["lr"], self.step + 1
+        lr = f"is {after:.2e} either way" if math.isclose(before, after) else f"is {after:.2e}, not {before:.2e}"
+        self._warn(
+            f"note: the cosine decay now ends {new[0]} ({new[1]}), not {old[0]} as the run's did ({old[1]}): the "
+            f"learning rate at step {step} {lr}"
+        )
 
     def _load_scheduler(self, state: dict) -> None:
         if len(state["base_lrs"]) != len(self.optimizer.param_groups):

@@ -1,0 +1,80 @@
+"""A resume that moves the end of the cosine decay says so (issue 44, item 7).
+
+``--max-steps`` is a total and may grow on ``--resume``; the cosine schedule, rebuilt from the new value, then gave
+the next step another learning rate (1.0e-4 → 2.4e-4 in the issue) without a word, though the README promises that a
+resume changes nothing silently. Now the new decay applies from the next step, said in one line on stderr with that
+step's learning rate on both schedules; a schedule whose end did not move (or that has none) resumes exactly,
+unsaid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tformer import lm
+from tformer.cli import main
+from tformer.training.config import lr_factor
+
+NOTE = "note: the cosine decay now ends"
+
+
+def _setup(words_txt, out, schedule: str = "cosine", **more):
+    return lm.setup(
+        words_txt, out, preset="tiny", max_len=16, batch_size=4, lr=1e-3, warmup_steps=2, batches_per_epoch=4,
+        progress=False, schedule=schedule, precision="fp32", **more,
+    )  # fmt: skip
+
+
+def _lr(trainer) -> float:
+    return trainer.optimizer.param_groups[0]["lr"]
+
+
+def test_a_larger_max_steps_on_resume_says_the_new_decay_with_both_learning_rates(tmp_path, words_txt, capsys):
+    first = _setup(words_txt, tmp_path / "r", max_steps=6)
+    first.fit()
+    saved_lr = _lr(first)  # what the run's schedule gives its 7th step
+    assert saved_lr == pytest.approx(1e-3 * lr_factor(6, first.cfg))
+    capsys.readouterr()
+    resumed = _setup(words_txt, tmp_path / "r", max_steps=12, resume=True)
+    err = capsys.readouterr().err
+    new_lr = 1e-3 * lr_factor(6, replace(first.cfg, max_steps=12))
+    assert new_lr > 2 * saved_lr  # the decay re-stretched: a jump worth saying
+    (line,) = [x for x in err.splitlines() if x.startswith(NOTE)]
+    assert line == (
+        f"{NOTE} at step 12 (--max-steps 12), not at step 6 as the run's did (--max-steps 6): the learning rate at "
+        f"step 7 is {new_lr:.2e}, not {saved_lr:.2e}"
+    )
+    assert _lr(resumed) == pytest.approx(new_lr)  # and it is the rate the next step takes, as said
+    resumed.fit()
+    assert resumed.step == 12
+    # a resume whose decay end did not move (a larger --epochs) is exact and unsaid
+    first = _setup(words_txt, tmp_path / "cos", max_steps=12, epochs=1)  # stops at the epoch's end: step 4
+    first.fit()
+    saved_lr = _lr(first)
+    capsys.readouterr()
+    resumed = _setup(words_txt, tmp_path / "cos", max_steps=12, epochs=2, resume=True)
+    assert NOTE not in capsys.readouterr().err and _lr(resumed) == saved_lr
+    # a schedule with no end (inverse square root) takes a larger --max-steps unchanged, unsaid
+    other = _setup(words_txt, tmp_path / "isqrt", schedule="inverse_sqrt", max_steps=4)
+    other.fit()
+    saved_lr = _lr(other)
+    capsys.readouterr()
+    resumed = _setup(words_txt, tmp_path / "isqrt", schedule="inverse_sqrt", max_steps=8, resume=True)
+    assert NOTE not in capsys.readouterr().err and _lr(resumed) == saved_lr
+
+
+def test_the_cli_says_the_changed_decay_in_one_line_on_stderr(tmp_path, words_txt, capsys):
+    args = [
+        "train", "lm", "--data", str(words_txt), "--out", str(tmp_path / "r"), "--preset", "tiny", "--max-len", "16",
+        "--batch-size", "4", "--batches-per-epoch", "4", "--eval-blocks", "4", "--no-progress", "--schedule",
+        "cosine", "--warmup-steps", "1", "--precision", "fp32", "--lr", "1e-3",
+    ]  # fmt: skip
+    assert main([*args, "--max-steps", "4"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--max-steps", "8", "--resume"]) == 0
+    captured = capsys.readouterr()
+    assert "changed: --max-steps 8 (was 4)" in captured.out  # the resume line, as before
+    lines = [x for x in captured.err.splitlines() if x.startswith(NOTE)]
+    assert len(lines) == 1 and "(--max-steps 8), not at step 4" in lines[0] and "at step 5 is" in lines[0]
