@@ -1,14 +1,15 @@
-"""Input checks: clear errors instead of shape errors from deep inside PyTorch: each number a flag or an entry point
-takes, with its bound (:data:`SETTINGS`), checked in the flag's words; a device, token ids, a length. The readers of
-the files a user hands us (JSON objects, safetensors weights, tokenizer files, text) are :mod:`tformer.readers`,
-given here under this module's name too."""
+"""Input checks: clear errors instead of shape errors from deep inside PyTorch. Each setting of the library's entry
+points and the command line's flags, with its bound (:data:`SETTINGS`: numbers, yes/no settings, names), checked in
+the flag's words; a device, token ids, a length. The readers of the files a user hands us (JSON objects, safetensors
+weights, tokenizer files, text) are :mod:`tformer.readers`, given here under this module's name too."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -27,10 +28,15 @@ from tformer.readers import (  # the file readers, imported from here by the lib
 __all__ = [
     "BadValue",
     "Number",
+    "YesNo",
+    "Choice",
+    "Text",
     "device",
     "check_device",
     "SETTINGS",
     "check_settings",
+    "check_yes_no",
+    "check_yes_no_fields",
     "check_ids",
     "check_length",
     "check_positive",
@@ -119,10 +125,65 @@ class Number:
         """``value`` itself when it is a number of this kind within the bounds (a bool is no number, nor is 3.0 an
         integer); else :class:`BadValue` in a flag's words with the parameter's name: ``beam must be an integer in
         [1, 64], got 0``."""
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or (self.kind is int and not isinstance(value, int)) or not self.ok(value):
+        if not self.accepts(value):
             raise BadValue(f"{name} must be {self.allowed}, got {value!r}")
         return value
+
+    def accepts(self, value: Any) -> bool:
+        """Whether :meth:`check` takes ``value``."""
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return number and (self.kind is not int or isinstance(value, int)) and self.ok(value)
+
+
+class YesNo:
+    """A yes/no setting: ``True`` or ``False``, nothing else. Not ``"no"`` (a non-empty string is true: ``overwrite=
+    "no"`` would delete a run), not 1 or 0 (ints), not a NumPy bool (a run's settings are saved as JSON, which takes
+    none): ``overwrite must be True or False, got 'no'``. ``or_function`` names what a function given instead does
+    (generation's ``compile``: a function that compiles the step); then a callable is taken too."""
+
+    def __init__(self, or_function: str | None = None) -> None:
+        self.or_function = or_function
+        self.allowed = f"True, False or {or_function}" if or_function else "True or False"
+
+    def __repr__(self) -> str:
+        return f"YesNo({self.allowed})"
+
+    def check(self, value: Any, name: str) -> Any:
+        if isinstance(value, bool) or (self.or_function is not None and callable(value)):
+            return value
+        kind, module = type(value).__name__, type(value).__module__
+        of_type = "" if isinstance(value, str) else f" of type {kind if module == 'builtins' else f'{module}.{kind}'}"
+        raise BadValue(f"{name} must be {self.allowed}, got {value!r:.60}{of_type}")
+
+
+class Choice:
+    """One of a few names (a preset, a tokenizer kind): ``preset must be one of 'tiny', 'small', got 'huge'``."""
+
+    def __init__(self, options: Iterable[str]) -> None:
+        self.options = tuple(options)
+        self.allowed = "one of " + ", ".join(map(repr, self.options))
+
+    def __repr__(self) -> str:
+        return f"Choice({self.allowed})"
+
+    def check(self, value: Any, name: str) -> Any:
+        if not isinstance(value, str) or value not in self.options:
+            raise BadValue(f"{name} must be {self.allowed}, got {value!r:.60}")
+        return value
+
+
+class Text:
+    """A non-empty string (a language code, a name): ``src_lang must be a non-empty string, got 5``."""
+
+    allowed = "a non-empty string"
+
+    def check(self, value: Any, name: str) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            raise BadValue(f"{name} must be {self.allowed}, got {value!r:.60}")
+        return value
+
+
+Check = Number | YesNo | Choice | Text  # what a setting is checked with: each has .check(value, name)
 
 
 def _plain(x: float) -> str:
@@ -152,11 +213,16 @@ length_penalty = Number(float, 0, 10, allowed="a number in [0, 10]")
 max_new_tokens = Number(int, 1, 100_000, allowed="an integer in [1, 100000]")
 seconds = Number(float, 0, 86_400, low_open=True, allowed="a number of seconds in (0, 86400] (one day)")
 vocab_size = Number(int, 6, allowed="an integer >= 6 (the special tokens + 1)")
+ratio = Number(float, 0, 1, allowed="a number in [0, 1]")
+yes_no = YesNo()
+compile_option = YesNo(or_function="a function that compiles the step")  # tformer.generation.static.compile_step
 
-# Each numeric setting, by the one name the library, a run's settings and the command line give it (--max-len is
-# max_len), with its bound: the flags parse with these (tests/test_api_checks.py keeps tformer.cli.flags equal, but
-# where a flag is stricter), the families' entry points and TrainConfig check their arguments with them.
-SETTINGS: dict[str, Number] = {
+# Each setting, by the one name the library, a run's settings and the command line give it (--max-len is max_len),
+# with its bound: the flags parse with these (tests/test_api_checks.py keeps tformer.cli.flags equal, but where a
+# flag is stricter), the families' entry points and TrainConfig check their arguments with them. A yes/no setting
+# (a flag without a value: --resume, --no-fast) takes True or False only. Where one family bounds a setting
+# otherwise (lm's valid is a fraction, bert's max_len >= 3), its entry point gives check_settings its own bounds.
+SETTINGS: dict[str, Check] = {
     "seed": seed,
     "batch_size": positive_int,
     "batch_tokens": positive_int,
@@ -182,25 +248,57 @@ SETTINGS: dict[str, Number] = {
     "top_k": top_k,
     "top_p": probability,
     "candidates": candidates,
+    "min_lr_ratio": ratio,
+    "batches_per_epoch": positive_int,
+    "eval_blocks": positive_int,
+    "label_smoothing": fraction,
+    "test": count_or_fraction,
+    "bleu_sentences": non_negative_int,
+    "mlm_prob": probability,
+    "src_lang": Text(),
+    "tgt_lang": Text(),
+    "resume": yes_no,
+    "overwrite": yes_no,
+    "joint": yes_no,
+    "fast": yes_no,
+    "compile": yes_no,  # a decoding function's compile takes a function too (compile_option)
+    "progress": yes_no,
+    "bf16": yes_no,
 }
 
 
-def check_settings(*options: Mapping[str, Any]) -> None:
+def check_yes_no(**values: Any) -> None:
+    """Each of ``values`` (name=value) is True or False: ``check_yes_no(strict=strict)``; else :class:`BadValue`."""
+    for name, value in values.items():
+        yes_no.check(value, name)
+
+
+def check_yes_no_fields(config: Any) -> None:
+    """Each field of the dataclass ``config`` annotated ``bool`` (``bool | None``: None too) is True or False;
+    else :class:`BadValue` naming it: ``LayerConfig.bias must be True or False, got 'no'``."""
+    for f in dataclasses.fields(config):
+        kinds, value = {k.strip() for k in str(f.type).split("|")}, getattr(config, f.name)
+        if "bool" in kinds and not (value is None and "None" in kinds):
+            yes_no.check(value, f"{type(config).__name__}.{f.name}")
+
+
+def check_settings(*options: Mapping[str, Any], bounds: Mapping[str, Check] | None = None) -> None:
     """Every setting of ``options`` (name → value; several mappings: an entry point's parameters and its
-    ``**train_options``) that :data:`SETTINGS` bounds, unless None (the default), checked there: ``batch_size must be
-    a positive integer, got 0``, the words ``--batch-size`` has."""
+    ``**train_options``) that :data:`SETTINGS` or the entry point's own ``bounds`` (first) bound, unless None (the
+    default), checked there: ``batch_size must be a positive integer, got 0``, the words ``--batch-size`` has."""
+    table = {**SETTINGS, **(bounds or {})}
     for mapping in options:
         for name, value in mapping.items():
-            if value is not None and name in SETTINGS:
-                SETTINGS[name].check(value, name)
+            if name in table and (value is not None or isinstance(table[name], YesNo)):  # None: the default
+                table[name].check(value, name)
 
 
 _DEVICE = re.compile(r"^(cpu|cuda|mps)(:\d+)?$")
 
 
-def device(text: str) -> str:
+def device(text: str, instead: str = "--device cpu") -> str:
     """``cpu``, ``cuda``, ``cuda:N`` or ``mps``, and available on this machine (``--device``'s ``type=``); else
-    :class:`BadValue`."""
+    :class:`BadValue`, saying what to give ``instead`` where this machine has no CUDA device."""
     if not _DEVICE.match(text):
         raise BadValue(f"must be cpu, cuda, cuda:N or mps, got {text!r}")
     kind, _, index = text.partition(":")
@@ -211,9 +309,7 @@ def device(text: str) -> str:
             raise BadValue(f"{text!r} is not available on this machine (no MPS backend)")
         return text
     if not torch.cuda.is_available():
-        raise BadValue(
-            f"{text!r} is not available on this machine (torch.cuda.is_available() is False); use --device cpu"
-        )
+        raise BadValue(f"{text!r} is not available on this machine (torch.cuda.is_available() is False); use {instead}")
     if index and int(index) >= torch.cuda.device_count():
         raise BadValue(f"{text!r} is not available: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return text
@@ -225,7 +321,7 @@ def check_device(value: Any, name: str = "device") -> Any:
     if not isinstance(value, (str, torch.device)):
         raise BadValue(f"{name} must be cpu, cuda, cuda:N or mps (a string or a torch.device), got {value!r}")
     try:
-        device(str(value))
+        device(str(value), instead=f"{name}='cpu'")
     except BadValue as err:
         raise BadValue(f"{name} {err}") from None  # device must be ..., device 'cuda' is not available ...
     return value

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from tformer.checks import BadValue, check_device, read_json_object
+from tformer.checks import BadValue, check_device, check_yes_no, read_json_object
 from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
 from tformer.hf import export as hf_export
@@ -270,6 +270,7 @@ def load(
     """
     wanted = _families(family)  # the arguments first: a typo is named before a file is read
     check_device(device)
+    check_yes_no(strict=strict, float_weights=float_weights)  # "no" is a true string: refused
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise BadValue(f"dtype must be None (as stored) or a floating torch.dtype (torch.float32, ...), got {dtype!r}")
     kind = detect(path, flag)

@@ -15,6 +15,7 @@ from typing import cast
 
 import torch
 
+from tformer import checks
 from tformer.bert.classification import ClassifyTask, read_labelled_tsv, split_examples
 from tformer.bert.pretraining import BertPretrainTask, read_sentence_documents, split_documents
 from tformer.checks import check_settings
@@ -31,6 +32,13 @@ __all__ = ["TRAINING", "CLASSIFIER_TRAINING", "setup", "train", "setup_classifie
 # The TrainConfig values pretraining and fine-tuning start from unless given (the CLI's defaults are these too)
 TRAINING = {"lr": 5e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
 CLASSIFIER_TRAINING = {"lr": 3e-4, "warmup_steps": 100, "schedule": "inverse_sqrt"}
+# Where these entry points bound a setting otherwise than tformer.checks.SETTINGS (as `tformer train bert` and
+# `train classify`'s flags do: tests/test_api_strict.py keeps them equal)
+BOUNDS: dict[str, checks.Check] = {
+    "preset": checks.Choice(BertConfig.PRESETS),
+    "vocab_size": checks.Number(int, 6, allowed="an integer >= 6 (5 special tokens + 1)"),
+    "max_len": checks.Number(int, 3, allowed="an integer >= 3 ([CLS] A [SEP] B [SEP] needs 3)"),
+}
 
 
 def _tokenizer(texts: list[str], tokenizer_dir: str | Path | None, vocab_size: int, device: str) -> WordPieceTokenizer:
@@ -67,12 +75,14 @@ def setup(
     the training part; with ``resume``, tokenizer and config come from ``OUT/last``. ``train_options`` are
     the other :class:`TrainConfig` fields (:data:`TRAINING` unless given).
     """
-    check_settings(locals(), train_options)  # each number in its flag's bounds and words, before anything runs
+    # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
+    check_settings(locals(), train_options, bounds=BOUNDS)
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
+    # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
+    train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
     # what makes the run: --resume refuses a change (the tokenizer comes from OUT/last)
     start_run(cfg, resume, "bert", {**settings, "valid": valid, "mlm_prob": mlm_prob})
-    train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
     log(
         f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
         f"in {len(train_docs)} / {len(valid_docs)} documents" + ("" if valid_docs else " (no validation data)")
@@ -146,15 +156,16 @@ def setup_classifier(
     held-out examples (a fraction, or a count when >= 1). ``train_options``: the other :class:`TrainConfig`
     fields (:data:`CLASSIFIER_TRAINING` unless given).
     """
-    check_settings(locals(), train_options)  # each number in its flag's bounds and words, before anything runs
+    # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
+    check_settings(locals(), train_options, bounds=BOUNDS)
     cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
-    # what makes the run: --resume refuses a change (the tokenizer and weights come from OUT/last, not --init)
-    start_run(cfg, resume, "classify", {**settings, "valid": valid})
-    examples = read_labelled_tsv(data)
+    examples = read_labelled_tsv(data)  # before an overwrite deletes anything: a missing --data is refused first
     labels = sorted({y for _, y in examples})
     if len(labels) < 2:
         raise ValueError(f"--data {str(data)!r}: need at least 2 distinct labels, got {labels}")
+    # what makes the run: --resume refuses a change (the tokenizer and weights come from OUT/last, not --init)
+    start_run(cfg, resume, "classify", {**settings, "valid": valid})
     train_part, valid_part = split_examples(examples, valid, cfg.seed)
     none = "" if valid_part else " (no validation data)"
     log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples{none}, labels {labels}")

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tformer.checks import yes_no
 from tformer.fast import linear as fast_linear
 from tformer.fast.int8 import Int8Linear
 from tformer.fast.int8_embedding import MIN_ROWS, Int8Embedding
@@ -80,6 +81,7 @@ def quantize(model: nn.Module, precision: str = "int8", *, keep_float: bool = Tr
     model takes about a quarter of float32's memory; this is what ``--precision int8`` does. A head tied to a float
     embedding is kept (its weight lives on in the embedding). ``"fp32"`` (or ``"float32"``): :func:`dequantize`.
     """
+    yes_no.check(keep_float, "keep_float")  # "no" is a true string: refused, not taken for True
     if precision in ("fp32", "float32"):
         return dequantize(model)
     if precision != "int8":

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-from tformer.checks import check_positive_int
+from tformer.checks import check_positive_int, compile_option, yes_no
 from tformer.generation.loop import Seq2SeqDecoder, decode_one
 from tformer.generation.memory import check_kv_cache
 from tformer.generation.samplers import is_finite_number
@@ -40,7 +40,9 @@ class BeamCandidate(NamedTuple):
     score: float | None  # finished: logp / length ** length_penalty; else None
 
 
-def _check(beam_size: int, max_len: int, length_penalty: float) -> None:
+def _check(beam_size: int, max_len: int, length_penalty: float, fast: bool, compile: bool | Compile) -> None:
+    yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
+    compile_option.check(compile, "compile")
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
     if beam_size > MAX_BEAM:
@@ -85,7 +87,7 @@ def beam_search(
     searches the same beams on a static KV cache of B·K rows (a done source's rows go on, unread), its one-token step
     compiled once (:class:`~tformer.generation.static.StaticSeq2SeqDecoder`).
     """
-    _check(beam_size, max_len, length_penalty)
+    _check(beam_size, max_len, length_penalty, fast, compile)
     b, k, device = src.shape[0], beam_size, src.device
     what = f"{b} source(s) x beam_size={k} x {max_len} new tokens"
     check_kv_cache(model, b * k, max_len + 1, what, source_len=src.shape[1])  # before anything is allocated

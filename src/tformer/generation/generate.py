@@ -50,6 +50,8 @@ def translate_ids(
     :mod:`tformer.generation.static`, which also says what else ``compile`` takes); the first batch pays the compile.
     """
     check_positive_int(max_len, "max_len")
+    checks.yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
+    checks.compile_option.check(compile, "compile")
     rows, length = src.shape[0], src.shape[1]
     check_kv_cache(model, rows, max_len + 1, f"{rows} source(s) x {max_len} new tokens", source_len=length)
     decoder: Decoder = (
@@ -96,6 +98,8 @@ def generate_lm(
     """
     checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # [1, MAX_NEW_TOKENS], --max-new-tokens' words
     check_sampling(sampling, seed)
+    checks.yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
+    checks.compile_option.check(compile, "compile")
     if eos_id is not None:  # a negative one is no token: the rows run to max_new_tokens (what benchmarks ask)
         _ANY_ID.check(eos_id, "eos_id")
     checks.non_negative_int.check(pad_id, "pad_id")

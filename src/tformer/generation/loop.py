@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from tformer.checks import yes_no
 from tformer.fast import fast_view
 from tformer.fast.linear import decoding_step
 from tformer.generation.samplers import Sampler
@@ -149,6 +150,7 @@ class LMDecoder:
     last ¾ of the context, with positions counted from the window's start (as in training)."""
 
     def __init__(self, model: nn.Module, pad_id: int = 0, fast: bool = True) -> None:
+        yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
         self.model: Any = fast_view(model) if fast else model  # a GPT, or any module called the same way
         self.pad_id = pad_id
         self.limit: int = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
@@ -229,6 +231,7 @@ class Seq2SeqDecoder:
     feeds ``start_id``."""
 
     def __init__(self, model: nn.Module, start_id: int, fast: bool = True) -> None:
+        yes_no.check(fast, "fast")
         self.model: Any = fast_view(model) if fast else model  # a Seq2SeqTransformer, or one with its encode/decode
         self.start_id = start_id
 

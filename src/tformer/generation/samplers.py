@@ -67,6 +67,7 @@ class SamplingConfig:
     repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
+        checks.check_yes_no_fields(self)  # do_sample="no" is a true string: refused, not sampled with
         if not is_finite_number(self.temperature) or self.temperature <= 0:
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if self.top_k is not None and (

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tformer.checks import check_length
+from tformer.checks import check_length, compile_option, yes_no
 from tformer.fast import fast_view
 from tformer.generation.loop import source_mask
 from tformer.nn.static_cache import StaticKVCache
@@ -50,6 +50,7 @@ SLOTS = 64  # a decoder-only cache's capacity is a multiple of this (or the cont
 def compile_step(compile: bool | Compile, device: torch.device) -> Compile:
     """What compiles the step: ``True`` → ``torch.compile``, with ``mode="reduce-overhead"`` on a CUDA device (the
     step captured as a CUDA graph and replayed), the default mode elsewhere; a function: that function."""
+    compile_option.check(compile, "compile")  # "no" is a true string: refused, not compiled
     if callable(compile):
         return compile
     mode = "reduce-overhead" if device.type == "cuda" else None
@@ -110,6 +111,7 @@ class StaticLMDecoder:
     last ¾ of it, into the same buffers."""
 
     def __init__(self, model: nn.Module, pad_id: int = 0, fast: bool = True, compile: bool | Compile = True) -> None:
+        yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
         self.model: Any = fast_view(model) if fast else model  # a GPT, or any module called the same way
         self.pad_id = pad_id
         self.limit: int = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
@@ -214,6 +216,7 @@ class StaticSeq2SeqDecoder:
     def __init__(
         self, model: nn.Module, start_id: int, fast: bool = True, compile: bool | Compile = True, beams: int = 1
     ) -> None:
+        yes_no.check(fast, "fast")
         self.model: Any = fast_view(model) if fast else model  # a Seq2SeqTransformer, or one with its encode/decode
         self.start_id, self.beams = start_id, beams
         self.device = next(model.parameters()).device

@@ -40,6 +40,7 @@ from typing import Any
 from safetensors.torch import save_file
 from torch import nn
 
+from tformer.checks import yes_no
 from tformer.fast.quantize import require_float
 from tformer.files import staged_dir
 from tformer.hf import marian, registry
@@ -68,6 +69,7 @@ def export(model: nn.Module, out_dir: str | os.PathLike, tokenizer: Any = None, 
     ``out_dir`` may be missing (its parent must exist) or empty; one holding an earlier export is replaced with
     ``overwrite``, one holding anything else never. Returns ``out_dir``.
     """
+    yes_no.check(overwrite, "overwrite")  # "no" is a true string: refused, never taken as leave to replace
     files = _files(model, tokenizer)  # every refusal before a file is touched
     out = check_new_dir(out_dir, "out_dir", overwrite=overwrite, replaceable=EXPORT_FILES)
     with staged_dir(out) as tmp:

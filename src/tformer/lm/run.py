@@ -20,7 +20,7 @@ from tformer import checks
 from tformer.checks import check_settings
 from tformer.generation import SamplingConfig, generate_lm
 from tformer.lm.data import encode_documents, read_documents, split_ids
-from tformer.lm.recipes import resolve
+from tformer.lm.recipes import RECIPES, resolve
 from tformer.lm.stream import TextStream
 from tformer.lm.task import LMTask, evaluate_stream
 from tformer.loader import load as load_any
@@ -43,6 +43,16 @@ TRAINING = {"schedule": "cosine"}
 # the recipes' and the CLI's --tokenizer names -> the tokenizer kinds (tformer.tokenizers)
 TOKENIZER_KINDS = {"char": "char", "bpe": "byte_bpe"}
 
+
+# Where this entry point bounds a setting otherwise than tformer.checks.SETTINGS (as `tformer train lm`'s flags do:
+# tests/test_api_strict.py keeps them equal): the held-out part is a fraction of the text, a vocabulary needs the
+# 3 special tokens + 1
+BOUNDS: dict[str, checks.Check] = {
+    "preset": checks.Choice(("tiny", "small", "base", *RECIPES)),
+    "tokenizer": checks.Choice(TOKENIZER_KINDS),
+    "vocab_size": checks.Number(int, 4, allowed="an integer >= 4 (3 special tokens + 1)"),
+    "valid": checks.fraction,
+}
 
 GPU_ADVICE = "--preset shakespeare-char-gpu (6 × 384, 64 × 256 tokens a step), or a larger --batch-size"
 
@@ -89,7 +99,8 @@ def setup(
     ``device``, ...; :data:`TRAINING` unless given). With ``resume``, the tokenizer and the config come from
     ``OUT/last`` and training continues exactly where it stopped.
     """
-    check_settings(locals(), train_options)  # each number in its flag's bounds and words, before anything runs
+    # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
+    check_settings(locals(), train_options, bounds=BOUNDS)
     r = resolve(
         preset,
         tokenizer=tokenizer,
@@ -122,8 +133,8 @@ def setup(
         batches_per_epoch=batches_per_epoch,
         valid=valid,
     )  # what makes the run: --resume refuses a change (eval_blocks may change)
+    docs = read_documents(data)  # a missing or unreadable --data is refused before an overwrite deletes anything
     start_run(cfg, resume, "lm", settings)  # a non-empty out_dir needs resume or overwrite
-    docs = read_documents(data)
     if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
         config, tok = saved_run(out_dir, GPT, _tokenizer)
     else:

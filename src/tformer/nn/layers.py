@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tformer.checks import check_yes_no_fields
 from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.cache import KVCache, LayerKV
 from tformer.nn.feedforward import ACTIVATIONS, GATED, FeedForward, GatedFeedForward
@@ -67,6 +68,7 @@ class LayerConfig:
     attn_scale: float | None = None  # the scores' factor; None = 1/√head_dim
 
     def __post_init__(self) -> None:
+        check_yes_no_fields(self)  # bias="no" is a true string: refused, not a layer with biases
         if self.d_model <= 0 or self.n_heads <= 0 or self.d_ff <= 0:
             raise ValueError(
                 f"d_model, n_heads and d_ff must be positive, got {self.d_model}, {self.n_heads}, {self.d_ff}"

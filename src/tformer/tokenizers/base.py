@@ -37,6 +37,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import ClassVar, Literal, overload
 
+from tformer.checks import check_yes_no
+
 __all__ = ["Tokenizer", "Continuation", "SPECIAL_NAMES"]
 
 # the names every kind answers to (``<name>_id``), in the order they are listed
@@ -105,6 +107,7 @@ class Tokenizer(ABC):
     def encode(self, text: str, add_special_tokens: bool = False, max_length: int | None = None) -> list[int]:
         """The ids of ``text``; ``add_special_tokens``: as the model reads one text (see the module docstring);
         ``max_length``: at most that many ids, the text cut at its end (the added specials kept)."""
+        check_yes_no(add_special_tokens=add_special_tokens)  # "no" is a true string: refused
         return self._encode_all([text], add_special_tokens, max_length)[0]
 
     @overload
@@ -134,6 +137,7 @@ class Tokenizer(ABC):
     ) -> list[list[int]] | tuple[list[list[int]], list[list[int]]]:
         """:meth:`encode` of each text. ``padding=True``: every row filled with ``pad_id`` to the longest, and the
         attention mask (1 = a real token, 0 = padding) returned beside the ids."""
+        check_yes_no(padding=padding, add_special_tokens=add_special_tokens)
         rows = self._encode_all(list(texts), add_special_tokens, max_length)
         if not padding:
             return rows
@@ -150,6 +154,7 @@ class Tokenizer(ABC):
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """The text of ``ids``; ``skip_special_tokens``: drop the special tokens (else write them out)."""
+        check_yes_no(skip_special_tokens=skip_special_tokens)
         return self._decode([int(i) for i in ids], skip_special_tokens)
 
     def vocabulary(self) -> list[str]:

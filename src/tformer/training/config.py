@@ -7,12 +7,13 @@ models, tasks or files.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 
-from tformer.checks import check_settings
+from tformer.checks import BadValue, Number, check_device, check_settings
 
 __all__ = [
     "GPU_MIN_TOKENS",
@@ -25,6 +26,8 @@ __all__ = [
     "make_optimizer",
 ]
 
+
+_BETA = Number(float, 0, 1, high_open=True)  # each of AdamW's betas
 
 # what a training run accepts for precision (int8 is for inference only: training keeps float weights)
 TRAINING_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -59,7 +62,14 @@ class TrainConfig:
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
 
     def __post_init__(self) -> None:
-        check_settings({f.name: getattr(self, f.name) for f in fields(self)})  # lr > 0, ...: the flags' words
+        # lr > 0, overwrite True or False, ...: the flags' words, before a field is read (a string "no" is true)
+        check_settings({f.name: getattr(self, f.name) for f in fields(self)})
+        if not isinstance(self.out_dir, (str, os.PathLike)):
+            raise BadValue(f"out_dir must be a directory (a str or a path), got {self.out_dir!r:.60}")
+        betas = self.betas
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2 or not all(_BETA.accepts(b) for b in betas):
+            raise BadValue(f"betas must be two numbers in [0, 1) (AdamW's, e.g. (0.9, 0.98)), got {betas!r:.60}")
+        check_device(self.device)  # one that this machine has: cuda on a CPU-only build is refused here, named
         if self.bf16 and self.precision not in ("auto", "bf16"):
             raise ValueError(f"bf16=True (--bf16) and precision={self.precision!r} contradict each other: give one")
         if self.bf16:
@@ -72,10 +82,6 @@ class TrainConfig:
             raise ValueError(f"schedule must be 'inverse_sqrt', 'cosine' or 'constant', got {self.schedule!r}")
         if self.epochs is None and self.max_steps is None and self.minutes is None:
             raise ValueError("give at least one of epochs, max_steps or minutes")
-        if self.accum_steps < 1:
-            raise ValueError(f"accum_steps must be >= 1, got {self.accum_steps}")
-        if self.max_bad_steps < 1:
-            raise ValueError(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
         if self.schedule == "cosine" and self.max_steps is None and self.minutes is None:
             raise ValueError("schedule='cosine' needs max_steps or minutes (the length of the decay)")
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tformer.checks import yes_no
 from tformer.tokens import TRANSLATION_EOS as EOS
 from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.tokens import TRANSLATION_SOS as SOS
@@ -63,6 +64,7 @@ def token_budget_batches(
     Sentences are sorted by length (with a seeded random tie-break) so each batch holds similar
     lengths; the order of batches is shuffled with ``seed``. Same seed → same batches.
     """
+    yes_no.check(shuffle, "shuffle")  # "no" is a true string: refused, not shuffled
     rng = random.Random(seed)
     noise = [rng.random() for _ in pairs] if shuffle else [0.0] * len(pairs)
     order = sorted(range(len(pairs)), key=lambda i: (max(len(pairs[i][0]), len(pairs[i][1]) + 1), noise[i]))

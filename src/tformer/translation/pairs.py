@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tformer.checks import check_settings, check_yes_no
 from tformer.text import normalize, read_lines, read_tsv
 from tformer.translation.toy_corpus import builtin_pairs
 
@@ -161,6 +162,8 @@ def load_splits(
     ``valid`` and ``test`` are not used then. Any other input (a TSV, the built-in corpus, a directory
     without ``val.*``) is split by :func:`split_corpus` (``valid`` / ``test`` held out, grouped by source).
     """
+    check_settings(locals())  # the seed, the parts held out, the language codes: the flags' bounds and words
+    check_yes_no(verbose=verbose)
     path = Path(data) if data not in (None, "builtin") else None
     val_files = _aligned_pair(path, "val", src_lang, tgt_lang) if path is not None and path.is_dir() else None
     if val_files is None:
@@ -194,6 +197,8 @@ def split_corpus(
     verbose: bool = True,
 ):
     """Filter (empty / over-long) and split grouped by source; deterministic for a given seed."""
+    check_settings(locals())  # the seed and the parts held out: the flags' bounds and words
+    check_yes_no(verbose=verbose)
     kept, stats = filter_pairs(pairs, max_chars)
     split = split_pairs(kept, valid, test, seed)
     if verbose:

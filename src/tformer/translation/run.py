@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from tformer import checks
 from tformer.checks import check_settings
 from tformer.files import atomic_write
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
@@ -35,10 +36,17 @@ TRAINING = {"lr": 7e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
 # The README's Multi30k recipe scaled for a GPU (benchmarks.gpu's variant): 8× the tokens a step, the learning rate
 # doubled, a third of the warmup. A starting point, not yet measured by this project (no GPU in its sessions).
 GPU_ADVICE = "--batch-tokens 24000 --lr 4e-3 --warmup-steps 100 (and a sixth of the CPU run's steps: --max-steps 400)"
+# Where this entry point bounds a setting otherwise than tformer.checks.SETTINGS (as `tformer train translation`'s
+# flags do: tests/test_api_strict.py keeps them equal): a vocabulary needs the 4 special tokens + 1
+BOUNDS: dict[str, checks.Check] = {
+    "preset": checks.Choice(Seq2SeqConfig.PRESETS),
+    "vocab_size": checks.Number(int, 5, allowed="an integer >= 5 (4 special tokens + 1)"),
+}
 
 
 def train_tokenizers(split: Split, vocab_size: int = 8000, joint: bool = True) -> tuple:
     """BPE tokenizers (source, target) trained on the training split; one shared tokenizer when ``joint``."""
+    check_settings(locals(), bounds=BOUNDS)
     if joint:
         tok = train_tokenizer("bpe", [x for pair in split.train for x in pair], vocab_size)
         return tok, tok
@@ -61,6 +69,7 @@ def prepare(
     Writes the held-out splits to ``OUT/data/{valid,test}.tsv`` so evaluation can be repeated (rank 0 alone,
     under torchrun).
     """
+    check_settings(locals(), config_overrides, bounds=BOUNDS)
     src_tok, tgt_tok = tokenizers or train_tokenizers(split, vocab_size, joint)
     config = Seq2SeqConfig.preset(
         preset,
@@ -118,7 +127,8 @@ def setup(
     :data:`TRAINING` unless given). Under torchrun rank 0 trains the tokenizers and every
     process gets them; with ``resume`` they come from ``OUT/last``.
     """
-    check_settings(locals(), train_options)  # each number in its flag's bounds and words, before anything runs
+    # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
+    check_settings(locals(), train_options, bounds=BOUNDS)
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(
         src_lang=src_lang,
@@ -133,11 +143,12 @@ def setup(
         dropout=dropout,
         max_len=max_len,
     )  # what makes the run: --resume refuses a change (bleu_sentences, only evaluation's, may change)
+    # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
+    split = load_splits(data, src_lang, tgt_lang, cfg.seed, valid, test, verbose=distributed.is_main_process())
     start_run(cfg, resume, "translation", settings)  # a non-empty out_dir needs resume or overwrite
     overrides: dict = {"max_len": max_len}
     if dropout is not None:
         overrides["dropout"] = dropout
-    split = load_splits(data, src_lang, tgt_lang, cfg.seed, valid, test, verbose=distributed.is_main_process())
     if resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
         translator = _resumed(out_dir, cfg.seed)
     else:
