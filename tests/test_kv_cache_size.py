@@ -88,3 +88,57 @@ def test_generate_says_the_cache_it_will_hold(tmp_path, words_txt, capsys):
     assert main(["generate", "--model", str(out), "--prompt", "the", "--max-new-tokens", "4", "--greedy"]) == 0
     err = capsys.readouterr().err
     assert "KV cache: " in err and "at most (1 row x " in err
+
+
+def _identity(step):  # compile=<a function>: the static cache without torch.compile's minutes
+    return step
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"sliding_window": 4, "positional": "rope"}, {"n_kv_heads": 2, "positional": "rope", "max_len": 200}],
+)
+def test_the_static_caches_size_is_what_it_allocates(options):
+    """compile=True decodes on a static cache: a capacity rounded up to 64 slots (at most the context), kept whole in
+    every layer, a sliding window's too (issue 44, item 5: the check had counted 2W+1 and the unrounded length)."""
+    from tformer.generation.static import StaticLMDecoder, lm_capacity
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=50, **options)).eval()
+    prompts, new = [[1, 2, 3, 4, 5], [6, 7]], 9
+    decoder = StaticLMDecoder(model, fast=False, compile=_identity)
+    with torch.inference_mode():
+        logits, state = decoder.prefill(prompts, new)
+        decoder.step(logits.argmax(-1), state)
+    capacity = lm_capacity(5, new, model.config.max_len)
+    assert capacity == min(64, model.config.max_len) != 5 + new  # the rounding the line had left out
+    assert _allocated(state.cache) == kv_memory.kv_cache_bytes(model, 2, capacity, static=True)
+    if "sliding_window" in options:  # the dynamic cache's bound is smaller: the static one must not be told so
+        assert kv_memory.kv_cache_bytes(model, 2, capacity) < _allocated(state.cache)
+
+
+def test_a_static_cache_of_a_windowed_model_is_checked_at_its_real_size(monkeypatch):
+    """A Mistral-shaped model (a sliding window, a long context) with compile and many new tokens: the static cache
+    keeps the whole context in every layer, so the check refuses what the dynamic cache (2W+1 a layer) would fit."""
+    model = GPT(GPTConfig.preset("tiny", vocab_size=50, sliding_window=4, positional="rope", max_len=4096)).eval()
+    dynamic = kv_memory.kv_cache_bytes(model, 1, 3 + 4000)
+    static = kv_memory.kv_cache_bytes(model, 1, 4096, static=True)
+    assert static > 100 * dynamic
+    monkeypatch.setattr(kv_memory, "available_bytes", lambda device: 10 * dynamic)
+    with pytest.raises(ValueError, match="the KV cache for 1 prompt"):
+        generate_lm(model, [[1, 2, 3]], 4000, compile=_identity)
+    generate_lm(model, [[1, 2, 3]], 4, compile=False)  # the dynamic cache fits: decoding goes on
+
+
+def test_generate_compile_says_the_static_cache_it_will_hold(tmp_path, words_txt, capsys):
+    out = tmp_path / "run"
+    argv = ["train", "lm", "--data", str(words_txt), "--out", str(out), "--preset", "tiny", "--max-len", "100"]
+    assert main([*argv, "--max-steps", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    import tformer.generation.static as static
+
+    static._compiled.cache_clear()
+    args = ["generate", "--model", str(out), "--prompt", "the", "--max-new-tokens", "4", "--greedy", "--compile"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "static KV cache: " in err and "(1 row x 64 positions)" in err  # 2 + 4 positions, rounded up to 64

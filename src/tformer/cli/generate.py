@@ -54,6 +54,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    if args.greedy and args.num_samples > 1:  # greedy decoding gives the same text every time (HF refuses it too)
+        raise ValueError(
+            f"--num-samples {args.num_samples} with --greedy would print the same continuation {args.num_samples} "
+            "times: drop --greedy to sample them, or --num-samples"
+        )
     from tformer import lm
     from tformer.fast.precision import for_inference
     from tformer.generation import SamplingConfig
@@ -98,8 +103,12 @@ def _say_cache(model, tokenizer, args) -> None:
     """The KV cache this run will hold at most, on stderr, before it is allocated (tformer.generation.memory; the
     library refuses one larger than the memory available)."""
     from tformer.generation.memory import describe_bytes, kv_cache_bytes
+    from tformer.generation.static import lm_capacity
 
     prompt = len(tokenizer.encode(args.prompt)) + 1 if args.prompt else 1  # (+ a start-of-document token)
     positions = min(prompt + args.max_new_tokens, model.config.max_len)
-    size = kv_cache_bytes(model, 1, positions)
-    print(f"KV cache: {describe_bytes(size)} at most (1 row x {positions} positions)", file=sys.stderr)
+    kind = ""
+    if args.compile:  # the static cache: its capacity, in every layer (a sliding window's too)
+        positions, kind = lm_capacity(prompt, args.max_new_tokens, model.config.max_len), "static "
+    size = kv_cache_bytes(model, 1, positions, static=bool(args.compile))
+    print(f"{kind}KV cache: {describe_bytes(size)} at most (1 row x {positions} positions)", file=sys.stderr)

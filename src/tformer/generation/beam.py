@@ -90,7 +90,7 @@ def beam_search(
     _check(beam_size, max_len, length_penalty, fast, compile)
     b, k, device = src.shape[0], beam_size, src.device
     what = f"{b} source(s) x beam_size={k} x {max_len} new tokens"
-    check_kv_cache(model, b * k, max_len + 1, what, source_len=src.shape[1])  # before anything is allocated
+    check_kv_cache(model, b * k, max_len + 1, what, source_len=src.shape[1], static=bool(compile))
     decoder: Seq2SeqDecoder | StaticSeq2SeqDecoder = (
         StaticSeq2SeqDecoder(model, sos_id, fast, compile, beams=k) if compile else Seq2SeqDecoder(model, sos_id, fast)
     )

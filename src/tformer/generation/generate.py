@@ -18,7 +18,7 @@ from tformer.checks import check_positive_int
 from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
 from tformer.generation.memory import check_kv_cache
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
-from tformer.generation.static import Compile, StaticLMDecoder, StaticSeq2SeqDecoder
+from tformer.generation.static import Compile, StaticLMDecoder, StaticSeq2SeqDecoder, lm_capacity
 
 __all__ = ["MAX_NEW_TOKENS", "generate_lm", "translate_ids", "seeded"]
 
@@ -53,7 +53,8 @@ def translate_ids(
     checks.yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
     checks.compile_option.check(compile, "compile")
     rows, length = src.shape[0], src.shape[1]
-    check_kv_cache(model, rows, max_len + 1, f"{rows} source(s) x {max_len} new tokens", source_len=length)
+    what = f"{rows} source(s) x {max_len} new tokens"
+    check_kv_cache(model, rows, max_len + 1, what, source_len=length, static=bool(compile))
     decoder: Decoder = (
         StaticSeq2SeqDecoder(model, sos_id, fast, compile) if compile else Seq2SeqDecoder(model, sos_id, fast)
     )
@@ -106,7 +107,10 @@ def generate_lm(
     prompts = _prompt_lists(prompts, model.config.vocab_size)
     longest = max(len(p) for p in prompts)
     what = f"{len(prompts)} prompt(s) of up to {longest} tokens + max_new_tokens={max_new_tokens}"
-    check_kv_cache(model, len(prompts), longest + max_new_tokens, what)  # before anything is allocated
+    static = bool(compile)  # a static cache keeps its whole capacity in every layer (tformer.generation.memory)
+    limit = getattr(model.config, "max_len", None) or 1 << 30
+    positions = lm_capacity(longest, max_new_tokens, limit) if static else longest + max_new_tokens
+    check_kv_cache(model, len(prompts), positions, what, static=static)  # before anything is allocated
     decoder: Decoder = StaticLMDecoder(model, pad_id, fast, compile) if compile else LMDecoder(model, pad_id, fast)
     choose = sampler(sampling, seeded(seed, next(model.parameters()).device))
     end_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())

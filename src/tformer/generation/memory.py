@@ -7,7 +7,8 @@ or its beams), T positions, L layers of Hkv key/value heads of Dh values each, i
 
 with T at most the model's context (the window slides past it), and at most 2·W + 1 for a layer that attends through
 a sliding window of W positions (its store keeps about that many, :class:`~tformer.nn.cache.LayerKV`: an upper
-bound there, the exact size elsewhere). An encoder–decoder
+bound there, the exact size elsewhere). A static cache (``compile=True``) keeps T slots in every layer, a window's
+too, T being its capacity: the positions rounded up to a multiple of 64, at most the context. An encoder–decoder
 adds its cross-attention's keys and values: 2 · L · R · S · H · Dh for sources of S tokens. :func:`kv_cache_bytes`
 computes it; :func:`check_kv_cache` refuses, in one line, a cache larger than the memory the device has available
 (on the CPU, the kernel's ``MemAvailable``; on a GPU, ``torch.cuda.mem_get_info``), before anything is allocated.
@@ -34,9 +35,13 @@ def _value_bytes(model: nn.Module) -> int:
     return torch.get_default_dtype().itemsize
 
 
-def kv_cache_bytes(model: nn.Module, rows: int, positions: int, source_len: int = 0) -> int:
+def kv_cache_bytes(model: nn.Module, rows: int, positions: int, source_len: int = 0, static: bool = False) -> int:
     """The bytes of the KV cache of ``model`` (a GPT or an encoder–decoder, by its ``config``) for ``rows`` rows of up to
-    ``positions`` positions (capped at the context), plus the cross-attention's for sources of ``source_len`` tokens."""
+    ``positions`` positions (capped at the context), plus the cross-attention's for sources of ``source_len`` tokens.
+
+    ``static``: a static cache (:mod:`tformer.nn.static_cache`, what ``compile=True`` decodes on), whose every layer
+    keeps ``positions`` slots, a sliding-window layer too (its mask forgets, its buffer does not); ``positions`` is then
+    the capacity it is made with (:func:`tformer.generation.static.lm_capacity`, rounded up to its slots)."""
     c: Any = model.config
     heads = getattr(c, "n_kv_heads", None) or c.n_heads
     head_dim = getattr(c, "head_dim", None) or c.d_model // c.n_heads
@@ -45,7 +50,7 @@ def kv_cache_bytes(model: nn.Module, rows: int, positions: int, source_len: int 
     window = getattr(c, "sliding_window", None)
     is_local = getattr(c, "is_local", None)
     per_layer = [
-        min(positions, 2 * window + 1) if window and (is_local is None or is_local(i)) else positions
+        min(positions, 2 * window + 1) if window and not static and (is_local is None or is_local(i)) else positions
         for i in range(layers)
     ]
     per_value = 2 * rows * heads * head_dim * _value_bytes(model)  # K and V of one position of every row
@@ -83,12 +88,14 @@ def describe_bytes(n: int) -> str:
     return f"{n / 2**30:.2f} GB"
 
 
-def check_kv_cache(model: nn.Module, rows: int, positions: int, what: str, source_len: int = 0) -> int:
+def check_kv_cache(
+    model: nn.Module, rows: int, positions: int, what: str, source_len: int = 0, static: bool = False
+) -> int:
     """The KV cache's bytes (:func:`kv_cache_bytes`); a ``ValueError`` in one line when that is more than the memory
     the model's device has available, saying what would need it (``what``: the settings, in the caller's words) and
     what to lower. A model that does not say its sizes (a stand-in of a test, say) is not checked: 0."""
     try:
-        need = kv_cache_bytes(model, rows, positions, source_len)
+        need = kv_cache_bytes(model, rows, positions, source_len, static)
         device = next(model.parameters()).device
     except (AttributeError, TypeError, StopIteration):
         return 0

@@ -40,11 +40,25 @@ from tformer.fast import fast_view
 from tformer.generation.loop import source_mask
 from tformer.nn.static_cache import StaticKVCache
 
-__all__ = ["Compile", "compile_step", "StaticLMState", "StaticLMDecoder", "StaticSeq2SeqState", "StaticSeq2SeqDecoder"]
+__all__ = [
+    "Compile",
+    "compile_step",
+    "lm_capacity",
+    "StaticLMState",
+    "StaticLMDecoder",
+    "StaticSeq2SeqState",
+    "StaticSeq2SeqDecoder",
+]
 
 Compile = Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]  # a step function → its compiled form
 SLOTS = 64  # a decoder-only cache's capacity is a multiple of this (or the context): prompts of similar lengths share
 # one compiled step
+
+
+def lm_capacity(longest: int, new_tokens: int, limit: int) -> int:
+    """The slots of a decoder-only static cache: the longest prompt and the new tokens, rounded up to :data:`SLOTS`,
+    at most ``limit`` (the context; past it the window slides, in the same buffers)."""
+    return min(-(-(longest + new_tokens) // SLOTS) * SLOTS, limit)
 
 
 def compile_step(compile: bool | Compile, device: torch.device) -> Compile:
@@ -129,7 +143,7 @@ class StaticLMDecoder:
             attention = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], device=self.device)
             attention = attention.bool()  # (B, T0)
             positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # (B, T0) real tokens count from 0
-        capacity = min(-(-(longest + new_tokens) // SLOTS) * SLOTS, self.limit)
+        capacity = lm_capacity(longest, new_tokens, self.limit)
         cache = self.model.new_static_cache(capacity)
         logits = self.model(ids, attention_mask=attention, positions=positions, cache=cache, logits_to_keep=1)
         tokens = torch.tensor([[p[0]] * (longest - len(p)) + p for p in prompts], device=self.device)  # (B, T0)
