@@ -11,7 +11,6 @@ files at the top of OUT are a run's only beside its model (config and weights), 
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,32 +18,17 @@ from pathlib import Path
 import pytest
 
 import tformer.files as files
+from test_run_dir import _lm as run_dir_lm
+from test_run_dir import _run
 from tformer.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "v0.1"
-WORDS = "the king is dead long live the queen and all her men ride to war at dawn".split()
 RUN = ["best", "curves.png", "last", "log.jsonl"]  # what the run below leaves
 
 
-def _text(directory: Path) -> Path:
-    rng = random.Random(0)
-    path = directory / "words.txt"
-    path.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(300)), encoding="utf-8")
-    return path
-
-
 def _lm(directory: Path, out: str, *more: str) -> list[str]:
-    return [
-        "train", "lm", "--data", str(_text(directory)), "--out", out, "--preset", "tiny", "--max-len", "16",
-        "--batch-size", "4", "--batches-per-epoch", "5", "--eval-blocks", "8", "--log-every", "1",
-        "--schedule", "inverse_sqrt", "--warmup-steps", "3", "--no-progress", "--max-steps", "2", *more,
-    ]  # fmt: skip
-
-
-def _run(capsys, argv: list[str]) -> dict:
-    code = main(argv)
-    captured = capsys.readouterr()
-    return {"code": code, "out": captured.out, "err": captured.err}
+    """test_run_dir's tiny language-model run, two steps."""
+    return run_dir_lm(directory, out, "--max-steps", "2", *more)
 
 
 def _snapshot(root: Path) -> dict[str, bytes | None]:

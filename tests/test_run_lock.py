@@ -15,38 +15,22 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 from pathlib import Path
 
 import pytest
 
+from test_run_dir import _lm as run_dir_lm
+from test_run_dir import _run
 from tformer.cli import main
 from tformer.training.lock import RunLock, RunLocked
 
-WORDS = "the king is dead long live the queen and all her men ride to war at dawn".split()
 OLD = 1_000_000_000_000_000_000  # an mtime in 2001, in nanoseconds: any write would change it
 
 
-def _text(directory: Path) -> Path:
-    rng = random.Random(0)
-    path = directory / "words.txt"
-    path.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(300)), encoding="utf-8")
-    return path
-
-
 def _lm(directory: Path, out: str, *more: str) -> list[str]:
-    return [
-        "train", "lm", "--data", str(_text(directory)), "--out", out, "--preset", "tiny", "--max-len", "16",
-        "--batch-size", "4", "--batches-per-epoch", "5", "--eval-blocks", "8", "--log-every", "1",
-        "--schedule", "inverse_sqrt", "--warmup-steps", "3", "--no-progress", "--max-steps", "2", *more,
-    ]  # fmt: skip
-
-
-def _run(capsys, argv: list[str]) -> dict:
-    code = main(argv)
-    captured = capsys.readouterr()
-    return {"code": code, "out": captured.out, "err": captured.err}
+    """test_run_dir's tiny language-model run, two steps."""
+    return run_dir_lm(directory, out, "--max-steps", "2", *more)
 
 
 def _error(result: dict, *names: str) -> str:

@@ -237,7 +237,8 @@ def _saved_translator(directory):
     "command",
     [
         ["generate", "--prompt", "the c", "--max-new-tokens", "40", "--seed", "2"],
-        ["generate", "--prompt", "the c", "--max-new-tokens", "40", "--greedy", "--num-samples", "2"],
+        ["generate", "--prompt", "the c", "--max-new-tokens", "40", "--greedy"],
+        ["generate", "--prompt", "the c", "--max-new-tokens", "40", "--seed", "3", "--num-samples", "2"],  # 2 calls
         ["translate", "the cat sat.", "a bird sang in the tree.", "le chat."],
         ["translate", "--beam", "3", "the cat sat.", "a bird sang in the tree.", "le chat."],
         ["translate", "--sample", "--seed", "4", "the cat sat.", "a bird."],
