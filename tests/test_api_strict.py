@@ -84,7 +84,7 @@ EXEMPT = {
     "tformer.nn.layers.Decoder.forward": "a forward pass's argument",
     "tformer.nn.layers.DecoderLayer.forward": "a forward pass's argument",
     "tformer.nn.layers.EncoderDecoder.forward": "a forward pass's argument",
-    "tformer.nn.attention.scaled_dot_product_attention": "attention's per-call arguments (the notes' function)",
+    "tformer.nn.scaled_dot_product.scaled_dot_product_attention": "attention's per-call arguments (the notes' function)",
     "tformer.nn.cache.KVCache.reorder": "a beam step's argument (a bool or a tensor of rows)",
     "tformer.models.checkpoint.PretrainedMixin.load_state_dict": "torch.nn.Module's own, passed to it unchanged",
     "tformer.models.config.ModelConfig.check_token_id": "the configs' own validation, called with literals",

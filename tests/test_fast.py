@@ -23,6 +23,7 @@ from tformer.fast import reference as fast_reference
 from tformer.generation import beam_search, generate_lm, translate_ids
 from tformer.nn import attention, losses
 from tformer.nn.cache import LayerKV
+from tformer.nn.scaled_dot_product import attend as reference_attend
 from tformer.training.trainer import TrainConfig, Trainer
 
 VOCAB = 40
@@ -91,11 +92,7 @@ def test_speed_up_swaps_every_linear_and_dropout_and_keeps_the_parameters(family
     assert nn.Linear not in _kinds(model) and nn.Dropout not in _kinds(model)
     assert sum(type(m) is fast_linear.Linear for m in model.modules()) == n_linear > 0
     assert sum(type(m) is fast_dropout.Dropout for m in model.modules()) == n_dropout > 0
-    assert all(
-        m.attention is fast_dropout.scaled_dot_product_attention
-        for m in model.modules()
-        if isinstance(m, MultiHeadAttention)
-    )
+    assert all(m.kernel is fast_attention.attend for m in model.modules() if isinstance(m, MultiHeadAttention))
     assert all(p is params[name] for name, p in model.named_parameters())  # the very same Parameter objects
     assert list(model.state_dict()) == list(state)  # checkpoints keep their keys
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
@@ -439,7 +436,8 @@ SWAP_CASES = {
 def test_the_swapped_attention_equals_the_plain_module(case):
     options, call = SWAP_CASES[case]
     plain, swapped = _attention_pair(**options)
-    assert type(swapped) is fast_attention.MultiHeadAttention and type(plain) is MultiHeadAttention
+    assert swapped.kernel is fast_attention.attend and plain.kernel is reference_attend  # chosen, readable off it
+    assert type(swapped) is type(plain) is MultiHeadAttention  # one module, one forward
     g = torch.Generator().manual_seed(12)
     x, memory = torch.randn(3, 9, 32, generator=g), torch.randn(3, 9, 32, generator=g)
     pad = torch.ones(3, 1, 1, 9, dtype=torch.bool)
@@ -463,23 +461,26 @@ def test_the_swapped_attention_trains_as_the_plain_one():
         torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_speed_up_swaps_every_attention_and_a_hooked_one_runs_the_plain_forward(monkeypatch):
+def test_speed_up_chooses_the_fast_kernel_everywhere_and_a_hook_inside_one_sends_it_down_the_reference_path(
+    monkeypatch,
+):
     from tformer import hooks
 
     model = fast.speed_up(_seq2seq()).eval()
     attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    assert len(attentions) == 6 and all(type(m) is fast_attention.MultiHeadAttention for m in attentions)
+    assert len(attentions) == 6 and all(m.kernel is fast_attention.attend for m in attentions)
     fast_masks = []
-    shortcut = fast_attention.MultiHeadAttention._fast_mask
-    monkeypatch.setattr(
-        fast_attention.MultiHeadAttention, "_fast_mask", lambda *a: fast_masks.append(1) or shortcut(*a)
-    )
+    shortcut = fast_attention.fast_mask
+    monkeypatch.setattr(fast_attention, "fast_mask", lambda *a: fast_masks.append(1) or shortcut(*a))
     with torch.no_grad():
         model(SRC, TGT)
         assert len(fast_masks) == 6  # every layer took the shortcuts
-        with hooks.capture(model, "decoder.layers.0.self_attn.hook_q"):
+        with hooks.capture(model, "decoder.layers.0.self_attn.hook_q"):  # outside the kernel: the same path
             model(SRC, TGT)
-        assert len(fast_masks) == 6 + 5  # the hooked layer ran the plain forward
+        assert len(fast_masks) == 6 + 6
+        with hooks.capture(model, "decoder.layers.0.self_attn.hook_weights"):  # inside: the reference path
+            model(SRC, TGT)
+        assert len(fast_masks) == 6 + 6 + 5
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 576), (3, 7, 64), (5, 32)])

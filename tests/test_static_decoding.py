@@ -1,4 +1,4 @@
-"""Decoding on a static KV cache with a compiled step (tformer.generation.static, tformer.nn.static_cache): the same
+"""Decoding on a static KV cache with a compiled step (tformer.generation.static, tformer.generation.static_cache): the same
 logits step by step and the same tokens as today's loop for every family (GPT-2's block, a Llama block with RoPE and
 grouped-query attention, a Gemma-3-like one with sliding-window layers, the encoder–decoder), greedy, sampled with a
 seed, beam search, left-padded prompts, rows that finish early, a window that slides past the context; uncompiled and
@@ -22,7 +22,7 @@ from tformer.generation import (
     translate_ids,
 )
 from tformer.generation.static import StaticLMDecoder, StaticSeq2SeqDecoder
-from tformer.nn.static_cache import StaticKVCache
+from tformer.generation.static_cache import StaticKVCache
 from tformer.tokens import TRANSLATION_SOS as SOS
 
 VOCAB = 40
@@ -86,13 +86,13 @@ def test_the_static_caches_mask_hides_the_future_the_padding_and_what_the_window
     addresses (a CUDA graph reads them in place) and the position is counted on the device."""
     cache = StaticKVCache(2, capacity=6, windows=[None, 3])
     prompt, real = torch.zeros(2, 3, dtype=torch.long), torch.tensor([[1, 1, 1], [0, 1, 1]]).bool()
-    assert cache.begin(prompt, real).tolist() == [0, 1, 2]
+    assert cache.begin(prompt, real)[0].tolist() == [0, 1, 2]
     assert cache.masks[None][1, 0].int().tolist() == [[0, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0]]
     kv = torch.randn(2, 1, 3, 4)
     k, _ = cache.layers[0].append(kv, kv)
     buffer = k.data_ptr()
     assert k.shape == (2, 1, 6, 4) and torch.equal(k[:, :, :3], kv) and not k[:, :, 3:].any()
-    assert cache.begin(torch.zeros(2, 1, dtype=torch.long)).tolist() == [3] and cache.index.tolist() == [4]
+    assert cache.begin(torch.zeros(2, 1, dtype=torch.long))[0].tolist() == [3] and cache.index.tolist() == [4]
     assert cache.layers[0].mask[:, 0, 0].int().tolist() == [[1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 0, 0]]
     assert cache.layers[1].mask[:, 0, 0].int().tolist() == [[0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 0, 0]]
     step = torch.randn(2, 1, 1, 4)
@@ -104,8 +104,8 @@ def test_the_static_caches_mask_hides_the_future_the_padding_and_what_the_window
 
 def test_a_static_cache_is_at_most_the_context():
     with pytest.raises(ValueError, match="a static cache reaches position 33, longer than max_len=32"):
-        _gpt("gpt2").new_static_cache(33)
-    assert _seq2seq().new_static_cache().capacity == 32
+        StaticKVCache.for_model(_gpt("gpt2"), 33)
+    assert StaticKVCache.for_model(_seq2seq()).capacity == 32
 
 
 # -------------------------------------------------------------------- the same logits, step by step, as today's

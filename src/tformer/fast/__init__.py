@@ -15,11 +15,11 @@ swap                              reference it replaces                faster wh
                                   weights' dropout in                  64-bit word per four elements instead of a
                                   :func:`tformer.nn.attention.         double-precision draw per element (a third more
                                   scaled_dot_product_attention`        steps per second on a small LM with dropout 0.1).
-:func:`attention.swap_attention`   :class:`tformer.nn.attention.        training and decoding, everywhere: the fused
-                                  MultiHeadAttention`                  kernel's own look-ahead mask, no mask where none
-                                                                       hides anything, one decoding step's reshapes as
-                                                                       views, beams attending to their shared source
-                                                                       row without a copy, the fast rows of W_Q/W_K/W_V.
+:func:`attention.swap_attention`   the reference kernel of every         training and decoding, everywhere: the fused
+                                  :class:`tformer.nn.attention.        kernel's own look-ahead mask, no mask where none
+                                  MultiHeadAttention` (its one         hides anything, beams attending to their shared
+                                  forward calls ``layer.kernel``)      source row without a copy, the cheaper CPU
+                                                                       dropout mask on the weights.
 :func:`norms.swap_norms`          :class:`tformer.nn.norms.RMSNorm`     everywhere, in float32: ``F.rms_norm``, one op
                                                                        for the formula's five (half the time of a
                                                                        decoding row).

@@ -1,5 +1,6 @@
 """``Dropout``: inverted dropout, as ``nn.Dropout``, with a cheaper random mask on the CPU, and the swap that puts it
-into a plain model (:func:`swap_dropout`: every ``nn.Dropout``, and the dropout of every attention's weights).
+into a plain model (:func:`swap_dropout`: every ``nn.Dropout``; the fast attention kernel drops the attention
+weights with it).
 
 Training with dropout zeroes each element with probability p and scales the survivors by 1/(1 − p),
 so the expected output equals the input. On the CPU, PyTorch draws that mask with one
@@ -30,7 +31,7 @@ and inside :func:`reference`.
 Attention weights: PyTorch's CPU attention kernels take dropout only on their unfused path, which draws the
 mask one element at a time. :func:`scaled_dot_product_attention` here runs the reference path of
 :mod:`tformer.nn.attention` with the cheaper mask instead when that mask applies (training on the CPU), and is
-the plain function everywhere else. The swap gives it to every ``MultiHeadAttention``.
+the plain function everywhere else. The fast attention kernel (:func:`tformer.fast.attention.attend`) calls it.
 
 Dimension legend: B batch, H heads, Tq query length, Tk key length, Dh head dim.
 """
@@ -43,7 +44,7 @@ from torch import nn
 
 from tformer.fast.swap import Switch, replace_modules
 from tformer.nn import attention
-from tformer.nn.attention import AttentionDetails, MultiHeadAttention
+from tformer.nn.attention import AttentionDetails
 from tformer.nn.masks import causal_mask
 
 __all__ = ["Dropout", "dropout", "fast_cpu_multiplier", "reference", "scaled_dot_product_attention", "swap_dropout"]
@@ -144,18 +145,14 @@ def scaled_dot_product_attention(
 
 def swap_dropout(model: nn.Module) -> nn.Module:
     """Swap the fast CPU mask into ``model`` in place: every ``nn.Dropout`` becomes a :class:`Dropout` (same rate,
-    same mode), every :class:`~tformer.nn.attention.MultiHeadAttention` drops its weights with
-    :func:`scaled_dot_product_attention`. Idempotent; returns ``model``."""
-    if isinstance(model, MultiHeadAttention):
-        _fast_dropout(model)
+    same mode). (The attention weights' dropout is the attention kernel's: :func:`tformer.fast.attention.attend`
+    draws this mask.) Idempotent; returns ``model``."""
     replace_modules(model, _fast_dropout)
     return model
 
 
 def _fast_dropout(module: nn.Module) -> Dropout | None:
-    """The replacement of an ``nn.Dropout``; an attention module gets the fast attention function (and stays)."""
-    if isinstance(module, MultiHeadAttention) and vars(module).get("attention") is not scaled_dot_product_attention:
-        module.attention = scaled_dot_product_attention
-    if type(module) is not nn.Dropout:  # exactly torch's: a subclass (ours included) may do something else
+    """The replacement of an ``nn.Dropout`` (exactly torch's: a subclass, ours included, may do something else)."""
+    if type(module) is not nn.Dropout:
         return None
     return Dropout(module.p, module.inplace).train(module.training)

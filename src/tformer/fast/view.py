@@ -1,7 +1,7 @@
 """``shared_view``: the swaps applied to a view of a model, so that the model the caller holds stays as it is.
 
 :func:`tformer.fast.speed_up` changes the model it is given (its ``nn.Linear`` become :class:`~tformer.fast.linear.Linear`,
-its attention modules change class). That suits the :class:`~tformer.training.Trainer`, which owns its model; a
+its attention modules get the fast kernel). That suits the :class:`~tformer.training.Trainer`, which owns its model; a
 decoding function that did it would hand the caller back a different model than the one it passed in. Decoding
 goes through :func:`tformer.fast.fast_view` (this function with the swaps) instead: a copy of the module *tree* that holds the very same Parameters, buffers
 and hooks, with the swaps applied to the copy.
@@ -9,7 +9,7 @@ and hooks, with the swaps applied to the copy.
 What is copied and what is shared:
 
 * every module with children, and every attention module, is copied: a new object whose ``__dict__`` is the
-  original's, with its own ``_modules`` dict (the swaps replace children there and change the class of attention
+  original's, with its own ``_modules`` dict (the swaps replace children there and choose the kernel of attention
   modules, so these must be the view's own);
 * every other module (``nn.Linear`` before its swap, norms, embeddings, hook points) is shared as it is: the swaps
   put new modules in the view's ``_modules`` and never change these;
@@ -84,7 +84,7 @@ def _signature(model: nn.Module) -> tuple[tuple[int, ...], list]:
 
 
 def _copied(module: nn.Module) -> bool:
-    """Whether the view has a copy of ``module`` (it has children, or the swaps change its class), not ``module``."""
+    """Whether the view has a copy of ``module`` (it has children, or the swaps choose its kernel), not ``module``."""
     return bool(module._modules) or isinstance(module, MultiHeadAttention)
 
 

@@ -11,7 +11,7 @@
 * :mod:`.beam` — :func:`beam_search` (encoder–decoder, with a length penalty), ranking its beams between
   :func:`decode_one` steps;
 * :mod:`.static` — :class:`StaticLMDecoder` and :class:`StaticSeq2SeqDecoder`, the same decoders on a
-  :class:`~tformer.nn.static_cache.StaticKVCache` with the one-token step compiled once (``compile=True`` in each
+  :class:`~tformer.generation.static_cache.StaticKVCache` with the one-token step compiled once (``compile=True`` in each
   function above; ``torch.compile``, a CUDA graph on a GPU): the same tokens.
 
 The decoders run :func:`tformer.fast.fast_view` of the model (``fast=True``): its fast paths, applied to a view that

@@ -39,7 +39,7 @@ def kv_cache_bytes(model: nn.Module, rows: int, positions: int, source_len: int 
     """The bytes of the KV cache of ``model`` (a GPT or an encoder–decoder, by its ``config``) for ``rows`` rows of up to
     ``positions`` positions (capped at the context), plus the cross-attention's for sources of ``source_len`` tokens.
 
-    ``static``: a static cache (:mod:`tformer.nn.static_cache`, what ``compile=True`` decodes on), whose every layer
+    ``static``: a static cache (:mod:`tformer.generation.static_cache`, what ``compile=True`` decodes on), whose every layer
     keeps ``positions`` slots, a sliding-window layer too (its mask forgets, its buffer does not); ``positions`` is then
     the capacity it is made with (:func:`tformer.generation.static.lm_capacity`, rounded up to its slots)."""
     c: Any = model.config

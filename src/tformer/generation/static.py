@@ -7,7 +7,7 @@ greedy decoding, sampling and beam search run on them unchanged (:func:`~tformer
 :func:`~tformer.generation.beam.beam_search`). What differs from :class:`~tformer.generation.loop.LMDecoder` and
 :class:`~tformer.generation.loop.Seq2SeqDecoder`:
 
-* the cache is a :class:`~tformer.nn.static_cache.StaticKVCache`: fixed buffers written in place at a position kept
+* the cache is a :class:`~tformer.generation.static_cache.StaticKVCache`: fixed buffers written in place at a position kept
   on the device, attended to whole under a mask (gpt-fast's ``KVCache``, Hugging Face's ``StaticCache``);
 * the cache keeps its rows: a row that finishes (a source that beam search is done with) stays in the batch, fed a
   filler token, and its logits are left out. The loop sees the (R, V) logits of the rows still running, as with the
@@ -38,7 +38,7 @@ from torch import nn
 from tformer.checks import check_length, compile_option, yes_no
 from tformer.fast import fast_view
 from tformer.generation.loop import source_mask
-from tformer.nn.static_cache import StaticKVCache
+from tformer.generation.static_cache import StaticKVCache
 
 __all__ = [
     "Compile",
@@ -144,7 +144,7 @@ class StaticLMDecoder:
             attention = attention.bool()  # (B, T0)
             positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # (B, T0) real tokens count from 0
         capacity = lm_capacity(longest, new_tokens, self.limit)
-        cache = self.model.new_static_cache(capacity)
+        cache = StaticKVCache.for_model(self.model, capacity)
         logits = self.model(ids, attention_mask=attention, positions=positions, cache=cache, logits_to_keep=1)
         tokens = torch.tensor([[p[0]] * (longest - len(p)) + p for p in prompts], device=self.device)  # (B, T0)
         last = positions[:, -1:] if positions is not None else torch.full((b, 1), longest - 1, device=self.device)
@@ -243,7 +243,7 @@ class StaticSeq2SeqDecoder:
         memory_mask = source_mask(src, self.model.config.pad_id)  # (B, 1, 1, S), or None
         memory = self.model.encode(src, memory_mask).repeat_interleave(k, 0)  # (B·K, S, D)
         memory_mask = None if memory_mask is None else memory_mask.repeat_interleave(k, 0)  # (B·K, 1, 1, S)
-        cache = self.model.new_static_cache(min(new_tokens + 1, limit))
+        cache = StaticKVCache.for_model(self.model, min(new_tokens + 1, limit))
         start = torch.full((memory.shape[0], 1), self.start_id, dtype=torch.long, device=src.device)  # (B·K, 1)
         logits = self.model.decode(start, memory, memory_mask, cache)[:, -1]  # (B·K, V); the cross-attention K/V
         rows = torch.arange(src.shape[0], device=src.device) * k  # (B,) each source's first row

@@ -31,15 +31,14 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from tformer.checks import check_ids, check_length
+from tformer.checks import check_ids
 from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
-from tformer.nn.cache import KVCache
+from tformer.nn.cache import Cache, KVCache, open_positions
 from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.layers import Decoder, LayerConfig
 from tformer.nn.positional import ROPE_SCALINGS, InputEmbedding, rope_frequencies, rotary_tables
-from tformer.nn.static_cache import StaticKVCache
 
 __all__ = ["GPTConfig", "GPT"]
 
@@ -225,7 +224,7 @@ class GPT(PretrainedMixin, nn.Module):
         ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
-        cache: KVCache | StaticKVCache | None = None,
+        cache: Cache | None = None,
         logits_to_keep: int = 0,
     ) -> torch.Tensor:
         """``ids`` (B, T) → logits (B, T, V).
@@ -233,18 +232,21 @@ class GPT(PretrainedMixin, nn.Module):
         ``attention_mask`` (B, Tk) bool, ``True`` = real token, covers the cached positions too
         (Tk = cached + T); use it for left-padded batches, with ``positions`` (B, T) counting real
         tokens only. With a ``cache``, ``ids`` holds only the new positions. With a static cache
-        (:meth:`new_static_cache`) the positions are counted on the device (give ``positions`` for a padded batch)
-        and ``attention_mask`` is (B, T), the new positions' only: the cache keeps it.
+        (:class:`tformer.generation.static_cache.StaticKVCache`) the positions are counted on the device (give
+        ``positions`` for a padded batch) and ``attention_mask`` is (B, T), the new positions' only: the cache keeps it.
         ``return_attention=True`` returns ``(logits, weights)`` (weights by module name). ``logits_to_keep=k`` > 0
         projects only the last k positions onto the vocabulary, (B, k, V): generation's prefill needs the last one
         only, and (B, T, V) is the largest tensor of a long prompt (Hugging Face's argument of the same name).
         """
         check_ids(ids, "ids", self.config.vocab_size)
         rope = self.config.positional == "rope"
-        where, mask = self._where(ids, attention_mask, positions, cache)
+        if cache is None:
+            where, mask = open_positions(0, ids, attention_mask, positions, self.config.max_len)
+        else:  # the positions after the cached ones (tformer.nn.cache's protocol, for every kind of cache)
+            where, mask = cache.begin(ids, attention_mask, positions, self.config.max_len)
         x = self.embed(ids, where)  # (B, T, D)
         rotary: list | tuple | None = None
-        if isinstance(where, torch.Tensor) and rope:
+        if rope:
             if self._rope[0][0].device != where.device:  # float32 frequencies follow the model (once), never its dtype
                 self._rope = tuple((f.to(where.device), factor) for f, factor in self._rope)
             tables = [self._rotary(where, f) for f in self._rope]  # global layers (, local layers)
@@ -258,39 +260,6 @@ class GPT(PretrainedMixin, nn.Module):
         cap = self.config.final_softcap
         return self.hook_logits(logits if cap is None else cap * torch.tanh(logits / cap))
 
-    def _where(
-        self,
-        ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        positions: torch.Tensor | None,
-        cache: KVCache | StaticKVCache | None,
-    ) -> tuple[torch.Tensor | slice, torch.Tensor | None]:
-        """The positions of ``ids`` (``positions``, else counted from the cache: RoPE's tables need them as ids, a
-        position table a slice of its rows) and the padding mask (B, 1, 1, Tk) of self-attention, or None.
-
-        A :class:`~tformer.nn.static_cache.StaticKVCache` counts on the device: its slots are the positions, and it
-        keeps ``attention_mask`` (B, T) in its own mask."""
-        if isinstance(cache, StaticKVCache):
-            slots = cache.begin(ids, attention_mask)  # (T,)
-            return (slots if positions is None else positions), None
-        start = cache.length if cache is not None else 0
-        check_length(start + ids.shape[1], self.config.max_len, "ids")
-        where: torch.Tensor | slice
-        if positions is not None:
-            where = positions
-        elif self.config.positional == "rope" or torch.compiler.is_compiling():  # (compiled: a slice would fix T)
-            where = torch.arange(start, start + ids.shape[1], device=ids.device)
-        else:
-            where = slice(start, start + ids.shape[1])
-        if attention_mask is None:
-            return where, None
-        if attention_mask.shape != (ids.shape[0], start + ids.shape[1]):
-            raise ValueError(
-                f"attention_mask must have shape (B, cached + T) = {(ids.shape[0], start + ids.shape[1])}, "
-                f"got {tuple(attention_mask.shape)}"
-            )
-        return where, attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
-
     def _rotary(
         self, where: torch.Tensor, frequencies: tuple[torch.Tensor, float]
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -301,16 +270,10 @@ class GPT(PretrainedMixin, nn.Module):
     def new_cache(self, max_len: int | None = None) -> KVCache:
         """A KV cache; the sliding-window layers' stores keep only the positions their window still needs."""
         c = self.config
-        return KVCache(c.n_layers, max_len or c.max_len, self._windows())
+        return KVCache(c.n_layers, max_len or c.max_len, self.cache_windows())
 
-    def new_static_cache(self, capacity: int | None = None) -> StaticKVCache:
-        """A KV cache of ``capacity`` slots (default and at most: the context) whose decoding steps all have the same
-        shapes (:mod:`tformer.nn.static_cache`: what ``torch.compile`` and CUDA graphs need)."""
-        capacity = capacity or self.config.max_len
-        check_length(capacity, self.config.max_len, "a static cache")
-        return StaticKVCache(self.config.n_layers, capacity, self._windows())
-
-    def _windows(self) -> list[int | None]:
-        """Each layer's sliding window, None for a layer that sees every earlier position."""
+    def cache_windows(self) -> list[int | None]:
+        """Each decoder layer's sliding window, None for a layer that sees every earlier position (what a cache of
+        this model is made with: :meth:`new_cache`, ``StaticKVCache.for_model``)."""
         c = self.config
         return [c.sliding_window if c.is_local(i) else None for i in range(c.n_layers)]

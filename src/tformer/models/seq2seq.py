@@ -28,12 +28,11 @@ from tformer.checks import check_ids, check_length
 from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
-from tformer.nn.cache import KVCache
+from tformer.nn.cache import Cache, KVCache
 from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.layers import Decoder, Encoder
 from tformer.nn.masks import padding_mask
 from tformer.nn.positional import InputEmbedding
-from tformer.nn.static_cache import StaticKVCache
 
 __all__ = ["Seq2SeqConfig", "Seq2SeqTransformer"]
 
@@ -114,24 +113,21 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         tgt: torch.Tensor,
         memory: torch.Tensor,
         memory_mask: torch.Tensor | None = None,
-        cache: KVCache | StaticKVCache | None = None,
+        cache: Cache | None = None,
     ) -> torch.Tensor:
         """``tgt`` (B, T) decoder input ids → logits (B, T, V).
 
         With a ``cache``, ``tgt`` holds only the new positions; their positions start after the
-        cached ones (a :class:`~tformer.nn.static_cache.StaticKVCache` counts them on the device). ``memory_mask`` is the source padding mask (B, 1, 1, S). ``memory`` and its mask may
+        cached ones (:mod:`tformer.nn.cache`'s protocol; a static cache counts them on the device). ``memory_mask`` is
+        the source padding mask (B, 1, 1, S). ``memory`` and its mask may
         have B / G rows, each serving G consecutive rows of ``tgt`` (beam search's G beams of one source).
         """
         check_ids(tgt, "tgt", self.config.tgt_vocab_size)
-        positions: torch.Tensor | slice
-        if isinstance(cache, StaticKVCache):  # counted on the device: the slots are the positions
-            positions = cache.begin(tgt)  # (T,)
-        else:
-            start = cache.length if cache is not None else 0
-            check_length(start + tgt.shape[1], self.config.max_len, "tgt")
-            positions = slice(start, start + tgt.shape[1])  # the table's rows start.. (a view)
-            if torch.compiler.is_compiling():  # as ids: a slice would fix T in the graph, one compilation per length
-                positions = torch.arange(start, start + tgt.shape[1], device=tgt.device)
+        if cache is None:
+            check_length(tgt.shape[1], self.config.max_len, "tgt")
+            positions = torch.arange(tgt.shape[1], device=tgt.device)  # (T,)
+        else:  # the positions after the cached ones (tformer.nn.cache's protocol, for every kind of cache)
+            positions, _ = cache.begin(tgt, max_len=self.config.max_len, name="tgt")  # (T,)
         # Self-attention: look-ahead (causal) + target padding. With a cache the keys include
         # earlier positions, which were all real tokens when they were fed.
         self_mask = padding_mask(tgt, self.config.pad_id) if cache is None else None  # (B, 1, 1, T)
@@ -163,9 +159,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         """An empty KV cache for incremental decoding with :meth:`decode`."""
         return KVCache(self.config.n_decoder_layers, max_len or self.config.max_len)
 
-    def new_static_cache(self, capacity: int | None = None) -> StaticKVCache:
-        """A KV cache of ``capacity`` target slots (default and at most ``max_len``) whose decoding steps all have the
-        same shapes (:mod:`tformer.nn.static_cache`: what ``torch.compile`` and CUDA graphs need)."""
-        capacity = capacity or self.config.max_len
-        check_length(capacity, self.config.max_len, "a static cache")
-        return StaticKVCache(self.config.n_decoder_layers, capacity)
+    def cache_windows(self) -> list[int | None]:
+        """Each decoder layer's sliding window: None, every earlier position (what a cache of this model is made
+        with)."""
+        return [None] * self.config.n_decoder_layers

@@ -1,21 +1,15 @@
-"""Scaled dot-product attention and multi-head attention (self and cross).
+"""Multi-head attention (self and cross): project to Q, K, V, split into heads, attend, concatenate, project.
 
-    Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + mask) · V
+Each head attends by scaled dot-product attention (:mod:`tformer.nn.scaled_dot_product`): the fused path, or the
+reference path written out step by step when a hook watches a step inside it or the scores are soft-capped. Masks
+follow :mod:`tformer.nn.masks`: boolean, ``True`` = may attend.
 
-Two paths compute the same thing:
-
-* the **fused** path, ``torch.nn.functional.scaled_dot_product_attention``, used for training and
-  generation;
-* the **reference** path, written out step by step (matmul → scale (→ soft-cap) → mask → softmax → dropout →
-  matmul), used when someone wants to see the scores and weights (``return_details=True``, or a hook on one of
-  those steps, :mod:`tformer.nn.hooks`). A test keeps the two equal.
-
-Masks follow :mod:`tformer.nn.masks`: boolean, ``True`` = may attend. A query row with nothing to
-attend to outputs zeros (never NaN), in every dtype.
-
-This module is plain PyTorch and reads like the paper. What exists only for speed (the fused kernel's own
-look-ahead mask, one decoding step's reshapes as views, beams sharing one memory row without a copy, the faster
-layouts of the weights) is in :mod:`tformer.fast.attention`, which :func:`tformer.fast.speed_up` swaps in.
+This module is plain PyTorch and reads like the paper. :class:`MultiHeadAttention` has one ``forward``; the fused
+path calls the layer's ``kernel``, a function chosen when the model is built (``module.kernel``): :func:`attend`
+here, which spells the look-ahead mask out, or :func:`tformer.fast.attention.attend`, which computes the same with
+the fused kernel's shortcuts (its own look-ahead mask, no mask where none hides anything, beams attending to their
+shared source row without a copy, a cheaper CPU dropout mask). A kernel is ``kernel(q, k, v, mask, causal, window,
+dropout_p, scale)`` → the context (B, H, Tq, Dh), with K/V of Hkv heads and of B or B / G rows.
 
 Hook points of :class:`MultiHeadAttention`: ``hook_q`` (B, H, Tq, Dh); ``hook_k``, ``hook_v`` (B, Hkv, Tk, Dh), the
 keys and values attended to (with a cache: every position kept); then, on the reference path only,
@@ -30,21 +24,24 @@ length, Tk key length, Dh head dim (D / H by default), D model dim, G rows of th
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tformer.nn.cache import LayerKV
+from tformer.nn.cache import LayerCache
 from tformer.nn.hooks import HookPoint, keep_at_hand, watched
-from tformer.nn.masks import causal_mask, check_mask, combine_masks, sliding_window_mask
+from tformer.nn.masks import check_mask
 from tformer.nn.norms import RMSNorm
 from tformer.nn.positional import apply_rotary
-from tformer.nn.static_cache import StaticLayerKV
+from tformer.nn.scaled_dot_product import (
+    AttentionDetails,
+    Kernel,
+    attend,
+    check_attention_mask,
+    reference_attention,
+    scaled_dot_product_attention,
+    spell_out,
+)
 
 __all__ = [
     "AttentionDetails",
@@ -52,120 +49,23 @@ __all__ = [
     "reference_attention",
     "check_attention_mask",
     "project_rows",
+    "Kernel",
+    "attend",
+    "spell_out",
     "MultiHeadAttention",
 ]
-
-
-@dataclass
-class AttentionDetails:
-    """The intermediate tensors of the reference path."""
-
-    scores: torch.Tensor  # (B, H, Tq, Tk) Q·Kᵀ/√Dh (soft-capped when the layer caps)
-    masked_scores: torch.Tensor  # (B, H, Tq, Tk) blocked entries set to −∞
-    weights: torch.Tensor  # (B, H, Tq, Tk) softmax over Tk (before dropout); fully masked rows are 0
-    raw_scores: torch.Tensor  # (B, H, Tq, Tk) Q·Kᵀ, before the scaling by 1/√Dh
-
-
-def scaled_dot_product_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    return_details: bool = False,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, AttentionDetails]:
-    """softmax(Q·Kᵀ/√Dh, masked) · V for ``q`` (B, H, Tq, Dh), ``k``/``v`` (B, H, Tk, Dh) (or (B, Hkv, Tk, Dh) with
-    ``enable_gqa``: key/value head j serves query heads j·H/Hkv … (j + 1)·H/Hkv − 1, unrepeated).
-
-    ``mask`` is boolean (``True`` = may attend) and broadcasts to (B, H, Tq, Tk). ``dropout_p`` is
-    applied to the weights (pass 0 in eval mode). With ``return_details=True`` the readable reference
-    path runs and returns ``(context, AttentionDetails)``; otherwise the fused kernel runs and only
-    the context (B, H, Tq, Dh) is returned. ``is_causal=True`` (only without ``mask``) is the look-ahead
-    mask for Tq = Tk, applied inside the fused kernel without building a (Tq, Tk) tensor. ``scale`` replaces
-    1/√Dh (Gemma's ``query_pre_attn_scalar`` ^ −½).
-    """
-    check_attention_mask(mask, is_causal)
-    grouped = enable_gqa and k.shape[1] != q.shape[1]
-    if grouped and return_details:  # the reference path repeats them; the fused kernel pairs the groups itself
-        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-    if return_details:
-        if is_causal:  # the reference path spells the look-ahead mask out
-            mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (1, 1, Tq, Tk)
-        return reference_attention(q, k, v, mask, dropout_p, scale=scale)
-    gqa = {"enable_gqa": True} if grouped else {}  # (only then: the argument is new in torch 2.5)
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **gqa
-    )
-    if mask is not None:  # some kernels give NaN for fully masked rows: make them exactly 0
-        has_key = mask.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1)
-        # eager: only when such a row exists; a compiled graph cannot branch on the data, so it always fills
-        if torch.compiler.is_compiling() or not bool(has_key.all()):
-            out = out.masked_fill(~has_key, 0.0)
-    return out  # (B, H, Tq, Dh)
-
-
-def reference_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    dropout: Callable[[torch.Tensor, float], torch.Tensor] = F.dropout,
-    softcap: float | None = None,
-    scale: float | None = None,
-    watch: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, AttentionDetails]:
-    """The reference path, step by step: returns the context (B, H, Tq, Dh) and the :class:`AttentionDetails`.
-
-    ``dropout(weights, dropout_p)`` drops attention weights in training (``F.dropout``; ``tformer.fast``
-    passes its cheaper CPU mask). ``softcap`` c bounds the scores softly to (−c, c): c·tanh(scores / c)
-    (Gemma 2); the details' ``scores`` are then the capped ones (``raw_scores``: Q·Kᵀ before scaling). ``scale``
-    replaces 1/√Dh: the scores are then Q·Kᵀ · scale. ``watch(step, tensor)``, if given, sees each step's tensor
-    (``raw_scores``, ``scores``, ``masked_scores``, ``weights``) and returns the one to go on with (the hook points
-    of :class:`MultiHeadAttention`)."""
-    look = watch if watch is not None else _as_is
-    raw = look("raw_scores", q @ k.transpose(-2, -1))  # (B, H, Tq, Dh) @ (B, H, Dh, Tk) -> (B, H, Tq, Tk)
-    scores = raw / math.sqrt(q.shape[-1]) if scale is None else raw * scale  # (B, H, Tq, Tk)
-    if softcap is not None:
-        scores = softcap * torch.tanh(scores / softcap)
-    scores = look("scores", scores)
-    if mask is None:
-        masked_scores = look("masked_scores", scores)
-        weights = torch.softmax(masked_scores.float(), dim=-1).to(q.dtype)
-    else:
-        masked_scores = look("masked_scores", scores.masked_fill(~mask, float("-inf")))  # (B, H, Tq, Tk)
-        weights = torch.softmax(masked_scores.float(), dim=-1).to(q.dtype)
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # all −∞ row: NaN → 0
-    weights = look("weights", weights)
-    dropped = dropout(weights, dropout_p) if dropout_p > 0 else weights
-    out = dropped @ v  # (B, H, Tq, Tk) @ (B, H, Tk, Dh) -> (B, H, Tq, Dh)
-    return out, AttentionDetails(scores=scores, masked_scores=masked_scores, weights=weights, raw_scores=raw)
-
-
-def _as_is(_step: str, t: torch.Tensor) -> torch.Tensor:
-    return t
-
-
-def check_attention_mask(mask: torch.Tensor | None, is_causal: bool) -> None:
-    """The attention functions take a boolean ``mask`` or ``is_causal=True``, not both."""
-    if mask is not None and mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
-    if is_causal and mask is not None:
-        raise ValueError(
-            "pass either mask or is_causal=True, not both (combine them with tformer.nn.masks.combine_masks)"
-        )
 
 
 def project_rows(layer: nn.Linear, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
     """Output features ``start:end`` of ``layer(x)`` only: ``x · W[start:end]ᵀ + b[start:end]``, (..., end − start).
 
     Cross-attention needs only W_Q (for the decoder's states) or only W_K, W_V (for the encoder output) of the
-    fused W_Q/W_K/W_V matrix: ``F.linear`` on a slice of the weight's rows. (:mod:`tformer.fast.attention` computes
-    it with the faster layouts of :class:`tformer.fast.linear.Linear` where the layer has them.)
+    fused W_Q/W_K/W_V matrix: ``F.linear`` on a slice of the weight's rows, or the layer's own ``forward_rows`` where
+    its kind of product has one (:class:`tformer.fast.linear.Linear`: the same numbers in its faster layouts).
     """
+    forward_rows = getattr(layer, "forward_rows", None)
+    if forward_rows is not None:
+        return forward_rows(x, start, end)
     bias = None if layer.bias is None else layer.bias[start:end]
     return F.linear(x, layer.weight[start:end], bias)
 
@@ -198,11 +98,10 @@ class MultiHeadAttention(nn.Module):
     * ``norm_weight_offset``: the QK-norm's scale is offset + weight (Gemma 3's 1 + w, as its other RMSNorms);
     * ``softcap``: scores soft-capped to (−c, c) by c·tanh(scores / c) (Gemma 2); this runs the reference path,
       since the fused kernel has no such step.
-    """
 
-    # The attention function (fused and reference paths). ``tformer.fast.speed_up`` sets a per-module one that
-    # computes the same with a cheaper CPU dropout mask in training.
-    attention: Callable[..., Any] = staticmethod(scaled_dot_product_attention)
+    ``kernel`` is the function of the fused path (see the module docstring): :func:`attend` unless another was
+    chosen (``tformer.fast``); it can be read off the layer (``layer.kernel``).
+    """
 
     def __init__(
         self,
@@ -220,6 +119,7 @@ class MultiHeadAttention(nn.Module):
         softcap: float | None = None,
         scale: float | None = None,
         norm_weight_offset: float = 0.0,
+        kernel: Kernel = attend,
     ) -> None:
         super().__init__()
         if head_dim is None and d_model % n_heads != 0:
@@ -237,6 +137,7 @@ class MultiHeadAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, norm_eps, norm_weight_offset) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, norm_eps, norm_weight_offset) if qk_norm else None
         self.sliding_window, self.softcap, self.scale = sliding_window, softcap, scale
+        self.kernel = kernel  # the fused path's function (see the module docstring)
         # hook points (tformer.nn.hooks): the tensors of each step, by name
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_mask, self.hook_raw_scores, self.hook_scores = HookPoint(), HookPoint(), HookPoint()
@@ -258,15 +159,15 @@ class MultiHeadAttention(nn.Module):
         memory: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         causal: bool = False,
-        cache: LayerKV | StaticLayerKV | None = None,
+        cache: LayerCache | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``x`` (B, Tq, D); ``memory`` (B, Tk, D) for cross-attention; returns (B, Tq, D).
 
         ``mask`` is boolean (``True`` = may attend), broadcastable to (B, 1, Tq, Tk); for self-attention
-        with a ``cache``, Tk counts the cached positions too. ``causal=True`` adds the look-ahead mask. A
-        :class:`~tformer.nn.static_cache.StaticLayerKV` brings its own mask over its fixed buffer (the look-ahead,
-        the padding and the window in it), which replaces ``mask`` and ``causal`` in self-attention.
+        with a ``cache``, Tk counts the cached positions too. ``causal=True`` adds the look-ahead mask. The cache
+        (:mod:`tformer.nn.cache`'s protocol) stores the new keys and values and says what to attend to, and with
+        which mask (a static cache brings its own, over its fixed buffer).
         ``rotary`` = (cos, sin) of the new positions (:func:`~tformer.nn.positional.rotary_tables`, broadcastable
         to (B, H, Tq, Dh)) rotates queries and keys before the keys are cached (self-attention only).
         ``memory`` may also have B / G rows, each serving G consecutive rows of ``x`` (beam search: the G beams of
@@ -275,18 +176,14 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(x, memory, causal, rotary)
         if memory is None:
-            q, k, v = self._self_qkv(x, cache, rotary)  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
-            if isinstance(cache, StaticLayerKV):  # its whole buffer: the cache's mask hides what is not to be seen
-                mask, causal = cache.mask, False  # (B, 1, Tq, C): the look-ahead, padding and window included
-            elif cache is not None:
-                mask = cache.kept(mask)  # a sliding window's cache forgets the oldest positions: so does the mask
+            q, k, v = self._self_qkv(x, rotary)  # (B, H, Tq, Dh), (B, Hkv, Tq, Dh) × 2
+            if cache is not None:  # the earlier positions' keys and values join; the cache says with which mask
+                k, v, mask, causal = cache.update(k, v, mask, causal)  # (B, Hkv, Tk, Dh) × 2
         else:
             q, k, v = self._cross_qkv(x, memory, cache)  # (B, H, Tq, Dh), (B or B/G, Hkv, Tk, Dh) × 2
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        mask = self._mask(mask, causal, memory is not None, q, k)  # (B|1, 1, Tq, Tk) or None
-        if k.shape[0] != q.shape[0]:  # beam search: each source's keys, values and mask serve its G beams
-            k, v, mask = _rows_for_beams(k, v, mask, q.shape[0])
-        context = self.hook_context(self._attend(q, k, v, mask))  # (B, H, Tq, Dh)
+        self._check_mask(mask, memory is not None, q, k)
+        context = self.hook_context(self._attend(q, k, v, mask, causal))  # (B, H, Tq, Dh)
         return self.hook_out(self.out_proj(self._merge_heads(context)))  # (B, Tq, D)
 
     # ---------------------------------------------------------------- the steps of forward, in order
@@ -302,29 +199,24 @@ class MultiHeadAttention(nn.Module):
                 f"memory must have as many rows as x ({x.shape[0]}) or a divisor of it, got {memory.shape[0]}"
             )
 
-    def _self_qkv(
-        self, x: torch.Tensor, cache: LayerKV | StaticLayerKV | None, rotary
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Q, K, V of self-attention, one matmul; QK-norm, then RoPE rotates Q and K; the cache adds the earlier
-        keys/values (Hkv heads)."""
+    def _self_qkv(self, x: torch.Tensor, rotary) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K, V of self-attention, one matmul; QK-norm, then RoPE rotates Q and K (the cache keeps rotated keys)."""
         q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, T, D) -> (B, T, 3D) -> (B, H, T, Dh) each (K, V: Hkv)
         q, k = self._norm_qk(q, k)
         if rotary is not None:
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)  # the cache keeps rotated keys
-        if cache is not None:
-            k, v = cache.append(k, v)  # (B, Hkv, Tk, Dh) with the cached positions
-        return q, k, v  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        return q, k, v  # (B, H, T, Dh), (B, Hkv, T, Dh) × 2
 
     def _cross_qkv(
-        self, x: torch.Tensor, memory: torch.Tensor, cache: LayerKV | StaticLayerKV | None
+        self, x: torch.Tensor, memory: torch.Tensor, cache: LayerCache | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q from the decoder states (rows W_Q); K, V from the memory (rows W_K, W_V), once per source with a cache."""
-        q = self._split_heads(self._project_rows(x, 0, self.q_dim), self.n_heads)  # (B, H, Tq, Dh)
+        q = self._split_heads(project_rows(self.qkv_proj, x, 0, self.q_dim), self.n_heads)  # (B, H, Tq, Dh)
         if self.q_norm is not None:
             q = self.q_norm(q)
         if cache is not None and cache.cross_k is not None and cache.cross_v is not None:
             return q, cache.cross_k, cache.cross_v  # computed at the first step
-        kv = self._project_rows(memory, self.q_dim, self.q_dim + 2 * self.kv_dim)  # (B, Tk, 2·Hkv·Dh)
+        kv = project_rows(self.qkv_proj, memory, self.q_dim, self.q_dim + 2 * self.kv_dim)  # (B, Tk, 2·Hkv·Dh)
         k, v = (self._split_heads(t, self.n_kv_heads) for t in kv.chunk(2, dim=-1))  # (B, Hkv, Tk, Dh) each
         if self.k_norm is not None:
             k = self.k_norm(k)
@@ -332,32 +224,22 @@ class MultiHeadAttention(nn.Module):
             cache.cross_k, cache.cross_v = k, v
         return q, k, v  # (B, H, Tq, Dh), (B, Hkv, Tk, Dh) × 2
 
-    def _mask(
-        self, mask: torch.Tensor | None, causal: bool, cross: bool, q: torch.Tensor, k: torch.Tensor
-    ) -> torch.Tensor | None:
-        """``mask`` checked, and with ``causal`` the look-ahead mask (or the sliding window) added: the boolean mask
-        this call attends with, (B|1, 1, Tq, Tk), or None."""
-        self._check_mask(mask, cross, q, k)
-        if not causal:
-            return mask
-        tq, tk = q.shape[2], k.shape[2]
-        if self.sliding_window is None:
-            return combine_masks(causal_mask(tq, tk, device=q.device), mask)  # (B|1, 1, Tq, Tk)
-        return combine_masks(sliding_window_mask(tq, tk, self.sliding_window, device=q.device), mask)
-
     def _check_mask(self, mask: torch.Tensor | None, cross: bool, q: torch.Tensor, k: torch.Tensor) -> None:
         check_mask(mask, "mask", k.shape[0], q.shape[2], k.shape[2], self.n_heads)  # K's rows: B, or B/G for beams
         if cross and mask is not None and mask.shape[-2] > 1:
             _refuse_query_dependent_mask(mask)
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """The context (B, H, Tq, Dh): the fused kernel, or the reference path when the scores are soft-capped (no
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool
+    ) -> torch.Tensor:
+        """The context (B, H, Tq, Dh): the layer's kernel, or the reference path when the scores are soft-capped (no
         fused kernel caps them) or a hook watches a step inside it (then the numbers it sees are the ones used)."""
         dropout_p = self.dropout if self.training else 0.0
         if self.softcap is None and not watched(self._inside):
-            grouped = k.shape[1] != q.shape[1]  # grouped-query K/V, not repeated (the kernel pairs them)
-            return self.attention(q, k, v, mask, dropout_p, scale=self.scale, enable_gqa=grouped)
-        k, v = self._repeat_kv(k), self._repeat_kv(v)  # (B, H, Tk, Dh): each query head its own K/V
+            return self.kernel(q, k, v, mask, causal, self.sliding_window, dropout_p, self.scale)
+        k, v, mask = spell_out(q, k, v, mask, causal, self.sliding_window)
+        if self.n_kv_heads != self.n_heads:  # K/V head j serves query heads j·G … j·G + G − 1 (G = H / Hkv)
+            k, v = (t.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1) for t in (k, v))  # (B, H, Tk, Dh)
         if mask is not None:
             mask = self.hook_mask(mask)
         watch = lambda step, t: getattr(self, "hook_" + step)(t)  # noqa: E731  (step "weights": hook_weights, ...)
@@ -370,10 +252,6 @@ class MultiHeadAttention(nn.Module):
         return context.transpose(1, 2).reshape(b, tq, self.q_dim)
 
     # ---------------------------------------------------------------- projections and head reshapes
-    def _project_rows(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
-        """Output features ``start:end`` of the fused W_Q/W_K/W_V projection (:func:`project_rows`)."""
-        return project_rows(self.qkv_proj, x, start, end)
-
     def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, T, H·Dh + 2·Hkv·Dh) fused projections → Q (B, H, T, Dh), K and V (B, Hkv, T, Dh), as views."""
         q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
@@ -392,24 +270,6 @@ class MultiHeadAttention(nn.Module):
         if self.q_norm is None or self.k_norm is None:
             return q, k
         return self.q_norm(q), self.k_norm(k)  # (B, H, T, Dh), (B, Hkv, T, Dh)
-
-    def _repeat_kv(self, t: torch.Tensor) -> torch.Tensor:
-        """(B, Hkv, Tk, Dh) -> (B, H, Tk, Dh): K/V head j serves query heads j·G … j·G + G − 1 (G = H / Hkv)."""
-        if self.n_kv_heads == self.n_heads:
-            return t
-        return t.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
-
-
-def _rows_for_beams(
-    k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, rows: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """K, V (B/G, Hkv, Tk, Dh) and ``mask`` (B/G or 1, 1, Tq, Tk) of the sources → B rows: source i serves rows
-    i·G … i·G + G − 1 (its G beams). Copies; :mod:`tformer.fast.attention` attends without copying."""
-    g = rows // k.shape[0]
-    k, v = k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)  # (B, Hkv, Tk, Dh)
-    if mask is not None and mask.shape[0] > 1:
-        mask = mask.repeat_interleave(g, dim=0)  # (B, 1, Tq, Tk)
-    return k, v, mask
 
 
 def _refuse_query_dependent_mask(mask: torch.Tensor) -> None:

@@ -16,14 +16,85 @@ move to its front and the older ones are gone (``offset`` counts them). The buff
 (plus one step's new ones; a longer prompt's own length), whatever the length of the text; the move happens once
 every W steps or so.
 
+**One protocol for every kind of cache** (Hugging Face's ``past_key_value.update``): a model calls
+``cache.begin(ids, attention_mask, positions, max_len)`` once per forward, which returns the new tokens' positions
+and the self-attention padding mask; each self-attention layer calls ``cache.layers[i].update(k, v, mask, causal)``,
+which stores the new keys/values and returns what to attend to and with which mask. This growing cache and the
+static one of compiled decoding (:mod:`tformer.generation.static_cache`) both speak it, so the model and its
+attention never ask which one they were given. Cross-attention keys/values go in ``cross_k``/``cross_v``.
+
 Dimension legend: B batch (× beams), H heads, T positions, Dh head dim.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import torch
 
-__all__ = ["LayerKV", "KVCache"]
+from tformer.checks import check_length
+
+__all__ = ["LayerCache", "Cache", "LayerKV", "KVCache", "open_positions"]
+
+
+class LayerCache(Protocol):
+    """What one decoder layer's attention asks of its cache (the protocol of the module docstring)."""
+
+    cross_k: torch.Tensor | None  # (B, Hkv, S, Dh) cross-attention keys, kept from the first step
+    cross_v: torch.Tensor | None
+
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
+        """Store the new keys/values (B, Hkv, T, Dh); return the keys, values, mask and ``causal`` to attend with."""
+        ...
+
+
+class Cache(Protocol):
+    """What a model asks of its cache: one :class:`LayerCache` per decoder layer, and :meth:`begin`."""
+
+    @property
+    def layers(self) -> Sequence[LayerCache]: ...
+
+    def begin(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        max_len: int | None = None,
+        name: str = "ids",
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Open a forward of ``ids`` (B, T): the new tokens' positions, and the padding mask (B, 1, 1, Tk) or None;
+        positions past ``max_len`` are refused, naming ``name``."""
+        ...
+
+    def __len__(self) -> int: ...
+
+
+def open_positions(
+    start: int,
+    ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
+    max_len: int | None = None,
+    name: str = "ids",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The positions of ``ids`` (B, T) after ``start`` earlier ones: ``positions`` (T,) or (B, T) if given, else
+    ``start … start + T − 1`` (T,); and ``attention_mask`` (B, start + T), True = a real token, as the padding mask of
+    self-attention (B, 1, 1, start + T), or None. ``max_len``: the context the positions must stay within (an error
+    names the input ``name``)."""
+    b, t = ids.shape
+    if max_len is not None:
+        check_length(start + t, max_len, name)
+    where = positions if positions is not None else torch.arange(start, start + t, device=ids.device)  # (T,)
+    if attention_mask is None:
+        return where, None
+    if attention_mask.shape != (b, start + t):
+        raise ValueError(
+            f"attention_mask must have shape (B, cached + T) = {(b, start + t)}, got {tuple(attention_mask.shape)}"
+        )
+    return where, attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
 
 
 class LayerKV:
@@ -39,6 +110,14 @@ class LayerKV:
         self.cross_k: torch.Tensor | None = None  # (B, H, S, Dh)
         self.cross_v: torch.Tensor | None = None  # (B, H, S, Dh)
         self._spare: tuple[torch.Tensor, torch.Tensor] | None = None  # reorder's target buffers, reused
+
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
+        """The cache protocol: store the new positions; attend to every position kept, ``mask`` cut to them (a sliding
+        window's store forgets the oldest), ``causal`` as given."""
+        k, v = self.append(k, v)
+        return k, v, self.kept(mask), causal
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new positions' keys/values; return keys/values of all positions kept (from ``offset``)."""
@@ -143,6 +222,18 @@ class KVCache:
     def length(self) -> int:
         """Number of positions already stored (the position of the next token)."""
         return self.layers[0].length
+
+    def begin(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        max_len: int | None = None,
+        name: str = "ids",
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The cache protocol: :func:`open_positions` after the positions stored (``attention_mask`` covers them
+        too: (B, cached + T))."""
+        return open_positions(self.length, ids, attention_mask, positions, max_len, name)
 
     def reorder(self, index: torch.Tensor, cross: bool | torch.Tensor = True) -> None:
         """Keep batch rows ``index`` in every layer; see :meth:`LayerKV.reorder`."""

@@ -31,11 +31,10 @@ from torch import nn
 
 from tformer.checks import check_yes_no_fields
 from tformer.nn.attention import MultiHeadAttention
-from tformer.nn.cache import KVCache, LayerKV
+from tformer.nn.cache import Cache, LayerCache
 from tformer.nn.feedforward import ACTIVATIONS, GATED, FeedForward, GatedFeedForward
 from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.norms import NORMS, make_norm
-from tformer.nn.static_cache import StaticKVCache, StaticLayerKV
 
 __all__ = ["LayerConfig", "AddNorm", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
 
@@ -197,7 +196,7 @@ class DecoderLayer(nn.Module):
         self_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         causal: bool = True,
-        cache: LayerKV | StaticLayerKV | None = None,
+        cache: LayerCache | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``x`` (B, T, D) decoder states; ``memory`` (B, S, D) encoder output; returns (B, T, D).
@@ -267,7 +266,7 @@ class Decoder(nn.Module):
         self_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         causal: bool = True,
-        cache: KVCache | StaticKVCache | None = None,
+        cache: Cache | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         if cache is not None and len(cache) != len(self.layers):

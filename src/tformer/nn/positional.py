@@ -247,10 +247,8 @@ class InputEmbedding(nn.Module):
     ) -> torch.Tensor:
         """``ids`` (B, T) → (B, T, D). ``positions`` defaults to 0..T-1; a tensor (T,) or (B, T) of position ids, or a
         slice ``start:start + T`` of consecutive ones (decoding with a cache: the table rows as a view, no gather)."""
-        if positions is None:  # 0..T-1: the table's rows as a view; a compiled graph gathers them (a slice would
-            # fix T in the graph, one compilation per length)
-            compiled = torch.compiler.is_compiling()
-            positions = torch.arange(ids.shape[1], device=ids.device) if compiled else slice(0, ids.shape[1])
+        if positions is None:  # 0..T-1 as ids (a slice would fix T in a compiled graph: one compilation per length)
+            positions = torch.arange(ids.shape[1], device=ids.device)
         elif isinstance(positions, slice) and (
             positions.stop - positions.start != ids.shape[1] or positions.stop > self.max_len
         ):

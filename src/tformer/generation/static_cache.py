@@ -16,7 +16,8 @@ decoding step has the same shapes (gpt-fast's ``KVCache``, Hugging Face's ``Stat
 
 A sliding-window layer keeps every slot (the mask does the forgetting): the buffer never holds more than the model's
 context, ``capacity`` ≤ ``max_len``. Cross-attention keys/values are computed at the first step and kept, as in
-:class:`~tformer.nn.cache.LayerKV`. Beam search reorders rows in place (:meth:`StaticKVCache.reorder`): the buffers
+:class:`~tformer.nn.cache.LayerKV`. Both kinds of cache speak the one protocol of :mod:`tformer.nn.cache` (``begin``
+once per forward, ``update`` once per layer): the model and its attention never ask which kind they were given. Beam search reorders rows in place (:meth:`StaticKVCache.reorder`): the buffers
 keep their addresses, which a CUDA graph needs.
 
 Dimension legend: B batch (× beams), Hkv key/value heads, T new positions, C capacity (slots), Dh head dim, W window.
@@ -24,7 +25,11 @@ Dimension legend: B batch (× beams), Hkv key/value heads, T new positions, C ca
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from tformer.checks import check_length
 
 __all__ = ["StaticLayerKV", "StaticKVCache"]
 
@@ -48,6 +53,15 @@ class StaticLayerKV:
         self.cross_k: torch.Tensor | None = None  # (B, Hkv, S, Dh)
         self.cross_v: torch.Tensor | None = None  # (B, Hkv, S, Dh)
 
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
+        """The cache protocol (:class:`tformer.nn.cache.LayerCache`): write the new positions, attend to the whole
+        buffers (B, Hkv, C, Dh) under this layer's mask (B, 1, T, C), which holds the look-ahead, the padding and the
+        window: it replaces ``mask`` and ``causal``."""
+        k, v = self.append(k, v)
+        return k, v, self.mask, False
+
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the new positions' keys/values (B, Hkv, T, Dh) at this forward's slots; return the whole buffers."""
         if self.k is None or self.v is None:  # the first write (the prefill): the buffers, once
@@ -67,7 +81,7 @@ class StaticLayerKV:
 class StaticKVCache:
     """One :class:`StaticLayerKV` per decoder layer, ``capacity`` slots each; pass it to a model's forward/decode.
 
-    >>> cache = model.new_static_cache(64)                          # doctest: +SKIP
+    >>> cache = StaticKVCache.for_model(model, 64)                  # doctest: +SKIP
     >>> logits = model(prompt, cache=cache)                           # slots 0 … T − 1 (the prefill)
     >>> logits = model(next_ids, positions=positions, cache=cache)   # slot T, then T + 1, …: the same shapes
 
@@ -89,10 +103,35 @@ class StaticKVCache:
         self.slots = torch.zeros(0, dtype=torch.long)  # (T,) the slots of the current forward's positions
         self.masks: dict[int | None, torch.Tensor] = {}  # window → (B, 1, T, C), for the current forward
 
-    def begin(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Open a forward of ``ids`` (B, T): its slots (from ``index``) and masks; ``index`` moves past them. Returns
-        the slots (T,), which are the positions where nothing is padded. ``attention_mask`` (B, T), True = a real
-        token, marks left padding (the prefill's); None: every new token is real."""
+    @classmethod
+    def for_model(cls, model: Any, capacity: int | None = None) -> StaticKVCache:
+        """A static cache of ``capacity`` slots (default and at most the model's context, ``config.max_len``) for
+        ``model``'s decoder layers, each with its sliding window (``model.cache_windows()``)."""
+        limit = model.config.max_len
+        capacity = capacity or limit
+        check_length(capacity, limit, "a static cache")
+        windows = model.cache_windows()
+        return cls(len(windows), capacity, windows)
+
+    def begin(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        max_len: int | None = None,
+        name: str = "ids",
+    ) -> tuple[torch.Tensor, None]:
+        """The cache protocol (:class:`tformer.nn.cache.Cache`): open a forward of ``ids`` (B, T), its slots (from
+        ``index``) and masks; ``index`` moves past them, on the device. Returns ``(positions, None)``: ``positions``
+        as given, else the slots (T,), which are the positions where nothing is padded; no padding mask, since each
+        layer's mask holds it. ``attention_mask`` (B, T), True = a real token, marks left padding (the prefill's);
+        None: every new token is real. ``max_len`` and ``name``: unused (the capacity bounds the slots; the decoders check
+        it on the host)."""
+        slots = self._open(ids, attention_mask)  # (T,)
+        return (slots if positions is None else positions), None
+
+    def _open(self, ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """The slots (T,) of this forward's positions, and its masks."""
         b, t = ids.shape
         if self.index is None or self.real is None:  # the first forward: the position and the padding, on the device
             self.index = _static(torch.zeros(1, dtype=torch.long, device=ids.device))

@@ -1,0 +1,129 @@
+"""One forward per module (issue 45): attention has one ``forward`` and its kernel is chosen, not its class; every
+kind of KV cache speaks one protocol, so ``nn/`` and ``models/`` never ask which kind they were given or whether
+they are being compiled."""
+
+from __future__ import annotations
+
+import ast
+import io
+import pathlib
+import re
+import tokenize
+
+import torch
+
+import tformer.fast
+from tformer.fast import attention as fast_attention
+from tformer.models.gpt import GPT, GPTConfig
+from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from tformer.nn.attention import MultiHeadAttention
+from tformer.nn.cache import KVCache
+from tformer.nn.scaled_dot_product import attend
+
+SRC = pathlib.Path(tformer.fast.__file__).parents[1]  # src/tformer
+
+
+class _Layer:
+    """One layer of :class:`_ProtocolOnly`: ``update`` and the cross-attention pair, nothing else."""
+
+    def __init__(self, inner, calls: list[str]) -> None:
+        self._inner, self._calls = inner, calls
+        self.cross_k = self.cross_v = None
+
+    def update(self, k, v, mask, causal):
+        self._calls.append("update")
+        return self._inner.update(k, v, mask, causal)
+
+
+class _ProtocolOnly:
+    """A KV cache that offers only the protocol of tformer.nn.cache (``begin``, ``layers[i].update``, ``cross_k``,
+    ``cross_v``, ``len``): a model that reached past it (``append``, ``length``, ``isinstance``) would fail."""
+
+    def __init__(self, inner: KVCache) -> None:
+        self._inner, self.calls = inner, []
+        self.layers = [_Layer(layer, self.calls) for layer in inner.layers]
+
+    def begin(self, ids, attention_mask=None, positions=None, max_len=None, name="ids"):
+        self.calls.append("begin")
+        return self._inner.begin(ids, attention_mask, positions, max_len, name)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+
+def _decode_gpt(model: GPT, ids: torch.Tensor, cache) -> torch.Tensor:
+    """The prompt's last logits, then two steps, through ``cache``: (B, 3, V)."""
+    logits = [model(ids, cache=cache)[:, -1]]
+    for _ in range(2):
+        logits.append(model(logits[-1].argmax(-1, keepdim=True), cache=cache)[:, -1])
+    return torch.stack(logits, 1)
+
+
+def test_a_model_speaks_to_its_cache_only_through_the_protocol():
+    torch.manual_seed(0)
+    config = GPTConfig.preset("tiny", vocab_size=40, positional="rope", sliding_window=3, n_kv_heads=2)
+    model = GPT(config).eval()
+    ids = torch.randint(0, 40, (2, 6))
+    with torch.no_grad():
+        expected = _decode_gpt(model, ids, model.new_cache())
+        cache = _ProtocolOnly(model.new_cache())
+        assert torch.equal(_decode_gpt(model, ids, cache), expected)
+    per_forward = ["begin"] + ["update"] * config.n_layers  # one begin, then one update a layer
+    assert cache.calls == per_forward * 3
+
+    seq2seq = Seq2SeqTransformer(Seq2SeqConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30)).eval()
+    src, start = torch.randint(1, 30, (2, 5)), torch.ones(2, 1, dtype=torch.long)
+    with torch.no_grad():
+        memory = seq2seq.encode(src)
+        plain, protocol = seq2seq.new_cache(), _ProtocolOnly(seq2seq.new_cache())
+        for cache in (plain, protocol):
+            first = seq2seq.decode(start, memory, cache=cache)
+            second = seq2seq.decode(first.argmax(-1), memory, cache=cache)
+            if cache is plain:
+                expected = second
+        assert torch.equal(second, expected)
+    assert protocol.calls.count("begin") == 2
+
+
+def _source(folder: str) -> dict[pathlib.Path, str]:
+    return {p: p.read_text() for p in sorted((SRC / folder).rglob("*.py"))}
+
+
+def _code(text: str) -> str:
+    """The code of a module without its strings and comments, one token after another."""
+    kept = (tokenize.NAME, tokenize.OP, tokenize.NUMBER)
+    return " ".join(t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type in kept)
+
+
+def test_nn_and_models_never_ask_whether_they_are_compiled_or_which_cache_they_have():
+    """The plain parts read like the notes: no branch on torch.compile, on a static cache, on a kind of cache."""
+    asked = re.compile(r"is_compiling|Static\w*KV|isinstance \( cache")
+    found = [
+        f"{path.relative_to(SRC)}: {match.group()}"
+        for folder in ("nn", "models")
+        for path, text in _source(folder).items()
+        for match in asked.finditer(_code(text))
+    ]
+    assert found == []
+    assert not (SRC / "nn" / "static_cache.py").exists()  # the static cache is decoding's (generation/)
+
+
+def test_attention_has_one_forward_and_its_kernel_is_chosen_not_its_class():
+    model = tformer.fast.speed_up(GPT(GPTConfig.preset("tiny", vocab_size=40)))
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert layers and all(type(m) is MultiHeadAttention and m.kernel is fast_attention.attend for m in layers)
+    plain = GPT(GPTConfig.preset("tiny", vocab_size=40))
+    assert all(m.kernel is attend for m in plain.modules() if isinstance(m, MultiHeadAttention))
+    assert MultiHeadAttention.__subclasses__() == []  # no second forward anywhere
+    lines = (SRC / "nn" / "attention.py").read_text().splitlines()
+    assert len(lines) <= 300
+    tree = ast.parse("\n".join(lines))
+    (mha,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MultiHeadAttention"]
+    assert [f.name for f in mha.body if isinstance(f, ast.FunctionDef)].count("forward") == 1
+    reassigned = [
+        f"{path.relative_to(SRC)}:{n}"
+        for path, text in _source(".").items()
+        for n, line in enumerate(text.splitlines(), 1)
+        if re.search(r"\.__class__\s*=[^=]", line)
+    ]
+    assert reassigned == []  # kernels are chosen, not swapped in by changing an object's class
