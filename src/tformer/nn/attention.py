@@ -247,13 +247,22 @@ class MultiHeadAttention(nn.Module):
         return context
 
     def _merge_heads(self, context: torch.Tensor) -> torch.Tensor:
-        """(B, H, Tq, Dh) -> (B, Tq, H, Dh) -> (B, Tq, H·Dh): the heads side by side."""
+        """(B, H, Tq, Dh) -> (B, Tq, H, Dh) -> (B, Tq, H·Dh): the heads side by side (one query position, a decoding
+        step: (B, H, 1, Dh) already reads as (B, 1, H·Dh), no transpose)."""
         b, _, tq, _ = context.shape
-        return context.transpose(1, 2).reshape(b, tq, self.q_dim)
+        return (context if tq == 1 else context.transpose(1, 2)).reshape(b, tq, self.q_dim)
 
     # ---------------------------------------------------------------- projections and head reshapes
     def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, T, H·Dh + 2·Hkv·Dh) fused projections → Q (B, H, T, Dh), K and V (B, Hkv, T, Dh), as views."""
+        """(B, T, H·Dh + 2·Hkv·Dh) fused projections → Q (B, H, T, Dh), K and V (B, Hkv, T, Dh), as views (with as
+        many K/V heads as Q heads: one view of (B, T, 3, H, Dh), the fewest ops for a decoding step)."""
+        b, t, _ = qkv.shape
+        if self.n_kv_heads == self.n_heads and t == 1:  # (B, 1, 3·H·Dh) reads as (B, 3, H, 1, Dh)
+            q, k, v = qkv.view(b, 3, self.n_heads, 1, self.head_dim).unbind(1)
+            return q, k, v
+        if self.n_kv_heads == self.n_heads:  # (B, T, 3, H, Dh) -> (3, B, H, T, Dh)
+            q, k, v = qkv.view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            return q, k, v
         q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
         return (
             self._split_heads(q, self.n_heads),
@@ -263,6 +272,8 @@ class MultiHeadAttention(nn.Module):
 
     def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         b, t, _ = x.shape
+        if t == 1:  # one position (a decoding step): (B, 1, H·Dh) already reads as (B, H, 1, Dh)
+            return x.view(b, heads, 1, self.head_dim)
         return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, T, H·Dh) -> (B, T, H, Dh) -> (B, H, T, Dh)
 
     def _norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
