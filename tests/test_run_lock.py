@@ -201,3 +201,32 @@ def test_a_run_that_starts_and_ends_between_the_judgement_and_the_lock_is_judged
     monkeypatch.setattr(RunLock, "acquire", late)
     _error(_run(capsys, _lm(tmp_path, "empty")), "--out 'empty' is not empty", "--resume")
     assert {k: v[:2] for k, v in _state(empty).items()} == {k: v[:2] for k, v in _state(run2).items()}
+
+
+def test_the_lock_is_handed_to_the_trainer_by_the_caller_and_a_failed_setup_gives_it_back_at_once(
+    tmp_path, monkeypatch
+):
+    """No module keeps the lock between start_run and make_trainer (issue 45): start_run returns it, the family's
+    setup hands it on, and a setup that fails in between releases it then, not at the next start in this process."""
+    from tformer import lm
+    from tformer.lm import run as lm_run
+    from tformer.training import resume
+
+    data = tmp_path / "words.txt"
+    data.write_text("the cat sat on the mat. " * 40)
+    out = tmp_path / "run"
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("tokenizer failed")
+
+    monkeypatch.setattr(lm_run, "train_tokenizer", broken)
+    with pytest.raises(RuntimeError, match="tokenizer failed"):
+        lm.setup(data, out, preset="tiny", max_steps=1)
+    assert not (out / ".lock").exists()  # given back at once
+    RunLock(out).acquire().release()  # and free for anyone
+    assert not any(isinstance(v, dict) and v and "lock" in k.lower() for k, v in vars(resume).items())
+    monkeypatch.undo()
+    trainer = lm.setup(data, out, preset="tiny", max_steps=1, overwrite=True)
+    assert trainer.lock is not None and (out / ".lock").exists()  # the trainer holds it, until fit() ends
+    trainer.fit()
+    assert trainer.lock is None and not (out / ".lock").exists()

@@ -82,21 +82,21 @@ def setup(
     # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
     train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
     # what makes the run: --resume refuses a change (the tokenizer comes from OUT/last)
-    start_run(cfg, resume, "bert", {**settings, "valid": valid, "mlm_prob": mlm_prob})
-    log(
-        f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
-        f"in {len(train_docs)} / {len(valid_docs)} documents" + ("" if valid_docs else " (no validation data)")
-    )
-    if resume:
-        config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
-    else:
-        tokenizer = _tokenizer([s for d in train_docs for s in d], tokenizer_dir, vocab_size, cfg.device)
-        config = BertConfig.preset(
-            preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id, **_overrides(dropout)
+    with start_run(cfg, resume, "bert", {**settings, "valid": valid, "mlm_prob": mlm_prob}) as started:
+        log(
+            f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
+            f"in {len(train_docs)} / {len(valid_docs)} documents" + ("" if valid_docs else " (no validation data)")
         )
-    torch.manual_seed(cfg.seed)
-    task = BertPretrainTask(tokenizer, train_docs, valid_docs, max_len, batch_size, cfg.seed, mlm_prob)
-    return make_trainer(Bert(config), task, cfg, resume)
+        if resume:
+            config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
+        else:
+            tokenizer = _tokenizer([s for d in train_docs for s in d], tokenizer_dir, vocab_size, cfg.device)
+            config = BertConfig.preset(
+                preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id, **_overrides(dropout)
+            )
+        torch.manual_seed(cfg.seed)
+        task = BertPretrainTask(tokenizer, train_docs, valid_docs, max_len, batch_size, cfg.seed, mlm_prob)
+        return make_trainer(Bert(config), task, cfg, resume, started)
 
 
 def train(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, dict]:
@@ -165,24 +165,24 @@ def setup_classifier(
     if len(labels) < 2:
         raise ValueError(f"--data {str(data)!r}: need at least 2 distinct labels, got {labels}")
     # what makes the run: --resume refuses a change (the tokenizer and weights come from OUT/last, not --init)
-    start_run(cfg, resume, "classify", {**settings, "valid": valid})
-    train_part, valid_part = split_examples(examples, valid, cfg.seed)
-    none = "" if valid_part else " (no validation data)"
-    log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples{none}, labels {labels}")
-    if resume:
-        config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
-        torch.manual_seed(cfg.seed)
-        model = Bert(config)
-    else:
-        base = load(init, family="bert", flag="--init") if init else None  # any BERT: a run, a model, a HF one
-        if base is not None:
-            tokenizer = cast(WordPieceTokenizer, base.require_tokenizer())  # a BERT's is WordPiece (tformer.loader)
+    with start_run(cfg, resume, "classify", {**settings, "valid": valid}) as started:
+        train_part, valid_part = split_examples(examples, valid, cfg.seed)
+        none = "" if valid_part else " (no validation data)"
+        log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples{none}, labels {labels}")
+        if resume:
+            config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
+            torch.manual_seed(cfg.seed)
+            model = Bert(config)
         else:
-            tokenizer = _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device)
-        torch.manual_seed(cfg.seed)
-        model = _classifier(base.model if base else None, preset, tokenizer, len(labels), max_len, dropout)
-    task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed)
-    return make_trainer(model, task, cfg, resume)
+            base = load(init, family="bert", flag="--init") if init else None  # any BERT: a run, a model, a HF one
+            if base is not None:
+                tokenizer = cast(WordPieceTokenizer, base.require_tokenizer())  # a BERT's is WordPiece (tformer.loader)
+            else:
+                tokenizer = _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device)
+            torch.manual_seed(cfg.seed)
+            model = _classifier(base.model if base else None, preset, tokenizer, len(labels), max_len, dropout)
+        task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed)
+        return make_trainer(model, task, cfg, resume, started)
 
 
 def train_classifier(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, dict]:

@@ -63,7 +63,7 @@ def run(args) -> int:
 
     out = Path(args.out_dir)
     # before anything is trained: a non-empty --out is refused, naming the flag the demo has (no --resume here)
-    check_out_dir(out, overwrite=args.overwrite, resumable=False)
+    check_out_dir(out, overwrite=args.overwrite, resumable=False).release()  # setup below locks it again
     if args.overwrite:
         (out / HEATMAP).unlink(missing_ok=True)  # the demo's own file, not one of the run's
     trainer = translation.setup(

@@ -134,28 +134,30 @@ def setup(
         valid=valid,
     )  # what makes the run: --resume refuses a change (eval_blocks may change)
     docs = read_documents(data)  # a missing or unreadable --data is refused before an overwrite deletes anything
-    start_run(cfg, resume, "lm", settings)  # a non-empty out_dir needs resume or overwrite
-    if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
-        config, tok = saved_run(out_dir, GPT, _tokenizer)
-    else:
-        kind = TOKENIZER_KINDS[r["tokenizer"]]
-        tok = from_rank0(lambda: train_tokenizer(kind, docs, r["vocab_size"]), cfg.device)
-        config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=tok.pad_id, **r["model"])
-    train_ids, val_ids = split_ids(encode_documents(tok, docs), valid)
-    torch.manual_seed(cfg.seed)
-    model = GPT(config)
-    val = f"{len(val_ids):,} validation tokens" if len(val_ids) >= 2 else "no validation data"
-    log(
-        f"data: {len(docs)} document(s), {len(train_ids):,} train tokens / {val}, "
-        f"vocabulary {tok.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} parameters, "
-        f"context {config.max_len}"
-    )
-    batch = f"--batch-size {r['batch_size']} × --max-len {config.max_len}"
-    note = gpu_batch_note(cfg.device, r["batch_size"] * config.max_len * cfg.accum_steps, batch, GPU_ADVICE)
-    if note:
-        log(note)
-    task = LMTask(tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed)
-    return make_trainer(model, task, cfg, resume)
+    with start_run(cfg, resume, "lm", settings) as started:  # a non-empty out_dir needs resume or overwrite
+        if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
+            config, tok = saved_run(out_dir, GPT, _tokenizer)
+        else:
+            kind = TOKENIZER_KINDS[r["tokenizer"]]
+            tok = from_rank0(lambda: train_tokenizer(kind, docs, r["vocab_size"]), cfg.device)
+            config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=tok.pad_id, **r["model"])
+        train_ids, val_ids = split_ids(encode_documents(tok, docs), valid)
+        torch.manual_seed(cfg.seed)
+        model = GPT(config)
+        val = f"{len(val_ids):,} validation tokens" if len(val_ids) >= 2 else "no validation data"
+        log(
+            f"data: {len(docs)} document(s), {len(train_ids):,} train tokens / {val}, "
+            f"vocabulary {tok.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} parameters, "
+            f"context {config.max_len}"
+        )
+        batch = f"--batch-size {r['batch_size']} × --max-len {config.max_len}"
+        note = gpu_batch_note(cfg.device, r["batch_size"] * config.max_len * cfg.accum_steps, batch, GPU_ADVICE)
+        if note:
+            log(note)
+        task = LMTask(
+            tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed
+        )
+        return make_trainer(model, task, cfg, resume, started)
 
 
 def train(data: str | Path, out_dir: str | Path, preset: str = "tiny", **options) -> tuple[Trainer, dict]:

@@ -5,7 +5,8 @@ A run directory holds the best model in ``OUT/best`` and the latest full state i
 
 - it judges ``OUT``, reading only: a folder that is neither empty nor a tformer run, or whose ``.lock`` tformer
   did not write, is refused before anything is written there, naming what it holds (hidden files too);
-- it takes the directory's lock (:mod:`tformer.training.lock`), held until training ends, so a second run, a
+- it takes the directory's lock (:mod:`tformer.training.lock`), held until training ends (it returns it, as a
+  :class:`StartedRun` the caller hands to :func:`make_trainer`: no module keeps it), so a second run, a
   ``--resume`` or an ``--overwrite`` into a directory where a run trains is refused, naming that run; then it
   judges ``OUT`` again, under the lock (another run may have started and ended in between);
 - a new run needs an empty or missing ``OUT``; ``overwrite`` deletes what a tformer run wrote there
@@ -44,7 +45,7 @@ from tformer.training.lock import LOCK_NAME, RunLock, foreign_lock, foreign_mess
 from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
 from tformer.training.trainer import TrainConfig, Trainer, budget_reached, budget_spent_message
 
-__all__ = ["last_dir", "start_run", "check_out_dir", "saved_run", "make_trainer", "RUN_FILES"]
+__all__ = ["last_dir", "StartedRun", "start_run", "check_out_dir", "saved_run", "make_trainer", "RUN_FILES"]
 
 # What a run writes into OUT, and all that --overwrite deletes: the best model, the last state, the log and its
 # plot, translation's held-out splits, `tformer demo`'s attention picture
@@ -81,14 +82,26 @@ _NO_FLAG = ("min_lr_ratio", "betas")
 
 
 @dataclass
-class _Started:
-    """A directory this process has locked and checked, waiting for :func:`make_trainer` to take it over."""
+class StartedRun:
+    """A run directory this process has judged and locked (rank 0; on the other ranks ``lock`` is None), handed from
+    :func:`start_run` to :func:`make_trainer` by the caller. Used as ``with start_run(...) as started:`` around the
+    setup between them, it releases the lock if the setup fails (a trainer made from it holds it instead)."""
 
-    lock: RunLock
+    lock: RunLock | None
     run: dict | None = None  # {"kind": ..., "settings": ...}, saved into state.json
 
+    def release(self) -> None:
+        """Give the lock back (nothing if it was handed to a trainer or given back already)."""
+        lock, self.lock = self.lock, None
+        if lock is not None:
+            lock.release()
 
-_started: dict[Path, _Started] = {}  # by resolved OUT; rank 0 only
+    def __enter__(self) -> StartedRun:
+        return self
+
+    def __exit__(self, kind, _value, _traceback) -> None:
+        if kind is not None:
+            self.release()
 
 
 def last_dir(out_dir: str | Path) -> Path:
@@ -96,31 +109,33 @@ def last_dir(out_dir: str | Path) -> Path:
     return current_dir(Path(out_dir) / "last")
 
 
-def start_run(cfg: TrainConfig, resume: bool, kind: str | None = None, settings: dict | None = None) -> None:
+def start_run(cfg: TrainConfig, resume: bool, kind: str | None = None, settings: dict | None = None) -> StartedRun:
     """Lock, check and prepare ``cfg.out_dir`` before a run reads or writes anything (rank 0 does it; its error
-    reaches all). ``kind`` (``"lm"``, ``"translation"``, ...) and ``settings`` (the family's options that make the
-    run, by flag name) are saved with the run, so that ``--resume`` can tell a run of another kind or changed
-    settings. A new run needs an empty or missing directory, or ``cfg.overwrite``; ``resume`` needs a saved state.
+    reaches all); returns the :class:`StartedRun` to hand to :func:`make_trainer`. ``kind`` (``"lm"``,
+    ``"translation"``, ...) and ``settings`` (the family's options that make the run, by flag name) are saved with
+    the run, so that ``--resume`` can tell a run of another kind or changed settings. A new run needs an empty or
+    missing directory, or ``cfg.overwrite``; ``resume`` needs a saved state.
     """
+    held: list[StartedRun] = []  # rank 0's (a lock is not handed to the other processes)
 
     def prepare() -> None:
-        check_out_dir(cfg.out_dir, resume, cfg.overwrite)
-        started = _started[_key(cfg.out_dir)]
-        try:
+        started = check_out_dir(cfg.out_dir, resume, cfg.overwrite)
+        with started:  # released if what follows fails
             if resume:
                 _prepare_resume(cfg, kind, settings or {})
-        except BaseException:
-            _release(cfg.out_dir)
-            raise
-        started.run = {"kind": kind, "settings": _plain(settings or {})} if kind else None
+            started.run = {"kind": kind, "settings": _plain(settings or {})} if kind else None
+        held.append(started)
 
     distributed.from_rank0(prepare, cfg.device)
+    return held[0] if held else StartedRun(None)
 
 
-def check_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = False, resumable: bool = True) -> None:
+def check_out_dir(
+    out_dir: str | Path, resume: bool = False, overwrite: bool = False, resumable: bool = True
+) -> StartedRun:
     """What :func:`start_run` does first, in this process: judge ``out_dir`` (reading only: it must be empty or
-    a run, and its ``.lock`` tformer's); take its lock (kept for the trainer); refuse a non-empty ``out_dir`` for a
-    new run without ``overwrite`` (else delete the old run's files, and only those); repair ``OUT/last`` and check
+    a run, and its ``.lock`` tformer's); take its lock (returned, for the trainer); refuse a non-empty ``out_dir`` for
+    a new run without ``overwrite`` (else delete the old run's files, and only those); repair ``OUT/last`` and check
     that it holds a state for ``resume``. Any error releases the lock.
 
     ``resumable=False``: the command has no ``--resume`` (``tformer demo``), so the refusal names ``--overwrite`` only.
@@ -130,21 +145,17 @@ def check_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = F
         raise NotADirectoryError(f"--out {str(out)!r} is a file, not a directory")
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one of them")
-    _release(out)  # this process's earlier start into out_dir, whose setup failed before it made a trainer
     _judge(out, resume)  # before the lock: nothing is written into a folder that is not a run's
     lock = RunLock(out).acquire()
     if lock.stale:
         print(f"note: took over {str(lock.path)!r}, a lock left by a run that is no longer running: {lock.stale}",
               file=sys.stderr)  # fmt: skip
-    _started[_key(out)] = _Started(lock)
-    try:
+    with StartedRun(lock) as started:  # released if a check fails
         if resume:
             _check_resumable(out)
         else:
             _clear(out, overwrite, resumable)
-    except BaseException:
-        _release(out)
-        raise
+    return started
 
 
 def _judge(out: Path, resume: bool) -> None:
@@ -370,28 +381,15 @@ def saved_run(out_dir: str | Path, model_class, load_tokenizer: Callable[[Path],
     return config, load_tokenizer(last)
 
 
-def make_trainer(model, task, cfg: TrainConfig, resume: bool = False) -> Trainer:
+def make_trainer(model, task, cfg: TrainConfig, resume: bool = False, started: StartedRun | None = None) -> Trainer:
     """A :class:`Trainer` of ``model`` on ``task``, restored from ``OUT/last`` when ``resume``; it holds the lock
-    :func:`start_run` took, until its ``fit()`` ends."""
-    started = _started.pop(_key(cfg.out_dir), None)
-    try:
+    of ``started`` (:func:`start_run`) until its ``fit()`` ends (without one, ``fit()`` takes the lock itself)."""
+    with started or StartedRun(None):  # released if the trainer cannot be made
         trainer = Trainer(model, task, cfg)
         if started is not None:
             trainer.lock, trainer.run_info = started.lock, started.run
         if resume:
             trainer.resume()
-    except BaseException:
-        if started is not None:
-            started.lock.release()
-        raise
-    return trainer
-
-
-def _key(out_dir: str | Path) -> Path:
-    return Path(out_dir).resolve()
-
-
-def _release(out_dir: str | Path) -> None:
-    started = _started.pop(_key(out_dir), None)
     if started is not None:
-        started.lock.release()
+        started.lock = None  # the trainer's now
+    return trainer

@@ -147,22 +147,22 @@ def setup(
     )  # what makes the run: --resume refuses a change (bleu_sentences, only evaluation's, may change)
     # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
     split = load_splits(data, src_lang, tgt_lang, cfg.seed, valid, test, verbose=distributed.is_main_process())
-    start_run(cfg, resume, "translation", settings)  # a non-empty out_dir needs resume or overwrite
-    overrides: dict = {"max_len": max_len}
-    if dropout is not None:
-        overrides["dropout"] = dropout
-    if resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
-        translator = _resumed(out_dir, cfg.seed)
-    else:
-        tokenizers = distributed.from_rank0(lambda: train_tokenizers(split, vocab_size, joint), cfg.device)
-        translator = prepare(split, out_dir, preset, vocab_size, joint, cfg.seed, tokenizers, **overrides)
-    note = gpu_batch_note(cfg.device, batch_tokens * cfg.accum_steps, f"--batch-tokens {batch_tokens}", GPU_ADVICE)
-    if note and distributed.is_main_process():
-        print(note)
-    task = TranslationTask(
-        translator, split.train, split.valid, batch_tokens, label_smoothing, cfg.seed, bleu_sentences
-    )
-    return make_trainer(translator.model, task, cfg, resume)
+    with start_run(cfg, resume, "translation", settings) as started:  # a non-empty out_dir: resume or overwrite
+        overrides: dict = {"max_len": max_len}
+        if dropout is not None:
+            overrides["dropout"] = dropout
+        if resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
+            translator = _resumed(out_dir, cfg.seed)
+        else:
+            tokenizers = distributed.from_rank0(lambda: train_tokenizers(split, vocab_size, joint), cfg.device)
+            translator = prepare(split, out_dir, preset, vocab_size, joint, cfg.seed, tokenizers, **overrides)
+        note = gpu_batch_note(cfg.device, batch_tokens * cfg.accum_steps, f"--batch-tokens {batch_tokens}", GPU_ADVICE)
+        if note and distributed.is_main_process():
+            print(note)
+        task = TranslationTask(
+            translator, split.train, split.valid, batch_tokens, label_smoothing, cfg.seed, bleu_sentences
+        )
+        return make_trainer(translator.model, task, cfg, resume, started)
 
 
 def train(data: str | None = "builtin", out_dir: str | Path = "runs/translation", **options) -> tuple[Trainer, dict]:
