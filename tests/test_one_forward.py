@@ -5,6 +5,7 @@ they are being compiled."""
 from __future__ import annotations
 
 import ast
+import copy
 import io
 import pathlib
 import re
@@ -127,3 +128,21 @@ def test_attention_has_one_forward_and_its_kernel_is_chosen_not_its_class():
         if re.search(r"\.__class__\s*=[^=]", line)
     ]
     assert reassigned == []  # kernels are chosen, not swapped in by changing an object's class
+
+
+def test_the_kernels_are_read_off_the_model_and_info_prints_what_runs(tmp_path, capsys):
+    from tformer.cli import main
+    from tformer.fast.kernels import kernels
+    from tformer.fast.quantize import quantize
+
+    model = GPT(GPTConfig.preset("tiny", vocab_size=40, norm="rmsnorm")).eval()
+    reference = {"attention": ["reference"], "products": ["reference"], "norms": ["reference"]}
+    assert {k: v for k, v in kernels(model).items() if k in reference} == reference
+    fast = kernels(tformer.fast.fast_view(model))
+    assert fast["attention"] == fast["products"] == fast["norms"] == ["fast"]
+    assert kernels(model)["attention"] == ["reference"]  # the view chose them; the model keeps its own
+    assert kernels(quantize(copy.deepcopy(model)))["products"] == ["int8"]
+    model.save_pretrained(tmp_path / "m")
+    assert main(["info", str(tmp_path / "m")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("kernels"))
+    assert "attention fast, products fast, norms fast" in line and "--no-fast" in line

@@ -49,9 +49,18 @@ def run(args) -> int:
     for field, value in dataclasses.asdict(model.config).items():
         print(f"  {field:18s} {value}")
     print(f"  {'tokenizer':18s} {_tokenizers(loaded)}")
+    print(f"  {'kernels':18s} {_kernels(model)}")
     if loaded.kind.source == "run":
         print(f"  {'run':18s} {describe_run(loaded.kind.path)}")
     return 0
+
+
+def _kernels(model) -> str:
+    """The kernels training and decoding run this model with (:mod:`tformer.fast.kernels`, read off the modules)."""
+    from tformer.fast import fast_view
+    from tformer.fast.kernels import describe_kernels
+
+    return f"{describe_kernels(fast_view(model))} (training and decoding; --no-fast: the reference ones)"
 
 
 def describe_run(out: Path) -> str:
