@@ -61,9 +61,9 @@ def attend(
         return _beams_sharing_keys(q, k, v, mask, dropout_p, scale)
     mask, is_causal = fast_mask(mask, causal, window, q, k)
     grouped = k.shape[1] != q.shape[1]  # grouped-query K/V, not repeated (the kernel pairs them)
-    return dropout.scaled_dot_product_attention(  # type: ignore[return-value]
-        q, k, v, mask, dropout_p, is_causal=is_causal, scale=scale, enable_gqa=grouped
-    )
+    # the weights' dropout (training) draws the cheaper CPU mask; without dropout, the fused function itself
+    sdpa = dropout.scaled_dot_product_attention if dropout_p > 0 else scaled_dot_product.scaled_dot_product_attention
+    return sdpa(q, k, v, mask, dropout_p, is_causal=is_causal, scale=scale, enable_gqa=grouped)  # type: ignore[return-value]
 
 
 def _beams_sharing_keys(
