@@ -146,3 +146,19 @@ def test_the_kernels_are_read_off_the_model_and_info_prints_what_runs(tmp_path, 
     assert main(["info", str(tmp_path / "m")]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("kernels"))
     assert "attention fast, products fast, norms fast" in line and "--no-fast" in line
+
+
+def test_architecture_mds_decoding_picture_names_real_files_and_the_kernels_it_says():
+    text = (SRC.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    picture = text.split("### One decoding step", 1)[1].split("```", 2)[1]
+    cited = set(re.findall(r"\b(\w+/\w+\.py)\b", picture))
+    assert {"nn/attention.py", "nn/cache.py", "generation/static_cache.py", "fast/linear.py"} <= cited
+    assert [path for path in sorted(cited) if not (SRC / path).is_file()] == []
+    assert "nn/scaled_dot_product.attend" in picture and "fast/attention.attend" in picture
+    assert scaled_dot_product_module_has("attend") and hasattr(fast_attention, "attend")
+
+
+def scaled_dot_product_module_has(name: str) -> bool:
+    from tformer.nn import scaled_dot_product
+
+    return callable(getattr(scaled_dot_product, name, None))
