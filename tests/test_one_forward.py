@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import io
 import pathlib
 import re
 import tokenize
 
+import pytest
 import torch
 
 import tformer.fast
@@ -162,3 +164,21 @@ def scaled_dot_product_module_has(name: str) -> bool:
     from tformer.nn import scaled_dot_product
 
     return callable(getattr(scaled_dot_product, name, None))
+
+
+@pytest.mark.parametrize(
+    "field, bad",
+    [("norm", "batchnorm"), ("ffn", "glu"), ("n_kv_heads", 3), ("sliding_window", 0), ("attn_softcap", -1.0)],
+)
+def test_a_layer_option_is_checked_once_in_the_same_words_for_a_layer_and_a_family(field, bad):
+    """One check per option (tformer.nn.layers.LAYER_OPTIONS): a LayerConfig and a GPTConfig refuse a bad value in
+    the same words, the family's naming its field."""
+    from tformer.nn.layers import LAYER_OPTIONS, LayerConfig
+
+    with pytest.raises(ValueError) as layer:
+        LayerConfig(64, 4, 256, **{field: bad})
+    with pytest.raises(ValueError) as family:
+        GPTConfig.preset("tiny", vocab_size=40, **{field: bad})
+    assert str(family.value) == f"GPTConfig.{str(layer.value)}"
+    layer_fields = {f.name for f in dataclasses.fields(LayerConfig)}
+    assert set(LAYER_OPTIONS) <= layer_fields  # each option a LayerConfig field

@@ -34,9 +34,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from tformer.checks import check_positive
-from tformer.nn.feedforward import ACTIVATIONS, GATED
-from tformer.nn.layers import LayerConfig
-from tformer.nn.norms import NORMS
+from tformer.nn.feedforward import ACTIVATIONS
+from tformer.nn.layers import LAYER_OPTIONS, LayerConfig, check_layer_options
 
 __all__ = ["ModelConfig", "MAX_PARAMETERS", "MAX_TABLE_POSITIONS"]
 
@@ -50,22 +49,6 @@ MAX_PARAMETERS = 20_000_000_000
 MAX_TABLE_POSITIONS = 1 << 20
 
 C = TypeVar("C", bound="ModelConfig")
-
-# LayerConfig fields a family config may also have (each family declares those it offers, with its defaults)
-LAYER_OPTIONS = (
-    "norm",
-    "norm_weight_offset",
-    "norm_scale",
-    "ffn",
-    "n_kv_heads",
-    "head_dim",
-    "qk_norm",
-    "qkv_bias",
-    "sliding_window",
-    "attn_softcap",
-    "sandwich_norm",
-    "attn_scale",
-)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -233,24 +216,11 @@ class ModelConfig:
         )
 
     def check_layer_options(self) -> None:
-        """The checks of the layer options a family has (``norm``, ``ffn``, ``n_kv_heads``, ...), naming the field."""
+        """The checks of the layer options a family has (``norm``, ``ffn``, ``n_kv_heads``, ...), each the one of
+        :data:`tformer.nn.layers.LAYER_OPTIONS`, naming the field (``GPTConfig.sliding_window``)."""
         fields = set(self._field_names())
-        if "norm" in fields:
-            self.check_choice("norm", NORMS)
-        if "ffn" in fields:
-            self.check_choice("ffn", ("mlp", *GATED))
-        offset = getattr(self, "norm_weight_offset", 0.0)
-        if offset != 0.0 and getattr(self, "norm", None) != "rmsnorm":
-            raise ValueError(
-                f"{self._name('norm_weight_offset')} applies to norm='rmsnorm' only, got "
-                f"{offset} with norm={getattr(self, 'norm', None)!r}"
-            )
-        kv_heads = getattr(self, "n_kv_heads", None)
-        if kv_heads is not None and (kv_heads <= 0 or self.n_heads % kv_heads != 0):
-            raise ValueError(
-                f"{self._name('n_kv_heads')} must be None or a positive divisor of n_heads={self.n_heads}, "
-                f"got {kv_heads}"
-            )
+        options = {name: getattr(self, name) for name in LAYER_OPTIONS if name in fields}
+        check_layer_options(options, self.n_heads, self.norm_first, self._name)
 
     @classmethod
     def preset(cls: type[C], name: str, **overrides: Any) -> C:

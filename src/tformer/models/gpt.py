@@ -117,8 +117,6 @@ class GPTConfig(ModelConfig, defaults=GPT2):
                 f"GPTConfig.d_model must be divisible by n_heads (or head_dim set), "
                 f"got d_model={self.d_model}, n_heads={self.n_heads}"
             )
-        if self.head_dim <= 0:
-            raise ValueError(f"GPTConfig.head_dim must be None or > 0, got {self.head_dim}")
         self.check_choice("positional", ("sinusoidal", "learned", "rope"))
         self._check_rope_scaling()
         if self.sliding_window_pattern is not None and (self.sliding_window is None or self.sliding_window_pattern < 1):
@@ -126,9 +124,7 @@ class GPTConfig(ModelConfig, defaults=GPT2):
                 f"GPTConfig.sliding_window_pattern must be None or >= 1 with a sliding_window set, "
                 f"got {self.sliding_window_pattern} (sliding_window={self.sliding_window})"
             )
-        if self.sandwich_norm and not self.norm_first:
-            raise ValueError("GPTConfig.sandwich_norm needs norm_first=True (pre-LN)")
-        for name in ("sliding_window", "attn_softcap", "final_softcap", "rope_local_base", "attn_scale"):
+        for name in ("final_softcap", "rope_local_base"):  # (the layer options: ModelConfig.check_layer_options)
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"GPTConfig.{name} must be None or > 0, got {value}")

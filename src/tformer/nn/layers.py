@@ -36,7 +36,68 @@ from tformer.nn.feedforward import ACTIVATIONS, GATED, FeedForward, GatedFeedFor
 from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.norms import NORMS, make_norm
 
-__all__ = ["LayerConfig", "AddNorm", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "EncoderDecoder"]
+__all__ = [
+    "LAYER_OPTIONS",
+    "check_layer_options",
+    "LayerConfig",
+    "AddNorm",
+    "EncoderLayer",
+    "DecoderLayer",
+    "Encoder",
+    "Decoder",
+    "EncoderDecoder",
+]
+
+
+def _positive_or_none(value, _n_heads: int) -> str | None:
+    return None if value is None or value > 0 else "must be None or > 0"
+
+
+def _one_of(allowed: Sequence[str]):
+    return lambda value, _n_heads: None if value in allowed else f"must be one of {', '.join(map(repr, allowed))}"
+
+
+def _kv_heads(value, n_heads: int) -> str | None:
+    ok = value is None or (value > 0 and n_heads % value == 0)
+    return None if ok else f"must be None or a positive divisor of n_heads={n_heads}"
+
+
+# Each option of a layer beyond the paper's (today's decoders), with its one check: LayerConfig declares them all,
+# a family config the ones it offers, both checked here (the check: value, n_heads -> what is wrong, or None)
+LAYER_OPTIONS = {
+    "norm": _one_of(NORMS),
+    "norm_weight_offset": None,  # (rmsnorm only: check_layer_options)
+    "norm_scale": None,
+    "ffn": _one_of(("mlp", *GATED)),
+    "n_kv_heads": _kv_heads,
+    "head_dim": _positive_or_none,
+    "qk_norm": None,
+    "qkv_bias": None,
+    "sliding_window": _positive_or_none,
+    "attn_softcap": _positive_or_none,
+    "sandwich_norm": None,  # (pre-LN only: check_layer_options)
+    "attn_scale": _positive_or_none,
+}
+
+
+def check_layer_options(options, n_heads: int, norm_first: bool, name=lambda field: field) -> None:
+    """Check the layer options among ``options`` (field → value: a LayerConfig's or a family config's), each by
+    its check in :data:`LAYER_OPTIONS` and the two that depend on another field; an error names the field as
+    ``name(field)`` (``GPTConfig.sliding_window``)."""
+    for field, check in LAYER_OPTIONS.items():
+        problem = check(options[field], n_heads) if check is not None and field in options else None
+        if problem:
+            raise ValueError(f"{name(field)} {problem}, got {options[field]!r}")
+    offset = options.get("norm_weight_offset", 0.0)
+    if offset != 0.0 and options.get("norm") != "rmsnorm":
+        raise ValueError(
+            f"{name('norm_weight_offset')} applies to norm='rmsnorm' only, got {offset} with "
+            f"norm={options.get('norm')!r}"
+        )
+    if options.get("sandwich_norm") and not norm_first:
+        raise ValueError(
+            f"{name('sandwich_norm')} needs norm_first=True (pre-LN): the post-LN layer already norms the sum"
+        )
 
 
 @dataclass(frozen=True)
@@ -72,19 +133,7 @@ class LayerConfig:
             raise ValueError(
                 f"d_model, n_heads and d_ff must be positive, got {self.d_model}, {self.n_heads}, {self.d_ff}"
             )
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {', '.join(map(repr, NORMS))}, got {self.norm!r}")
-        if self.ffn not in ("mlp", *GATED):
-            raise ValueError(f"ffn must be one of {', '.join(map(repr, ['mlp', *GATED]))}, got {self.ffn!r}")
-        if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads != 0):
-            raise ValueError(f"n_kv_heads must divide n_heads={self.n_heads}, got {self.n_kv_heads}")
-        for name in ("sliding_window", "attn_softcap"):
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive or None, got {getattr(self, name)}")
-        if self.sandwich_norm and not self.norm_first:
-            raise ValueError("sandwich_norm needs norm_first=True (pre-LN): the post-LN layer already norms the sum")
-        if self.head_dim is not None and self.head_dim <= 0:
-            raise ValueError(f"head_dim must be positive or None, got {self.head_dim}")
+        check_layer_options(vars(self), self.n_heads, self.norm_first)
         if self.head_dim is None and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}"
