@@ -1,4 +1,4 @@
-"""The KV cache's size is known and bounded (issue 40, item 3): :func:`tformer.generation.memory.kv_cache_bytes` is
+"""The KV cache's size is known and bounded (issue 40, item 3): :func:`tformer.generation.cache_size.kv_cache_bytes` is
 what decoding allocates (grouped-query heads, sliding windows and an encoder–decoder's cross-attention included);
 ``generate_lm``, ``translate_ids`` and ``beam_search`` refuse in one line, before anything is allocated, a cache
 larger than the memory available; ``tformer generate`` says the cache it will hold."""
@@ -10,7 +10,7 @@ import torch
 
 from tformer.cli import main
 from tformer.generation import beam_search, generate_lm, translate_ids
-from tformer.generation import memory as kv_memory
+from tformer.generation import cache_size as kv_memory
 from tformer.generation.loop import LMDecoder, Seq2SeqDecoder
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer

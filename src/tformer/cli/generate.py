@@ -100,9 +100,9 @@ def run(args) -> int:
 
 
 def _say_cache(model, tokenizer, args) -> None:
-    """The KV cache this run will hold at most, on stderr, before it is allocated (tformer.generation.memory; the
+    """The KV cache this run will hold at most, on stderr, before it is allocated (tformer.generation.cache_size; the
     library refuses one larger than the memory available)."""
-    from tformer.generation.memory import describe_bytes, kv_cache_bytes
+    from tformer.generation.cache_size import describe_bytes, kv_cache_bytes
     from tformer.generation.static import lm_capacity
 
     prompt = len(tokenizer.encode(args.prompt)) + 1 if args.prompt else 1  # (+ a start-of-document token)

@@ -16,7 +16,7 @@ import torch
 from tformer import checks
 from tformer.checks import check_positive_int
 from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
-from tformer.generation.memory import check_kv_cache
+from tformer.generation.cache_size import check_kv_cache
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
 from tformer.generation.static import Compile, StaticLMDecoder, StaticSeq2SeqDecoder, lm_capacity
 
@@ -107,7 +107,7 @@ def generate_lm(
     prompts = _prompt_lists(prompts, model.config.vocab_size)
     longest = max(len(p) for p in prompts)
     what = f"{len(prompts)} prompt(s) of up to {longest} tokens + max_new_tokens={max_new_tokens}"
-    static = bool(compile)  # a static cache keeps its whole capacity in every layer (tformer.generation.memory)
+    static = bool(compile)  # a static cache keeps its whole capacity in every layer (tformer.generation.cache_size)
     limit = getattr(model.config, "max_len", None) or 1 << 30
     positions = lm_capacity(longest, max_new_tokens, limit) if static else longest + max_new_tokens
     check_kv_cache(model, len(prompts), positions, what, static=static)  # before anything is allocated
