@@ -38,9 +38,9 @@ PUBLIC = [
     "tformer.models",
     "tformer.hf",
     "tformer.explore",
-    "tformer.inspect",
+    "tformer.inspection",
     "tformer.tokenizers",
-    "tformer.interop",
+    "tformer.nn.from_torch",
     "tformer.fast",
 ]
 EXTRA = {"tformer.training.config": ["TrainConfig"], "tformer.training.trainer": ["Trainer"]}

@@ -369,7 +369,7 @@ def test_with_every_option_on_the_gpt_is_causal(data, tokens):
 
 
 def test_the_trace_shows_the_gate_and_up_projections_and_the_repeated_kv_heads():
-    from tformer.inspect import trace
+    from tformer.inspection import trace
 
     model = _gpt(**OPTIONS["all"])
     tr = trace(model, [[1, 2, 3, 4]])
@@ -384,7 +384,7 @@ def test_the_trace_shows_the_gate_and_up_projections_and_the_repeated_kv_heads()
 
 def test_the_explore_formulas_name_rmsnorm_and_the_gated_feed_forward():
     from tformer.explore.formulas import formula
-    from tformer.inspect import trace
+    from tformer.inspection import trace
 
     tr = trace(_gpt(**OPTIONS["all"]), [[1, 2, 3]])
     say = lambda stage: formula(stage, "decoder", "", tr.select(stages=[stage])[0].note)  # noqa: E731

@@ -23,7 +23,7 @@ from tformer.generation import (
     sampler,
     translate_ids,
 )
-from tformer.inspect import greedy_steps
+from tformer.inspection import greedy_steps
 from tformer.nn.attention import MultiHeadAttention
 from tformer.tokens import TRANSLATION_EOS as EOS
 from tformer.tokens import TRANSLATION_SOS as SOS

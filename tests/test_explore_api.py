@@ -24,7 +24,7 @@ from tformer.explore import Session
 from tformer.explore.export import export_html, request_key
 from tformer.explore.server import create_app
 from tformer.generation import beam_search, generate_lm, translate_ids
-from tformer.inspect import trace
+from tformer.inspection import trace
 from tformer.tokenizers import ByteBPETokenizer, CharTokenizer, train_tokenizer
 from tformer.tokens import LM_EOT, TRANSLATION_EOS, TRANSLATION_SOS
 from tformer.translation import Translator
@@ -130,7 +130,7 @@ def _array(values) -> np.ndarray:
 
 
 def _inputs(session, text):
-    """The family's own encoding of ``text``, and ``tformer.inspect.trace``'s arguments for it."""
+    """The family's own encoding of ``text``, and ``tformer.inspection.trace``'s arguments for it."""
     m = session.m
     if m.family == "seq2seq":
         target = "Je vais bien" if m.source == "toy" else "le chat"

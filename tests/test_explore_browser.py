@@ -2,7 +2,7 @@
 
 The real server (tformer.explore.server's app under uvicorn, in a thread) serves tiny models made here: the notes'
 toy translator, a GPT and a BERT. Every number the page shows is checked against the library's own functions
-(tformer.inspect.trace, the greedy and beam decoders, `tformer fill-mask`), and the page must log no console error.
+(tformer.inspection.trace, the greedy and beam decoders, `tformer fill-mask`), and the page must log no console error.
 The exported file (`tformer explore --export`) is opened from file:// with the network cut off (a proxy that does
 not exist; loopback is still reached, which the server tests need) and must show the same numbers.
 
@@ -29,7 +29,7 @@ import torch
 from tformer import GPT, Bert, BertConfig, GPTConfig
 from tformer.cli import main
 from tformer.generation import SamplingConfig, beam_search, generate_lm, translate_ids
-from tformer.inspect import toy_seq2seq, trace
+from tformer.inspection import toy_seq2seq, trace
 from tformer.tokenizers import CharTokenizer
 from tformer.tokens import LM_EOT, LM_PAD, TRANSLATION_EOS, TRANSLATION_SOS
 
@@ -312,7 +312,7 @@ def test_a_gemma_like_gpt_shows_its_gate_up_and_their_product_with_the_models_nu
     """Today's decoder options on the page: GeGLU's gate, up and act(gate) ⊙ up are steps with their own names and
     formulas, the product's table is the model's own, and the greedy steps are generate_lm's."""
     from tformer import lm
-    from tformer.inspect import trace
+    from tformer.inspection import trace
 
     tokenizer = CharTokenizer(string.ascii_letters + string.digits + " ,.:;!?'-\n")
     tokenizer.save(tmp_path)

@@ -1,4 +1,4 @@
-"""Parity with PyTorch's own Transformer modules through ``tformer.interop.from_torch``.
+"""Parity with PyTorch's own Transformer modules through ``tformer.from_torch``.
 
 tformer is always batch-first and takes bool masks with True = may attend (B|1, 1, Tq, Tk);
 PyTorch takes key-padding masks (B, S) with True = padding and attention masks with True/−∞ = blocked.
@@ -10,8 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from tformer import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, MultiHeadAttention
-from tformer.interop import from_torch
+from tformer import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, MultiHeadAttention, from_torch
 from tformer.nn.masks import combine_masks
 from tformer.nn.masks import from_torch as mask_from_torch
 

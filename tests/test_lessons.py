@@ -27,7 +27,7 @@ import pytest
 import torch
 
 import tformer
-from tformer.inspect import toy_seq2seq
+from tformer.inspection import toy_seq2seq
 from tformer.nn.masks import causal_mask, combine_masks, padding_mask
 from tformer.nn.positional import sinusoidal_table
 
@@ -362,7 +362,7 @@ def test_lesson_8_most_similar_with_minilm():
 def test_lesson_9_solutions():
     from torch import nn
 
-    from tformer.interop import from_torch
+    from tformer import from_torch
 
     s = solutions("09")
     theirs = nn.Transformer(16, 4, 2, 2, 32, dropout=0.0, batch_first=True)

@@ -159,7 +159,7 @@ def test_a_jsonl_nul_escape_is_refused_with_file_line_and_field(tmp_path):
 
 @pytest.mark.parametrize("kind", ["vocab.txt", "config.json", "tokenizer.json"])
 def test_the_files_beside_a_model_may_start_with_a_byte_order_mark(kind, models):
-    from tformer.checks import load_tokenizer_file, read_json_object
+    from tformer.readers import load_tokenizer_file, read_json_object
     from tformer.tokenizers.wordpiece import bert_tokenizer
 
     directory = models["bert"]

@@ -9,7 +9,7 @@ import torch
 
 from tformer import GPT, GPTConfig
 from tformer.cli import main
-from tformer.inspect import top_k_probs, toy_seq2seq, trace
+from tformer.inspection import top_k_probs, toy_seq2seq, trace
 from tformer.nn import hooks
 from tformer.nn.attention import MultiHeadAttention
 

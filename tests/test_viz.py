@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tformer.cli import main
-from tformer.inspect.plots import plot_attention, plot_mask, plot_positional_encoding
+from tformer.inspection.plots import plot_attention, plot_mask, plot_positional_encoding
 from tformer.nn.masks import causal_mask
 from tformer.nn.positional import sinusoidal_table
 from tformer.training.curves import plot_curves

@@ -19,6 +19,7 @@ from tformer.nn import hooks
 from tformer.nn.attention import MultiHeadAttention, scaled_dot_product_attention
 from tformer.nn.cache import KVCache
 from tformer.nn.feedforward import FeedForward
+from tformer.nn.from_torch import from_torch
 from tformer.nn.layers import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, LayerConfig
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "Loaded",
     "load_pretrained",
     "from_hf",
+    "from_torch",
     "quantize",
     "dequantize",
     "LayerConfig",

@@ -1,11 +1,11 @@
-"""Input checks: clear errors instead of shape errors from deep inside PyTorch. Each setting of the library's entry
+"""Value checks: clear errors instead of shape errors from deep inside PyTorch. Each setting of the library's entry
 points and the command line's flags, with its bound (:data:`SETTINGS`: numbers, yes/no settings, names), checked in
-the flag's words; a device, token ids, a length. The readers of the files a user hands us (JSON objects, safetensors
-weights, tokenizer files, text) are :mod:`tformer.readers`, given here under this module's name too."""
+the flag's words; a device, token ids, a length. An error is a :class:`BadValue`, a ``ValueError``: the command line
+prints it as the flag's one line (:class:`tformer.cli.flags.Parser`). The readers of the files a user hands us (JSON
+objects, safetensors weights, tokenizer files, text) are :mod:`tformer.readers`."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import re
@@ -13,17 +13,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-
-from tformer.readers import (  # the file readers, imported from here by the library
-    MAX_JSON_BYTES,
-    check_finite_weights,
-    check_layers,
-    load_safetensors,
-    load_tokenizer_file,
-    read_json_object,
-    read_text_file,
-    safetensors_shapes,
-)
 
 __all__ = [
     "BadValue",
@@ -41,14 +30,6 @@ __all__ = [
     "check_length",
     "check_positive",
     "check_positive_int",
-    "read_json_object",
-    "load_safetensors",
-    "safetensors_shapes",
-    "check_layers",
-    "check_finite_weights",
-    "load_tokenizer_file",
-    "read_text_file",
-    "MAX_JSON_BYTES",
 ]
 
 
@@ -57,9 +38,9 @@ __all__ = [
 # library's entry points check a parameter against the same one, so both say the same words.
 
 
-class BadValue(argparse.ArgumentTypeError, ValueError):
-    """A value outside what a flag or a parameter allows: a ``ValueError`` to the library's callers, and what
-    argparse prints as one line for a flag (it reads an ``ArgumentTypeError``'s message as it is)."""
+class BadValue(ValueError):
+    """A value outside what a flag or a parameter allows, said in the flag's words: the command line prints its
+    message as the flag's one line (``argument --beam: must be an integer in [1, 64], got 0``)."""
 
 
 class Number:

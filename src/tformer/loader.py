@@ -40,13 +40,14 @@ from typing import Any
 
 import torch
 
-from tformer.checks import BadValue, check_device, check_yes_no, read_json_object
+from tformer.checks import BadValue, check_device, check_yes_no
 from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
 from tformer.hf import export as hf_export
 from tformer.hf.directory import declares_hf, load_hf_dir
 from tformer.hf.registry import DECODER_TYPES, MODULES, hf_field
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir
+from tformer.readers import read_json_object
 from tformer.text import check_text, normalize
 from tformer.tokenizers import HFTokenizer, MarianTokenizer, Tokenizer, WordPieceTokenizer, load_tokenizer
 from tformer.tokens import TRANSLATION_SOS

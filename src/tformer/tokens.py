@@ -22,7 +22,7 @@ How they are used:
   name (``tokenizer.pad_id`` etc.).
 
 This module sits in the lowest layer so that every package that needs an id (the tokenizers, the
-families, ``inspect.tracing``) reads it from here; it knows nothing about tokenizers or models.
+families, ``inspection.tracing``) reads it from here; it knows nothing about tokenizers or models.
 """
 
 from __future__ import annotations

@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 
 from tformer.bert.pretraining import BertBatch, collate
-from tformer.checks import read_json_object
 from tformer.files import atomic_write
 from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
 from tformer.outputs import write_output
+from tformer.readers import read_json_object
 from tformer.text import check_texts, read_lines, read_tsv
 from tformer.tokenizers import WordPieceTokenizer
 

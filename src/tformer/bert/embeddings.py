@@ -24,9 +24,10 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
-from tformer.checks import positive_int, read_json_object
+from tformer.checks import positive_int
 from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
+from tformer.readers import read_json_object
 from tformer.text import check_texts
 from tformer.tokenizers import WordPieceTokenizer
 

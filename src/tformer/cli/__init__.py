@@ -1,5 +1,5 @@
 """The ``tformer`` command line: argument parsing and printing only; the work is done by the library
-(``tformer.translation``, ``tformer.lm``, ``tformer.bert``, ``tformer.inspect``, ...).
+(``tformer.translation``, ``tformer.lm``, ``tformer.bert``, ``tformer.inspection``, ...).
 
 Each subcommand lives in ``tformer/cli/<name>.py`` (``evaluate-lm`` in ``evaluate_lm.py``) and provides
 ``add_parser(subparsers)``; the parser it adds sets ``func``, the function that runs it. Flags are declared

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tformer.checks import BadValue
 from tformer.cli import validate as v
 
 __all__ = ["Flag", "FLAGS", "Parser", "HelpFormatter", "add", "add_training", "defaults", "options"]
@@ -175,6 +176,17 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.commands = {} if commands is None else commands  # every parser of this CLI by prog, shared with them
         self.commands[self.prog] = self
+
+    def _get_value(self, action, arg_string):
+        """argparse's conversion of a flag's text; a :class:`tformer.checks.BadValue` (a ``ValueError`` said in the
+        flag's words: ``must be an integer in [1, 64], got 0``) is printed as it is, where argparse would say
+        "invalid ... value"."""
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as err:
+            if isinstance(err.__context__, BadValue):
+                raise argparse.ArgumentError(action, str(err.__context__)) from None
+            raise
 
     def add_subparsers(self, **kwargs):  # type: ignore[override]
         kwargs.setdefault("parser_class", functools.partial(type(self), commands=self.commands))

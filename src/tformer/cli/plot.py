@@ -94,7 +94,7 @@ def run_attention(args) -> int:
 
 
 def run_positional(args) -> int:
-    from tformer.inspect.plots import plot_positional_encoding
+    from tformer.inspection.plots import plot_positional_encoding
 
     _check_out(args)
     plot_positional_encoding(args.max_len, args.d_model, args.out)
@@ -122,7 +122,7 @@ def mask_for(kind: str, tokens: list[str]):
 
 
 def run_mask(args) -> int:
-    from tformer.inspect.plots import plot_mask
+    from tformer.inspection.plots import plot_mask
 
     _check_out(args)
     tokens = args.tokens.split()

@@ -81,7 +81,7 @@ def _check_layer(trace, layer: int | None) -> None:
 
 def build_trace(args):
     """Load the model (or build the toy), tokenize the input and trace it."""
-    from tformer.inspect import toy_seq2seq, trace
+    from tformer.inspection import toy_seq2seq, trace
 
     candidates = getattr(args, "candidates", 5)  # plot attention shows no candidates
     steps = getattr(args, "max_new_tokens", 0)  # plot attention: the input alone

@@ -2,7 +2,7 @@
 
 Each answer is produced by the library's own decoding code, watched, never re-implemented:
 
-* greedy: :func:`tformer.inspect.greedy_steps` (the decoding loop's greedy steps, each pick with its top-k);
+* greedy: :func:`tformer.inspection.greedy_steps` (the decoding loop's greedy steps, each pick with its top-k);
 * beam: :func:`tformer.generation.beam_search` with its ``on_step`` hook, which reports every ranked candidate;
   the tree is drawn from those reports and the output is the search's own result;
 * sampling: the decoding loop of :func:`tformer.generation.generate_lm` (its prefill, sampler and
@@ -31,7 +31,7 @@ from tformer.generation import (
     seeded,
     until,
 )
-from tformer.inspect import greedy_steps
+from tformer.inspection import greedy_steps
 from tformer.tokens import LM_PAD
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """One sentence per traced stage: the formula as the course notes write it, for the explorer's forward path.
 
-The sentence says what the step computes; the numbers come from the trace (:func:`tformer.inspect.trace`), never
+The sentence says what the step computes; the numbers come from the trace (:func:`tformer.inspection.trace`), never
 from these strings.
 
 Dimension legend: none (strings only).

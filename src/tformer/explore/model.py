@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from tformer.explore.codecs import LMCodec, ToyCodec, TranslationCodec, WordPieceCodec
+from tformer.explore.text_codecs import LMCodec, ToyCodec, TranslationCodec, WordPieceCodec
 from tformer.fast.precision import apply, choose
-from tformer.inspect import toy_seq2seq
+from tformer.inspection import toy_seq2seq
 from tformer.tokenizers import WordPieceTokenizer
 from tformer.tokens import TRANSLATION_EOS, TRANSLATION_SOS
 

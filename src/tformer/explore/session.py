@@ -4,7 +4,7 @@
     >>> t = s.call("trace", {"text": "I am good."})                 # doctest: +SKIP
     >>> s.call("tensor", {"trace_id": t["trace_id"], "id": 12, "head": 0})  # doctest: +SKIP
 
-Every number comes from the model's own code: the forward pass from :func:`tformer.inspect.trace` (plus the
+Every number comes from the model's own code: the forward pass from :func:`tformer.inspection.trace` (plus the
 feed-forwards' hook points before and after their activation, captured in the same pass),
 decoding from :mod:`tformer.explore.decoding` (which calls :mod:`tformer.generation`), fill-mask from
 :func:`tformer.bert.fill_mask`. A trace is computed once and kept (a small LRU keyed by ``trace_id``); its
@@ -32,7 +32,7 @@ from tformer.explore.formulas import formula
 from tformer.explore.model import Model, check_comparable, load_model, with_precision
 from tformer.explore.params import Params
 from tformer.explore.tensors import difference, jsonable_tensor, number, value_range
-from tformer.inspect import Entry, Trace, trace
+from tformer.inspection import Entry, Trace, trace
 from tformer.nn import hooks
 from tformer.nn.feedforward import FeedForward, GatedFeedForward
 

@@ -18,8 +18,8 @@ from typing import NamedTuple
 import torch
 
 from tformer.checks import check_positive_int, compile_option, yes_no
-from tformer.generation.loop import Seq2SeqDecoder, decode_one
 from tformer.generation.cache_size import check_kv_cache
+from tformer.generation.loop import Seq2SeqDecoder, decode_one
 from tformer.generation.samplers import is_finite_number
 from tformer.generation.static import Compile, StaticSeq2SeqDecoder
 

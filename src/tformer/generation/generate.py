@@ -15,8 +15,8 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_positive_int
-from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
 from tformer.generation.cache_size import check_kv_cache
+from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
 from tformer.generation.static import Compile, StaticLMDecoder, StaticSeq2SeqDecoder, lm_capacity
 

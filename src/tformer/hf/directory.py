@@ -34,12 +34,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from tformer.checks import load_safetensors, read_json_object, safetensors_shapes
 from tformer.hf import bert, gpt2, llama, registry, sizes
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.models.loading import read_header, read_tensors
+from tformer.readers import load_safetensors, read_json_object, safetensors_shapes
 
 __all__ = [
     "declares_hf",

@@ -10,7 +10,7 @@ line naming the field and the tensor::
     model config 'D/config.json' says vocab_size=150000000, but tensor 'model.embed_tokens.weight' in
     'D/model.safetensors' has shape (300, 64), where the config gives (vocab_size, hidden_size) = (150000000, 64)
 
-The layer stacks are counted first (:func:`tformer.checks.check_layers`): ``num_hidden_layers`` 100,000 beside a file
+The layer stacks are counted first (:func:`tformer.readers.check_layers`): ``num_hidden_layers`` 100,000 beside a file
 of two layers is refused before one layer is built.
 
 A size field the file holds no weight of (an embedding left out) is refused as well: nothing would check it before
@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tformer.checks import check_layers
+from tformer.readers import check_layers
 
 __all__ = ["Dim", "Rule", "Shapes", "dim", "check"]
 

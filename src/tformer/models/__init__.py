@@ -10,8 +10,8 @@
 The Hugging Face layouts of the three families, both ways, live a layer up in :mod:`tformer.hf`, which imports the
 models (never the other way round).
 
-The models know nothing of tracing, plotting, training or tokenizers: :func:`tformer.inspect.tracing.trace`
-takes a model, the models never import :mod:`tformer.inspect`.
+The models know nothing of tracing, plotting, training or tokenizers: :func:`tformer.inspection.tracing.trace`
+takes a model, the models never import :mod:`tformer.inspection`.
 """
 
 from tformer.models.bert import Bert, BertConfig

@@ -34,11 +34,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from tformer.checks import check_finite_weights, check_layers, read_json_object, safetensors_shapes
 from tformer.fast.quantize import INT8_MODULES, apply_record, quantization_record
 from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
 from tformer.models.loading import DTYPES, check_finite, no_init, read_header, read_into
+from tformer.readers import check_finite_weights, check_layers, read_json_object, safetensors_shapes
 
 __all__ = [
     "load_pretrained",

@@ -153,12 +153,12 @@ def read_tensors(path: Path, names: set[str] | None = None) -> dict[str, torch.T
 
 
 def check_finite(name: str, tensor: torch.Tensor, path: Path) -> None:
-    """``tformer.checks.check_finite_weights`` of one tensor, first by its minimum and maximum (NaN and inf show
+    """``tformer.readers.check_finite_weights`` of one tensor, first by its minimum and maximum (NaN and inf show
     there): one pass and no mask the size of the tensor (which would stay in the process's memory after loading)."""
     if tensor.is_floating_point() and tensor.numel():
         low, high = torch.aminmax(tensor.reshape(-1))
         if not bool(torch.isfinite(low) & torch.isfinite(high)):
-            from tformer.checks import check_finite_weights
+            from tformer.readers import check_finite_weights
 
             check_finite_weights({name: tensor}, path)  # the message, with its counts
 

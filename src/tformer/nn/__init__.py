@@ -8,7 +8,8 @@
 * :mod:`.feedforward` — the position-wise feed-forwards: the paper's MLP and the gated one (SwiGLU, GeGLU);
 * :mod:`.layers` — add & norm, encoder and decoder layers and stacks;
 * :mod:`.losses` — cross-entropy over real tokens, with label smoothing;
-* :mod:`.hooks` — a named hook point at every intermediate tensor: capture it, or patch it.
+* :mod:`.hooks` — a named hook point at every intermediate tensor: capture it, or patch it;
+* :mod:`.from_torch` — PyTorch's own Transformer modules converted into these parts, with the same weights.
 
 Nothing here exists only for speed: the CPU fast paths live in :mod:`tformer.fast`, swapped onto these modules
 by :func:`tformer.fast.speed_up`, and nothing in this package imports them.

@@ -4,7 +4,7 @@ A :class:`HookPoint` is an identity module placed at one step of a block's ``for
 (``q = self.hook_q(q)``). Its dotted name in the model is its name: ``decoder.layers.0.cross_attn.hook_weights``,
 ``encoder.layers.1.ff.hook_activation``, ``embed.hook_position``, ``hook_logits``; ``docs/architecture.md`` lists
 every one. Two context managers use them, and everything that looks inside a model is built on these two
-(:func:`tformer.inspect.trace`, ``return_attention=True``, the explorer):
+(:func:`tformer.inspection.trace`, ``return_attention=True``, the explorer):
 
     >>> with hooks.capture(model, ["decoder.layers.0.self_attn.hook_weights"]) as cache:   # doctest: +SKIP
     ...     logits = model(ids)

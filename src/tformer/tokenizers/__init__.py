@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from tformer.checks import load_tokenizer_file
+from tformer.readers import load_tokenizer_file
 from tformer.tokenizers.base import SPECIAL_NAMES, Continuation, Tokenizer
 from tformer.tokenizers.bpe import BPETokenizer, ByteBPETokenizer
 from tformer.tokenizers.char import CharTokenizer

@@ -12,8 +12,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from tformer.checks import read_json_object
 from tformer.files import atomic_write
+from tformer.readers import read_json_object
 from tformer.tokenizers.base import Tokenizer
 from tformer.tokens import LM_EOT, LM_PAD, LM_SPECIALS, LM_UNK
 

@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tformer.checks import load_tokenizer_file, read_json_object
 from tformer.files import atomic_write
+from tformer.readers import load_tokenizer_file, read_json_object
 from tformer.tokenizers.library import LibraryTokenizer
 
 __all__ = ["HFTokenizer"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from tformer.checks import load_tokenizer_file
 from tformer.files import atomic_write
+from tformer.readers import load_tokenizer_file
 from tformer.tokenizers.base import Tokenizer
 
 __all__ = ["LibraryTokenizer", "check_layout"]

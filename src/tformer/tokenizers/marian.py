@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tformer.checks import read_json_object
 from tformer.files import atomic_write
+from tformer.readers import read_json_object
 from tformer.tokenizers.base import Tokenizer
 
 __all__ = ["MarianTokenizer", "MARIAN_FILES"]

@@ -28,7 +28,7 @@ from typing import Any, cast
 from tokenizers import Tokenizer as Library
 from tokenizers.implementations import BertWordPieceTokenizer
 
-from tformer.checks import load_tokenizer_file, read_text_file
+from tformer.readers import load_tokenizer_file, read_text_file
 from tformer.text import split_lines
 from tformer.tokenizers.library import LibraryTokenizer
 from tformer.tokens import BERT_SPECIALS

@@ -1,7 +1,7 @@
 """Training curves: the records of a run's ``log.jsonl`` and their plot (loss, BLEU, learning rate vs step).
 
 Drawn on a bare :class:`matplotlib.figure.Figure` rendered by the Agg canvas (headless, no pyplot state),
-like the pictures of :mod:`tformer.inspect.plots`. This module knows the log's format and nothing about
+like the pictures of :mod:`tformer.inspection.plots`. This module knows the log's format and nothing about
 models or families.
 """
 

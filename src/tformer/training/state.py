@@ -38,9 +38,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from tformer.checks import read_json_object
 from tformer.fast.precision import Choice, scaler_state_problem
 from tformer.files import WriteError, atomic_write, current_dir, machine_reason, os_error, staged_dir
+from tformer.readers import read_json_object
 from tformer.training import distributed
 from tformer.training.config import TrainConfig
 

@@ -22,7 +22,7 @@ EXAMPLES = ["I am good.", "She is tired.", "We do not eat bread today.", "Do you
 
 def cross_attention_png(translator: Translator, sentence: str, path: str | Path) -> Path:
     """Heatmap of the last decoder layer's cross-attention (averaged over heads) for one translation."""
-    from tformer.inspect.plots import plot_attention
+    from tformer.inspection.plots import plot_attention
 
     src = translator.encode_sources([sentence])
     max_len = translator.model.config.max_len - 1

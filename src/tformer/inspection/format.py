@@ -1,4 +1,4 @@
-"""Rendering a :class:`~tformer.inspect.tracing.Trace` as text: labelled grids for small tensors, summaries for large ones.
+"""Rendering a :class:`~tformer.inspection.tracing.Trace` as text: labelled grids for small tensors, summaries for large ones.
 
 Values that are exactly zero print as ``0`` (a masked weight), −∞ as ``-inf`` (a blocked score).
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-Entry = Any  # tformer.inspect.tracing.Entry (trace imports this module, so its classes are not imported back)
-Trace = Any  # tformer.inspect.tracing.Trace
+Entry = Any  # tformer.inspection.tracing.Entry (trace imports this module, so its classes are not imported back)
+Trace = Any  # tformer.inspection.tracing.Trace
 
 __all__ = ["format_trace", "summary"]
 

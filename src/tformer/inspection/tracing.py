@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tformer.inspect.decoding import as_ids, greedy_steps, token_text, top_k_probs
-from tformer.inspect.format import format_trace, summary
+from tformer.inspection.decoding import as_ids, greedy_steps, token_text, top_k_probs
+from tformer.inspection.format import format_trace, summary
 from tformer.nn import hooks
 from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.feedforward import FeedForward, GatedFeedForward
@@ -174,7 +174,7 @@ class Trace:
         self, path=None, block: str | None = None, layer: int = 0, kind: str | None = None, head: int | None = None
     ):
         """Heatmap of one attention module's weights (all heads in a grid, or ``head``); returns the Figure."""
-        from tformer.inspect.plots import plot_attention
+        from tformer.inspection.plots import plot_attention
 
         self._check_head(head)
         e = self.get("weights", block, layer, kind)

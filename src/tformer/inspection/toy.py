@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tformer.inspect.tracing import Trace, trace_seq2seq
+from tformer.inspection.tracing import Trace, trace_seq2seq
 from tformer.models import Seq2SeqConfig, Seq2SeqTransformer
 
 __all__ = ["Toy", "toy_seq2seq"]
