@@ -28,7 +28,7 @@ from tformer.checks import check_ids, check_length
 from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
-from tformer.nn.cache import Cache, KVCache
+from tformer.nn.cache import Cache, KVCache, open_positions
 from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.layers import Decoder, Encoder
 from tformer.nn.masks import padding_mask
@@ -124,8 +124,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         """
         check_ids(tgt, "tgt", self.config.tgt_vocab_size)
         if cache is None:
-            check_length(tgt.shape[1], self.config.max_len, "tgt")
-            positions = torch.arange(tgt.shape[1], device=tgt.device)  # (T,)
+            positions, _ = open_positions(0, tgt, max_len=self.config.max_len, name="tgt")  # (T,)
         else:  # the positions after the cached ones (tformer.nn.cache's protocol, for every kind of cache)
             positions, _ = cache.begin(tgt, max_len=self.config.max_len, name="tgt")  # (T,)
         # Self-attention: look-ahead (causal) + target padding. With a cache the keys include
