@@ -72,7 +72,7 @@ def _marian_pair(c: dict, device: str):
         .to(device)
         .eval()
     )
-    return hf, speed_up(from_hf(hf))  # tformer's CPU fast paths (generation applies them too)
+    return hf, speed_up(from_hf(hf), inference=True)  # tformer's CPU fast paths, as tformer.load chooses them
 
 
 def _int8(model):
@@ -159,7 +159,7 @@ def _gpt_pair(c: dict, device: str):
         .to(device)
         .eval()
     )
-    return hf, speed_up(from_hf(hf))  # tformer's CPU fast paths, also for the loop without a cache
+    return hf, speed_up(from_hf(hf), inference=True)  # tformer's CPU fast paths, also for the loop without a cache
 
 
 def _greedy_without_cache(model, ids: torch.Tensor, n: int) -> torch.Tensor:

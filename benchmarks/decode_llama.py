@@ -55,7 +55,7 @@ def llama_pair(c: dict, device: str):
         pad_token_id=2,
     )
     hf = transformers.LlamaForCausalLM(config).to(device).eval()
-    return hf, speed_up(from_hf(hf))
+    return hf, speed_up(from_hf(hf), inference=True)
 
 
 def kv_bytes_per_token(model, c: dict) -> dict:

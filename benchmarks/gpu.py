@@ -421,12 +421,13 @@ def _hf_static_kwargs(args) -> dict:
 
 
 def decode_part(report: Report, args, sizes: dict) -> None:
+    from tformer.fast import speed_up
     from tformer.hf import from_hf
 
     c, dc, dtype = sizes["gpt"], sizes["decode"], decode_dtype(args)
     n = dc["new_tokens"]
     hf = _hf_gpt2(c, args.device, bos_token_id=0, eos_token_id=0, pad_token_id=0).eval()
-    ours = from_hf(hf).to(args.device, dtype).eval()
+    ours = speed_up(from_hf(hf).to(args.device, dtype).eval(), inference=True)  # as tformer.load chooses them
     hf = hf.to(dtype)
     weights_mb = _mb(hf.parameters())
     compile_arg, unavailable = _static_compile(args)

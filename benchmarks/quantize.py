@@ -186,9 +186,11 @@ def minilm_cosine(batch: int) -> dict:
 
 def decode_candidates(f32, variants: dict, prompt: list[int], n: int) -> list[Candidate]:
     from tformer import quantize
+    from tformer.fast import speed_up
     from tformer.generation import generate_lm
 
-    q8 = quantize(copy.deepcopy(f32), "int8", keep_float=False)
+    q8 = speed_up(quantize(copy.deepcopy(f32), "int8", keep_float=False), inference=True)
+    f32 = speed_up(copy.deepcopy(f32), inference=True)  # the fast kernels, as tformer.load chooses them
 
     def run(model, choice):
         def go() -> float:
@@ -202,7 +204,7 @@ def decode_candidates(f32, variants: dict, prompt: list[int], n: int) -> list[Ca
 
 def encoder_candidates(config: dict, variants: dict, batch: int, seq: int) -> tuple[list[Candidate], object]:
     from tformer import quantize
-    from tformer.fast import fast_view
+    from tformer.fast import speed_up
     from tformer.models.bert import Bert, BertConfig
 
     torch.manual_seed(0)
@@ -212,16 +214,16 @@ def encoder_candidates(config: dict, variants: dict, batch: int, seq: int) -> tu
     mask = torch.ones_like(ids, dtype=torch.bool)
 
     def run(model, choice):
-        view = fast_view(model)
-
         def go() -> float:
             with kernels(choice), torch.inference_mode():
-                view(ids, attention_mask=mask)
+                model(ids, attention_mask=mask)
             return batch
 
         return go
 
-    candidates = [Candidate("float32", run(f32, None))] + [Candidate(k, run(q8, c)) for k, c in variants.items()]
+    fast_f32 = speed_up(copy.deepcopy(f32), inference=True)  # the fast kernels, as tformer.load chooses them
+    speed_up(q8, inference=True)
+    candidates = [Candidate("float32", run(fast_f32, None))] + [Candidate(k, run(q8, c)) for k, c in variants.items()]
     return candidates, (f32, ids, mask)
 
 

@@ -145,8 +145,6 @@ CALLS = {
     "tformer.generation.beam.beam_search": lambda a, kw: tformer.generation.beam_search(
         *_seq2seq(a), beam_size=2, max_len=2, **kw
     ),
-    "tformer.generation.loop.LMDecoder": lambda a, kw: tformer.generation.LMDecoder(a["gpt"], **kw),
-    "tformer.generation.loop.Seq2SeqDecoder": lambda a, kw: tformer.generation.Seq2SeqDecoder(_seq2seq(a)[0], 1, **kw),
     "tformer.generation.static.StaticLMDecoder": lambda a, kw: tformer.generation.StaticLMDecoder(a["gpt"], **kw),
     "tformer.generation.static.StaticSeq2SeqDecoder": lambda a, kw: tformer.generation.StaticSeq2SeqDecoder(
         _seq2seq(a)[0], 1, **kw
@@ -157,6 +155,7 @@ CALLS = {
     "tformer.loader.Loaded.export": lambda a, kw: tformer.load(a["models"]["lm"]).export(a["tmp"] / "export", **kw),
     "tformer.hf.export.export": lambda a, kw: tformer.hf.export(a["gpt"], a["tmp"] / "export", a["char"], **kw),
     "tformer.fast.quantize.quantize": lambda a, kw: tformer.quantize(_tiny_gpt(), "int8", **kw),
+    "tformer.fast.speed_up": lambda a, kw: tformer.fast.speed_up(_tiny_gpt(), **kw),
     "tformer.tokenizers.base.Tokenizer.encode": lambda a, kw: a["char"].encode("the", **kw),
     "tformer.tokenizers.base.Tokenizer.encode_batch": lambda a, kw: a["char"].encode_batch(["the", "a"], **kw),
     "tformer.tokenizers.base.Tokenizer.tokens": lambda a, kw: a["char"].tokens("the", **kw),

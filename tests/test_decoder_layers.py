@@ -274,8 +274,8 @@ def test_a_translator_with_todays_options_decodes_with_its_cache_as_the_full_pas
     steps = [model.decode(tgt[:, t : t + 1], memory, cache=cache) for t in range(6)]
     assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
     assert cache.layers[0].cross_k.shape[1] == 2  # the cross-attention keys are cached for the 2 KV heads only
-    plain = translate_ids(model, src, max_len=10, sos_id=1, eos_id=2, fast=False)
-    assert translate_ids(fast.speed_up(model), src, max_len=10, sos_id=1, eos_id=2) == plain
+    plain = translate_ids(model, src, max_len=10, sos_id=1, eos_id=2)
+    assert translate_ids(fast.speed_up(model, inference=True), src, max_len=10, sos_id=1, eos_id=2) == plain
 
 
 def test_a_bert_with_todays_options_ignores_its_padding():

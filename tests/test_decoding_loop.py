@@ -1,6 +1,6 @@
 """The one decoding loop (tformer.generation.loop): prefill + decode_one steps give the full forward's logits, every
 way of choosing and every family steps through the same prefill and step, the samplers are pure, and decoding never
-changes the model the caller holds (the fast paths run on tformer.fast.fast_view, a view sharing its Parameters)."""
+changes the model the caller holds (what a call keeps for speed is the call's own)."""
 
 import pytest
 import torch
@@ -24,7 +24,6 @@ from tformer.generation import (
     translate_ids,
 )
 from tformer.inspection import greedy_steps
-from tformer.nn.attention import MultiHeadAttention
 from tformer.tokens import TRANSLATION_EOS as EOS
 from tformer.tokens import TRANSLATION_SOS as SOS
 
@@ -152,48 +151,53 @@ def test_samplers_are_pure_functions(config):
 
 
 def _state_of(model: nn.Module) -> tuple:
-    """What a decoding function must leave as it found: each module's name and class, each attention module's own
-    attributes, the Parameters (the objects), the mode."""
-    modules = [(name, type(m)) for name, m in model.named_modules()]
-    attention = [sorted(vars(m)) for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    return modules, attention, [id(p) for p in model.parameters()], model.training
+    """What a decoding function must leave as it found: each module's name, class and attributes (their names and
+    the objects), the Parameters (the objects, and the layout of their storage), the mode."""
+    modules = [(name, type(m), sorted((k, id(v)) for k, v in vars(m).items())) for name, m in model.named_modules()]
+    params = [(id(p), p.stride(), p.data_ptr()) for p in model.parameters()]
+    return modules, params, model.training
 
 
+def _model(use: str, kernels: str) -> nn.Module:
+    model = _gpt() if use in ("generate_lm", "sampled") else _seq2seq()
+    return model if kernels == "reference" else fast.speed_up(model, inference=kernels == "fast, inference layout")
+
+
+@pytest.mark.parametrize("kernels", ["reference", "fast", "fast, inference layout"])
 @pytest.mark.parametrize("use", ["generate_lm", "sampled", "translate_ids", "beam_search", "greedy_steps"])
-def test_decoding_leaves_the_callers_model_as_it_was(use):
-    """After decoding (with the fast paths, the default) the model has the same modules (no fast Linear, no fast
-    attention), attributes and Parameters holding the same values to the bit, and gives the same logits (to float
-    rounding: decoding may have stored a weight column-major, the layout its products read, and ``F.linear`` sums in
-    another order then; issue 40). On the old code every one of these swapped the fast layers into the model in
-    place."""
-    gpt, seq2seq, src = _gpt(), _seq2seq(), _ids(2, 7)
-    model = gpt if use in ("generate_lm", "sampled") else seq2seq
+def test_decoding_leaves_the_callers_model_as_it_was(use, kernels):
+    """After decoding, whichever kernels the model runs, the model has the same modules holding the same attributes,
+    the same Parameters in the same layout holding the same values, and gives the same logits to the bit: what a
+    decoding call keeps (its KV cache, the weight layouts its steps read) was its own, and no context is left set.
+    On older code a decoding function swapped the fast layers into the model, then kept copies on its layers and
+    stored a weight column-major while it decoded."""
+    model, src = _model(use, kernels), _ids(2, 7)
     before = _state_of(model)
     weights = {k: t.clone() for k, t in model.state_dict().items()}
     with torch.inference_mode():
-        logits = gpt(_ids(2, 9)) if model is gpt else seq2seq(src, _ids(2, 5))
+        logits = model(_ids(2, 9)) if use in ("generate_lm", "sampled") else model(src, _ids(2, 5))
     if use == "generate_lm":
-        generate_lm(gpt, [[5, 6, 7], [8]], 6)
+        generate_lm(model, [[5, 6, 7], [8]], 6)
     elif use == "sampled":
-        generate_lm(gpt, [[5, 6, 7]], 6, SamplingConfig(True, top_k=5), seed=1)
+        generate_lm(model, [[5, 6, 7]], 6, SamplingConfig(True, top_k=5), seed=1)
     elif use == "translate_ids":
-        translate_ids(seq2seq, src, SOS, EOS, max_len=6)
+        translate_ids(model, src, SOS, EOS, max_len=6)
     elif use == "beam_search":
-        beam_search(seq2seq, src, SOS, EOS, beam_size=3, max_len=6)
+        beam_search(model, src, SOS, EOS, beam_size=3, max_len=6)
     else:
-        greedy_steps(seq2seq, src[:1], 6)
+        greedy_steps(model, src[:1], 6)
     assert _state_of(model) == before
-    assert not any(isinstance(m, fast_linear.Linear) for m in model.modules())
     assert all(torch.equal(t, weights[k]) for k, t in model.state_dict().items())
+    assert fast_linear._STEP.get() is None
     with torch.inference_mode():
-        again = gpt(_ids(2, 9)) if model is gpt else seq2seq(src, _ids(2, 5))
-    torch.testing.assert_close(again, logits, rtol=1e-5, atol=1e-5)
+        again = model(_ids(2, 9)) if use in ("generate_lm", "sampled") else model(src, _ids(2, 5))
+    assert torch.equal(again, logits)
 
 
 @pytest.mark.parametrize("how", [[], ["--beam", "2"], ["--sample", "--seed", "3"]])
 def test_tformer_translate_leaves_the_loaded_model_as_it_was(tmp_path, monkeypatch, capsys, how):
-    """Through the command: Translator.translate (greedy, beam, sampling) decodes with the fast layers and leaves the
-    translator's model with its plain modules."""
+    """Through the command: the load chooses the fast kernels (the output layer that runs is the fast Linear), and
+    Translator.translate (greedy, beam, sampling) leaves the translator's model as the load made it."""
     from tformer.tokenizers import train_tokenizer
     from tformer.translation import Translator
 
@@ -202,73 +206,41 @@ def test_tformer_translate_leaves_the_loaded_model_as_it_was(tmp_path, monkeypat
     config = Seq2SeqConfig.preset("tiny", src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, max_len=16)
     torch.manual_seed(0)
     Translator(Seq2SeqTransformer(config), tok, tok).save(tmp_path)
-    loaded, ran = [], []
+    loaded, ran, before = [], [], []
     real_load = Translator.load
 
     def load(*args, **kwargs):
         loaded.append(real_load(*args, **kwargs))
         loaded[-1].model.output.register_forward_hook(lambda module, a, out: ran.append(type(module)))
+        before.append(_state_of(loaded[-1].model))
         return loaded[-1]
 
     monkeypatch.setattr(Translator, "load", load)
     assert main(["translate", "--model", str(tmp_path), *how, "the cat sat.", "a bird."]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
-    assert ran and set(ran) == {fast_linear.Linear}  # the decoding ran the fast output layer ...
-    model = loaded[0].model
-    assert type(model.output) is nn.Linear and not any(isinstance(m, fast_linear.Linear) for m in model.modules())
-    assert all(
-        type(m) is MultiHeadAttention and "attention" not in vars(m)
-        for m in model.modules()
-        if isinstance(m, MultiHeadAttention)
-    )
+    assert ran and set(ran) == {fast_linear.Linear}  # the load chose the fast kernels ...
+    assert _state_of(loaded[0].model) == before[0]  # ... and decoding left the model as the load made it
 
 
-# ------------------------------------------------------------------------------------------------ the fast view
-
-
-def test_the_fast_view_is_made_once_and_follows_the_model():
-    """fast_view shares the Parameters and is kept between calls (the fast layer's decoding copies with it); a layer
-    replaced, a mode changed, a method patched on the model make a new one; hooks on the model see the decoding."""
-    model = _gpt()
-    view = fast.fast_view(model)
-    assert view is not model and fast.fast_view(model) is view
-    assert all(p is q for p, q in zip(view.parameters(), model.parameters()))
-    assert type(view.output) is fast_linear.Linear and type(model.output) is nn.Linear
-    first = generate_lm(model, [[5, 6, 7]], 4)
-    copies = view.output.__dict__.get("_decoding_copies")
-    assert copies is not None and copies.transposed is not None  # the one-row layout, made at the first call ...
-    assert generate_lm(model, [[5, 6, 7]], 4) == first
-    assert fast.fast_view(model) is view and view.output.__dict__["_decoding_copies"] is copies  # ... and kept
-
-    with hooks.capture(model, "hook_logits") as seen:  # a hook put on the model runs in the view
-        generate_lm(model, [[5, 6, 7]], 4)
-    assert seen["hook_logits"].shape == (1, 1, VOCAB)  # the last step's
-
-    model.train()
-    assert fast.fast_view(model) is not view and fast.fast_view(model).training
-    model.eval()
-    torch.manual_seed(9)
-    model.output = nn.Linear(model.output.in_features, VOCAB, bias=False)  # a new head: the view reads it
-    assert fast.fast_view(model).output.weight is model.output.weight
-    assert generate_lm(model, [[5, 6, 7]], 4) == generate_lm(model, [[5, 6, 7]], 4, fast=False) != first
-    calls = []
-    real_forward = model.forward
-    model.forward = lambda *a, **k: calls.append(1) or real_forward(*a, **k)  # patched on the model: the view uses it
-    generate_lm(model, [[5, 6, 7]], 3)
-    assert len(calls) == 3
-    with fast.reference():  # the plain code: no view at all
-        assert fast.fast_view(model) is model
-
-
-def test_a_model_decoded_through_its_fast_view_is_still_freed():
-    """The views are kept per model by a weak reference: the model (and its view) go when the caller drops it."""
+def test_the_weight_layouts_belong_to_the_decoder_and_go_with_it():
+    """What the fast Linear reads while decoding (here the transposed copy of a weight kept in PyTorch's layout) is
+    kept by the decoder (``decoder.weights``), made on first use in a step, and freed with the decoder; a new decoder
+    starts with none; a hook put on the model sees the decoding."""
     import gc
     import weakref
 
-    gpt, seq2seq = _gpt(), _seq2seq()
-    generate_lm(gpt, [[5, 6, 7]], 3)
-    beam_search(seq2seq, _ids(2, 5), SOS, EOS, beam_size=2, max_len=3)
-    gone = [weakref.ref(gpt), weakref.ref(seq2seq), weakref.ref(fast.fast_view(gpt))]
-    del gpt, seq2seq
+    model = fast.speed_up(_gpt())  # the training layout: the one-row product reads a copy of Wᵀ
+    before = _state_of(model)
+    decoder = LMDecoder(model)
+    with torch.inference_mode(), hooks.capture(model, "hook_logits") as seen:
+        logits, state = decoder.prefill([[5, 6, 7]], 3)
+        assert decoder.weights._layouts == {}  # the prefill's products are F.linear's: no layout made
+        decode_one(decoder, state, logits.argmax(-1))
+    assert seen["hook_logits"].shape == (1, 1, VOCAB)  # the step's
+    made = decoder.weights._layouts[model.output].transposed
+    assert made is not None and made.is_contiguous() and made.data_ptr() != model.output.weight.data_ptr()
+    copy = weakref.ref(made)
+    assert _state_of(model) == before and LMDecoder(model).weights._layouts == {}
+    del decoder, state, made
     gc.collect()
-    assert [ref() for ref in gone] == [None, None, None]
+    assert copy() is None

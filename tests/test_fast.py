@@ -2,7 +2,7 @@
 
 speed_up swaps modules in place and keeps the parameters (the same objects), the state dict and the numbers; the
 swapped model equals the plain one on a seq2seq, a GPT and a BERT forward, in training (gradients too) and in
-decoding; fast=False (generation, Trainer) leaves the model plain. tformer.nn imports nothing from tformer.fast.
+decoding; TrainConfig(fast=False) leaves the model plain. tformer.nn imports nothing from tformer.fast.
 """
 
 import ast
@@ -75,7 +75,9 @@ def _kinds(model: nn.Module) -> set[type]:
 def _fast_parts(model: nn.Module) -> list[str]:
     """The names of the fast modules and fast attention functions in ``model``."""
     found = [n for n, m in model.named_modules() if type(m) in (fast_linear.Linear, fast_dropout.Dropout)]
-    return found + [n for n, m in model.named_modules() if isinstance(m, MultiHeadAttention) and "attention" in vars(m)]
+    return found + [
+        n for n, m in model.named_modules() if isinstance(m, MultiHeadAttention) and m.kernel is fast_attention.attend
+    ]
 
 
 # ------------------------------------------------------------------------------------------- the swap itself
@@ -266,28 +268,27 @@ def test_fast_loss_equals_the_plain_loss_with_its_gradient():
 # ------------------------------------------------------------------------------------------------- decoding
 
 
-def test_decoding_runs_the_fast_paths_on_a_view_and_leaves_the_callers_model_plain():
-    """fast=True decodes through fast.fast_view: the output layer that runs is the fast Linear (its forward hook, put on
-    the caller's nn.Linear, sees it), the tokens are fast=False's, and the caller's model keeps its plain modules."""
-    plain, other = _seq2seq().eval(), _seq2seq().eval()
+@pytest.mark.parametrize("inference", [False, True])
+def test_decoding_runs_the_kernels_the_model_has_with_the_same_tokens(inference):
+    """A plain model decodes with nn.Linear; after speed_up (either layout) with the fast Linear (its forward hook
+    sees it); the tokens are the same, and decoding swaps nothing in either model."""
+    plain, other = _seq2seq().eval(), fast.speed_up(_seq2seq().eval(), inference=inference)
     src = SRC.clone()
-    greedy = translate_ids(plain, src, 1, 2, max_len=12, fast=False)
-    beams = beam_search(plain, src, 1, 2, beam_size=3, max_len=12, fast=False)
-    assert _fast_parts(plain) == []  # fast=False: still plain
     ran = []
-    hook = other.output.register_forward_hook(lambda module, args, out: ran.append(type(module)))
-    assert translate_ids(other, src, 1, 2, max_len=12) == greedy  # default: the fast paths, same tokens
+    for model in (plain, other):
+        model.output.register_forward_hook(lambda module, args, out: ran.append(type(module)))
+    greedy = translate_ids(plain, src, 1, 2, max_len=12)
+    beams = beam_search(plain, src, 1, 2, beam_size=3, max_len=12)
+    assert set(ran) == {nn.Linear} and _fast_parts(plain) == []  # the reference kernels, still plain
+    ran.clear()
+    assert translate_ids(other, src, 1, 2, max_len=12) == greedy  # the fast kernels, the same tokens
     assert beam_search(other, src, 1, 2, beam_size=3, max_len=12) == beams
-    hook.remove()
-    assert set(ran) == {fast_linear.Linear}  # the decoding ran the fast layer ...
-    assert _fast_parts(other) == [] and type(other.output) is nn.Linear  # ... of a view: the model is as it was
+    assert set(ran) == {fast_linear.Linear}
 
-    gpt_plain, gpt_fast = _gpt().eval(), _gpt().eval()
+    gpt_plain, gpt_fast = _gpt().eval(), fast.speed_up(_gpt().eval(), inference=inference)
     prompts = [[5, 9, 3], [7, 1, 2, 8], [12]]
-    expected = generate_lm(gpt_plain, prompts, 10, fast=False)
+    assert generate_lm(gpt_fast, prompts, 10) == generate_lm(gpt_plain, prompts, 10)
     assert _fast_parts(gpt_plain) == []
-    assert generate_lm(gpt_fast, prompts, 10) == expected
-    assert _fast_parts(gpt_fast) == [] and type(fast.fast_view(gpt_fast).output) is fast_linear.Linear
 
 
 def test_the_swapped_decoding_step_equals_the_plain_logits():
@@ -296,7 +297,7 @@ def test_the_swapped_decoding_step_equals_the_plain_logits():
     plain.eval(), swapped.eval()
     ids = torch.randint(1, VOCAB, (5, 12), generator=torch.Generator().manual_seed(9))
     for rows in (1, 5):
-        with torch.inference_mode():
+        with torch.inference_mode(), fast_linear.decoding_step(fast_linear.DecodingWeights()):
             out = []
             for model in (plain, swapped):
                 cache = model.new_cache()

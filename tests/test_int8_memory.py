@@ -112,7 +112,9 @@ def test_an_int8_model_holds_no_int8_buffers_after_its_first_product_and_saves_t
     model.save_pretrained(tmp_path / "before")
     held = _held_int8(model)
     assert all(n > 0 for n in held.values())  # nothing packed yet
-    _logits(tformer.fast.fast_view(model))  # as decoding runs it (cross-attention: W_Q apart from W_K, W_V)
+    _logits(
+        tformer.fast.speed_up(model, inference=True)
+    )  # as decoding runs it (cross-attention: W_Q apart from W_K, W_V)
     tied = {name for name, m in model.named_modules() if isinstance(m, Int8Linear) and m.shares_values}
     assert tied == {"gpt": {"output"}, "bert": {"mlm_head.decoder"}, "seq2seq": {"output"}}[family]
     assert {n for n, b in _held_int8(model).items() if b} == tied  # only a tied head: the table it reads

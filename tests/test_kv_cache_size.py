@@ -33,7 +33,7 @@ def test_the_size_is_what_decoding_allocates(options):
     torch.manual_seed(0)
     model = GPT(GPTConfig.preset("tiny", vocab_size=50, **options)).eval()
     prompts, new = [[1, 2, 3, 4, 5], [6, 7]], 9
-    decoder = LMDecoder(model, fast=False)
+    decoder = LMDecoder(model)
     with torch.inference_mode():
         logits, state = decoder.prefill(prompts, new)
         for _ in range(new - 1):
@@ -54,7 +54,7 @@ def test_an_encoder_decoders_size_counts_its_cross_attention():
     torch.manual_seed(0)
     model = Seq2SeqTransformer(Seq2SeqConfig.preset("tiny", src_vocab_size=40, tgt_vocab_size=40)).eval()
     src, new = torch.randint(4, 40, (3, 7)), 6
-    decoder = Seq2SeqDecoder(model, start_id=1, fast=False)
+    decoder = Seq2SeqDecoder(model, start_id=1)
     with torch.inference_mode():
         logits, state = decoder.prefill(src, new)
         for _ in range(new):
@@ -106,7 +106,7 @@ def test_the_static_caches_size_is_what_it_allocates(options):
     torch.manual_seed(0)
     model = GPT(GPTConfig.preset("tiny", vocab_size=50, **options)).eval()
     prompts, new = [[1, 2, 3, 4, 5], [6, 7]], 9
-    decoder = StaticLMDecoder(model, fast=False, compile=_identity)
+    decoder = StaticLMDecoder(model, compile=_identity)
     with torch.inference_mode():
         logits, state = decoder.prefill(prompts, new)
         decoder.step(logits.argmax(-1), state)

@@ -140,11 +140,12 @@ def test_the_kernels_are_read_off_the_model_and_info_prints_what_runs(tmp_path, 
     model = GPT(GPTConfig.preset("tiny", vocab_size=40, norm="rmsnorm")).eval()
     reference = {"attention": ["reference"], "products": ["reference"], "norms": ["reference"]}
     assert {k: v for k, v in kernels(model).items() if k in reference} == reference
-    fast = kernels(tformer.fast.fast_view(model))
-    assert fast["attention"] == fast["products"] == fast["norms"] == ["fast"]
-    assert kernels(model)["attention"] == ["reference"]  # the view chose them; the model keeps its own
     assert kernels(quantize(copy.deepcopy(model)))["products"] == ["int8"]
     model.save_pretrained(tmp_path / "m")
+    fast = kernels(tformer.fast.speed_up(model))  # the one call that chooses them
+    assert fast["attention"] == fast["products"] == fast["norms"] == ["fast"]
+    assert kernels(tformer.load(tmp_path / "m").model) == fast  # the load chooses them too
+    assert kernels(tformer.load(tmp_path / "m", fast=False).model)["attention"] == ["reference"]
     assert main(["info", str(tmp_path / "m")]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("kernels"))
     assert "attention fast, products fast, norms fast" in line and "--no-fast" in line
@@ -157,6 +158,7 @@ def test_architecture_mds_decoding_picture_names_real_files_and_the_kernels_it_s
     assert {"nn/attention.py", "nn/cache.py", "generation/static_cache.py", "fast/linear.py"} <= cited
     assert [path for path in sorted(cited) if not (SRC / path).is_file()] == []
     assert "nn/scaled_dot_product.attend" in picture and "fast/attention.attend" in picture
+    assert "DecodingWeights" in picture and isinstance(tformer.fast.linear.DecodingWeights, type)
     assert callable(attend) and callable(fast_attention.attend)  # the two kernels the picture names
 
 
@@ -176,3 +178,16 @@ def test_a_layer_option_is_checked_once_in_the_same_words_for_a_layer_and_a_fami
     assert str(family.value) == f"GPTConfig.{str(layer.value)}"
     layer_fields = {f.name for f in dataclasses.fields(LayerConfig)}
     assert set(LAYER_OPTIONS) <= layer_fields  # each option a LayerConfig field
+
+
+def test_importing_tformer_registers_no_process_wide_hook():
+    """No optimizer-step hook, no module hook is registered at import time (the fast Linear's copies needed one to
+    know when a weight changed; its layouts now belong to the decoding call)."""
+    import torch.nn.modules.module as module_hooks
+    import torch.optim.optimizer as optimizer_hooks
+
+    import tformer.cli  # noqa: F401  everything the command line imports
+    import tformer.generation  # noqa: F401
+
+    assert not optimizer_hooks._global_optimizer_pre_hooks and not optimizer_hooks._global_optimizer_post_hooks
+    assert not module_hooks._global_forward_hooks and not module_hooks._global_forward_pre_hooks

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from tformer.checks import BadValue, check_device, check_yes_no
+from tformer.fast import speed_up
 from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
 from tformer.hf import export as hf_export
@@ -255,6 +256,7 @@ def load(
     flag: str | None = None,
     strict: bool = True,
     float_weights: bool = False,
+    fast: bool = True,
 ) -> Loaded:
     """The model of the directory ``path`` (in eval mode, on ``device``, in ``dtype``; None: as stored) with its
     tokenizers, whatever its kind (:func:`detect`).
@@ -268,10 +270,13 @@ def load(
 
     An int8 directory (a model saved after :func:`tformer.quantize`) gives the int8 model; ``float_weights``: the
     caller needs float weights (fine-tuning, conversion), and such a directory is one line saying so.
+
+    ``fast``: the model runs tformer's fast kernels, chosen here (:func:`tformer.fast.speed_up` with
+    ``inference=True``: its weights stored in the layout decoding reads); False: the reference kernels, plain PyTorch.
     """
     wanted = _families(family)  # the arguments first: a typo is named before a file is read
     check_device(device)
-    check_yes_no(strict=strict, float_weights=float_weights)  # "no" is a true string: refused
+    check_yes_no(strict=strict, float_weights=float_weights, fast=fast)  # "no" is a true string: refused
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise BadValue(f"dtype must be None (as stored) or a floating torch.dtype (torch.float32, ...), got {dtype!r}")
     kind = detect(path, flag)
@@ -291,7 +296,10 @@ def load(
         model = model.to(device) if dtype is None else model.to(device, dtype)
     _check_sizes(kind, model.config, source, target, strict)
     start = _start_id(kind, target, model.config)
-    return Loaded(kind.family, model.eval(), source, target, kind, start, missing)
+    model.eval()
+    if fast:
+        speed_up(model, inference=True)
+    return Loaded(kind.family, model, source, target, kind, start, missing)
 
 
 def _families(family: Any) -> list[str]:

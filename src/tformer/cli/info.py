@@ -56,11 +56,10 @@ def run(args) -> int:
 
 
 def _kernels(model) -> str:
-    """The kernels training and decoding run this model with (:mod:`tformer.fast.kernels`, read off the modules)."""
-    from tformer.fast import fast_view
+    """The kernels the loaded model runs (:mod:`tformer.fast.kernels`, read off its modules: chosen by the load)."""
     from tformer.fast.kernels import describe_kernels
 
-    return f"{describe_kernels(fast_view(model))} (training and decoding; --no-fast: the reference ones)"
+    return f"{describe_kernels(model)} (training and decoding; --no-fast: the reference ones)"
 
 
 def describe_run(out: Path) -> str:

@@ -33,12 +33,15 @@ inference (:mod:`tformer.fast.quantize`, :mod:`tformer.fast.int8`, ``tests/test_
 not apply it.
 
 Each keeps its reference and a parity test (``tests/test_fast.py``); ``python -m benchmarks.train_step`` and
-``python -m benchmarks.decode`` time them. :class:`~tformer.training.Trainer` (``TrainConfig.fast``, default True)
-applies :func:`speed_up` to the model it trains. The decoding functions of :mod:`tformer.generation`
-(``fast=True``) decode through :func:`fast_view`, the swaps applied to a view of the model that shares its
-Parameters (:mod:`tformer.fast.view`): the model the caller holds keeps its modules. With ``fast=False`` both
-leave the model plain. Inside :func:`reference` every fast path runs its reference, and :func:`speed_up` and
-:func:`fast_view` swap nothing (this is how ``TrainConfig(fast=False)`` trains, evaluates and decodes).
+``python -m benchmarks.decode`` time them. :func:`speed_up` is the one call that chooses them: the
+:class:`~tformer.training.Trainer` (``TrainConfig.fast``, default True) applies it to the model it trains, and
+:func:`tformer.load` (``fast=True``, the default) to the model it loads, with ``inference=True``: the weights stored
+in the layout decoding reads (:func:`linear.inference_layout`). A model built in Python (``GPT(config)``,
+``from_hf``) runs the reference kernels until ``speed_up`` is applied to it. :func:`tformer.fast.kernels.kernels` reads the
+choice off a model, and ``tformer info`` prints it. The decoding functions of :mod:`tformer.generation` run the
+kernels the model has; what a decoding call keeps for speed (the layouts of the weights its steps read, its KV
+cache) belongs to that call (:class:`linear.DecodingWeights`), never to the model. Inside :func:`reference` every
+fast path runs its reference, and :func:`speed_up` swaps nothing (how ``--no-fast`` runs).
 """
 
 from __future__ import annotations
@@ -47,36 +50,32 @@ import contextlib
 
 from torch import nn
 
+from tformer.checks import yes_no
 from tformer.fast import attention, dropout, int8, linear, losses, norms
-from tformer.fast.linear import check_copies, forget_copies
 from tformer.fast.losses import sequence_cross_entropy
 from tformer.fast.swap import Switch
-from tformer.fast.view import shared_view
 
-__all__ = ["speed_up", "fast_view", "reference", "sequence_cross_entropy", "check_copies", "forget_copies"]
+__all__ = ["speed_up", "reference", "sequence_cross_entropy"]
 
-_SWAPS = Switch()  # off inside reference(): speed_up and fast_view swap nothing
+_SWAPS = Switch()  # off inside reference(): speed_up swaps nothing
 
 
-def speed_up(model: nn.Module) -> nn.Module:
-    """Apply every swap to ``model`` in place (idempotent) and return it: fast :class:`~tformer.fast.linear.Linear`
-    layers, the fast dropout mask, the fast attention forward, the fast RMSNorm. Inside :func:`reference`, leave it as it is; an object
-    that is not an ``nn.Module`` (a stand-in model of a test, say) has nothing to swap and is returned as it is."""
+def speed_up(model: nn.Module, inference: bool = False) -> nn.Module:
+    """Choose the fast kernels for ``model``, in place (idempotent), and return it: fast
+    :class:`~tformer.fast.linear.Linear` layers, the fast dropout mask, the fast attention kernel, the fast RMSNorm.
+    The Parameters stay the same objects. ``inference=True``: a model made to decode, its weights stored in the
+    layout a one-row product reads (:func:`linear.inference_layout`, the same values: no copy while it decodes);
+    ``False``: PyTorch's own layout, training's numbers to the bit (:func:`linear.training_layout`). Inside
+    :func:`reference`, leave it as it is; an object that is not an ``nn.Module`` (a stand-in model of a test, say)
+    has nothing to swap and is returned as it is."""
+    yes_no.check(inference, "inference")  # "no" is a true string: refused, not taken for True
     if _SWAPS.on and isinstance(model, nn.Module):
         linear.swap_linear(model)
         dropout.swap_dropout(model)
         attention.swap_attention(model)
         norms.swap_norms(model)
+        (linear.inference_layout if inference else linear.training_layout)(model)
     return model
-
-
-def fast_view(model: nn.Module) -> nn.Module:
-    """``model`` with every swap applied, as a view (:mod:`tformer.fast.view`): a copy of its module tree holding the
-    same Parameters, buffers and hooks, made once per model and kept while the model stays as it was. ``model``
-    itself is not changed. Inside :func:`reference`, and for an object that is not an ``nn.Module``, ``model``."""
-    if not _SWAPS.on or not isinstance(model, nn.Module):
-        return model
-    return shared_view(model, speed_up)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """``kernels(model)``: which implementation each kind of part of a model runs, read off its modules.
 
-Every kernel is chosen when the model is built or by one call (:func:`tformer.fast.speed_up`, the trainer, the
-decoding functions' :func:`tformer.fast.fast_view`, :func:`tformer.quantize`), and stays readable afterwards: an
+Every kernel is chosen when the model is built or by one call (:func:`tformer.fast.speed_up`, which the trainer
+and :func:`tformer.load` apply; :func:`tformer.quantize`), and stays readable afterwards: an
 attention layer's ``kernel`` function, the class of its products, norms and dropouts. ``tformer info`` prints it.
 
 Dimension legend: none (modules only).

@@ -14,9 +14,9 @@
   :class:`~tformer.generation.static_cache.StaticKVCache` with the one-token step compiled once (``compile=True`` in each
   function above; ``torch.compile``, a CUDA graph on a GPU): the same tokens.
 
-The decoders run :func:`tformer.fast.fast_view` of the model (``fast=True``): its fast paths, applied to a view that
-shares its Parameters, so the model the caller holds keeps its modules and its numbers. ``fast=False`` decodes with
-the plain model.
+The decoders run the kernels the model has: :func:`tformer.load` chooses the fast ones, a model built in Python runs
+the reference ones until :func:`tformer.fast.speed_up` is applied to it. Decoding changes nothing in the model: the
+KV cache and the weight layouts a call reads are that call's (:class:`~tformer.fast.linear.DecodingWeights`).
 
 It knows nothing about tokenizers, files or the command line: ids in, ids out.
 """

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-from tformer.checks import check_positive_int, compile_option, yes_no
+from tformer.checks import check_positive_int, compile_option
 from tformer.generation.cache_size import check_kv_cache
 from tformer.generation.loop import Seq2SeqDecoder, decode_one
 from tformer.generation.samplers import is_finite_number
@@ -40,8 +40,7 @@ class BeamCandidate(NamedTuple):
     score: float | None  # finished: logp / length ** length_penalty; else None
 
 
-def _check(beam_size: int, max_len: int, length_penalty: float, fast: bool, compile: bool | Compile) -> None:
-    yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
+def _check(beam_size: int, max_len: int, length_penalty: float, compile: bool | Compile) -> None:
     compile_option.check(compile, "compile")
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
@@ -62,7 +61,6 @@ def beam_search(
     beam_size: int = 5,
     max_len: int = 128,
     length_penalty: float = 1.0,
-    fast: bool = True,
     on_step: Callable[[int, int, list[BeamCandidate]], None] | None = None,
     compile: bool | Compile = False,
 ) -> list[list[int]]:
@@ -83,16 +81,16 @@ def beam_search(
     ``on_step(step, source, candidates)``, if given, is called after each step for each source still running, with
     the step's ranked candidates (:class:`BeamCandidate`): which became beams, which finished, which were pruned
     (``tformer explore`` draws the search tree from it); it only watches, the search is the same with or without it.
-    ``fast=False`` decodes with the plain model (:class:`~tformer.generation.loop.Seq2SeqDecoder`). ``compile=True``
+    The model decodes with its own kernels (:class:`~tformer.generation.loop.Seq2SeqDecoder`). ``compile=True``
     searches the same beams on a static KV cache of B·K rows (a done source's rows go on, unread), its one-token step
     compiled once (:class:`~tformer.generation.static.StaticSeq2SeqDecoder`).
     """
-    _check(beam_size, max_len, length_penalty, fast, compile)
+    _check(beam_size, max_len, length_penalty, compile)
     b, k, device = src.shape[0], beam_size, src.device
     what = f"{b} source(s) x beam_size={k} x {max_len} new tokens"
     check_kv_cache(model, b * k, max_len + 1, what, source_len=src.shape[1], static=bool(compile))
     decoder: Seq2SeqDecoder | StaticSeq2SeqDecoder = (
-        StaticSeq2SeqDecoder(model, sos_id, fast, compile, beams=k) if compile else Seq2SeqDecoder(model, sos_id, fast)
+        StaticSeq2SeqDecoder(model, sos_id, compile, beams=k) if compile else Seq2SeqDecoder(model, sos_id)
     )
     # each source once: the K beams of source i (rows i·K … i·K + K − 1) share its memory, and cross-attention
     # computes, caches and reads its keys/values once for all of them (tformer.fast.attention)

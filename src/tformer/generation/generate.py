@@ -39,25 +39,21 @@ def translate_ids(
     max_len: int = 128,
     sampling: SamplingConfig = GREEDY,
     generator: torch.Generator | None = None,
-    fast: bool = True,
     compile: bool | Compile = False,
 ) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
 
     A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
-    sources still running. ``fast=False`` decodes with the plain model. ``compile=True`` decodes the same tokens on
+    sources still running. The model decodes with its own kernels. ``compile=True`` decodes the same tokens on
     a static KV cache with the one-token step compiled once (``torch.compile``; a CUDA graph on a GPU: see
     :mod:`tformer.generation.static`, which also says what else ``compile`` takes); the first batch pays the compile.
     """
     check_positive_int(max_len, "max_len")
-    checks.yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
     checks.compile_option.check(compile, "compile")
     rows, length = src.shape[0], src.shape[1]
     what = f"{rows} source(s) x {max_len} new tokens"
     check_kv_cache(model, rows, max_len + 1, what, source_len=length, static=bool(compile))
-    decoder: Decoder = (
-        StaticSeq2SeqDecoder(model, sos_id, fast, compile) if compile else Seq2SeqDecoder(model, sos_id, fast)
-    )
+    decoder: Decoder = StaticSeq2SeqDecoder(model, sos_id, compile) if compile else Seq2SeqDecoder(model, sos_id)
     logits, state = decoder.prefill(src, max_len)
     out = decode_n(decoder, state, logits, max_len, sampler(sampling, generator), until(eos_id))
     return [row[:-1] if row and row[-1] == eos_id else row for row in out]
@@ -78,7 +74,6 @@ def generate_lm(
     on_token=None,
     stop_ids: Sequence[int] = (),
     stop=None,
-    fast: bool = True,
     compile: bool | Compile = False,
 ) -> list[list[int]]:
     """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
@@ -89,7 +84,7 @@ def generate_lm(
     ``stop_ids``, or when ``stop(step, ids)`` (called after ``on_token``) returns True for it (a (B,) list or tensor
     of bools; e.g. a stop string seen in the decoded text). A finished row leaves the batch and the cache (later
     steps decode only the rows still running); the callbacks still get (B,) ids, ``eos_id`` (or ``pad_id``) for it.
-    ``seed`` seeds the sampling's generator; ``fast=False`` decodes with the plain model.
+    ``seed`` seeds the sampling's generator. The model decodes with its own kernels.
 
     ``compile=True`` decodes the same tokens on a static KV cache, with the one-token step compiled once by
     ``torch.compile`` and replayed (on a CUDA device with ``mode="reduce-overhead"``: a CUDA graph), as gpt-fast's
@@ -99,7 +94,6 @@ def generate_lm(
     """
     checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # [1, MAX_NEW_TOKENS], --max-new-tokens' words
     check_sampling(sampling, seed)
-    checks.yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
     checks.compile_option.check(compile, "compile")
     if eos_id is not None:  # a negative one is no token: the rows run to max_new_tokens (what benchmarks ask)
         _ANY_ID.check(eos_id, "eos_id")
@@ -111,7 +105,7 @@ def generate_lm(
     limit = getattr(model.config, "max_len", None) or 1 << 30
     positions = lm_capacity(longest, max_new_tokens, limit) if static else longest + max_new_tokens
     check_kv_cache(model, len(prompts), positions, what, static=static)  # before anything is allocated
-    decoder: Decoder = StaticLMDecoder(model, pad_id, fast, compile) if compile else LMDecoder(model, pad_id, fast)
+    decoder: Decoder = StaticLMDecoder(model, pad_id, compile) if compile else LMDecoder(model, pad_id)
     choose = sampler(sampling, seeded(seed, next(model.parameters()).device))
     end_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())
     ends = _lm_ends(len(prompts), end_ids, eos_id if eos_id is not None else pad_id, on_token, stop)

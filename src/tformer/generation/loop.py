@@ -18,8 +18,10 @@ with a sampler (:mod:`tformer.generation.samplers`); beam search (:mod:`tformer.
 between :func:`decode_one` calls; the explorer's and ``tformer trace``'s step-by-step decoding is :func:`decode_n`
 with a sampler that also writes down the logits it saw.
 
-A decoder decodes through :func:`tformer.fast.fast_view` of the model (``fast=True``): the fast paths on a view that
-shares the model's Parameters, so the model the caller holds is not changed.
+A decoder runs the kernels the model has (:func:`tformer.fast.speed_up` chooses the fast ones, and
+:func:`tformer.load` applies it) and changes nothing in the model. What it keeps for speed is its own: the KV cache
+in its state, and the layouts of the weights its steps read in ``decoder.weights`` (a
+:class:`~tformer.fast.linear.DecodingWeights`, made with the decoder and gone with it).
 
 Dimension legend: B batch, R rows still running, S source length, T tokens seen, Tk key positions, V vocabulary
 size, D model dim.
@@ -34,9 +36,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from tformer.checks import yes_no
-from tformer.fast import fast_view
-from tformer.fast.linear import decoding_step
+from tformer.fast.linear import DecodingWeights, decoding_step
 from tformer.generation.samplers import Sampler
 from tformer.nn.cache import KVCache
 from tformer.nn.masks import padding_mask
@@ -68,7 +68,9 @@ class State(Protocol):
 
 
 class Decoder(Protocol):
-    """One family's prefill and step (see the module docstring)."""
+    """One family's prefill and step (see the module docstring), and the weight layouts its steps read."""
+
+    weights: DecodingWeights
 
     def prefill(self, inputs, new_tokens: int) -> tuple[torch.Tensor, State]: ...
 
@@ -77,8 +79,8 @@ class Decoder(Protocol):
 
 def decode_one(decoder: Decoder, state: State, ids: torch.Tensor) -> torch.Tensor:
     """Feed ``ids`` (R,), one new token per row; returns the (R, V) logits of the position after it. (A decoding
-    step for the fast layers: :func:`tformer.fast.linear.decoding_step`.)"""
-    with decoding_step():
+    step for the fast layers, in the decoder's weight layouts: :func:`tformer.fast.linear.decoding_step`.)"""
+    with decoding_step(decoder.weights):
         return decoder.step(ids, state)
 
 
@@ -149,9 +151,9 @@ class LMDecoder:
     the context). Past the model's context (``config.max_len``) the window slides: the cache is rebuilt from the
     last ¾ of the context, with positions counted from the window's start (as in training)."""
 
-    def __init__(self, model: nn.Module, pad_id: int = 0, fast: bool = True) -> None:
-        yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
-        self.model: Any = fast_view(model) if fast else model  # a GPT, or any module called the same way
+    def __init__(self, model: nn.Module, pad_id: int = 0) -> None:
+        self.model: Any = model  # a GPT, or any module called the same way
+        self.weights = DecodingWeights()
         self.pad_id = pad_id
         self.limit: int = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
 
@@ -230,9 +232,9 @@ class Seq2SeqDecoder:
     """An encoder–decoder (``model.encode``, ``model.decode``) as a decoder: the prefill encodes each source once and
     feeds ``start_id``."""
 
-    def __init__(self, model: nn.Module, start_id: int, fast: bool = True) -> None:
-        yes_no.check(fast, "fast")
-        self.model: Any = fast_view(model) if fast else model  # a Seq2SeqTransformer, or one with its encode/decode
+    def __init__(self, model: nn.Module, start_id: int) -> None:
+        self.model: Any = model  # a Seq2SeqTransformer, or one with its encode/decode
+        self.weights = DecodingWeights()
         self.start_id = start_id
 
     def prefill(self, src: torch.Tensor, new_tokens: int) -> tuple[torch.Tensor, Seq2SeqState]:

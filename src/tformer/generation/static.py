@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tformer.checks import check_length, compile_option, yes_no
-from tformer.fast import fast_view
+from tformer.checks import check_length, compile_option
+from tformer.fast.linear import DecodingWeights
 from tformer.generation.loop import source_mask
 from tformer.generation.static_cache import StaticKVCache
 
@@ -124,9 +124,9 @@ class StaticLMDecoder:
     the context the window slides as in :class:`~tformer.generation.loop.LMDecoder`: the prefill runs again on the
     last ¾ of it, into the same buffers."""
 
-    def __init__(self, model: nn.Module, pad_id: int = 0, fast: bool = True, compile: bool | Compile = True) -> None:
-        yes_no.check(fast, "fast")  # "no" is a true string: refused, not taken for True
-        self.model: Any = fast_view(model) if fast else model  # a GPT, or any module called the same way
+    def __init__(self, model: nn.Module, pad_id: int = 0, compile: bool | Compile = True) -> None:
+        self.model: Any = model  # a GPT, or any module called the same way
+        self.weights = DecodingWeights()  # unread inside the compiled step (F.linear there), read by an eager one
         self.pad_id = pad_id
         self.limit: int = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
         self.device = next(model.parameters()).device
@@ -227,11 +227,9 @@ class StaticSeq2SeqDecoder:
     """:class:`~tformer.generation.loop.Seq2SeqDecoder` on a static cache with a compiled step; ``beams``: cache rows
     per source (beam search's K), the memory repeated for each."""
 
-    def __init__(
-        self, model: nn.Module, start_id: int, fast: bool = True, compile: bool | Compile = True, beams: int = 1
-    ) -> None:
-        yes_no.check(fast, "fast")
-        self.model: Any = fast_view(model) if fast else model  # a Seq2SeqTransformer, or one with its encode/decode
+    def __init__(self, model: nn.Module, start_id: int, compile: bool | Compile = True, beams: int = 1) -> None:
+        self.model: Any = model  # a Seq2SeqTransformer, or one with its encode/decode
+        self.weights = DecodingWeights()  # unread inside the compiled step (F.linear there), read by an eager one
         self.start_id, self.beams = start_id, beams
         self.device = next(model.parameters()).device
         self._step = compile_step(compile, self.device)(_seq2seq_step)

@@ -290,7 +290,6 @@ class Trainer(RunState):
         if not self.world.is_main:  # rank 0 evaluates and saves; the others go on to the next step
             return {"step": self.step}
         self.model.eval()
-        fast.check_copies(self.model)  # a decoding copy the last steps left stale would make the metrics wrong
         with torch.no_grad(), self._paths():
             metrics = self.task.evaluate(self.model)
         record = {"step": self.step, "epoch": self.epoch, **metrics}
