@@ -291,7 +291,7 @@ def _relative_gap(expected: torch.Tensor, got: torch.Tensor) -> float:
 def char_gpt_quality(args, sizes: dict, variants: dict, work: Path) -> tuple[dict, object, list[int]]:
     """The char GPT's quality in float32, bf16 and int8 (each int8 kernel of ``variants``, and the reference
     product), and the file sizes; returns (quality, the float32 model, the validation prompt)."""
-    from tformer.fast.int8 import reference as int8_reference
+    from tformer.fast import speed_up, use_reference
 
     f32, tok, val = trained_gpt(args, sizes, work)
     bf16, q8 = at_precision(f32, "bf16", "measuring"), at_precision(f32, "int8", "measuring")
@@ -300,8 +300,9 @@ def char_gpt_quality(args, sizes: dict, variants: dict, work: Path) -> tuple[dic
     for name, choice in variants.items():
         with kernels(choice):
             ppl[name] = perplexity(q8, tok, val, max_blocks)
-    with int8_reference():
-        ppl["int8 reference (dequantized weights)"] = perplexity(q8, tok, val, max_blocks)
+    use_reference(q8)  # the exact product of the dequantized weights
+    ppl["int8 reference (dequantized weights)"] = perplexity(q8, tok, val, max_blocks)
+    speed_up(q8)
     prompt = val[: sizes["prompt"]].tolist()
     quality = {
         "perplexity": ppl,

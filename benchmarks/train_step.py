@@ -11,7 +11,7 @@ tformer's ``Trainer`` and Hugging Face's ``Trainer`` both use on torch ≥ 2.8),
 ``F.cross_entropy`` for the anchors, ``tformer.fast.sequence_cross_entropy`` for tformer, whose models get the
 fast paths swapped in (``tformer.fast.speed_up``, as its ``Trainer`` does). Each group also times tformer on its
 reference paths ("tformer, reference paths": ``F.dropout`` in its dropout layers and ``F.cross_entropy`` as its
-loss, through ``tformer.fast.reference()``), which shows what its cheaper CPU dropout mask and cross-entropy
+loss, on a copy of the model given the reference kernels by ``tformer.fast.use_reference``), which shows what its cheaper CPU dropout mask and cross-entropy
 backward gain:
 
 * ``seq2seq`` — d_model 256, 4 heads, FFN 1024, 3+3 layers, vocab 8000, batch 64 × 16 → 16; tformer
@@ -85,26 +85,28 @@ def _step(model: nn.Module, loss_fn, n_tokens: int):
     return run
 
 
-def _reference_paths(run):
-    """The same step with tformer's dropout layers on ``F.dropout`` and its loss on ``F.cross_entropy``."""
+def _reference_paths(ours: nn.Module, loss_of, n_tokens: int):
+    """The same step on a copy of the model with the reference kernels (``tformer.fast.use_reference``: its dropout
+    layers ``F.dropout``, ...) and the reference loss (``F.cross_entropy``): ``loss_of(model, reference)`` makes the
+    loss closure."""
+    import copy
+
     from tformer import fast
 
-    def wrapped() -> float:
-        with fast.reference():
-            return run()
-
-    return wrapped
+    model = fast.use_reference(copy.deepcopy(ours))
+    return _step(model, loss_of(model, True), n_tokens)
 
 
 def _ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)  # (B·T, V)
 
 
-def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """tformer's training loss (its fused CPU backward; ``F.cross_entropy`` inside ``fast.reference()``)."""
+def _loss(logits: torch.Tensor, labels: torch.Tensor, reference: bool = False) -> torch.Tensor:
+    """tformer's training loss (its fused CPU backward; ``reference``: the plain one, ``F.cross_entropy``)."""
     from tformer.fast import sequence_cross_entropy
+    from tformer.nn import losses
 
-    return sequence_cross_entropy(logits, labels)
+    return (losses.sequence_cross_entropy if reference else sequence_cross_entropy)(logits, labels)
 
 
 def _n_params(model: nn.Module) -> int:
@@ -212,7 +214,8 @@ def seq2seq_candidates(c: dict, device: str) -> list[Candidate]:
     ).to(device)
     mask = (src != PAD).long()
     flops = seq2seq_flops(c)
-    ours_loss = lambda: _loss(ours(src, tgt_in), tgt_out)  # noqa: E731
+    loss_of = lambda model, reference=False: lambda: _loss(model(src, tgt_in), tgt_out, reference)  # noqa: E731
+    ours_loss = loss_of(ours)
     return [
         Candidate(
             "nn.Transformer",
@@ -233,7 +236,7 @@ def seq2seq_candidates(c: dict, device: str) -> list[Candidate]:
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
         Candidate(
             "tformer, reference paths",
-            _reference_paths(_step(ours, ours_loss, n_tokens)),
+            _reference_paths(ours, loss_of, n_tokens),
             flops,
             {"params": _n_params(ours)},
         ),
@@ -283,7 +286,8 @@ def gpt_candidates(c: dict, device: str) -> list[Candidate]:
         )
     ).to(device)
     n_tokens, flops = labels.numel(), gpt_flops(c)
-    ours_loss = lambda: _loss(ours(inputs), labels)  # noqa: E731
+    loss_of = lambda model, reference=False: lambda: _loss(model(inputs), labels, reference)  # noqa: E731
+    ours_loss = loss_of(ours)
     return [
         Candidate(
             "HF GPT2LMHeadModel",
@@ -294,7 +298,7 @@ def gpt_candidates(c: dict, device: str) -> list[Candidate]:
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
         Candidate(
             "tformer, reference paths",
-            _reference_paths(_step(ours, ours_loss, n_tokens)),
+            _reference_paths(ours, loss_of, n_tokens),
             flops,
             {"params": _n_params(ours)},
         ),
@@ -348,9 +352,14 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
         )
     ).to(device)
 
-    def ours_loss():
-        mlm, nsp = ours.pretraining_logits(ids, segments, mask)
-        return _loss(mlm, mlm_labels) + F.cross_entropy(nsp, nsp_labels)
+    def loss_of(model, reference=False):
+        def loss():
+            mlm, nsp = model.pretraining_logits(ids, segments, mask)
+            return _loss(mlm, mlm_labels, reference) + F.cross_entropy(nsp, nsp_labels)
+
+        return loss
+
+    ours_loss = loss_of(ours)
 
     def hf_loss():
         out = hf(input_ids=ids, token_type_ids=segments, attention_mask=mask)
@@ -362,7 +371,7 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
         Candidate("tformer", _step(ours, ours_loss, n_tokens), flops, {"params": _n_params(ours)}),
         Candidate(
             "tformer, reference paths",
-            _reference_paths(_step(ours, ours_loss, n_tokens)),
+            _reference_paths(ours, loss_of, n_tokens),
             flops,
             {"params": _n_params(ours)},
         ),

@@ -152,6 +152,10 @@ CALLS = {
     "tformer.lm.run.generate": lambda a, kw: tformer.lm.generate(a["gpt"], a["char"], "the", 2, **kw),
     "tformer.translation.translator.Translator.translate": lambda a, kw: a["translator"].translate(["the cat"], **kw),
     "tformer.loader.load": lambda a, kw: tformer.load(a["models"]["lm"], **kw),
+    "tformer.lm.run.load": lambda a, kw: tformer.lm.load(a["models"]["lm"], **kw),
+    "tformer.translation.translator.Translator.load": lambda a, kw: tformer.translation.Translator.load(
+        a["models"]["translation"], **kw
+    ),
     "tformer.loader.Loaded.export": lambda a, kw: tformer.load(a["models"]["lm"]).export(a["tmp"] / "export", **kw),
     "tformer.hf.export.export": lambda a, kw: tformer.hf.export(a["gpt"], a["tmp"] / "export", a["char"], **kw),
     "tformer.fast.quantize.quantize": lambda a, kw: tformer.quantize(_tiny_gpt(), "int8", **kw),

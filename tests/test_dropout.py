@@ -1,14 +1,13 @@
 """tformer.fast.dropout: the fast CPU mask drops at the asked rate, keeps the expectation, and matches F.dropout's contract;
 the attention function that uses it on the weights."""
 
-import contextlib
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.fast.dropout import Dropout, dropout, fast_cpu_multiplier, reference
+from tformer.fast.dropout import Dropout, dropout, fast_cpu_multiplier
 
 
 @pytest.mark.parametrize("p", [0.1, 0.25, 0.5])
@@ -67,11 +66,16 @@ def test_same_seed_same_mask_and_gradient_is_the_mask():
     assert torch.equal(x.grad, kept.float() * scale)  # d(sum)/dx = the multiplier
 
 
-def test_reference_block_is_torch_dropout():
+def test_the_reference_kernel_is_torch_dropout():
+    from torch import nn
+
+    from tformer.fast import use_reference
+
     x = torch.randn(128, 128)
-    with reference():
-        torch.manual_seed(3)
-        ours = Dropout(0.1).train()(x)
+    back = use_reference(nn.Sequential(Dropout(0.1)))[0]
+    assert type(back) is nn.Dropout and back.p == 0.1
+    torch.manual_seed(3)
+    ours = back.train()(x)
     torch.manual_seed(3)
     assert torch.equal(ours, F.dropout(x, 0.1, training=True))
 
@@ -108,14 +112,10 @@ def test_attention_dropout_on_the_cpu_uses_the_fast_mask_on_the_weights(causal):
     keep = fast_cpu_multiplier(torch.Size([2, 4, 5, 5]), 0.25)  # the same draws, on the (B, H, Tq, Tk) weights
     assert torch.allclose(out, (torch.softmax(scores, -1) * keep) @ v, atol=1e-6)
     assert (keep == 0).any() and (keep != 0).any()
-    for plain in (reference, contextlib.nullcontext):  # PyTorch's own kernel and mask: same seed, same result
-        with plain():
-            torch.manual_seed(7)
-            ours = (scaled_dot_product_attention if plain is reference else attention.scaled_dot_product_attention)(
-                q, k, v, dropout_p=0.25, is_causal=causal
-            )  # inside reference(), or the plain function of tformer.nn
-            torch.manual_seed(7)
-            assert torch.equal(ours, F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal))
+    torch.manual_seed(7)  # the plain function of tformer.nn: PyTorch's own kernel and mask, same seed, same result
+    ours = attention.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal)
+    torch.manual_seed(7)
+    assert torch.equal(ours, F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

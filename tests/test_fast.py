@@ -19,7 +19,6 @@ from tformer.fast import attention as fast_attention
 from tformer.fast import dropout as fast_dropout
 from tformer.fast import linear as fast_linear
 from tformer.fast import losses as fast_losses
-from tformer.fast import reference as fast_reference
 from tformer.generation import beam_search, generate_lm, translate_ids
 from tformer.nn import attention, losses
 from tformer.nn.cache import LayerKV
@@ -128,11 +127,15 @@ def test_the_swap_works_inside_inference_mode():
     assert type(model.output) is fast_linear.Linear
 
 
-def test_reference_block_swaps_nothing():
-    model = _gpt(0.1)
-    with fast.reference():
-        fast.speed_up(model)
-    assert _fast_parts(model) == []
+@pytest.mark.parametrize("family", MODELS)
+def test_use_reference_chooses_the_reference_kernels_again_with_the_same_parameters(family):
+    plain = MODELS[family](0.1)
+    model = fast.use_reference(fast.speed_up(copy.deepcopy(plain), inference=True))
+    assert _fast_parts(model) == [] and _kinds(model) == _kinds(plain)
+    assert all(p.is_contiguous() for p in model.parameters())  # PyTorch's own layout back
+    params = list(model.parameters())
+    assert fast.use_reference(model) is model and list(model.parameters()) == params  # idempotent
+    assert list(fast.speed_up(model).parameters()) == params and _fast_parts(model)  # and back again
 
 
 # ------------------------------------------------------------------------- the swapped model equals the plain one
@@ -181,11 +184,11 @@ def test_with_dropout_the_swapped_model_draws_the_fast_mask_and_equals_the_plain
     plain.train(), swapped.train()
     torch.manual_seed(5)
     expected = _forward(plain)
-    with fast.reference():  # every fast path on its reference: torch's dropout, drawn in the same order
-        torch.manual_seed(5)
-        torch.testing.assert_close(_forward(swapped), expected, rtol=1e-6, atol=1e-6)
     torch.manual_seed(5)
     assert not torch.allclose(_forward(swapped), expected)  # the fast mask: other draws
+    fast.use_reference(swapped)  # every kernel the reference one: torch's dropout, drawn in the same order
+    torch.manual_seed(5)
+    torch.testing.assert_close(_forward(swapped), expected, rtol=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------- each swap, piece by piece
@@ -210,7 +213,7 @@ def test_fast_linear_equals_nn_linear_and_project_rows(rows, bias):
             torch.testing.assert_close(
                 attention.project_rows(plain, x, start, end), plain(x)[..., start:end], rtol=1e-6, atol=1e-6
             )
-    with fast_linear.reference(), torch.inference_mode():
+    with torch.inference_mode():  # outside a decoding step: F.linear itself
         torch.testing.assert_close(swapped(x), plain(x), rtol=0, atol=0)
     torch.testing.assert_close(swapped(x), plain(x), rtol=0, atol=0)  # training: F.linear itself
 
@@ -220,9 +223,10 @@ def test_fast_dropout_module_equals_nn_dropout_on_reference_and_keeps_its_rate()
     swapped = fast.speed_up(nn.Sequential(plain))[0]
     assert type(swapped) is fast_dropout.Dropout and swapped.p == 0.2
     x = torch.randn(300, 40)
-    with fast.reference():
-        torch.manual_seed(7)
-        ours = swapped(x)
+    back = fast.use_reference(nn.Sequential(swapped))[0]  # the reference kernel: nn.Dropout at the same rate
+    assert type(back) is nn.Dropout and back.p == 0.2
+    torch.manual_seed(7)
+    ours = back(x)
     torch.manual_seed(7)
     assert torch.equal(ours, plain(x))
     kept = swapped(x) != 0
@@ -235,20 +239,19 @@ def test_fast_attention_function_equals_the_plain_one(dropout_p, details):
     q, k, v = torch.randn(3, 2, 4, 5, 8).unbind(0)
     mask = torch.ones(2, 1, 5, 5, dtype=torch.bool)
     mask[0, :, :, 3:] = False
-    for context in (fast.reference, None):
-        torch.manual_seed(8)
-        with fast.reference() if context else torch.no_grad():
-            ours = fast_dropout.scaled_dot_product_attention(q, k, v, mask, dropout_p, details)
-        torch.manual_seed(8)
-        plain = attention.scaled_dot_product_attention(q, k, v, mask, dropout_p, details)
-        if dropout_p and not context:  # the fast mask: other draws, the same weights before dropout
-            if details:
-                torch.testing.assert_close(ours[1].weights, plain[1].weights)
-            continue
-        if details:  # (context, AttentionDetails) both
-            (ours, ours_details), (plain, plain_details) = ours, plain
-            torch.testing.assert_close(vars(ours_details), vars(plain_details), rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(ours, plain, rtol=1e-6, atol=1e-6)
+    torch.manual_seed(8)
+    with torch.no_grad():
+        ours = fast_dropout.scaled_dot_product_attention(q, k, v, mask, dropout_p, details)
+    torch.manual_seed(8)
+    plain = attention.scaled_dot_product_attention(q, k, v, mask, dropout_p, details)
+    if dropout_p:  # the fast mask: other draws, the same weights before dropout
+        if details:
+            torch.testing.assert_close(ours[1].weights, plain[1].weights)
+        return
+    if details:  # (context, AttentionDetails) both
+        (ours, ours_details), (plain, plain_details) = ours, plain
+        torch.testing.assert_close(vars(ours_details), vars(plain_details), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ours, plain, rtol=1e-6, atol=1e-6)
 
 
 def test_fast_loss_equals_the_plain_loss_with_its_gradient():
@@ -312,6 +315,7 @@ class _LMTask:
     """The smallest task the Trainer takes: next-token loss on fixed rows; evaluation decodes with generate_lm."""
 
     metric, higher_is_better = "val_loss", False
+    cross_entropy = staticmethod(fast.sequence_cross_entropy)  # the loss kernel; TrainConfig(fast=False) chooses again
 
     def __init__(self) -> None:
         self.rows = torch.randint(1, VOCAB, (4, 9), generator=torch.Generator().manual_seed(10))
@@ -324,7 +328,7 @@ class _LMTask:
         return batch[:, 1:].numel()
 
     def loss(self, model, batch):
-        loss = fast.sequence_cross_entropy(model(batch[:, :-1]), batch[:, 1:], reduction="sum")
+        loss = self.cross_entropy(model(batch[:, :-1]), batch[:, 1:], reduction="sum")
         self.grad_fns.append(type(loss.grad_fn).__name__)
         return loss, self.count_tokens(batch)
 
@@ -338,14 +342,15 @@ class _LMTask:
 
 @pytest.mark.parametrize("use_fast", [True, False])
 def test_the_trainer_applies_the_fast_paths_unless_told_not_to(tmp_path, use_fast):
-    model, task = _gpt(0.1), _LMTask()
+    # fast=False is given a model with the fast kernels (as tformer.load makes it): the trainer chooses again
+    model, task = (_gpt(0.1) if use_fast else fast.speed_up(_gpt(0.1), inference=True)), _LMTask()
     cfg = TrainConfig(out_dir=str(tmp_path), max_steps=2, warmup_steps=1, progress=False, fast=use_fast)
     Trainer(model, task, cfg).fit()
     if use_fast:
         assert type(model.output) is fast_linear.Linear and nn.Dropout not in _kinds(model)
         assert task.grad_fns[0] == "_CrossEntropyBackward"  # the fused loss backward in training
-    else:  # plain modules, the plain loss, and evaluation's decoding did not swap either
-        assert _fast_parts(model) == []
+    else:  # the reference kernels and the reference loss, chosen once
+        assert _fast_parts(model) == [] and all(p.is_contiguous() for p in model.parameters())
         assert all("_CrossEntropy" not in name for name in task.grad_fns)
 
 
@@ -446,8 +451,8 @@ def test_the_swapped_attention_equals_the_plain_module(case):
     with torch.no_grad():
         expected = call(plain, x, memory, pad)
         torch.testing.assert_close(call(swapped, x, memory, pad), expected, rtol=1e-5, atol=1e-6)
-        with fast.reference():  # the plain forward itself
-            assert torch.equal(call(swapped, x, memory, pad), expected)
+        fast.use_reference(swapped)  # the reference kernel again: the plain forward itself
+        assert swapped.kernel is reference_attend and torch.equal(call(swapped, x, memory, pad), expected)
 
 
 def test_the_swapped_attention_trains_as_the_plain_one():
@@ -502,8 +507,7 @@ def test_the_fast_rmsnorm_gives_the_references_numbers_and_gradients(shape):
     x = torch.randn(shape, requires_grad=True)
     fast_out = fast(x)
     (fast_grad,) = torch.autograd.grad(fast_out.square().sum(), x)
-    with fast_reference():
-        ref_out = fast(x)
+    ref_out = RMSNorm.forward(fast, x)  # the reference formula
     (ref_grad,) = torch.autograd.grad(ref_out.square().sum(), x)
     assert torch.equal(fast_out, ref_out) and torch.allclose(fast_grad, ref_grad, rtol=1e-6, atol=1e-6)
     half = x.detach().bfloat16()

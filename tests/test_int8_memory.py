@@ -21,7 +21,7 @@ from torch import nn
 
 import tformer
 from test_quantize import rounding_bound, tolerances
-from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, fast
+from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 from tformer.cli import main
 from tformer.fast import int8, precision
 from tformer.fast.int8 import Int8Linear
@@ -98,8 +98,9 @@ def test_a_packed_only_layer_holds_its_values_once_and_gives_them_back_exactly()
     layer.to("cpu")  # nothing to move: the packing stays, the buffer stays let go
     assert layer._buffers["weight_int8"] is None
     assert torch.equal(layer.weight, before["weight_int8"].float() * before["weight_scale"][:, None])
-    with tformer.fast.reference():  # the exact product reads the values back too
-        assert _gap(layer(x), y) < 0.03
+    layer.exact = True  # the reference kernel: the exact product reads the values back too
+    assert _gap(layer(x), y) < 0.03
+    layer.exact = False
     layer.load_state_dict({k: v.clone() for k, v in before.items()})
     assert torch.equal(layer._buffers["weight_int8"], before["weight_int8"])  # loaded into the buffer, packed again
     layer(x)
@@ -252,9 +253,10 @@ def test_decodings_one_row_product_equals_the_general_path_and_follows_changed_b
         assert torch.equal(first, again) and torch.equal(rows, layer.forward_rows(x, 32, 96))
         two = layer(torch.cat([x, torch.zeros_like(x)], dim=1))[:, :1]  # the general path (rows scaled each)
         assert (again - two).abs().max() <= 1e-5 * again.abs().max()
-        with fast.reference():
-            assert ((again - layer(x)).abs() <= bound).all()
-            assert ((rows - layer(x)[..., 32:]).abs() <= bound[..., 32:]).all()
+        layer.exact = True  # the reference kernel: the dequantized weight's product
+        assert ((again - layer(x)).abs() <= bound).all()
+        assert ((rows - layer(x)[..., 32:]).abs() <= bound[..., 32:]).all()
+        layer.exact = False
     bias = layer.bias.clone()
     with torch.no_grad():
         layer.weight_scale.mul_(2)  # in place: the packing is made again from the new scales

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from tformer.checks import BadValue, check_device, check_yes_no
-from tformer.fast import speed_up
+from tformer.fast import speed_up, use_reference
 from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
 from tformer.hf import export as hf_export
@@ -272,7 +272,8 @@ def load(
     caller needs float weights (fine-tuning, conversion), and such a directory is one line saying so.
 
     ``fast``: the model runs tformer's fast kernels, chosen here (:func:`tformer.fast.speed_up` with
-    ``inference=True``: its weights stored in the layout decoding reads); False: the reference kernels, plain PyTorch.
+    ``inference=True``: its weights stored in the layout decoding reads); False: the reference kernels, plain PyTorch
+    (:func:`tformer.fast.use_reference`), what ``--no-fast`` loads.
     """
     wanted = _families(family)  # the arguments first: a typo is named before a file is read
     check_device(device)
@@ -297,8 +298,7 @@ def load(
     _check_sizes(kind, model.config, source, target, strict)
     start = _start_id(kind, target, model.config)
     model.eval()
-    if fast:
-        speed_up(model, inference=True)
+    speed_up(model, inference=True) if fast else use_reference(model)
     return Loaded(kind.family, model, source, target, kind, start, missing)
 
 

@@ -56,13 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args) -> int:
-    """The subcommand; with ``--no-fast``, inside ``tformer.fast.reference()`` (plain code, no swaps)."""
-    if getattr(args, "fast", True):
-        return args.func(args) or 0
-    from tformer.fast import reference
-
-    with reference():
-        return args.func(args) or 0
+    """The subcommand (``--no-fast`` is its own: the reference kernels chosen where it loads or trains a model)."""
+    return args.func(args) or 0
 
 
 def _command(args) -> str:

@@ -63,8 +63,8 @@ def run(args) -> int:
     from tformer.fast.precision import for_inference
     from tformer.generation import SamplingConfig
 
-    model, tokenizer = lm.load(args.model, args.device, flag="--model")  # through tformer.load
-    model = for_inference(model, args.precision, "decoding", args.device)
+    model, tokenizer = lm.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
+    model = for_inference(model, args.precision, "decoding", args.device, args.fast)
     sampling = SamplingConfig(
         not args.greedy,
         args.temperature,

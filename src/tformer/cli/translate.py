@@ -67,8 +67,8 @@ def run(args) -> int:
     from tformer.translation import Translator
     from tformer.translation.translator import SourceTruncated
 
-    translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
-    translator.model = for_inference(translator.model, args.precision, "decoding", args.device)
+    translator = Translator.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
+    translator.model = for_inference(translator.model, args.precision, "decoding", args.device, args.fast)
     sentences = args.sentences or read_stdin_lines()  # strict UTF-8; every line, empty ones too: one out for each
     if not any(s.strip() for s in sentences):
         where = "the arguments are all empty" if args.sentences else "stdin held only empty lines"

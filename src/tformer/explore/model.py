@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tformer.explore.text_codecs import LMCodec, ToyCodec, TranslationCodec, WordPieceCodec
+from tformer.fast import speed_up
 from tformer.fast.precision import apply, choose
 from tformer.inspection import toy_seq2seq
 from tformer.tokenizers import WordPieceTokenizer
@@ -99,7 +100,7 @@ def load_model(directory: str | Path | None, flag: str = "--model") -> Model:
 def with_precision(m: Model, precision: str) -> Model:
     """``m`` with its weights in ``precision`` (the explorer measures: ``auto`` keeps them float32)."""
     choice = choose(precision, "measuring", m.model)
-    m.model, m.precision = apply(m.model, choice).eval(), choice.precision
+    m.model, m.precision = speed_up(apply(m.model, choice).eval(), inference=True), choice.precision
     return m
 
 

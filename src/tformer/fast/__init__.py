@@ -40,49 +40,57 @@ in the layout decoding reads (:func:`linear.inference_layout`). A model built in
 ``from_hf``) runs the reference kernels until ``speed_up`` is applied to it. :func:`tformer.fast.kernels.kernels` reads the
 choice off a model, and ``tformer info`` prints it. The decoding functions of :mod:`tformer.generation` run the
 kernels the model has; what a decoding call keeps for speed (the layouts of the weights its steps read, its KV
-cache) belongs to that call (:class:`linear.DecodingWeights`), never to the model. Inside :func:`reference` every
-fast path runs its reference, and :func:`speed_up` swaps nothing (how ``--no-fast`` runs).
+cache) belongs to that call (:class:`linear.DecodingWeights`), never to the model. :func:`use_reference` chooses
+the reference kernels again (``--no-fast``, ``TrainConfig(fast=False)``); there is no switch that turns a fast path
+off from outside.
 """
 
 from __future__ import annotations
 
-import contextlib
-
 from torch import nn
 
 from tformer.checks import yes_no
-from tformer.fast import attention, dropout, int8, linear, losses, norms
+from tformer.fast import attention, dropout, int8, linear, norms
 from tformer.fast.losses import sequence_cross_entropy
-from tformer.fast.swap import Switch
 
-__all__ = ["speed_up", "reference", "sequence_cross_entropy"]
-
-_SWAPS = Switch()  # off inside reference(): speed_up swaps nothing
+__all__ = ["speed_up", "use_reference", "sequence_cross_entropy"]
 
 
 def speed_up(model: nn.Module, inference: bool = False) -> nn.Module:
     """Choose the fast kernels for ``model``, in place (idempotent), and return it: fast
-    :class:`~tformer.fast.linear.Linear` layers, the fast dropout mask, the fast attention kernel, the fast RMSNorm.
-    The Parameters stay the same objects. ``inference=True``: a model made to decode, its weights stored in the
-    layout a one-row product reads (:func:`linear.inference_layout`, the same values: no copy while it decodes);
-    ``False``: PyTorch's own layout, training's numbers to the bit (:func:`linear.training_layout`). Inside
-    :func:`reference`, leave it as it is; an object that is not an ``nn.Module`` (a stand-in model of a test, say)
-    has nothing to swap and is returned as it is."""
+    :class:`~tformer.fast.linear.Linear` layers, the fast dropout mask, the fast attention kernel, the fast RMSNorm,
+    and an int8 layer's own product (undoing :func:`use_reference`). The Parameters stay the same objects.
+    ``inference=True``: a model made to decode, its weights stored in the layout a one-row product reads
+    (:func:`linear.inference_layout`, the same values: no copy while it decodes); ``False``: PyTorch's own layout,
+    training's numbers to the bit (:func:`linear.training_layout`). An object that is not an ``nn.Module`` (a stand-in
+    model of a test, say) has nothing to choose and is returned as it is."""
     yes_no.check(inference, "inference")  # "no" is a true string: refused, not taken for True
-    if _SWAPS.on and isinstance(model, nn.Module):
+    if isinstance(model, nn.Module):
         linear.swap_linear(model)
         dropout.swap_dropout(model)
         attention.swap_attention(model)
         norms.swap_norms(model)
+        _exact_int8(model, False)
         (linear.inference_layout if inference else linear.training_layout)(model)
     return model
 
 
-@contextlib.contextmanager
-def reference():
-    """Within this block tformer runs its plain code: :func:`speed_up` swaps nothing, and what it swapped in before
-    runs its reference (``F.linear``, ``F.dropout``, the plain attention function and module, ``F.cross_entropy``,
-    the dequantized weights of an int8 layer)."""
-    with _SWAPS.off(), linear.reference(), dropout.reference(), attention.reference(), losses.reference():
-        with int8.reference(), norms.reference():
-            yield
+def use_reference(model: nn.Module) -> nn.Module:
+    """Choose the reference kernels for ``model``, in place (idempotent), and return it: ``nn.Linear``,
+    ``nn.Dropout``, :func:`tformer.nn.scaled_dot_product.attend`, :class:`tformer.nn.norms.RMSNorm`, an int8 layer's
+    exact product of its dequantized weight; the weights in PyTorch's own layout. What ``--no-fast`` and
+    ``TrainConfig(fast=False)`` run. The Parameters stay the same objects."""
+    if isinstance(model, nn.Module):
+        linear.training_layout(model)
+        linear.to_plain_linear(model)
+        dropout.to_plain_dropout(model)
+        attention.use_reference_attention(model)
+        norms.to_plain_norms(model)
+        _exact_int8(model, True)
+    return model
+
+
+def _exact_int8(model: nn.Module, exact: bool) -> None:
+    for module in model.modules():
+        if isinstance(module, int8.Int8Linear):
+            module.exact = exact

@@ -28,19 +28,11 @@ import torch
 from torch import nn
 
 from tformer.fast import dropout
-from tformer.fast.swap import Switch
 from tformer.nn import scaled_dot_product
 from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.masks import causal_mask, combine_masks, sliding_window_mask
 
-__all__ = ["attend", "fast_mask", "swap_attention", "reference"]
-
-_SWITCH = Switch()  # off inside reference()
-
-
-def reference():
-    """Within this block :func:`attend` runs the reference kernel."""
-    return _SWITCH.off()
+__all__ = ["attend", "fast_mask", "swap_attention", "use_reference_attention"]
 
 
 def attend(
@@ -55,8 +47,6 @@ def attend(
 ) -> torch.Tensor:
     """:func:`tformer.nn.scaled_dot_product.attend` (same arguments, same numbers to float rounding) with the
     shortcuts of the module docstring; returns the context (B, H, Tq, Dh)."""
-    if not _SWITCH.on:
-        return scaled_dot_product.attend(q, k, v, mask, causal, window, dropout_p, scale)
     if k.shape[0] != q.shape[0]:
         return _beams_sharing_keys(q, k, v, mask, dropout_p, scale)
     mask, is_causal = fast_mask(mask, causal, window, q, k)
@@ -106,4 +96,13 @@ def swap_attention(model: nn.Module) -> nn.Module:
     for module in model.modules():
         if isinstance(module, MultiHeadAttention) and module.kernel is scaled_dot_product.attend:
             module.kernel = attend
+    return model
+
+
+def use_reference_attention(model: nn.Module) -> nn.Module:
+    """Choose the reference :func:`tformer.nn.scaled_dot_product.attend` as the kernel of every attention module of
+    ``model`` whose kernel is :func:`attend`, in place (:func:`tformer.fast.use_reference`). Returns ``model``."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention) and module.kernel is attend:
+            module.kernel = scaled_dot_product.attend
     return model

@@ -42,22 +42,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tformer.fast.swap import Switch, replace_modules
+from tformer.fast.swap import replace_modules
 from tformer.nn import attention
 from tformer.nn.attention import AttentionDetails
 from tformer.nn.masks import causal_mask
 
-__all__ = ["Dropout", "dropout", "fast_cpu_multiplier", "reference", "scaled_dot_product_attention", "swap_dropout"]
+__all__ = [
+    "Dropout",
+    "dropout",
+    "fast_cpu_multiplier",
+    "scaled_dot_product_attention",
+    "swap_dropout",
+    "to_plain_dropout",
+]
 
 _LEVELS = 65536  # each lane holds 16 random bits
 _LANES = 4  # 16-bit lanes per 64-bit word, whatever the byte order
-_SWITCH = Switch()  # off inside reference()
-
-
-def reference():
-    """Within this block every :class:`Dropout` runs ``F.dropout`` and :func:`scaled_dot_product_attention` the plain
-    function (for A/B benchmarks and tests)."""
-    return _SWITCH.off()
 
 
 def fast_cpu_multiplier(
@@ -93,7 +93,7 @@ def uses_fast_mask(x: torch.Tensor, p: float) -> bool:
     kind = x.dtype in _FLOATS or x.dtype in _HALVES
     if torch.compiler.is_compiling():  # a compiled graph draws F.dropout's mask (dynamo cannot trace random_)
         return False
-    return _SWITCH.on and x.device.type == "cpu" and kind and 0 < round(p * _LEVELS) < _LEVELS
+    return x.device.type == "cpu" and kind and 0 < round(p * _LEVELS) < _LEVELS
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
@@ -148,6 +148,17 @@ def swap_dropout(model: nn.Module) -> nn.Module:
     same mode). (The attention weights' dropout is the attention kernel's: :func:`tformer.fast.attention.attend`
     draws this mask.) Idempotent; returns ``model``."""
     replace_modules(model, _fast_dropout)
+    return model
+
+
+def to_plain_dropout(model: nn.Module) -> nn.Module:
+    """Put an ``nn.Dropout`` (same rate, same mode) in place of every :class:`Dropout` of ``model``, in place (the
+    reference kernel: :func:`tformer.fast.use_reference`). Idempotent; returns ``model``."""
+
+    def plain(m: nn.Module) -> nn.Module | None:
+        return nn.Dropout(m.p, m.inplace).train(m.training) if type(m) is Dropout else None
+
+    replace_modules(model, plain)
     return model
 
 

@@ -22,7 +22,7 @@ The kernels, each computing ``x (q · s)ᵀ + b``:
 * ``bf16``: x in bfloat16 times the int8 values in bfloat16 (exact), the scales applied after: a bfloat16 GEMM on a
   bfloat16 copy of q (two bytes per weight);
 * ``reference``: ``F.linear(x, q · s, b)`` in x's dtype, the exact product of the dequantized weight and the parity
-  reference. It runs inside :func:`reference` (and ``tformer.fast.reference()``), on GPUs, when x needs a gradient,
+  reference. It runs on a layer whose ``exact`` is set (:func:`tformer.fast.use_reference`), on GPUs, when x needs a gradient,
   under ``torch.compile``, in float64, and on a machine class :data:`KERNELS` does not list.
 
 Measured on this project's avx512_bf16 class (AMD EPYC, family 26 = Zen 5, 2 cores shared with other work, torch
@@ -71,9 +71,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tformer.fast.swap import Switch
-
-__all__ = ["Int8Linear", "Kernel", "KERNELS", "DECODE_ROWS", "kernel_for", "quantize_rows", "reference"]
+__all__ = ["Int8Linear", "Kernel", "KERNELS", "DECODE_ROWS", "kernel_for", "quantize_rows"]
 
 
 class Kernel(NamedTuple):
@@ -94,13 +92,7 @@ KERNELS: dict[str, tuple[Kernel, Kernel]] = {
     "avx512": (Kernel("dynamic", "fbgemm", True), Kernel("dynamic", "fbgemm", True)),  # from issue 33's figures
     "avx2": (Kernel("dynamic", "fbgemm", True), Kernel("dynamic", "fbgemm", True)),  # from issue 33's figures
 }
-_SWITCH = Switch()  # off inside reference()
 _TINY = torch.finfo(torch.float32).tiny
-
-
-def reference():
-    """Within this block every :class:`Int8Linear` runs the reference product ``F.linear(x, q · s, b)``."""
-    return _SWITCH.off()
 
 
 @functools.cache
@@ -166,13 +158,15 @@ class Int8Linear(nn.Module):
     replaced, when :func:`tformer.fast.quantize.quantize` kept it (not a submodule: not in the state dict).
     ``packed_only``: hold the int8 values only in one packed copy once the first product has made it (the module
     docstring); ``weight_int8`` then reads them back from it. ``shares_values``: the ``weight_int8`` buffer is an
-    int8 embedding's table (a tied head), kept whatever the mode."""
+    int8 embedding's table (a tied head), kept whatever the mode. ``exact``: run the reference product
+    ``F.linear(x, q · s, b)`` (the dequantized weight) whatever the machine (:func:`tformer.fast.use_reference`)."""
 
     weight_scale: torch.Tensor  # (out,) float32
     bias: torch.Tensor | None  # (out,)
     original: nn.Module | None
     packed_only: bool
     shares_values: bool
+    exact: bool
 
     def __init__(
         self, in_features: int, out_features: int, bias: bool = True, device=None, packed_only: bool = False
@@ -183,7 +177,7 @@ class Int8Linear(nn.Module):
         self._buffers["weight_int8"] = torch.zeros(out_features, in_features, dtype=torch.int8, device=device)
         self.register_buffer("weight_scale", torch.ones(out_features, device=device))
         self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
-        self.__dict__.update(original=None, packed_only=packed_only, shares_values=False)
+        self.__dict__.update(original=None, packed_only=packed_only, shares_values=False, exact=False)
 
     @classmethod
     def from_linear(
@@ -327,7 +321,7 @@ class Int8Linear(nn.Module):
             or not self.packed_only
             or self._buffers.get("weight_int8") is not None  # not packed yet, or a tied head's shared table
             or x.requires_grad
-            or not _SWITCH.on
+            or self.exact
             or not x.is_cpu
             or torch.compiler.is_compiling()
         ):
@@ -366,7 +360,7 @@ class Int8Linear(nn.Module):
 
     def _kernel(self, x: torch.Tensor) -> Kernel:
         if (
-            not _SWITCH.on
+            self.exact
             or not x.is_cpu
             or x.requires_grad
             or x.shape[-1] != self.in_features

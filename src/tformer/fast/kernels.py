@@ -49,6 +49,8 @@ def kernels(model: nn.Module) -> dict[str, list[str]]:
         if not kind:
             continue
         name = _NAMES.get((kind, impl)) or f"{getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', impl)}"
+        if isinstance(module, int8.Int8Linear) and module.exact:  # use_reference: the dequantized weight's product
+            name = "int8 reference"
         if name not in found[kind]:
             found[kind].append(name)
     return {kind: names for kind, names in found.items() if names}

@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tformer.fast.swap import Switch, replace_modules
+from tformer.fast.swap import replace_modules
 
 __all__ = [
     "Linear",
@@ -69,7 +69,7 @@ __all__ = [
     "swap_linear",
     "inference_layout",
     "training_layout",
-    "reference",
+    "to_plain_linear",
     "FEW_ROWS",
     "SPLIT_MIN_COLUMNS",
     "PACKED_ROWS",
@@ -110,12 +110,6 @@ def _has_onednn() -> bool:
 
 
 _ONEDNN = _has_onednn()
-_SWITCH = Switch()  # off inside reference()
-
-
-def reference():
-    """Within this block every :class:`Linear` runs ``F.linear`` (for A/B benchmarks and tests)."""
-    return _SWITCH.off()
 
 
 class _Split(NamedTuple):
@@ -224,7 +218,7 @@ class Linear(nn.Linear):
         (the fast version of :func:`tformer.nn.attention.project_rows`)."""
         if not torch.compiler.is_compiling() and not torch.is_grad_enabled():  # a compiled graph, or training: F.linear
             weights = _STEP.get()
-            if weights is not None and x.is_cpu and x.shape[-1] == self.in_features and _SWITCH.on:
+            if weights is not None and x.is_cpu and x.shape[-1] == self.in_features:
                 return weights.product(self, x, start, end)
         return F.linear(x, _rows(self.weight, start, end), _rows(self.bias, start, end))
 
@@ -314,6 +308,24 @@ def swap_linear(model: nn.Module) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (exactly that class) by a :class:`Linear` holding the same Parameters,
     in place; the state dict, the numbers and training are unchanged. Idempotent; returns ``model``."""
     replace_modules(model, lambda m: Linear.from_linear(m) if type(m) is nn.Linear else None)
+    return model
+
+
+def to_plain_linear(model: nn.Module) -> nn.Module:
+    """Replace every :class:`Linear` of ``model`` by an ``nn.Linear`` holding the same Parameters, in place (the
+    reference kernel: :func:`tformer.fast.use_reference`). Idempotent; returns ``model``."""
+
+    def plain(m: nn.Module) -> nn.Module | None:
+        if type(m) is not Linear:
+            return None
+        layer = nn.Linear.__new__(nn.Linear)
+        nn.Module.__init__(layer)  # no new weight
+        layer.in_features, layer.out_features = m.in_features, m.out_features
+        layer.register_parameter("weight", m._parameters["weight"])
+        layer.register_parameter("bias", m._parameters["bias"])
+        return layer.train(m.training)
+
+    replace_modules(model, plain)
     return model
 
 

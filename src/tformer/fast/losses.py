@@ -20,17 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from tformer.fast.swap import Switch
 from tformer.nn import losses
 
-__all__ = ["sequence_cross_entropy", "reference"]
-
-_SWITCH = Switch()  # off inside reference()
-
-
-def reference():
-    """Within this block :func:`sequence_cross_entropy` runs the plain loss (for A/B benchmarks and tests)."""
-    return _SWITCH.off()
+__all__ = ["sequence_cross_entropy"]
 
 
 def sequence_cross_entropy(
@@ -52,8 +44,7 @@ def sequence_cross_entropy(
 
 def _uses_fused(logits: torch.Tensor) -> bool:
     return (
-        _SWITCH.on
-        and logits.device.type == "cpu"
+        logits.device.type == "cpu"
         and logits.requires_grad
         and torch.is_grad_enabled()
         and not torch.compiler.is_compiling()

@@ -16,17 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tformer.fast.swap import Switch, replace_modules
+from tformer.fast.swap import replace_modules
 from tformer.nn import norms
 
-__all__ = ["RMSNorm", "swap_norms", "reference"]
-
-_SWITCH = Switch()  # off inside reference()
-
-
-def reference():
-    """Within this block every fast :class:`RMSNorm` runs the reference formula."""
-    return _SWITCH.off()
+__all__ = ["RMSNorm", "swap_norms", "to_plain_norms"]
 
 
 class RMSNorm(norms.RMSNorm):
@@ -42,8 +35,7 @@ class RMSNorm(norms.RMSNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
         if (
-            _SWITCH.on
-            and x.dtype is torch.float32
+            x.dtype is torch.float32
             and self.weight_offset == 0
             and (w is None or w.dtype is torch.float32)
             and not torch.compiler.is_compiling()
@@ -56,4 +48,19 @@ def swap_norms(model: nn.Module) -> nn.Module:
     """Replace every :class:`tformer.nn.norms.RMSNorm` of ``model`` (exactly that class) by a fast :class:`RMSNorm`
     holding the same weight, in place. Idempotent; returns ``model``."""
     replace_modules(model, lambda m: RMSNorm.from_norm(m) if type(m) is norms.RMSNorm else None)
+    return model
+
+
+def to_plain_norms(model: nn.Module) -> nn.Module:
+    """Put a :class:`tformer.nn.norms.RMSNorm` holding the same weight in place of every fast :class:`RMSNorm` of
+    ``model``, in place (:func:`tformer.fast.use_reference`). Idempotent; returns ``model``."""
+
+    def plain(m: nn.Module) -> nn.Module | None:
+        if type(m) is not RMSNorm:
+            return None
+        norm = norms.RMSNorm(m.dim, m.eps, m.weight_offset, scale=m.weight is not None)
+        norm.weight = m.weight
+        return norm.train(m.training)
+
+    replace_modules(model, plain)
     return model

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -322,12 +322,16 @@ def apply(model: M, choice: Choice) -> M:
     return model
 
 
-def for_inference(model: M, precision: str, work: str, device: str = "cpu") -> M:
+def for_inference(model: M, precision: str, work: str, device: str = "cpu", fast: bool = True) -> M:
     """``model`` in the precision :func:`choose` picks for ``work``; a choice other than the float32 the model was
-    read in is said on stderr (one line: what and why), so that no number's origin is hidden."""
+    read in is said on stderr (one line: what and why), so that no number's origin is hidden. Then the kernels are
+    chosen for the layers it has now (int8 ones included): the fast ones (``fast``), else the reference ones."""
     import sys
+
+    from tformer.fast import speed_up, use_reference
 
     choice = choose(precision, work, model, device)
     if choice.precision != "fp32" or "dequantized" in choice.reason:  # not the float32 weights the model was read in
         print(str(choice), file=sys.stderr)
-    return apply(model, choice).eval()
+    model = apply(model, choice).eval()
+    return cast(M, speed_up(model, inference=True) if fast else use_reference(model))

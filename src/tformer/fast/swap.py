@@ -1,35 +1,16 @@
-"""``replace_modules``: the one mechanism of every swap in :mod:`tformer.fast` (as gpt-fast's ``quantize.py``), and
-``Switch``: the one way each fast path is turned off for a block (``tformer.fast.reference()`` turns them all off).
+"""``replace_modules``: the one mechanism of every swap in :mod:`tformer.fast` (as gpt-fast's ``quantize.py``), both
+ways (:func:`tformer.fast.speed_up` and :func:`tformer.fast.use_reference`).
 
 Dimension legend: none (modules only).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from torch import nn
 
-__all__ = ["replace_modules", "Switch"]
-
-
-class Switch:
-    """Whether one fast path runs: ``switch.on`` (True by default); inside ``with switch.off():`` the path runs its
-    reference instead, and the previous setting comes back on exit (blocks nest)."""
-
-    __slots__ = ("on",)
-
-    def __init__(self) -> None:
-        self.on = True
-
-    @contextlib.contextmanager
-    def off(self) -> Iterator[None]:
-        previous, self.on = self.on, False
-        try:
-            yield
-        finally:
-            self.on = previous
+__all__ = ["replace_modules"]
 
 
 def replace_modules(model: nn.Module, replace: Callable[[nn.Module], nn.Module | None]) -> int:

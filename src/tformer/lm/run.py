@@ -168,13 +168,18 @@ def train(data: str | Path, out_dir: str | Path, preset: str = "tiny", **options
 
 
 def load(
-    directory: str | Path, device: str = "cpu", dtype: torch.dtype | None = torch.float32, flag: str | None = None
+    directory: str | Path,
+    device: str = "cpu",
+    dtype: torch.dtype | None = torch.float32,
+    flag: str | None = None,
+    fast: bool = True,
 ) -> tuple[GPT, Tokenizer]:
     """A GPT (in eval mode) and its tokenizer, checked to match, through :func:`tformer.load`: a ``tformer train lm``
     run or model directory, or a Hugging Face decoder directory (config.json with a Hugging Face ``model_type``,
     safetensors weights, tokenizer.json), read without ``transformers``. ``dtype``: the weights' dtype in memory
-    (None: as stored, float32 for tformer's own); ``flag``: the argument messages name (``--model``)."""
-    loaded = load_any(directory, device, dtype, family="gpt", flag=flag)
+    (None: as stored, float32 for tformer's own); ``flag``: the argument messages name (``--model``); ``fast``: the
+    fast kernels (False: the reference ones, ``--no-fast``)."""
+    loaded = load_any(directory, device, dtype, family="gpt", flag=flag, fast=fast)
     tokenizer = loaded.require_tokenizer()
     if tokenizer.start_id is None:
         raise ValueError(

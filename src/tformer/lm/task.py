@@ -97,6 +97,9 @@ class LMTask:
         self.eval_blocks, self.seed = eval_blocks, seed
         self.unit_lengths = torch.tensor(tokenizer.unit_lengths())
 
+    # the training loss, a kernel the Trainer chooses (fused CPU backward; TrainConfig(fast=False): the reference)
+    cross_entropy = staticmethod(sequence_cross_entropy)
+
     def train_batches(self, epoch: int) -> list[torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         high = len(self.train_ids) - self.max_len  # last start whose block of T+1 fits, plus one
@@ -110,7 +113,7 @@ class LMTask:
         rows = blocks(self.train_ids, batch, self.max_len + 1).to(device)  # (B, T+1)
         logits = model(rows[:, :-1])  # (B, T, V)
         labels = rows[:, 1:]  # (B, T) the input shifted by one
-        loss = sequence_cross_entropy(logits, labels, ignore_index=PAD, reduction="sum")
+        loss = self.cross_entropy(logits, labels, ignore_index=PAD, reduction="sum")
         return loss, int((labels != PAD).sum())
 
     def evaluate(self, model) -> dict:

@@ -15,9 +15,10 @@ A task provides::
     save_extra(directory)                      # tokenizer files etc. next to the weights
 
 ``TrainConfig.fast`` (default True) trains, evaluates and decodes with the CPU fast paths of
-:mod:`tformer.fast`: :func:`tformer.fast.speed_up` swaps them into the model, and the tasks' loss
-(:func:`tformer.fast.sequence_cross_entropy`) takes its fused backward. ``fast=False`` keeps the model plain and
-runs every step and evaluation inside :func:`tformer.fast.reference`, where the loss is ``F.cross_entropy``.
+:mod:`tformer.fast`: :func:`tformer.fast.speed_up` chooses them for the model, and the tasks' loss
+(``task.cross_entropy``: :func:`tformer.fast.sequence_cross_entropy`) takes its fused backward. ``fast=False``
+chooses the reference kernels (:func:`tformer.fast.use_reference`) and the reference loss
+(:func:`tformer.nn.losses.sequence_cross_entropy`, ``F.cross_entropy``) for the task, once, at the start.
 
 Several processes (``torchrun --nproc-per-node N -m tformer train ...``) train data-parallel:
 see :mod:`tformer.training.distributed`.
@@ -69,6 +70,7 @@ from tformer.fast.quantize import require_float
 from tformer.files import WriteError, machine_reason
 from tformer.machine import describe
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
+from tformer.nn.losses import sequence_cross_entropy as reference_cross_entropy
 from tformer.training import distributed
 from tformer.training.config import TrainConfig, budget_reached, budget_spent_message, lr_factor, make_optimizer
 from tformer.training.lock import RunLock
@@ -105,8 +107,12 @@ class Trainer(RunState):
         self.precision = choose(cfg.precision, "training", model, str(device))  # bf16/fp16: autocast in _step
         self.scaler = gradient_scaler(self.precision, str(device))  # fp16: scales the loss; else None
         self.tf32 = cfg.precision == "auto" and use_tf32(str(device))  # a GPU's float32 products on tensor cores
-        if cfg.fast:
-            fast.speed_up(self.model)  # in place: the parameters stay the same objects
+        if cfg.fast:  # the kernels, chosen once, in place: the parameters stay the same objects
+            fast.speed_up(self.model)
+        else:  # the reference ones, the task's loss too (a model from tformer.load came with the fast ones)
+            fast.use_reference(self.model)
+            if hasattr(task, "cross_entropy"):
+                task.cross_entropy = reference_cross_entropy
         # what the task's loss calls: the model itself, or (--compile) its compiled forward over the same parameters;
         # the model saved, evaluated and decoded is always the plain one
         self.forward_model: torch.nn.Module = (
@@ -187,10 +193,6 @@ class Trainer(RunState):
     def _done(self) -> bool:
         return budget_reached(self.cfg, self.step, self.epoch, self.elapsed) is not None
 
-    def _paths(self):
-        """The fast paths as configured: on (nothing to do), or every fast path on its reference."""
-        return contextlib.nullcontext() if self.cfg.fast else fast.reference()
-
     def _autocast(self):
         if self.precision.precision not in ("bf16", "fp16"):
             return contextlib.nullcontext()
@@ -207,11 +209,10 @@ class Trainer(RunState):
         total_tokens = sum(self.task.count_tokens(b) for b in group)
         loss_sum = 0.0
         for batch in group[self.world.rank :: self.world.size]:  # this process's share
-            with self._paths():
-                with self._autocast():
-                    loss, _ = self.task.loss(self.forward_model, batch)
-                share = loss / max(total_tokens, 1)
-                (share if self.scaler is None else self.scaler.scale(share)).backward()
+            with self._autocast():
+                loss, _ = self.task.loss(self.forward_model, batch)
+            share = loss / max(total_tokens, 1)
+            (share if self.scaler is None else self.scaler.scale(share)).backward()
             loss_sum += float(loss.detach())
         # one all-reduce: the gradients, the loss, the time and whether any process was asked to stop
         loss_sum, elapsed, stop = distributed.sync_gradients(
@@ -290,7 +291,7 @@ class Trainer(RunState):
         if not self.world.is_main:  # rank 0 evaluates and saves; the others go on to the next step
             return {"step": self.step}
         self.model.eval()
-        with torch.no_grad(), self._paths():
+        with torch.no_grad():
             metrics = self.task.evaluate(self.model)
         record = {"step": self.step, "epoch": self.epoch, **metrics}
         self._log(record)

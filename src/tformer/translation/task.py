@@ -59,6 +59,9 @@ class TranslationTask:
         tgt = self.translator.tgt_tokenizer.encode_batch([t for _, t in pairs])
         return [(s[:limit], t[:limit]) for s, t in zip(src, tgt) if s and t]
 
+    # the training loss, a kernel the Trainer chooses (fused CPU backward; TrainConfig(fast=False): the reference)
+    cross_entropy = staticmethod(sequence_cross_entropy)
+
     def train_batches(self, epoch: int) -> list[Batch]:
         groups = token_budget_batches(self.train_ids, self.batch_tokens, seed=self.seed * 100_003 + epoch)
         return [make_batch([self.train_ids[i] for i in g]) for g in groups]
@@ -70,7 +73,7 @@ class TranslationTask:
     def loss(self, model, batch: Batch) -> tuple[torch.Tensor, int]:
         batch = batch.to(next(model.parameters()).device)
         logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-        loss = sequence_cross_entropy(
+        loss = self.cross_entropy(
             logits, batch.tgt_out, ignore_index=PAD, label_smoothing=self.label_smoothing, reduction="sum"
         )
         return loss, batch.n_tokens

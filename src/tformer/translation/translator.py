@@ -98,11 +98,11 @@ class Translator:
         return EOS if self.tgt_tokenizer.eos_id is None else self.tgt_tokenizer.eos_id
 
     @classmethod
-    def load(cls, directory: str | Path, device: str = "cpu", flag: str | None = None) -> Translator:
+    def load(cls, directory: str | Path, device: str = "cpu", flag: str | None = None, fast: bool = True) -> Translator:
         """The translator saved in ``directory``: a model directory, a training run's (its best model), or a Hugging
         Face Marian directory written by ``tformer export`` — read by :func:`tformer.load` (``flag``: the argument
-        its messages name, ``--model``)."""
-        return cls.from_loaded(load(directory, device, family="seq2seq", flag=flag))
+        its messages name, ``--model``; ``fast``: the fast kernels, False: the reference ones, ``--no-fast``)."""
+        return cls.from_loaded(load(directory, device, family="seq2seq", flag=flag, fast=fast))
 
     @classmethod
     def from_loaded(cls, loaded: Loaded) -> Translator:
