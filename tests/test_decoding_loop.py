@@ -244,3 +244,36 @@ def test_the_weight_layouts_belong_to_the_decoder_and_go_with_it():
     del decoder, state, made
     gc.collect()
     assert copy() is None
+
+
+def test_a_caller_keeps_one_decoding_context_over_several_calls():
+    """``decoding=``: the weight layouts of one call read again by the next (a server's, or Translator.translate's for
+    all its batches): the same tokens as fresh ones, no layout made twice; anything else is refused in one line."""
+    model, src = fast.speed_up(_seq2seq(), inference=True), _ids(2, 7)
+    kept = fast_linear.DecodingWeights()
+    first = beam_search(model, src, SOS, EOS, beam_size=3, max_len=6, decoding=kept)
+    layouts = {layer: (found, found.transposed, dict(found.packed)) for layer, found in kept._layouts.items()}
+    assert layouts and all(wt is not None for _, wt, _ in layouts.values())  # beams: 3 rows a step read Wᵀ
+    assert beam_search(model, src, SOS, EOS, beam_size=3, max_len=6, decoding=kept) == first
+    assert beam_search(model, src, SOS, EOS, beam_size=3, max_len=6) == first  # a fresh context: the same beams
+    for layer, (found, wt, packed) in layouts.items():  # the second call read the first call's, made none
+        assert kept._layouts[layer] is found and found.transposed is wt and found.packed == packed
+    assert translate_ids(model, src, SOS, EOS, max_len=6, decoding=kept) == translate_ids(model, src, SOS, EOS, 6)
+    assert generate_lm(_gpt(), [[5, 6]], 3, decoding=fast_linear.DecodingWeights()) == generate_lm(_gpt(), [[5, 6]], 3)
+    with pytest.raises(TypeError, match="decoding must be None or a tformer.fast.linear.DecodingWeights"):
+        translate_ids(model, src, SOS, EOS, max_len=6, decoding={})
+
+
+def test_translator_translate_keeps_one_decoding_context_for_all_its_batches(monkeypatch):
+    from tformer.tokenizers import train_tokenizer
+    from tformer.translation import Translator, translator
+
+    texts = ["the cat sat on the mat.", "a bird sang in the tree.", "le chat est assis."] * 3
+    tok = train_tokenizer("bpe", texts, vocab_size=40, min_frequency=1)
+    config = Seq2SeqConfig.preset("tiny", src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, max_len=16)
+    torch.manual_seed(0)
+    seen = []
+    real = translator.translate_ids
+    monkeypatch.setattr(translator, "translate_ids", lambda *a, **k: seen.append(k["decoding"]) or real(*a, **k))
+    Translator(fast.speed_up(Seq2SeqTransformer(config).eval()), tok, tok).translate(texts[:5], batch_size=2)
+    assert len(seen) == 3 and all(d is seen[0] for d in seen) and seen[0]._layouts  # three batches, one context

@@ -23,6 +23,7 @@ It knows nothing about tokenizers, files or the command line: ids in, ids out.
 
 from __future__ import annotations
 
+from tformer.fast.linear import DecodingWeights
 from tformer.generation.beam import MAX_BEAM, MAX_LENGTH_PENALTY, BeamCandidate, beam_search
 from tformer.generation.generate import MAX_NEW_TOKENS, generate_lm, seeded, translate_ids
 from tformer.generation.loop import LMDecoder, Seq2SeqDecoder, decode_n, decode_one, until
@@ -42,6 +43,7 @@ from tformer.generation.samplers import (
 from tformer.generation.static import StaticLMDecoder, StaticSeq2SeqDecoder
 
 __all__ = [
+    "DecodingWeights",
     "MAX_BEAM",
     "MAX_LENGTH_PENALTY",
     "MAX_NEW_TOKENS",

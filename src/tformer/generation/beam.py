@@ -18,8 +18,9 @@ from typing import NamedTuple
 import torch
 
 from tformer.checks import check_positive_int, compile_option
+from tformer.fast.linear import DecodingWeights
 from tformer.generation.cache_size import check_kv_cache
-from tformer.generation.loop import Seq2SeqDecoder, decode_one
+from tformer.generation.loop import Seq2SeqDecoder, check_decoding, decode_one
 from tformer.generation.samplers import is_finite_number
 from tformer.generation.static import Compile, StaticSeq2SeqDecoder
 
@@ -63,6 +64,7 @@ def beam_search(
     length_penalty: float = 1.0,
     on_step: Callable[[int, int, list[BeamCandidate]], None] | None = None,
     compile: bool | Compile = False,
+    decoding: DecodingWeights | None = None,
 ) -> list[list[int]]:
     """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
 
@@ -81,16 +83,20 @@ def beam_search(
     ``on_step(step, source, candidates)``, if given, is called after each step for each source still running, with
     the step's ranked candidates (:class:`BeamCandidate`): which became beams, which finished, which were pruned
     (``tformer explore`` draws the search tree from it); it only watches, the search is the same with or without it.
-    The model decodes with its own kernels (:class:`~tformer.generation.loop.Seq2SeqDecoder`). ``compile=True``
+    The model decodes with its own kernels (:class:`~tformer.generation.loop.Seq2SeqDecoder`); ``decoding``: as
+    :func:`~tformer.generation.generate.translate_ids`'s. ``compile=True``
     searches the same beams on a static KV cache of B·K rows (a done source's rows go on, unread), its one-token step
     compiled once (:class:`~tformer.generation.static.StaticSeq2SeqDecoder`).
     """
     _check(beam_size, max_len, length_penalty, compile)
+    check_decoding(decoding)
     b, k, device = src.shape[0], beam_size, src.device
     what = f"{b} source(s) x beam_size={k} x {max_len} new tokens"
     check_kv_cache(model, b * k, max_len + 1, what, source_len=src.shape[1], static=bool(compile))
     decoder: Seq2SeqDecoder | StaticSeq2SeqDecoder = (
-        StaticSeq2SeqDecoder(model, sos_id, compile, beams=k) if compile else Seq2SeqDecoder(model, sos_id)
+        StaticSeq2SeqDecoder(model, sos_id, compile, beams=k, decoding=decoding)
+        if compile
+        else Seq2SeqDecoder(model, sos_id, decoding)
     )
     # each source once: the K beams of source i (rows i·K … i·K + K − 1) share its memory, and cross-attention
     # computes, caches and reads its keys/values once for all of them (tformer.fast.attention)

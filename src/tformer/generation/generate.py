@@ -15,8 +15,9 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_positive_int
+from tformer.fast.linear import DecodingWeights
 from tformer.generation.cache_size import check_kv_cache
-from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, decode_n, until
+from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, check_decoding, decode_n, until
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
 from tformer.generation.static import Compile, StaticLMDecoder, StaticSeq2SeqDecoder, lm_capacity
 
@@ -40,20 +41,28 @@ def translate_ids(
     sampling: SamplingConfig = GREEDY,
     generator: torch.Generator | None = None,
     compile: bool | Compile = False,
+    decoding: DecodingWeights | None = None,
 ) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
 
     A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
-    sources still running. The model decodes with its own kernels. ``compile=True`` decodes the same tokens on
+    sources still running. The model decodes with its own kernels; ``decoding``: the weight layouts of an earlier call
+    to read again (:class:`~tformer.fast.linear.DecodingWeights`; only while the weights have not changed), else new
+    ones made for this call. ``compile=True`` decodes the same tokens on
     a static KV cache with the one-token step compiled once (``torch.compile``; a CUDA graph on a GPU: see
     :mod:`tformer.generation.static`, which also says what else ``compile`` takes); the first batch pays the compile.
     """
     check_positive_int(max_len, "max_len")
     checks.compile_option.check(compile, "compile")
+    check_decoding(decoding)
     rows, length = src.shape[0], src.shape[1]
     what = f"{rows} source(s) x {max_len} new tokens"
     check_kv_cache(model, rows, max_len + 1, what, source_len=length, static=bool(compile))
-    decoder: Decoder = StaticSeq2SeqDecoder(model, sos_id, compile) if compile else Seq2SeqDecoder(model, sos_id)
+    decoder: Decoder = (
+        StaticSeq2SeqDecoder(model, sos_id, compile, decoding=decoding)
+        if compile
+        else Seq2SeqDecoder(model, sos_id, decoding)
+    )
     logits, state = decoder.prefill(src, max_len)
     out = decode_n(decoder, state, logits, max_len, sampler(sampling, generator), until(eos_id))
     return [row[:-1] if row and row[-1] == eos_id else row for row in out]
@@ -75,6 +84,7 @@ def generate_lm(
     stop_ids: Sequence[int] = (),
     stop=None,
     compile: bool | Compile = False,
+    decoding: DecodingWeights | None = None,
 ) -> list[list[int]]:
     """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
 
@@ -84,7 +94,8 @@ def generate_lm(
     ``stop_ids``, or when ``stop(step, ids)`` (called after ``on_token``) returns True for it (a (B,) list or tensor
     of bools; e.g. a stop string seen in the decoded text). A finished row leaves the batch and the cache (later
     steps decode only the rows still running); the callbacks still get (B,) ids, ``eos_id`` (or ``pad_id``) for it.
-    ``seed`` seeds the sampling's generator. The model decodes with its own kernels.
+    ``seed`` seeds the sampling's generator. The model decodes with its own kernels; ``decoding``: as
+    :func:`translate_ids`'s.
 
     ``compile=True`` decodes the same tokens on a static KV cache, with the one-token step compiled once by
     ``torch.compile`` and replayed (on a CUDA device with ``mode="reduce-overhead"``: a CUDA graph), as gpt-fast's
@@ -95,6 +106,7 @@ def generate_lm(
     checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # [1, MAX_NEW_TOKENS], --max-new-tokens' words
     check_sampling(sampling, seed)
     checks.compile_option.check(compile, "compile")
+    check_decoding(decoding)
     if eos_id is not None:  # a negative one is no token: the rows run to max_new_tokens (what benchmarks ask)
         _ANY_ID.check(eos_id, "eos_id")
     checks.non_negative_int.check(pad_id, "pad_id")
@@ -105,7 +117,9 @@ def generate_lm(
     limit = getattr(model.config, "max_len", None) or 1 << 30
     positions = lm_capacity(longest, max_new_tokens, limit) if static else longest + max_new_tokens
     check_kv_cache(model, len(prompts), positions, what, static=static)  # before anything is allocated
-    decoder: Decoder = StaticLMDecoder(model, pad_id, compile) if compile else LMDecoder(model, pad_id)
+    decoder: Decoder = (
+        StaticLMDecoder(model, pad_id, compile, decoding) if compile else LMDecoder(model, pad_id, decoding)
+    )
     choose = sampler(sampling, seeded(seed, next(model.parameters()).device))
     end_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())
     ends = _lm_ends(len(prompts), end_ids, eos_id if eos_id is not None else pad_id, on_token, stop)

@@ -21,7 +21,9 @@ with a sampler that also writes down the logits it saw.
 A decoder runs the kernels the model has (:func:`tformer.fast.speed_up` chooses the fast ones, and
 :func:`tformer.load` applies it) and changes nothing in the model. What it keeps for speed is its own: the KV cache
 in its state, and the layouts of the weights its steps read in ``decoder.weights`` (a
-:class:`~tformer.fast.linear.DecodingWeights`, made with the decoder and gone with it).
+:class:`~tformer.fast.linear.DecodingWeights`, made with the decoder and gone with it; or the caller's, ``decoding=``,
+kept over several calls while the weights do not change: :meth:`tformer.translation.Translator.translate` keeps one
+for all its batches).
 
 Dimension legend: B batch, R rows still running, S source length, T tokens seen, Tk key positions, V vocabulary
 size, D model dim.
@@ -52,6 +54,7 @@ __all__ = [
     "decode_one",
     "decode_n",
     "until",
+    "check_decoding",
 ]
 
 # (step, the batch row of each running row, their (R,) new ids) → which rows end with this token (None: none)
@@ -75,6 +78,15 @@ class Decoder(Protocol):
     def prefill(self, inputs, new_tokens: int) -> tuple[torch.Tensor, State]: ...
 
     def step(self, ids: torch.Tensor, state) -> torch.Tensor: ...
+
+
+def check_decoding(decoding: object) -> None:
+    """A decoding function's ``decoding``: None or a :class:`~tformer.fast.linear.DecodingWeights`; else one line."""
+    if decoding is not None and not isinstance(decoding, DecodingWeights):
+        raise TypeError(
+            f"decoding must be None or a tformer.fast.linear.DecodingWeights (the weight layouts of an earlier call), "
+            f"got {type(decoding).__name__}"
+        )
 
 
 def decode_one(decoder: Decoder, state: State, ids: torch.Tensor) -> torch.Tensor:
@@ -151,9 +163,9 @@ class LMDecoder:
     the context). Past the model's context (``config.max_len``) the window slides: the cache is rebuilt from the
     last ¾ of the context, with positions counted from the window's start (as in training)."""
 
-    def __init__(self, model: nn.Module, pad_id: int = 0) -> None:
+    def __init__(self, model: nn.Module, pad_id: int = 0, decoding: DecodingWeights | None = None) -> None:
         self.model: Any = model  # a GPT, or any module called the same way
-        self.weights = DecodingWeights()
+        self.weights = DecodingWeights() if decoding is None else decoding
         self.pad_id = pad_id
         self.limit: int = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
 
@@ -232,9 +244,9 @@ class Seq2SeqDecoder:
     """An encoder–decoder (``model.encode``, ``model.decode``) as a decoder: the prefill encodes each source once and
     feeds ``start_id``."""
 
-    def __init__(self, model: nn.Module, start_id: int) -> None:
+    def __init__(self, model: nn.Module, start_id: int, decoding: DecodingWeights | None = None) -> None:
         self.model: Any = model  # a Seq2SeqTransformer, or one with its encode/decode
-        self.weights = DecodingWeights()
+        self.weights = DecodingWeights() if decoding is None else decoding
         self.start_id = start_id
 
     def prefill(self, src: torch.Tensor, new_tokens: int) -> tuple[torch.Tensor, Seq2SeqState]:

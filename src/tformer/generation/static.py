@@ -124,9 +124,13 @@ class StaticLMDecoder:
     the context the window slides as in :class:`~tformer.generation.loop.LMDecoder`: the prefill runs again on the
     last ¾ of it, into the same buffers."""
 
-    def __init__(self, model: nn.Module, pad_id: int = 0, compile: bool | Compile = True) -> None:
+    def __init__(
+        self, model: nn.Module, pad_id: int = 0, compile: bool | Compile = True, decoding: DecodingWeights | None = None
+    ) -> None:
         self.model: Any = model  # a GPT, or any module called the same way
-        self.weights = DecodingWeights()  # unread inside the compiled step (F.linear there), read by an eager one
+        self.weights = (
+            DecodingWeights() if decoding is None else decoding
+        )  # unread inside the compiled step (F.linear there), read by an eager one
         self.pad_id = pad_id
         self.limit: int = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
         self.device = next(model.parameters()).device
@@ -227,9 +231,18 @@ class StaticSeq2SeqDecoder:
     """:class:`~tformer.generation.loop.Seq2SeqDecoder` on a static cache with a compiled step; ``beams``: cache rows
     per source (beam search's K), the memory repeated for each."""
 
-    def __init__(self, model: nn.Module, start_id: int, compile: bool | Compile = True, beams: int = 1) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        start_id: int,
+        compile: bool | Compile = True,
+        beams: int = 1,
+        decoding: DecodingWeights | None = None,
+    ) -> None:
         self.model: Any = model  # a Seq2SeqTransformer, or one with its encode/decode
-        self.weights = DecodingWeights()  # unread inside the compiled step (F.linear there), read by an eager one
+        self.weights = (
+            DecodingWeights() if decoding is None else decoding
+        )  # unread inside the compiled step (F.linear there), read by an eager one
         self.start_id, self.beams = start_id, beams
         self.device = next(model.parameters()).device
         self._step = compile_step(compile, self.device)(_seq2seq_step)

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from tformer import checks
+from tformer.fast.linear import DecodingWeights
 from tformer.generation import SamplingConfig, beam_search, translate_ids
 from tformer.generation.samplers import check_sampling
 from tformer.loader import Loaded, load
@@ -201,16 +202,21 @@ class Translator:
         # a blank sentence translates to "" without decoding: one translation for each sentence, in its place
         order = sorted((i for i, s in enumerate(sentences) if s.strip()), key=lambda i: len(sentences[i]))
         out: list[str] = [""] * len(sentences)
+        decoding = DecodingWeights()  # the weight layouts the steps read, made once for all the batches of this call
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             src = self.encode_sources([sentences[i] for i in idx], [i + 1 for i in idx])
             if compile:
                 src = _bucketed(src, self.model.config.max_len, self.pad_id)
             if beam > 1:
-                ids = beam_search(self.model, src, sos_id, eos_id, beam, max_len, length_penalty, compile=compile)
+                ids = beam_search(
+                    self.model, src, sos_id, eos_id, beam, max_len, length_penalty, compile=compile, decoding=decoding
+                )
             else:
                 sampling = sampling or SamplingConfig()
-                ids = translate_ids(self.model, src, sos_id, eos_id, max_len, sampling, generator, compile=compile)
+                ids = translate_ids(
+                    self.model, src, sos_id, eos_id, max_len, sampling, generator, compile=compile, decoding=decoding
+                )
             for i, row in zip(idx, ids):
                 out[i] = self.tgt_tokenizer.decode(row[: row.index(eos_id)] if eos_id in row else row)
         return out
