@@ -31,7 +31,9 @@ this layer reads its weight in the layout the product wants:
 **Whose these layouts are.** Not the layer's: the layer holds its ``weight`` and ``bias`` Parameters and nothing
 else, and its forward changes nothing. The layouts a decoding call reads are made on first use and kept in a
 :class:`DecodingWeights`, which the decoder of that call owns (:mod:`tformer.generation.loop`) and which goes
-with it; a step runs inside :func:`decoding_step` with it (a scoped context, per thread, as ``torch.no_grad``).
+with it, unless the caller keeps one over several calls (``decoding=``: ``Translator.translate`` for all its
+batches, a server for its life; only while the weights do not change); a step runs inside :func:`decoding_step`
+with it (a scoped context, per thread, as ``torch.no_grad``).
 A weight cannot change in the middle of a decoding call, so no copy can go stale, and there is nothing to drop
 when an optimizer steps. Outside a decoding step (training, a prompt's or an encoder's product, one forward,
 GPUs, ``torch.compile``) the layer is ``F.linear`` itself.
