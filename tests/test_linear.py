@@ -338,3 +338,25 @@ def test_the_next_decoding_call_reads_the_weight_as_it_is_now_whatever_changed_i
     after, _ = _step(layer, x)  # a new call: a new DecodingWeights
     assert not torch.allclose(before, after)  # the change did change the product
     torch.testing.assert_close(after, F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-4, atol=1e-4)
+
+
+def test_tformer_load_reads_the_weights_straight_into_decodings_layout(tmp_path, monkeypatch):
+    """tformer.load (fast) allocates each Wᵀ-reading weight column-major before the file is read, and reads the file's
+    rows into it a block at a time (no whole copy of a matrix after the load): the same values as a load with the
+    reference kernels, bit for bit, in the layout inference_layout chooses."""
+    import tformer
+    from tformer import GPT, GPTConfig
+    from tformer.models import loading
+
+    monkeypatch.setattr(loading, "_ROWS_BYTES", 1000)  # many blocks, the last one short
+    torch.manual_seed(0)
+    GPT(GPTConfig.preset("tiny", vocab_size=301, max_len=32)).save_pretrained(tmp_path)
+    plain, fast = tformer.load(tmp_path, fast=False).model, tformer.load(tmp_path).model
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), fast.state_dict().values()))
+    laid_out = [n for n, p in fast.named_parameters() if p.dim() == 2 and not p.is_contiguous()]
+    assert laid_out and "embed.token.weight" in laid_out  # the table tied to the head: 301 rows, not a multiple
+    for name, module in fast.named_modules():
+        if isinstance(module, Linear) and min(module.weight.shape) > 1:
+            wanted = linear.reads_transposed(module, torch.get_num_threads())
+            assert module.weight.t().is_contiguous() == wanted, name  # what inference_layout chooses
+    assert all(p.is_contiguous() for p in plain.parameters())

@@ -39,9 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from tformer.checks import BadValue, check_device, check_yes_no
 from tformer.fast import speed_up, use_reference
+from tformer.fast.linear import inference_layout
 from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
 from tformer.hf import export as hf_export
@@ -290,7 +292,7 @@ def load(
     if kind.source == "hf":
         model = load_hf_dir(kind.files, device, dtype)
     else:
-        model = load_pretrained(kind.files)
+        model = load_pretrained(kind.files, prepare=_decoding_layout if fast else None)
         if float_weights:
             this = "this command" if flag else "this"
             require_float(model, f"{this} (training, conversion)", _where(path, flag))
@@ -300,6 +302,13 @@ def load(
     model.eval()
     speed_up(model, inference=True) if fast else use_reference(model)
     return Loaded(kind.family, model, source, target, kind, start, missing)
+
+
+def _decoding_layout(model: nn.Module) -> None:
+    """The fast kernels, and each weight decoding reads as Wᵀ allocated column-major before the file is read into it
+    (:func:`tformer.fast.linear.inference_layout` without its values): no weight copied after the load."""
+    speed_up(model)
+    inference_layout(model, values=False)
 
 
 def _families(family: Any) -> list[str]:

@@ -280,10 +280,12 @@ def reads_transposed(layer: nn.Linear, threads: int) -> bool:
     return parts <= 1 or (d * parts < n and d % parts == 0)
 
 
-def inference_layout(model: nn.Module) -> None:
+def inference_layout(model: nn.Module, values: bool = True) -> None:
     """Store the weight of every :class:`Linear` of ``model`` on the CPU whose one-row product reads Wᵀ (at today's
     thread count) column-major: the same values, its transpose contiguous, so that decoding reads Wᵀ without a copy.
-    Made once, when the model is made for inference (:func:`tformer.fast.speed_up` with ``inference=True``)."""
+    Made once, when the model is made for inference (:func:`tformer.fast.speed_up` with ``inference=True``).
+    ``values=False``: the weights are about to be read in (:func:`tformer.load`), so new storage is allocated in that
+    layout and nothing is copied (the values it held are not kept)."""
     threads = torch.get_num_threads()
     for module in model.modules():
         if not isinstance(module, Linear):
@@ -293,7 +295,8 @@ def inference_layout(model: nn.Module) -> None:
             continue
         if reads_transposed(module, threads):
             with torch.inference_mode(False), torch.no_grad():  # a normal tensor, even under inference mode
-                w.data = w.t().contiguous().t()  # (out, in), column-major
+                empty = torch.empty_strided(w.shape, (1, w.shape[0]), dtype=w.dtype, device=w.device)  # column-major
+                w.data = empty.copy_(w) if values else empty
 
 
 def training_layout(model: nn.Module) -> None:

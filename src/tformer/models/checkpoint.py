@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -122,8 +122,15 @@ class PretrainedMixin(torch.nn.Module):
         return directory
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
-        """The model saved in ``directory`` (a ``save_pretrained`` directory, or a training run's: its best model)."""
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike,
+        map_location: str | torch.device = "cpu",
+        prepare: Callable[[torch.nn.Module], Any] | None = None,
+    ):
+        """The model saved in ``directory`` (a ``save_pretrained`` directory, or a training run's: its best model).
+        ``prepare(model)`` runs on the model built, before its weights are read in (:func:`tformer.load` chooses the
+        kernels there and the layout the weights are read into, so that no weight is copied after the load)."""
         directory = model_dir(directory)
         config = _read_config(directory, expected_type=cls.model_type)
         record = config.pop(QUANTIZATION, None)
@@ -136,6 +143,8 @@ class PretrainedMixin(torch.nn.Module):
             model = cast(Any, cls)(model_config)
         if record is not None:  # an int8 model: int8 layers where config.json names them, filled from the file
             apply_record(model, record, repr(str(directory / CONFIG_NAME)))
+        if prepare is not None:
+            prepare(model)
         _load_weights(model, directory / WEIGHTS_NAME, map_location)
         return model.eval()
 
@@ -154,11 +163,16 @@ class PretrainedMixin(torch.nn.Module):
         return super().load_state_dict(state_dict, strict, assign)
 
 
-def load_pretrained(directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
-    """Load any tformer model directory, choosing the class from ``model_type`` in ``config.json``."""
+def load_pretrained(
+    directory: str | os.PathLike,
+    map_location: str | torch.device = "cpu",
+    prepare: Callable[[torch.nn.Module], Any] | None = None,
+):
+    """Load any tformer model directory, choosing the class from ``model_type`` in ``config.json`` (``prepare``: as
+    :meth:`PretrainedMixin.from_pretrained`'s)."""
     directory = model_dir(directory)
     config_type = _read_config(directory, expected_type=None)["model_type"]
-    return _MODEL_TYPES[config_type].from_pretrained(directory, map_location)
+    return _MODEL_TYPES[config_type].from_pretrained(directory, map_location, prepare)
 
 
 def model_dir(directory: str | os.PathLike) -> Path:

@@ -127,9 +127,13 @@ def read_into(path: Path, targets: dict[str, torch.Tensor], check: Callable[[str
         for name in order:
             entry, target = header[name], targets[name].detach()
             dtype = DTYPES[entry["dtype"]]
+            f.seek(start + entry["data_offsets"][0])
+            if dtype == target.dtype and _column_major(target) and sys.byteorder == "little":
+                _read_rows(f, target, path, name)  # a few rows at a time: no whole copy of the matrix
+                check(name, target)
+                continue
             direct = dtype == target.dtype and target.is_contiguous() and sys.byteorder == "little"
             into = target if direct else torch.empty(entry["shape"], dtype=dtype)
-            f.seek(start + entry["data_offsets"][0])
             _read_exactly(f, into, path, name)
             if not direct:
                 if sys.byteorder != "little":
@@ -156,11 +160,30 @@ def check_finite(name: str, tensor: torch.Tensor, path: Path) -> None:
     """``tformer.readers.check_finite_weights`` of one tensor, first by its minimum and maximum (NaN and inf show
     there): one pass and no mask the size of the tensor (which would stay in the process's memory after loading)."""
     if tensor.is_floating_point() and tensor.numel():
-        low, high = torch.aminmax(tensor.reshape(-1))
+        low, high = torch.aminmax(tensor.t() if _column_major(tensor) else tensor.reshape(-1))  # views: no copy
         if not bool(torch.isfinite(low) & torch.isfinite(high)):
             from tformer.readers import check_finite_weights
 
             check_finite_weights({name: tensor}, path)  # the message, with its counts
+
+
+_ROWS_BYTES = 1 << 20  # a column-major matrix is read this many bytes of rows at a time
+
+
+def _column_major(t: torch.Tensor) -> bool:
+    """A matrix stored column-major (its transpose contiguous; decoding's layout, :mod:`tformer.fast.linear`)."""
+    return t.dim() == 2 and not t.is_contiguous() and t.t().is_contiguous()
+
+
+def _read_rows(f, target: torch.Tensor, path: Path, name: str) -> None:
+    """The file's row-major bytes of a column-major ``target`` (R, C), read into it a block of rows at a time."""
+    rows, columns = target.shape
+    step = max(1, _ROWS_BYTES // max(1, columns * target.element_size()))
+    block = torch.empty(min(step, rows), columns, dtype=target.dtype)
+    for first in range(0, rows, step):
+        part = block[: min(step, rows - first)]
+        _read_exactly(f, part, path, name)
+        target[first : first + len(part)].copy_(part)
 
 
 def _read_exactly(f, tensor: torch.Tensor, path: Path, name: str) -> None:
