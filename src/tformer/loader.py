@@ -300,7 +300,10 @@ def load(
     _check_sizes(kind, model.config, source, target, strict)
     start = _start_id(kind, target, model.config)
     model.eval()
-    speed_up(model, inference=True) if fast else use_reference(model)
+    if fast:
+        speed_up(model, inference=True)
+    else:
+        use_reference(model)
     return Loaded(kind.family, model, source, target, kind, start, missing)
 
 
