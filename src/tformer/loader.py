@@ -50,6 +50,7 @@ from tformer.hf import export as hf_export
 from tformer.hf.directory import declares_hf, load_hf_dir
 from tformer.hf.registry import DECODER_TYPES, MODULES, hf_field
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir
+from tformer.nn.lora import has_lora, merge_lora
 from tformer.readers import read_json_object
 from tformer.text import check_text, normalize
 from tformer.tokenizers import HFTokenizer, MarianTokenizer, Tokenizer, WordPieceTokenizer, load_tokenizer
@@ -259,6 +260,7 @@ def load(
     strict: bool = True,
     float_weights: bool = False,
     fast: bool = True,
+    merge: bool = True,
 ) -> Loaded:
     """The model of the directory ``path`` (in eval mode, on ``device``, in ``dtype``; None: as stored) with its
     tokenizers, whatever its kind (:func:`detect`).
@@ -276,10 +278,14 @@ def load(
     ``fast``: the model runs tformer's fast kernels, chosen here (:func:`tformer.fast.speed_up` with
     ``inference=True``: its weights stored in the layout decoding reads); False: the reference kernels, plain PyTorch
     (:func:`tformer.fast.use_reference`), what ``--no-fast`` loads.
+
+    A model trained with LoRA (``config.json`` records its layers, :mod:`tformer.nn.lora`) comes with each low-rank
+    pair folded into its weight (``merge``): plain linear layers, the same function, as fast as the base model;
+    ``merge=False`` keeps the pairs apart (an adapter to export, training to continue).
     """
     wanted = _families(family)  # the arguments first: a typo is named before a file is read
     check_device(device)
-    check_yes_no(strict=strict, float_weights=float_weights, fast=fast)  # "no" is a true string: refused
+    check_yes_no(strict=strict, float_weights=float_weights, fast=fast, merge=merge)  # "no" is a true string: refused
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise BadValue(f"dtype must be None (as stored) or a floating torch.dtype (torch.float32, ...), got {dtype!r}")
     kind = detect(path, flag)
@@ -300,6 +306,8 @@ def load(
     _check_sizes(kind, model.config, source, target, strict)
     start = _start_id(kind, target, model.config)
     model.eval()
+    if merge and has_lora(model):
+        merge_lora(model)  # W + α/r·BA in each LoRA layer's weight, a plain linear layer again
     if fast:
         speed_up(model, inference=True)
     else:

@@ -85,6 +85,26 @@ FLAGS: dict[str, Flag] = {
         "use this directory's tokenizer (tokenizer.json or vocab.txt) instead of training one on --data",
         v.existing_dir,
     ),
+    # --- starting from a pretrained model (tformer.finetune)
+    "--init": Flag(
+        "start from this pretrained model and its tokenizer: a tformer run or model directory, or a Hugging Face one "
+        "(read by tformer.load); the flags that would change its architecture or tokenizer are refused",
+        v.existing_dir,
+    ),
+    "--lora-r": Flag(
+        "train LoRA pairs of this rank beside the --lora-targets layers, the model frozen (0: every parameter "
+        "trains); the best model is written with its PEFT adapter beside it",
+        v.non_negative_int,
+        0,
+    ),
+    "--lora-alpha": Flag("LoRA's scale: the update is alpha / r · B A (default: 2 × --lora-r)", v.positive_float),
+    "--lora-dropout": Flag("dropout on the input of the LoRA pairs", v.fraction, 0.05),
+    "--lora-targets": Flag(
+        "comma-separated layers that get a LoRA pair, shell patterns over attn.q_proj, attn.k_proj, attn.v_proj "
+        "(attn.qkv_proj for a GPT-2), attn.out_proj, cross_attn.*, ffn.* (ffn.gate_proj, ffn.up_proj, "
+        "ffn.down_proj, or ffn.linear1, ffn.linear2)",
+        default="attn.*",
+    ),
     # --- training (TrainConfig's fields)
     "--out": Flag("run directory (best model, last state, log, curves)", v.output_dir, dest="out_dir"),
     "--lr": Flag("peak learning rate", v.positive_float),
@@ -336,6 +356,15 @@ def training_precision() -> dict[str, Any]:
         "help": "number format of training: auto (picks per machine class and kind of work, and says what and why), "
         "fp32, bf16, fp16 (with a gradient scaler; for GPUs); int8 is for inference only",
     }
+
+
+START_FLAGS = ("--init", "--lora-r", "--lora-alpha", "--lora-dropout", "--lora-targets")
+
+
+def add_start(p, entry_defaults: Mapping[str, Any], **changes: Any) -> None:
+    """The flags that start a run from a pretrained model (``--init``) and fine-tune it with LoRA, in their own group."""
+    g = p.add_argument_group("start from a pretrained model (tformer.finetune)")
+    add(g, *START_FLAGS, defaults=entry_defaults, **changes)
 
 
 def add_training(p, entry_defaults: Mapping[str, Any], **changes: Any) -> None:

@@ -11,7 +11,7 @@ Each family's parser calls that family's entry point (``tformer.translation.trai
 
 from __future__ import annotations
 
-from tformer.cli.flags import add, add_training, defaults, options
+from tformer.cli.flags import add, add_start, add_training, defaults, options
 from tformer.cli.validate import (
     count_or_fraction,
     data_source,
@@ -98,7 +98,8 @@ def _add_lm(fam) -> None:
         "--data",
         required=True,
         type=existing_path,
-        help="a UTF-8 text file, a folder of .txt files, or a JSONL file with a 'text' field",
+        help="a UTF-8 text file, a folder of .txt files, or a JSONL file with a 'text' field; with --init also "
+        "instruction data: JSONL of {'prompt', 'response'} or {'messages': [...]} (the loss on the answers only)",
     )
     add(
         t,
@@ -106,7 +107,7 @@ def _add_lm(fam) -> None:
         defaults=entry,
         preset={
             "choices": ["tiny", "small", "base", *RECIPES],
-            "help": "model size (GPTConfig preset) or a tuned CPU recipe",
+            "help": "model size (GPTConfig preset) or a tuned CPU recipe (default: tiny)",
         },
     )
     t.add_argument("--tokenizer", choices=["char", "bpe"], help="character-level or byte-level BPE (default: char)")
@@ -142,10 +143,12 @@ def _add_lm(fam) -> None:
         defaults=entry,
         valid={
             "type": fraction,
-            "help": "the last part of the text held out for validation (a fraction; 0: none)",
+            "help": "the last part of the text held out for validation, or of the conversations of instruction "
+            "data (a fraction; 0: none)",
             "old": ("--val-fraction",),
         },
     )
+    add_start(t, entry)
     add_training(t, entry)
     t.set_defaults(func=run_lm)
 
@@ -250,9 +253,10 @@ def run_lm(args) -> int:
     if "val_loss" not in result:
         say(f"done: step {trainer.step}, {NO_VALIDATION} -> {args.out_dir}")
         return 0
+    bpc = f", bpc {result['val_bpc']:.3f}" if "val_bpc" in result else ""  # a Hugging Face tokenizer has no unit
     say(
         f"done: step {trainer.step}, val_loss {result['val_loss']:.4f} (best {trainer.best:.4f}), "
-        f"ppl {result['val_ppl']:.2f}, bpc {result['val_bpc']:.3f} -> {args.out_dir}"
+        f"ppl {result['val_ppl']:.2f}{bpc} -> {args.out_dir}"
     )
     return 0
 

@@ -77,8 +77,8 @@ def split_ids(ids: torch.Tensor, valid: float = 0.1) -> tuple[torch.Tensor, torc
     return ids[:n], ids[n:]
 
 
-def blocks(ids: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Tensor:
-    """Rows ``ids[s : s + length]`` for each start s, right-padded with ``<pad>`` past the end → (B, length)."""
+def blocks(ids: torch.Tensor, starts: torch.Tensor, length: int, fill: int = PAD) -> torch.Tensor:
+    """Rows ``ids[s : s + length]`` for each start s, right-padded with ``fill`` (``<pad>``) past the end → (B, length)."""
     index = starts[:, None] + torch.arange(length)  # (B, length)
-    padded = torch.cat([ids, torch.full((length,), PAD, dtype=ids.dtype)])
+    padded = torch.cat([ids, torch.full((length,), fill, dtype=ids.dtype)])
     return padded[index]

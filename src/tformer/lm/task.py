@@ -18,8 +18,8 @@ import torch
 
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.lm.data import blocks
-from tformer.tokens import LM_EOT as EOT
-from tformer.tokens import LM_PAD as PAD
+
+IGNORE = -100  # the label of a position past the end of the stream (skipped by the loss)
 
 __all__ = ["LMTask", "evaluate_stream"]
 
@@ -28,12 +28,13 @@ __all__ = ["LMTask", "evaluate_stream"]
 def evaluate_stream(
     model,
     ids: torch.Tensor,
-    unit_lengths: torch.Tensor,
+    unit_lengths: torch.Tensor | None,
     max_len: int | None = None,
     batch_size: int = 32,
     max_blocks: int | None = None,
 ) -> dict:
-    """Loss per token, perplexity and bits per unit (character or byte) over ``ids`` (N,).
+    """Loss per token, perplexity and bits per unit (character or byte; without ``unit_lengths``, a Hugging Face
+    tokenizer's, none) over ``ids`` (N,).
 
     The stream is cut into non-overlapping blocks of ``max_len`` predictions (the last one
     shorter); with ``max_blocks``, that many blocks evenly spaced over the stream are scored.
@@ -49,21 +50,20 @@ def evaluate_stream(
     was_training = model.training
     model.eval()
     for chunk in starts.split(batch_size):
-        rows = blocks(ids, chunk, max_len + 1)  # (B, T+1)
+        rows = blocks(ids, chunk, max_len + 1, fill=IGNORE)  # (B, T+1), past the end: IGNORE
         x, y = rows[:, :-1].to(device), rows[:, 1:].to(device)
-        x = x.masked_fill(x == PAD, EOT)  # positions past the end: any real id (their labels are ignored)
-        nats += float(sequence_cross_entropy(model(x), y, ignore_index=PAD, reduction="sum"))
-        real = y != PAD
+        x = x.clamp(min=0)  # positions past the end: any real id (their labels are ignored)
+        nats += float(sequence_cross_entropy(model(x), y, ignore_index=IGNORE, reduction="sum"))
+        real = y != IGNORE
         tokens += int(real.sum())
-        units += int(unit_lengths.to(device)[y][real].sum())
+        if unit_lengths is not None:
+            units += int(unit_lengths.to(device)[y.clamp(min=0)][real].sum())
     model.train(was_training)
     loss = nats / max(tokens, 1)
-    return {
-        "val_loss": loss,
-        "val_ppl": math.exp(min(loss, 700)),
-        "val_bpc": nats / math.log(2) / max(units, 1),
-        "tokens": tokens,
-    }
+    result = {"val_loss": loss, "val_ppl": math.exp(min(loss, 700)), "tokens": tokens}
+    if unit_lengths is not None:
+        result["val_bpc"] = nats / math.log(2) / max(units, 1)
+    return result
 
 
 class LMTask:
@@ -95,7 +95,8 @@ class LMTask:
         self.tokenizer, self.train_ids, self.val_ids = tokenizer, train_ids, val_ids
         self.max_len, self.batch_size, self.batches_per_epoch = max_len, batch_size, batches_per_epoch
         self.eval_blocks, self.seed = eval_blocks, seed
-        self.unit_lengths = torch.tensor(tokenizer.unit_lengths())
+        # bits per character or byte: tformer's own tokenizers know each id's length; a Hugging Face one does not
+        self.unit_lengths = torch.tensor(tokenizer.unit_lengths()) if tokenizer.unit is not None else None
 
     # the training loss, a kernel the Trainer chooses (fused CPU backward; TrainConfig(fast=False): the reference)
     cross_entropy = staticmethod(sequence_cross_entropy)
@@ -113,8 +114,8 @@ class LMTask:
         rows = blocks(self.train_ids, batch, self.max_len + 1).to(device)  # (B, T+1)
         logits = model(rows[:, :-1])  # (B, T, V)
         labels = rows[:, 1:]  # (B, T) the input shifted by one
-        loss = self.cross_entropy(logits, labels, ignore_index=PAD, reduction="sum")
-        return loss, int((labels != PAD).sum())
+        loss = self.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")  # every block is whole
+        return loss, labels.numel()
 
     def evaluate(self, model) -> dict:
         """Validation loss, perplexity, bits per unit; ``{}`` when there is no validation text (never a 0)."""

@@ -38,6 +38,7 @@ from tformer.fast.quantize import INT8_MODULES, apply_record, quantization_recor
 from tformer.files import atomic_write, current_dir
 from tformer.models.config import ModelConfig
 from tformer.models.loading import DTYPES, check_finite, no_init, read_header, read_into
+from tformer.nn import lora
 from tformer.readers import check_finite_weights, check_layers, read_json_object, safetensors_shapes
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 QUANTIZATION = "quantization"  # config.json's record of an int8 model's layers (tformer.fast.quantize)
+LORA = "lora"  # config.json's record of a model's LoRA layers (tformer.nn.lora): their pairs are in the weights file
 BEST_DIR = "best"  # a training run's best model: OUT/best/
 _SIZE_FIELDS = (  # the config fields a weight's shape may follow
     "vocab_size",
@@ -113,6 +115,9 @@ class PretrainedMixin(torch.nn.Module):
         record = quantization_record(self)
         if record is not None:
             config[QUANTIZATION] = record
+        lora_record = lora.lora_record(self)
+        if lora_record is not None:
+            config[LORA] = lora_record
         state = _unique_state(cast(torch.nn.Module, self))
         text = json.dumps(config, indent=2, sort_keys=True) + "\n"
         directory = Path(directory)
@@ -134,6 +139,7 @@ class PretrainedMixin(torch.nn.Module):
         directory = model_dir(directory)
         config = _read_config(directory, expected_type=cls.model_type)
         record = config.pop(QUANTIZATION, None)
+        lora_record = config.pop(LORA, None)
         try:
             model_config = cls.config_class.from_dict(config)
         except (TypeError, ValueError) as err:  # unknown fields, invalid values
@@ -143,6 +149,8 @@ class PretrainedMixin(torch.nn.Module):
             model = cast(Any, cls)(model_config)
         if record is not None:  # an int8 model: int8 layers where config.json names them, filled from the file
             apply_record(model, record, repr(str(directory / CONFIG_NAME)))
+        if lora_record is not None:  # LoRA layers where config.json names them, their pairs filled from the file
+            lora.apply_record(model, lora_record, repr(str(directory / CONFIG_NAME)))
         if prepare is not None:
             prepare(model)
         _load_weights(model, directory / WEIGHTS_NAME, map_location)

@@ -381,11 +381,23 @@ def saved_run(out_dir: str | Path, model_class, load_tokenizer: Callable[[Path],
     return config, load_tokenizer(last)
 
 
-def make_trainer(model, task, cfg: TrainConfig, resume: bool = False, started: StartedRun | None = None) -> Trainer:
+def make_trainer(
+    model,
+    task,
+    cfg: TrainConfig,
+    resume: bool = False,
+    started: StartedRun | None = None,
+    also_save: list | None = None,
+    evaluate_start: bool = False,
+) -> Trainer:
     """A :class:`Trainer` of ``model`` on ``task``, restored from ``OUT/last`` when ``resume``; it holds the lock
-    of ``started`` (:func:`start_run`) until its ``fit()`` ends (without one, ``fit()`` takes the lock itself)."""
+    of ``started`` (:func:`start_run`) until its ``fit()`` ends (without one, ``fit()`` takes the lock itself).
+    ``also_save``: functions ``(model, directory)`` that write more files beside each best model (a LoRA run's
+    PEFT adapter); ``evaluate_start``: evaluate the model before the first step (a run from a pretrained model)."""
     with started or StartedRun(None):  # released if the trainer cannot be made
         trainer = Trainer(model, task, cfg)
+        trainer.also_save = list(also_save or [])
+        trainer.evaluate_start = evaluate_start
         if started is not None:
             trainer.lock, trainer.run_info = started.lock, started.run
         if resume:

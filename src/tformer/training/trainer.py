@@ -134,6 +134,12 @@ class Trainer(RunState):
         self._saved_step: int | None = None
         self.lock: RunLock | None = None  # OUT/.lock, held by rank 0 while the run trains (taken in fit() if not given)
         self.run_info: dict | None = None  # the family's kind and settings, saved in state.json for --resume's checks
+        # what is written beside each best model besides the task's files: (model, directory) -> None (a LoRA
+        # run's PEFT adapter, tformer.finetune)
+        self.also_save: list = []
+        # evaluate (and keep as the best so far) the model as it starts, before step 1: a run from a pretrained model
+        # (--init) shows where fine-tuning starts, and never keeps a model worse than that start
+        self.evaluate_start = False
         self._machine_logged = False  # the session's first log record names the machine (_log)
         torch.manual_seed(cfg.seed + 1000 * self.world.rank)  # dropout differs between processes
 
@@ -309,6 +315,8 @@ class Trainer(RunState):
             with self._saving(self.out / BEST_DIR) as tmp:
                 self.model.save_pretrained(tmp)
                 self.task.save_extra(tmp)
+                for write in self.also_save:
+                    write(self.model, tmp)
         return record
 
     def fit(self) -> dict:
@@ -337,6 +345,10 @@ class Trainer(RunState):
         progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main)
         self._session = (self.step, self.elapsed)  # for the ETA
         last_eval: dict = {}
+        if self.evaluate_start and self.step == 0:
+            last_eval = self.evaluate()
+            scores = ", ".join(f"{k} {v:.4f}" for k, v in last_eval.items() if isinstance(v, float))
+            distributed.say(f"step 0 (the model it starts from): {scores or 'no validation data'}")
         window_tokens, window_start = 0, time.perf_counter()
         try:
             with stop_signals(self._on_signal):  # SIGINT / SIGTERM: stop after this step

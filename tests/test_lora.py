@@ -1,0 +1,426 @@
+"""LoRA (tformer.nn.lora), its PEFT adapter (tformer.hf.peft) and fine-tuning from a pretrained model (``--init``,
+tformer.finetune, tformer.lm.sft), issue 46 items 1 and 2.
+
+Tiny random Hugging Face models saved by ``transformers`` (tests/tiny_chat_models.py): a SmolLM2-like Llama with its
+chat template, a Qwen2 (Q/K/V bias, tied), a GPT-2 (one c_attn matrix). The pairs tformer trains are PEFT's pairs:
+``peft`` reads the adapter a run writes and gives tformer's logits; the fast kernels and ``torch.compile`` give the
+reference numbers with LoRA present; the base weights never change; a LoRA run resumes exactly.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+import tiny_chat_models as tiny  # noqa: E402
+
+import tformer  # noqa: E402
+from tformer.cli import main  # noqa: E402
+from tformer.hf.peft import fused_qkv, load_adapter, save_adapter  # noqa: E402
+from tformer.lm.sft import IGNORE, encode_conversation, read_conversations  # noqa: E402
+from tformer.nn.lora import LoraConfig, LoRALinear, add_lora, has_lora, lora_layers, merge_lora, target_names  # noqa: E402
+
+MAKERS = {"llama": tiny.llama_chat_dir, "qwen2": tiny.qwen_chat_dir, "gpt2": tiny.gpt2_dir}
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bases")
+    return {name: make(root / name) for name, make in MAKERS.items()}
+
+
+@pytest.fixture(scope="module")
+def sft_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sft") / "sft.jsonl"
+    lines = [
+        {"prompt": f"What is {a} plus {b}?", "response": f"{a} plus {b} is {a + b}."}
+        for a in range(1, 9)
+        for b in range(1, 5)
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def _randomize(model: nn.Module, seed: int = 1) -> None:
+    """B starts at 0 (the update is nothing); tests give it values so that a misplaced pair shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in lora_layers(model).values():
+            for b in layer.lora_B.values():
+                b.copy_(torch.randn(b.shape, generator=g) * 0.3)
+
+
+def _ids(vocab: int, shape=(2, 11)) -> torch.Tensor:
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(3))
+
+
+# ------------------------------------------------------------------------------------------------ the layer
+
+
+def test_a_pair_starts_at_zero_and_each_part_updates_only_its_rows():
+    torch.manual_seed(0)
+    base = nn.Linear(8, 12)
+    layer = LoRALinear(base, {"q_proj": (0, 4), "v_proj": (8, 12)}, r=2, alpha=6, dropout=0.0)
+    x = torch.randn(3, 8)
+    assert torch.equal(layer(x), base(x))  # B = 0: exactly the pretrained layer
+    _randomize(nn.ModuleDict({"l": layer}))
+    expected = base(x).detach().clone()
+    for part, (start, end) in layer.parts.items():  # PEFT's formula, one pair per part
+        expected[:, start:end] += 3.0 * x @ layer.lora_A[part].T @ layer.lora_B[part].T
+    torch.testing.assert_close(layer(x), expected)
+    assert torch.equal(layer(x)[:, 4:8], base(x)[:, 4:8])  # K's rows: no pair, no change
+    torch.testing.assert_close(layer.forward_rows(x, 4, 12), layer(x)[:, 4:12])  # cross-attention's K/V rows
+
+
+def test_merge_gives_the_same_function_with_plain_linear_layers(bases):
+    model = tformer.load(bases["llama"], fast=False).model
+    add_lora(model, LoraConfig(r=4, alpha=8, dropout=0.0, targets=("*",)))
+    _randomize(model)
+    x = _ids(model.config.vocab_size)
+    before = model(x)
+    weight = model.decoder.layers[0].self_attn.qkv_proj.weight
+    merge_lora(model)
+    assert not has_lora(model)
+    assert type(model.decoder.layers[0].self_attn.qkv_proj) is nn.Linear
+    assert model.decoder.layers[0].self_attn.qkv_proj.weight is weight  # the same Parameter, merged in place
+    torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)
+
+
+def test_only_the_pairs_train(bases):
+    model = tformer.load(bases["llama"], fast=False).model.train()
+    config = add_lora(model, LoraConfig(r=2, targets=("attn.q_proj", "attn.v_proj")))
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    assert config.layers == {f"decoder.layers.{i}.self_attn.qkv_proj": ["q_proj", "v_proj"] for i in range(2)}
+
+
+def test_target_names_follow_the_hugging_face_layout(bases):
+    llama = tformer.load(bases["llama"]).model
+    gpt2 = tformer.load(bases["gpt2"]).model
+    assert target_names(llama, fused_qkv(llama.config)) == [
+        "attn.q_proj",
+        "attn.k_proj",
+        "attn.v_proj",
+        "attn.out_proj",
+        "ffn.gate_proj",
+        "ffn.up_proj",
+        "ffn.down_proj",
+    ]
+    assert target_names(gpt2, fused_qkv(gpt2.config)) == [
+        "attn.qkv_proj",
+        "attn.out_proj",
+        "ffn.linear1",
+        "ffn.linear2",
+    ]
+    with pytest.raises(ValueError, match=r"'attn\.q_proj' matches no layer .*one matrix.*\['attn\.qkv_proj'"):
+        add_lora(gpt2, LoraConfig(targets=("attn.q_proj",), fused_qkv=True))
+    with pytest.raises(ValueError, match=r"'mlp\.\*' matches no layer"):
+        add_lora(llama, LoraConfig(targets=("mlp.*",)))
+
+
+# ------------------------------------------------------------------------------------------------ PEFT
+
+
+@pytest.mark.parametrize(
+    "name, targets",
+    [("llama", ("attn.q_proj", "attn.v_proj", "ffn.*")), ("qwen2", ("*",)), ("gpt2", ("attn.*", "ffn.linear1"))],
+)
+def test_the_adapter_is_peft_s_and_gives_peft_s_logits(bases, tmp_path, name, targets):
+    base = bases[name]
+    model = tformer.load(base, fast=False).model
+    add_lora(model, LoraConfig(r=4, alpha=8, dropout=0.0, targets=targets, fused_qkv=fused_qkv(model.config)))
+    _randomize(model)
+    adapter = save_adapter(model, tmp_path / "adapter", base)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA" and config["r"] == 4 and config["lora_alpha"] == 8
+    assert config["fan_in_fan_out"] == (name == "gpt2")
+    x = _ids(model.config.vocab_size)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    with torch.no_grad():
+        plain = hf(x).logits
+    theirs = peft.PeftModel.from_pretrained(hf, adapter).eval()  # puts the pairs into hf itself
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), theirs(x).logits, atol=1e-5, rtol=1e-5)
+        assert (model(x) - plain).abs().max() > 1e-2  # the pairs do change the logits
+    again = load_adapter(tformer.load(base, fast=True).model, adapter)  # a PEFT adapter read back, fast kernels
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_an_adapter_with_a_foreign_layer_is_refused(bases, tmp_path):
+    model = tformer.load(bases["llama"], fast=False).model
+    add_lora(model, LoraConfig(r=2, targets=("attn.q_proj",)))
+    adapter = save_adapter(model, tmp_path / "a", bases["llama"])
+    gpt2 = tformer.load(bases["gpt2"]).model
+    with pytest.raises(ValueError, match="names no projection of this model"):
+        load_adapter(gpt2, adapter)
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+
+
+def test_the_fast_kernels_and_compile_give_the_reference_numbers_with_lora(bases):
+    reference = tformer.load(bases["llama"], fast=False).model
+    add_lora(reference, LoraConfig(r=4, dropout=0.0, targets=("attn.*", "ffn.up_proj")))
+    _randomize(reference)
+    x = _ids(reference.config.vocab_size)
+    want = reference(x)
+    fast = tformer.load(bases["llama"], fast=True).model
+    add_lora(fast, LoraConfig(r=4, dropout=0.0, targets=("attn.*", "ffn.up_proj")))
+    fast.load_state_dict(reference.state_dict())
+    tformer.fast.speed_up(fast)  # what the Trainer chooses
+    torch.testing.assert_close(fast(x), want, atol=1e-5, rtol=1e-5)
+    compiled = torch.compile(fast.train(), backend="aot_eager", fullgraph=True)
+    fast.decoder.layers[0].self_attn.qkv_proj.dropout.p = 0.0
+    out = compiled(x)
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    out.float().pow(2).mean().backward()
+    layer = fast.decoder.layers[0].self_attn.qkv_proj
+    assert layer.lora_B["q_proj"].grad is not None and layer.weight.grad is None
+
+
+def test_decoding_with_unmerged_pairs_matches_the_reference_kernels(bases, tmp_path):
+    model = tformer.load(bases["llama"], fast=False).model
+    add_lora(model, LoraConfig(r=4, dropout=0.0, targets=("*",)))
+    _randomize(model)
+    model.save_pretrained(tmp_path / "m")
+    tformer.load(bases["llama"]).tokenizer.save(tmp_path / "m")
+    texts = []
+    for fast in (True, False):
+        m, tok = tformer.lm.load(tmp_path / "m", fast=fast)
+        texts.append(tformer.lm.generate(m, tok, "The quick", 12, tformer.generation.SamplingConfig(False)))
+    loaded = tformer.load(tmp_path / "m", merge=False, fast=True)
+    assert has_lora(loaded.model)
+    out = []
+    tformer.lm.generate(
+        loaded.model, loaded.tokenizer, "The quick", 12, tformer.generation.SamplingConfig(False), on_text=out.append
+    )
+    assert texts[0] == texts[1] == "".join(out)
+
+
+def test_a_saved_lora_model_loads_back_with_its_pairs_and_merged(bases, tmp_path):
+    model = tformer.load(bases["qwen2"], fast=False).model
+    add_lora(model, LoraConfig(r=3, alpha=5, dropout=0.0, targets=("attn.v_proj", "ffn.down_proj")))
+    _randomize(model)
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["lora"]["r"] == 3 and "decoder.layers.1.ff.down_proj" in config["lora"]["layers"]
+    x = _ids(model.config.vocab_size)
+    back = type(model).from_pretrained(tmp_path)
+    assert has_lora(back)
+    torch.testing.assert_close(back(x), model(x))
+    merged = tformer.load(tmp_path, strict=False).model  # tformer.load folds the pairs in: plain layers, fast kernels
+    assert not has_lora(merged)
+    torch.testing.assert_close(merged(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ instruction data
+
+
+def test_only_the_answers_are_learned_and_the_prompt_is_what_chat_feeds(bases):
+    tok = tformer.load(bases["llama"]).tokenizer
+    messages = [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there."},
+        {"role": "user", "content": "Bye"},
+        {"role": "assistant", "content": "Goodbye."},
+    ]
+    ids, labels = encode_conversation(tok, messages)
+    fast = transformers.AutoTokenizer.from_pretrained(bases["llama"])
+    assert ids == fast.apply_chat_template(messages, tokenize=True, return_dict=False)  # transformers' ids
+    learned = tok.decode([i for i, y in zip(ids, labels) if y != IGNORE], skip_special_tokens=False)
+    assert learned == "Hi there.<|im_end|>\nGoodbye.<|im_end|>\n"
+    prompt = fast.apply_chat_template(messages[:1], tokenize=True, add_generation_prompt=True, return_dict=False)
+    assert ids[: len(prompt)] == prompt and all(y == IGNORE for y in labels[: len(prompt)])
+
+
+def test_without_a_template_a_prompt_and_response_is_prompt_then_answer(bases):
+    tok = tformer.load(bases["gpt2"]).tokenizer
+    ids, labels = encode_conversation(tok, [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}])
+    prompt = tok.encode("2+2?", add_special_tokens=True)
+    assert ids == prompt + tok.encode("4") + [tok.eos_id]
+    assert labels == [IGNORE] * len(prompt) + tok.encode("4") + [tok.eos_id]
+    with pytest.raises(ValueError, match="no chat template"):
+        encode_conversation(
+            tok,
+            [
+                {"role": "system", "content": "x"},
+                *[{"role": "user", "content": "y"}] * 1,
+                {"role": "assistant", "content": "z"},
+            ],
+        )
+
+
+def test_instruction_files_are_read_one_kind_per_file(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt": "a", "response": "b"}\n{"messages": [{"role": "user", "content": "c"}]}\n')
+    with pytest.raises(ValueError, match=r"d\.jsonl:2: a 'messages' line in a file of 'prompt' lines"):
+        read_conversations(path)
+    path.write_text('{"messages": [{"role": "user", "content": "c"}]}\n')
+    with pytest.raises(ValueError, match="no assistant turn"):
+        read_conversations(path)
+    path.write_text('{"text": "plain"}\n')
+    assert read_conversations(path) is None
+
+
+# ------------------------------------------------------------------------------------------------ train lm --init
+
+
+def _train(*args: str) -> int:
+    return main(["train", "lm", "--no-progress", "--precision", "fp32", *args])
+
+
+def test_a_lora_run_learns_from_the_pretrained_start_and_writes_a_peft_adapter(bases, sft_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert (
+        _train(
+            "--init",
+            str(bases["llama"]),
+            "--data",
+            str(sft_file),
+            "--out",
+            str(out),
+            "--lora-r",
+            "4",
+            "--max-steps",
+            "30",
+            "--eval-every",
+            "15",
+            "--lr",
+            "3e-3",
+        )
+        == 0
+    )
+    err = capsys.readouterr().out
+    assert "LoRA r 4, alpha 8" in err and "trainable parameters of" in err
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "val_loss" in r]
+    assert evals[0]["step"] == 0 and evals[-1]["val_loss"] < evals[0]["val_loss"]  # lower than the pretrained start
+    assert (out / "best" / "adapter_config.json").is_file()
+    base = transformers.AutoModelForCausalLM.from_pretrained(bases["llama"], dtype=torch.float32)
+    theirs = peft.PeftModel.from_pretrained(base, out / "best").eval()
+    ours = tformer.load(out).model  # merged
+    x = _ids(ours.config.vocab_size)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x).logits, atol=1e-5, rtol=1e-5)
+    # the base weights are those of --init, bit for bit
+    trained = tformer.load(out, merge=False).model
+    start = tformer.load(bases["llama"]).model
+    for name, layer in lora_layers(trained).items():
+        assert torch.equal(layer.weight, start.get_submodule(name).weight)
+    # export --to hf of the merged run loads in transformers with the same logits
+    assert main(["export", str(out), "--to", "hf", str(tmp_path / "hf")]) == 0
+    exported = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
+    with torch.no_grad():
+        torch.testing.assert_close(exported(x).logits, ours(x), atol=1e-5, rtol=1e-5)
+    assert main(["merge", str(out), str(tmp_path / "merged")]) == 0
+    merged = tformer.load(tmp_path / "merged").model
+    torch.testing.assert_close(merged(x), ours(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_lora_run_resumes_exactly(bases, sft_file, tmp_path):
+    common = [
+        "--init",
+        str(bases["llama"]),
+        "--data",
+        str(sft_file),
+        "--lora-r",
+        "4",
+        "--eval-every",
+        "5",
+        "--schedule",
+        "constant",
+        "--lr",
+        "1e-3",
+    ]
+    assert _train(*common, "--out", str(tmp_path / "a"), "--max-steps", "5") == 0
+    assert _train(*common, "--out", str(tmp_path / "a"), "--max-steps", "10", "--resume") == 0
+    assert _train(*common, "--out", str(tmp_path / "b"), "--max-steps", "10") == 0
+    a = tformer.load(tmp_path / "a", merge=False).model.state_dict()
+    b = tformer.load(tmp_path / "b", merge=False).model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_continued_pretraining_from_a_gpt2_directory(bases, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(tiny.TEXTS * 20), encoding="utf-8")
+    out = tmp_path / "r"
+    assert (
+        _train(
+            "--init",
+            str(bases["gpt2"]),
+            "--data",
+            str(text),
+            "--out",
+            str(out),
+            "--max-steps",
+            "20",
+            "--eval-every",
+            "10",
+            "--lr",
+            "1e-3",
+            "--batch-size",
+            "4",
+            "--max-len",
+            "32",
+        )
+        == 0
+    )
+    evals = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines() if "val_loss" in x]
+    assert evals[0]["step"] == 0 and evals[-1]["val_loss"] < evals[0]["val_loss"]
+    assert "fine-tuning all" in capsys.readouterr().out
+
+
+def test_the_loss_counts_every_token_of_a_hugging_face_vocabulary():
+    """tformer's own tokenizers keep id 1 for <pad>; a Hugging Face one uses it for a real token, which the
+    continued-pretraining loss must count (positions past the end of the stream are what is skipped)."""
+    from tformer.lm.task import LMTask, evaluate_stream
+
+    class Model(nn.Module):
+        config = type("C", (), {"max_len": 8})
+
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(5))
+
+        def forward(self, x):
+            return self.w.expand(*x.shape, 5)
+
+    stream = torch.tensor([1, 1, 2, 1, 3, 1, 1, 4, 1, 1])
+    result = evaluate_stream(Model(), stream, None, max_len=4)
+    assert result["tokens"] == len(stream) - 1 and "val_bpc" not in result
+    tok = type("T", (), {"unit": None})()
+    task = LMTask(tok, stream, stream[:0], 4, 2)
+    loss, n = task.loss(Model(), torch.tensor([0, 3]))
+    assert n == 8 and torch.isclose(loss, torch.tensor(8 * torch.log(torch.tensor(5.0)).item()))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--preset", "small"], "--preset small cannot be used with --init"),
+        (["--tokenizer", "bpe"], "--tokenizer bpe cannot be used with --init"),
+        (["--lora-r", "2", "--lora-targets", "mlp.*"], "--lora-targets 'mlp.*' matches no layer"),
+        (["--max-len", "4096"], "--max-len 4096 exceeds the --init model's context"),
+    ],
+)
+def test_what_init_refuses_is_one_line(bases, sft_file, tmp_path, capsys, args, message):
+    code = _train(
+        "--init", str(bases["llama"]), "--data", str(sft_file), "--out", str(tmp_path / "r"), "--max-steps", "2", *args
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_instruction_data_or_lora_without_init_is_refused(sft_file, tmp_path, capsys):
+    assert _train("--data", str(sft_file), "--out", str(tmp_path / "r"), "--max-steps", "2") == 2
+    assert "is instruction data" in capsys.readouterr().err
+    text = tmp_path / "t.txt"
+    text.write_text("hello world " * 100)
+    assert _train("--data", str(text), "--out", str(tmp_path / "r"), "--max-steps", "2", "--lora-r", "2") == 2
+    assert "--lora-r 2 needs --init" in capsys.readouterr().err
