@@ -164,6 +164,9 @@ CALLS = {
     "tformer.tokenizers.base.Tokenizer.encode_batch": lambda a, kw: a["char"].encode_batch(["the", "a"], **kw),
     "tformer.tokenizers.base.Tokenizer.tokens": lambda a, kw: a["char"].tokens("the", **kw),
     "tformer.tokenizers.base.Tokenizer.decode": lambda a, kw: a["char"].decode([4, 5], **kw),
+    "tformer.tokenizers.base.Tokenizer.apply_chat_template": lambda a, kw: a["char"].apply_chat_template(
+        [{"role": "user", "content": "the"}], **kw
+    ),
     "tformer.translation.batching.token_budget_batches": lambda a, kw: tformer.translation.token_budget_batches(
         [([1, 2], [3])], 100, 0, **kw
     ),

@@ -54,8 +54,9 @@ def refuse_given(init: str | os.PathLike, given: Mapping[str, Any]) -> None:
     the architecture or the tokenizer of the ``--init`` model."""
     for flag, value in given.items():
         if value is not None:
+            shown = flag if value is True else f"{flag} {value}"  # True: a switch
             raise ValueError(
-                f"{flag} {value} cannot be used with --init: the model and its tokenizer are --init's "
+                f"{shown} cannot be used with --init: the model and its tokenizer are --init's "
                 f"({str(init)!r}); leave {flag} out"
             )
 

@@ -19,18 +19,23 @@ from tformer import checks
 from tformer.bert.classification import ClassifyTask, read_labelled_tsv, split_examples
 from tformer.bert.pretraining import BertPretrainTask, read_sentence_documents, split_documents
 from tformer.checks import check_settings
+from tformer.finetune import LoraSettings, add_adapters, count_parameters, refuse_given, start_from
 from tformer.loader import load
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.checkpoint import model_dir
 from tformer.tokenizers import WordPieceTokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
-from tformer.training.resume import make_trainer, saved_run, start_run
+from tformer.training.resume import last_dir, make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = ["TRAINING", "CLASSIFIER_TRAINING", "setup", "train", "setup_classifier", "train_classifier"]
 
 # The TrainConfig values pretraining and fine-tuning start from unless given (the CLI's defaults are these too)
 TRAINING = {"lr": 5e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
+# What continued pretraining from --init changes unless given: a tenth of the learning rate in full (LoRA's new
+# pairs keep TRAINING's, without weight decay), a short warmup
+FINE_TUNING = {"lr": 5e-5, "warmup_steps": 50}
+FINE_TUNING_LORA = {"lr": 5e-4, "warmup_steps": 50, "weight_decay": 0.0}
 CLASSIFIER_TRAINING = {"lr": 3e-4, "warmup_steps": 100, "schedule": "inverse_sqrt"}
 # Where these entry points bound a setting otherwise than tformer.checks.SETTINGS (as `tformer train bert` and
 # `train classify`'s flags do: tests/test_api_strict.py keeps them equal)
@@ -48,6 +53,55 @@ def _tokenizer(texts: list[str], tokenizer_dir: str | Path | None, vocab_size: i
     return from_rank0(lambda: train_tokenizer("wordpiece", texts, vocab_size), device)
 
 
+def _check_start(init, lora: LoraSettings, preset, tokenizer_dir, vocab_size, dropout) -> LoraSettings:
+    """``--init``'s refusals: LoRA without it, a flag that would change its architecture or tokenizer."""
+    if lora.r and init is None:
+        raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
+    if init is not None:
+        given = {"--preset": preset, "--tokenizer-dir": tokenizer_dir, "--vocab-size": vocab_size, "--dropout": dropout}
+        refuse_given(init, given)
+    return lora
+
+
+def _start_settings(init, lora: LoraSettings) -> dict:
+    return dict(
+        init=str(init),
+        lora_r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        lora_targets=lora.targets,
+    )
+
+
+def _pretrained(
+    init, lora: LoraSettings, max_len: int, seed: int, log: Callable[[str], None]
+) -> tuple[Bert, WordPieceTokenizer]:
+    """The BERT of ``init`` with its WordPiece, LoRA pairs beside it when asked; ``max_len`` within its positions."""
+    loaded = start_from(init, "bert")
+    model = loaded.model
+    assert isinstance(model, Bert)
+    if max_len > model.config.max_len:
+        raise ValueError(f"--max-len {max_len} exceeds the --init model's max_len {model.config.max_len}")
+    torch.manual_seed(seed)  # LoRA's A starts random: seeded
+    if add_adapters(model, lora, log) is not None:  # the pretraining heads train in full (new ones start random)
+        tied = {id(p) for p in model.embed.parameters()}
+        for head in (model.mlm_head, model.nsp_head):
+            for p in head.parameters():
+                p.requires_grad_(id(p) not in tied)
+        trainable, total = count_parameters(model)
+        log(
+            f"and the MLM and NSP heads (the word table tied to them stays frozen): {trainable:,} trainable of {total:,}"
+        )
+    return model, cast(WordPieceTokenizer, loaded.require_tokenizer())  # a BERT's is WordPiece (tformer.loader)
+
+
+def _resumed(out_dir) -> tuple[Bert, WordPieceTokenizer]:
+    """A run from ``--init``: its model read whole from ``OUT/last`` (LoRA layers included) and its WordPiece."""
+    last = last_dir(out_dir)
+    model = Bert.from_pretrained(last).train()
+    return model, WordPieceTokenizer.load(last)
+
+
 def _overrides(dropout: float | None) -> dict:
     return {} if dropout is None else {"dropout": dropout}
 
@@ -56,9 +110,14 @@ def setup(
     data: str | Path,
     out_dir: str | Path,
     *,
-    preset: str = "small",
+    init: str | Path | None = None,
+    lora_r: int = 0,
+    lora_alpha: float | None = None,
+    lora_dropout: float = 0.05,
+    lora_targets: str = "attn.*",
+    preset: str | None = None,
     tokenizer_dir: str | Path | None = None,
-    vocab_size: int = 8000,
+    vocab_size: int | None = None,
     max_len: int = 128,
     batch_size: int = 32,
     dropout: float | None = None,
@@ -74,21 +133,39 @@ def setup(
     the last ``valid`` sentences are held out. The WordPiece comes from ``tokenizer_dir`` or is trained on
     the training part; with ``resume``, tokenizer and config come from ``OUT/last``. ``train_options`` are
     the other :class:`TrainConfig` fields (:data:`TRAINING` unless given).
+
+    ``init``: continue the pretraining of this BERT (a tformer run or model, a Hugging Face BERT directory) with its
+    own WordPiece (``preset``, ``tokenizer_dir``, ``vocab_size`` and ``dropout`` are then refused; ``max_len`` at most
+    its positions; heads it lacks start new); ``lora_r`` > 0 trains LoRA pairs beside ``lora_targets`` only.
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
-    check_settings(locals(), train_options, bounds=BOUNDS)
+    check_settings({**locals(), "preset": preset or "small"}, train_options, bounds=BOUNDS)
+    lora = _check_start(
+        init, LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets), preset, tokenizer_dir, vocab_size, dropout
+    )
+    if init is not None:
+        train_options = {**(FINE_TUNING_LORA if lora.r else FINE_TUNING), **train_options}
+    preset, vocab_size = preset or "small", vocab_size or 8000
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
+    if init is not None:
+        settings = {"max_len": max_len, "batch_size": batch_size, **_start_settings(init, lora)}
     # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
     train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
+    base = _pretrained(init, lora, max_len, cfg.seed, log) if init is not None and not resume else None
     # what makes the run: --resume refuses a change (the tokenizer comes from OUT/last)
     with start_run(cfg, resume, "bert", {**settings, "valid": valid, "mlm_prob": mlm_prob}) as started:
         log(
             f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
             f"in {len(train_docs)} / {len(valid_docs)} documents" + ("" if valid_docs else " (no validation data)")
         )
-        if resume:
+        model: Bert | None = None
+        if resume and init is not None:  # the run's model whole (its LoRA layers from config.json)
+            model, tokenizer = _resumed(out_dir)
+        elif resume:
             config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
+        elif base is not None:
+            model, tokenizer = base
         else:
             tokenizer = _tokenizer([s for d in train_docs for s in d], tokenizer_dir, vocab_size, cfg.device)
             config = BertConfig.preset(
@@ -96,7 +173,9 @@ def setup(
             )
         torch.manual_seed(cfg.seed)
         task = BertPretrainTask(tokenizer, train_docs, valid_docs, max_len, batch_size, cfg.seed, mlm_prob)
-        return make_trainer(Bert(config), task, cfg, resume, started)
+        if model is None:
+            model = Bert(config)
+        return make_trainer(model, task, cfg, resume, started, evaluate_start=init is not None)
 
 
 def train(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, dict]:
@@ -138,6 +217,10 @@ def setup_classifier(
     out_dir: str | Path,
     *,
     init: str | Path | None = None,
+    lora_r: int = 0,
+    lora_alpha: float | None = None,
+    lora_dropout: float = 0.05,
+    lora_targets: str = "attn.*",
     preset: str = "small",
     tokenizer_dir: str | Path | None = None,
     vocab_size: int = 8000,
@@ -154,10 +237,14 @@ def setup_classifier(
     ``init``: start from this pretrained model (its tokenizer and weights, a new head); else a new model of
     ``preset``, with the WordPiece of ``tokenizer_dir`` or one trained on the training texts. ``valid``: the
     held-out examples (a fraction, or a count when >= 1). ``train_options``: the other :class:`TrainConfig`
-    fields (:data:`CLASSIFIER_TRAINING` unless given).
+    fields (:data:`CLASSIFIER_TRAINING` unless given). ``lora_r`` > 0 (with ``init``): LoRA pairs beside
+    ``lora_targets`` and the new head train, the rest of the model frozen.
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings(locals(), train_options, bounds=BOUNDS)
+    lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)
+    if lora.r and init is None:
+        raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
     cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
     examples = read_labelled_tsv(data)  # before an overwrite deletes anything: a missing --data is refused first
@@ -165,11 +252,15 @@ def setup_classifier(
     if len(labels) < 2:
         raise ValueError(f"--data {str(data)!r}: need at least 2 distinct labels, got {labels}")
     # what makes the run: --resume refuses a change (the tokenizer and weights come from OUT/last, not --init)
+    if lora.r:
+        settings.update(_start_settings(init, lora))
     with start_run(cfg, resume, "classify", {**settings, "valid": valid}) as started:
         train_part, valid_part = split_examples(examples, valid, cfg.seed)
         none = "" if valid_part else " (no validation data)"
         log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples{none}, labels {labels}")
-        if resume:
+        if resume and lora.r:
+            model, tokenizer = _resumed(out_dir)
+        elif resume:
             config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
             torch.manual_seed(cfg.seed)
             model = Bert(config)
@@ -181,6 +272,13 @@ def setup_classifier(
                 tokenizer = _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device)
             torch.manual_seed(cfg.seed)
             model = _classifier(base.model if base else None, preset, tokenizer, len(labels), max_len, dropout)
+            if lora.r:
+                add_adapters(model, lora, log)
+                assert model.classifier is not None  # num_labels > 0
+                for p in model.classifier.parameters():  # the new head trains in full (PEFT's modules_to_save)
+                    p.requires_grad_(True)
+                trainable, total = count_parameters(model)
+                log(f"and the new classification head: {trainable:,} trainable parameters of {total:,}")
         task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed)
         return make_trainer(model, task, cfg, resume, started)
 

@@ -49,7 +49,17 @@ def _add_translation(fam) -> None:
     )
     t.add_argument("--src-lang", default="en", help="source language code (file suffix of a Multi30k directory)")
     t.add_argument("--tgt-lang", default="fr", help="target language code")
-    add(t, "--preset", "--vocab-size", defaults=entry, vocab_size={"type": int_at_least(5, " (4 special tokens + 1)")})
+    add(
+        t,
+        "--preset",
+        "--vocab-size",
+        defaults=entry,
+        preset={"help": "model size (default: small)"},
+        vocab_size={
+            "type": int_at_least(5, " (4 special tokens + 1)"),
+            "help": "size of the BPE trained on --data (default 8000)",
+        },
+    )
     t.add_argument(
         "--separate-vocab",
         dest="joint",
@@ -71,11 +81,26 @@ def _add_translation(fam) -> None:
         default=entry["bleu_sentences"],
         help="validation sentences translated for BLEU",
     )
-    add(t, "--dropout", "--max-len", defaults=entry)
+    add(
+        t,
+        "--dropout",
+        "--max-len",
+        defaults=entry,
+        max_len={"help": "longest sentence in tokens: the model's positions (default 256)"},
+    )
+    add_start(t, entry, lora_targets={"help": LORA_TARGETS_SEQ2SEQ})
     add_training(t, entry)
     t.set_defaults(func=run_translation)
 
 
+LORA_TARGETS_SEQ2SEQ = (
+    "comma-separated layers that get a LoRA pair, shell patterns over attn.q_proj, attn.k_proj, attn.v_proj, "
+    "attn.out_proj (self-attention), cross_attn.* (the decoder's cross-attention), ffn.linear1, ffn.linear2"
+)
+INIT_BERT = (
+    "continue the pretraining of this BERT (its WordPiece and weights; heads it lacks start new): a `tformer train "
+    "bert` run or model, a Hugging Face one; --preset, --tokenizer-dir, --vocab-size and --dropout are then refused"
+)
 FLAGS_VALID_DIR = (
     "held-out part for validation (fraction, or count if >= 1; 0: none); a directory with val.* uses val.*"
 )
@@ -198,6 +223,7 @@ def _add_bert(fam) -> None:
         help="fraction of the non-special tokens picked for MLM",
     )
     _bert_model_flags(b, entry)
+    add_start(b, entry, init={"help": INIT_BERT})
     add_training(b, entry)
     b.set_defaults(func=run_bert)
 
@@ -209,12 +235,15 @@ def _add_classify(fam) -> None:
     c = fam.add_parser("classify", help="BERT sequence classification on text<TAB>label lines")
     c.add_argument("--data", required=True, type=existing_file, help="TSV file of text<TAB>label lines")
     add(c, "--valid", defaults=entry, valid={"help": "held-out split (fraction, or examples if >= 1)"})
-    c.add_argument(
-        "--init",
-        type=existing_dir,
-        help="start from this BERT (its tokenizer and weights): a `tformer train bert` run or model, a Hugging Face one",
-    )
     _bert_model_flags(c, entry)
+    add_start(
+        c,
+        entry,
+        init={
+            "help": "start from this BERT (its tokenizer and weights, a new head): a `tformer train bert` run or "
+            "model, a Hugging Face one"
+        },
+    )
     add_training(c, entry)
     c.set_defaults(func=run_classify)
 

@@ -6,6 +6,8 @@
 * :mod:`.task` — :class:`LMTask` (what the Trainer trains) and :func:`evaluate_stream` (loss, perplexity,
   bits per character or byte);
 * :mod:`.stream` — :class:`TextStream`, printing a generation as it comes;
+* :mod:`.chat` — :func:`reply` (the model's turn in a conversation laid out by its chat template) and
+  :func:`chat_prompt_ids` (the conversation's ids, the oldest turns dropped to fit the context);
 * :mod:`.recipes` — the CPU-tuned recipes and the flags > recipe > defaults resolution;
 * :mod:`.run` — the entry points :func:`train`, :func:`load`, :func:`generate`, :func:`evaluate`;
 * a Hugging Face model directory (config.json, safetensors, tokenizer.json) is read as a GPT by
@@ -17,6 +19,7 @@ generation loop; it knows nothing about translation, BERT or the command line.
 """
 
 from tformer.hf import is_hf_dir, load_hf_model
+from tformer.lm.chat import ChatReply, chat_prompt_ids, reply
 from tformer.lm.data import blocks, encode_documents, read_documents, split_ids
 from tformer.lm.recipes import DEFAULTS, RECIPES, resolve
 from tformer.lm.run import evaluate, generate, load, setup, train
@@ -41,4 +44,7 @@ __all__ = [
     "load",
     "generate",
     "evaluate",
+    "ChatReply",
+    "chat_prompt_ids",
+    "reply",
 ]

@@ -11,6 +11,7 @@ tests and benchmarks call them too.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -18,20 +19,23 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_settings
-from tformer.generation import SamplingConfig, generate_lm
+from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
+from tformer.generation import SamplingConfig
+from tformer.hf.peft import exportable
 from tformer.lm.data import encode_documents, read_documents, split_ids
 from tformer.lm.recipes import RECIPES, resolve
-from tformer.lm.stream import TextStream
+from tformer.lm.sft import IGNORE, SFTTask, encode_conversation, read_conversations
+from tformer.lm.stream import stream_ids
 from tformer.lm.task import LMTask, evaluate_stream
 from tformer.loader import load as load_any
 from tformer.models.checkpoint import model_dir
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.settings import takes_old_names
 from tformer.text import check_text, check_texts
-from tformer.tokenizers import Continuation, Tokenizer, load_tokenizer, train_tokenizer
+from tformer.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 from tformer.training.config import gpu_batch_note
 from tformer.training.distributed import from_rank0, say
-from tformer.training.resume import make_trainer, saved_run, start_run
+from tformer.training.resume import last_dir, make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = ["TRAINING", "setup", "train", "load", "generate", "evaluate"]
@@ -39,6 +43,12 @@ __all__ = ["TRAINING", "setup", "train", "load", "generate", "evaluate"]
 # The TrainConfig values an lm run starts from unless given; lr, warmup and weight decay come from the preset's
 # recipe (tformer.lm.recipes), and the CLI's defaults are these too
 TRAINING = {"schedule": "cosine"}
+
+# What a run from --init starts from unless given: a smaller step than training from scratch (5e-5 in full, 3e-4 for
+# LoRA's pairs, as PEFT's and litgpt's examples), no weight decay on LoRA's pairs, a short warmup, 8 rows of at most
+# 512 tokens (the model's context when shorter)
+FINE_TUNING_LR = {False: 5e-5, True: 3e-4}  # by LoRA or not
+FINE_TUNING_WARMUP, FINE_TUNING_BATCH, FINE_TUNING_CONTEXT = 20, 8, 512
 
 # the recipes' and the CLI's --tokenizer names -> the tokenizer kinds (tformer.tokenizers)
 TOKENIZER_KINDS = {"char": "char", "bpe": "byte_bpe"}
@@ -62,7 +72,7 @@ def _tokenizer(directory: str | Path) -> Tokenizer:
     (``char_tokenizer.json``) or byte-level BPE (``tokenizer.json``)."""
     directory = model_dir(directory)
     try:
-        return load_tokenizer(directory, kinds=TOKENIZER_KINDS.values())
+        return load_tokenizer(directory, kinds=[*TOKENIZER_KINDS.values(), "hf"])  # hf: a run from --init
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{str(directory)!r} has no LM tokenizer (char_tokenizer.json or tokenizer.json); "
@@ -74,8 +84,13 @@ def _tokenizer(directory: str | Path) -> Tokenizer:
 def setup(
     data: str | Path,
     out_dir: str | Path,
-    preset: str = "tiny",
+    preset: str | None = None,
     *,
+    init: str | Path | None = None,
+    lora_r: int = 0,
+    lora_alpha: float | None = None,
+    lora_dropout: float = 0.05,
+    lora_targets: str = "attn.*",
     tokenizer: str | None = None,
     vocab_size: int | None = None,
     max_len: int | None = None,
@@ -98,7 +113,42 @@ def setup(
     out for validation; ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``max_steps``,
     ``device``, ...; :data:`TRAINING` unless given). With ``resume``, the tokenizer and the config come from
     ``OUT/last`` and training continues exactly where it stopped.
+
+    ``init``: start from this pretrained GPT (a tformer run or model, a Hugging Face decoder directory) and its
+    tokenizer instead of a new model (``preset``, ``tokenizer``, ``vocab_size`` and ``dropout`` are then refused);
+    ``lora_r`` > 0 trains LoRA pairs of that rank beside ``lora_targets`` only (:mod:`tformer.finetune`), the best
+    model written with its PEFT adapter beside it. ``data`` may then also be instruction data, a JSONL of
+    ``{"prompt", "response"}`` or ``{"messages"}`` lines (:mod:`tformer.lm.sft`): the loss is on the answers only,
+    the conversations rendered with the model's chat template, ``valid`` a fraction of the conversations.
     """
+    if init is not None or lora_r:
+        return _setup_from(
+            data,
+            out_dir,
+            init,
+            LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets),
+            preset=preset,
+            tokenizer=tokenizer,
+            vocab_size=vocab_size,
+            max_len=max_len,
+            batch_size=batch_size,
+            dropout=dropout,
+            lr=lr,
+            warmup_steps=warmup_steps,
+            weight_decay=weight_decay,
+            batches_per_epoch=batches_per_epoch,
+            eval_blocks=eval_blocks,
+            valid=valid,
+            resume=resume,
+            log=log,
+            **train_options,
+        )
+    preset = preset or "tiny"
+    if read_conversations(data) is not None:
+        raise ValueError(
+            f"--data {str(data)!r} is instruction data (prompt/response or messages lines): it fine-tunes a "
+            "pretrained model, given with --init"
+        )
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings(locals(), train_options, bounds=BOUNDS)
     r = resolve(
@@ -160,7 +210,137 @@ def setup(
         return make_trainer(model, task, cfg, resume, started)
 
 
-def train(data: str | Path, out_dir: str | Path, preset: str = "tiny", **options) -> tuple[Trainer, dict]:
+def _setup_from(
+    data: str | Path,
+    out_dir: str | Path,
+    init: str | Path | None,
+    lora: LoraSettings,
+    *,
+    preset: str | None,
+    tokenizer: str | None,
+    vocab_size: int | None,
+    max_len: int | None,
+    batch_size: int | None,
+    dropout: float | None,
+    lr: float | None,
+    warmup_steps: int | None,
+    weight_decay: float | None,
+    batches_per_epoch: int,
+    eval_blocks: int | None,
+    valid: float,
+    resume: bool,
+    log: Callable[[str], None],
+    **train_options,
+) -> Trainer:
+    """:func:`setup` from the pretrained model ``init``: continued pretraining on text, or fine-tuning on instruction
+    data, in full or with LoRA (see :func:`setup`)."""
+    if init is None:
+        raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
+    check_settings({**locals(), "preset": preset or "tiny"}, train_options, bounds=BOUNDS)
+    refuse_given(init, {"--preset": preset, "--tokenizer": tokenizer, "--vocab-size": vocab_size, "--dropout": dropout})
+    options = {
+        **TRAINING,
+        "lr": lr if lr is not None else FINE_TUNING_LR[bool(lora.r)],
+        "warmup_steps": warmup_steps if warmup_steps is not None else FINE_TUNING_WARMUP,
+        "weight_decay": weight_decay if weight_decay is not None else (0.0 if lora.r else 0.01),  # none on the pairs
+        **train_options,
+    }
+    TrainConfig(out_dir=str(out_dir), **{**options, "schedule": "constant"})  # a missing budget is said first
+    conversations = read_conversations(data)  # --data next: a bad one is named before anything is loaded
+    docs = read_documents(data) if conversations is None else []
+    settings = dict(
+        init=str(init),
+        lora_r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        lora_targets=lora.targets,
+        max_len=max_len,
+        batch_size=batch_size,
+        batches_per_epoch=batches_per_epoch,
+        valid=valid,
+    )  # what makes the run: --resume refuses a change
+    model: GPT | None = None
+    if not resume:  # before an overwrite deletes anything: a bad --init or target is refused first
+        loaded = start_from(init, "gpt")
+        model, tok = loaded.model, loaded.require_tokenizer()
+        torch.manual_seed(int(options.get("seed", 0)))  # LoRA's A starts random: seeded, as a new model is
+        add_adapters(model, lora, log)
+    decay_over_epochs = options["schedule"] == "cosine" and options.get("max_steps") is None
+    decay_over_epochs = decay_over_epochs and options.get("minutes") is None
+    # the run's directory, checked and locked (its budget's end is known once the data is: the steps of an epoch)
+    with start_run(
+        TrainConfig(out_dir=str(out_dir), **{**options, "max_steps": 1} if decay_over_epochs else options),
+        resume,
+        "lm",
+        settings,
+    ) as started:
+        if model is None:  # --resume: the run's own tokenizer and model (its LoRA layers from config.json)
+            last = last_dir(out_dir)
+            model, tok = GPT.from_pretrained(last), _tokenizer(last)
+            model.train()
+        context = model.config.max_len
+        block = max_len if max_len is not None else min(context, FINE_TUNING_CONTEXT)
+        if block > context:
+            raise ValueError(f"--max-len {block} exceeds the --init model's context ({context} positions)")
+        rows = batch_size or FINE_TUNING_BATCH
+        task: LMTask | SFTTask
+        if conversations is not None:
+            task = _sft_task(tok, conversations, block, rows, valid, int(options.get("seed", 0)), log)
+            per_epoch = len(task.train_batches(0))
+        else:
+            train_ids, val_ids = split_ids(encode_documents(tok, docs), valid)
+            val = f"{len(val_ids):,} validation tokens" if len(val_ids) >= 2 else "no validation data"
+            log(f"data: {len(docs)} document(s), {len(train_ids):,} train tokens / {val} (continued pretraining)")
+            task = LMTask(tok, train_ids, val_ids, block, rows, batches_per_epoch, eval_blocks, options.get("seed", 0))
+            per_epoch = batches_per_epoch
+        if decay_over_epochs:
+            options["max_steps"] = math.ceil(options["epochs"] * per_epoch / options.get("accum_steps", 1))
+        cfg = TrainConfig(out_dir=str(out_dir), **options)
+        writers = []
+        if lora.r:
+            problem = exportable(model.config)
+            if problem is None:
+                writers.append(adapter_writer(init))
+            else:
+                log(f"note: no PEFT adapter is written beside the best model: {problem}")
+        torch.manual_seed(cfg.seed)
+        return make_trainer(model, task, cfg, resume, started, also_save=writers, evaluate_start=True)
+
+
+def _sft_task(tok, conversations: list, block: int, rows: int, valid: float, seed: int, log) -> SFTTask:
+    """The fine-tuning task of ``conversations``: each encoded (answers learned), cut at ``block`` + 1 ids (one
+    without an answer token left is dropped, said), ``valid`` of them (a fraction) held out, seeded."""
+    examples, cut, dropped = [], 0, 0
+    for messages in conversations:
+        ids, labels = encode_conversation(tok, messages)
+        if len(ids) > block + 1:
+            ids, labels, cut = ids[: block + 1], labels[: block + 1], cut + 1
+        if all(y == IGNORE for y in labels[1:]):
+            dropped += 1
+            continue
+        examples.append((ids, labels))
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    n_valid = round(valid * len(examples)) if valid else 0
+    if valid and len(examples) > 1:
+        n_valid = max(n_valid, 1)
+    train = [examples[i] for i in order[n_valid:]]
+    held = [examples[i] for i in order[:n_valid]]
+    answers = sum(sum(y != IGNORE for y in labels) for _, labels in train)
+    notes = [f"{cut} cut at --max-len {block}"] if cut else []
+    if dropped:
+        notes.append(f"{dropped} dropped (no answer token within --max-len)")
+    template = "the model's chat template" if tok.chat_template is not None else "prompt + response (no chat template)"
+    log(
+        f"data: {len(conversations)} conversations, {len(train)} train / {len(held)} validation"
+        + (f" ({', '.join(notes)})" if notes else "")
+        + f"; {answers:,} answer tokens learned, rendered with {template}"
+    )
+    pad = tok.pad_id if tok.pad_id is not None else tok.eos_id
+    return SFTTask(tok, train, held, rows, pad if pad is not None else 0, seed)
+
+
+def train(data: str | Path, out_dir: str | Path, preset: str | None = None, **options) -> tuple[Trainer, dict]:
     """Train a GPT (see :func:`setup` for the options); returns the trainer and its last evaluation
     (``val_loss``, ``val_ppl``, ``val_bpc``). The best model is in ``out_dir``, the last state in ``OUT/last``."""
     trainer = setup(data, out_dir, preset, **options)
@@ -212,39 +392,11 @@ def generate(
     stop = check_texts(list(stop) if isinstance(stop, Iterable) and not isinstance(stop, str) else stop, "stop")
     checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # the words of --max-new-tokens
     # tformer's tokenizers start and end a document with <|endoftext|>; a Hugging Face one names its own ids
-    ends, pad = tokenizer.eos_ids, tokenizer.pad_id
     start = tokenizer.start_id
     if start is None:
         raise ValueError(f"this {tokenizer.kind} tokenizer has neither a BOS nor an EOS token to start a text from")
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=True) or [start]  # no prompt: a new document
-    # a SentencePiece-style decoder may strip a leading space: decode the new ids after the prompt's, then cut
-    stream = TextStream(Continuation(tokenizer, prompt_ids), stop)
-    pieces: list[str] = []
-
-    def emit(text: str) -> None:
-        pieces.append(text)
-        if on_text is not None:
-            on_text(text)
-
-    def show(step, ids) -> None:
-        if int(ids[0]) not in ends:  # the end of the document is not shown
-            emit(stream.push(int(ids[0])))
-
-    generate_lm(
-        model,
-        [prompt_ids],
-        max_new_tokens,
-        sampling or SamplingConfig(),
-        eos_id=ends[0] if ends else None,
-        pad_id=pad if pad is not None else 0,  # only fills a batch's left padding, which the mask hides
-        seed=seed,
-        on_token=show,
-        stop_ids=ends[1:],
-        stop=lambda step, ids: [stream.stopped],
-        compile=compile,
-    )
-    emit(stream.flush())
-    return "".join(pieces)
+    return stream_ids(model, tokenizer, prompt_ids, max_new_tokens, sampling, stop, seed, on_text, compile).text
 
 
 def evaluate(model: GPT, tokenizer, data: str | Path, max_len: int | None = None, batch_size: int = 32) -> dict:

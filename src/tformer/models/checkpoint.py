@@ -339,3 +339,10 @@ def _load_whole(model: torch.nn.Module, path: Path, map_location, expected: Mapp
     _check_against(path, expected, {name: (t.dtype, tuple(t.shape)) for name, t in state.items()})
     check_finite_weights(state, path)
     model.load_state_dict(state, strict=False)
+
+
+def has_lora_record(directory: str | os.PathLike) -> bool:
+    """Whether the model directory ``directory``'s ``config.json`` records LoRA layers (a run from ``--init`` with
+    ``--lora-r``): its weights then hold the pairs beside the frozen ones."""
+    path = Path(directory) / CONFIG_NAME
+    return path.is_file() and LORA in read_json_object(path, "model config")

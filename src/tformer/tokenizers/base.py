@@ -23,6 +23,8 @@ What every kind has:
   ``trace``, fill-mask, the explorer and training all go through this one flag;
 * ``decode(ids, skip_special_tokens=True)`` drops the special tokens; with ``False`` it writes them out, except
   padding in tformer's own layouts (char, byte_bpe, bpe), which stands for no text.
+* ``chat_template``: the Jinja template of a chat model (a Hugging Face directory's; None for the other kinds), and
+  ``apply_chat_template(messages)``: the conversation in it, as text or ids (:mod:`.chat_template`).
 
 A ``prefix`` lets two tokenizers share a directory: a translator keeps ``src_tokenizer.json`` and
 ``tgt_tokenizer.json`` (``prefix="src_"`` and ``"tgt_"``).
@@ -33,11 +35,12 @@ This module knows no family, no model and no file format; the kinds live beside 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar, Literal, overload
+from typing import Any, ClassVar, Literal, overload
 
 from tformer.checks import check_yes_no
+from tformer.tokenizers.chat_template import render_chat
 
 __all__ = ["Tokenizer", "Continuation", "SPECIAL_NAMES"]
 
@@ -59,6 +62,7 @@ class Tokenizer(ABC):
     mask_id: int | None = None
     cls_id: int | None = None
     sep_id: int | None = None
+    chat_template: str | None = None  # a chat model's Jinja template (tformer.tokenizers.chat_template)
 
     # ---------------------------------------------------------------- what each kind provides
 
@@ -156,6 +160,39 @@ class Tokenizer(ABC):
         """The text of ``ids``; ``skip_special_tokens``: drop the special tokens (else write them out)."""
         check_yes_no(skip_special_tokens=skip_special_tokens)
         return self._decode([int(i) for i in ids], skip_special_tokens)
+
+    @overload
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tokenize: Literal[False] = False,
+    ) -> str: ...
+
+    @overload
+    def apply_chat_template(
+        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True, *, tokenize: Literal[True]
+    ) -> list[int]: ...
+
+    def apply_chat_template(
+        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True, tokenize: bool = False
+    ) -> str | list[int]:
+        """The conversation ``messages`` ([{"role": "user", "content": "Hi"}, ...]) in :attr:`chat_template`, as
+        ``transformers``' ``apply_chat_template`` renders it; ``add_generation_prompt``: ending with what opens the
+        assistant's reply; ``tokenize``: its ids instead (encoded without adding special tokens: the template
+        writes them). A tokenizer without a chat template refuses, saying so."""
+        check_yes_no(add_generation_prompt=add_generation_prompt, tokenize=tokenize)
+        if self.chat_template is None:
+            raise ValueError(
+                f"this {self.kind} tokenizer has no chat template (a chat model's Hugging Face directory has one in "
+                "chat_template.jinja or tokenizer_config.json): it cannot lay out a conversation"
+            )
+        text = render_chat(self.chat_template, messages, add_generation_prompt, **self._template_tokens())
+        return self.encode(text) if tokenize else text
+
+    def _template_tokens(self) -> dict[str, str]:
+        """The special tokens a chat template sees by name (``bos_token``, ``eos_token``, ...): this kind's own."""
+        return {f"{name}_token": token for name, token in self.special_tokens.items()}
 
     def vocabulary(self) -> list[str]:
         """The token of every id below :attr:`vocab_size` (an id the vocabulary skips shows as its number)."""

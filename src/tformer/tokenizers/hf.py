@@ -5,6 +5,7 @@
     tokenizer_config.json     the special tokens' names: bos_token, eos_token, pad_token, unk_token, ...   (optional)
     special_tokens_map.json   the same names, older saves (without added_tokens_decoder) only            (optional)
     generation_config.json    bos_token_id / eos_token_id / pad_token_id, as ``generate`` reads them      (optional)
+    chat_template.jinja       a chat model's template (else tokenizer_config.json's chat_template)       (optional)
     config.json               the same ids, when generation_config.json lacks them
 
 The specials answer to tformer's names (``bos_id``, ``eos_id``, ``pad_id``, ``unk_id``, ``mask_id``, ``cls_id``,
@@ -19,8 +20,15 @@ was trained with it; ``transformers`` 5 rebuilds a few named classes (``tokenize
 the vocabulary and merges with the class's own pre-tokenizer, which drops, e.g., a pre-tokenizer that splits digits
 one by one: there the two can differ; tformer keeps tokenizer.json's.
 
+A chat model's template (:attr:`chat_template`, read by :func:`~tformer.tokenizers.chat_template.read_chat_template`)
+is rendered by ``apply_chat_template`` with the special tokens tokenizer_config.json names (``bos_token``, ...), as
+``transformers`` passes them; a default that a named ``transformers`` class adds when the config names no such token
+(Qwen2Tokenizer's ``unk_token``) is not known here.
+
 ``save`` writes tokenizer.json and tokenizer_config.json (the one it was loaded with, the special tokens' names set
-from the ids); the extra end ids a generation_config.json listed are the model's, not saved with the tokenizer.
+from the ids) and the chat template as chat_template.jinja (taken out of tokenizer_config.json, as ``transformers``
+saves it, so both read the same template; other named templates, such as "tool_use", are not kept); the extra end
+ids a generation_config.json listed are the model's, not saved with the tokenizer.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 
 from tformer.files import atomic_write
 from tformer.readers import load_tokenizer_file, read_json_object
+from tformer.tokenizers.chat_template import TEMPLATE_FILE, read_chat_template
 from tformer.tokenizers.library import LibraryTokenizer
 
 __all__ = ["HFTokenizer"]
@@ -54,12 +63,18 @@ class HFTokenizer(LibraryTokenizer):
         specials: Mapping[str, int | None] | None = None,
         eos_ids: Iterable[int] = (),
         settings: Mapping[str, Any] | None = None,
+        chat_template: str | None = None,
+        token_names: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(tokenizer)
+        self.chat_template = chat_template
         for name, i in (specials or {}).items():
             setattr(self, f"{name}_id", i)
         self._eos_ids = tuple(eos_ids) or (() if self.eos_id is None else (self.eos_id,))
         self.settings = dict(settings or {})  # tokenizer_config.json as loaded: kept when saving
+        # the special tokens by tokenizer_config.json's names (bos_token, ...), as a chat template sees them
+        names = self.settings if token_names is None else token_names
+        self._token_names = {f: n for f in (*FIELDS.values(), *OTHER_FIELDS.values()) if (n := _content(names.get(f)))}
         # one past the largest id, added tokens included: ids may leave gaps, so not the number of tokens
         self._size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
 
@@ -70,6 +85,9 @@ class HFTokenizer(LibraryTokenizer):
     @property
     def eos_ids(self) -> tuple[int, ...]:
         return self._eos_ids
+
+    def _template_tokens(self) -> dict[str, str]:
+        return dict(self._token_names)
 
     def _encode_all(self, texts: list[str], add_special_tokens: bool, max_length: int | None) -> list[list[int]]:
         """The library's own encoding, its post-processor adding the specials (after the cut to ``max_length``)."""
@@ -85,9 +103,16 @@ class HFTokenizer(LibraryTokenizer):
         return rows
 
     def save(self, directory: str | Path, prefix: str = "") -> Path:
-        """tokenizer.json and tokenizer_config.json (the special tokens named from their ids)."""
+        """tokenizer.json, tokenizer_config.json (the special tokens named from their ids) and chat_template.jinja."""
         path = super().save(directory, prefix)
         settings = dict(self.settings)
+        settings.pop("chat_template", None)  # the template is in its own file, which transformers reads first
+        template = Path(directory) / (prefix + TEMPLATE_FILE)
+        if self.chat_template is not None:
+            text = self.chat_template
+            atomic_write(template, lambda tmp: Path(tmp).write_text(text, encoding="utf-8", newline=""))
+        elif template.is_file():  # an older tokenizer's, which transformers would take for this one's
+            template.unlink()
         for name, field in {**FIELDS, **OTHER_FIELDS}.items():
             i = getattr(self, f"{name}_id")
             if i is not None and self.id_to_token(i) is not None:
@@ -128,12 +153,19 @@ class HFTokenizer(LibraryTokenizer):
         for name in FIELDS:  # generation_config.json (or config.json) first, as generate reads them
             if ids[name]:
                 token_ids[name] = ids[name][0]
-        return cls(tokenizer, token_ids, ids["eos"], settings)
+        return cls(tokenizer, token_ids, ids["eos"], settings, read_chat_template(directory, prefix), names)
 
 
 def _optional_json(path: Path, what: str) -> dict[str, Any]:
     """The JSON object in ``path``, or {} when there is no such file (a present but broken one is an error)."""
     return read_json_object(path, what) if path.exists() else {}
+
+
+def _content(name: Any) -> str | None:
+    """A special token's name in tokenizer_config.json: a string, or an AddedToken dict's "content"."""
+    if isinstance(name, Mapping):
+        name = name.get("content")
+    return name if isinstance(name, str) else None
 
 
 def _token_id(tokenizer, name: Any, field: str, config: Path, path: Path, strict: bool = True) -> int | None:

@@ -31,29 +31,31 @@ class Batch:
     src: torch.Tensor  # (B, S) source ids, padded with <pad>
     tgt_in: torch.Tensor  # (B, T) <sos> + target
     tgt_out: torch.Tensor  # (B, T) target + <eos>; <pad> where tgt_in is padding
+    pad: int = PAD  # the model's <pad> id (an Opus-MT model's is its last id)
 
     @property
     def n_tokens(self) -> int:
         """Real (non-pad) target tokens: what the loss is averaged over."""
-        return int((self.tgt_out != PAD).sum())
+        return int((self.tgt_out != self.pad).sum())
 
     def to(self, device) -> Batch:
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.pad)
 
 
-def _pad(rows: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)
+def _pad(rows: list[list[int]], pad: int = PAD) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), pad, dtype=torch.long)
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
     return out
 
 
-def make_batch(pairs: list[tuple[list[int], list[int]]]) -> Batch:
-    """Pad a list of (source ids, target ids) into a teacher-forcing :class:`Batch`."""
-    src = _pad([s for s, _ in pairs])  # (B, S)
-    tgt_in = _pad([[SOS] + t for _, t in pairs])  # (B, T)
-    tgt_out = _pad([t + [EOS] for _, t in pairs])  # (B, T)
-    return Batch(src, tgt_in, tgt_out)
+def make_batch(pairs: list[tuple[list[int], list[int]]], pad: int = PAD, sos: int = SOS, eos: int = EOS) -> Batch:
+    """Pad a list of (source ids, target ids) into a teacher-forcing :class:`Batch`; ``pad``, ``sos`` (the decoder's
+    start) and ``eos``: tformer's ids unless the model has others (an Opus-MT model starts from its ``<pad>``)."""
+    src = _pad([s for s, _ in pairs], pad)  # (B, S)
+    tgt_in = _pad([[sos] + t for _, t in pairs], pad)  # (B, T)
+    tgt_out = _pad([t + [eos] for _, t in pairs], pad)  # (B, T)
+    return Batch(src, tgt_in, tgt_out, pad)
 
 
 def token_budget_batches(

@@ -16,6 +16,10 @@ import torch
 from tformer import checks
 from tformer.checks import check_settings
 from tformer.files import atomic_write
+from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
+from tformer.hf.peft import exportable
+from tformer.loader import load
+from tformer.models.checkpoint import has_lora_record
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.settings import takes_old_names
 from tformer.text import read_lines
@@ -23,7 +27,7 @@ from tformer.tokenizers import train_tokenizer
 from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.training import distributed
 from tformer.training.config import gpu_batch_note
-from tformer.training.resume import make_trainer, saved_run, start_run
+from tformer.training.resume import last_dir, make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation.pairs import Split, load_splits
 from tformer.translation.task import TranslationTask
@@ -33,6 +37,10 @@ __all__ = ["TRAINING", "train_tokenizers", "prepare", "setup", "train", "evaluat
 
 # The TrainConfig values a translation run starts from unless given (the CLI's defaults are these too)
 TRAINING = {"lr": 7e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
+# What a run from --init changes unless given: a tenth of the learning rate in full (a pretrained model is adapted,
+# not trained anew; LoRA's new pairs keep TRAINING's), a short warmup
+FINE_TUNING = {"lr": 7e-5, "warmup_steps": 50}
+FINE_TUNING_LORA = {"lr": 7e-4, "warmup_steps": 50, "weight_decay": 0.0}
 # The README's Multi30k recipe scaled for a GPU (benchmarks.gpu's variant): 8× the tokens a step, the learning rate
 # doubled, a third of the warmup. A starting point, not yet measured by this project (no GPU in its sessions).
 GPU_ADVICE = (  # measured on an H200 (docs/benchmarks.md): BLEU 57.3 in 61 s of training; 400 steps at lr 4e-3 gave 42.1
@@ -83,20 +91,31 @@ def prepare(
     )
     torch.manual_seed(seed)
     translator = Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
+    _write_held_out(split, out_dir)
+    return translator
+
+
+def _resumed(out_dir: str | Path, seed: int) -> Translator:
+    """The run's tokenizers and a model of its config (the weights come back in ``trainer.resume()``); a run from
+    ``--init`` reads its translator whole (its LoRA layers, an Opus-MT model's own ids)."""
+    last = last_dir(out_dir)
+    if (last / "src_tokenizer.json").is_file() and not has_lora_record(last):
+        config, (src_tok, tgt_tok) = saved_run(out_dir, Seq2SeqTransformer, load_tokenizers)
+        torch.manual_seed(seed)
+        return Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
+    translator = Translator.from_loaded(load(last, family="seq2seq", fast=False, merge=False, float_weights=True))
+    translator.model.train()
+    return translator
+
+
+def _write_held_out(split: Split, out_dir: str | Path) -> None:
+    """``OUT/data/{valid,test}.tsv``: the held-out pairs, so that evaluation can be repeated (rank 0)."""
     if distributed.is_main_process():
         data_dir = Path(out_dir) / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
         for name, part in (("valid", split.valid), ("test", split.test)):
             text = "".join(f"{s}\t{t}\n" for s, t in part)  # a full disk: one line naming the file (WriteError)
             atomic_write(data_dir / f"{name}.tsv", lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
-    return translator
-
-
-def _resumed(out_dir: str | Path, seed: int) -> Translator:
-    """The run's tokenizers and a model of its config (the weights come back in ``trainer.resume()``)."""
-    config, (src_tok, tgt_tok) = saved_run(out_dir, Seq2SeqTransformer, load_tokenizers)
-    torch.manual_seed(seed)
-    return Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
 
 
 @takes_old_names  # 0.2.0's max_tokens
@@ -106,8 +125,13 @@ def setup(
     *,
     src_lang: str = "en",
     tgt_lang: str = "fr",
-    preset: str = "small",
-    vocab_size: int = 8000,
+    init: str | Path | None = None,
+    lora_r: int = 0,
+    lora_alpha: float | None = None,
+    lora_dropout: float = 0.05,
+    lora_targets: str = "attn.*",
+    preset: str | None = None,
+    vocab_size: int | None = None,
     joint: bool = True,
     batch_tokens: int = 4096,
     label_smoothing: float = 0.1,
@@ -115,7 +139,7 @@ def setup(
     test: float = 0.05,
     bleu_sentences: int = 500,
     dropout: float | None = None,
-    max_len: int = 256,
+    max_len: int | None = None,
     resume: bool = False,
     **train_options,
 ) -> Trainer:
@@ -128,9 +152,31 @@ def setup(
     ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``epochs``, ``device``, ...;
     :data:`TRAINING` unless given). Under torchrun rank 0 trains the tokenizers and every
     process gets them; with ``resume`` they come from ``OUT/last``.
+
+    ``init``: fine-tune this pretrained translator (a tformer run or model, an Opus-MT / Hugging Face Marian
+    directory) with its own tokenizers instead of a new model (``preset``, ``vocab_size``, ``joint=False``,
+    ``dropout`` and ``max_len`` are then refused); ``lora_r`` > 0 trains LoRA pairs beside ``lora_targets`` only
+    (:mod:`tformer.finetune`). A run from ``init`` starts at a tenth of :data:`TRAINING`'s learning rate unless given
+    (LoRA's pairs at TRAINING's, without weight decay).
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
-    check_settings(locals(), train_options, bounds=BOUNDS)
+    check_settings({**locals(), "preset": preset or "small"}, train_options, bounds=BOUNDS)
+    lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)
+    if lora.r and init is None:
+        raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
+    if init is not None:
+        refuse_given(
+            init,
+            {
+                "--preset": preset,
+                "--vocab-size": vocab_size,
+                "--separate-vocab": None if joint else True,
+                "--dropout": dropout,
+                "--max-len": max_len,
+            },
+        )
+        train_options = {**(FINE_TUNING_LORA if lora.r else FINE_TUNING), **train_options}
+    preset, vocab_size, max_len = preset or "small", vocab_size or 8000, max_len or 256
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(
         src_lang=src_lang,
@@ -145,14 +191,27 @@ def setup(
         dropout=dropout,
         max_len=max_len,
     )  # what makes the run: --resume refuses a change (bleu_sentences, only evaluation's, may change)
+    if init is not None:
+        settings = {k: v for k, v in settings.items() if k not in ("preset", "vocab_size", "dropout", "max_len")}
+        settings.update(
+            init=str(init), lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_targets=lora.targets
+        )
     # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
     split = load_splits(data, src_lang, tgt_lang, cfg.seed, valid, test, verbose=distributed.is_main_process())
+    pretrained = None
+    if init is not None and not resume:  # before an overwrite deletes anything: a bad --init or target is refused
+        pretrained = Translator.from_loaded(start_from(init, "seq2seq"))
+        torch.manual_seed(cfg.seed)  # LoRA's A starts random: seeded
+        add_adapters(pretrained.model, lora, print if distributed.is_main_process() else lambda _: None)
     with start_run(cfg, resume, "translation", settings) as started:  # a non-empty out_dir: resume or overwrite
         overrides: dict = {"max_len": max_len}
         if dropout is not None:
             overrides["dropout"] = dropout
         if resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
             translator = _resumed(out_dir, cfg.seed)
+        elif pretrained is not None:
+            translator = pretrained
+            _write_held_out(split, out_dir)
         else:
             tokenizers = distributed.from_rank0(lambda: train_tokenizers(split, vocab_size, joint), cfg.device)
             translator = prepare(split, out_dir, preset, vocab_size, joint, cfg.seed, tokenizers, **overrides)
@@ -162,7 +221,16 @@ def setup(
         task = TranslationTask(
             translator, split.train, split.valid, batch_tokens, label_smoothing, cfg.seed, bleu_sentences
         )
-        return make_trainer(translator.model, task, cfg, resume, started)
+        writers = []
+        if lora.r and init is not None:
+            problem = exportable(translator.model.config)
+            if problem is None:
+                writers.append(adapter_writer(init))
+            elif distributed.is_main_process():
+                print(f"note: no PEFT adapter is written beside the best model: {problem}")
+        return make_trainer(
+            translator.model, task, cfg, resume, started, also_save=writers, evaluate_start=init is not None
+        )
 
 
 def train(data: str | None = "builtin", out_dir: str | Path = "runs/translation", **options) -> tuple[Trainer, dict]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
-from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.translation.batching import Batch, make_batch, token_budget_batches
 from tformer.translation.pairs import group_references
 from tformer.translation.translator import Translator
@@ -55,7 +54,8 @@ class TranslationTask:
             self.metric, self.higher_is_better = "val_loss", False
 
     def _encode(self, pairs: list[tuple[str, str]], limit: int) -> list[tuple[list[int], list[int]]]:
-        src = self.translator.src_tokenizer.encode_batch([s for s, _ in pairs])
+        # the source as translate() reads it (an Opus-MT source ends with </s>); the target's ends come in make_batch
+        src = self.translator.src_tokenizer.encode_batch([s for s, _ in pairs], add_special_tokens=True)
         tgt = self.translator.tgt_tokenizer.encode_batch([t for _, t in pairs])
         return [(s[:limit], t[:limit]) for s, t in zip(src, tgt) if s and t]
 
@@ -64,7 +64,12 @@ class TranslationTask:
 
     def train_batches(self, epoch: int) -> list[Batch]:
         groups = token_budget_batches(self.train_ids, self.batch_tokens, seed=self.seed * 100_003 + epoch)
-        return [make_batch([self.train_ids[i] for i in g]) for g in groups]
+        return [self._batch([self.train_ids[i] for i in g]) for g in groups]
+
+    def _batch(self, pairs: list[tuple[list[int], list[int]]]) -> Batch:
+        """The translator's own ids: tformer's <pad> 0, <sos> 2, <eos> 3, or an Opus-MT model's."""
+        t = self.translator
+        return make_batch(pairs, t.pad_id, t.start_id, t.eos_id)
 
     @staticmethod
     def count_tokens(batch: Batch) -> int:
@@ -74,7 +79,7 @@ class TranslationTask:
         batch = batch.to(next(model.parameters()).device)
         logits = model(batch.src, batch.tgt_in)  # (B, T, V)
         loss = self.cross_entropy(
-            logits, batch.tgt_out, ignore_index=PAD, label_smoothing=self.label_smoothing, reduction="sum"
+            logits, batch.tgt_out, ignore_index=batch.pad, label_smoothing=self.label_smoothing, reduction="sum"
         )
         return loss, batch.n_tokens
 
@@ -84,9 +89,9 @@ class TranslationTask:
             return {}
         total, tokens = 0.0, 0
         for g in token_budget_batches(self.valid_ids, self.batch_tokens, seed=0, shuffle=False):
-            batch = make_batch([self.valid_ids[i] for i in g]).to(next(model.parameters()).device)
+            batch = self._batch([self.valid_ids[i] for i in g]).to(next(model.parameters()).device)
             logits = model(batch.src, batch.tgt_in)
-            total += float(sequence_cross_entropy(logits, batch.tgt_out, ignore_index=PAD, reduction="sum"))
+            total += float(sequence_cross_entropy(logits, batch.tgt_out, ignore_index=batch.pad, reduction="sum"))
             tokens += batch.n_tokens
         result = {"val_loss": total / tokens}
         if self.bleu_sources:

@@ -1,0 +1,132 @@
+"""``tformer chat``: talk with a chat model, a line at a time, its replies streamed to stdout.
+
+tformer chat --model ./SmolLM2-135M-Instruct --system "Answer in one sentence." --greedy
+printf 'Hi!\\nWhat is 2 + 2?\\n' | tformer chat --model ./Qwen2.5-0.5B-Instruct --seed 1   # a pipe works too
+
+Each line read from stdin is a user message; the model's reply, laid out by its chat template
+(:func:`tformer.lm.chat.reply`), is streamed to stdout and kept in the history, which the next message continues.
+``/reset`` clears the history (``--system`` stays), ``/exit`` or the end of the input ends. A conversation longer
+than the model's context drops its oldest turns, with one line on stderr saying so. A message the model cannot take
+(longer than the context leaves it) is refused on stderr, the conversation going on without it; the exit status is
+then 2. ``--model`` is any GPT ``tformer.load`` reads whose tokenizer has a chat template (a Hugging Face chat
+model's directory); one without is refused in one line.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+from tformer.cli.flags import add
+from tformer.cli.generate import SAMPLING
+from tformer.cli.validate import repetition_penalty
+
+COMMANDS = {"/reset": "clear the conversation (--system stays)", "/exit": "end (so does the end of the input)"}
+
+
+def add_parser(sub) -> None:
+    g = sub.add_parser("chat", help="talk with a chat model: stdin lines in, streamed replies out")
+    add(
+        g,
+        "--model",
+        model={
+            "required": True,
+            "help": "a chat model: a Hugging Face directory with a chat template (chat_template.jinja, or "
+            "chat_template in tokenizer_config.json) of a GPT tformer reads (llama, mistral, qwen2, qwen3, gemma3)",
+        },
+    )
+    g.add_argument("--system", default="", help="the system message that starts the conversation (default: none)")
+    add(g, "--max-new-tokens", defaults=SAMPLING, max_new_tokens={"help": "tokens of one reply at most"})
+    g.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
+    add(g, "--temperature", "--top-k", "--top-p", defaults=SAMPLING)
+    g.add_argument("--repetition-penalty", type=repetition_penalty, default=1.0, help="> 1 discourages repeated tokens")
+    add(g, "--seed", "--device", defaults=SAMPLING, seed={"help": "reply i uses seed + i (default: random)"})
+    add(g, "--precision", "--no-fast")
+    g.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tformer import lm
+    from tformer.fast.precision import for_inference
+    from tformer.generation import SamplingConfig
+
+    model, tokenizer = lm.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
+    if tokenizer.chat_template is None:
+        raise ValueError(
+            f"--model {args.model!r} has no chat template (chat_template.jinja, or chat_template in "
+            "tokenizer_config.json): tformer chat needs a chat model's; `tformer generate` continues a text"
+        )
+    context = model.config.max_len
+    if args.max_new_tokens >= context:
+        raise ValueError(
+            f"--max-new-tokens {args.max_new_tokens} leaves no room for the conversation in the model's context of "
+            f"{context} tokens: ask for fewer"
+        )
+    model = for_inference(model, args.precision, "decoding", args.device, args.fast)
+    sampling = SamplingConfig(
+        not args.greedy,
+        args.temperature,
+        args.top_k or None,
+        args.top_p if args.top_p < 1 else None,
+        args.repetition_penalty,
+    )
+    system = [{"role": "system", "content": args.system}] if args.system else []
+    history: list[dict[str, str]] = []
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    if interactive:
+        hints = ", ".join(f"{c} to {what}" for c, what in COMMANDS.items())
+        print(f"tformer chat: a context of {context} tokens; {hints}", file=sys.stderr)
+    failed, turn = False, 0
+    for line in _lines(interactive):
+        if line.strip() == "/exit":
+            break
+        if line.strip() == "/reset":
+            history = []
+            continue
+        if not line.strip():
+            continue
+        messages = [*system, *history, {"role": "user", "content": line}]
+        seed = None if args.seed is None else args.seed + turn
+        try:
+            answer = lm.reply(model, tokenizer, messages, args.max_new_tokens, sampling, seed=seed, on_text=_show)
+        except ValueError as err:  # this message, not the session: said, and the conversation goes on without it
+            print(f"tformer chat: error: {err}", file=sys.stderr)
+            failed = True
+            continue
+        _show("\n")
+        turn += 1
+        if answer.dropped:
+            print(
+                f"tformer chat: note: the conversation outgrew the context ({context} tokens, {args.max_new_tokens} "
+                f"kept for the reply): its oldest {answer.dropped} message(s) were dropped",
+                file=sys.stderr,
+            )
+        history = [*history[answer.dropped :], messages[-1], {"role": "assistant", "content": answer.text}]
+    return 2 if failed else 0
+
+
+def _show(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _lines(interactive: bool) -> Iterator[str]:
+    """The lines of stdin as they come (not read to the end first: a person types them), strict UTF-8, without the
+    line end; on a terminal after a ``> `` prompt on stderr."""
+    from tformer.text import check_text
+
+    if sys.stdin is None:  # started with stdin closed
+        raise ValueError("no input: stdin is closed; tformer chat reads the messages from it")
+    source = getattr(sys.stdin, "buffer", sys.stdin)  # the bytes where there are: the text layer may not be UTF-8
+    n = 0
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        raw = source.readline()
+        if not raw:
+            return
+        n += 1
+        text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+        if n == 1:
+            text = text.removeprefix("\ufeff")  # a Windows editor's byte-order mark is no text
+        yield check_text(text.removesuffix("\n").removesuffix("\r"), f"<stdin>:{n}")

@@ -1,0 +1,125 @@
+"""``tformer chat`` (issue 46, item 3): a REPL over the chat template, driven through stdin as a pipe drives it.
+
+Each reply is :func:`tformer.lm.reply`'s for the conversation so far (the history kept, ``--system`` first);
+``/reset`` clears the history, ``/exit`` and the end of the input end; a conversation that outgrows the context drops
+its oldest turns with one line on stderr; a message too long for the context is refused and the chat goes on; a
+model without a chat template is refused in one line naming ``--model``.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("transformers")
+from tformer import lm  # noqa: E402
+from tformer.cli import main  # noqa: E402
+from tformer.generation import SamplingConfig  # noqa: E402
+from tiny_chat_models import gpt2_dir, llama_chat_dir, qwen_chat_dir  # noqa: E402
+
+GREEDY = ["--greedy", "--max-new-tokens", "6"]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("chat-cli")
+    return {
+        "llama": llama_chat_dir(root / "llama"),
+        "qwen": qwen_chat_dir(root / "qwen"),
+        "gpt2": gpt2_dir(root / "gpt2"),
+    }
+
+
+def _chat(monkeypatch, capsys, directory, lines: str, *flags: str) -> tuple[int, str, str]:
+    """``tformer chat --model DIRECTORY FLAGS`` with ``lines`` piped to its stdin: (status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines.encode("utf-8")), encoding="utf-8"))
+    capsys.readouterr()
+    code = main(["chat", "--model", str(directory), *flags])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _replies(directory, turns: list[list[str]], system: str = "", max_new_tokens: int = 6, dropped=None) -> str:
+    """What the chat prints for ``turns`` (each a list of user messages after a reset): every greedy reply of
+    :func:`tformer.lm.reply` to the history so far, a line end after each. The history loses what a reply dropped
+    (each count appended to ``dropped``)."""
+    model, tok = lm.load(directory)
+    out = []
+    for messages in turns:
+        head = [{"role": "system", "content": system}] if system else []
+        history: list[dict] = []
+        for text in messages:
+            history.append({"role": "user", "content": text})
+            answer = lm.reply(model, tok, head + history, max_new_tokens, SamplingConfig(False))
+            history = [*history[answer.dropped :], {"role": "assistant", "content": answer.text}]
+            out.append(answer.text + "\n")
+            if dropped is not None and answer.dropped:
+                dropped.append(answer.dropped)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen"])
+def test_each_reply_continues_the_conversation_and_reset_clears_it(dirs, monkeypatch, capsys, name):
+    lines = "Hi\nWhat is the capital of France?\n\n/reset\nHello world\n/exit\nnot read\n"
+    code, out, err = _chat(monkeypatch, capsys, dirs[name], lines, *GREEDY)
+    assert code == 0, err
+    expected = _replies(dirs[name], [["Hi", "What is the capital of France?"], ["Hello world"]])
+    assert out == expected  # an empty line is no message; nothing after /exit is read
+    assert err == ""  # nothing dropped, nothing refused, no prompt on a pipe
+
+
+def test_the_system_message_starts_every_conversation_and_the_end_of_input_ends(dirs, monkeypatch, capsys):
+    code, out, err = _chat(monkeypatch, capsys, dirs["llama"], "Hi\n/reset\nHi", "--system", "Be brief.", *GREEDY)
+    assert code == 0, err
+    assert out == _replies(dirs["llama"], [["Hi"], ["Hi"]], system="Be brief.")
+    assert out.count("\n") == 2  # the same first reply after /reset: the history, not the system message, went
+
+
+def test_a_conversation_that_outgrows_the_context_drops_its_oldest_turns_with_a_note(dirs, monkeypatch, capsys):
+    flags = ["--greedy", "--max-new-tokens", "40", "--system", "Be brief."]
+    said = ["Hi", "Hello", "How are you?", "Bye", "Thanks"]
+    code, out, err = _chat(monkeypatch, capsys, dirs["llama"], "\n".join(said) + "\n", *flags)
+    assert code == 0, err
+    dropped: list[int] = []
+    assert out == _replies(dirs["llama"], [said], "Be brief.", 40, dropped)
+    assert len(dropped) >= 2 and all(n % 2 == 0 for n in dropped)  # whole turns: a message and its reply
+    note = "tformer chat: note: the conversation outgrew the context (128 tokens, 40 kept for the reply): its oldest"
+    assert err.splitlines() == [f"{note} {n} message(s) were dropped" for n in dropped]  # what went stays gone
+
+
+def test_a_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(dirs, monkeypatch, capsys):
+    code, out, err = _chat(monkeypatch, capsys, dirs["llama"], "word " * 200 + "\nHi\n", *GREEDY)
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("tformer chat: error: the last message alone take") and "more than the 122" in line
+    assert out == _replies(dirs["llama"], [["Hi"]])
+
+
+def test_a_model_without_a_chat_template_is_refused_in_one_line(dirs, monkeypatch, capsys):
+    code, out, err = _chat(monkeypatch, capsys, dirs["gpt2"], "Hi\n", *GREEDY)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"tformer chat: error: --model {str(dirs['gpt2'])!r} has no chat template (chat_template.jinja, or "
+        "chat_template in tokenizer_config.json): tformer chat needs a chat model's; `tformer generate` continues "
+        "a text\n"
+    )
+    code, _, err = _chat(monkeypatch, capsys, dirs["llama"], "Hi\n", "--max-new-tokens", "128")
+    assert code == 2 and err.startswith("tformer chat: error: --max-new-tokens 128 leaves no room for the conversation")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_it_reads_a_real_pipe_and_streams_the_reply(dirs):
+    """The command as a user runs it: ``printf ... | tformer chat``; stdin is a pipe, not a terminal."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tformer", "chat", "--model", str(dirs["qwen"]), *GREEDY],
+        input="Hi\n/exit\n",
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == _replies(dirs["qwen"], [["Hi"]])
