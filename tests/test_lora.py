@@ -152,6 +152,34 @@ def test_the_adapter_is_peft_s_and_gives_peft_s_logits(bases, tmp_path, name, ta
         torch.testing.assert_close(again(x), model(x), atol=1e-5, rtol=1e-5)
 
 
+def test_an_adapter_peft_made_loads_in_tformer_on_its_base(bases, tmp_path):
+    """The other direction: a LoRA adapter trained with peft (its own names, its q_proj and v_proj) is read by
+    tformer.load from the adapter directory alone, the base found by base_model_name_or_path."""
+    hf = transformers.AutoModelForCausalLM.from_pretrained(bases["llama"], dtype=torch.float32)
+    config = peft.LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
+    model = peft.get_peft_model(hf, config)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    model.save_pretrained(tmp_path / "adapter")
+    settings = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    settings["base_model_name_or_path"] = str(bases["llama"])
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(settings))
+    x = _ids(hf.config.vocab_size)
+    with torch.no_grad():
+        theirs = model.eval()(x).logits
+    for merge in (True, False):
+        ours = tformer.load(tmp_path / "adapter", merge=merge).model
+        assert has_lora(ours) != merge
+        torch.testing.assert_close(ours(x), theirs, atol=1e-5, rtol=1e-5)
+    settings["base_model_name_or_path"] = "HuggingFaceTB/SmolLM2-135M"
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="base_model_name_or_path .* is not a local directory"):
+        tformer.load(tmp_path / "adapter")
+
+
 def test_an_adapter_with_a_foreign_layer_is_refused(bases, tmp_path):
     model = tformer.load(bases["llama"], fast=False).model
     add_lora(model, LoraConfig(r=2, targets=("attn.q_proj",)))
@@ -316,6 +344,7 @@ def test_a_lora_run_learns_from_the_pretrained_start_and_writes_a_peft_adapter(b
     # export --to hf of the merged run loads in transformers with the same logits
     assert main(["export", str(out), "--to", "hf", str(tmp_path / "hf")]) == 0
     exported = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "hf").chat_template == tiny.SMOLLM2_TEMPLATE
     with torch.no_grad():
         torch.testing.assert_close(exported(x).logits, ours(x), atol=1e-5, rtol=1e-5)
     assert main(["merge", str(out), str(tmp_path / "merged")]) == 0

@@ -48,6 +48,7 @@ from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
 from tformer.hf import export as hf_export
 from tformer.hf.directory import declares_hf, load_hf_dir
+from tformer.hf.peft import ADAPTER_CONFIG, is_adapter_dir, load_adapter
 from tformer.hf.registry import DECODER_TYPES, MODULES, hf_field
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir
 from tformer.nn.lora import has_lora, merge_lora
@@ -281,13 +282,17 @@ def load(
 
     A model trained with LoRA (``config.json`` records its layers, :mod:`tformer.nn.lora`) comes with each low-rank
     pair folded into its weight (``merge``): plain linear layers, the same function, as fast as the base model;
-    ``merge=False`` keeps the pairs apart (an adapter to export, training to continue).
+    ``merge=False`` keeps the pairs apart (an adapter to export, training to continue). A Hugging Face PEFT LoRA
+    adapter directory (``adapter_config.json`` without a config.json) loads its base model, named by
+    ``base_model_name_or_path`` (a local directory), with the adapter's pairs (:mod:`tformer.hf.peft`).
     """
     wanted = _families(family)  # the arguments first: a typo is named before a file is read
     check_device(device)
     check_yes_no(strict=strict, float_weights=float_weights, fast=fast, merge=merge)  # "no" is a true string: refused
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise BadValue(f"dtype must be None (as stored) or a floating torch.dtype (torch.float32, ...), got {dtype!r}")
+    if is_adapter_dir(path) and not (Path(path) / CONFIG_NAME).is_file():  # a PEFT adapter: its base, then its pairs
+        return _load_adapter(path, device, dtype, wanted, flag, strict, float_weights, fast, merge)
     kind = detect(path, flag)
     if kind.family not in wanted:
         this = "this command" if flag else "this"
@@ -313,6 +318,36 @@ def load(
     else:
         use_reference(model)
     return Loaded(kind.family, model, source, target, kind, start, missing)
+
+
+def _load_adapter(
+    path: str | os.PathLike,
+    device: str | torch.device,
+    dtype: torch.dtype | None,
+    family: list[str],
+    flag: str | None,
+    strict: bool,
+    float_weights: bool,
+    fast: bool,
+    merge: bool,
+) -> Loaded:
+    """A Hugging Face PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors, no config.json):
+    the base model its ``base_model_name_or_path`` names (a local directory), with the adapter's pairs on it."""
+    config_path = Path(path) / ADAPTER_CONFIG
+    base = read_json_object(config_path, "PEFT adapter config").get("base_model_name_or_path")
+    if not isinstance(base, str) or not Path(base).is_dir():
+        raise ValueError(
+            f"{_where(path, flag)} is a PEFT adapter whose base_model_name_or_path ({base!r}, in {str(config_path)!r}) "
+            "is not a local directory: set it to the base model's directory (tformer downloads nothing)"
+        )
+    loaded = load(base, device, dtype, family, flag, strict, float_weights, fast=False)
+    load_adapter(loaded.model, path)
+    loaded.model.eval()
+    if merge:
+        merge_lora(loaded.model)
+    if fast:
+        speed_up(loaded.model, inference=True)
+    return loaded
 
 
 def _decoding_layout(model: nn.Module) -> None:

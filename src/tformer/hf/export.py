@@ -6,6 +6,7 @@
       generation_config.json    bos / eos / pad (and Marian's decoder_start) token ids, as ``generate`` reads them
       tokenizer.json            the model's tokenizer as a ``tokenizers`` JSON (when a tokenizer is given)
       tokenizer_config.json     PreTrainedTokenizerFast, the special tokens by name, model_max_length
+      chat_template.jinja       a chat model's template (tformer.tokenizers.chat_template), as transformers saves it
       target_tokenizer.json     a translator whose target tokenizer is not its source one: the target side
                                 (transformers' Marian reads one tokenizer; tformer.hf.load's caller reads both)
       source.spm, target.spm    instead of tokenizer.json, an Opus-MT translator's SentencePiece tokenizer: its two
@@ -57,6 +58,7 @@ EXPORT_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
     "target_tokenizer.json",
+    "chat_template.jinja",
     *MARIAN_FILES,
 )
 _TOKEN_FIELDS = ("bos", "eos", "pad", "unk", "mask", "cls", "sep")  # tformer's names; tokenizer_config adds _token
@@ -152,6 +154,9 @@ def _tokenizer_files(source: Any, target: Any, max_len: int) -> dict[str, Callab
     for name, token in source.special_tokens.items():
         settings[f"{name}_token"] = token
     files["tokenizer_config.json"] = _json(settings)
+    template = getattr(source, "chat_template", None)
+    if template is not None:  # a chat model's: transformers reads chat_template.jinja beside tokenizer_config.json
+        files["chat_template.jinja"] = _text(template)
     return files
 
 
