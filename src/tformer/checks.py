@@ -245,7 +245,7 @@ SETTINGS: dict[str, Check] = {
     "compile": yes_no,  # a decoding function's compile takes a function too (compile_option)
     "progress": yes_no,
     "bf16": yes_no,
-    "lora_r": Number(int, 0, allowed="an integer >= 0 (0: no LoRA, every parameter trains)"),
+    "lora_r": non_negative_int,  # 0: no LoRA, every parameter trains
     "lora_alpha": positive_float,
     "lora_dropout": fraction,
     "lora_targets": Text(),

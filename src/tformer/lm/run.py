@@ -121,6 +121,7 @@ def setup(
     ``{"prompt", "response"}`` or ``{"messages"}`` lines (:mod:`tformer.lm.sft`): the loss is on the answers only,
     the conversations rendered with the model's chat template, ``valid`` a fraction of the conversations.
     """
+    check_settings({**locals(), "preset": preset or "tiny"}, train_options, bounds=BOUNDS)  # before anything runs
     if init is not None or lora_r:
         return _setup_from(
             data,
@@ -236,7 +237,6 @@ def _setup_from(
     data, in full or with LoRA (see :func:`setup`)."""
     if init is None:
         raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
-    check_settings({**locals(), "preset": preset or "tiny"}, train_options, bounds=BOUNDS)
     refuse_given(init, {"--preset": preset, "--tokenizer": tokenizer, "--vocab-size": vocab_size, "--dropout": dropout})
     options = {
         **TRAINING,
