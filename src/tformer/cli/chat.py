@@ -31,8 +31,9 @@ def add_parser(sub) -> None:
         "--model",
         model={
             "required": True,
-            "help": "a chat model: a Hugging Face directory with a chat template (chat_template.jinja, or "
-            "chat_template in tokenizer_config.json) of a GPT tformer reads (llama, mistral, qwen2, qwen3, gemma3)",
+            "help": "a chat model: a GPT whose tokenizer has a chat template (chat_template.jinja, or chat_template in "
+            "tokenizer_config.json): a Hugging Face directory tformer reads (llama, mistral, qwen2, qwen3, gemma3), or "
+            "a run fine-tuned from one (tformer train lm --init)",
         },
     )
     g.add_argument("--system", default="", help="the system message that starts the conversation (default: none)")
