@@ -343,3 +343,39 @@ def test_memory_measures_both_libraries_in_fresh_processes(tmp_path):
         assert heading in table
     assert "| model | precision | tformer | HF |" in table and "| model | resident fp32 MB |" in table
     assert 1.70e9 < weight_bytes() / 4 < 1.72e9  # --laptop's model (not run here): SmolLM2-1.7B's parameter count
+
+
+def test_finetune_measures_lora_and_full_in_both_libraries(tmp_path):
+    """``benchmarks.finetune --quick``: tformer full and LoRA, HF full and HF + PEFT LoRA and the activations probe,
+    each in a fresh process with its peak, resident set and step times; the same trainable parameters in both
+    libraries (LoRA: the same pairs); tformer's adapter read by PEFT gives its logits; size-dependent goals not judged."""
+    pytest.importorskip("peft")
+    from benchmarks.__main__ import run
+    from benchmarks.finetune_child import KINDS
+
+    report = run("finetune", ["--quick", "--out", str(tmp_path)])
+    assert report == json.loads((tmp_path / "finetune.json").read_text())
+    assert report["benchmark"] == "finetune" and report["machine"]["quick"] is True
+    assert report["measured"]["commit"] and report["machine"]["cpu"]["machine_class"]
+    rows = report["results"]
+    assert set(rows) == set(KINDS) and not [r["error"] for r in rows.values() if "error" in r]
+    for r in rows.values():
+        assert r["peak_method"].startswith("VmHWM") and r["peak_mb"] > 0 and r["weights_bytes"] > 0
+        assert r["peak_mb"] >= r["first_step_peak_mb"] and len(r["step_s"]) == report["config"]["repeats"]
+        assert 0 < r["step_s_min"] <= r["step_s_median"]
+    assert rows["tformer_full"]["trainable_params"] == rows["hf_full"]["trainable_params"] == report["config"]["params"]
+    lora = rows["tformer_lora"]["trainable_params"]
+    assert lora == rows["hf_lora"]["trainable_params"] and 0 < lora < rows["tformer_full"]["trainable_params"]
+    assert rows["activations"]["trainable_params"] == 0
+    s = report["summary"]
+    assert s["activations_mb"] > 0 and s["weights_mb"] > 0 and s["lora_over_full_step"] > 0
+    assert s["lora_peak_x_weights_plus_activations"] == pytest.approx(
+        rows["tformer_lora"]["peak_mb"] / (s["weights_mb"] + s["activations_mb"])
+    )
+    check = report["adapter_check"]
+    assert check["max_abs_diff"] <= 1e-5 and check["adapter_effect"] > 1e-2  # equal logits, and not trivially
+    assert [g["met"] for g in report["goals"]] == [None, None, True]  # --quick judges the adapter check only
+    table = (tmp_path / "finetune.md").read_text()
+    for heading in ("## Fine-tuning steps", "## Ratios", "## Adapter check", "## Goals (issue 46)"):
+        assert heading in table
+    assert "| tformer LoRA |" in table and "| HF + PEFT LoRA |" in table

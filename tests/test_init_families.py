@@ -15,7 +15,6 @@ peft = pytest.importorskip("peft")
 pytest.importorskip("sentencepiece")
 
 import test_opus_mt  # noqa: E402
-
 import tformer  # noqa: E402
 from tformer.cli import main  # noqa: E402
 from tformer.nn.lora import lora_layers  # noqa: E402

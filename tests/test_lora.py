@@ -8,7 +8,6 @@ reference numbers with LoRA present; the base weights never change; a LoRA run r
 """
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,9 +16,8 @@ from torch import nn
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
-import tiny_chat_models as tiny  # noqa: E402
-
 import tformer  # noqa: E402
+import tiny_chat_models as tiny  # noqa: E402
 from tformer.cli import main  # noqa: E402
 from tformer.hf.peft import fused_qkv, load_adapter, save_adapter  # noqa: E402
 from tformer.lm.sft import IGNORE, encode_conversation, read_conversations  # noqa: E402

@@ -121,9 +121,7 @@ def qwen_chat_dir(path: str | Path, seed: int = 0) -> Path:
         tie_word_embeddings=True,
     )
     transformers.Qwen2ForCausalLM(config).save_pretrained(path)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = QWEN25_TEMPLATE
     fast.save_pretrained(path)  # transformers 5 writes chat_template.jinja
     if not (path / "chat_template.jinja").is_file():

@@ -15,7 +15,6 @@ from tformer.cli.flags import add, add_start, add_training, defaults, options
 from tformer.cli.validate import (
     count_or_fraction,
     data_source,
-    existing_dir,
     existing_file,
     existing_path,
     fraction,
