@@ -24,6 +24,7 @@ COMMANDS = [
     "translate",
     "evaluate",
     "generate",
+    "chat",
     "evaluate_lm",
     "fill_mask",
     "classify",
@@ -31,8 +32,10 @@ COMMANDS = [
     "trace",
     "plot",
     "explore",
+    "serve",
     "data",
     "export",
+    "merge",
     "info",
     "bench",
 ]

@@ -1,0 +1,409 @@
+"""The HTTP server: a Starlette app with OpenAI's routes, run by uvicorn.
+
+    GET  /v1/models             the one model (its id: the directory's name or --name)
+    POST /v1/completions        a GPT: continue a prompt            (stream: server-sent events)
+    POST /v1/chat/completions   a GPT with a chat template: reply   (stream: server-sent events)
+    POST /v1/translate          a translator: {"text": str | [str]} -> {"translations": [...]}
+
+Each request's body is read (refused with 413 past :data:`~tformer.serve.protocol.MAX_BODY`), checked
+(:mod:`tformer.serve.protocol`), and its generation queued for the one worker thread (:mod:`tformer.serve.worker`;
+503 when ``max_queue`` requests are waiting). A streamed answer's status is sent with its first token, so a request
+the worker refuses (a prompt longer than the context) still gets its 400; a client that goes away cancels its
+generation. Every refusal is OpenAI's error object with its status; an unexpected error is a 500 of the same
+shape, its traceback on stderr. Each request ends with one line on stderr: method, path, status, seconds, tokens
+and tokens/s.
+
+Safety: served on 127.0.0.1 unless told otherwise; on a loopback address a request whose ``Host`` is not a loopback
+name is refused (a web page cannot reach the server through DNS rebinding), and a browser's cross-origin request
+is refused everywhere (no CORS header is ever sent). ``api_key``: every request must carry
+``Authorization: Bearer KEY``, compared in constant time (``hmac.compare_digest``), else 401.
+
+Dimension legend: none (HTTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import queue
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, MutableMapping
+from functools import partial
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tformer.serve import model as work
+from tformer.serve.answers import DONE, Answer, event, model_card, models_list
+from tformer.serve.model import Served
+from tformer.serve.protocol import (
+    MAX_BODY,
+    APIError,
+    ChatRequest,
+    CompletionRequest,
+    chat_request,
+    completion_request,
+    parse_json,
+    translate_request,
+)
+from tformer.serve.worker import Job, Worker
+
+__all__ = ["create_app", "listen", "serve", "LOOPBACK"]
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+GONE = 499  # the status logged for a client that left before its answer (nginx's "client closed request")
+
+
+def _say(line: str) -> None:
+    print(f"tformer serve: {line}", file=sys.stderr, flush=True)
+
+
+def _error(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+def _bug(err: BaseException) -> JSONResponse:
+    """A 500: the traceback on the server's stderr, the client a line asking for a report."""
+    traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    return _error(_internal(err))
+
+
+def _internal(err: BaseException) -> APIError:
+    return APIError(
+        f"internal error, a bug in tformer serve ({type(err).__name__}: {err}); please report it with the request "
+        "and the traceback the server printed",
+        500,
+        kind="server_error",
+    )
+
+
+def _refusal(err: BaseException) -> APIError | None:
+    """The request's own mistake found by the worker (an APIError, or the library's ValueError); None for a bug."""
+    if isinstance(err, APIError):
+        return err
+    if isinstance(err, ValueError):
+        return APIError(str(err))
+    return None
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, read chunk by chunk and refused (413) as soon as it passes :data:`MAX_BODY`."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise APIError(f"the request body has {int(declared)} bytes, at most {MAX_BODY}", 413, code="body_too_large")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise APIError(f"the request body has more than {MAX_BODY} bytes", 413, code="body_too_large")
+    return bytes(body)
+
+
+async def _watch(receive: Callable, job: Job) -> None:
+    """Cancel ``job`` when its client disconnects (run beside the request until its answer is sent)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    job.cancel()
+
+
+def _note(scope: MutableMapping[str, Any], **values: Any) -> None:
+    """What the request's log line says besides its status: ``tokens``, ``gone`` (the client left)."""
+    scope.setdefault("state", {}).update(values)
+
+
+class _EventStream(Response):
+    """A streamed answer: 200, then a server-sent event for each piece of text the worker sends, then ``[DONE]``."""
+
+    def __init__(self, job: Job, first: tuple[str, Any], answer: Answer, include_usage: bool, watcher: asyncio.Task):
+        self.job, self.first, self.answer, self.include_usage, self.watcher = job, first, answer, include_usage, watcher
+
+    async def __call__(self, scope, receive, send) -> None:
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        try:
+            async for data in self._events(scope):
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:  # also when sending failed: the client has gone, the generation stops
+            self.watcher.cancel()
+            self.job.cancel()
+
+    async def _events(self, scope: dict):
+        answer, (kind, value) = self.answer, self.first
+        if answer.chat:
+            yield event(answer.chunk("", role=True))
+        while kind == "text":
+            if value:
+                yield event(answer.chunk(value))
+            kind, value = await self.job.events.get()
+        if kind == "end":
+            _note(scope, tokens=value.completion_tokens)
+            yield event(answer.chunk(None, value.finish_reason))
+            if self.include_usage:
+                yield event(answer.usage_chunk(value))
+            yield DONE
+        elif kind == "error":  # after the status was sent: the error as an event, as OpenAI's streams end on one
+            refused = _refusal(value)
+            if refused is None:
+                traceback.print_exception(type(value), value, value.__traceback__, file=sys.stderr)
+            yield event((refused or _internal(value)).body())
+        else:
+            _note(scope, gone=True)
+
+
+def create_app(
+    served: Served,
+    worker: Worker,
+    host: str = "127.0.0.1",
+    api_key: str | None = None,
+    log: Callable[[str], None] = _say,
+) -> Any:
+    """The ASGI app serving ``served`` with ``worker``, bound on ``host`` (its loopback check), behind ``api_key``."""
+    created = int(time.time())
+
+    def offered(endpoint: str) -> None:
+        """The endpoint is the model's: completions for a GPT (chat if it has a template), translate for a translator."""
+        if endpoint == "translate" and served.family != "seq2seq":
+            raise APIError(
+                f"{served.name} is a language model: POST /v1/completions or /v1/chat/completions; /v1/translate is "
+                "for translators",
+                404,
+                code="unsupported_endpoint",
+            )
+        if endpoint != "translate" and served.family != "gpt":
+            raise APIError(
+                f'{served.name} is a translator: POST /v1/translate {{"text": ...}}; /v1/{endpoint} is for language '
+                "models",
+                404,
+                code="unsupported_endpoint",
+            )
+        if endpoint == "chat/completions" and served.chat_template is None:
+            raise APIError(
+                f"{served.name} has no chat template (no chat_template in tokenizer_config.json, no "
+                "chat_template.jinja): use POST /v1/completions with a prompt",
+                400,
+                code="no_chat_template",
+            )
+
+    async def queued(request: Request, job: Job, stream: bool, answer: Answer | None, include_usage: bool = False):
+        """Queue ``job`` and answer with its outcome: JSON, or a stream of events from its first token on."""
+        try:
+            worker.submit(job)
+        except queue.Full:
+            raise APIError(
+                f"the server is busy: {worker.max_queue} requests are waiting already (tformer serve --max-queue); "
+                "try again later",
+                503,
+                code="queue_full",
+                kind="server_error",
+            ) from None
+        watcher = asyncio.create_task(_watch(request.receive, job))
+        handed = False
+        try:
+            kind, value = await job.events.get()
+            if stream and kind in ("text", "end"):
+                assert answer is not None
+                handed = True
+                return _EventStream(job, (kind, value), answer, include_usage, watcher)
+            while kind == "text":
+                kind, value = await job.events.get()
+            if kind == "cancelled":
+                _note(request.scope, gone=True)
+                return Response(status_code=GONE)
+            if kind == "error":
+                refused = _refusal(value)
+                return _error(refused) if refused is not None else _bug(value)
+            if answer is None:
+                return value
+            _note(request.scope, tokens=value.completion_tokens)
+            return JSONResponse(answer.whole(value))
+        finally:
+            if not handed:
+                watcher.cancel()
+                job.cancel()
+
+    async def generate(request: Request, endpoint: str) -> Response:
+        offered(endpoint)
+        body = parse_json(await _read_body(request))
+        chat = endpoint == "chat/completions"
+        parsed: ChatRequest | CompletionRequest
+        if chat:
+            parsed = chat_request(body, served.name)
+            run = partial(work.chat, served, parsed)
+        else:
+            parsed = completion_request(body, served.name)
+            run = partial(work.complete, served, parsed)
+        job, options = Job(run, asyncio.get_running_loop()), parsed.options
+        return await queued(request, job, options.stream, Answer(served.name, chat), options.include_usage)
+
+    async def translate(request: Request) -> Response:
+        offered("translate")
+        parsed = translate_request(parse_json(await _read_body(request)), served.name, served.max_new_tokens)
+        job = Job(partial(work.translate, served, parsed), asyncio.get_running_loop())
+        answer = await queued(request, job, False, None)
+        if isinstance(answer, Response):
+            return answer
+        texts, notes = answer
+        return JSONResponse({"object": "translation", "model": served.name, "translations": texts, "warnings": notes})
+
+    async def models(request: Request) -> Response:
+        return JSONResponse(models_list(served.name, created))
+
+    async def one_model(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != served.name:
+            raise APIError(
+                f"the model {name!r} does not exist: this server serves {served.name!r}",
+                404,
+                "model",
+                "model_not_found",
+            )
+        return JSONResponse(model_card(served.name, created))
+
+    def endpoint(handler: Callable) -> Callable:
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except APIError as err:  # a body over the cap is not read to its end: close the connection after it
+                return _error(err, {"connection": "close"} if err.status == 413 else None)
+            except ClientDisconnect:  # gone while its body was read
+                return Response(status_code=GONE)
+            except Exception as err:  # anything else is tformer's bug, not the request's
+                return _bug(err)
+
+        return answer
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 500)
+        what = "no such route" if status == 404 else "method not allowed"
+        routes = "GET /v1/models, POST /v1/completions, /v1/chat/completions, /v1/translate"
+        return _error(APIError(f"{what}: {request.method} {request.url.path} (this server: {routes})", status))
+
+    routes = [
+        Route("/v1/models", endpoint(models), methods=["GET"]),
+        Route("/v1/models/{name:path}", endpoint(one_model), methods=["GET"]),
+        Route("/v1/completions", endpoint(partial(generate, endpoint="completions")), methods=["POST"]),
+        Route("/v1/chat/completions", endpoint(partial(generate, endpoint="chat/completions")), methods=["POST"]),
+        Route("/v1/translate", endpoint(translate), methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    return _Logged(_Guard(app, host in LOOPBACK, api_key), log)
+
+
+class _Guard:
+    """ASGI middleware: refuse a foreign ``Host`` (on a loopback address), a cross-origin request, a missing or
+    wrong API key, before anything else runs."""
+
+    def __init__(self, app: Any, loopback: bool, api_key: str | None) -> None:
+        self.app, self.loopback = app, loopback
+        self.key = api_key.encode("utf-8") if api_key else None
+
+    def refusal(self, headers: dict[str, str]) -> APIError | None:
+        host, origin = headers.get("host", ""), headers.get("origin")
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if self.loopback and name not in ("127.0.0.1", "localhost", "[::1]"):
+            return APIError(f"Host {host!r} is not this server's (it serves on a loopback address)", 400)
+        if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
+            return APIError(f"Origin {origin!r}: cross-origin requests are refused", 403, code="cross_origin")
+        if self.key is not None:
+            given = headers.get("authorization", "")
+            token = given[7:].strip().encode("utf-8") if given[:7].lower() == "bearer " else b""
+            if not hmac.compare_digest(token, self.key):
+                why = "incorrect API key provided" if token else "no API key provided"
+                return APIError(
+                    f"{why}: send Authorization: Bearer KEY (the server's --api-key)", 401, code="invalid_api_key"
+                )
+        return None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            refused = self.refusal(headers)
+            if refused is not None:
+                auth = {"www-authenticate": "Bearer"} if refused.status == 401 else None
+                await _error(refused, auth)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _Logged:
+    """ASGI middleware: one line per request once its answer is sent (a stream: at its end)."""
+
+    def __init__(self, app: Any, log: Callable[[str], None]) -> None:
+        self.app, self.log = app, log
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), [GONE]
+        state = scope.setdefault("state", {})
+
+        async def sending(message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            seconds = time.perf_counter() - start
+            line = f"{scope['method']} {scope['path']} {status[0]} {seconds:.2f} s"
+            tokens = state.get("tokens")
+            if tokens is not None:
+                line += f" {tokens} tokens {tokens / max(seconds, 1e-9):.1f} tokens/s"
+            if state.get("gone"):
+                line += " client gone: its generation stopped"
+            self.log(line)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (0: any free port) and listening; else an OSError saying what to do."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        raise OSError(
+            f"cannot listen on {host}:{port} ({err.strerror or err}): choose another --port (0 = any free one)"
+        ) from None
+    return sock
+
+
+def serve(
+    served: Served,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    max_queue: int = 64,
+    on_ready: Callable[[str], None] | None = None,
+    log: Callable[[str], None] = _say,
+) -> None:
+    """Serve ``served`` on ``host:port`` until Ctrl-C; ``on_ready(base_url)`` once the socket listens."""
+    import uvicorn
+
+    sock = listen(host, port)
+    port = sock.getsockname()[1]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
+    worker = Worker(max_queue)
+    app = create_app(served, worker, host, api_key, log)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=3)
+    server = uvicorn.Server(config)
+    if on_ready is not None:
+        on_ready(f"http://{shown}:{port}/v1")
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shuts down on the first Ctrl-C, then raises it again: that is the stop
+        pass
+    finally:
+        worker.close()
+        sock.close()
