@@ -379,3 +379,21 @@ def test_finetune_measures_lora_and_full_in_both_libraries(tmp_path):
     for heading in ("## Fine-tuning steps", "## Ratios", "## Adapter check", "## Goals (issue 46)"):
         assert heading in table
     assert "| tformer LoRA |" in table and "| HF + PEFT LoRA |" in table
+
+
+def test_serve_measures_first_token_and_twenty_clients(tmp_path):
+    """``benchmarks.serve --quick``: the server's streamed first token beside the library's on the same prompt (both
+    measured, their ratio the medians'), and 20 concurrent streaming clients each answered completely, as alone."""
+    pytest.importorskip("openai")
+    from benchmarks.__main__ import run
+
+    report = run("serve", ["--quick", "--out", str(tmp_path)])
+    assert report == json.loads((tmp_path / "serve" / "serve.json").read_text())
+    assert len(report["first_token_library_s"]) == len(report["first_token_server_s"]) == 3
+    assert all(t > 0 for t in report["first_token_library_s"] + report["first_token_server_s"])
+    assert report["first_token_ratio"] == pytest.approx(
+        report["first_token_server_median_s"] / report["first_token_library_median_s"]
+    )
+    together = report["concurrent"]
+    assert together["clients"] == 20 and together["complete_and_equal"] == 20
+    assert "Ratio server ÷ library" in (tmp_path / "serve" / "serve.md").read_text()
