@@ -7,7 +7,9 @@ the same process; then 20 streaming clients at once.
 
 The model: ``benchmarks.decode_llama``'s SmolLM2-135M shape (30 × 576, GQA 9/3, 49,152-token table), random weights
 (seeded), saved as a Hugging Face directory with a small byte-level BPE, ChatML's specials and SmolLM2's chat template
-(the tokenizer's few hundred ids fit the model's table; the weights are random, so the text is too). The server runs
+(the tokenizer's few hundred ids fit the model's table; the weights are random, so the text is too; the rows of the
+tied table past the tokenizer's ids, of the specials and of byte pieces that are no text alone are zero, so that every
+new token is text, streamed as it comes, and a reply runs to its length). The server runs
 in this process (uvicorn in a thread, as ``tformer serve`` runs it) over :class:`tformer.serve.Served`, which loads
 the directory as ``tformer serve`` does.
 
@@ -98,7 +100,15 @@ def make_model(directory: Path, quick: bool) -> Path:
         bos_token_id=1,
         eos_token_id=2,
     )
-    transformers.LlamaForCausalLM(config).save_pretrained(directory)
+    model = transformers.LlamaForCausalLM(config)
+    # only whole text can win: the rows of the table past the tokenizer's ids, of the specials, and of the byte pieces
+    # that are no text alone (a lone UTF-8 lead byte would hold the stream back until its character is complete) are 0
+    silent = [i for i in range(tok.get_vocab_size()) if i < len(CHATML) or "\ufffd" in tok.decode([i])]
+    with torch.no_grad():
+        head = model.get_output_embeddings().weight  # (V, D), tied to the input table
+        head[tok.get_vocab_size() :] = 0
+        head[silent] = 0
+    model.save_pretrained(directory)
     fast = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>"
     )
