@@ -110,7 +110,7 @@ def test_greedy_with_several_samples_is_refused(lm_run, capsys):
 
 def test_a_flag_of_another_command_is_said_to_be_so(words_txt, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main(["train", "lm", "--init", str(tmp_path), "--data", str(words_txt), "--out", str(tmp_path / "r")])
+        main(["train", "lm", "--mlm-prob", "0.2", "--data", str(words_txt), "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
-    assert "--init is a flag of tformer train classify, not of tformer train lm" in last and "minutes" not in last
+    assert "--mlm-prob is a flag of tformer train bert, not of tformer train lm" in last and "minutes" not in last

@@ -158,6 +158,12 @@ class Text:
 
     allowed = "a non-empty string"
 
+    def __call__(self, text: str) -> str:
+        """A flag's ``text`` (argparse's ``type=``); an empty one is :class:`BadValue` in the library's words."""
+        if not text.strip():
+            raise BadValue(f"must be {self.allowed}, got {text!r}")
+        return text
+
     def check(self, value: Any, name: str) -> Any:
         if not isinstance(value, str) or not value.strip():
             raise BadValue(f"{name} must be {self.allowed}, got {value!r:.60}")
@@ -165,6 +171,7 @@ class Text:
 
 
 Check = Number | YesNo | Choice | Text  # what a setting is checked with: each has .check(value, name)
+lora_targets = Text()  # --lora-targets: comma-separated patterns (tformer.nn.lora says which)
 
 
 def _plain(x: float) -> str:
@@ -248,7 +255,7 @@ SETTINGS: dict[str, Check] = {
     "lora_r": non_negative_int,  # 0: no LoRA, every parameter trains
     "lora_alpha": positive_float,
     "lora_dropout": fraction,
-    "lora_targets": Text(),
+    "lora_targets": lora_targets,
 }
 
 

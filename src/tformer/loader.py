@@ -291,7 +291,8 @@ def load(
     check_yes_no(strict=strict, float_weights=float_weights, fast=fast, merge=merge)  # "no" is a true string: refused
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise BadValue(f"dtype must be None (as stored) or a floating torch.dtype (torch.float32, ...), got {dtype!r}")
-    if is_adapter_dir(path) and not (Path(path) / CONFIG_NAME).is_file():  # a PEFT adapter: its base, then its pairs
+    adapter = isinstance(path, (str, os.PathLike)) and is_adapter_dir(path) and not (Path(path) / CONFIG_NAME).is_file()
+    if adapter:  # a PEFT adapter: its base, then its pairs
         return _load_adapter(path, device, dtype, wanted, flag, strict, float_weights, fast, merge)
     kind = detect(path, flag)
     if kind.family not in wanted:

@@ -103,7 +103,8 @@ FLAGS: dict[str, Flag] = {
         "comma-separated layers that get a LoRA pair, shell patterns over attn.q_proj, attn.k_proj, attn.v_proj "
         "(attn.qkv_proj for a GPT-2), attn.out_proj, cross_attn.*, ffn.* (ffn.gate_proj, ffn.up_proj, "
         "ffn.down_proj, or ffn.linear1, ffn.linear2)",
-        default="attn.*",
+        v.lora_targets,
+        "attn.*",
     ),
     # --- training (TrainConfig's fields)
     "--out": Flag("run directory (best model, last state, log, curves)", v.output_dir, dest="out_dir"),
