@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+from tformer.checks import Text
 from tformer.cli import build_parser, main
 from tformer.cli.validate import Number, PathArg, device
 from tformer.models.config import MAX_PARAMETERS
@@ -111,6 +112,8 @@ def bad_values(action: argparse.Action, tmp: Path) -> list[str]:
         return _bad_paths(kind.kind, tmp)
     if kind is device:
         return ["foo", "gpu", "cuda:x", "cpu:"] + ([] if torch.cuda.is_available() else ["cuda", "cuda:0"])
+    if isinstance(kind, Text):
+        return ["", "   "]
     raise AssertionError(f"no bad values known for type {kind!r}")
 
 
