@@ -23,6 +23,7 @@ from tformer.finetune import LoraSettings, add_adapters, count_parameters, refus
 from tformer.loader import load
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.checkpoint import model_dir
+from tformer.nn.lora import has_lora
 from tformer.tokenizers import WordPieceTokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import last_dir, make_trainer, saved_run, start_run
@@ -84,10 +85,7 @@ def _pretrained(
         raise ValueError(f"--max-len {max_len} exceeds the --init model's max_len {model.config.max_len}")
     torch.manual_seed(seed)  # LoRA's A starts random: seeded
     if add_adapters(model, lora, log) is not None:  # the pretraining heads train in full (new ones start random)
-        tied = {id(p) for p in model.embed.parameters()}
-        for head in (model.mlm_head, model.nsp_head):
-            for p in head.parameters():
-                p.requires_grad_(id(p) not in tied)
+        _train_heads(model, classifier=False)
         trainable, total = count_parameters(model)
         log(
             f"and the MLM and NSP heads (the word table tied to them stays frozen): {trainable:,} trainable of {total:,}"
@@ -95,10 +93,24 @@ def _pretrained(
     return model, cast(WordPieceTokenizer, loaded.require_tokenizer())  # a BERT's is WordPiece (tformer.loader)
 
 
-def _resumed(out_dir) -> tuple[Bert, WordPieceTokenizer]:
-    """A run from ``--init``: its model read whole from ``OUT/last`` (LoRA layers included) and its WordPiece."""
+def _train_heads(model: Bert, classifier: bool) -> None:
+    """Beside LoRA's pairs, the heads train in full (PEFT's ``modules_to_save``): the classification head, or the
+    MLM and NSP heads of pretraining (the word table tied to the MLM head stays frozen)."""
+    tied = {id(p) for p in model.embed.parameters()}
+    heads = [model.classifier] if classifier else [model.mlm_head, model.nsp_head]
+    for head in heads:
+        assert head is not None
+        for p in head.parameters():
+            p.requires_grad_(id(p) not in tied)
+
+
+def _resumed(out_dir, classifier: bool = False) -> tuple[Bert, WordPieceTokenizer]:
+    """A run from ``--init``: its model read whole from ``OUT/last`` (LoRA layers included, the heads trainable as
+    they were) and its WordPiece."""
     last = last_dir(out_dir)
     model = Bert.from_pretrained(last).train()
+    if has_lora(model):
+        _train_heads(model, classifier)
     return model, WordPieceTokenizer.load(last)
 
 
@@ -259,7 +271,7 @@ def setup_classifier(
         none = "" if valid_part else " (no validation data)"
         log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples{none}, labels {labels}")
         if resume and lora.r:
-            model, tokenizer = _resumed(out_dir)
+            model, tokenizer = _resumed(out_dir, classifier=True)
         elif resume:
             config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
             torch.manual_seed(cfg.seed)
@@ -274,9 +286,7 @@ def setup_classifier(
             model = _classifier(base.model if base else None, preset, tokenizer, len(labels), max_len, dropout)
             if lora.r:
                 add_adapters(model, lora, log)
-                assert model.classifier is not None  # num_labels > 0
-                for p in model.classifier.parameters():  # the new head trains in full (PEFT's modules_to_save)
-                    p.requires_grad_(True)
+                _train_heads(model, classifier=True)  # the new head trains in full
                 trainable, total = count_parameters(model)
                 log(f"and the new classification head: {trainable:,} trainable parameters of {total:,}")
         task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed)
