@@ -18,8 +18,7 @@ import sys
 from collections.abc import Iterator
 
 from tformer.cli.flags import add
-from tformer.cli.generate import SAMPLING
-from tformer.cli.validate import repetition_penalty
+from tformer.cli.generate import SAMPLING, add_sampling, sampling_config
 
 COMMANDS = {"/reset": "clear the conversation (--system stays)", "/exit": "end (so does the end of the input)"}
 
@@ -38,9 +37,7 @@ def add_parser(sub) -> None:
     )
     g.add_argument("--system", default="", help="the system message that starts the conversation (default: none)")
     add(g, "--max-new-tokens", defaults=SAMPLING, max_new_tokens={"help": "tokens of one reply at most"})
-    g.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
-    add(g, "--temperature", "--top-k", "--top-p", defaults=SAMPLING)
-    g.add_argument("--repetition-penalty", type=repetition_penalty, default=1.0, help="> 1 discourages repeated tokens")
+    add_sampling(g)
     add(g, "--seed", "--device", defaults=SAMPLING, seed={"help": "reply i uses seed + i (default: random)"})
     add(g, "--precision", "--no-fast")
     g.set_defaults(func=run)
@@ -49,7 +46,6 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from tformer import lm
     from tformer.fast.precision import for_inference
-    from tformer.generation import SamplingConfig
 
     model, tokenizer = lm.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
     if tokenizer.chat_template is None:
@@ -64,13 +60,7 @@ def run(args) -> int:
             f"{context} tokens: ask for fewer"
         )
     model = for_inference(model, args.precision, "decoding", args.device, args.fast)
-    sampling = SamplingConfig(
-        not args.greedy,
-        args.temperature,
-        args.top_k or None,
-        args.top_p if args.top_p < 1 else None,
-        args.repetition_penalty,
-    )
+    sampling = sampling_config(args)
     system = [{"role": "system", "content": args.system}] if args.system else []
     history: list[dict[str, str]] = []
     interactive = sys.stdin is not None and sys.stdin.isatty()

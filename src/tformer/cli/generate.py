@@ -43,14 +43,33 @@ def add_parser(sub) -> None:
         defaults=SAMPLING,
         max_new_tokens={"help": "tokens generated at most (past the model's context the window slides)"},
     )
-    g.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
-    add(g, "--temperature", "--top-k", "--top-p", defaults=SAMPLING)
-    g.add_argument("--repetition-penalty", type=repetition_penalty, default=1.0, help="> 1 discourages repeated tokens")
+    add_sampling(g)
     g.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
     g.add_argument("--num-samples", type=Number(int, 1, 1000), default=1, help="continuations, one after another")
     add(g, "--seed", "--device", defaults=SAMPLING, seed={"help": "sample i uses seed + i (default: random)"})
     add(g, "--precision", "--no-fast", "--compile", compile={"help": COMPILE})
     g.set_defaults(func=run)
+
+
+def add_sampling(g) -> None:
+    """How a decoding command chooses each token: ``--greedy``, or sampling with ``--temperature``, ``--top-k``,
+    ``--top-p``; ``--repetition-penalty`` either way (``generate``'s and ``chat``'s)."""
+    g.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
+    add(g, "--temperature", "--top-k", "--top-p", defaults=SAMPLING)
+    g.add_argument("--repetition-penalty", type=repetition_penalty, default=1.0, help="> 1 discourages repeated tokens")
+
+
+def sampling_config(args):
+    """The :class:`~tformer.generation.SamplingConfig` of :func:`add_sampling`'s flags (0 / 1: the filter off)."""
+    from tformer.generation import SamplingConfig
+
+    return SamplingConfig(
+        not args.greedy,
+        args.temperature,
+        args.top_k or None,
+        args.top_p if args.top_p < 1 else None,
+        args.repetition_penalty,
+    )
 
 
 def run(args) -> int:
@@ -61,17 +80,10 @@ def run(args) -> int:
         )
     from tformer import lm
     from tformer.fast.precision import for_inference
-    from tformer.generation import SamplingConfig
 
     model, tokenizer = lm.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
     model = for_inference(model, args.precision, "decoding", args.device, args.fast)
-    sampling = SamplingConfig(
-        not args.greedy,
-        args.temperature,
-        args.top_k or None,
-        args.top_p if args.top_p < 1 else None,
-        args.repetition_penalty,
-    )
+    sampling = sampling_config(args)
     out = sys.stdout
     _say_cache(model, tokenizer, args)
 

@@ -40,6 +40,7 @@ from starlette.routing import Route
 
 from tformer.explore.params import shown
 from tformer.explore.session import API_NAMES, Session
+from tformer.net import listen
 
 __all__ = ["create_app", "serve", "allowed_hosts", "static_dir", "MAX_BODY", "MAX_DEPTH", "LOOPBACK", "PLACEHOLDER"]
 
@@ -239,16 +240,7 @@ def serve(session: Session, host: str = "127.0.0.1", port: int = 8765, on_ready:
     The socket is bound (and listening) before ``on_ready``, so a browser opened there finds the server."""
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as err:
-        sock.close()
-        raise OSError(
-            f"cannot listen on {host}:{port} ({err.strerror or err}): choose another --port (0 = any free one)"
-        ) from None
+    sock = listen(host, port)
     port = sock.getsockname()[1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
     app = create_app(session, host, port)

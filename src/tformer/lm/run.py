@@ -121,7 +121,8 @@ def setup(
     ``{"prompt", "response"}`` or ``{"messages"}`` lines (:mod:`tformer.lm.sft`): the loss is on the answers only,
     the conversations rendered with the model's chat template, ``valid`` a fraction of the conversations.
     """
-    check_settings({**locals(), "preset": preset or "tiny"}, train_options, bounds=BOUNDS)  # before anything runs
+    # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
+    check_settings({**locals(), "preset": preset or "tiny"}, train_options, bounds=BOUNDS)
     if init is not None or lora_r:
         return _setup_from(
             data,
@@ -150,8 +151,6 @@ def setup(
             f"--data {str(data)!r} is instruction data (prompt/response or messages lines): it fine-tunes a "
             "pretrained model, given with --init"
         )
-    # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
-    check_settings(locals(), train_options, bounds=BOUNDS)
     r = resolve(
         preset,
         tokenizer=tokenizer,
@@ -286,7 +285,7 @@ def _setup_from(
         task: LMTask | SFTTask
         if conversations is not None:
             task = _sft_task(tok, conversations, block, rows, valid, int(options.get("seed", 0)), log)
-            per_epoch = len(task.train_batches(0))
+            per_epoch = math.ceil(len(task.train) / rows)  # the batches of an epoch, counted, not made
         else:
             train_ids, val_ids = split_ids(encode_documents(tok, docs), valid)
             val = f"{len(val_ids):,} validation tokens" if len(val_ids) >= 2 else "no validation data"

@@ -129,6 +129,8 @@ class LoRALinear(nn.Module):
     def delta_rows(self) -> torch.Tensor:
         """B of all parts as one (out, P·r) matrix, zero outside each part's rows and columns: the update is then
         ``dropout(x) · [A₁; A₂ …]ᵀ · Bᵀ``, two products whatever the parts."""
+        if len(self.parts) == 1 and next(iter(self.parts.values())) == (0, self.out_features):
+            return self.lora_B[next(iter(self.parts))]  # one pair over the whole matrix: B itself
         blocks = []
         for i, (p, (start, end)) in enumerate(self.parts.items()):
             b = self.lora_B[p]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import queue
-import socket
 import sys
 import time
 import traceback
@@ -40,6 +39,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tformer.net import listen
 from tformer.serve import model as work
 from tformer.serve.answers import DONE, Answer, event, model_card, models_list
 from tformer.serve.model import Served
@@ -362,21 +362,6 @@ class _Logged:
             if state.get("gone"):
                 line += " client gone: its generation stopped"
             self.log(line)
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (0: any free port) and listening; else an OSError saying what to do."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as err:
-        sock.close()
-        raise OSError(
-            f"cannot listen on {host}:{port} ({err.strerror or err}): choose another --port (0 = any free one)"
-        ) from None
-    return sock
 
 
 def serve(

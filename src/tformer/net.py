@@ -1,0 +1,23 @@
+"""The listening socket of tformer's two local servers (``tformer explore``, ``tformer serve``), made before uvicorn
+starts, so that a port that is taken is one line and a page or client opened on the URL finds the server."""
+
+from __future__ import annotations
+
+import socket
+
+__all__ = ["listen"]
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (0: any free port) and listening; else an OSError saying what to do."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        raise OSError(
+            f"cannot listen on {host}:{port} ({err.strerror or err}): choose another --port (0 = any free one)"
+        ) from None
+    return sock
