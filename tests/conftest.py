@@ -4,6 +4,7 @@ Session-scoped (built once; no test trains them or changes a weight) so hypothes
 decoding functions leave them plain (they decode through ``tformer.fast.fast_view``, a view sharing the
 parameters); a test that swaps fast layers in (``tformer.fast.speed_up``) builds its own model. ``shared_data``: a
 file of this project's offline corpora, ../shared/data, or a skip saying it is missing (a user's clone has none).
+The prepared-corpus cache (tformer.data) is a folder of the session's own, never the user's ~/.cache.
 """
 
 import os
@@ -16,6 +17,20 @@ import torch
 from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 
 VOCAB = 50  # id 0 is the padding token in every family
+
+
+@pytest.fixture(scope="session", autouse=True)
+def data_cache(tmp_path_factory):
+    """TFORMER_CACHE for the whole session: corpora prepared by the tests stay out of the user's cache (and each
+    session starts without any), child processes included."""
+    folder = tmp_path_factory.mktemp("tformer-cache")
+    old = os.environ.get("TFORMER_CACHE")
+    os.environ["TFORMER_CACHE"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("TFORMER_CACHE", None)
+    else:
+        os.environ["TFORMER_CACHE"] = old
 
 
 @pytest.fixture(scope="session")

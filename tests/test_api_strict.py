@@ -311,6 +311,8 @@ NOT_SETTINGS = {  # parameters checked elsewhere, by what reads them (the tests 
     "log": "a function that prints a line",
     "tokenizer_dir": "a directory: the tokenizer's reader names it",
     "init": "a model directory: tformer.load names it",
+    "valid_data": "a file or directory, as data: its reader names it",
+    "data_cache": "a directory made when first written to: a write that fails names it (tformer.files)",
     "train_options": "TrainConfig's fields, walked below",
 }
 

@@ -172,6 +172,7 @@ class Text:
 
 Check = Number | YesNo | Choice | Text  # what a setting is checked with: each has .check(value, name)
 lora_targets = Text()  # --lora-targets: comma-separated patterns (tformer.nn.lora says which)
+text_field = Text()  # --text-field: the field or column of the documents' text (tformer.data.sources)
 
 
 def _plain(x: float) -> str:
@@ -209,7 +210,7 @@ compile_option = YesNo(or_function="a function that compiles the step")  # tform
 # with its bound: the flags parse with these (tests/test_api_checks.py keeps tformer.cli.flags equal, but where a
 # flag is stricter), the families' entry points and TrainConfig check their arguments with them. A yes/no setting
 # (a flag without a value: --resume, --no-fast) takes True or False only. Where one family bounds a setting
-# otherwise (lm's valid is a fraction, bert's max_len >= 3), its entry point gives check_settings its own bounds.
+# otherwise (bert's max_len >= 3), its entry point gives check_settings its own bounds.
 SETTINGS: dict[str, Check] = {
     "seed": seed,
     "batch_size": positive_int,
@@ -256,6 +257,8 @@ SETTINGS: dict[str, Check] = {
     "lora_alpha": positive_float,
     "lora_dropout": fraction,
     "lora_targets": lora_targets,
+    "text_field": text_field,
+    "tokenizer_sample": positive_int,  # bytes
 }
 
 

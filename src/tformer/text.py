@@ -54,12 +54,16 @@ def normalize(text: str) -> str:
     return _SPACES.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
-def decode_utf8(data: bytes, where: str) -> str:
+def decode_utf8(data: bytes, where: str, first_line: int = 1) -> str:
     """``data`` (the bytes of ``where``: a file name or ``<stdin>``) decoded as strict UTF-8, without the byte-order
     mark a Windows editor may put first.
 
     The first invalid byte, or a NUL, is a ``ValueError`` naming ``WHERE:LINE`` and the column (in characters, from
-    1); text in UTF-16 is named as such."""
+    1); text in UTF-16 is named as such. ``first_line`` > 1: ``data`` is a later piece of the file, cut after a
+    newline, starting at that line (:mod:`tformer.data.sources` reads a large file so); a byte-order mark is then
+    a character like any other."""
+    if first_line > 1:
+        return _decode_piece(data, where, first_line)
     if data.startswith(_UTF16_BOMS):
         raise ValueError(
             f"{where}:1: UTF-16 text (it starts with the byte-order mark 0x{data[0]:02x} 0x{data[1]:02x}), not UTF-8: "
@@ -77,6 +81,21 @@ def decode_utf8(data: bytes, where: str) -> str:
         line = text.count("\n", 0, nul) + 1
         column = nul - (text.rfind("\n", 0, nul) + 1) + 1
         raise ValueError(f"{where}:{line}: {_NUL_AT} column {column}{_NUL_WHY}")
+    return text
+
+
+def _decode_piece(data: bytes, where: str, first_line: int) -> str:
+    """:func:`decode_utf8` of a piece of a file that starts at line ``first_line`` (errors name the file's line)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        try:
+            decode_utf8(b"\n" * (first_line - 1) + data, where)  # the message, with the file's line number
+        except ValueError as err:
+            raise err from None
+        raise
+    if "\x00" in text:
+        decode_utf8(b"\n" * (first_line - 1) + data, where)  # raises, naming the line
     return text
 
 

@@ -1,11 +1,16 @@
-"""``tformer data download NAME`` and ``tformer data langid``: fetch a corpus; build English-vs-French examples."""
+"""``tformer data download NAME``, ``tformer data prepare FAMILY`` and ``tformer data langid``: fetch a corpus;
+tokenize one into the cache ahead of training; build English-vs-French examples.
+
+    tformer data prepare lm --data corpus/ --tokenizer bpe --vocab-size 8192     # once: later runs start at once
+    tformer train lm --data corpus/ --tokenizer bpe --vocab-size 8192 --out runs/lm --minutes 30
+"""
 
 from __future__ import annotations
 
 import os
 
 from tformer.cli.flags import add
-from tformer.cli.validate import Number, existing_file, int_at_least, output_dir, output_file, seconds
+from tformer.cli.validate import Number, existing_file, existing_path, int_at_least, output_dir, output_file, seconds
 
 
 def add_parser(sub) -> None:
@@ -45,6 +50,22 @@ def add_parser(sub) -> None:
         help="download again files already in the cache (a cached file that is a symbolic link is refused)",
     )
     d.set_defaults(func=run_download)
+
+    pr = sp.add_parser(
+        "prepare",
+        help="tokenize a corpus into memory-mapped shards in the cache, once (train then maps them at once)",
+        description="Read --data as a stream, train the tokenizer a run with the same flags would (or take "
+        "--tokenizer-dir's, or --init's), and write the ids into shards with a manifest in the cache. A run with "
+        "the same data and tokenizer flags finds them and starts training at once; a changed source, another "
+        "tokenizer or a damaged shard is said and prepared again.",
+    )
+    fam = pr.add_subparsers(dest="family", metavar="FAMILY", required=True)
+    lm = fam.add_parser("lm", help="a language model's stream of documents (train lm)")
+    lm.add_argument("--data", required=True, type=existing_path, help="the text, as train lm's --data takes it")
+    add(lm, "--preset", choices=None)
+    lm.add_argument("--tokenizer", choices=["char", "bpe"], help="character-level or byte-level BPE (default: char)")
+    add(lm, "--vocab-size", "--tokenizer-dir", "--tokenizer-sample", "--init", "--text-field", "--data-cache")
+    lm.set_defaults(func=run_prepare_lm)
 
     g = sp.add_parser("langid", help="English-vs-French text<TAB>label examples from the Tatoeba pairs")
     g.add_argument(
@@ -93,6 +114,26 @@ def _check_cache(args) -> None:
                 f"--force: the cached {str(cached)!r} is a symbolic link (to {os.readlink(cached)!r}); tformer "
                 "replaces neither a link nor the file it points to: remove the link, or give another --cache"
             )
+
+
+def run_prepare_lm(args) -> int:
+    from tformer.data import TOKENIZER_SAMPLE
+    from tformer.lm import prepare
+
+    directory = prepare(
+        args.data,
+        args.preset,
+        init=args.init,
+        tokenizer=args.tokenizer,
+        tokenizer_dir=args.tokenizer_dir,
+        tokenizer_sample=args.tokenizer_sample or TOKENIZER_SAMPLE,
+        vocab_size=args.vocab_size,
+        text_field=args.text_field,
+        data_cache=args.data_cache,
+        log=print,
+    )
+    print(directory)
+    return 0
 
 
 def run_langid(args) -> int:

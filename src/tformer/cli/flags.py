@@ -85,6 +85,22 @@ FLAGS: dict[str, Flag] = {
         "use this directory's tokenizer (tokenizer.json or vocab.txt) instead of training one on --data",
         v.existing_dir,
     ),
+    # --- a corpus of any size (tformer.data)
+    "--text-field": Flag(
+        "the field (JSONL) or column (Parquet, Arrow, a saved datasets dataset) that holds each document's text",
+        v.text_field,
+        "text",
+    ),
+    "--data-cache": Flag(
+        "where corpora are kept tokenized, prepared once (default: $TFORMER_CACHE/data, else ~/.cache/tformer/data)",
+        v.output_dir,
+    ),
+    "--tokenizer-sample": Flag(
+        "bytes of text, spread over --data, that a BPE or WordPiece tokenizer is trained on", v.positive_int
+    ),
+    "--valid-data": Flag(
+        "validate on this text (a file or folder, as --data) instead of a part held out from --data", v.existing_path
+    ),
     # --- starting from a pretrained model (tformer.finetune)
     "--init": Flag(
         "start from this pretrained model and its tokenizer: a tformer run or model directory, or a Hugging Face one "

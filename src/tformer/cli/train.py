@@ -122,9 +122,12 @@ def _add_lm(fam) -> None:
         "--data",
         required=True,
         type=existing_path,
-        help="a UTF-8 text file, a folder of .txt files, or a JSONL file with a 'text' field; with --init also "
-        "instruction data: JSONL of {'prompt', 'response'} or {'messages': [...]} (the loss on the answers only)",
+        help="a UTF-8 text file, a JSONL file (a 'text' field), a Parquet or Arrow file, a dataset saved by Hugging "
+        "Face datasets, a folder of those, or a folder `tformer data prepare` wrote; tokenized once into the cache "
+        "(--data-cache); with --init also instruction data: JSONL of {'prompt', 'response'} or {'messages': [...]} "
+        "(the loss on the answers only)",
     )
+    add(t, "--text-field", "--data-cache", "--valid-data", defaults=entry)
     add(
         t,
         "--preset",
@@ -135,6 +138,16 @@ def _add_lm(fam) -> None:
         },
     )
     t.add_argument("--tokenizer", choices=["char", "bpe"], help="character-level or byte-level BPE (default: char)")
+    add(
+        t,
+        "--tokenizer-dir",
+        "--tokenizer-sample",
+        defaults=entry,
+        tokenizer_dir={
+            "help": "use this directory's tokenizer (a Hugging Face tokenizer.json, e.g. GPT-2's, or a "
+            "tformer run's) instead of training one on --data"
+        },
+    )
     add(
         t,
         "--vocab-size",
@@ -166,9 +179,8 @@ def _add_lm(fam) -> None:
         "--valid",
         defaults=entry,
         valid={
-            "type": fraction,
-            "help": "the last part of the text held out for validation, or of the conversations of instruction "
-            "data (a fraction; 0: none)",
+            "help": "the last part of the text held out for validation: a fraction (capped at 1,000,000 tokens) or a "
+            "count of tokens if >= 1; of instruction data, of the conversations (0: none)",
             "old": ("--val-fraction",),
         },
     )

@@ -43,6 +43,7 @@ from tformer.checks import (  # the numbers' bounds and words, shared with the l
     seconds,
     seed,
     temperature,
+    text_field,
     top_k,
 )
 
@@ -66,6 +67,7 @@ __all__ = [
     "beam_size",
     "length_penalty",
     "lora_targets",
+    "text_field",
     "max_new_tokens",
     "seconds",
     "int_at_least",

@@ -22,7 +22,7 @@ from tformer.hf import is_hf_dir, load_hf_model
 from tformer.lm.chat import ChatReply, chat_prompt_ids, reply
 from tformer.lm.data import blocks, encode_documents, read_documents, split_ids
 from tformer.lm.recipes import DEFAULTS, RECIPES, resolve
-from tformer.lm.run import evaluate, generate, load, setup, train
+from tformer.lm.run import evaluate, generate, load, prepare, setup, train
 from tformer.lm.stream import TextStream
 from tformer.lm.task import LMTask, evaluate_stream
 
@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULTS",
     "resolve",
     "setup",
+    "prepare",
     "train",
     "load",
     "generate",

@@ -1,7 +1,7 @@
 """Language-model data: documents → one stream of ids → train/validation parts → blocks.
 
-* :func:`read_documents` reads a text file, a folder of ``.txt`` files or a JSONL file with a ``"text"``
-  field (each document one string);
+* :func:`read_documents` reads a text file, a JSONL file with a ``"text"`` field, Parquet, Arrow, or a folder of them
+  (each document one string, in memory: a corpus of any size is streamed into shards by :mod:`tformer.data`);
 * :func:`encode_documents` joins the documents with ``<|endoftext|>`` into one stream of ids;
 * :func:`split_ids` keeps the last 10% for validation (as nanoGPT does);
 * :func:`blocks` cuts rows of consecutive ids out of the stream.
@@ -11,50 +11,25 @@ Dimension legend: B batch, N tokens in a stream.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
-from tformer.text import check_text, read_lines, read_text
+from tformer.data import read_documents as data_documents
 from tformer.tokens import LM_PAD as PAD
 
 __all__ = ["read_documents", "encode_documents", "split_ids", "blocks"]
 
 
-def read_documents(path: str | Path) -> list[str]:
-    """A UTF-8 text file (one document), a folder of ``.txt`` files, or a JSONL file with a ``"text"`` field.
+def read_documents(path: str | Path, text_field: str = "text") -> list[str]:
+    """Every document of ``path`` whole, in memory: a UTF-8 text file (one document), a JSONL file with a string
+    ``text_field`` per line, a Parquet or Arrow file, a saved ``datasets`` dataset, or a folder of those files
+    (:mod:`tformer.data.sources`). For a small text (scoring, the lessons); training streams a corpus of any size
+    through :mod:`tformer.data` instead.
 
     Strict UTF-8 (:mod:`tformer.text`): a byte that is not, or a JSON ``\\ud800`` escape that makes no
-    character, is refused with the file and line, as is a JSONL line that is not an object with a string
-    ``"text"``."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(path.rglob("*.txt"))
-        if not files:
-            raise FileNotFoundError(f"--data {str(path)!r}: the folder holds no .txt files")
-        return [read_text(f) for f in files]
-    if not path.is_file():
-        raise FileNotFoundError(f"--data {str(path)!r}: no such file or folder")
-    if path.suffix == ".jsonl":
-        docs = []
-        for n, line in enumerate(read_lines(path), 1):
-            if line.strip():
-                docs.append(_jsonl_text(line, f"{path}:{n}"))
-        return docs
-    return [read_text(path)]
-
-
-def _jsonl_text(line: str, where: str) -> str:
-    """The ``"text"`` of one JSONL line; anything else is a ``ValueError`` naming ``where`` (FILE:LINE)."""
-    try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as err:
-        reason = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
-        raise ValueError(f"{where}: not a JSON object ({reason})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-        raise ValueError(f"{where}: each JSONL line must be an object with a string 'text' field")
-    return check_text(record["text"], f"{where}: field 'text'")
+    character, is refused with the file and line, as is a JSONL line that is not an object with a string field."""
+    return data_documents(path, text_field)
 
 
 def encode_documents(tokenizer, documents: list[str]) -> torch.Tensor:
@@ -78,7 +53,9 @@ def split_ids(ids: torch.Tensor, valid: float = 0.1) -> tuple[torch.Tensor, torc
 
 
 def blocks(ids: torch.Tensor, starts: torch.Tensor, length: int, fill: int = PAD) -> torch.Tensor:
-    """Rows ``ids[s : s + length]`` for each start s, right-padded with ``fill`` (``<pad>``) past the end → (B, length)."""
+    """Rows ``ids[s : s + length]`` for each start s, ``fill`` (``<pad>``) past the end → (B, length); the stream itself
+    is indexed, never copied (a memory-mapped one: :meth:`tformer.data.TokenStream.rows`)."""
     index = starts[:, None] + torch.arange(length)  # (B, length)
-    padded = torch.cat([ids, torch.full((length,), fill, dtype=ids.dtype)])
-    return padded[index]
+    rows = ids[index.clamp(max=len(ids) - 1)]
+    rows[index >= len(ids)] = fill
+    return rows

@@ -19,10 +19,19 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_settings
+from tformer.data import (
+    TOKENIZER_SAMPLE,
+    TokenStream,
+    corpus_tokenizer,
+    find_sources,
+    is_prepared,
+    open_tokens,
+    prepare_lm,
+)
 from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
 from tformer.generation import SamplingConfig
 from tformer.hf.peft import exportable
-from tformer.lm.data import encode_documents, read_documents, split_ids
+from tformer.lm.data import encode_documents, read_documents
 from tformer.lm.recipes import RECIPES, resolve
 from tformer.lm.sft import IGNORE, SFTTask, encode_conversation, read_conversations
 from tformer.lm.stream import stream_ids
@@ -32,13 +41,13 @@ from tformer.models.checkpoint import model_dir
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.settings import takes_old_names
 from tformer.text import check_text, check_texts
-from tformer.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
+from tformer.tokenizers import Tokenizer, load_tokenizer
 from tformer.training.config import gpu_batch_note
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import last_dir, make_trainer, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
-__all__ = ["TRAINING", "setup", "train", "load", "generate", "evaluate"]
+__all__ = ["TRAINING", "setup", "prepare", "train", "load", "generate", "evaluate"]
 
 # The TrainConfig values an lm run starts from unless given; lr, warmup and weight decay come from the preset's
 # recipe (tformer.lm.recipes), and the CLI's defaults are these too
@@ -61,8 +70,11 @@ BOUNDS: dict[str, checks.Check] = {
     "preset": checks.Choice(("tiny", "small", "base", *RECIPES)),
     "tokenizer": checks.Choice(TOKENIZER_KINDS),
     "vocab_size": checks.Number(int, 4, allowed="an integer >= 4 (3 special tokens + 1)"),
-    "valid": checks.fraction,
 }
+
+# A held-out part given as a fraction of a large corpus is capped at this many tokens: an evaluation scores at most
+# --eval-blocks blocks of it, and every token held out is one not trained on (--valid N asks for N tokens)
+VALID_CAP = 1_000_000
 
 GPU_ADVICE = "--preset shakespeare-char-gpu (6 × 384, 64 × 256 tokens a step), or a larger --batch-size"
 
@@ -92,6 +104,8 @@ def setup(
     lora_dropout: float = 0.05,
     lora_targets: str = "attn.*",
     tokenizer: str | None = None,
+    tokenizer_dir: str | Path | None = None,
+    tokenizer_sample: int = TOKENIZER_SAMPLE,
     vocab_size: int | None = None,
     max_len: int | None = None,
     batch_size: int | None = None,
@@ -102,11 +116,23 @@ def setup(
     batches_per_epoch: int = 200,
     eval_blocks: int | None = 400,
     valid: float = 0.1,
+    valid_data: str | Path | None = None,
+    text_field: str = "text",
+    data_cache: str | Path | None = None,
     resume: bool = False,
     log: Callable[[str], None] = say,
     **train_options,
 ) -> Trainer:
     """A :class:`Trainer` of a GPT on the documents of ``data``, ready to ``fit()``.
+
+    ``data`` is tokenized once into memory-mapped shards kept in the cache (``data_cache``, else the user's cache
+    folder: :mod:`tformer.data`), and training reads its blocks from them: a corpus of any size, in about the memory
+    of the model. ``data`` may be a text file, a JSONL, Parquet or Arrow file (the string field ``text_field``), a
+    dataset saved by Hugging Face ``datasets``, a folder of such files, or a folder prepared by ``tformer data
+    prepare``. The tokenizer is trained on the corpus (BPE on ``tokenizer_sample`` bytes of it), or is the one in
+    ``tokenizer_dir`` (a Hugging Face directory's ``tokenizer.json``, e.g. GPT-2's). ``valid``: a fraction of the
+    stream (capped at :data:`VALID_CAP` tokens) or a count of tokens held out from its end; ``valid_data``: a
+    separate corpus to validate on instead.
 
     Unset settings come from the recipe of ``preset`` (:mod:`tformer.lm.recipes`), else the defaults;
     ``max_len`` is the context (the model's and the training blocks'), ``valid`` the last part of the text held
@@ -138,15 +164,19 @@ def setup(
             lr=lr,
             warmup_steps=warmup_steps,
             weight_decay=weight_decay,
+            tokenizer_dir=tokenizer_dir,
             batches_per_epoch=batches_per_epoch,
             eval_blocks=eval_blocks,
             valid=valid,
+            valid_data=valid_data,
+            text_field=text_field,
+            data_cache=data_cache,
             resume=resume,
             log=log,
             **train_options,
         )
     preset = preset or "tiny"
-    if read_conversations(data) is not None:
+    if read_conversations(data, text_field) is not None:
         raise ValueError(
             f"--data {str(data)!r} is instruction data (prompt/response or messages lines): it fine-tunes a "
             "pretrained model, given with --init"
@@ -183,22 +213,33 @@ def setup(
         batches_per_epoch=batches_per_epoch,
         valid=valid,
     )  # what makes the run: --resume refuses a change (eval_blocks may change)
-    docs = read_documents(data)  # a missing or unreadable --data is refused before an overwrite deletes anything
+    _check_data(data, valid_data, text_field)  # a missing or unreadable --data is refused before an overwrite
+    if tokenizer_dir is not None and tokenizer is not None:
+        raise ValueError(f"--tokenizer {tokenizer} and --tokenizer-dir {str(tokenizer_dir)!r}: give one of them")
     with start_run(cfg, resume, "lm", settings) as started:  # a non-empty out_dir needs resume or overwrite
         if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
             config, tok = saved_run(out_dir, GPT, _tokenizer)
         else:
-            kind = TOKENIZER_KINDS[r["tokenizer"]]
-            tok = from_rank0(lambda: train_tokenizer(kind, docs, r["vocab_size"]), cfg.device)
+            tok = from_rank0(
+                lambda: _data_tokenizer(
+                    data,
+                    tokenizer_dir,
+                    TOKENIZER_KINDS[r["tokenizer"]],
+                    r["vocab_size"],
+                    tokenizer_sample,
+                    text_field,
+                    data_cache,
+                    log,
+                ),
+                cfg.device,
+            )
             config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=tok.pad_id, **r["model"])
-        train_ids, val_ids = split_ids(encode_documents(tok, docs), valid)
+        train_ids, val_ids, said = _streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
         torch.manual_seed(cfg.seed)
         model = GPT(config)
-        val = f"{len(val_ids):,} validation tokens" if len(val_ids) >= 2 else "no validation data"
         log(
-            f"data: {len(docs)} document(s), {len(train_ids):,} train tokens / {val}, "
-            f"vocabulary {tok.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} parameters, "
-            f"context {config.max_len}"
+            f"data: {said}, vocabulary {tok.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} "
+            f"parameters, context {config.max_len}"
         )
         batch = f"--batch-size {r['batch_size']} × --max-len {config.max_len}"
         note = gpu_batch_note(cfg.device, r["batch_size"] * config.max_len * cfg.accum_steps, batch, GPU_ADVICE)
@@ -225,9 +266,13 @@ def _setup_from(
     lr: float | None,
     warmup_steps: int | None,
     weight_decay: float | None,
+    tokenizer_dir: str | Path | None,
     batches_per_epoch: int,
     eval_blocks: int | None,
     valid: float,
+    valid_data: str | Path | None,
+    text_field: str,
+    data_cache: str | Path | None,
     resume: bool,
     log: Callable[[str], None],
     **train_options,
@@ -236,7 +281,16 @@ def _setup_from(
     data, in full or with LoRA (see :func:`setup`)."""
     if init is None:
         raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
-    refuse_given(init, {"--preset": preset, "--tokenizer": tokenizer, "--vocab-size": vocab_size, "--dropout": dropout})
+    refuse_given(
+        init,
+        {
+            "--preset": preset,
+            "--tokenizer": tokenizer,
+            "--tokenizer-dir": tokenizer_dir,
+            "--vocab-size": vocab_size,
+            "--dropout": dropout,
+        },
+    )
     options = {
         **TRAINING,
         "lr": lr if lr is not None else FINE_TUNING_LR[bool(lora.r)],
@@ -245,8 +299,9 @@ def _setup_from(
         **train_options,
     }
     TrainConfig(out_dir=str(out_dir), **{**options, "schedule": "constant"})  # a missing budget is said first
-    conversations = read_conversations(data)  # --data next: a bad one is named before anything is loaded
-    docs = read_documents(data) if conversations is None else []
+    conversations = read_conversations(data, text_field)  # --data next: a bad one is named before anything is loaded
+    if conversations is None:
+        _check_data(data, valid_data, text_field)
     settings = dict(
         init=str(init),
         lora_r=lora.r,
@@ -287,9 +342,9 @@ def _setup_from(
             task = _sft_task(tok, conversations, block, rows, valid, int(options.get("seed", 0)), log)
             per_epoch = math.ceil(len(task.train) / rows)  # the batches of an epoch, counted, not made
         else:
-            train_ids, val_ids = split_ids(encode_documents(tok, docs), valid)
-            val = f"{len(val_ids):,} validation tokens" if len(val_ids) >= 2 else "no validation data"
-            log(f"data: {len(docs)} document(s), {len(train_ids):,} train tokens / {val} (continued pretraining)")
+            device = str(options.get("device", "cpu"))
+            train_ids, val_ids, said = _streams(data, valid_data, tok, valid, text_field, data_cache, device, log)
+            log(f"data: {said} (continued pretraining)")
             task = LMTask(tok, train_ids, val_ids, block, rows, batches_per_epoch, eval_blocks, options.get("seed", 0))
             per_epoch = batches_per_epoch
         if decay_over_epochs:
@@ -304,6 +359,62 @@ def _setup_from(
                 log(f"note: no PEFT adapter is written beside the best model: {problem}")
         torch.manual_seed(cfg.seed)
         return make_trainer(model, task, cfg, resume, started, also_save=writers, evaluate_start=True)
+
+
+def _check_data(data: str | Path, valid_data: str | Path | None, text_field: str) -> None:
+    """``--data`` (and ``--valid-data``) exist and hold text: refused in one line before a run's directory is touched."""
+    checks.text_field.check(text_field, "text_field")
+    for flag, path in (("--data", data), ("--valid-data", valid_data)):
+        if path is not None and not is_prepared(path):
+            find_sources(path, flag)
+
+
+def _data_tokenizer(data, tokenizer_dir, kind: str, vocab_size, sample: int, text_field: str, cache, log) -> Tokenizer:
+    """The tokenizer of a new model: ``tokenizer_dir``'s, a prepared folder's own, else one trained on the corpus
+    (cached: :func:`tformer.data.corpus_tokenizer`)."""
+    if tokenizer_dir is not None:
+        tok = load_tokenizer(tokenizer_dir, kinds=[*TOKENIZER_KINDS.values(), "hf"])
+        log(f"tokenizer: {tok.kind}, {tok.vocab_size:,} ids, from {tokenizer_dir}")
+        return tok
+    if is_prepared(data):
+        return load_tokenizer(Path(data) / "tokenizer")
+    return corpus_tokenizer(data, kind, vocab_size, sample=sample, text_field=text_field, cache=cache, log=log)
+
+
+def _streams(
+    data, valid_data, tok: Tokenizer, valid: float, text_field: str, cache, device: str, log
+) -> tuple[TokenStream, TokenStream, str]:
+    """The training and validation streams, memory-mapped from the prepared shards (prepared first when they are not
+    in the cache; by the first process alone under torchrun), and what they hold, in words."""
+
+    def prepared(path) -> TokenStream:
+        directory = from_rank0(lambda: prepare_lm(path, tok, text_field=text_field, cache=cache, log=log), device)
+        manifest, stream = open_tokens(directory)
+        counts.append(manifest["documents"])
+        return stream
+
+    counts: list[int] = []
+    stream = prepared(data)
+    if valid_data is not None:
+        train, val = stream, prepared(valid_data)
+        held = f"{len(val):,} validation tokens (--valid-data)"
+    else:
+        n = held_out(len(stream), valid)
+        train, val = stream.split(len(stream) - n)
+        held = f"{len(val):,} validation tokens" if len(val) >= 2 else "no validation data"
+        if 0 < valid < 1 and n < len(stream) - int(len(stream) * (1 - valid)):
+            held += f" (the last {valid:g} capped at {VALID_CAP:,}; --valid N holds out N)"
+    return train, val, f"{counts[0]:,} document(s), {len(train):,} train tokens / {held}"
+
+
+def held_out(total: int, valid: float) -> int:
+    """Tokens held out from the end of a stream of ``total``: a fraction ``valid`` < 1 (at most :data:`VALID_CAP`), or
+    a count ``valid`` >= 1."""
+    if valid >= 1:
+        if valid >= total:
+            raise ValueError(f"--valid {int(valid)} holds out every token of the text ({total:,}): give fewer")
+        return int(valid)
+    return min(total - int(total * (1 - valid)), VALID_CAP) if valid > 0 else 0
 
 
 def _sft_task(tok, conversations: list, block: int, rows: int, valid: float, seed: int, log) -> SFTTask:
@@ -337,6 +448,51 @@ def _sft_task(tok, conversations: list, block: int, rows: int, valid: float, see
     )
     pad = tok.pad_id if tok.pad_id is not None else tok.eos_id
     return SFTTask(tok, train, held, rows, pad if pad is not None else 0, seed)
+
+
+def prepare(
+    data: str | Path,
+    preset: str | None = None,
+    *,
+    init: str | Path | None = None,
+    tokenizer: str | None = None,
+    tokenizer_dir: str | Path | None = None,
+    tokenizer_sample: int = TOKENIZER_SAMPLE,
+    vocab_size: int | None = None,
+    text_field: str = "text",
+    data_cache: str | Path | None = None,
+    log: Callable[[str], None] = say,
+) -> Path:
+    """Tokenize ``data`` into the cache ahead of training (``tformer data prepare lm``): the folder that :func:`setup`
+    with the same data and tokenizer settings (``preset``, ``tokenizer``, ``vocab_size``, ``tokenizer_dir`` or
+    ``init``'s tokenizer) then maps at once. Returns the folder; it may also be given as ``data`` itself."""
+    check_settings(
+        {
+            "preset": preset or "tiny",
+            "tokenizer": tokenizer,
+            "vocab_size": vocab_size,
+            "text_field": text_field,
+            "tokenizer_sample": tokenizer_sample,
+        },
+        bounds=BOUNDS,
+    )
+    _check_data(data, None, text_field)
+    if init is not None:
+        refuse_given(
+            init,
+            {
+                "--preset": preset,
+                "--tokenizer": tokenizer,
+                "--tokenizer-dir": tokenizer_dir,
+                "--vocab-size": vocab_size,
+            },
+        )
+        tok = start_from(init, "gpt").require_tokenizer()
+    else:
+        r = resolve(preset or "tiny", tokenizer=tokenizer, vocab_size=vocab_size)
+        kind = TOKENIZER_KINDS[r["tokenizer"]]
+        tok = _data_tokenizer(data, tokenizer_dir, kind, r["vocab_size"], tokenizer_sample, text_field, data_cache, log)
+    return prepare_lm(data, tok, text_field=text_field, cache=data_cache, log=log)
 
 
 def train(data: str | Path, out_dir: str | Path, preset: str | None = None, **options) -> tuple[Trainer, dict]:
@@ -407,7 +563,7 @@ def evaluate(model: GPT, tokenizer, data: str | Path, max_len: int | None = None
             "evaluate-lm scores models trained with `tformer train lm` (a char or byte_bpe tokenizer); this model's "
             f"is a {tokenizer.kind} tokenizer (a Hugging Face directory's?), whose units this scoring does not know"
         )
-    ids = encode_documents(tokenizer, read_documents(data))
+    ids = encode_documents(tokenizer, read_documents(data))  # one file scored: in memory
     if len(ids) < 2:
         raise ValueError(f"--data {str(data)!r} has fewer than 2 tokens")
     block = min(max_len or model.config.max_len, model.config.max_len)

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from tformer.fast.losses import sequence_cross_entropy
-from tformer.text import check_text, read_lines
+from tformer.text import check_text, decode_utf8
 
 __all__ = ["IGNORE", "read_conversations", "encode_conversation", "SFTTask"]
 
@@ -36,16 +36,16 @@ IGNORE = -100  # a label the loss skips (PyTorch's ignore_index default)
 ROLES = ("system", "user", "assistant")
 
 
-def read_conversations(path: str | Path) -> list[list[dict[str, str]]] | None:
+def read_conversations(path: str | Path, text_field: str = "text") -> list[list[dict[str, str]]] | None:
     """The conversations of the JSONL file ``path`` (``prompt``/``response`` or ``messages`` lines), or None when
-    ``path`` is not instruction data (a text file, a folder, a JSONL of ``text``). A line of another kind than the
-    first, or a malformed one, is a ValueError naming FILE:LINE."""
+    ``path`` is not instruction data (a text file, a folder, a JSONL of ``text_field``: its first line says, the rest
+    is not read). A line of another kind than the first, or a malformed one, is a ValueError naming FILE:LINE."""
     path = Path(path)
     if path.suffix != ".jsonl" or not path.is_file():
         return None
     conversations: list[list[dict[str, str]]] = []
     kind = None
-    for n, line in enumerate(read_lines(path), 1):
+    for n, line in enumerate(_lines(path), 1):
         if not line.strip():
             continue
         where = f"{path}:{n}"
@@ -61,12 +61,13 @@ def read_conversations(path: str | Path) -> list[list[dict[str, str]]] | None:
             else "prompt"
             if "prompt" in record
             else "text"
-            if "text" in record
+            if text_field in record
             else None
         )
         if this is None:
             raise ValueError(
-                f"{where}: expected a 'text', 'prompt' and 'response', or 'messages' field, got {sorted(record)[:5]}"
+                f"{where}: expected a {text_field!r}, 'prompt' and 'response', or 'messages' field, got "
+                f"{sorted(record)[:5]}"
             )
         if kind is None:
             kind = this
@@ -78,6 +79,13 @@ def read_conversations(path: str | Path) -> list[list[dict[str, str]]] | None:
     if kind is None:
         raise ValueError(f"--data {str(path)!r} holds no JSONL lines")
     return conversations
+
+
+def _lines(path: Path):
+    """The lines of a UTF-8 file, one at a time (strict UTF-8, errors naming the line)."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            yield decode_utf8(raw, str(path), n).removesuffix("\n").removesuffix("\r")
 
 
 def _conversation(record: dict[str, Any], kind: str, where: str) -> list[dict[str, str]]:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
+from tformer.data import TokenStream
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
-from tformer.lm.data import blocks
 
 IGNORE = -100  # the label of a position past the end of the stream (skipped by the loss)
 
@@ -27,20 +27,21 @@ __all__ = ["LMTask", "evaluate_stream"]
 @torch.no_grad()
 def evaluate_stream(
     model,
-    ids: torch.Tensor,
+    ids: torch.Tensor | TokenStream,
     unit_lengths: torch.Tensor | None,
     max_len: int | None = None,
     batch_size: int = 32,
     max_blocks: int | None = None,
 ) -> dict:
     """Loss per token, perplexity and bits per unit (character or byte; without ``unit_lengths``, a Hugging Face
-    tokenizer's, none) over ``ids`` (N,).
+    tokenizer's, none) over ``ids`` (N,): a tensor, or a stream memory-mapped from shards.
 
     The stream is cut into non-overlapping blocks of ``max_len`` predictions (the last one
     shorter); with ``max_blocks``, that many blocks evenly spaced over the stream are scored.
     """
     if len(ids) < 2:
         raise ValueError(f"nothing to score: the text has {len(ids)} token(s), at least 2 are needed")
+    stream = ids if isinstance(ids, TokenStream) else TokenStream.of(ids)
     max_len = max_len or model.config.max_len
     device = next(model.parameters()).device
     starts = torch.arange(0, max(len(ids) - 1, 1), max_len)  # every block predicts ids[s+1 : s+T+1]
@@ -50,7 +51,7 @@ def evaluate_stream(
     was_training = model.training
     model.eval()
     for chunk in starts.split(batch_size):
-        rows = blocks(ids, chunk, max_len + 1, fill=IGNORE)  # (B, T+1), past the end: IGNORE
+        rows = stream.rows(chunk, max_len + 1, fill=IGNORE)  # (B, T+1), past the end: IGNORE
         x, y = rows[:, :-1].to(device), rows[:, 1:].to(device)
         x = x.clamp(min=0)  # positions past the end: any real id (their labels are ignored)
         nats += float(sequence_cross_entropy(model(x), y, ignore_index=IGNORE, reduction="sum"))
@@ -67,9 +68,11 @@ def evaluate_stream(
 
 
 class LMTask:
-    """Next-token prediction on random contiguous blocks of a token stream (for the Trainer).
+    r"""Next-token prediction on random contiguous blocks of a token stream (for the Trainer).
 
-    A "batch" is the (B,) tensor of block starts; :meth:`loss` gathers the blocks. Each epoch is
+    The streams are tensors or :class:`~tformer.data.TokenStream`\ s memory-mapped from prepared shards (a corpus of
+    any size: only the blocks of a batch are read). A "batch" is the (B,) tensor of block starts; :meth:`fetch`
+    reads its blocks (the Trainer may call it ahead, in a background thread), :meth:`loss` trains on them. Each epoch is
     ``batches_per_epoch`` batches drawn from a generator seeded with (seed, epoch), so a resumed
     run sees exactly the batches the uninterrupted run would have seen.
     """
@@ -79,8 +82,8 @@ class LMTask:
     def __init__(
         self,
         tokenizer,
-        train_ids: torch.Tensor,
-        val_ids: torch.Tensor,
+        train_ids: torch.Tensor | TokenStream,
+        val_ids: torch.Tensor | TokenStream,
         max_len: int,
         batch_size: int,
         batches_per_epoch: int = 200,
@@ -92,7 +95,9 @@ class LMTask:
                 f"the training text has {len(train_ids)} tokens, fewer than max_len + 1 = {max_len + 1}; "
                 "use a smaller --max-len or more data"
             )
-        self.tokenizer, self.train_ids, self.val_ids = tokenizer, train_ids, val_ids
+        self.tokenizer = tokenizer
+        self.train_ids = train_ids if isinstance(train_ids, TokenStream) else TokenStream.of(train_ids)
+        self.val_ids = val_ids if isinstance(val_ids, TokenStream) else TokenStream.of(val_ids)
         self.max_len, self.batch_size, self.batches_per_epoch = max_len, batch_size, batches_per_epoch
         self.eval_blocks, self.seed = eval_blocks, seed
         # bits per character or byte: tformer's own tokenizers know each id's length; a Hugging Face one does not
@@ -109,9 +114,15 @@ class LMTask:
     def count_tokens(self, batch: torch.Tensor) -> int:
         return len(batch) * self.max_len
 
+    def fetch(self, batch: torch.Tensor) -> torch.Tensor:
+        """The blocks of ``batch`` (its starts), read from the stream → (B, T+1), on the CPU."""
+        return self.train_ids.rows(batch, self.max_len + 1, fill=IGNORE)
+
     def loss(self, model, batch: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """``batch``: the starts (B,), or their blocks (B, T+1) already fetched (and moved, by the Trainer)."""
         device = next(model.parameters()).device
-        rows = blocks(self.train_ids, batch, self.max_len + 1).to(device)  # (B, T+1)
+        rows = batch if batch.dim() == 2 else self.fetch(batch)
+        rows = rows.to(device, non_blocking=True)  # (B, T+1)
         logits = model(rows[:, :-1])  # (B, T, V)
         labels = rows[:, 1:]  # (B, T) the input shifted by one
         loss = self.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")  # every block is whole

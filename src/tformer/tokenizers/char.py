@@ -12,6 +12,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from tformer.files import atomic_write
 from tformer.readers import read_json_object
 from tformer.tokenizers.base import Tokenizer
@@ -31,6 +33,10 @@ class CharTokenizer(Tokenizer):
     def __init__(self, chars: Iterable[str]) -> None:
         self.itos = LM_SPECIALS + sorted(set(chars))
         self.stoi = {c: i for i, c in enumerate(self.itos)}
+        # encode_arrays' lookup: the characters' code points, sorted, and their ids (then <unk>, for any other)
+        points = sorted((ord(c), i) for i, c in enumerate(self.itos) if len(c) == 1)
+        self._points = np.array([p for p, _ in points], dtype=np.uint32)
+        self._point_ids = np.array([i for _, i in points] + [LM_UNK], dtype=np.int64)
 
     @classmethod
     def train(
@@ -48,6 +54,17 @@ class CharTokenizer(Tokenizer):
 
     def _pieces(self, texts: list[str]) -> list[list[int]]:
         return [[self.stoi.get(c, LM_UNK) for c in text] for text in texts]
+
+    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """Every character looked up at once: its code point found among the vocabulary's (sorted), else ``<unk>``."""
+        out = []
+        for text in texts:
+            points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+            at = np.searchsorted(self._points, points)
+            known = at < len(self._points)
+            known[known] = self._points[at[known]] == points[known]
+            out.append(np.where(known, self._point_ids[np.minimum(at, len(self._points))], LM_UNK))
+        return out
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         drop = set(self.special_ids) if skip_special_tokens else {LM_PAD}  # <pad> stands for no text

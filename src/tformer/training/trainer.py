@@ -73,6 +73,7 @@ from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.nn.losses import sequence_cross_entropy as reference_cross_entropy
 from tformer.training import distributed
 from tformer.training.config import TrainConfig, budget_reached, budget_spent_message, lr_factor, make_optimizer
+from tformer.training.feed import Feed
 from tformer.training.lock import RunLock
 from tformer.training.progress import Progress
 from tformer.training.signals import TrainingInterrupted, stop_signals
@@ -204,17 +205,18 @@ class Trainer(RunState):
             return contextlib.nullcontext()
         return torch.autocast(device_type=torch.device(self.device).type, dtype=self.precision.dtype)
 
-    def _optimizer_step(self, group: list, start: float) -> tuple[float | None, int]:
+    def _optimizer_step(self, group: list, start: float, fetched: list | None = None) -> tuple[float | None, int]:
         """One optimizer step over ``group`` (gradient accumulation, split across processes).
 
         The loss is per real token of the whole group, so the summed gradient is the same for any
         number of processes. Returns the group's mean loss (None: the step was skipped, its loss or
-        gradient norm not finite) and its token count.
+        gradient norm not finite) and its token count. ``fetched``: the group's batches as the feed read them
+        (:mod:`tformer.training.feed`), trained on in their place.
         """
         self.model.train()
         total_tokens = sum(self.task.count_tokens(b) for b in group)
         loss_sum = 0.0
-        for batch in group[self.world.rank :: self.world.size]:  # this process's share
+        for batch in (fetched or group)[self.world.rank :: self.world.size]:  # this process's share
             with self._autocast():
                 loss, _ = self.task.loss(self.forward_model, batch)
             share = loss / max(total_tokens, 1)
@@ -354,32 +356,35 @@ class Trainer(RunState):
             with stop_signals(self._on_signal):  # SIGINT / SIGTERM: stop after this step
                 while not self._done():
                     batches = self.task.train_batches(self.epoch)
-                    while self.batch_index < len(batches) and not self._done():
-                        start = time.perf_counter()
-                        group = batches[self.batch_index : self.batch_index + self.cfg.accum_steps * self.world.size]
-                        loss, tokens = self._optimizer_step(group, start)
-                        self.batch_index += len(group)
-                        if loss is not None:
-                            window_tokens += tokens
-                            rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-                            lr = self.scheduler.get_last_lr()[0]
-                            if self.step % self.cfg.log_every == 0 or self.step == 1:
-                                self._log(
-                                    {
-                                        "step": self.step,
-                                        "epoch": self.epoch,
-                                        "train_loss": loss,
-                                        "lr": lr,
-                                        "tokens_per_s": rate,
-                                        "elapsed_s": round(self.elapsed, 2),
-                                    }
-                                )
-                                window_tokens, window_start = 0, time.perf_counter()
-                            progress.update(self.step, self._postfix(float(loss), float(lr), rate))  # this step's
-                            if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
-                                last_eval = self.evaluate()
-                                self.save_last()
-                        self._check_stop()
+                    with self._feed(batches) as feed:  # the next batches read ahead, in a thread
+                        while self.batch_index < len(batches) and not self._done():
+                            start = time.perf_counter()
+                            end = self.batch_index + self.cfg.accum_steps * self.world.size
+                            group = batches[self.batch_index : end]
+                            fetched = feed.take(self.batch_index, end)
+                            loss, tokens = self._optimizer_step(group, start, fetched)
+                            self.batch_index += len(group)
+                            if loss is not None:
+                                window_tokens += tokens
+                                rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
+                                lr = self.scheduler.get_last_lr()[0]
+                                if self.step % self.cfg.log_every == 0 or self.step == 1:
+                                    self._log(
+                                        {
+                                            "step": self.step,
+                                            "epoch": self.epoch,
+                                            "train_loss": loss,
+                                            "lr": lr,
+                                            "tokens_per_s": rate,
+                                            "elapsed_s": round(self.elapsed, 2),
+                                        }
+                                    )
+                                    window_tokens, window_start = 0, time.perf_counter()
+                                progress.update(self.step, self._postfix(float(loss), float(lr), rate))  # this step's
+                                if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
+                                    last_eval = self.evaluate()
+                                    self.save_last()
+                            self._check_stop()
                     if self.batch_index >= len(batches):
                         self.epoch, self.batch_index = self.epoch + 1, 0
                         if not self.cfg.eval_every:
@@ -396,6 +401,10 @@ class Trainer(RunState):
         # every process returns rank 0's evaluation and knows its best metric (only rank 0 evaluated)
         last_eval, self.best = distributed.broadcast_object((last_eval, self.best), self.world)
         return last_eval
+
+    def _feed(self, batches: list) -> Feed:
+        """The epoch's batches, read ahead in a thread when the task reads its data per batch (``fetch``)."""
+        return Feed(getattr(self.task, "fetch", None), batches, pin=torch.device(self.device).type == "cuda")
 
     def _seconds_left(self) -> float | None:
         """Time to the end of the run: the rest of the budget, or the steps left at this session's pace."""

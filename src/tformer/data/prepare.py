@@ -1,0 +1,370 @@
+"""Prepare once, reuse: a corpus tokenized into shards in a cache that outlives the run, checked each time it is used.
+
+    directory = prepare_lm("corpus/", tokenizer)          # the first time: reads, encodes, writes; then: checks
+    manifest, stream = open_tokens(directory)            # the memory-mapped stream of ids
+
+A language-model corpus becomes one stream: its documents joined with the tokenizer's end of text (as
+:func:`tformer.lm.data.encode_documents` joins them in memory), encoded a batch of pieces at a time across the cores
+(:meth:`~tformer.tokenizers.Tokenizer.encode_arrays`), written into :class:`~tformer.data.shards.ShardWriter` shards.
+Neither the text nor a Python list of its ids is ever held whole.
+
+The cache (:func:`cache_root`): ``--data-cache DIR``, else ``$TFORMER_CACHE/data``, else ``$XDG_CACHE_HOME/tformer/
+data`` (``~/.cache/tformer/data``), as Hugging Face ``datasets`` keeps its own. One folder per corpus (its files'
+paths, the text field) and tokenizer, holding::
+
+    manifest.json       the format version, the tokenizer's hash, each source file's path, size and SHA-256, the counts
+                        (documents, ids, bytes of text) and each shard's file, id count and SHA-256
+    tokenizer/          the tokenizer the ids are of
+    shard-00000.bin ... the ids (uint16, or uint32 for a vocabulary over 65,536)
+
+Each use checks the manifest against the sources and the shards against their hashes: a source that changed, a
+manifest of another format or tokenizer, or a shard that is missing, short or altered is said in one line and the
+corpus prepared again, never used. A folder is written whole or not at all (:func:`tformer.files.staged_dir`): a
+full disk or an interrupted preparation leaves no half cache. A tokenizer trained on the corpus (BPE on a sample of
+:data:`TOKENIZER_SAMPLE` bytes, characters on all of it) is kept in the cache the same way, so a second run starts
+training at once. A folder prepared elsewhere (with its ``manifest.json``) may be given as the data itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from tformer.data import shards as shards_module
+from tformer.data.shards import ShardWriter, TokenStream, token_dtype
+from tformer.data.sources import corpus_bytes, find_sources, read_pieces, sample_text
+from tformer.files import staged_dir
+from tformer.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
+
+__all__ = [
+    "FORMAT",
+    "TOKENIZER_SAMPLE",
+    "cache_root",
+    "is_prepared",
+    "tokenizer_hash",
+    "corpus_tokenizer",
+    "prepared",
+    "file_entry",
+    "damaged_file",
+    "prepare_lm",
+    "open_tokens",
+]
+
+FORMAT = 1  # the manifest's and the shards' layout; another is prepared again
+MANIFEST = "manifest.json"
+TOKENIZER_SAMPLE = 32 << 20  # bytes of text a BPE or WordPiece is trained on, spread over the corpus
+_BATCH_BYTES = 4 << 20  # text encoded in one call (across the cores; its ids held until written)
+_BATCH_PIECES = 4096
+_REPORT_S = 5.0  # seconds between two progress lines
+
+
+def cache_root(given: str | Path | None = None) -> Path:
+    """Where prepared corpora are kept: ``given`` (``--data-cache``), else ``$TFORMER_CACHE/data``, else the user's
+    cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``) ``/tformer/data``."""
+    if given is not None:
+        return Path(given)
+    if os.environ.get("TFORMER_CACHE"):
+        return Path(os.environ["TFORMER_CACHE"]) / "data"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tformer" / "data"
+
+
+def is_prepared(path: str | Path) -> bool:
+    """Whether ``path`` is a prepared folder (a ``manifest.json`` of tformer's tokens)."""
+    manifest = Path(path) / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        return json.loads(manifest.read_text()).get("kind") == "tformer-tokens"
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
+def _sha256(path: Path) -> str:
+    digest, buffer = hashlib.sha256(), bytearray(1 << 20)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def _source_records(files: list[Path]) -> list[dict]:
+    return [{"path": str(f.resolve()), "size": f.stat().st_size, "sha256": _sha256(f)} for f in files]
+
+
+def tokenizer_hash(tokenizer: Tokenizer) -> str:
+    """The SHA-256 of the files the tokenizer saves: the same tokenizer, the same hash."""
+    digest = hashlib.sha256()
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save(tmp)
+        for f in sorted(Path(tmp).iterdir()):
+            digest.update(f.name.encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()
+
+
+def _key(**parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _changed_source(recorded: list[dict], now: list[dict]) -> str | None:
+    """Which source differs from when it was prepared, in words; None: none."""
+    if [r["path"] for r in recorded] != [r["path"] for r in now]:
+        return "its files are not the same files"
+    for old, new in zip(recorded, now):
+        if old["size"] != new["size"]:
+            return f"{old['path']} changed since it was prepared ({old['size']:,} bytes then, {new['size']:,} now)"
+        if old["sha256"] != new["sha256"]:
+            return f"{old['path']} changed since it was prepared (its SHA-256 differs)"
+    return None
+
+
+def damaged_file(directory: Path, manifest: dict) -> str | None:
+    """Which of the manifest's ``files`` (each ``{"file", "bytes", "sha256"}``: the shards, an index) is missing,
+    short or altered, in words; None: all are as written."""
+    for entry in manifest.get("files", []):
+        path = directory / entry["file"]
+        if not path.is_file():
+            return f"{entry['file']} is missing"
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            return f"{entry['file']} is damaged ({size:,} bytes, {entry['bytes']:,} written)"
+        if _sha256(path) != entry["sha256"]:
+            return f"{entry['file']} is damaged (its SHA-256 differs from the one written)"
+    return None
+
+
+def _read_manifest(directory: Path) -> dict | None:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def _stale(directory: Path, sources: list[dict], tok_hash: str, what: str) -> str | None:
+    """Why the prepared folder cannot be used as it is (in words), or None when it can."""
+    manifest = _read_manifest(directory)
+    if manifest is None:
+        return f"its {MANIFEST} is missing or unreadable"
+    if manifest.get("format") != FORMAT:
+        return f"it is of format {manifest.get('format')}, this tformer reads {FORMAT}"
+    if what == "tokens" and manifest.get("tokenizer_sha256") != tok_hash:
+        return "it was prepared with another tokenizer"
+    changed = _changed_source(manifest.get("sources", []), sources)
+    if changed:
+        return changed
+    return damaged_file(directory, manifest) if what == "tokens" else None
+
+
+def corpus_tokenizer(
+    data: str | Path,
+    kind: str,
+    vocab_size: int | None,
+    *,
+    sample: int = TOKENIZER_SAMPLE,
+    text_field: str = "text",
+    cache: str | Path | None = None,
+    log: Callable[[str], None] = print,
+) -> Tokenizer:
+    """A tokenizer of ``kind`` trained on the corpus ``data``: characters on all of its text, BPE or WordPiece on
+    ``sample`` bytes of it spread over the whole; kept in the cache, so the next run on the same corpus loads it."""
+    files = find_sources(data)
+    sources = _source_records(files)
+    key = _key(
+        format=FORMAT,
+        sources=[s["path"] for s in sources],
+        text_field=text_field,
+        kind=kind,
+        vocab_size=vocab_size,
+        sample=None if kind == "char" else sample,
+    )
+    directory = cache_root(cache) / f"tokenizer-{key}"
+    if directory.is_dir():
+        problem = _stale(directory, sources, "", "tokenizer")
+        if problem is None:
+            return load_tokenizer(directory / "tokenizer")
+        log(f"data cache {directory}: {problem}: training the tokenizer again")
+    total = corpus_bytes(files)
+    start = time.perf_counter()
+    texts: Iterator[str]
+    if kind == "char":
+        texts = (text for _, text in read_pieces(files, text_field))
+        said = f"every character of {_mb(total)}"
+    else:
+        texts = sample_text(files, sample, text_field)
+        said = (
+            f"a {_mb(min(sample, total))} sample of {_mb(total)} (--tokenizer-sample)" if total > sample else _mb(total)
+        )
+    tokenizer = train_tokenizer(kind, texts, vocab_size)
+    log(f"tokenizer: {kind}, {tokenizer.vocab_size:,} ids, from {said} in {time.perf_counter() - start:.1f} s")
+    with staged_dir(directory) as work:
+        tokenizer.save(work / "tokenizer")
+        (work / MANIFEST).write_text(
+            json.dumps(
+                {
+                    "kind": "tformer-tokenizer",
+                    "format": FORMAT,
+                    "sources": sources,
+                    "text_field": text_field,
+                    "tokenizer_kind": kind,
+                    "vocab_size": vocab_size,
+                    "sample": sample,
+                },
+                indent=1,
+            )
+        )
+    return tokenizer
+
+
+def prepared(
+    task: str,
+    data: str | Path,
+    tokenizer: Tokenizer,
+    build: Callable[[Path, list[Path]], dict],
+    *,
+    key: dict | None = None,
+    cache: str | Path | None = None,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """The cache folder of ``data`` prepared for ``task`` with ``tokenizer``: found and checked, else made by
+    ``build(work, files)`` (the files of ``data`` read into the empty folder ``work``; it returns the manifest's own
+    entries, among them ``files``: each binary file written, as :func:`file_entry` gives it). ``key``: what else the
+    preparation depends on (the task's settings). ``data`` may be a folder prepared so (then checked, never rebuilt).
+    """
+    tok_hash = tokenizer_hash(tokenizer)
+    if is_prepared(data):
+        directory = Path(data)
+        manifest = _read_manifest(directory) or {}
+        if manifest.get("format") != FORMAT:
+            problem: str | None = f"it is of format {manifest.get('format')}, this tformer reads {FORMAT}"
+        elif manifest.get("task") != task:
+            problem = f"it was prepared for {manifest.get('task')!r}, not {task!r}"
+        elif manifest.get("tokenizer_sha256") != tok_hash:
+            problem = "it was prepared with another tokenizer than this model's"
+        else:
+            problem = damaged_file(directory, manifest)
+        if problem:
+            raise ValueError(f"--data {str(directory)!r}: {problem}; prepare it again from its text")
+        return directory
+    files = find_sources(data)
+    sources = _source_records(files)
+    name = _key(format=FORMAT, task=task, sources=[s["path"] for s in sources], tok=tok_hash, **(key or {}))
+    directory = cache_root(cache) / f"{task}-{name}"
+    if directory.is_dir():
+        problem = _stale(directory, sources, tok_hash, "tokens")
+        if problem is None:
+            log(f"data: prepared before, checked: {directory}")
+            return directory
+        log(f"data cache {directory}: {problem}: preparing it again")
+    total = corpus_bytes(files)
+    log(f"preparing {_mb(total)} of text in {directory} (once: later runs map it)")
+    start = time.perf_counter()
+    with staged_dir(directory) as work:  # whole or not at all
+        built = build(work, files)
+        tokenizer.save(work / "tokenizer")
+        seconds = time.perf_counter() - start
+        manifest = {
+            "kind": "tformer-tokens",
+            "format": FORMAT,
+            "task": task,
+            "tokenizer_sha256": tok_hash,
+            "tokenizer_kind": tokenizer.kind,
+            "vocab_size": tokenizer.vocab_size,
+            "sources": sources,
+            "text_bytes": total,
+            "seconds": round(seconds, 2),
+            **(key or {}),
+            **built,
+        }
+        (work / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    log(f"prepared {_mb(total)} in {seconds:.1f} s ({total / 1e6 / max(seconds, 1e-9):.1f} MB/s)")
+    return directory
+
+
+def file_entry(path: Path) -> dict:
+    """A binary file's manifest entry: its name, size and SHA-256 (what :func:`damaged_file` checks)."""
+    return {"file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def prepare_lm(
+    data: str | Path,
+    tokenizer: Tokenizer,
+    *,
+    text_field: str = "text",
+    cache: str | Path | None = None,
+    shard_tokens: int | None = None,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """The folder of ``data``'s language-model stream in ``tokenizer``'s ids: found in the cache and checked, else
+    prepared (see the module). ``data`` may be a prepared folder itself (then checked, never rebuilt).
+    ``shard_tokens``: ids per shard (default :data:`tformer.data.shards.SHARD_TOKENS`)."""
+    eos = tokenizer.eos_id
+    if eos is None:
+        raise ValueError(f"this {tokenizer.kind} tokenizer has no end-of-text token to join the documents with")
+
+    def build(work: Path, files: list[Path]) -> dict:
+        dtype = token_dtype(tokenizer.vocab_size)
+        writer = ShardWriter(work, dtype, shard_tokens or shards_module.SHARD_TOKENS)
+        total, start = corpus_bytes(files), time.perf_counter()
+        last_report, documents, done, size = start, 0, 0, 0
+        batch: list[str] = []
+        starts: list[bool] = []
+
+        def flush() -> None:
+            nonlocal documents
+            for begins, ids in zip(starts, tokenizer.encode_arrays(batch)):
+                if begins:
+                    if documents:
+                        writer.write([eos])
+                    documents += 1
+                writer.write(ids)
+            batch.clear()
+            starts.clear()
+
+        for begins, text in read_pieces(files, text_field):
+            batch.append(text)
+            starts.append(begins)
+            size += len(text)
+            done += len(text)
+            if size >= _BATCH_BYTES or len(batch) >= _BATCH_PIECES:
+                flush()
+                size = 0
+                now = time.perf_counter()
+                if now - last_report >= _REPORT_S:
+                    last_report = now
+                    log(_progress(done, total, now - start, writer.count))
+        flush()
+        shards = writer.close()
+        log(f"prepared: {documents:,} document(s), {writer.count:,} ids in {len(shards)} {dtype} shard(s)")
+        return {"dtype": dtype, "documents": documents, "tokens": writer.count, "shards": shards, "files": shards}
+
+    return prepared("lm", data, tokenizer, build, key={"text_field": text_field}, cache=cache, log=log)
+
+
+def open_tokens(directory: str | Path) -> tuple[dict, TokenStream]:
+    """The manifest and the memory-mapped stream of a prepared folder."""
+    directory = Path(directory)
+    manifest = _read_manifest(directory)
+    if manifest is None:
+        raise FileNotFoundError(f"{str(directory)!r} holds no {MANIFEST}: not a prepared corpus")
+    return manifest, TokenStream.open(directory, manifest["shards"], manifest["dtype"])
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def _progress(done: int, total: int, seconds: float, ids: int) -> str:
+    """``preparing: 120.0 MB of 1.00 GB (12%), 25.1 MB/s, 30,000,000 ids, ETA 0:35`` (characters count as bytes)."""
+    rate = done / max(seconds, 1e-9)
+    left = max(total - done, 0) / max(rate, 1e-9)
+    return (
+        f"preparing: {_mb(done)} of {_mb(total)} ({100 * done / max(total, 1):.0f}%), {rate / 1e6:.1f} MB/s, "
+        f"{ids:,} ids, ETA {int(left // 60)}:{int(left % 60):02d}"
+    )

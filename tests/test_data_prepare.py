@@ -1,0 +1,318 @@
+"""A corpus prepared once into memory-mapped shards (tformer.data), and the language model trained from them.
+
+The stream is the one the in-memory encoding gives (characters and BPE, a large file read in pieces, across shard
+boundaries); the inputs people have (text, JSONL, Parquet, Arrow, a saved ``datasets`` dataset, a folder) read the
+same documents; the cache is used again when nothing changed and prepared again, saying why, when a source changed,
+a shard was damaged or another tokenizer asks; a failed preparation leaves no half cache; a run resumed across a
+shard boundary equals the uninterrupted one; and the memory a run takes does not grow with the corpus.
+"""
+
+import errno
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tformer import data as tdata
+from tformer import lm
+from tformer.cli import main
+from tformer.data import shards, sources
+from tformer.lm.data import encode_documents
+from tformer.tokenizers import train_tokenizer
+
+WORDS = "the king is dead long live the queen and all her men ride to war at dawn".split()
+
+
+def _text(n_lines: int, seed: int = 0, width: int = 12) -> str:
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(n_lines):
+        words = rng.choice(WORDS, size=int(rng.integers(1, width)))
+        lead = "  " if i % 7 == 3 else ""  # an indented line: a piece is never cut before a space
+        lines.append(lead + " ".join(words) + ("." if i % 3 else ""))
+        if i % 11 == 5:
+            lines.append("")  # a blank line
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """Pieces of about 300 bytes and shards of 500 ids: a small file crosses many boundaries."""
+    monkeypatch.setattr(sources, "PIECE_BYTES", 300)
+    monkeypatch.setattr(shards, "SHARD_TOKENS", 500)
+
+
+@pytest.mark.parametrize("kind", ["char", "byte_bpe"])
+def test_the_prepared_stream_is_the_in_memory_encoding_across_pieces_and_shards(tmp_path, small_pieces, kind):
+    (tmp_path / "docs").mkdir()
+    texts = [_text(120, seed=s) + "é ✓ 字\n" for s in range(3)]
+    for i, text in enumerate(texts):
+        (tmp_path / "docs" / f"{i}.txt").write_text(text, encoding="utf-8")
+    tok = train_tokenizer(kind, texts, 300)
+    logs: list[str] = []
+    directory = tdata.prepare_lm(tmp_path / "docs", tok, cache=tmp_path / "cache", log=logs.append)
+    manifest, stream = tdata.open_tokens(directory)
+    expected = encode_documents(tok, texts)
+    assert torch.equal(stream.tensor(), expected)
+    assert manifest["documents"] == 3 and manifest["tokens"] == len(expected) and len(manifest["shards"]) > 3
+    assert manifest["dtype"] == "uint16" and manifest["format"] == 1
+    assert [s["path"] for s in manifest["sources"]] == [
+        str((tmp_path / "docs" / f"{i}.txt").resolve()) for i in range(3)
+    ]
+    # blocks read across a shard boundary are the stream's
+    starts = torch.tensor([0, 495, 499, len(expected) - 5])
+    rows = stream.rows(starts, 12, fill=-100)
+    assert torch.equal(rows[1], expected[495:507]) and torch.equal(rows[2], expected[499:511])
+    assert rows[3, :5].tolist() == expected[-5:].tolist() and rows[3, 5:].tolist() == [-100] * 7
+    train, valid = stream.split(len(stream) - 100)
+    assert torch.equal(valid.tensor(), expected[-100:]) and torch.equal(
+        train.rows(torch.tensor([3]), 4, 0)[0], expected[3:7]
+    )
+
+
+def test_inputs_people_have_read_the_same_documents(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    docs = ["a first document", "the second one\nwith two lines", "é ✓ 字"]
+    table = pa.table({"body": docs, "id": [1, 2, 3]})
+    pq.write_table(table, tmp_path / "docs.parquet")
+    with pa.OSFile(str(tmp_path / "docs.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"body": d}) + "\n" for d in docs), encoding="utf-8")
+    for name in ("docs.parquet", "docs.arrow", "docs.jsonl"):
+        assert tdata.read_documents(tmp_path / name, "body") == docs, name
+    with pytest.raises(
+        ValueError,
+        match=r"docs.parquet: no column 'text' \(--text-field names the column\); its columns are \['body', 'id'\]",
+    ):
+        tdata.read_documents(tmp_path / "docs.parquet")
+    with pytest.raises(ValueError, match=r"docs.parquet: column 'id' holds int64, not text"):
+        tdata.read_documents(tmp_path / "docs.parquet", "id")
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"body": docs}).save_to_disk(str(tmp_path / "saved"))
+    assert tdata.read_documents(tmp_path / "saved", "body") == docs
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"body": docs[:2]})}).save_to_disk(str(tmp_path / "dd"))
+    assert tdata.read_documents(tmp_path / "dd", "body") == docs[:2]
+
+
+def test_a_bad_byte_in_a_later_piece_names_the_files_own_line(tmp_path, small_pieces):
+    path = tmp_path / "big.txt"
+    path.write_bytes(_text(200).encode() + b"fine\nbad \xe9 here\n")
+    line = path.read_bytes().count(b"\n")  # the bad line is the last one
+    with pytest.raises(ValueError, match=rf"big.txt:{line}: not valid UTF-8 \(byte 0xe9 at column 5\)"):
+        list(sources.read_pieces([path]))
+
+
+def _prepare(data, tok, cache, logs):
+    return tdata.prepare_lm(data, tok, cache=cache, log=logs.append)
+
+
+def test_the_cache_is_used_again_and_prepared_again_saying_why(tmp_path, small_pieces):
+    data = tmp_path / "corpus.txt"
+    data.write_text(_text(150), encoding="utf-8")
+    tok = train_tokenizer("char", [data.read_text()])
+    cache, logs = tmp_path / "cache", []
+    first = _prepare(data, tok, cache, logs)
+    written = {f.name: f.stat().st_mtime_ns for f in first.iterdir()}
+    logs.clear()
+    assert _prepare(data, tok, cache, logs) == first
+    assert {f.name: f.stat().st_mtime_ns for f in first.iterdir()} == written  # used, not rewritten
+    assert logs == [f"data: prepared before, checked: {first}"]
+
+    # a damaged shard: said, prepared again, never used
+    shard = first / "shard-00001.bin"
+    raw = bytearray(shard.read_bytes())
+    raw[10] ^= 1
+    shard.write_bytes(bytes(raw))
+    logs.clear()
+    _prepare(data, tok, cache, logs)
+    assert (
+        logs[0]
+        == f"data cache {first}: shard-00001.bin is damaged (its SHA-256 differs from the one written): preparing it again"
+    )
+    assert torch.equal(tdata.open_tokens(first)[1].tensor(), encode_documents(tok, [data.read_text()]))
+    (first / "shard-00002.bin").write_bytes(b"\0\0")  # short
+    logs.clear()
+    _prepare(data, tok, cache, logs)
+    assert "shard-00002.bin is damaged (2 bytes, 1,000 written)" in logs[0]
+
+    # a changed source: said, prepared again with the new text
+    data.write_text(_text(150) + "one more line\n", encoding="utf-8")
+    logs.clear()
+    _prepare(data, tok, cache, logs)
+    assert "corpus.txt changed since it was prepared" in logs[0] and logs[0].endswith(": preparing it again")
+    assert torch.equal(tdata.open_tokens(first)[1].tensor(), encode_documents(tok, [data.read_text()]))
+
+    # another tokenizer: another folder; that folder given as --data with this tokenizer is refused
+    other = train_tokenizer("char", [data.read_text() + "xyz"])
+    second = _prepare(data, other, cache, logs)
+    assert second != first
+    with pytest.raises(ValueError, match=r"prepared with another tokenizer than this model's; prepare it again"):
+        tdata.prepare_lm(second, tok, cache=cache)
+
+
+def test_a_failed_preparation_leaves_no_half_cache(tmp_path, monkeypatch):
+    data = tmp_path / "corpus.txt"
+    data.write_text(_text(50), encoding="utf-8")
+    tok = train_tokenizer("char", [data.read_text()])
+
+    def full_disk(self, ids):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shards.ShardWriter, "write", full_disk)
+    with pytest.raises(OSError):
+        tdata.prepare_lm(data, tok, cache=tmp_path / "cache", log=lambda _: None)
+    assert not any((tmp_path / "cache").rglob("*.bin")) and not any((tmp_path / "cache").rglob("manifest.json"))
+    monkeypatch.undo()
+    directory = tdata.prepare_lm(data, tok, cache=tmp_path / "cache", log=lambda _: None)
+    assert tdata.open_tokens(directory)[0]["tokens"] == len(data.read_text())
+
+
+def test_a_bpe_is_trained_on_a_sample_spread_over_the_corpus_and_kept(tmp_path):
+    data = tmp_path / "corpus.txt"
+    data.write_text(_text(3000), encoding="utf-8")
+    size = data.stat().st_size
+    sample = "".join(sources.sample_text([data], size // 10))
+    assert size // 10 <= len(sample.encode()) < size // 10 + sources.PIECE_BYTES + 1
+    logs: list[str] = []
+    tok = tdata.corpus_tokenizer(data, "byte_bpe", 300, sample=size // 10, cache=tmp_path / "c", log=logs.append)
+    assert "sample" in logs[0] and "(--tokenizer-sample)" in logs[0]
+    logs.clear()
+    again = tdata.corpus_tokenizer(data, "byte_bpe", 300, sample=size // 10, cache=tmp_path / "c", log=logs.append)
+    assert logs == [] and tdata.tokenizer_hash(again) == tdata.tokenizer_hash(tok)  # loaded, not trained
+
+
+LM_ARGS = [
+    "--preset",
+    "tiny",
+    "--max-len",
+    "16",
+    "--batch-size",
+    "4",
+    "--batches-per-epoch",
+    "5",
+    "--eval-blocks",
+    "8",
+    "--log-every",
+    "1",
+    "--schedule",
+    "inverse_sqrt",
+    "--warmup-steps",
+    "3",
+    "--dropout",
+    "0.1",
+    "--no-progress",
+]
+
+
+def _losses(out: Path) -> list:
+    return [
+        (r["step"], r["train_loss"])
+        for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())
+        if "train_loss" in r
+    ]
+
+
+def test_a_run_resumed_across_shard_boundaries_equals_the_uninterrupted_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(shards, "SHARD_TOKENS", 64)  # every block of 17 crosses a boundary now and then
+    data = tmp_path / "speech.txt"
+    data.write_text(_text(200), encoding="utf-8")
+    args = ["train", "lm", "--data", str(data), *LM_ARGS, "--data-cache", str(tmp_path / "cache")]
+    assert main(args + ["--out", str(tmp_path / "full"), "--max-steps", "12"]) == 0
+    manifest = json.loads(next((tmp_path / "cache").glob("lm-*/manifest.json")).read_text())
+    assert len(manifest["shards"]) > 50
+    assert main(args + ["--out", str(tmp_path / "cut"), "--max-steps", "7"]) == 0
+    assert "data: prepared before, checked" in capsys.readouterr().out  # the second run maps what the first wrote
+    assert main(args + ["--out", str(tmp_path / "cut"), "--max-steps", "12", "--resume"]) == 0
+    full, cut = _losses(tmp_path / "full"), _losses(tmp_path / "cut")
+    assert [s for s, _ in full] == list(range(1, 13)) and cut == full  # bit for bit
+
+
+def test_data_prepare_then_train_starts_from_the_cache(tmp_path, capsys):
+    data = tmp_path / "corpus.jsonl"
+    data.write_text("".join(json.dumps({"body": _text(20, seed=s)}) + "\n" for s in range(10)), encoding="utf-8")
+    flags = ["--tokenizer", "bpe", "--vocab-size", "300", "--text-field", "body", "--data-cache", str(tmp_path / "c")]
+    assert main(["data", "prepare", "lm", "--data", str(data), *flags]) == 0
+    out = capsys.readouterr().out
+    folder = out.strip().splitlines()[-1]
+    assert "prepared: 10 document(s)" in out and Path(folder, "manifest.json").is_file()
+    assert (
+        main(["train", "lm", "--data", str(data), *flags, *LM_ARGS, "--out", str(tmp_path / "r"), "--max-steps", "2"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert f"data: prepared before, checked: {folder}" in out and "preparing" not in out and "tokenizer:" not in out
+    # the prepared folder itself is data too, its own tokenizer the model's
+    assert main(["train", "lm", "--data", folder, *LM_ARGS, "--out", str(tmp_path / "r2"), "--max-steps", "2"]) == 0
+
+
+def test_a_fraction_held_out_of_a_large_stream_is_capped_and_said(monkeypatch):
+    from tformer.lm import run
+
+    assert run.held_out(1000, 0.1) == 100 and run.held_out(1000, 0) == 0 and run.held_out(1000, 250) == 250
+    assert run.held_out(10**9, 0.1) == run.VALID_CAP
+    with pytest.raises(ValueError, match=r"--valid 1000 holds out every token of the text \(1,000\)"):
+        run.held_out(1000, 1000)
+
+
+def test_the_feed_reads_ahead_in_order_and_the_task_trains_on_either_form():
+    from tformer.training.feed import Feed
+
+    seen: list[int] = []
+
+    def fetch(batch):
+        seen.append(batch)
+        return torch.tensor([batch])
+
+    with Feed(fetch, list(range(10)), ahead=3) as feed:
+        assert [int(t) for t in feed.take(0, 2)] == [0, 1]
+        assert [int(t) for t in feed.take(2, 4)] == [2, 3]
+    assert sorted(seen) == seen[: len(seen)] and set(seen) <= set(range(10)) and 4 in seen  # read ahead
+    with Feed(None, [1, 2]) as feed:
+        assert feed.take(0, 1) is None  # a task without fetch: its batches as they are
+
+    tok = train_tokenizer("char", ["abcdefgh" * 20])
+    ids = torch.tensor(tok.encode("abcdefgh" * 20))
+    task = lm.LMTask(tok, ids, ids[:40], 8, 2)
+    from tformer import GPT, GPTConfig
+
+    gpt = GPT(GPTConfig.preset("tiny", vocab_size=tok.vocab_size, max_len=8)).eval()
+    starts = task.train_batches(0)[0]
+    a, _ = task.loss(gpt, starts)
+    b, _ = task.loss(gpt, task.fetch(starts))
+    assert torch.equal(a, b)
+
+
+MEMORY_CHILD = r"""
+import json, resource, sys, os
+from tformer import lm
+data, out, cache = sys.argv[1:4]
+lm.train(data, out, "tiny", max_len=64, batch_size=8, batches_per_epoch=4, eval_blocks=4, max_steps=4,
+         data_cache=cache, progress=False, log=lambda _: None)
+print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def test_resident_memory_stays_flat_as_the_corpus_grows(tmp_path):
+    """A child process trains 4 steps on 2 MB and on 40 MB of text: the peak resident memory (preparation included)
+    differs by far less than the text (the old in-memory path took ~26 × the text)."""
+    peaks = {}
+    block = _text(2000).encode()
+    for mb in (2, 40):
+        path = tmp_path / f"c{mb}.txt"
+        with open(path, "wb") as f:
+            for _ in range(mb * (1 << 20) // len(block)):
+                f.write(block)
+        run = subprocess.run(
+            [sys.executable, "-c", MEMORY_CHILD, str(path), str(tmp_path / f"r{mb}"), str(tmp_path / "cache")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        peaks[mb] = json.loads(run.stdout.strip().splitlines()[-1])["peak_mb"]
+    assert peaks[40] - peaks[2] < 60, peaks  # 38 MB more text, 80 MB more ids if they were held
