@@ -397,3 +397,23 @@ def test_serve_measures_first_token_and_twenty_clients(tmp_path):
     together = report["concurrent"]
     assert together["clients"] == 20 and together["complete_and_equal"] == 20
     assert "Ratio server ÷ library" in (tmp_path / "serve" / "serve.md").read_text()
+
+
+def test_data_prepares_trains_and_measures_beside_nanogpt(tmp_path):
+    """``benchmarks.data --quick``: two corpora prepared, trained on and read beside nanoGPT's prepare + memmap, each
+    measurement in a fresh process; every figure the table and the goals use is there (the goals are judged, not
+    asserted: timings are the full run's to say)."""
+    from benchmarks.__main__ import run
+
+    report = run("data", ["--quick", "--out", str(tmp_path)])
+    assert report == json.loads((tmp_path / "data.json").read_text())
+    assert report["machine"]["quick"] is True and report["machine"]["cpu"]["machine_class"]
+    rows = report["results"]
+    assert [r["size_mb"] for r in rows] == [1, 2] and report["model_training_peak_mb"] > 0
+    for r in rows:
+        assert r["tokens"] > 0 and r["prepare_seconds"] > 0 and r["prepare_peak_mb"] > 0 and r["train_peak_mb"] > 0
+        assert r["startup_seconds"] > 0 and r["step_seconds"] > 0 and r["batch_ms"] > 0
+        assert r["nanogpt_prepare_seconds"] > 0 and r["nanogpt_batch_ms"] > 0
+    assert set(report["goals"]) >= {"second run start-up ≤ 5 s", "prepare ≥ 10 MB/s per core (byte-level BPE)"}
+    table = (tmp_path / "data.md").read_text()
+    assert "| 2 MB |" in table and "nanoGPT prepare s" in table

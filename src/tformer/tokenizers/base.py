@@ -155,8 +155,9 @@ class Tokenizer(ABC):
         return ids, mask
 
     def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
-        """The ids of each text (no special tokens) as int64 arrays: :meth:`encode` in bulk, what a corpus is prepared
-        with (:mod:`tformer.data`). The ``tokenizers`` kinds encode across the cores, characters by one lookup."""
+        """The ids of each text (no special tokens) as integer arrays (int64; uint32 from tiktoken): :meth:`encode` in
+        bulk, what a corpus is prepared with (:mod:`tformer.data`). The ``tokenizers`` kinds encode across the cores,
+        characters by one lookup, a byte-level BPE with tiktoken where it is installed (:mod:`.bpe`)."""
         return [np.asarray(ids, dtype=np.int64) for ids in self._encode_all(texts, False, None)]
 
     def tokens(self, text: str, add_special_tokens: bool = False) -> list[str]:

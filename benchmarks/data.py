@@ -1,0 +1,213 @@
+"""A corpus of 10 MB, 100 MB and 1 GB of text prepared once and trained on (issue 47), beside nanoGPT's
+``prepare.py`` + ``np.memmap`` approach on the same file and with the same tokenizer.
+
+    python -m benchmarks.data                  # 10 MB, 100 MB, 1 GB: about 15 minutes on 2 cores, 3 GB of disk
+    python -m benchmarks.data --sizes 10,100   # the smaller two
+    python -m benchmarks.data --quick          # 1 and 2 MB, a tiny model: proves the script works
+
+The text: Tiny Shakespeare's lines (../shared/data; else generated lines of words drawn from a Zipf law), shuffled
+anew for every 1 MB block and written until the size is reached: English words in English proportions, never the
+same block twice. Each measurement runs in a fresh process (:mod:`benchmarks.data_child`), in this order per size:
+
+1. ``tokenizer``: a byte-level BPE of ``--vocab-size`` ids trained on a ``--sample`` sample (``corpus_tokenizer``);
+2. ``prepare``: ``tformer.data.prepare_lm`` into a fresh cache; its seconds, MB/s, MB/s per core (``os.cpu_count()``:
+   the ``tokenizers`` library encodes on every core) and its peak resident memory;
+3. ``train``: ``tformer.lm.setup`` (the second run: it maps the shards) and ``--steps`` Trainer steps of the same
+   GPT (``--preset``, ``--batch-size`` × ``--max-len``); its start-up (``setup``'s seconds), median step time (the
+   first 3 steps left out), peak resident memory, and the milliseconds to read one batch from the map;
+4. ``nanogpt_prepare`` and ``nanogpt_batches``: nanoGPT's approach with the same tokenizer; its seconds and peak,
+   and its ``get_batch`` milliseconds.
+
+And once, ``model`` : the same ``train`` on a 0.2 MB text: the model's training memory, with next to no data.
+
+Goals (issue 47): train's peak at 1 GB ≤ the model's training memory + 300 MB, and within 10% of the peak at 10 MB;
+the median step at 1 GB within 5% of the one at 10 MB; preparation ≥ 10 MB/s per core for byte-level BPE; a second
+run's start-up ≤ 5 s. Writes ``OUT/data.json`` and ``OUT/data.md`` with the machine (CPU, ISA class) measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import SHARED_DATA, base_parser
+
+MB = 10**6
+
+
+def write_corpus(path: Path, size: int, seed: int = 0) -> None:
+    """``size`` bytes (about) of English text: blocks of shuffled Shakespeare lines, else Zipf-drawn words."""
+    source = SHARED_DATA / "tinyshakespeare.txt"
+    if source.is_file():
+        lines = [line for line in source.read_text(encoding="utf-8").split("\n") if line.strip()]
+    else:
+        rng = np.random.default_rng(seed)
+        words = ["".join(rng.choice(list("etaoinshrdlucmfwyp"), size=int(rng.integers(1, 9)))) for _ in range(5000)]
+        ranks = np.minimum(rng.zipf(1.3, size=200_000), len(words)) - 1
+        lines = [" ".join(words[r] for r in ranks[i : i + 9]) + "." for i in range(0, len(ranks), 9)]
+    rng = np.random.default_rng(seed)
+    written = 0
+    with open(path, "w", encoding="utf-8") as f:
+        while written < size:
+            order = rng.permutation(len(lines))
+            block = "\n".join(lines[i] for i in order[: max(1, min(len(order), (size - written) // 40 + 1))]) + "\n\n"
+            f.write(block)
+            written += len(block.encode("utf-8"))
+
+
+def child(kind: str, args: dict) -> dict:
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}  # the tokenizers library on every core
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.data_child", kind, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"data_child {kind} failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _median_step(seconds: list[float]) -> float:
+    return statistics.median(seconds[3:] if len(seconds) > 5 else seconds)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = base_parser(__doc__, "benchmarks/results")
+    p.add_argument("--sizes", default="10,100,1000", help="corpus sizes in MB (10^6 bytes), comma-separated")
+    p.add_argument("--preset", default="small", help="the GPT's preset")
+    p.add_argument("--max-len", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--steps", type=int, default=15)
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--sample", type=int, default=32 << 20, help="bytes the BPE is trained on (--tokenizer-sample)")
+    p.add_argument("--no-nanogpt", action="store_true", help="skip nanoGPT's side")
+    p.add_argument("--work", default=None, help="where the corpora and caches go (default: a temporary folder)")
+    args = p.parse_args(argv)
+    sizes = [1, 2] if args.quick else [int(s) for s in args.sizes.split(",")]
+    if args.quick:
+        args.preset, args.max_len, args.batch_size, args.steps, args.vocab_size = "tiny", 32, 4, 6, 300
+    from tformer.machine import describe
+
+    cpu = describe()
+    cores = os.cpu_count() or 1
+    work = Path(args.work or tempfile.mkdtemp(prefix="tformer-bench-data-"))
+    work.mkdir(parents=True, exist_ok=True)
+    common = {
+        "preset": args.preset,
+        "max_len": args.max_len,
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "vocab_size": args.vocab_size,
+        "sample": args.sample,
+    }
+    rows: list[dict] = []
+    try:
+        tiny = work / "model.txt"
+        write_corpus(tiny, 200_000, seed=99)
+        tiny_args = {**common, "data": str(tiny), "out": str(work / "run-model"), "cache": str(work / "c0")}
+        child("tokenizer", tiny_args)  # trained apart, as for every corpus: the train process only maps
+        model = child("train", tiny_args)
+        for size in sizes:
+            text = work / f"corpus-{size}mb.txt"
+            write_corpus(text, size * MB, seed=size)
+            nbytes = text.stat().st_size
+            cache, nano = work / f"cache-{size}", work / f"nanogpt-{size}"
+            nano.mkdir(exist_ok=True)
+            a = {**common, "data": str(text), "cache": str(cache), "work": str(nano), "out": str(work / f"run-{size}")}
+            tok = child("tokenizer", a)
+            prep = child("prepare", a)
+            train = child("train", a)
+            row = {
+                "size_mb": size,
+                "text_bytes": nbytes,
+                "tokens": prep["tokens"],
+                "tokenizer_seconds": tok["seconds"],
+                "prepare_seconds": prep["seconds"],
+                "prepare_mb_s": nbytes / MB / prep["seconds"],
+                "prepare_mb_s_per_core": nbytes / MB / prep["seconds"] / cores,
+                "prepare_peak_mb": prep["peak_mb"],
+                "startup_seconds": train["startup_seconds"],
+                "step_seconds": _median_step(train["step_seconds"]),
+                "train_peak_mb": train["peak_mb"],
+                "train_anon_mb": train["anon_mb"],
+                "batch_ms": train["batch_ms"]["median"],
+            }
+            if not args.no_nanogpt:
+                nprep = child("nanogpt_prepare", a)
+                nbatch = child("nanogpt_batches", a)
+                row.update(
+                    nanogpt_prepare_seconds=nprep["seconds"],
+                    nanogpt_prepare_peak_mb=nprep["peak_mb"],
+                    nanogpt_batch_ms=nbatch["batch_ms"]["median"],
+                    prepare_speed_ratio=nprep["seconds"] / prep["seconds"],
+                    batch_ms_ratio=train["batch_ms"]["median"] / nbatch["batch_ms"]["median"],
+                )
+            rows.append(row)
+            shutil.rmtree(nano, ignore_errors=True)
+            text.unlink()  # the disk back before the next size
+            shutil.rmtree(cache, ignore_errors=True)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    model_peak = model["peak_mb"]
+    first, last = rows[0], rows[-1]
+    goals = {
+        "train peak at the largest ≤ model + 300 MB": last["train_peak_mb"] <= model_peak + 300,
+        "train peak largest / smallest ≤ 1.10": last["train_peak_mb"] / first["train_peak_mb"] <= 1.10,
+        "step largest / smallest ≤ 1.05": last["step_seconds"] / first["step_seconds"] <= 1.05,
+        "prepare ≥ 10 MB/s per core (byte-level BPE)": min(r["prepare_mb_s_per_core"] for r in rows) >= 10,
+        "second run start-up ≤ 5 s": max(r["startup_seconds"] for r in rows) <= 5,
+    }
+    payload = {
+        "benchmark": "data",
+        "description": "prepare once, then train from the memory map: tformer beside nanoGPT's prepare.py + memmap",
+        "machine": {"cpu": cpu.to_dict(), "cpu_count": cores, "quick": args.quick},
+        "settings": common,
+        "model_training_peak_mb": model_peak,
+        "results": rows,
+        "ratios": {
+            "train_peak_largest_over_smallest": last["train_peak_mb"] / first["train_peak_mb"],
+            "train_peak_largest_minus_model_mb": last["train_peak_mb"] - model_peak,
+            "step_largest_over_smallest": last["step_seconds"] / first["step_seconds"],
+        },
+        "goals": goals,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "data.json").write_text(json.dumps(payload, indent=2))
+    lines = [
+        "# data",
+        "",
+        f"Machine: {cpu.cpu} ({cpu.machine_class} class), {cores} CPUs. Model: GPT {args.preset}, batch "
+        f"{args.batch_size} × {args.max_len}, byte-level BPE {args.vocab_size}; the model's training peak "
+        f"{model_peak:,.0f} MB (a 0.2 MB text).",
+        "",
+        "| text | ids | prepare s | MB/s per core | prepare peak MB | start-up s | step s | train peak MB | batch ms "
+        "| nanoGPT prepare s | nanoGPT batch ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['size_mb']:,} MB | {r['tokens']:,} | {r['prepare_seconds']:.1f} | {r['prepare_mb_s_per_core']:.2f} "
+            f"| {r['prepare_peak_mb']:,.0f} | {r['startup_seconds']:.2f} | {r['step_seconds']:.3f} "
+            f"| {r['train_peak_mb']:,.0f} | {r['batch_ms']:.2f} | {r.get('nanogpt_prepare_seconds', float('nan')):.1f} "
+            f"| {r.get('nanogpt_batch_ms', float('nan')):.2f} |"
+        )
+    lines += ["", *(f"- {'met' if ok else 'NOT met'}: {goal}" for goal, ok in goals.items())]
+    (out / "data.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return payload
+
+
+if __name__ == "__main__":
+    main()
