@@ -251,12 +251,12 @@ def test_data_prepare_then_train_starts_from_the_cache(tmp_path, capsys):
 
 
 def test_a_fraction_held_out_of_a_large_stream_is_capped_and_said(monkeypatch):
-    from tformer.lm import run
+    from tformer.lm import corpus
 
-    assert run.held_out(1000, 0.1) == 100 and run.held_out(1000, 0) == 0 and run.held_out(1000, 250) == 250
-    assert run.held_out(10**9, 0.1) == run.VALID_CAP
+    assert corpus.held_out(1000, 0.1) == 100 and corpus.held_out(1000, 0) == 0 and corpus.held_out(1000, 250) == 250
+    assert corpus.held_out(10**9, 0.1) == corpus.VALID_CAP
     with pytest.raises(ValueError, match=r"--valid 1000 holds out every token of the text \(1,000\)"):
-        run.held_out(1000, 1000)
+        corpus.held_out(1000, 1000)
 
 
 def test_the_feed_reads_ahead_in_order_and_the_task_trains_on_either_form():

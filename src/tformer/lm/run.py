@@ -11,7 +11,6 @@ tests and benchmarks call them too.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -19,21 +18,14 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_settings
-from tformer.data import (
-    TOKENIZER_SAMPLE,
-    TokenStream,
-    corpus_tokenizer,
-    find_sources,
-    is_prepared,
-    open_tokens,
-    prepare_lm,
-)
+from tformer.data import TOKENIZER_SAMPLE
 from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
 from tformer.generation import SamplingConfig
 from tformer.hf.peft import exportable
+from tformer.lm.corpus import BOUNDS, TOKENIZER_KINDS, check_data, data_tokenizer, prepare, streams
 from tformer.lm.data import encode_documents, read_documents
-from tformer.lm.recipes import RECIPES, resolve
-from tformer.lm.sft import IGNORE, SFTTask, encode_conversation, read_conversations
+from tformer.lm.recipes import resolve
+from tformer.lm.sft import SFTTask, read_conversations, sft_task
 from tformer.lm.stream import stream_ids
 from tformer.lm.task import LMTask, evaluate_stream
 from tformer.loader import load as load_any
@@ -59,22 +51,6 @@ TRAINING = {"schedule": "cosine"}
 FINE_TUNING_LR = {False: 5e-5, True: 3e-4}  # by LoRA or not
 FINE_TUNING_WARMUP, FINE_TUNING_BATCH, FINE_TUNING_CONTEXT = 20, 8, 512
 
-# the recipes' and the CLI's --tokenizer names -> the tokenizer kinds (tformer.tokenizers)
-TOKENIZER_KINDS = {"char": "char", "bpe": "byte_bpe"}
-
-
-# Where this entry point bounds a setting otherwise than tformer.checks.SETTINGS (as `tformer train lm`'s flags do:
-# tests/test_api_strict.py keeps them equal): the held-out part is a fraction of the text, a vocabulary needs the
-# 3 special tokens + 1
-BOUNDS: dict[str, checks.Check] = {
-    "preset": checks.Choice(("tiny", "small", "base", *RECIPES)),
-    "tokenizer": checks.Choice(TOKENIZER_KINDS),
-    "vocab_size": checks.Number(int, 4, allowed="an integer >= 4 (3 special tokens + 1)"),
-}
-
-# A held-out part given as a fraction of a large corpus is capped at this many tokens: an evaluation scores at most
-# --eval-blocks blocks of it, and every token held out is one not trained on (--valid N asks for N tokens)
-VALID_CAP = 1_000_000
 
 GPU_ADVICE = "--preset shakespeare-char-gpu (6 × 384, 64 × 256 tokens a step), or a larger --batch-size"
 
@@ -213,7 +189,7 @@ def setup(
         batches_per_epoch=batches_per_epoch,
         valid=valid,
     )  # what makes the run: --resume refuses a change (eval_blocks may change)
-    _check_data(data, valid_data, text_field)  # a missing or unreadable --data is refused before an overwrite
+    check_data(data, valid_data, text_field)  # a missing or unreadable --data is refused before an overwrite
     if tokenizer_dir is not None and tokenizer is not None:
         raise ValueError(f"--tokenizer {tokenizer} and --tokenizer-dir {str(tokenizer_dir)!r}: give one of them")
     with start_run(cfg, resume, "lm", settings) as started:  # a non-empty out_dir needs resume or overwrite
@@ -221,7 +197,7 @@ def setup(
             config, tok = saved_run(out_dir, GPT, _tokenizer)
         else:
             tok = from_rank0(
-                lambda: _data_tokenizer(
+                lambda: data_tokenizer(
                     data,
                     tokenizer_dir,
                     TOKENIZER_KINDS[r["tokenizer"]],
@@ -234,7 +210,7 @@ def setup(
                 cfg.device,
             )
             config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=tok.pad_id, **r["model"])
-        train_ids, val_ids, said = _streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
+        train_ids, val_ids, said = streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
         torch.manual_seed(cfg.seed)
         model = GPT(config)
         log(
@@ -301,7 +277,7 @@ def _setup_from(
     TrainConfig(out_dir=str(out_dir), **{**options, "schedule": "constant"})  # a missing budget is said first
     conversations = read_conversations(data, text_field)  # --data next: a bad one is named before anything is loaded
     if conversations is None:
-        _check_data(data, valid_data, text_field)
+        check_data(data, valid_data, text_field)
     settings = dict(
         init=str(init),
         lora_r=lora.r,
@@ -339,11 +315,11 @@ def _setup_from(
         rows = batch_size or FINE_TUNING_BATCH
         task: LMTask | SFTTask
         if conversations is not None:
-            task = _sft_task(tok, conversations, block, rows, valid, int(options.get("seed", 0)), log)
+            task = sft_task(tok, conversations, block, rows, valid, int(options.get("seed", 0)), log)
             per_epoch = math.ceil(len(task.train) / rows)  # the batches of an epoch, counted, not made
         else:
             device = str(options.get("device", "cpu"))
-            train_ids, val_ids, said = _streams(data, valid_data, tok, valid, text_field, data_cache, device, log)
+            train_ids, val_ids, said = streams(data, valid_data, tok, valid, text_field, data_cache, device, log)
             log(f"data: {said} (continued pretraining)")
             task = LMTask(tok, train_ids, val_ids, block, rows, batches_per_epoch, eval_blocks, options.get("seed", 0))
             per_epoch = batches_per_epoch
@@ -359,140 +335,6 @@ def _setup_from(
                 log(f"note: no PEFT adapter is written beside the best model: {problem}")
         torch.manual_seed(cfg.seed)
         return make_trainer(model, task, cfg, resume, started, also_save=writers, evaluate_start=True)
-
-
-def _check_data(data: str | Path, valid_data: str | Path | None, text_field: str) -> None:
-    """``--data`` (and ``--valid-data``) exist and hold text: refused in one line before a run's directory is touched."""
-    checks.text_field.check(text_field, "text_field")
-    for flag, path in (("--data", data), ("--valid-data", valid_data)):
-        if path is not None and not is_prepared(path):
-            find_sources(path, flag)
-
-
-def _data_tokenizer(data, tokenizer_dir, kind: str, vocab_size, sample: int, text_field: str, cache, log) -> Tokenizer:
-    """The tokenizer of a new model: ``tokenizer_dir``'s, a prepared folder's own, else one trained on the corpus
-    (cached: :func:`tformer.data.corpus_tokenizer`)."""
-    if tokenizer_dir is not None:
-        tok = load_tokenizer(tokenizer_dir, kinds=[*TOKENIZER_KINDS.values(), "hf"])
-        log(f"tokenizer: {tok.kind}, {tok.vocab_size:,} ids, from {tokenizer_dir}")
-        return tok
-    if is_prepared(data):
-        return load_tokenizer(Path(data) / "tokenizer")
-    return corpus_tokenizer(data, kind, vocab_size, sample=sample, text_field=text_field, cache=cache, log=log)
-
-
-def _streams(
-    data, valid_data, tok: Tokenizer, valid: float, text_field: str, cache, device: str, log
-) -> tuple[TokenStream, TokenStream, str]:
-    """The training and validation streams, memory-mapped from the prepared shards (prepared first when they are not
-    in the cache; by the first process alone under torchrun), and what they hold, in words."""
-
-    def prepared(path) -> TokenStream:
-        directory = from_rank0(lambda: prepare_lm(path, tok, text_field=text_field, cache=cache, log=log), device)
-        manifest, stream = open_tokens(directory)
-        counts.append(manifest["documents"])
-        return stream
-
-    counts: list[int] = []
-    stream = prepared(data)
-    if valid_data is not None:
-        train, val = stream, prepared(valid_data)
-        held = f"{len(val):,} validation tokens (--valid-data)"
-    else:
-        n = held_out(len(stream), valid)
-        train, val = stream.split(len(stream) - n)
-        held = f"{len(val):,} validation tokens" if len(val) >= 2 else "no validation data"
-        if 0 < valid < 1 and n < len(stream) - int(len(stream) * (1 - valid)):
-            held += f" (the last {valid:g} capped at {VALID_CAP:,}; --valid N holds out N)"
-    return train, val, f"{counts[0]:,} document(s), {len(train):,} train tokens / {held}"
-
-
-def held_out(total: int, valid: float) -> int:
-    """Tokens held out from the end of a stream of ``total``: a fraction ``valid`` < 1 (at most :data:`VALID_CAP`), or
-    a count ``valid`` >= 1."""
-    if valid >= 1:
-        if valid >= total:
-            raise ValueError(f"--valid {int(valid)} holds out every token of the text ({total:,}): give fewer")
-        return int(valid)
-    return min(total - int(total * (1 - valid)), VALID_CAP) if valid > 0 else 0
-
-
-def _sft_task(tok, conversations: list, block: int, rows: int, valid: float, seed: int, log) -> SFTTask:
-    """The fine-tuning task of ``conversations``: each encoded (answers learned), cut at ``block`` + 1 ids (one
-    without an answer token left is dropped, said), ``valid`` of them (a fraction) held out, seeded."""
-    examples, cut, dropped = [], 0, 0
-    for messages in conversations:
-        ids, labels = encode_conversation(tok, messages)
-        if len(ids) > block + 1:
-            ids, labels, cut = ids[: block + 1], labels[: block + 1], cut + 1
-        if all(y == IGNORE for y in labels[1:]):
-            dropped += 1
-            continue
-        examples.append((ids, labels))
-    order = list(range(len(examples)))
-    random.Random(seed).shuffle(order)
-    n_valid = round(valid * len(examples)) if valid else 0
-    if valid and len(examples) > 1:
-        n_valid = max(n_valid, 1)
-    train = [examples[i] for i in order[n_valid:]]
-    held = [examples[i] for i in order[:n_valid]]
-    answers = sum(sum(y != IGNORE for y in labels) for _, labels in train)
-    notes = [f"{cut} cut at --max-len {block}"] if cut else []
-    if dropped:
-        notes.append(f"{dropped} dropped (no answer token within --max-len)")
-    template = "the model's chat template" if tok.chat_template is not None else "prompt + response (no chat template)"
-    log(
-        f"data: {len(conversations)} conversations, {len(train)} train / {len(held)} validation"
-        + (f" ({', '.join(notes)})" if notes else "")
-        + f"; {answers:,} answer tokens learned, rendered with {template}"
-    )
-    pad = tok.pad_id if tok.pad_id is not None else tok.eos_id
-    return SFTTask(tok, train, held, rows, pad if pad is not None else 0, seed)
-
-
-def prepare(
-    data: str | Path,
-    preset: str | None = None,
-    *,
-    init: str | Path | None = None,
-    tokenizer: str | None = None,
-    tokenizer_dir: str | Path | None = None,
-    tokenizer_sample: int = TOKENIZER_SAMPLE,
-    vocab_size: int | None = None,
-    text_field: str = "text",
-    data_cache: str | Path | None = None,
-    log: Callable[[str], None] = say,
-) -> Path:
-    """Tokenize ``data`` into the cache ahead of training (``tformer data prepare lm``): the folder that :func:`setup`
-    with the same data and tokenizer settings (``preset``, ``tokenizer``, ``vocab_size``, ``tokenizer_dir`` or
-    ``init``'s tokenizer) then maps at once. Returns the folder; it may also be given as ``data`` itself."""
-    check_settings(
-        {
-            "preset": preset or "tiny",
-            "tokenizer": tokenizer,
-            "vocab_size": vocab_size,
-            "text_field": text_field,
-            "tokenizer_sample": tokenizer_sample,
-        },
-        bounds=BOUNDS,
-    )
-    _check_data(data, None, text_field)
-    if init is not None:
-        refuse_given(
-            init,
-            {
-                "--preset": preset,
-                "--tokenizer": tokenizer,
-                "--tokenizer-dir": tokenizer_dir,
-                "--vocab-size": vocab_size,
-            },
-        )
-        tok = start_from(init, "gpt").require_tokenizer()
-    else:
-        r = resolve(preset or "tiny", tokenizer=tokenizer, vocab_size=vocab_size)
-        kind = TOKENIZER_KINDS[r["tokenizer"]]
-        tok = _data_tokenizer(data, tokenizer_dir, kind, r["vocab_size"], tokenizer_sample, text_field, data_cache, log)
-    return prepare_lm(data, tok, text_field=text_field, cache=data_cache, log=log)
 
 
 def train(data: str | Path, out_dir: str | Path, preset: str | None = None, **options) -> tuple[Trainer, dict]:

@@ -30,7 +30,7 @@ import torch
 from tformer.fast.losses import sequence_cross_entropy
 from tformer.text import check_text, decode_utf8
 
-__all__ = ["IGNORE", "read_conversations", "encode_conversation", "SFTTask"]
+__all__ = ["IGNORE", "read_conversations", "encode_conversation", "SFTTask", "sft_task"]
 
 IGNORE = -100  # a label the loss skips (PyTorch's ignore_index default)
 ROLES = ("system", "user", "assistant")
@@ -228,3 +228,36 @@ class SFTTask:
     def save_extra(self, directory) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
         self.tokenizer.save(directory)
+
+
+def sft_task(tok, conversations: list, block: int, rows: int, valid: float, seed: int, log) -> SFTTask:
+    """The fine-tuning task of ``conversations``: each encoded (answers learned), cut at ``block`` + 1 ids (one
+    without an answer token left is dropped, said), ``valid`` of them (a fraction) held out, seeded."""
+    examples, cut, dropped = [], 0, 0
+    for messages in conversations:
+        ids, labels = encode_conversation(tok, messages)
+        if len(ids) > block + 1:
+            ids, labels, cut = ids[: block + 1], labels[: block + 1], cut + 1
+        if all(y == IGNORE for y in labels[1:]):
+            dropped += 1
+            continue
+        examples.append((ids, labels))
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    n_valid = round(valid * len(examples)) if valid else 0
+    if valid and len(examples) > 1:
+        n_valid = max(n_valid, 1)
+    train = [examples[i] for i in order[n_valid:]]
+    held = [examples[i] for i in order[:n_valid]]
+    answers = sum(sum(y != IGNORE for y in labels) for _, labels in train)
+    notes = [f"{cut} cut at --max-len {block}"] if cut else []
+    if dropped:
+        notes.append(f"{dropped} dropped (no answer token within --max-len)")
+    template = "the model's chat template" if tok.chat_template is not None else "prompt + response (no chat template)"
+    log(
+        f"data: {len(conversations)} conversations, {len(train)} train / {len(held)} validation"
+        + (f" ({', '.join(notes)})" if notes else "")
+        + f"; {answers:,} answer tokens learned, rendered with {template}"
+    )
+    pad = tok.pad_id if tok.pad_id is not None else tok.eos_id
+    return SFTTask(tok, train, held, rows, pad if pad is not None else 0, seed)
