@@ -172,12 +172,16 @@ def test_a_failed_preparation_leaves_no_half_cache(tmp_path, monkeypatch):
     assert tdata.open_tokens(directory)[0]["tokens"] == len(data.read_text())
 
 
-def test_a_bpe_is_trained_on_a_sample_spread_over_the_corpus_and_kept(tmp_path):
+def test_a_bpe_is_trained_on_a_sample_spread_over_the_corpus_and_kept(tmp_path, small_pieces):
     data = tmp_path / "corpus.txt"
     data.write_text(_text(3000), encoding="utf-8")
     size = data.stat().st_size
-    sample = "".join(sources.sample_text([data], size // 10))
-    assert size // 10 <= len(sample.encode()) < size // 10 + sources.PIECE_BYTES + 1
+    pieces = list(sources.read_pieces([data]))
+    assert len(pieces) > 20  # (small_pieces: about 300 bytes each)
+    sample = list(sources.sample_text([data], size // 10))
+    assert abs(sum(len(t.encode()) for t in sample) - size // 10) < 2 * 300
+    at = [next(i for i, (_, t) in enumerate(pieces) if t is s or t == s) for s in sample]
+    assert at[-1] > 0.8 * len(pieces) and max(b - a for a, b in zip(at, at[1:])) < 0.25 * len(pieces)  # spread
     logs: list[str] = []
     tok = tdata.corpus_tokenizer(data, "byte_bpe", 300, sample=size // 10, cache=tmp_path / "c", log=logs.append)
     assert "sample" in logs[0] and "(--tokenizer-sample)" in logs[0]
@@ -316,3 +320,43 @@ def test_resident_memory_stays_flat_as_the_corpus_grows(tmp_path):
         assert run.returncode == 0, run.stderr[-2000:]
         peaks[mb] = json.loads(run.stdout.strip().splitlines()[-1])["peak_mb"]
     assert peaks[40] - peaks[2] < 60, peaks  # 38 MB more text, 80 MB more ids if they were held
+
+
+def test_a_resume_on_a_changed_text_is_refused_naming_it(tmp_path, capsys):
+    data = tmp_path / "speech.txt"
+    data.write_text(_text(200), encoding="utf-8")
+    args = ["train", "lm", "--data", str(data), *LM_ARGS, "--out", str(tmp_path / "run")]
+    assert main(args + ["--max-steps", "2"]) == 0
+    data.write_text(_text(200) + "a line more\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(args + ["--max-steps", "4", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "the text of --data (SHA-256)" in err and "(the run: " in err and "a resumed run keeps its model, data" in err
+    )
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    # a new model from the run's tokenizer (--tokenizer-dir takes the run: its best model's)
+    new = ["train", "lm", "--data", str(data), *LM_ARGS, "--out", str(tmp_path / "new"), "--max-steps", "1"]
+    assert main(new + ["--tokenizer-dir", str(tmp_path / "run")]) == 0
+    assert "tokenizer: char," in capsys.readouterr().out
+
+
+def test_bad_text_is_refused_before_overwrite_deletes_the_old_run(tmp_path, capsys):
+    """The corpus is prepared (read whole, strict UTF-8) before --overwrite deletes anything; a wrong --out is said
+    before any of that work."""
+    data = tmp_path / "speech.txt"
+    data.write_text(_text(100), encoding="utf-8")
+    run = tmp_path / "run"
+    assert main(["train", "lm", "--data", str(data), *LM_ARGS, "--out", str(run), "--max-steps", "1"]) == 0
+    best = sorted(p.name for p in (run / "best").iterdir())
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(_text(300).encode() + b"caf\xe9\n")
+    capsys.readouterr()
+    args = ["train", "lm", "--data", str(bad), *LM_ARGS, "--out", str(run), "--max-steps", "1", "--overwrite"]
+    assert main(args) == 2
+    assert "not valid UTF-8 (byte 0xe9" in capsys.readouterr().err
+    assert sorted(p.name for p in (run / "best").iterdir()) == best  # the old run, untouched
+    logs: list[str] = []
+    with pytest.raises(ValueError, match="is not empty"):  # no --overwrite: refused before the corpus is read
+        lm.setup(bad, run, "tiny", max_steps=1, log=logs.append)
+    assert not any("preparing" in line or "tokenizer:" in line for line in logs)

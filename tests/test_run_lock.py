@@ -219,7 +219,7 @@ def test_the_lock_is_handed_to_the_trainer_by_the_caller_and_a_failed_setup_give
     def broken(*_args, **_kwargs):
         raise RuntimeError("tokenizer failed")
 
-    monkeypatch.setattr(lm_run, "train_tokenizer", broken)
+    monkeypatch.setattr(lm_run, "data_tokenizer", broken)
     with pytest.raises(RuntimeError, match="tokenizer failed"):
         lm.setup(data, out, preset="tiny", max_steps=1)
     assert not (out / ".lock").exists()  # given back at once

@@ -3,12 +3,15 @@
 **Documents.** A text file where blank lines separate documents and consecutive lines are consecutive
 sentences (Tiny Shakespeare's speeches work as is); a ``.tsv`` file (Tatoeba) gives its first column
 as one long document. Each line is one sentence; BERT packs several sentences per segment, we keep
-one per segment, which keeps the NSP labels exact and the code short.
+one per segment, which keeps the NSP labels exact and the code short. A corpus of any size is read as a stream and
+tokenized once into memory-mapped shards with a sentence index (:mod:`tformer.data.sentences`, the same rules);
+:func:`read_sentence_documents` reads a small file whole, in memory.
 
-**NSP** (:func:`nsp_pairs`). For every sentence A that has a successor in its document: with
+**NSP** (:func:`nsp_arrays`). For every sentence A that has a successor in its document: with
 probability ½ B is that successor (label 0, "B follows A", as in BERT), otherwise B is a random
 sentence from another document (label 1) — from the same document, but never A or its successor,
-when there is only one.
+when there is only one. An epoch's pairs are three arrays; a batch (:class:`PairBatch`) reads its sentences from
+the corpus when it is trained on (:meth:`BertPretrainTask.fetch`, in the Trainer's feed thread).
 
 **MLM** (:class:`MLMCollator`). Each non-special token is picked with probability 15%; a picked token
 becomes ``[MASK]`` (80%), a random non-special token (10%) or stays (10%). Labels hold the original
@@ -24,15 +27,18 @@ Dimension legend: B batch, T longest sequence in the batch, D model dim, V vocab
 
 from __future__ import annotations
 
-import itertools
+import functools
 import random
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tformer.data.sentences import Sentences, held_out_sentences
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.text import read_lines
 from tformer.tokenizers import WordPieceTokenizer
@@ -42,13 +48,17 @@ __all__ = [
     "read_sentence_documents",
     "split_documents",
     "nsp_pairs",
+    "nsp_arrays",
     "BertBatch",
     "collate",
     "MLMCollator",
+    "PairBatch",
     "BertPretrainTask",
 ]
 
 IGNORE = -100  # label of positions that carry no loss
+_DOCS_AT_ONCE = 1 << 16  # documents whose pairs are drawn from one list of their sizes
+_COUNTS_KEPT = 4096  # MLM counts of fetched batches kept until the Trainer asks for them
 
 
 # ------------------------------------------------------------------------------------------ documents
@@ -78,10 +88,7 @@ def read_sentence_documents(path: str | Path) -> list[list[str]]:
 def split_documents(docs: list[list[str]], valid: float | int = 0.05) -> tuple[list[list[str]], list[list[str]]]:
     """Hold out the last ``valid`` sentences (a fraction, or a count when >= 1) of the text, cutting a document if
     needed; at least 3 for a fraction > 0 (NSP needs them), none for ``valid=0`` (no validation data)."""
-    total = sum(len(d) for d in docs)
-    n_valid = int(valid) if valid >= 1 or valid == 0 else max(round(valid * total), 3)
-    if n_valid >= total - 2:
-        raise ValueError(f"valid={valid} leaves too little training text ({total} sentences in all)")
+    n_valid = held_out_sentences(sum(len(d) for d in docs), valid)
     train, left = [list(d) for d in docs], n_valid
     held: list[list[str]] = []
     while left:
@@ -95,29 +102,52 @@ def split_documents(docs: list[list[str]], valid: float | int = 0.05) -> tuple[l
     return train, held
 
 
-def nsp_pairs(doc_sizes: list[int], seed: int = 0) -> list[tuple[int, int, int]]:
-    """``(a, b, label)`` over flat sentence indices (documents laid end to end); label 0 = B follows A, 1 = random."""
-    starts = [0, *itertools.accumulate(doc_sizes)][:-1]
-    total = sum(doc_sizes)
+def nsp_pairs(doc_sizes: Sequence[int], seed: int = 0) -> list[tuple[int, int, int]]:
+    """``(a, b, label)`` over flat sentence indices (documents laid end to end); label 0 = B follows A, 1 = random.
+    The pairs of :func:`nsp_arrays`, as a list (for a small corpus: the lessons)."""
+    a, b, labels = nsp_arrays(doc_sizes, seed)
+    return list(zip(a.tolist(), b.tolist(), labels.tolist()))
+
+
+def nsp_arrays(doc_sizes: Sequence[int] | np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The NSP pairs as three arrays ``(a, b, label)`` (int64, int64, int8), shuffled: one pair for each sentence A
+    that has a successor in its document (see the module), drawn from ``random.Random(seed)``: the draws, and so
+    the pairs and their order, of a list of pairs built and shuffled with that generator, held as arrays."""
+    sizes = np.asarray(doc_sizes, dtype=np.int64)
+    total = int(sizes.sum())
     if total < 3:
         raise ValueError(f"NSP needs at least 3 sentences, got {total}")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     rng = random.Random(seed)
-    pairs = []
-    for start, size in zip(starts, doc_sizes):
-        for a in range(start, start + size - 1):
-            if rng.random() < 0.5:
-                pairs.append((a, a + 1, 0))
-                continue
-            for _ in range(10):  # another document, as BERT does
-                b = rng.randrange(total)
-                if not start <= b < start + size:
-                    break
-            else:  # (almost) everything is this document: any sentence but A and its successor
-                b = rng.randrange(total - 2)
-                b += 2 if b >= a else 0
-            pairs.append((a, b, 1))
-    rng.shuffle(pairs)
-    return pairs
+    a_out, b_out, labels = array("q"), array("q"), array("b")
+    for lo in range(0, len(sizes), _DOCS_AT_ONCE):  # a chunk of documents at a time: no list of them all
+        for start, size in zip(starts[lo : lo + _DOCS_AT_ONCE].tolist(), sizes[lo : lo + _DOCS_AT_ONCE].tolist()):
+            for a in range(start, start + size - 1):
+                if rng.random() < 0.5:
+                    a_out.append(a)
+                    b_out.append(a + 1)
+                    labels.append(0)
+                    continue
+                for _ in range(10):  # another document, as BERT does
+                    b = rng.randrange(total)
+                    if not start <= b < start + size:
+                        break
+                else:  # (almost) everything is this document: any sentence but A and its successor
+                    b = rng.randrange(total - 2)
+                    b += 2 if b >= a else 0
+                a_out.append(a)
+                b_out.append(b)
+                labels.append(1)
+    order = array("q", range(len(a_out)))
+    rng.shuffle(order)  # the draws of shuffling the list of pairs itself: the same order
+    at = np.frombuffer(order, dtype=np.int64)
+    if not len(at):
+        return nsp_empty()
+    return (
+        np.frombuffer(a_out, dtype=np.int64)[at],
+        np.frombuffer(b_out, dtype=np.int64)[at],
+        np.frombuffer(labels, dtype=np.int8)[at],
+    )
 
 
 # --------------------------------------------------------------------------------------------- batches
@@ -133,6 +163,12 @@ class BertBatch:
 
     def to(self, device) -> BertBatch:
         return replace(self, **{f.name: t.to(device) for f in fields(self) if (t := getattr(self, f.name)) is not None})
+
+    def pin_memory(self) -> BertBatch:
+        """Each tensor in pinned memory (the Trainer's feed, for a copy to the GPU that does not wait)."""
+        return replace(
+            self, **{f.name: t.pin_memory() for f in fields(self) if (t := getattr(self, f.name)) is not None}
+        )
 
 
 def collate(rows: list[tuple[list[int], list[int], int]], pad_id: int) -> BertBatch:
@@ -197,11 +233,56 @@ class LazyBatches(Sequence):
         return self.make(index % self.n)
 
 
+class PairBatch:
+    """A batch of NSP pairs whose sentences are not read yet: :meth:`BertPretrainTask.fetch` reads them from the
+    corpus, lays them out and masks them into a :class:`BertBatch` (the Trainer's feed does, in a thread, just before
+    the step); reading a field (``ids``, ``mlm_labels``, ...) or :meth:`to` reads it too, once. ``key``: which batch of
+    which epoch it is."""
+
+    def __init__(self, read: Callable[[], BertBatch], key: tuple[int, int]) -> None:
+        self._read, self.key = read, key
+        self._batch: BertBatch | None = None
+
+    def read(self) -> BertBatch:
+        if self._batch is None:
+            self._batch = self._read()
+        return self._batch
+
+    def to(self, device) -> BertBatch:
+        return self.read().to(device)
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return self.read().ids
+
+    @property
+    def token_type_ids(self) -> torch.Tensor:
+        return self.read().token_type_ids
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return self.read().attention_mask
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.read().labels
+
+    @property
+    def mlm_labels(self) -> torch.Tensor | None:
+        return self.read().mlm_labels
+
+
 # ------------------------------------------------------------------------------------------------ task
 
 
 class BertPretrainTask:
-    """MLM + NSP pretraining of a :class:`~tformer.Bert` on documents (see the module docstring)."""
+    r"""MLM + NSP pretraining of a :class:`~tformer.Bert` on documents (see the module docstring).
+
+    ``train_docs`` and ``valid_docs`` are :class:`~tformer.data.sentences.Sentences` (a prepared corpus, its ids
+    memory-mapped) or documents in memory (lists of sentences, encoded here). The task holds the documents' sizes and
+    an epoch's NSP pairs as arrays (about 17 bytes a pair), no Python object per sentence or pair: a batch is a
+    :class:`PairBatch`, its sentences read from the corpus when it is trained on (:meth:`fetch`).
+    """
 
     metric, higher_is_better = "val_loss", False
     # the MLM loss, a kernel the Trainer chooses (fused CPU backward; TrainConfig(fast=False): the reference)
@@ -210,8 +291,8 @@ class BertPretrainTask:
     def __init__(
         self,
         tokenizer: WordPieceTokenizer,
-        train_docs: list[list[str]],
-        valid_docs: list[list[str]],
+        train_docs: list[list[str]] | Sentences,
+        valid_docs: list[list[str]] | Sentences,
         max_len: int = 128,
         batch_size: int = 32,
         seed: int = 0,
@@ -219,37 +300,68 @@ class BertPretrainTask:
     ) -> None:
         self.tokenizer, self.max_len, self.batch_size, self.seed = tokenizer, max_len, batch_size, seed
         self.collator = MLMCollator(tokenizer, pick=mlm_pick)
-        self.train_sentences = tokenizer.encode_batch([s for d in train_docs for s in d])
-        self.train_sizes = [len(d) for d in train_docs]
-        valid_sentences = tokenizer.encode_batch([s for d in valid_docs for s in d])
-        valid_pairs = nsp_pairs([len(d) for d in valid_docs], seed=12345) if valid_docs else []
-        self.valid_batches = [
-            self._batch(valid_sentences, valid_pairs, k, torch.Generator().manual_seed(12345 + k))
-            for k in range(0, len(valid_pairs), batch_size)
-        ]
+        self.train = train_docs if isinstance(train_docs, Sentences) else _encoded(tokenizer, train_docs)
+        self.valid = valid_docs if isinstance(valid_docs, Sentences) else _encoded(tokenizer, valid_docs)
+        self.train_sizes = self.train.document_sizes()  # (documents,) int64
+        valid_sizes = self.valid.document_sizes()
+        self.valid_pairs = nsp_arrays(valid_sizes, seed=12345) if len(valid_sizes) else nsp_empty()
+        self._counts: dict[tuple[int, int], int] = {}  # MLM tokens of the batches fetched, until counted
 
-    def _batch(self, sentences, pairs, start: int, generator: torch.Generator) -> BertBatch:
+    def _batch(self, sentences: Sentences, pairs, start: int, seed: int) -> BertBatch:
+        """The pairs ``start`` to ``start + batch_size`` read from ``sentences``, laid out, padded and masked with a
+        generator seeded with ``seed``. A sentence is read up to ``max_len`` ids: the pair trims it further."""
+        a, b, labels = (p[start : start + self.batch_size].tolist() for p in pairs)
         rows = [
-            (*self.tokenizer.pair(sentences[a], sentences[b], self.max_len), label)
-            for a, b, label in pairs[start : start + self.batch_size]
+            (
+                *self.tokenizer.pair(
+                    sentences.ids(i, self.max_len).tolist(), sentences.ids(j, self.max_len).tolist(), self.max_len
+                ),
+                label,
+            )
+            for i, j, label in zip(a, b, labels)
         ]
-        return self.collator(collate(rows, self.tokenizer.pad_id), generator)
+        return self.collator(collate(rows, self.tokenizer.pad_id), torch.Generator().manual_seed(seed))
 
-    def train_batches(self, epoch: int) -> LazyBatches:
-        """Fresh NSP pairs and masks every epoch, the same ones for the same (seed, epoch)."""
-        seed = self.seed * 1_000_003 + epoch
-        pairs = nsp_pairs(self.train_sizes, seed)
+    @property
+    def valid_batches(self) -> LazyBatches:
+        """The held-out pairs' batches, the same at every evaluation (read from the corpus when used)."""
+        n = len(self.valid_pairs[0])
 
         def make(i: int) -> BertBatch:
-            return self._batch(
-                self.train_sentences, pairs, i * self.batch_size, torch.Generator().manual_seed(seed * 100_003 + i)
+            k = i * self.batch_size
+            return self._batch(self.valid, self.valid_pairs, k, 12345 + k)
+
+        return LazyBatches((n + self.batch_size - 1) // self.batch_size, make)
+
+    def train_batches(self, epoch: int) -> LazyBatches:
+        """Fresh NSP pairs and masks every epoch, the same ones for the same (seed, epoch): :class:`PairBatch`\\ es."""
+        seed = self.seed * 1_000_003 + epoch
+        pairs = nsp_arrays(self.train_sizes, seed)
+
+        def make(i: int) -> PairBatch:
+            return PairBatch(
+                functools.partial(self._batch, self.train, pairs, i * self.batch_size, seed * 100_003 + i), (seed, i)
             )
 
-        return LazyBatches((len(pairs) + self.batch_size - 1) // self.batch_size, make)
+        return LazyBatches((len(pairs[0]) + self.batch_size - 1) // self.batch_size, make)
 
-    @staticmethod
-    def count_tokens(batch: BertBatch) -> int:
-        return max(int((_mlm_labels(batch) != IGNORE).sum()), 1)
+    def fetch(self, batch: PairBatch | BertBatch) -> BertBatch:
+        """The batch's sentences read, laid out and masked (on the CPU); its MLM token count kept for
+        :meth:`count_tokens`, which the Trainer asks of the same batch next."""
+        if not isinstance(batch, PairBatch):
+            return batch
+        built = batch.read()
+        if len(self._counts) >= _COUNTS_KEPT:  # counts never asked for (a run stopped mid-epoch): the oldest go
+            self._counts.pop(next(iter(self._counts)), None)
+        self._counts[batch.key] = _count(built)
+        return built
+
+    def count_tokens(self, batch: PairBatch | BertBatch) -> int:
+        """The MLM-labelled tokens of ``batch`` (at least 1): the loss is summed over them."""
+        if isinstance(batch, PairBatch):
+            counted = self._counts.pop(batch.key, None)
+            return counted if counted is not None else _count(batch.read())
+        return _count(batch)
 
     @staticmethod
     def _outputs(model, batch: BertBatch):
@@ -260,21 +372,24 @@ class BertPretrainTask:
         mlm_logits, nsp_logits = model.pretraining_heads(hidden, picked)
         return mlm_logits, labels[picked], nsp_logits  # (N, V), (N,), (B, 2)
 
-    def loss(self, model, batch: BertBatch) -> tuple[torch.Tensor, int]:
-        batch = batch.to(next(model.parameters()).device)
-        mlm_logits, mlm_labels, nsp_logits = self._outputs(model, batch)
-        n = self.count_tokens(batch)
+    def loss(self, model, batch: PairBatch | BertBatch) -> tuple[torch.Tensor, int]:
+        """``batch``: a :class:`PairBatch` (read here), or its :class:`BertBatch` already fetched."""
+        built = batch.read() if isinstance(batch, PairBatch) else batch
+        built = built.to(next(model.parameters()).device)
+        mlm_logits, mlm_labels, nsp_logits = self._outputs(model, built)
+        n = _count(built)
         mlm = self.cross_entropy(mlm_logits[None], mlm_labels[None], reduction="sum")
-        nsp = F.cross_entropy(nsp_logits.float(), batch.labels)
+        nsp = F.cross_entropy(nsp_logits.float(), built.labels)
         return mlm + nsp * n, n
 
     def evaluate(self, model) -> dict:
         """Held-out MLM and NSP loss and accuracy; ``{}`` when nothing is held out (never a loss of 0)."""
-        if not self.valid_batches:
+        batches = self.valid_batches
+        if not batches:
             return {}
         device = next(model.parameters()).device
         mlm_loss = mlm_right = n_mlm = nsp_loss = nsp_right = n_seq = 0.0
-        for batch in self.valid_batches:
+        for batch in batches:
             batch = batch.to(device)
             mlm_logits, mlm_labels, nsp_logits = self._outputs(model, batch)
             mlm_loss += float(F.cross_entropy(mlm_logits.float(), mlm_labels, reduction="sum"))
@@ -294,6 +409,21 @@ class BertPretrainTask:
 
     def save_extra(self, directory) -> None:
         self.tokenizer.save(directory)
+
+
+def nsp_empty() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """No pairs, as :func:`nsp_arrays` gives them."""
+    return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8)
+
+
+def _encoded(tokenizer: WordPieceTokenizer, docs: list[list[str]]) -> Sentences:
+    """Documents of sentences in memory, encoded (one call for all)."""
+    flat = iter(tokenizer.encode_batch([s for d in docs for s in d]))
+    return Sentences.of([[next(flat) for _ in d] for d in docs])
+
+
+def _count(batch: BertBatch) -> int:
+    return max(int((_mlm_labels(batch) != IGNORE).sum()), 1)
 
 
 def _mlm_labels(batch: BertBatch) -> torch.Tensor:

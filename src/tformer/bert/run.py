@@ -3,8 +3,10 @@
     trainer, result = tformer.bert.train("tinyshakespeare.txt", "runs/bert", preset="tiny", minutes=5)
     trainer, result = tformer.bert.train_classifier("langid.tsv", "runs/langid", init="runs/bert", epochs=1)
 
-``tformer train bert`` and ``tformer train classify`` are these functions behind flags; tests and
-benchmarks call them too.
+``tformer train bert`` and ``tformer train classify`` are these functions behind flags, ``tformer data prepare bert``
+is :func:`prepare`; tests and benchmarks call them too. Pretraining reads a corpus of any size: its sentences are
+tokenized once into memory-mapped shards kept in the cache (:mod:`tformer.data.sentences`), the WordPiece trained on
+a sample of them.
 """
 
 from __future__ import annotations
@@ -17,19 +19,30 @@ import torch
 
 from tformer import checks
 from tformer.bert.classification import ClassifyTask, read_labelled_tsv, split_examples
-from tformer.bert.pretraining import BertPretrainTask, read_sentence_documents, split_documents
+from tformer.bert.pretraining import BertPretrainTask
 from tformer.checks import check_settings
+from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared
+from tformer.data.sentences import Sentences, held_out_sentences, prepare_sentences, sentences_tokenizer
 from tformer.finetune import LoraSettings, add_adapters, count_parameters, refuse_given, start_from
 from tformer.loader import load
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.checkpoint import model_dir
 from tformer.nn.lora import has_lora
-from tformer.tokenizers import WordPieceTokenizer, train_tokenizer
+from tformer.tokenizers import Tokenizer, WordPieceTokenizer, load_tokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
-from tformer.training.resume import last_dir, make_trainer, saved_run, start_run
+from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
-__all__ = ["TRAINING", "CLASSIFIER_TRAINING", "setup", "train", "setup_classifier", "train_classifier"]
+__all__ = [
+    "TRAINING",
+    "CLASSIFIER_TRAINING",
+    "VALID_CAP",
+    "setup",
+    "train",
+    "prepare",
+    "setup_classifier",
+    "train_classifier",
+]
 
 # The TrainConfig values pretraining and fine-tuning start from unless given (the CLI's defaults are these too)
 TRAINING = {"lr": 5e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
@@ -45,6 +58,10 @@ BOUNDS: dict[str, checks.Check] = {
     "vocab_size": checks.Number(int, 6, allowed="an integer >= 6 (5 special tokens + 1)"),
     "max_len": checks.Number(int, 3, allowed="an integer >= 3 ([CLS] A [SEP] B [SEP] needs 3)"),
 }
+# A held-out part given as a fraction of a large corpus is capped at this many sentences: each evaluation reads and
+# scores every held-out pair (about one a sentence), and every sentence held out is one not trained on (--valid N
+# holds out N)
+VALID_CAP = 10_000
 
 
 def _tokenizer(texts: list[str], tokenizer_dir: str | Path | None, vocab_size: int, device: str) -> WordPieceTokenizer:
@@ -52,6 +69,50 @@ def _tokenizer(texts: list[str], tokenizer_dir: str | Path | None, vocab_size: i
     if tokenizer_dir:
         return WordPieceTokenizer.load(model_dir(tokenizer_dir))
     return from_rank0(lambda: train_tokenizer("wordpiece", texts, vocab_size), device)
+
+
+def _pretraining_tokenizer(
+    data, tokenizer_dir, vocab_size: int | None, valid: float, sample: int, cache, log
+) -> WordPieceTokenizer:
+    """The WordPiece of a new model: ``tokenizer_dir``'s, a prepared folder's own, else one trained on the training
+    sentences of ``data`` (a sample of a large corpus; cached: :func:`tformer.data.sentences.sentences_tokenizer`)."""
+    if tokenizer_dir:
+        return WordPieceTokenizer.load(model_dir(tokenizer_dir))
+    tok: Tokenizer
+    if is_prepared(data):
+        tok = load_tokenizer(Path(data) / "tokenizer", kinds=["wordpiece"])  # another kind: refused, named
+    else:
+        tok = sentences_tokenizer(
+            data, vocab_size, valid=valid, valid_cap=VALID_CAP, sample=sample, cache=cache, log=log
+        )
+    if tok.kind != "wordpiece":
+        raise ValueError(f"--data {str(data)!r} was prepared with a {tok.kind} tokenizer, not a BERT's WordPiece")
+    return cast(WordPieceTokenizer, tok)
+
+
+def _check_data(data) -> None:
+    """``--data`` exists and holds text files (or is a prepared folder): refused in one line before a run's directory
+    is touched."""
+    if not is_prepared(data):
+        find_sources(data)
+
+
+def _corpus(
+    data, tokenizer: WordPieceTokenizer, valid: float, cache, device: str, log
+) -> tuple[Sentences, Sentences, str]:
+    """The training and held-out sentences of ``data``, memory-mapped from its prepared shards (prepared first when
+    they are not in the cache; by the first process alone under torchrun), and what they hold, in words."""
+    directory = from_rank0(lambda: prepare_sentences(data, tokenizer, cache=cache, log=log), device)
+    corpus = Sentences.open(directory)
+    n_valid = held_out_sentences(len(corpus), valid, VALID_CAP)
+    train, held = corpus.split(len(corpus) - n_valid)
+    said = (
+        f"{len(train)} training / {len(held)} held-out sentences in {len(train.document_sizes())} / "
+        f"{len(held.document_sizes())} documents" + ("" if len(held) else " (no validation data)")
+    )
+    if 0 < valid < 1 and n_valid < held_out_sentences(len(corpus), valid):
+        said += f" (the last {valid:g} capped at {VALID_CAP:,} sentences; --valid N holds out N)"
+    return train, held, said
 
 
 def _check_start(init, lora: LoraSettings, preset, tokenizer_dir, vocab_size, dropout) -> LoraSettings:
@@ -135,16 +196,22 @@ def setup(
     dropout: float | None = None,
     valid: float = 0.05,
     mlm_prob: float = 0.15,
+    tokenizer_sample: int = TOKENIZER_SAMPLE,
+    data_cache: str | Path | None = None,
     resume: bool = False,
     log: Callable[[str], None] = say,
     **train_options,
 ) -> Trainer:
     """A :class:`Trainer` of MLM + NSP pretraining on the documents of ``data``, ready to ``fit()``.
 
-    ``data``: a text file (blank line = new document, one sentence per line) or a ``.tsv`` (first column);
-    the last ``valid`` sentences are held out. The WordPiece comes from ``tokenizer_dir`` or is trained on
-    the training part; with ``resume``, tokenizer and config come from ``OUT/last``. ``train_options`` are
-    the other :class:`TrainConfig` fields (:data:`TRAINING` unless given).
+    ``data``: a text file (blank line = new document, one sentence per line), a ``.tsv`` (first column), a folder
+    of text files (or JSONL, Parquet, Arrow: each record's lines), or a folder ``tformer data prepare bert`` wrote.
+    Its sentences are tokenized once into memory-mapped shards kept in the cache (``data_cache``, else the user's
+    cache folder: :mod:`tformer.data.sentences`), and each batch reads its pairs from them: a corpus of any size. The
+    last ``valid`` sentences are held out: a fraction (capped at :data:`VALID_CAP`, said) or a count. The WordPiece
+    comes from ``tokenizer_dir`` or is trained on the training sentences (on a sample of ``tokenizer_sample`` bytes
+    spread over a larger corpus; cached too); with ``resume``, tokenizer and config come from ``OUT/last``.
+    ``train_options`` are the other :class:`TrainConfig` fields (:data:`TRAINING` unless given).
 
     ``init``: continue the pretraining of this BERT (a tformer run or model, a Hugging Face BERT directory) with its
     own WordPiece (``preset``, ``tokenizer_dir``, ``vocab_size`` and ``dropout`` are then refused; ``max_len`` at most
@@ -162,32 +229,68 @@ def setup(
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
     if init is not None:
         settings = {"max_len": max_len, "batch_size": batch_size, **_start_settings(init, lora)}
-    # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
-    train_docs, valid_docs = split_documents(read_sentence_documents(data), valid)
+    # the data first: a missing --data is refused before an overwrite deletes anything
+    _check_data(data)
     base = _pretrained(init, lora, max_len, cfg.seed, log) if init is not None and not resume else None
     # what makes the run: --resume refuses a change (the tokenizer comes from OUT/last)
+    # the corpus prepared (read whole, strict UTF-8) before an --overwrite deletes the old run; a wrong --out first
+    precheck_out_dir(out_dir, resume, cfg.overwrite)
+    model: Bert | None = None
+    corpus = None
+    if not resume:
+        if base is not None:
+            model, tokenizer = base
+        else:
+            tokenizer = from_rank0(
+                lambda: _pretraining_tokenizer(
+                    data, tokenizer_dir, vocab_size, valid, tokenizer_sample, data_cache, log
+                ),
+                cfg.device,
+            )
+            config = BertConfig.preset(
+                preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id, **_overrides(dropout)
+            )
+        corpus = _corpus(data, tokenizer, valid, data_cache, cfg.device, log)
     with start_run(cfg, resume, "bert", {**settings, "valid": valid, "mlm_prob": mlm_prob}) as started:
-        log(
-            f"data: {sum(map(len, train_docs))} training / {sum(map(len, valid_docs))} held-out sentences "
-            f"in {len(train_docs)} / {len(valid_docs)} documents" + ("" if valid_docs else " (no validation data)")
-        )
-        model: Bert | None = None
         if resume and init is not None:  # the run's model whole (its LoRA layers from config.json)
             model, tokenizer = _resumed(out_dir)
         elif resume:
             config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
-        elif base is not None:
-            model, tokenizer = base
-        else:
-            tokenizer = _tokenizer([s for d in train_docs for s in d], tokenizer_dir, vocab_size, cfg.device)
-            config = BertConfig.preset(
-                preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id, **_overrides(dropout)
-            )
+        if corpus is None:  # --resume: the run's WordPiece's ids
+            corpus = _corpus(data, tokenizer, valid, data_cache, cfg.device, log)
+        train_part, held, said = corpus
+        log(f"data: {said}")
         torch.manual_seed(cfg.seed)
-        task = BertPretrainTask(tokenizer, train_docs, valid_docs, max_len, batch_size, cfg.seed, mlm_prob)
+        task = BertPretrainTask(tokenizer, train_part, held, max_len, batch_size, cfg.seed, mlm_prob)
         if model is None:
             model = Bert(config)
         return make_trainer(model, task, cfg, resume, started, evaluate_start=init is not None)
+
+
+def prepare(
+    data: str | Path,
+    *,
+    init: str | Path | None = None,
+    tokenizer_dir: str | Path | None = None,
+    tokenizer_sample: int = TOKENIZER_SAMPLE,
+    vocab_size: int | None = None,
+    valid: float = 0.05,
+    data_cache: str | Path | None = None,
+    log: Callable[[str], None] = say,
+) -> Path:
+    """Tokenize the sentences of ``data`` into the cache ahead of pretraining (``tformer data prepare bert``): the
+    folder that :func:`setup` with the same data and tokenizer settings (``vocab_size``, ``tokenizer_sample``,
+    ``valid``: the sentences the WordPiece is not trained on; ``tokenizer_dir`` or ``init``'s WordPiece) then maps at
+    once. Returns the folder; it may also be given as ``data`` itself."""
+    check_settings({"vocab_size": vocab_size, "tokenizer_sample": tokenizer_sample, "valid": valid}, bounds=BOUNDS)
+    _check_data(data)
+    tok: WordPieceTokenizer
+    if init is not None:
+        refuse_given(init, {"--tokenizer-dir": tokenizer_dir, "--vocab-size": vocab_size})
+        tok = cast(WordPieceTokenizer, start_from(init, "bert").require_tokenizer())  # a BERT's is WordPiece
+    else:
+        tok = _pretraining_tokenizer(data, tokenizer_dir, vocab_size or 8000, valid, tokenizer_sample, data_cache, log)
+    return prepare_sentences(data, tok, cache=data_cache, log=log)
 
 
 def train(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, dict]:

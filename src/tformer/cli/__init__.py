@@ -64,8 +64,8 @@ def _run(args) -> int:
 
 
 def _command(args) -> str:
-    """``train lm``, ``plot attention``, ``data download``: the words that chose the subcommand."""
-    words = [args.command] + [getattr(args, k) for k in ("family", "picture", "action") if getattr(args, k, None)]
+    """``train lm``, ``plot attention``, ``data download``, ``data prepare lm``: the words that chose the subcommand."""
+    words = [args.command] + [getattr(args, k) for k in ("action", "family", "picture") if getattr(args, k, None)]
     return " ".join(words)
 
 

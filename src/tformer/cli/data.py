@@ -2,6 +2,8 @@
 tokenize one into the cache ahead of training; build English-vs-French examples.
 
     tformer data prepare lm --data corpus/ --tokenizer bpe --vocab-size 8192     # once: later runs start at once
+    tformer data prepare translation --data pairs.tsv --vocab-size 8000           # the pairs, with a length index
+    tformer data prepare bert --data wiki.txt --vocab-size 8000                   # the sentences, with an index
     tformer train lm --data corpus/ --tokenizer bpe --vocab-size 8192 --out runs/lm --minutes 30
 """
 
@@ -9,11 +11,23 @@ from __future__ import annotations
 
 import os
 
-from tformer.cli.flags import add
-from tformer.cli.validate import Number, existing_file, existing_path, int_at_least, output_dir, output_file, seconds
+from tformer.cli.flags import add, defaults
+from tformer.cli.validate import (
+    Number,
+    count_or_fraction,
+    existing_file,
+    existing_path,
+    int_at_least,
+    output_dir,
+    output_file,
+    seconds,
+)
 
 
 def add_parser(sub) -> None:
+    from tformer.bert import run as bert_run
+    from tformer.translation import run as translation_run
+
     p = sub.add_parser("data", help="fetch corpora (everything also accepts local paths)")
     sp = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     d = sp.add_parser("download", help="download a corpus into the cache directory")
@@ -66,6 +80,45 @@ def add_parser(sub) -> None:
     lm.add_argument("--tokenizer", choices=["char", "bpe"], help="character-level or byte-level BPE (default: char)")
     add(lm, "--vocab-size", "--tokenizer-dir", "--tokenizer-sample", "--init", "--text-field", "--data-cache")
     lm.set_defaults(func=run_prepare_lm)
+    bt = fam.add_parser("bert", help="documents of sentences, with a sentence index (train bert)")
+    bt.add_argument("--data", required=True, type=existing_path, help="the text, as train bert's --data takes it")
+    add(
+        bt,
+        "--vocab-size",
+        "--tokenizer-dir",
+        "--tokenizer-sample",
+        "--init",
+        "--data-cache",
+        "--valid",
+        defaults=defaults(bert_run.prepare),
+        vocab_size={"type": int_at_least(6, " (5 special tokens + 1)"), "help": "size of the WordPiece (default 8000)"},
+        valid={"help": "as train bert's --valid: the sentences held out are not in the WordPiece's sample"},
+    )
+    bt.set_defaults(func=run_prepare_bert)
+    tr = fam.add_parser("translation", help="a TSV of sentence pairs, with a length index (train translation)")
+    tr.add_argument("--data", required=True, type=existing_file, help="the source<TAB>target pairs (a TSV file)")
+    entry = defaults(translation_run.prepare_data)
+    add(
+        tr,
+        "--vocab-size",
+        "--tokenizer-sample",
+        "--init",
+        "--data-cache",
+        "--valid",
+        "--seed",
+        defaults=entry,
+        vocab_size={"type": int_at_least(5, " (4 special tokens + 1)"), "help": "size of the BPE (default 8000)"},
+        valid={"help": "as train translation's --valid: the pairs held out are not in the BPE's sample"},
+        seed={"help": "as train translation's --seed (which pairs are held out)"},
+    )
+    tr.add_argument("--separate-vocab", dest="joint", action="store_false", help="as train translation's")
+    tr.add_argument(
+        "--test",
+        type=count_or_fraction,
+        default=entry["test"],
+        help="as train translation's (fraction, or count if >= 1)",
+    )
+    tr.set_defaults(func=run_prepare_translation)
 
     g = sp.add_parser("langid", help="English-vs-French text<TAB>label examples from the Tatoeba pairs")
     g.add_argument(
@@ -129,6 +182,44 @@ def run_prepare_lm(args) -> int:
         tokenizer_sample=args.tokenizer_sample or TOKENIZER_SAMPLE,
         vocab_size=args.vocab_size,
         text_field=args.text_field,
+        data_cache=args.data_cache,
+        log=print,
+    )
+    print(directory)
+    return 0
+
+
+def run_prepare_bert(args) -> int:
+    from tformer import bert
+    from tformer.data import TOKENIZER_SAMPLE
+
+    directory = bert.prepare(
+        args.data,
+        init=args.init,
+        tokenizer_dir=args.tokenizer_dir,
+        tokenizer_sample=args.tokenizer_sample or TOKENIZER_SAMPLE,
+        vocab_size=args.vocab_size,
+        valid=args.valid,
+        data_cache=args.data_cache,
+        log=print,
+    )
+    print(directory)
+    return 0
+
+
+def run_prepare_translation(args) -> int:
+    from tformer.data import TOKENIZER_SAMPLE
+    from tformer.translation.run import prepare_data
+
+    directory = prepare_data(
+        args.data,
+        init=args.init,
+        vocab_size=args.vocab_size,
+        joint=args.joint,
+        tokenizer_sample=args.tokenizer_sample or TOKENIZER_SAMPLE,
+        seed=args.seed,
+        valid=args.valid,
+        test=args.test,
         data_cache=args.data_cache,
         log=print,
     )

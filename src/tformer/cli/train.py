@@ -43,9 +43,11 @@ def _add_translation(fam) -> None:
         "--data",
         default="builtin",
         type=data_source,
-        help="'builtin', a TSV pairs file, or a Multi30k-style directory (with val.*: all of train.* trains, "
-        "val.* validates)",
+        help="'builtin', a TSV pairs file (tokenized once into shards kept in --data-cache; or a folder `tformer "
+        "data prepare translation` wrote), or a Multi30k-style directory (with val.*: all of train.* trains, val.* "
+        "validates)",
     )
+    add(t, "--tokenizer-sample", "--data-cache", defaults=entry)
     t.add_argument("--src-lang", default="en", help="source language code (file suffix of a Multi30k directory)")
     t.add_argument("--tgt-lang", default="fr", help="target language code")
     add(
@@ -223,10 +225,17 @@ def _add_bert(fam) -> None:
     b.add_argument(
         "--data",
         required=True,
-        type=existing_file,
-        help="text file (blank line = new document, one sentence per line) or a .tsv (first column)",
+        type=existing_path,
+        help="text file (blank line = new document, one sentence per line), a .tsv (first column), a folder of text "
+        "files, or a folder `tformer data prepare bert` wrote; tokenized once into the cache (--data-cache)",
     )
-    add(b, "--valid", defaults=entry, valid={"help": "held-out tail of the text (fraction, or sentences if >= 1)"})
+    add(b, "--data-cache", "--tokenizer-sample", defaults=entry)
+    add(
+        b,
+        "--valid",
+        defaults=entry,
+        valid={"help": "held-out tail of the text (fraction, capped at 10,000 sentences, or sentences if >= 1)"},
+    )
     b.add_argument(
         "--mlm-prob",
         type=probability,

@@ -32,7 +32,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from tformer.data import shards as shards_module
@@ -53,6 +53,7 @@ __all__ = [
     "damaged_file",
     "prepare_lm",
     "open_tokens",
+    "fingerprint",
 ]
 
 FORMAT = 1  # the manifest's and the shards' layout; another is prepared again
@@ -98,14 +99,24 @@ def _source_records(files: list[Path]) -> list[dict]:
     return [{"path": str(f.resolve()), "size": f.stat().st_size, "sha256": _sha256(f)} for f in files]
 
 
-def tokenizer_hash(tokenizer: Tokenizer) -> str:
-    """The SHA-256 of the files the tokenizer saves: the same tokenizer, the same hash."""
+def tokenizer_hash(tokenizer: Tokenizer | Mapping[str, Tokenizer]) -> str:
+    """The SHA-256 of the files the tokenizer saves: the same tokenizer, the same hash. A mapping of named tokenizers
+    (a translator's ``{"src": ..., "tgt": ...}``): the hash of each, saved with its name as the prefix."""
     digest = hashlib.sha256()
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer.save(tmp)
+        _save_tokenizers(tokenizer, tmp)
         for f in sorted(Path(tmp).iterdir()):
             digest.update(f.name.encode() + b"\0" + f.read_bytes())
     return digest.hexdigest()
+
+
+def _save_tokenizers(tokenizer: Tokenizer | Mapping[str, Tokenizer], directory: str | Path) -> None:
+    """``tokenizer`` saved into ``directory``; each of a mapping with the prefix ``NAME_``."""
+    if isinstance(tokenizer, Mapping):
+        for name, tok in tokenizer.items():
+            tok.save(directory, prefix=f"{name}_")
+    else:
+        tokenizer.save(directory)
 
 
 def _key(**parts) -> str:
@@ -225,7 +236,7 @@ def corpus_tokenizer(
 def prepared(
     task: str,
     data: str | Path,
-    tokenizer: Tokenizer,
+    tokenizer: Tokenizer | Mapping[str, Tokenizer],
     build: Callable[[Path, list[Path]], dict],
     *,
     key: dict | None = None,
@@ -236,6 +247,8 @@ def prepared(
     ``build(work, files)`` (the files of ``data`` read into the empty folder ``work``; it returns the manifest's own
     entries, among them ``files``: each binary file written, as :func:`file_entry` gives it). ``key``: what else the
     preparation depends on (the task's settings). ``data`` may be a folder prepared so (then checked, never rebuilt).
+    ``tokenizer`` may be a mapping of named tokenizers (a translator's two): each is saved in ``tokenizer/`` with its
+    name as the prefix (``src_tokenizer.json``).
     """
     tok_hash = tokenizer_hash(tokenizer)
     if is_prepared(data):
@@ -267,15 +280,20 @@ def prepared(
     start = time.perf_counter()
     with staged_dir(directory) as work:  # whole or not at all
         built = build(work, files)
-        tokenizer.save(work / "tokenizer")
+        _save_tokenizers(tokenizer, work / "tokenizer")
         seconds = time.perf_counter() - start
+        if isinstance(tokenizer, Mapping):
+            kind: object = {n: t.kind for n, t in tokenizer.items()}
+            size: object = {n: t.vocab_size for n, t in tokenizer.items()}
+        else:
+            kind, size = tokenizer.kind, tokenizer.vocab_size
         manifest = {
             "kind": "tformer-tokens",
             "format": FORMAT,
             "task": task,
             "tokenizer_sha256": tok_hash,
-            "tokenizer_kind": tokenizer.kind,
-            "vocab_size": tokenizer.vocab_size,
+            "tokenizer_kind": kind,
+            "vocab_size": size,
             "sources": sources,
             "text_bytes": total,
             "seconds": round(seconds, 2),
@@ -345,6 +363,16 @@ def prepare_lm(
         return {"dtype": dtype, "documents": documents, "tokens": writer.count, "shards": shards, "files": shards}
 
     return prepared("lm", data, tokenizer, build, key={"text_field": text_field}, cache=cache, log=log)
+
+
+def fingerprint(data: str | Path) -> str:
+    """The SHA-256 of what ``data`` holds (each source file's path, size and SHA-256; a prepared folder: those it was
+    prepared from): a run records it, and ``--resume`` refuses a corpus that changed since."""
+    if is_prepared(data):
+        sources = (_read_manifest(Path(data)) or {}).get("sources", [])
+    else:
+        sources = _source_records(find_sources(data))
+    return hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()
 
 
 def open_tokens(directory: str | Path) -> tuple[dict, TokenStream]:

@@ -117,19 +117,23 @@ def read_documents(data: str | Path, text_field: str = "text") -> list[str]:
 
 
 def sample_text(files: list[Path], size: int, text_field: str = "text") -> Iterator[str]:
-    """About ``size`` bytes of the corpus's text, pieces taken evenly over the whole of it (every k-th byte's piece),
-    for training a tokenizer. All of it when the corpus is no larger."""
+    """About ``size`` bytes of the corpus's text, pieces taken evenly over the whole of it: each piece adds its share
+    (``size`` / the corpus's bytes) of its length to a credit, and is taken when the credit covers its length. All of
+    it when the corpus is no larger."""
     total = corpus_bytes(files)
-    ratio = min(size / max(total, 1), 1.0)
-    seen, taken = 0, 0
+    if size >= total:
+        yield from (text for _, text in read_pieces(files, text_field))
+        return
+    ratio, credit, taken = size / max(total, 1), 0.0, 0
     for _, text in read_pieces(files, text_field):
-        n = len(text.encode("utf-8")) if ratio < 1 else 0
-        if ratio >= 1 or int((seen + n) * ratio) > int(seen * ratio) or taken == 0:
-            yield text
+        n = len(text.encode("utf-8"))
+        credit += n * ratio
+        if credit >= n or taken == 0:
+            credit -= n
             taken += n
-            if ratio < 1 and taken >= size:
+            yield text
+            if taken >= size:
                 return
-        seen += n
 
 
 def _text_pieces(path: Path) -> Iterator[str]:
@@ -181,6 +185,7 @@ def _jsonl_texts(path: Path, field: str) -> Iterator[str]:
         for n, raw in enumerate(f, 1):
             where = f"{path}:{n}"
             line = decode_utf8(raw, str(path), n) if n > 1 else decode_utf8(raw, str(path))
+            line = line.removesuffix("\n").removesuffix("\r")  # the line itself, as read_lines gives it
             if not line.strip():
                 continue
             yield _json_field(line, where, field)

@@ -28,6 +28,7 @@ from tformer.data import (
 )
 from tformer.finetune import refuse_given, start_from
 from tformer.lm.recipes import RECIPES, resolve
+from tformer.models.checkpoint import model_dir
 from tformer.tokenizers import Tokenizer, load_tokenizer
 from tformer.training.distributed import from_rank0, say
 
@@ -62,7 +63,7 @@ def data_tokenizer(data, tokenizer_dir, kind: str, vocab_size, sample: int, text
     """The tokenizer of a new model: ``tokenizer_dir``'s, a prepared folder's own, else one trained on the corpus
     (cached: :func:`tformer.data.corpus_tokenizer`)."""
     if tokenizer_dir is not None:
-        tok = load_tokenizer(tokenizer_dir, kinds=["char", "byte_bpe", "hf"])
+        tok = load_tokenizer(model_dir(tokenizer_dir), kinds=["char", "byte_bpe", "hf"])  # a run: its best model's
         log(f"tokenizer: {tok.kind}, {tok.vocab_size:,} ids, from {tokenizer_dir}")
         return tok
     if is_prepared(data):

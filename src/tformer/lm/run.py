@@ -18,7 +18,7 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_settings
-from tformer.data import TOKENIZER_SAMPLE
+from tformer.data import TOKENIZER_SAMPLE, fingerprint
 from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
 from tformer.generation import SamplingConfig
 from tformer.hf.peft import exportable
@@ -36,7 +36,7 @@ from tformer.text import check_text, check_texts
 from tformer.tokenizers import Tokenizer, load_tokenizer
 from tformer.training.config import gpu_batch_note
 from tformer.training.distributed import from_rank0, say
-from tformer.training.resume import last_dir, make_trainer, saved_run, start_run
+from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = ["TRAINING", "setup", "prepare", "train", "load", "generate", "evaluate"]
@@ -190,27 +190,32 @@ def setup(
         valid=valid,
     )  # what makes the run: --resume refuses a change (eval_blocks may change)
     check_data(data, valid_data, text_field)  # a missing or unreadable --data is refused before an overwrite
+    settings["data_sha256"] = fingerprint(data)  # what the text was: a resume on a changed one is refused
     if tokenizer_dir is not None and tokenizer is not None:
         raise ValueError(f"--tokenizer {tokenizer} and --tokenizer-dir {str(tokenizer_dir)!r}: give one of them")
+    # the corpus is prepared (read whole, strict UTF-8) before an --overwrite deletes the old run: a wrong --out first
+    precheck_out_dir(out_dir, resume, cfg.overwrite)
+    if not resume:
+        tok = from_rank0(
+            lambda: data_tokenizer(
+                data,
+                tokenizer_dir,
+                TOKENIZER_KINDS[r["tokenizer"]],
+                r["vocab_size"],
+                tokenizer_sample,
+                text_field,
+                data_cache,
+                log,
+            ),
+            cfg.device,
+        )
+        config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=tok.pad_id, **r["model"])
+        prepared = streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
     with start_run(cfg, resume, "lm", settings) as started:  # a non-empty out_dir needs resume or overwrite
         if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
             config, tok = saved_run(out_dir, GPT, _tokenizer)
-        else:
-            tok = from_rank0(
-                lambda: data_tokenizer(
-                    data,
-                    tokenizer_dir,
-                    TOKENIZER_KINDS[r["tokenizer"]],
-                    r["vocab_size"],
-                    tokenizer_sample,
-                    text_field,
-                    data_cache,
-                    log,
-                ),
-                cfg.device,
-            )
-            config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=tok.pad_id, **r["model"])
-        train_ids, val_ids, said = streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
+            prepared = streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
+        train_ids, val_ids, said = prepared
         torch.manual_seed(cfg.seed)
         model = GPT(config)
         log(
@@ -278,6 +283,7 @@ def _setup_from(
     conversations = read_conversations(data, text_field)  # --data next: a bad one is named before anything is loaded
     if conversations is None:
         check_data(data, valid_data, text_field)
+    data_sha256 = fingerprint(data) if conversations is None else None
     settings = dict(
         init=str(init),
         lora_r=lora.r,
@@ -288,13 +294,19 @@ def _setup_from(
         batch_size=batch_size,
         batches_per_epoch=batches_per_epoch,
         valid=valid,
+        data_sha256=data_sha256,
     )  # what makes the run: --resume refuses a change
     model: GPT | None = None
-    if not resume:  # before an overwrite deletes anything: a bad --init or target is refused first
+    device = str(options.get("device", "cpu"))
+    precheck_out_dir(out_dir, resume, bool(options.get("overwrite")))  # a wrong --out before any long work
+    prepared = None
+    if not resume:  # before an overwrite deletes anything: a bad --init, target or text is refused first
         loaded = start_from(init, "gpt")
         model, tok = loaded.model, loaded.require_tokenizer()
         torch.manual_seed(int(options.get("seed", 0)))  # LoRA's A starts random: seeded, as a new model is
         add_adapters(model, lora, log)
+        if conversations is None:
+            prepared = streams(data, valid_data, tok, valid, text_field, data_cache, device, log)
     decay_over_epochs = options["schedule"] == "cosine" and options.get("max_steps") is None
     decay_over_epochs = decay_over_epochs and options.get("minutes") is None
     # the run's directory, checked and locked (its budget's end is known once the data is: the steps of an epoch)
@@ -318,8 +330,9 @@ def _setup_from(
             task = sft_task(tok, conversations, block, rows, valid, int(options.get("seed", 0)), log)
             per_epoch = math.ceil(len(task.train) / rows)  # the batches of an epoch, counted, not made
         else:
-            device = str(options.get("device", "cpu"))
-            train_ids, val_ids, said = streams(data, valid_data, tok, valid, text_field, data_cache, device, log)
+            if prepared is None:  # --resume: the run's tokenizer's ids
+                prepared = streams(data, valid_data, tok, valid, text_field, data_cache, device, log)
+            train_ids, val_ids, said = prepared
             log(f"data: {said} (continued pretraining)")
             task = LMTask(tok, train_ids, val_ids, block, rows, batches_per_epoch, eval_blocks, options.get("seed", 0))
             per_epoch = batches_per_epoch

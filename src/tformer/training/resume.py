@@ -45,7 +45,16 @@ from tformer.training.lock import LOCK_NAME, RunLock, foreign_lock, foreign_mess
 from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
 from tformer.training.trainer import TrainConfig, Trainer, budget_reached, budget_spent_message
 
-__all__ = ["last_dir", "StartedRun", "start_run", "check_out_dir", "saved_run", "make_trainer", "RUN_FILES"]
+__all__ = [
+    "last_dir",
+    "StartedRun",
+    "start_run",
+    "check_out_dir",
+    "precheck_out_dir",
+    "saved_run",
+    "make_trainer",
+    "RUN_FILES",
+]
 
 # What a run writes into OUT, and all that --overwrite deletes: the best model, the last state, the log and its
 # plot, translation's held-out splits, `tformer demo`'s attention picture
@@ -158,6 +167,20 @@ def check_out_dir(
     return started
 
 
+def precheck_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = False) -> None:
+    """What :func:`check_out_dir` would refuse, judged reading only and taking no lock: a family's setup calls it
+    before work that takes long and writes nothing in the run (preparing a corpus), so that a wrong ``--out`` is said
+    at once, and that work is done before ``--overwrite`` deletes the old run (bad text is refused with it intact)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {str(out)!r} is a file, not a directory")
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other: give one of them")
+    _judge(out, resume)
+    if not resume:
+        _clearable(out, overwrite, True)
+
+
 def _judge(out: Path, resume: bool) -> None:
     """Refuse, reading only, an ``out`` that is neither missing, empty nor a run (all it holds named), or whose
     ``.lock`` tformer did not write (a link, a file of the user's: naming it); the lock is taken only after."""
@@ -242,9 +265,16 @@ def _shown(names: list[str]) -> str:
 
 def _clear(out: Path, overwrite: bool, resumable: bool) -> None:
     """A new run's directory: empty, or (``overwrite``) a run's, whose files are deleted; else refused."""
+    for name in _clearable(out, overwrite, resumable):
+        path = out / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def _clearable(out: Path, overwrite: bool, resumable: bool) -> list[str]:
+    """What :func:`_clear` would delete of ``out`` (reading only); a directory it would refuse is refused here."""
     entries = _entries(out)
     if not entries:
-        return
+        return []
     ours = [name for name in entries if _written_by_run(out / name)]
     others = [name for name in entries if name not in ours]
     if not _is_run(out, entries):
@@ -270,9 +300,7 @@ def _clear(out: Path, overwrite: bool, resumable: bool) -> None:
             + (" (delete what an earlier tformer left)" if earlier else "")
             + ", or give another --out"
         )
-    for name in ours:
-        path = out / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return ours
 
 
 def _prepare_resume(cfg: TrainConfig, kind: str | None, settings: dict) -> None:
@@ -300,6 +328,8 @@ def _plain(value: Any) -> Any:
 
 
 def _flag(name: str) -> str:
+    if name == "data_sha256":  # the text's content (tformer.data.fingerprint), not a flag
+        return "the text of --data (SHA-256)"
     return f"TrainConfig.{name}" if name in _NO_FLAG else "--" + name.replace("_", "-")
 
 
@@ -308,6 +338,8 @@ def _value(value: Any) -> str:
         return "not given"
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+        return value[:12] + "…"  # a SHA-256
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

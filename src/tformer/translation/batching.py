@@ -8,6 +8,11 @@ Teacher forcing (the notes' example, target "je vais bien"):
 so position t of the decoder predicts token t+1 of the target. Batches group sentences of similar
 length under a token budget, so little compute goes to padding.
 
+:class:`EncodedPairs` holds encoded pairs as numpy arrays over a stream of ids (memory-mapped shards from
+:func:`tformer.data.prepare_pairs`, or ids in memory): no Python object per pair. :func:`budget_batches` groups them
+from their lengths alone (the same batches :func:`token_budget_batches` makes of lists, for the same seed), and
+:meth:`EncodedPairs.batch` builds a batch's tensors only when it is trained on.
+
 Dimension legend: B batch, S source length, T target length (+1 for <sos>/<eos>).
 """
 
@@ -16,14 +21,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from tformer.checks import yes_no
+from tformer.data import TokenStream
 from tformer.tokens import TRANSLATION_EOS as EOS
 from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.tokens import TRANSLATION_SOS as SOS
 
-__all__ = ["Batch", "make_batch", "token_budget_batches"]
+__all__ = ["Batch", "make_batch", "token_budget_batches", "budget_batches", "EncodedPairs"]
 
 
 @dataclass
@@ -40,6 +47,10 @@ class Batch:
 
     def to(self, device) -> Batch:
         return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.pad)
+
+    def pin_memory(self) -> Batch:
+        """The tensors in pinned memory (the Trainer's feed, on a machine with a GPU)."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.pad)
 
 
 def _pad(rows: list[list[int]], pad: int = PAD) -> torch.Tensor:
@@ -64,24 +75,114 @@ def token_budget_batches(
     """Indices of ``pairs`` grouped into batches whose padded size (rows × longest side) ≤ ``batch_tokens``.
 
     Sentences are sorted by length (with a seeded random tie-break) so each batch holds similar
-    lengths; the order of batches is shuffled with ``seed``. Same seed → same batches.
+    lengths; the order of batches is shuffled with ``seed``. Same seed → same batches (:func:`budget_batches`
+    of the pairs' lengths).
     """
+    sizes = np.fromiter((max(len(s), len(t) + 1) for s, t in pairs), dtype=np.int64, count=len(pairs))
+    return [b.tolist() for b in budget_batches(sizes, batch_tokens, seed, shuffle)]
+
+
+def budget_batches(sizes: np.ndarray, batch_tokens: int, seed: int, shuffle: bool = True) -> list[np.ndarray]:
+    """Indices (int64 arrays) of the pairs whose ``sizes`` (N,) (each ``max(source length, target length + 1)``) are
+    given, grouped into batches whose padded size (rows × longest) ≤ ``batch_tokens`` (a longer pair alone).
+
+    Sorted by size with a tie-break drawn from ``random.Random(seed)`` (numpy draws the same numbers from the same
+    Mersenne Twister), cut greedily, the batches shuffled by the same generator: exactly the batches the loop over a
+    list of pairs made before, from arrays alone."""
     yes_no.check(shuffle, "shuffle")  # "no" is a true string: refused, not shuffled
+    sizes = np.asarray(sizes, dtype=np.int64)
     rng = random.Random(seed)
-    noise = [rng.random() for _ in pairs] if shuffle else [0.0] * len(pairs)
-    order = sorted(range(len(pairs)), key=lambda i: (max(len(pairs[i][0]), len(pairs[i][1]) + 1), noise[i]))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        size = max(len(pairs[i][0]), len(pairs[i][1]) + 1)
-        if current and max(longest, size) * (len(current) + 1) > batch_tokens:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, size)
-    if current:
-        batches.append(current)
+    noise = _draws(rng, len(sizes)) if shuffle else np.zeros(len(sizes))
+    order = np.lexsort((noise, sizes))  # by size, then the draw (stable: by index when none)
+    ordered = sizes[order]
+    batches: list[np.ndarray] = []
+    start, n = 0, len(sizes)
+    while start < n:
+        # sizes grow along the order: a batch of k rows is k × its last size, which grows with k
+        window = ordered[start : start + batch_tokens // int(ordered[start])]
+        fits = int(np.searchsorted(window * np.arange(1, len(window) + 1), batch_tokens, side="right"))
+        count = max(fits, 1)
+        batches.append(order[start : start + count])
+        start += count
     if shuffle:
-        rng.shuffle(batches)
+        rng.shuffle(batches)  # type: ignore[arg-type]
     return batches
+
+
+def _draws(rng: random.Random, n: int) -> np.ndarray:
+    """``[rng.random() for _ in range(n)]`` as an array, drawn by numpy from ``rng``'s state, ``rng`` moved past them."""
+    version, internal, gauss = rng.getstate()
+    twister = np.random.RandomState()
+    twister.set_state(("MT19937", np.asarray(internal[:-1], dtype=np.uint32), internal[-1], 0, 0.0))
+    out = twister.random_sample(n)
+    state = twister.get_state(legacy=False)["state"]
+    rng.setstate((version, (*state["key"].tolist(), int(state["pos"])), gauss))
+    return out
+
+
+class EncodedPairs:
+    """Encoded (source, target) pairs, N of them: their ids in a :class:`~tformer.data.TokenStream` (memory-mapped
+    shards, or an array), each pair's start and length on each side as (N,) int64 arrays. A pair's lengths may be
+    shorter than its ids (:meth:`cut`): the batches read the first ones."""
+
+    def __init__(
+        self, stream: TokenStream, src_at: np.ndarray, src_len: np.ndarray, tgt_at: np.ndarray, tgt_len: np.ndarray
+    ) -> None:
+        self.stream = stream
+        self.src_at, self.src_len, self.tgt_at, self.tgt_len = (
+            np.asarray(a, dtype=np.int64) for a in (src_at, src_len, tgt_at, tgt_len)
+        )
+
+    @classmethod
+    def of(cls, pairs: list[tuple[list[int], list[int]]]) -> EncodedPairs:
+        """Pairs of id lists, in memory."""
+        src_len = np.fromiter((len(s) for s, _ in pairs), dtype=np.int64, count=len(pairs))
+        tgt_len = np.fromiter((len(t) for _, t in pairs), dtype=np.int64, count=len(pairs))
+        ends = np.cumsum(src_len + tgt_len)
+        src_at = ends - src_len - tgt_len
+        flat = [i for s, t in pairs for i in (*s, *t)]
+        return cls(TokenStream.of(flat), src_at, src_len, src_at + src_len, tgt_len)
+
+    def __len__(self) -> int:
+        return len(self.src_at)
+
+    def select(self, indices) -> EncodedPairs:
+        """The pairs ``indices`` (an int array), in that order."""
+        i = np.asarray(indices, dtype=np.int64)
+        return EncodedPairs(self.stream, self.src_at[i], self.src_len[i], self.tgt_at[i], self.tgt_len[i])
+
+    def cut(self, limit: int) -> EncodedPairs:
+        """The pairs with ids on both sides, each side cut to its first ``limit`` ids (the model's positions)."""
+        kept = np.flatnonzero((self.src_len > 0) & (self.tgt_len > 0))
+        pairs = self.select(kept)
+        pairs.src_len, pairs.tgt_len = np.minimum(pairs.src_len, limit), np.minimum(pairs.tgt_len, limit)
+        return pairs
+
+    def sizes(self) -> np.ndarray:
+        """Each pair's padded length in a batch: ``max(source, target + 1)`` (N,)."""
+        return np.maximum(self.src_len, self.tgt_len + 1)
+
+    def target_tokens(self, indices) -> int:
+        """The real target tokens of the pairs ``indices`` (each target + its <eos>): a batch's ``n_tokens``."""
+        return int((self.tgt_len[np.asarray(indices, dtype=np.int64)] + 1).sum())
+
+    def pair(self, i: int) -> tuple[list[int], list[int]]:
+        """Pair ``i``'s ids (as cut)."""
+        s, t = int(self.src_at[i]), int(self.tgt_at[i])
+        src = self.stream.read(s, s + int(self.src_len[i]))
+        return src.tolist(), self.stream.read(t, t + int(self.tgt_len[i])).tolist()
+
+    def batch(self, indices, pad: int = PAD, sos: int = SOS, eos: int = EOS) -> Batch:
+        """The teacher-forcing :class:`Batch` of the pairs ``indices`` (as :func:`make_batch` pads them), read now."""
+        i = np.asarray(indices, dtype=np.int64)
+        src_len, tgt_len = self.src_len[i], self.tgt_len[i]
+        src = np.full((len(i), int(src_len.max())), pad, dtype=np.int64)  # (B, S)
+        tgt_in = np.full((len(i), int(tgt_len.max()) + 1), pad, dtype=np.int64)  # (B, T)
+        tgt_out = tgt_in.copy()
+        for row, (k, s, t) in enumerate(zip(i.tolist(), src_len.tolist(), tgt_len.tolist())):
+            a, b = int(self.src_at[k]), int(self.tgt_at[k])
+            src[row, :s] = self.stream.read(a, a + s)
+            target = self.stream.read(b, b + t)
+            tgt_in[row, 0], tgt_in[row, 1 : t + 1] = sos, target
+            tgt_out[row, :t], tgt_out[row, t] = target, eos
+        return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), pad)

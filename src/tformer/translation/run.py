@@ -5,16 +5,25 @@
 
 ``tformer train translation``, ``tformer demo`` and ``tformer evaluate`` are these functions behind
 flags; tests and benchmarks call them too.
+
+A TSV of pairs (or a folder prepared from one: :func:`prepare_data`, ``tformer data prepare translation``) is read
+as a stream and tokenized once into memory-mapped shards with a length index, kept in the cache
+(:mod:`tformer.data.pairs`); training batches from the index and reads a batch's ids when it trains on it. The
+built-in corpus and a Multi30k-style directory are small: they are read into memory and encoded there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from tformer import checks
 from tformer.checks import check_settings
+from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared
+from tformer.data.pairs import PairShards, held_out_positions, open_pairs, pairs_tokenizers, prepare_pairs
 from tformer.files import atomic_write
 from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
 from tformer.hf.peft import exportable
@@ -23,17 +32,19 @@ from tformer.models.checkpoint import has_lora_record
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.settings import takes_old_names
 from tformer.text import read_lines
-from tformer.tokenizers import train_tokenizer
+from tformer.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.training import distributed
 from tformer.training.config import gpu_batch_note
-from tformer.training.resume import last_dir, make_trainer, saved_run, start_run
+from tformer.training.distributed import from_rank0, say
+from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
 from tformer.training.trainer import TrainConfig, Trainer
+from tformer.translation.batching import EncodedPairs
 from tformer.translation.pairs import Split, load_splits
 from tformer.translation.task import TranslationTask
 from tformer.translation.translator import Translator, load_tokenizers
 
-__all__ = ["TRAINING", "train_tokenizers", "prepare", "setup", "train", "evaluate_files"]
+__all__ = ["TRAINING", "VALID_CAP", "train_tokenizers", "prepare", "prepare_data", "setup", "train", "evaluate_files"]
 
 # The TrainConfig values a translation run starts from unless given (the CLI's defaults are these too)
 TRAINING = {"lr": 7e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
@@ -48,6 +59,10 @@ GPU_ADVICE = (  # measured on an H200 (docs/benchmarks.md): BLEU 57.3 in 61 s of
 )
 # Where this entry point bounds a setting otherwise than tformer.checks.SETTINGS (as `tformer train translation`'s
 # flags do: tests/test_api_strict.py keeps them equal): a vocabulary needs the 4 special tokens + 1
+# A validation part of a TSV's pairs given as a fraction is capped at this many source sentences (with all their
+# references): each evaluation computes the loss over all of them, and at 5% of a million pairs that took ~15 minutes.
+# The sentences over the cap are trained on; --valid N holds out N.
+VALID_CAP = 5_000
 BOUNDS: dict[str, checks.Check] = {
     "preset": checks.Choice(Seq2SeqConfig.PRESETS),
     "vocab_size": checks.Number(int, 5, allowed="an integer >= 5 (4 special tokens + 1)"),
@@ -140,6 +155,8 @@ def setup(
     bleu_sentences: int = 500,
     dropout: float | None = None,
     max_len: int | None = None,
+    tokenizer_sample: int = TOKENIZER_SAMPLE,
+    data_cache: str | Path | None = None,
     resume: bool = False,
     **train_options,
 ) -> Trainer:
@@ -148,6 +165,10 @@ def setup(
     ``data``: ``"builtin"``, a TSV pairs file or a Multi30k-style directory (:func:`load_splits`): a directory
     with ``val.*`` trains on all of ``train.*`` and validates on ``val.*``; other data is split ``valid`` /
     ``test`` (deterministic for the seed; ``valid=0``: no validation data, the latest model is kept).
+    A TSV is tokenized once into shards kept in the cache (``data_cache``, else the user's cache folder:
+    :mod:`tformer.data.pairs`), its BPE trained on the training pairs (all of them up to ``tokenizer_sample`` bytes
+    of text, else that much spread over them); its ``valid`` given as a fraction is capped at :data:`VALID_CAP`
+    source sentences. ``data`` may also be a folder prepared by :func:`prepare_data`.
     ``batch_tokens``: a batch's size in tokens (sentences of similar length are batched together).
     ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``epochs``, ``device``, ...;
     :data:`TRAINING` unless given). Under torchrun rank 0 trains the tokenizers and every
@@ -197,30 +218,61 @@ def setup(
             init=str(init), lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_targets=lora.targets
         )
     # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
-    split = load_splits(data, src_lang, tgt_lang, cfg.seed, valid, test, verbose=distributed.is_main_process())
+    sharded = _sharded(data)
+    split = None
+    if not sharded:
+        split = load_splits(data, src_lang, tgt_lang, cfg.seed, valid, test, verbose=distributed.is_main_process())
     pretrained = None
     if init is not None and not resume:  # before an overwrite deletes anything: a bad --init or target is refused
         pretrained = Translator.from_loaded(start_from(init, "seq2seq"))
         torch.manual_seed(cfg.seed)  # LoRA's A starts random: seeded
         add_adapters(pretrained.model, lora, print if distributed.is_main_process() else lambda _: None)
+    # the corpus prepared (read whole, strict UTF-8) before an --overwrite deletes the old run; a wrong --out first
+    precheck_out_dir(out_dir, resume, cfg.overwrite)
+    tokenizers = None
+    directory = None
+    if not resume:
+        if pretrained is not None:
+            tokenizers = (pretrained.src_tokenizer, pretrained.tgt_tokenizer)
+        elif sharded:
+            hold = (cfg.seed, valid, test)
+            tokenizers = from_rank0(
+                lambda: _pair_tokenizers(data, vocab_size, joint, hold, tokenizer_sample, data_cache, say), cfg.device
+            )
+        else:
+            assert split is not None
+            tokenizers = from_rank0(lambda: train_tokenizers(split, vocab_size, joint), cfg.device)
+        if sharded:
+            assert data is not None
+            directory = from_rank0(lambda: prepare_pairs(data, *tokenizers, cache=data_cache, log=say), cfg.device)
     with start_run(cfg, resume, "translation", settings) as started:  # a non-empty out_dir: resume or overwrite
         overrides: dict = {"max_len": max_len}
         if dropout is not None:
             overrides["dropout"] = dropout
+        translator: Translator | None = None
         if resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
             translator = _resumed(out_dir, cfg.seed)
+            tokenizers = (translator.src_tokenizer, translator.tgt_tokenizer)
         elif pretrained is not None:
             translator = pretrained
-            _write_held_out(split, out_dir)
+        assert tokenizers is not None
+        train: list[tuple[str, str]] | EncodedPairs
+        if sharded:  # the pairs' ids memory-mapped, the held-out pairs read back as text
+            assert data is not None
+            if directory is None:  # --resume: the run's tokenizers' ids
+                directory = from_rank0(lambda: prepare_pairs(data, *tokenizers, cache=data_cache, log=say), cfg.device)
+            train, split = _shard_split(open_pairs(directory), cfg.seed, valid, test)
         else:
-            tokenizers = distributed.from_rank0(lambda: train_tokenizers(split, vocab_size, joint), cfg.device)
+            assert split is not None
+            train = split.train
+        if translator is None:
             translator = prepare(split, out_dir, preset, vocab_size, joint, cfg.seed, tokenizers, **overrides)
+        elif pretrained is not None:
+            _write_held_out(split, out_dir)
         note = gpu_batch_note(cfg.device, batch_tokens * cfg.accum_steps, f"--batch-tokens {batch_tokens}", GPU_ADVICE)
         if note and distributed.is_main_process():
             print(note)
-        task = TranslationTask(
-            translator, split.train, split.valid, batch_tokens, label_smoothing, cfg.seed, bleu_sentences
-        )
+        task = TranslationTask(translator, train, split.valid, batch_tokens, label_smoothing, cfg.seed, bleu_sentences)
         writers = []
         if lora.r and init is not None:
             problem = exportable(translator.model.config)
@@ -231,6 +283,108 @@ def setup(
         return make_trainer(
             translator.model, task, cfg, resume, started, also_save=writers, evaluate_start=init is not None
         )
+
+
+def _sharded(data: str | Path | None) -> bool:
+    """Whether ``data`` is read into shards: a TSV file, or a folder prepared from one (else it is read into memory:
+    the built-in corpus, a Multi30k-style directory)."""
+    if data is None or data == "builtin":
+        return False
+    return is_prepared(data) or Path(data).is_file()
+
+
+def _pair_tokenizers(
+    data, vocab_size: int, joint: bool, hold: tuple, sample: int, cache, log: Callable[[str], None]
+) -> tuple[Tokenizer, Tokenizer]:
+    """The tokenizers of a new model on the pairs of ``data``: a prepared folder's own, else BPE trained on the
+    training pairs (``hold``: the seed, valid and test that say which; cached: :func:`tformer.data.pairs_tokenizers`)."""
+    if is_prepared(data):
+        folder = Path(data) / "tokenizer"
+        src, tgt = load_tokenizer(folder, prefix="src_"), load_tokenizer(folder, prefix="tgt_")
+        same = (folder / "src_tokenizer.json").read_bytes() == (folder / "tgt_tokenizer.json").read_bytes()
+        if joint and not same:
+            raise ValueError(f"--data {str(data)!r} was prepared with separate vocabularies: give --separate-vocab")
+        log(f"tokenizer: {src.kind}, {src.vocab_size:,} ids, from {data}")
+        return (src, src) if joint else (src, tgt)
+    seed, valid, test = hold
+    return pairs_tokenizers(
+        data,
+        vocab_size,
+        joint,
+        seed=seed,
+        valid=valid,
+        test=test,
+        valid_cap=VALID_CAP,
+        sample=sample,
+        cache=cache,
+        log=log,
+    )
+
+
+def _shard_split(pairs: PairShards, seed: int, valid: float, test: float) -> tuple[EncodedPairs, Split]:
+    """The training pairs (their ids, memory-mapped) and the held-out ones (as text, in a :class:`Split` whose
+    ``train`` is empty), split by source sentence as :func:`tformer.translation.pairs.split_pairs` splits a list, in
+    the same order; said in one line."""
+    position, n_valid, test_lo, test_hi = held_out_positions(pairs.n_sources, seed, valid, test, VALID_CAP)
+    where = position[pairs.groups]
+    order = np.argsort(where, kind="stable")  # by the source's place in the shuffle, then the file's order
+    at = where[order]
+    held_valid, held_test = order[at < n_valid], order[(at >= test_lo) & (at < test_hi)]
+    trained = order[(at >= n_valid) & ((at < test_lo) | (at >= test_hi))]
+    encoded = EncodedPairs(pairs.stream, pairs.offsets, pairs.src_len, pairs.offsets + pairs.src_len, pairs.tgt_len)
+    split = Split([], pairs.texts(held_valid), pairs.texts(held_test))
+    m = pairs.manifest
+    none = " (no validation data)" if not len(held_valid) else ""
+    capped = ""
+    if n_valid < test_lo:
+        capped = f" (the {valid:g} of the source sentences capped at {VALID_CAP:,} sentences; --valid N holds out N)"
+    say(
+        f"data: kept {m['pairs']} pairs, dropped {m['dropped_empty']} empty and {m['dropped_too_long']} over-long; "
+        f"split into {len(trained)} train / {len(held_valid)} valid{none}{capped} / {len(held_test)} test pairs, held "
+        f"out by source sentence (seed {seed})"
+    )
+    return encoded.select(trained), split
+
+
+def prepare_data(
+    data: str | Path,
+    *,
+    init: str | Path | None = None,
+    vocab_size: int | None = None,
+    joint: bool = True,
+    tokenizer_sample: int = TOKENIZER_SAMPLE,
+    seed: int = 0,
+    valid: float = 0.05,
+    test: float = 0.05,
+    data_cache: str | Path | None = None,
+    log: Callable[[str], None] = say,
+) -> Path:
+    """Tokenize the TSV ``data`` into the cache ahead of training (``tformer data prepare translation``): the folder
+    that :func:`setup` with the same data and tokenizer settings (``vocab_size``, ``joint``, ``tokenizer_sample``, and
+    ``seed``, ``valid``, ``test``, which say the training pairs the BPE is trained on; or ``init``'s tokenizers) then
+    maps at once. Returns the folder; it may also be given as ``data`` itself."""
+    check_settings(
+        {
+            "vocab_size": vocab_size,
+            "joint": joint,
+            "tokenizer_sample": tokenizer_sample,
+            "seed": seed,
+            "valid": valid,
+            "test": test,
+        },
+        bounds=BOUNDS,
+    )
+    if is_prepared(data) or not Path(data).is_file():
+        find_sources(data)  # missing: named
+        raise ValueError(f"--data {str(data)!r}: translation prepares a TSV file of pairs (source<TAB>target lines)")
+    if init is not None:
+        refuse_given(init, {"--vocab-size": vocab_size, "--separate-vocab": None if joint else True})
+        translator = Translator.from_loaded(start_from(init, "seq2seq"))
+        tokenizers = (translator.src_tokenizer, translator.tgt_tokenizer)
+    else:
+        hold = (seed, valid, test)
+        tokenizers = _pair_tokenizers(data, vocab_size or 8000, joint, hold, tokenizer_sample, data_cache, log)
+    return prepare_pairs(data, *tokenizers, cache=data_cache, log=log)
 
 
 def train(data: str | None = "builtin", out_dir: str | Path = "runs/translation", **options) -> tuple[Trainer, dict]:
