@@ -20,6 +20,11 @@ same block twice. Each measurement runs in a fresh process (:mod:`benchmarks.dat
 
 And once, ``model`` : the same ``train`` on a 0.2 MB text: the model's training memory, with next to no data.
 
+``--pairs 1,5`` (millions; ``--quick``: 2,000 pairs) does the same for translation: a TSV of that many
+English–French pairs (Tatoeba's, ../shared/data, each pair's words shuffled anew per copy; else Zipf words), prepared
+(``pairs_prepare``) then trained on (``pairs_train``, a ``--pairs-preset`` translator, ``--batch-tokens``), and its
+pairs model: the same on 20,000 pairs.
+
 Goals (issue 47): train's peak at 1 GB ≤ the model's training memory + 300 MB, and within 10% of the peak at 10 MB;
 the median step at 1 GB within 5% of the one at 10 MB; preparation ≥ 10 MB/s per core for byte-level BPE; a second
 run's start-up ≤ 5 s. Writes ``OUT/data.json`` and ``OUT/data.md`` with the machine (CPU, ISA class) measured.
@@ -63,6 +68,32 @@ def write_corpus(path: Path, size: int, seed: int = 0) -> None:
             written += len(block.encode("utf-8"))
 
 
+def write_pairs(path: Path, count: int, seed: int = 0) -> None:
+    """``count`` English–French pairs: Tatoeba's, each copy's words shuffled within its sentence; else Zipf words."""
+    source = SHARED_DATA / "tatoeba-eng-fra.tsv"
+    rng = np.random.default_rng(seed)
+    if source.is_file():
+        pairs = [
+            line.split("\t")[:2] for line in source.read_text(encoding="utf-8").split("\n") if line.count("\t") >= 1
+        ]
+    else:
+        words = ["".join(rng.choice(list("etaoinshrdlu"), size=int(rng.integers(1, 8)))) for _ in range(3000)]
+        pairs = [[" ".join(rng.choice(words, 8)), " ".join(rng.choice(words, 9))] for _ in range(20_000)]
+    with open(path, "w", encoding="utf-8") as f:
+        written, copy = 0, 0
+        while written < count:
+            order = rng.permutation(len(pairs))[: count - written]
+            lines = []
+            for i in order:
+                src, tgt = pairs[i]
+                if copy:  # a new copy: the same words, another order (other sentences to the batcher and BPE)
+                    src = " ".join(rng.permutation(src.split()))
+                    tgt = " ".join(rng.permutation(tgt.split()))
+                lines.append(f"{src}\t{tgt}\n")
+            f.write("".join(lines))
+            written, copy = written + len(order), copy + 1
+
+
 def child(kind: str, args: dict) -> dict:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}  # the tokenizers library on every core
     run = subprocess.run(
@@ -75,6 +106,46 @@ def child(kind: str, args: dict) -> dict:
     if run.returncode != 0:
         raise RuntimeError(f"data_child {kind} failed:\n{run.stderr[-3000:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _pairs(args, work: Path, counts: list[int], cores: int) -> list[dict]:
+    """Translation's rows: each TSV prepared and trained on, and the translator's memory on 20,000 pairs."""
+    if not counts:
+        return []
+    common = {
+        "preset": "tiny" if args.quick else args.pairs_preset,
+        "vocab_size": 300 if args.quick else args.vocab_size,
+        "batch_tokens": 256 if args.quick else args.batch_tokens,
+        "steps": args.steps,
+    }
+    small = work / "pairs-model.tsv"
+    write_pairs(small, 20_000)
+    a = {**common, "data": str(small), "cache": str(work / "pc0"), "out": str(work / "pairs-run-model")}
+    child("pairs_prepare", a)
+    model = child("pairs_train", a)
+    rows = []
+    for count in counts:
+        tsv = work / f"pairs-{count}.tsv"
+        write_pairs(tsv, count, seed=count)
+        a = {**common, "data": str(tsv), "cache": str(work / f"pc-{count}"), "out": str(work / f"pairs-run-{count}")}
+        prep = child("pairs_prepare", a)
+        train = child("pairs_train", a)
+        rows.append(
+            {
+                "pairs": prep["pairs"],
+                "tsv_bytes": tsv.stat().st_size,
+                "prepare_seconds": prep["seconds"],
+                "prepare_peak_mb": prep["peak_mb"],
+                "startup_seconds": train["startup_seconds"],
+                "step_seconds": _median_step(train["step_seconds"]),
+                "train_peak_mb": train["peak_mb"],
+                "train_anon_mb": train["anon_mb"],
+                "model_peak_mb": model["peak_mb"],
+            }
+        )
+        tsv.unlink()
+        shutil.rmtree(work / f"pc-{count}", ignore_errors=True)
+    return rows
 
 
 def _median_step(seconds: list[float]) -> float:
@@ -91,9 +162,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--sample", type=int, default=32 << 20, help="bytes the BPE is trained on (--tokenizer-sample)")
     p.add_argument("--no-nanogpt", action="store_true", help="skip nanoGPT's side")
+    p.add_argument("--pairs", default="", help="translation: millions of pairs, comma-separated (e.g. 1,5)")
+    p.add_argument("--pairs-preset", default="small", help="the translator's preset")
+    p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--work", default=None, help="where the corpora and caches go (default: a temporary folder)")
     args = p.parse_args(argv)
-    sizes = [1, 2] if args.quick else [int(s) for s in args.sizes.split(",")]
+    sizes = [1, 2] if args.quick else [int(s) for s in args.sizes.split(",") if s]
+    pair_counts = [2000] if args.quick else [int(float(m) * 1e6) for m in args.pairs.split(",") if m]
     if args.quick:
         args.preset, args.max_len, args.batch_size, args.steps, args.vocab_size = "tiny", 32, 4, 6, 300
     from tformer.machine import describe
@@ -156,6 +231,7 @@ def main(argv: list[str] | None = None) -> dict:
             shutil.rmtree(nano, ignore_errors=True)
             text.unlink()  # the disk back before the next size
             shutil.rmtree(cache, ignore_errors=True)
+        pair_rows = _pairs(args, work, pair_counts, cores)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -168,6 +244,11 @@ def main(argv: list[str] | None = None) -> dict:
         "prepare ≥ 10 MB/s per core (byte-level BPE)": min(r["prepare_mb_s_per_core"] for r in rows) >= 10,
         "second run start-up ≤ 5 s": max(r["startup_seconds"] for r in rows) <= 5,
     }
+    if pair_rows:
+        last_pairs = pair_rows[-1]
+        goals["translation: train peak at the most pairs ≤ model + 300 MB"] = (
+            last_pairs["train_peak_mb"] <= last_pairs["model_peak_mb"] + 300
+        )
     payload = {
         "benchmark": "data",
         "description": "prepare once, then train from the memory map: tformer beside nanoGPT's prepare.py + memmap",
@@ -175,6 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
         "settings": common,
         "model_training_peak_mb": model_peak,
         "results": rows,
+        "pairs": pair_rows,
         "ratios": {
             "train_peak_largest_over_smallest": last["train_peak_mb"] / first["train_peak_mb"],
             "train_peak_largest_minus_model_mb": last["train_peak_mb"] - model_peak,
@@ -203,6 +285,20 @@ def main(argv: list[str] | None = None) -> dict:
             f"| {r['train_peak_mb']:,.0f} | {r['batch_ms']:.2f} | {r.get('nanogpt_prepare_seconds', float('nan')):.1f} "
             f"| {r.get('nanogpt_batch_ms', float('nan')):.2f} |"
         )
+    if pair_rows:
+        lines += [
+            "",
+            f"Translation: a {args.pairs_preset} translator, --batch-tokens {args.batch_tokens}, BPE "
+            f"{args.vocab_size}; its training peak on 20,000 pairs {pair_rows[0]['model_peak_mb']:,.0f} MB.",
+            "",
+            "| pairs | TSV MB | prepare s | prepare peak MB | start-up s | step s | train peak MB |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in pair_rows:
+            lines.append(
+                f"| {r['pairs']:,} | {r['tsv_bytes'] / MB:,.0f} | {r['prepare_seconds']:.1f} | {r['prepare_peak_mb']:,.0f} "
+                f"| {r['startup_seconds']:.2f} | {r['step_seconds']:.3f} | {r['train_peak_mb']:,.0f} |"
+            )
     lines += ["", *(f"- {'met' if ok else 'NOT met'}: {goal}" for goal, ok in goals.items())]
     (out / "data.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

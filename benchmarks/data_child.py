@@ -12,6 +12,8 @@ Kinds:
 * ``train``: ``tformer.lm.setup`` on the prepared corpus (a second run: it maps what ``prepare`` wrote), then its
   Trainer's steps (``train lm`` as a user runs it, in the library); the start-up is the seconds ``setup`` took; then
   200 batches read from the map by the task's ``fetch`` (the Trainer's feed does it in a thread), timed apart;
+* ``pairs_prepare`` and ``pairs_train``: translation's TSV prepared (``tformer.translation.run.prepare_data``) and
+  trained on (``tformer.translation.setup``, the second run: it maps what was prepared), as for the language model;
 * ``nanogpt_batches``: 200 batches as nanoGPT's ``get_batch`` makes them from ``train.bin`` (a new ``np.memmap``
   per batch, ``torch.randint`` starts, ``torch.stack`` of the rows), timed.
 
@@ -131,6 +133,38 @@ def run(kind: str, a: dict) -> dict:
         g = torch.Generator().manual_seed(0)
         high = len(task.train_ids) - a["max_len"]
         out["batch_ms"] = _batch_ms(lambda: task.fetch(torch.randint(high, (a["batch_size"],), generator=g)))
+    elif kind == "pairs_prepare":
+        from tformer.data import open_pairs
+        from tformer.translation.run import prepare_data
+
+        start = time.perf_counter()
+        directory = prepare_data(a["data"], vocab_size=a["vocab_size"], data_cache=a["cache"], log=print)
+        out["seconds"] = time.perf_counter() - start
+        out["pairs"] = len(open_pairs(directory))
+    elif kind == "pairs_train":
+        from tformer import translation
+
+        start = time.perf_counter()
+        trainer = translation.setup(
+            a["data"],
+            a["out"],
+            preset=a["preset"],
+            vocab_size=a["vocab_size"],
+            batch_tokens=a["batch_tokens"],
+            dropout=0.0,
+            data_cache=a["cache"],
+            bleu_sentences=0,
+            overwrite=True,
+            max_steps=a["steps"],
+            eval_every=10**6,
+            log_every=1,
+            progress=False,
+        )
+        out["startup_seconds"] = time.perf_counter() - start
+        trainer.fit()
+        records = [json.loads(line) for line in (Path(a["out"]) / "log.jsonl").read_text().splitlines()]
+        elapsed = [r["elapsed_s"] for r in records if "train_loss" in r]
+        out["step_seconds"] = [b - a_ for a_, b in zip([0.0, *elapsed], elapsed)]
     elif kind == "nanogpt_batches":
         T, B = a["max_len"], a["batch_size"]
         g = torch.Generator().manual_seed(0)
