@@ -76,7 +76,16 @@ def add_parser(sub) -> None:
     fam = pr.add_subparsers(dest="family", metavar="FAMILY", required=True)
     lm = fam.add_parser("lm", help="a language model's stream of documents (train lm)")
     lm.add_argument("--data", required=True, type=existing_path, help="the text, as train lm's --data takes it")
-    add(lm, "--preset", choices=None)
+    from tformer.lm.recipes import RECIPES
+
+    add(
+        lm,
+        "--preset",
+        preset={
+            "choices": ["tiny", "small", "base", *RECIPES],
+            "help": "as train lm's: its recipe says the tokenizer and vocabulary (default: tiny)",
+        },
+    )
     lm.add_argument("--tokenizer", choices=["char", "bpe"], help="character-level or byte-level BPE (default: char)")
     add(lm, "--vocab-size", "--tokenizer-dir", "--tokenizer-sample", "--init", "--text-field", "--data-cache")
     lm.set_defaults(func=run_prepare_lm)

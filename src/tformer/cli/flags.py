@@ -90,6 +90,7 @@ FLAGS: dict[str, Flag] = {
         "the field (JSONL) or column (Parquet, Arrow, a saved datasets dataset) that holds each document's text",
         v.text_field,
         "text",
+        metavar="NAME",
     ),
     "--data-cache": Flag(
         "where corpora are kept tokenized, prepared once (default: $TFORMER_CACHE/data, else ~/.cache/tformer/data)",

@@ -366,13 +366,15 @@ def prepare_lm(
 
 
 def fingerprint(data: str | Path) -> str:
-    """The SHA-256 of what ``data`` holds (each source file's path, size and SHA-256; a prepared folder: those it was
-    prepared from): a run records it, and ``--resume`` refuses a corpus that changed since."""
+    """The SHA-256 of what ``data`` holds: each source file's size and SHA-256, in reading order (a prepared folder:
+    those it was prepared from), not where they are: a run moved with its text resumes. A run records it, and
+    ``--resume`` refuses a text that changed since."""
     if is_prepared(data):
         sources = (_read_manifest(Path(data)) or {}).get("sources", [])
     else:
         sources = _source_records(find_sources(data))
-    return hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()
+    content = [[s["size"], s["sha256"]] for s in sources]
+    return hashlib.sha256(json.dumps(content).encode()).hexdigest()
 
 
 def open_tokens(directory: str | Path) -> tuple[dict, TokenStream]:
