@@ -297,7 +297,13 @@ from tformer import lm
 data, out, cache = sys.argv[1:4]
 lm.train(data, out, "tiny", max_len=64, batch_size=8, batches_per_epoch=4, eval_blocks=4, max_steps=4,
          data_cache=cache, progress=False, log=lambda _: None)
-print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+def peak_mb():  # VmHWM: this program's own peak (ru_maxrss keeps the parent's across fork and exec)
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"peak_mb": peak_mb()}))
 """
 
 
@@ -360,3 +366,23 @@ def test_bad_text_is_refused_before_overwrite_deletes_the_old_run(tmp_path, caps
     with pytest.raises(ValueError, match="is not empty"):  # no --overwrite: refused before the corpus is read
         lm.setup(bad, run, "tiny", max_steps=1, log=logs.append)
     assert not any("preparing" in line or "tokenizer:" in line for line in logs)
+
+
+def test_a_source_is_hashed_once_per_state_of_the_file(tmp_path, monkeypatch):
+    """A run's fingerprint, its tokenizer's check and its data's check read a large text once, not three times; a
+    write (the same size, other bytes) is read again."""
+    from tformer.data import prepare as prepare_module
+
+    path = tmp_path / "t.txt"
+    path.write_text(_text(200))
+    read: list[str] = []
+    real = prepare_module._sha256
+    monkeypatch.setattr(prepare_module, "_sha256", lambda p: read.append(Path(p).name) or real(p))
+    first = tdata.fingerprint(path)
+    tok = tdata.corpus_tokenizer(path, "char", None, cache=tmp_path / "c", log=lambda _: None)
+    tdata.prepare_lm(path, tok, cache=tmp_path / "c", log=lambda _: None)
+    assert read.count("t.txt") == 1
+    stamp = path.stat().st_mtime_ns
+    while path.stat().st_mtime_ns == stamp:  # a later write: the file's clock ticks (coarse on some systems)
+        path.write_text(_text(200).swapcase())
+    assert tdata.fingerprint(path) != first and read.count("t.txt") == 2

@@ -4,6 +4,8 @@ shard boundary, the cache's checks (changed source, damaged shard), the validati
 
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import torch
 
 from tformer.cli import main
 from tformer.data import open_pairs, pairs_tokenizers, prepare_pairs, tokenizer_hash
+from tformer.data import pairs as pairs_module
 from tformer.translation import run as translation_run
 from tformer.translation.batching import EncodedPairs, budget_batches, make_batch, token_budget_batches
 from tformer.translation.pairs import filter_pairs, load_splits, read_tsv
@@ -238,7 +241,7 @@ def test_a_damaged_shard_or_index_is_refused_and_rebuilt(tmp_path, corpus):
     _, _, tok, _ = corpus
     tsv = _tsv(tmp_path / "pairs.tsv")
     directory = prepare_pairs(tsv, tok, tok, cache=tmp_path, shard_tokens=50, log=lambda _: None)
-    for name in ("shard-00001.bin", "index.npy"):
+    for name in ("shard-00001.bin", "lengths.npy"):
         path = directory / name
         data = bytearray(path.read_bytes())
         data[-1] ^= 0xFF  # same size, other bytes
@@ -288,7 +291,7 @@ def test_data_prepare_translation_then_train_on_the_folder(tmp_path, capsys):
     prepare = ["data", "prepare", "translation", "--data", str(tsv), "--vocab-size", "300", "--valid", "0.1"]
     assert main(prepare + ["--data-cache", str(cache)]) == 0
     folder = Path(capsys.readouterr().out.strip().splitlines()[-1])
-    assert (folder / "manifest.json").is_file() and (folder / "index.npy").is_file()
+    assert (folder / "manifest.json").is_file() and (folder / "lengths.npy").is_file()
     args = ARGS + ["--data", str(tsv), "--data-cache", str(cache), "--out", str(tmp_path / "run"), "--max-steps", "1"]
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -296,3 +299,81 @@ def test_data_prepare_translation_then_train_on_the_folder(tmp_path, capsys):
     args = ARGS + ["--data", str(folder), "--out", str(tmp_path / "run2"), "--max-steps", "1"]
     assert main(args) == 0  # the prepared folder itself as --data
     assert "split into" in capsys.readouterr().out
+
+
+def test_the_split_shuffle_is_python_s_and_kept_in_the_cache(tmp_path, monkeypatch):
+    """From SHUFFLE_KEPT_FROM sentences on, the split's shuffle (random.Random(seed).shuffle, ~2 s at 5M) is kept in
+    the cache and read back; a damaged copy is never used, and a cache that cannot be written costs only the time."""
+    monkeypatch.setattr(pairs_module, "SHUFFLE_KEPT_FROM", 10)
+    expected = list(range(1000))
+    random.Random(3).shuffle(expected)
+    assert pairs_module.shuffled(1000, 3, tmp_path).tolist() == expected  # made, and kept
+    kept = tmp_path / "shuffle-1000-3" / "order.npy"
+    assert kept.is_file()
+    made = []
+    monkeypatch.setattr(pairs_module, "_shuffle", lambda n, seed: made.append(n) or np.arange(n, dtype=np.int32))
+    assert pairs_module.shuffled(1000, 3, tmp_path).tolist() == expected and not made  # read back, not made
+    data = bytearray(kept.read_bytes())
+    data[-1] ^= 0xFF
+    kept.write_bytes(bytes(data))
+    assert pairs_module.shuffled(1000, 3, tmp_path).tolist() == list(range(1000)) and made == [1000]  # made again
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    assert pairs_module.shuffled(50, 1, blocked).tolist() == list(range(50))  # cannot be kept: made all the same
+    position, *_ = pairs_module.held_out_positions(9, 0, 2, 2)  # under the threshold: never kept
+    assert sorted(position.tolist()) == list(range(9))
+
+
+def test_held_out_text_is_read_in_any_order_across_reads(corpus, monkeypatch):
+    tsv, _, _, directory = corpus
+    monkeypatch.setattr(pairs_module, "_READ", 40)  # a read of text.bin holds a pair or two
+    pairs = open_pairs(directory)
+    kept, _ = filter_pairs(read_tsv(tsv))
+    order = np.random.default_rng(0).permutation(len(pairs))[: len(pairs) // 2]
+    assert pairs.texts(order) == [kept[i] for i in order.tolist()]
+    assert pairs.texts(np.zeros(0, dtype=np.int64)) == []
+
+
+def test_training_holds_16_bytes_a_pair_and_cut_shares_them(corpus):
+    _, _, tok, directory = corpus
+    train, _ = _shard_split(open_pairs(directory), 0, 0.1, 0.1)
+    assert (train.src_at.dtype, train.src_len.dtype, train.tgt_len.dtype) == (np.int64, np.int32, np.int32)
+    task = TranslationTask(_translator(tok, max_len=6), train, [], batch_tokens=40)
+    assert task.train_ids.src_at is train.src_at and task.train_ids.limit == 5  # no copy when no pair is dropped
+
+
+PAIRS_MEMORY_CHILD = r"""
+import json, resource, sys
+from tformer import translation
+data, out, cache = sys.argv[1:4]
+translation.train(data, out, preset="tiny", vocab_size=300, batch_tokens=256, max_steps=4, valid=20, test=20,
+                  bleu_sentences=0, eval_every=10**6, data_cache=cache, progress=False)
+def peak_mb():  # VmHWM: this program's own peak (ru_maxrss keeps the parent's across fork and exec)
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"peak_mb": peak_mb()}))
+"""
+
+
+def test_resident_memory_stays_flat_as_the_pairs_grow(tmp_path):
+    """A child process prepares and trains 4 steps on 5,000 and on 100,000 pairs: the peak resident memory differs by
+    far less than the pairs would take as Python objects (the in-memory path: ~1 KB a pair, ~95 MB more)."""
+    rng = np.random.default_rng(0)
+    words = ["".join(rng.choice(list("etaoinshrdlu"), size=int(rng.integers(2, 7)))) for _ in range(500)]
+    peaks = {}
+    for count in (5_000, 100_000):
+        path = tmp_path / f"p{count}.tsv"
+        chosen = rng.choice(words, size=(count, 12))
+        path.write_text("".join(f"{' '.join(r[:6])}\t{' '.join(r[6:])}\n" for r in chosen.tolist()), encoding="utf-8")
+        run = subprocess.run(
+            [sys.executable, "-c", PAIRS_MEMORY_CHILD, str(path), str(tmp_path / f"r{count}"), str(tmp_path / "c")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        peaks[count] = json.loads(run.stdout.strip().splitlines()[-1])["peak_mb"]
+    assert peaks[100_000] - peaks[5_000] < 40, peaks

@@ -27,6 +27,7 @@ training at once. A folder prepared elsewhere (with its ``manifest.json``) may b
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -54,6 +55,12 @@ __all__ = [
     "prepare_lm",
     "open_tokens",
     "fingerprint",
+    "cache_key",
+    "read_manifest",
+    "source_records",
+    "stale",
+    "size_text",
+    "progress_line",
 ]
 
 FORMAT = 1  # the manifest's and the shards' layout; another is prepared again
@@ -95,8 +102,22 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _source_records(files: list[Path]) -> list[dict]:
-    return [{"path": str(f.resolve()), "size": f.stat().st_size, "sha256": _sha256(f)} for f in files]
+def source_records(files: list[Path]) -> list[dict]:
+    """Each source file's path, size and SHA-256: what a manifest records of it, and what a use compares."""
+    records = []
+    for f in files:
+        path, stat = str(f.resolve()), f.stat()
+        sha256 = _known_sha256(path, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+        records.append({"path": path, "size": stat.st_size, "sha256": sha256})
+    return records
+
+
+@functools.lru_cache(maxsize=1024)
+def _known_sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+    """A source's SHA-256, read once per process for one state of the file (its size, times and inode: a write
+    changes them): a run's fingerprint, its tokenizer's check and its data's check read a large text once, not three
+    times."""
+    return _sha256(Path(path))
 
 
 def tokenizer_hash(tokenizer: Tokenizer | Mapping[str, Tokenizer]) -> str:
@@ -119,7 +140,8 @@ def _save_tokenizers(tokenizer: Tokenizer | Mapping[str, Tokenizer], directory: 
         tokenizer.save(directory)
 
 
-def _key(**parts) -> str:
+def cache_key(**parts) -> str:
+    """A cache folder's name part: a short hash of what the folder depends on."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -150,7 +172,8 @@ def damaged_file(directory: Path, manifest: dict) -> str | None:
     return None
 
 
-def _read_manifest(directory: Path) -> dict | None:
+def read_manifest(directory: Path) -> dict | None:
+    """A folder's manifest, or None when it is missing or unreadable."""
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -158,9 +181,9 @@ def _read_manifest(directory: Path) -> dict | None:
     return manifest if isinstance(manifest, dict) else None
 
 
-def _stale(directory: Path, sources: list[dict], tok_hash: str, what: str) -> str | None:
+def stale(directory: Path, sources: list[dict], tok_hash: str, what: str) -> str | None:
     """Why the prepared folder cannot be used as it is (in words), or None when it can."""
-    manifest = _read_manifest(directory)
+    manifest = read_manifest(directory)
     if manifest is None:
         return f"its {MANIFEST} is missing or unreadable"
     if manifest.get("format") != FORMAT:
@@ -186,8 +209,8 @@ def corpus_tokenizer(
     """A tokenizer of ``kind`` trained on the corpus ``data``: characters on all of its text, BPE or WordPiece on
     ``sample`` bytes of it spread over the whole; kept in the cache, so the next run on the same corpus loads it."""
     files = find_sources(data)
-    sources = _source_records(files)
-    key = _key(
+    sources = source_records(files)
+    key = cache_key(
         format=FORMAT,
         sources=[s["path"] for s in sources],
         text_field=text_field,
@@ -197,7 +220,7 @@ def corpus_tokenizer(
     )
     directory = cache_root(cache) / f"tokenizer-{key}"
     if directory.is_dir():
-        problem = _stale(directory, sources, "", "tokenizer")
+        problem = stale(directory, sources, "", "tokenizer")
         if problem is None:
             return load_tokenizer(directory / "tokenizer")
         log(f"data cache {directory}: {problem}: training the tokenizer again")
@@ -206,11 +229,13 @@ def corpus_tokenizer(
     texts: Iterator[str]
     if kind == "char":
         texts = (text for _, text in read_pieces(files, text_field))
-        said = f"every character of {_mb(total)}"
+        said = f"every character of {size_text(total)}"
     else:
         texts = sample_text(files, sample, text_field)
         said = (
-            f"a {_mb(min(sample, total))} sample of {_mb(total)} (--tokenizer-sample)" if total > sample else _mb(total)
+            f"a {size_text(min(sample, total))} sample of {size_text(total)} (--tokenizer-sample)"
+            if total > sample
+            else size_text(total)
         )
     tokenizer = train_tokenizer(kind, texts, vocab_size)
     log(f"tokenizer: {kind}, {tokenizer.vocab_size:,} ids, from {said} in {time.perf_counter() - start:.1f} s")
@@ -253,7 +278,7 @@ def prepared(
     tok_hash = tokenizer_hash(tokenizer)
     if is_prepared(data):
         directory = Path(data)
-        manifest = _read_manifest(directory) or {}
+        manifest = read_manifest(directory) or {}
         if manifest.get("format") != FORMAT:
             problem: str | None = f"it is of format {manifest.get('format')}, this tformer reads {FORMAT}"
         elif manifest.get("task") != task:
@@ -266,17 +291,17 @@ def prepared(
             raise ValueError(f"--data {str(directory)!r}: {problem}; prepare it again from its text")
         return directory
     files = find_sources(data)
-    sources = _source_records(files)
-    name = _key(format=FORMAT, task=task, sources=[s["path"] for s in sources], tok=tok_hash, **(key or {}))
+    sources = source_records(files)
+    name = cache_key(format=FORMAT, task=task, sources=[s["path"] for s in sources], tok=tok_hash, **(key or {}))
     directory = cache_root(cache) / f"{task}-{name}"
     if directory.is_dir():
-        problem = _stale(directory, sources, tok_hash, "tokens")
+        problem = stale(directory, sources, tok_hash, "tokens")
         if problem is None:
             log(f"data: prepared before, checked: {directory}")
             return directory
         log(f"data cache {directory}: {problem}: preparing it again")
     total = corpus_bytes(files)
-    log(f"preparing {_mb(total)} of text in {directory} (once: later runs map it)")
+    log(f"preparing {size_text(total)} of text in {directory} (once: later runs map it)")
     start = time.perf_counter()
     with staged_dir(directory) as work:  # whole or not at all
         built = build(work, files)
@@ -301,7 +326,7 @@ def prepared(
             **built,
         }
         (work / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    log(f"prepared {_mb(total)} in {seconds:.1f} s ({total / 1e6 / max(seconds, 1e-9):.1f} MB/s)")
+    log(f"prepared {size_text(total)} in {seconds:.1f} s ({total / 1e6 / max(seconds, 1e-9):.1f} MB/s)")
     return directory
 
 
@@ -356,7 +381,7 @@ def prepare_lm(
                 now = time.perf_counter()
                 if now - last_report >= _REPORT_S:
                     last_report = now
-                    log(_progress(done, total, now - start, writer.count))
+                    log(progress_line(done, total, now - start, writer.count))
         flush()
         shards = writer.close()
         log(f"prepared: {documents:,} document(s), {writer.count:,} ids in {len(shards)} {dtype} shard(s)")
@@ -370,9 +395,9 @@ def fingerprint(data: str | Path) -> str:
     those it was prepared from), not where they are: a run moved with its text resumes. A run records it, and
     ``--resume`` refuses a text that changed since."""
     if is_prepared(data):
-        sources = (_read_manifest(Path(data)) or {}).get("sources", [])
+        sources = (read_manifest(Path(data)) or {}).get("sources", [])
     else:
-        sources = _source_records(find_sources(data))
+        sources = source_records(find_sources(data))
     content = [[s["size"], s["sha256"]] for s in sources]
     return hashlib.sha256(json.dumps(content).encode()).hexdigest()
 
@@ -380,21 +405,22 @@ def fingerprint(data: str | Path) -> str:
 def open_tokens(directory: str | Path) -> tuple[dict, TokenStream]:
     """The manifest and the memory-mapped stream of a prepared folder."""
     directory = Path(directory)
-    manifest = _read_manifest(directory)
+    manifest = read_manifest(directory)
     if manifest is None:
         raise FileNotFoundError(f"{str(directory)!r} holds no {MANIFEST}: not a prepared corpus")
     return manifest, TokenStream.open(directory, manifest["shards"], manifest["dtype"])
 
 
-def _mb(n: int) -> str:
+def size_text(n: int) -> str:
+    """``12.3 MB``, ``1.02 GB``: a size in words."""
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
-def _progress(done: int, total: int, seconds: float, ids: int) -> str:
+def progress_line(done: int, total: int, seconds: float, ids: int) -> str:
     """``preparing: 120.0 MB of 1.00 GB (12%), 25.1 MB/s, 30,000,000 ids, ETA 0:35`` (characters count as bytes)."""
     rate = done / max(seconds, 1e-9)
     left = max(total - done, 0) / max(rate, 1e-9)
     return (
-        f"preparing: {_mb(done)} of {_mb(total)} ({100 * done / max(total, 1):.0f}%), {rate / 1e6:.1f} MB/s, "
+        f"preparing: {size_text(done)} of {size_text(total)} ({100 * done / max(total, 1):.0f}%), {rate / 1e6:.1f} MB/s, "
         f"{ids:,} ids, ETA {int(left // 60)}:{int(left % 60):02d}"
     )

@@ -43,15 +43,15 @@ from tformer.data.prepare import (
     FORMAT,
     MANIFEST,
     TOKENIZER_SAMPLE,
-    _key,
-    _mb,
-    _progress,
-    _read_manifest,
-    _source_records,
-    _stale,
+    cache_key,
     cache_root,
     file_entry,
     prepared,
+    progress_line,
+    read_manifest,
+    size_text,
+    source_records,
+    stale,
 )
 from tformer.data.shards import ShardWriter, TokenStream, token_dtype
 from tformer.data.sources import corpus_bytes, find_sources, read_pieces
@@ -127,7 +127,7 @@ def sentences_tokenizer(
     ``valid_cap``), else on about ``sample`` bytes of sentences spread evenly over the whole corpus. Kept in the
     cache, so the next run on the same corpus and settings loads it."""
     files = find_sources(data)
-    sources = _source_records(files)
+    sources = source_records(files)
     total = corpus_bytes(files)
     small = total <= sample
     settings = dict(
@@ -137,10 +137,10 @@ def sentences_tokenizer(
         valid=valid if small else None,  # a sample spread over a larger corpus does not depend on the split
         valid_cap=valid_cap if small else None,
     )
-    key = _key(format=FORMAT, kind="sentences-wordpiece", sources=[s["path"] for s in sources], **settings)
+    key = cache_key(format=FORMAT, kind="sentences-wordpiece", sources=[s["path"] for s in sources], **settings)
     directory = cache_root(cache) / f"sentence-tokenizer-{key}"
     if directory.is_dir():
-        problem = _stale(directory, sources, "", "tokenizer")
+        problem = stale(directory, sources, "", "tokenizer")
         if problem is None:
             return load_tokenizer(directory / "tokenizer")
         log(f"data cache {directory}: {problem}: training the tokenizer again")
@@ -150,10 +150,10 @@ def sentences_tokenizer(
         count = sum(1 for _ in read_sentences(files, text_field))
         kept = count - held_out_sentences(count, valid, valid_cap)
         texts = islice((s for _, s in read_sentences(files, text_field)), kept)
-        said = f"the {kept:,} training sentences ({_mb(total)} of text)"
+        said = f"the {kept:,} training sentences ({size_text(total)} of text)"
     else:
         texts = _spread(files, sample / total, text_field)
-        said = f"a {_mb(sample)} sample of {_mb(total)} (--tokenizer-sample)"
+        said = f"a {size_text(sample)} sample of {size_text(total)} (--tokenizer-sample)"
     tokenizer = train_tokenizer("wordpiece", texts, vocab_size)
     log(f"tokenizer: wordpiece, {tokenizer.vocab_size:,} ids, from {said} in {time.perf_counter() - start:.1f} s")
     with staged_dir(directory) as work:
@@ -220,7 +220,7 @@ def prepare_sentences(
                     now = time.perf_counter()
                     if now - last_report >= _REPORT_S:
                         last_report = now
-                        log(_progress(done, total, now - start, writer.count))
+                        log(progress_line(done, total, now - start, writer.count))
             if batch:
                 flush()
         shards = writer.close()
@@ -269,7 +269,7 @@ class Sentences:
     def open(cls, directory: str | Path) -> Sentences:
         """The sentences of a folder :func:`prepare_sentences` wrote."""
         directory = Path(directory)
-        manifest = _read_manifest(directory)
+        manifest = read_manifest(directory)
         if manifest is None or manifest.get("task") != "bert":
             raise FileNotFoundError(f"{str(directory)!r} holds no {MANIFEST} of prepared sentences")
         stream = TokenStream.open(directory, manifest["shards"], manifest["dtype"])

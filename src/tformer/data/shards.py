@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import mmap
 from pathlib import Path
 from typing import BinaryIO
 
@@ -86,6 +87,17 @@ class ShardWriter:
             self._file.close()
 
 
+def map_random(path: Path, dtype) -> np.ndarray:
+    """The file ``path`` as a read-only array mapped from it, read at random places: the kernel is told so
+    (``MADV_RANDOM``, where the system has it), so that a read of a few ids brings in their page, not the ~128 KB of
+    read-ahead around it (pages that would count in the process's resident memory)."""
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
+    return np.frombuffer(mapped, dtype=dtype)
+
+
 class TokenStream:
     """A stream of ids (N,) over memory-mapped shards or an array; :meth:`rows` reads blocks of it."""
 
@@ -97,13 +109,11 @@ class TokenStream:
 
     @classmethod
     def open(cls, directory: str | Path, shards: list[dict], dtype: str) -> TokenStream:
-        """The shards of ``directory`` (the manifest's list), mapped read-only."""
+        """The shards of ``directory`` (the manifest's list), mapped read-only (:func:`map_random`)."""
         kind = _DTYPES[dtype]
-        parts = [
-            np.memmap(Path(directory) / s["file"], dtype=kind, mode="r") if s["tokens"] else np.zeros(0, kind)
-            for s in shards
-        ]
-        return cls(parts)
+        return cls(
+            [map_random(Path(directory) / s["file"], kind) if s["tokens"] else np.zeros(0, kind) for s in shards]
+        )
 
     @classmethod
     def of(cls, ids) -> TokenStream:

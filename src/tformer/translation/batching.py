@@ -90,7 +90,8 @@ def budget_batches(sizes: np.ndarray, batch_tokens: int, seed: int, shuffle: boo
     Mersenne Twister), cut greedily, the batches shuffled by the same generator: exactly the batches the loop over a
     list of pairs made before, from arrays alone."""
     yes_no.check(shuffle, "shuffle")  # "no" is a true string: refused, not shuffled
-    sizes = np.asarray(sizes, dtype=np.int64)
+    sizes = np.asarray(sizes)
+    sizes = sizes if sizes.dtype.kind in "iu" else sizes.astype(np.int64)  # int32 sizes stay int32 (memory)
     rng = random.Random(seed)
     noise = _draws(rng, len(sizes)) if shuffle else np.zeros(len(sizes))
     order = np.lexsort((noise, sizes))  # by size, then the draw (stable: by index when none)
@@ -122,26 +123,29 @@ def _draws(rng: random.Random, n: int) -> np.ndarray:
 
 class EncodedPairs:
     """Encoded (source, target) pairs, N of them: their ids in a :class:`~tformer.data.TokenStream` (memory-mapped
-    shards, or an array), each pair's start and length on each side as (N,) int64 arrays. A pair's lengths may be
-    shorter than its ids (:meth:`cut`): the batches read the first ones."""
+    shards, or an array), each pair's source ids then its target ids; where each pair starts (N,) int64 and its two
+    lengths (N,) int32. A batch reads at most ``limit`` ids of each side (:meth:`cut`: the model's positions)."""
 
     def __init__(
-        self, stream: TokenStream, src_at: np.ndarray, src_len: np.ndarray, tgt_at: np.ndarray, tgt_len: np.ndarray
+        self,
+        stream: TokenStream,
+        src_at: np.ndarray,
+        src_len: np.ndarray,
+        tgt_len: np.ndarray,
+        limit: int | None = None,
     ) -> None:
-        self.stream = stream
-        self.src_at, self.src_len, self.tgt_at, self.tgt_len = (
-            np.asarray(a, dtype=np.int64) for a in (src_at, src_len, tgt_at, tgt_len)
-        )
+        self.stream, self.limit = stream, limit
+        self.src_at = np.asarray(src_at, dtype=np.int64)
+        self.src_len, self.tgt_len = np.asarray(src_len, dtype=np.int32), np.asarray(tgt_len, dtype=np.int32)
 
     @classmethod
     def of(cls, pairs: list[tuple[list[int], list[int]]]) -> EncodedPairs:
         """Pairs of id lists, in memory."""
-        src_len = np.fromiter((len(s) for s, _ in pairs), dtype=np.int64, count=len(pairs))
-        tgt_len = np.fromiter((len(t) for _, t in pairs), dtype=np.int64, count=len(pairs))
-        ends = np.cumsum(src_len + tgt_len)
-        src_at = ends - src_len - tgt_len
+        src_len = np.fromiter((len(s) for s, _ in pairs), dtype=np.int32, count=len(pairs))
+        tgt_len = np.fromiter((len(t) for _, t in pairs), dtype=np.int32, count=len(pairs))
+        src_at = np.cumsum(src_len + tgt_len, dtype=np.int64) - src_len - tgt_len
         flat = [i for s, t in pairs for i in (*s, *t)]
-        return cls(TokenStream.of(flat), src_at, src_len, src_at + src_len, tgt_len)
+        return cls(TokenStream.of(flat), src_at, src_len, tgt_len)
 
     def __len__(self) -> int:
         return len(self.src_at)
@@ -149,38 +153,49 @@ class EncodedPairs:
     def select(self, indices) -> EncodedPairs:
         """The pairs ``indices`` (an int array), in that order."""
         i = np.asarray(indices, dtype=np.int64)
-        return EncodedPairs(self.stream, self.src_at[i], self.src_len[i], self.tgt_at[i], self.tgt_len[i])
+        return EncodedPairs(self.stream, self.src_at[i], self.src_len[i], self.tgt_len[i], self.limit)
 
     def cut(self, limit: int) -> EncodedPairs:
-        """The pairs with ids on both sides, each side cut to its first ``limit`` ids (the model's positions)."""
+        """The pairs with ids on both sides, each side read to its first ``limit`` ids (the model's positions); the
+        arrays are shared when no pair is dropped."""
         kept = np.flatnonzero((self.src_len > 0) & (self.tgt_len > 0))
-        pairs = self.select(kept)
-        pairs.src_len, pairs.tgt_len = np.minimum(pairs.src_len, limit), np.minimum(pairs.tgt_len, limit)
-        return pairs
+        pairs = self if len(kept) == len(self) else self.select(kept)
+        limit = limit if self.limit is None else min(limit, self.limit)
+        return EncodedPairs(pairs.stream, pairs.src_at, pairs.src_len, pairs.tgt_len, limit)
+
+    def lengths(self, indices=None) -> tuple[np.ndarray, np.ndarray]:
+        """The source and target lengths a batch reads (each side cut to ``limit``) of the pairs ``indices`` (all)."""
+        src, tgt = (self.src_len, self.tgt_len) if indices is None else (self.src_len[indices], self.tgt_len[indices])
+        if self.limit is None:
+            return src, tgt
+        return np.minimum(src, self.limit), np.minimum(tgt, self.limit)
 
     def sizes(self) -> np.ndarray:
         """Each pair's padded length in a batch: ``max(source, target + 1)`` (N,)."""
-        return np.maximum(self.src_len, self.tgt_len + 1)
+        src, tgt = self.lengths()
+        return np.maximum(src, tgt + 1)
 
     def target_tokens(self, indices) -> int:
         """The real target tokens of the pairs ``indices`` (each target + its <eos>): a batch's ``n_tokens``."""
-        return int((self.tgt_len[np.asarray(indices, dtype=np.int64)] + 1).sum())
+        _, tgt = self.lengths(np.asarray(indices, dtype=np.int64))
+        return int(tgt.sum(dtype=np.int64)) + len(tgt)
 
     def pair(self, i: int) -> tuple[list[int], list[int]]:
         """Pair ``i``'s ids (as cut)."""
-        s, t = int(self.src_at[i]), int(self.tgt_at[i])
-        src = self.stream.read(s, s + int(self.src_len[i]))
-        return src.tolist(), self.stream.read(t, t + int(self.tgt_len[i])).tolist()
+        src_len, tgt_len = self.lengths(np.asarray([i]))
+        s, t = int(self.src_at[i]), int(self.src_at[i] + self.src_len[i])
+        return self.stream.read(s, s + int(src_len[0])).tolist(), self.stream.read(t, t + int(tgt_len[0])).tolist()
 
     def batch(self, indices, pad: int = PAD, sos: int = SOS, eos: int = EOS) -> Batch:
         """The teacher-forcing :class:`Batch` of the pairs ``indices`` (as :func:`make_batch` pads them), read now."""
         i = np.asarray(indices, dtype=np.int64)
-        src_len, tgt_len = self.src_len[i], self.tgt_len[i]
+        src_len, tgt_len = self.lengths(i)
+        src_at = self.src_at[i]
+        tgt_at = src_at + self.src_len[i]  # the target follows the whole source
         src = np.full((len(i), int(src_len.max())), pad, dtype=np.int64)  # (B, S)
         tgt_in = np.full((len(i), int(tgt_len.max()) + 1), pad, dtype=np.int64)  # (B, T)
         tgt_out = tgt_in.copy()
-        for row, (k, s, t) in enumerate(zip(i.tolist(), src_len.tolist(), tgt_len.tolist())):
-            a, b = int(self.src_at[k]), int(self.tgt_at[k])
+        for row, (a, b, s, t) in enumerate(zip(src_at.tolist(), tgt_at.tolist(), src_len.tolist(), tgt_len.tolist())):
             src[row, :s] = self.stream.read(a, a + s)
             target = self.stream.read(b, b + t)
             tgt_in[row, 0], tgt_in[row, 1 : t + 1] = sos, target

@@ -261,7 +261,7 @@ def setup(
             assert data is not None
             if directory is None:  # --resume: the run's tokenizers' ids
                 directory = from_rank0(lambda: prepare_pairs(data, *tokenizers, cache=data_cache, log=say), cfg.device)
-            train, split = _shard_split(open_pairs(directory), cfg.seed, valid, test)
+            train, split = _shard_split(open_pairs(directory), cfg.seed, valid, test, data_cache)
         else:
             assert split is not None
             train = split.train
@@ -321,17 +321,22 @@ def _pair_tokenizers(
     )
 
 
-def _shard_split(pairs: PairShards, seed: int, valid: float, test: float) -> tuple[EncodedPairs, Split]:
+def _shard_split(
+    pairs: PairShards, seed: int, valid: float, test: float, cache: str | Path | None = None
+) -> tuple[EncodedPairs, Split]:
     """The training pairs (their ids, memory-mapped) and the held-out ones (as text, in a :class:`Split` whose
     ``train`` is empty), split by source sentence as :func:`tformer.translation.pairs.split_pairs` splits a list, in
     the same order; said in one line."""
-    position, n_valid, test_lo, test_hi = held_out_positions(pairs.n_sources, seed, valid, test, VALID_CAP)
+    position, n_valid, test_lo, test_hi = held_out_positions(pairs.n_sources, seed, valid, test, VALID_CAP, cache)
     where = position[pairs.groups]
+    del position
     order = np.argsort(where, kind="stable")  # by the source's place in the shuffle, then the file's order
-    at = where[order]
-    held_valid, held_test = order[at < n_valid], order[(at >= test_lo) & (at < test_hi)]
-    trained = order[(at >= n_valid) & ((at < test_lo) | (at >= test_hi))]
-    encoded = EncodedPairs(pairs.stream, pairs.offsets, pairs.src_len, pairs.offsets + pairs.src_len, pairs.tgt_len)
+    a, b, c = np.searchsorted(where[order], [n_valid, test_lo, test_hi])  # the parts are runs of that order
+    del where
+    held_valid, held_test = order[:a], order[b:c]
+    trained = np.concatenate([order[a:b], order[c:]])
+    del order
+    encoded = EncodedPairs(pairs.stream, pairs.offsets[trained], pairs.src_len[trained], pairs.tgt_len[trained])
     split = Split([], pairs.texts(held_valid), pairs.texts(held_test))
     m = pairs.manifest
     none = " (no validation data)" if not len(held_valid) else ""
@@ -343,7 +348,7 @@ def _shard_split(pairs: PairShards, seed: int, valid: float, test: float) -> tup
         f"split into {len(trained)} train / {len(held_valid)} valid{none}{capped} / {len(held_test)} test pairs, held "
         f"out by source sentence (seed {seed})"
     )
-    return encoded.select(trained), split
+    return encoded, split
 
 
 def prepare_data(
