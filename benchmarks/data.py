@@ -148,6 +148,11 @@ def _pairs(args, work: Path, counts: list[int], cores: int) -> list[dict]:
     return rows
 
 
+def _cell(value: float | None, digits: int) -> str:
+    """A table cell: the number, or a dash where it was not measured (``--no-nanogpt``)."""
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
 def _median_step(seconds: list[float]) -> float:
     return statistics.median(seconds[3:] if len(seconds) > 5 else seconds)
 
@@ -287,8 +292,8 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(
             f"| {r['size_mb']:,} MB | {r['tokens']:,} | {r['prepare_seconds']:.1f} | {r['prepare_mb_s_per_core']:.2f} "
             f"| {r['prepare_peak_mb']:,.0f} | {r['startup_seconds']:.2f} | {r['step_seconds']:.3f} "
-            f"| {r['train_peak_mb']:,.0f} | {r['batch_ms']:.2f} | {r.get('nanogpt_prepare_seconds', float('nan')):.1f} "
-            f"| {r.get('nanogpt_batch_ms', float('nan')):.2f} |"
+            f"| {r['train_peak_mb']:,.0f} | {r['batch_ms']:.2f} | {_cell(r.get('nanogpt_prepare_seconds'), 1)} "
+            f"| {_cell(r.get('nanogpt_batch_ms'), 2)} |"
         )
     if pair_rows:
         lines += [
