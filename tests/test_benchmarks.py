@@ -412,11 +412,12 @@ def test_data_prepares_trains_and_measures_beside_nanogpt(tmp_path):
     assert [r["size_mb"] for r in rows] == [1, 2] and report["model_training_peak_mb"] > 0
     for r in rows:
         assert r["tokens"] > 0 and r["prepare_seconds"] > 0 and r["prepare_peak_mb"] > 0 and r["train_peak_mb"] > 0
-        assert r["startup_seconds"] > 0 and r["step_seconds"] > 0 and r["batch_ms"] > 0
+        # a tiny model's step may read 0 s: the log's elapsed_s is to 0.01 s (the full run's steps are ~0.3 s)
+        assert r["startup_seconds"] > 0 and r["step_seconds"] >= 0 and r["batch_ms"] > 0
         assert r["nanogpt_prepare_seconds"] > 0 and r["nanogpt_batch_ms"] > 0
     assert set(report["goals"]) >= {"second run start-up ≤ 5 s", "prepare ≥ 10 MB/s per core (byte-level BPE)"}
     (pairs,) = report["pairs"]  # translation: 2,000 pairs prepared and trained on
     assert pairs["pairs"] > 1500 and pairs["train_peak_mb"] > 0 and pairs["model_peak_mb"] > 0
-    assert pairs["prepare_seconds"] > 0 and pairs["step_seconds"] > 0 and pairs["startup_seconds"] > 0
+    assert pairs["prepare_seconds"] > 0 and pairs["step_seconds"] >= 0 and pairs["startup_seconds"] > 0
     table = (tmp_path / "data.md").read_text()
     assert "| 2 MB |" in table and "nanoGPT prepare s" in table and "| 2,000 |" in table
