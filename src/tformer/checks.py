@@ -230,6 +230,7 @@ SETTINGS: dict[str, Check] = {
     "eval_every": positive_int,
     "log_every": positive_int,
     "max_bad_steps": positive_int,
+    "patience": positive_int,
     "max_new_tokens": max_new_tokens,
     "beam": beam_size,
     "length_penalty": length_penalty,

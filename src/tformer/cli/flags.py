@@ -160,6 +160,11 @@ FLAGS: dict[str, Flag] = {
     "--max-bad-steps": Flag(
         "stop when this many steps in a row have a non-finite loss or gradient norm (each is skipped)", v.positive_int
     ),
+    "--patience": Flag(
+        "stop early after this many evaluations in a row without a better validation metric (the one best/ is "
+        "chosen by); best/ holds the best model",
+        v.positive_int,
+    ),
     "--no-progress": Flag("no progress bar (the log lines stay)", action="store_false", dest="progress"),
     "--compile": Flag(
         "torch.compile the model for the training steps: slower to start (the first steps compile), faster after, "
@@ -356,6 +361,7 @@ TRAINING_FLAGS = (
     "--resume",
     "--overwrite",
     "--max-bad-steps",
+    "--patience",
     "--no-progress",
     "--no-fast",
     "--compile",

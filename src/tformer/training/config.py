@@ -22,6 +22,7 @@ __all__ = [
     "gpu_batch_note",
     "budget_reached",
     "budget_spent_message",
+    "patience_spent",
     "lr_factor",
     "make_optimizer",
 ]
@@ -60,6 +61,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model's forward for the training steps (the saved model is plain)
     overwrite: bool = False  # start a new run in a non-empty out_dir (its old run is deleted); else refused
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
+    patience: int | None = None  # stop after this many evaluations in a row without a better task metric (None: never)
 
     def __post_init__(self) -> None:
         # lr > 0, overwrite True or False, ...: the flags' words, before a field is read (a string "no" is true)
@@ -114,8 +116,21 @@ def budget_reached(cfg: TrainConfig, step: int, epoch: int, elapsed: float) -> s
     return None
 
 
+def patience_spent(cfg: TrainConfig, stale: int) -> str | None:
+    """Why early stopping ends a run whose last ``stale`` evaluations in a row were no better than its best, in the
+    CLI's words (``"--patience 3 (3 evaluations in a row without a better one)"``); None while it may train on."""
+    if cfg.patience is not None and stale >= cfg.patience:
+        return f"--patience {cfg.patience} ({stale} evaluations in a row without a better one)"
+    return None
+
+
 def budget_spent_message(out: Path | str, reached: str) -> str:
     """Why a resumed run that has reached a limit does not train, and how to give it more."""
+    if reached.startswith("--patience"):
+        return (
+            f"the run in {str(out)!r} stopped early, at {reached}: nothing was trained and nothing was written; "
+            "give a larger --patience to train further (best/ holds its best model)"
+        )
     return (
         f"the run in {str(out)!r} has already reached {reached}: nothing is left to train and nothing was written; "
         "--max-steps, --epochs and --minutes count from the run's start (totals, not more on top), so give a "

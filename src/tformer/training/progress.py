@@ -15,7 +15,7 @@ from typing import TextIO
 
 from tqdm.auto import tqdm
 
-__all__ = ["Progress", "PLAIN_EVERY_S"]
+__all__ = ["Progress", "PLAIN_EVERY_S", "seconds_left", "step_text"]
 
 PLAIN_EVERY_S = 5.0
 
@@ -62,3 +62,24 @@ def _is_terminal(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # no isatty, or closed
         return False
+
+
+def seconds_left(
+    max_steps: int | None, minutes: float | None, step: int, elapsed: float, step0: int, elapsed0: float
+) -> float | None:
+    """Time to the end of a run at ``step`` after ``elapsed`` seconds: the rest of its ``minutes``, or the steps left
+    to ``max_steps`` at the pace since this session started (at ``step0``, ``elapsed0``), whichever ends first."""
+    left = []
+    if minutes is not None:
+        left.append(max(minutes * 60 - elapsed, 0.0))
+    if max_steps is not None and step > step0:
+        left.append((max_steps - step) * (elapsed - elapsed0) / (step - step0))
+    return min(left) if left else None
+
+
+def step_text(epoch: int, loss: float, lr: float, rate: float, left: float | None) -> str:
+    """``epoch 1 loss 2.345 lr 4.00e-04 12,345 tok/s ETA 3:12``: what a progress line shows of a step."""
+    text = f"epoch {epoch} loss {loss:.3f} lr {lr:.2e} {rate:,.0f} tok/s"
+    if left is not None:
+        text += f" ETA {int(left // 60)}:{int(left % 60):02d}"
+    return text

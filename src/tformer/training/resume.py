@@ -86,7 +86,17 @@ FIXED_FIELDS = (
     "accum_steps",
     "seed",
 )
-REPORTED_FIELDS = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "device", "precision", "max_bad_steps")
+REPORTED_FIELDS = (
+    "max_steps",
+    "epochs",
+    "minutes",
+    "eval_every",
+    "log_every",
+    "device",
+    "precision",
+    "max_bad_steps",
+    "patience",
+)
 _NO_FLAG = ("min_lr_ratio", "betas")
 
 

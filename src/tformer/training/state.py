@@ -198,6 +198,7 @@ def read_meta(directory: Path) -> dict[str, Any]:
     }
     optional = {
         "skipped_steps": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
+        "stale_evals": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
         "precision": ("'fp32', 'bf16' or 'fp16'", lambda v: v in ("fp32", "bf16", "fp16")),
         "train_config": ("an object (the TrainConfig)", lambda v: isinstance(v, dict)),
         "run": (
@@ -291,6 +292,7 @@ class RunState:
     elapsed: float
     best: float | None
     skipped_steps: int
+    stale_evals: int
     run_info: dict | None
     _saved_step: int | None
 
@@ -335,6 +337,7 @@ class RunState:
             "elapsed": self.elapsed,
             "best": self.best,
             "skipped_steps": self.skipped_steps,
+            "stale_evals": self.stale_evals,  # evaluations since the best (--patience)
             "precision": self.precision.precision,  # what ran ("auto" chose it): an fp16 run has a scaler to resume
             "train_config": asdict(self.cfg),
         }
@@ -379,6 +382,7 @@ class RunState:
         self.step, self.epoch, self.batch_index = meta["step"], meta["epoch"], meta["batch_index"]
         self.elapsed, self.best = float(meta["elapsed"]), meta["best"]
         self.skipped_steps = meta.get("skipped_steps", 0)
+        self.stale_evals = meta.get("stale_evals", 0)
         self.run_info = self.run_info or meta.get("run")
         self._saved_step = self.step
         self._follow_schedule(meta.get("train_config") or {})

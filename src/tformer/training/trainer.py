@@ -72,10 +72,17 @@ from tformer.machine import describe
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.nn.losses import sequence_cross_entropy as reference_cross_entropy
 from tformer.training import distributed
-from tformer.training.config import TrainConfig, budget_reached, budget_spent_message, lr_factor, make_optimizer
+from tformer.training.config import (
+    TrainConfig,
+    budget_reached,
+    budget_spent_message,
+    lr_factor,
+    make_optimizer,
+    patience_spent,
+)
 from tformer.training.feed import Feed
 from tformer.training.lock import RunLock
-from tformer.training.progress import Progress
+from tformer.training.progress import Progress, seconds_left, step_text
 from tformer.training.signals import TrainingInterrupted, stop_signals
 from tformer.training.state import RunState, dumps
 
@@ -126,6 +133,8 @@ class Trainer(RunState):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, cfg, time_used()))
         self.step, self.epoch, self.batch_index, self.elapsed = 0, 0, 0, 0.0
         self.best: float | None = None
+        self.stale_evals = 0  # evaluations in a row no better than the best (early stopping: cfg.patience)
+        self._patience_said = False  # --patience without validation data, said once
         self.history: list[dict] = []
         self.bad_steps, self.skipped_steps = 0, 0  # non-finite steps: in a row, and in all
         self.scaler_skips, self.overflows = 0, 0  # fp16: steps the scaler skipped (overflow): in all, and in a row
@@ -198,7 +207,10 @@ class Trainer(RunState):
 
     # ---------------------------------------------------------------- loop
     def _done(self) -> bool:
-        return budget_reached(self.cfg, self.step, self.epoch, self.elapsed) is not None
+        return budget_reached(self.cfg, self.step, self.epoch, self.elapsed) is not None or bool(self._patience_spent())
+
+    def _patience_spent(self) -> str | None:
+        return patience_spent(self.cfg, self.stale_evals)
 
     def _autocast(self):
         if self.precision.precision not in ("bf16", "fp16"):
@@ -296,22 +308,37 @@ class Trainer(RunState):
             )
 
     def evaluate(self) -> dict:
-        if not self.world.is_main:  # rank 0 evaluates and saves; the others go on to the next step
-            return {"step": self.step}
+        """Evaluate, log, and keep ``best/`` when better (rank 0; the others go on to the next step); with
+        ``patience``, every process learns how many evaluations in a row were not better (to stop together)."""
+        record = self._evaluate() if self.world.is_main else {"step": self.step}
+        if self.cfg.patience is not None:
+            self.stale_evals = distributed.broadcast_object(self.stale_evals, self.world)
+        return record
+
+    def _evaluate(self) -> dict:
         self.model.eval()
         with torch.no_grad():
             metrics = self.task.evaluate(self.model)
         record = {"step": self.step, "epoch": self.epoch, **metrics}
         self._log(record)
         value = metrics.get(self.task.metric)  # None: no validation data, so the model kept is the latest
+        if value is None and self.cfg.patience is not None and not self._patience_said:
+            self._patience_said = True
+            self._warn(
+                f"--patience {self.cfg.patience} compares nothing: this run's evaluations give no validation "
+                f"{self.task.metric} (no validation data); it trains to its budget"
+            )
         if value is not None and not math.isfinite(value):
             self._warn(f"step {self.step}: {self.task.metric} is {value}: not kept as the best model")
+            self.stale_evals += 1
             return record
         better = (
             value is None
             or self.best is None
             or (value > self.best if self.task.higher_is_better else value < self.best)
         )
+        if value is not None:  # early stopping counts the evaluations since the best
+            self.stale_evals = 0 if better else self.stale_evals + 1
         if better:
             self.best = value if value is not None else self.best
             with self._saving(self.out / BEST_DIR) as tmp:
@@ -326,7 +353,7 @@ class Trainer(RunState):
 
         A run resumed (or fitted before) that has reached its limit already is refused: training it again would
         only append a second evaluation of the same step to the log."""
-        reached = budget_reached(self.cfg, self.step, self.epoch, self.elapsed)
+        reached = budget_reached(self.cfg, self.step, self.epoch, self.elapsed) or self._patience_spent()
         if reached and self._saved_step == self.step:
             raise ValueError(budget_spent_message(self.out, reached))
         if self.world.is_main and self.lock is None:  # a Trainer built directly, not by make_trainer
@@ -396,6 +423,9 @@ class Trainer(RunState):
                 self.save_last()
         finally:
             progress.close()
+        if stopped := self._patience_spent():
+            best = "none was finite" if self.best is None else f"{self.task.metric} {self.best:.4g}"
+            distributed.say(f"stopped early at step {self.step}: {stopped}; best/ holds the best model ({best})")
         if self.world.is_main:
             self._plot()
         # every process returns rank 0's evaluation and knows its best metric (only rank 0 evaluated)
@@ -406,22 +436,10 @@ class Trainer(RunState):
         """The epoch's batches, read ahead in a thread when the task reads its data per batch (``fetch``)."""
         return Feed(getattr(self.task, "fetch", None), batches, pin=torch.device(self.device).type == "cuda")
 
-    def _seconds_left(self) -> float | None:
-        """Time to the end of the run: the rest of the budget, or the steps left at this session's pace."""
-        left = []
-        if self.cfg.minutes is not None:
-            left.append(max(self.cfg.minutes * 60 - self.elapsed, 0.0))
-        step0, elapsed0 = getattr(self, "_session", (0, 0.0))
-        if self.cfg.max_steps is not None and self.step > step0:
-            left.append((self.cfg.max_steps - self.step) * (self.elapsed - elapsed0) / (self.step - step0))
-        return min(left) if left else None
-
     def _postfix(self, loss: float, lr: float, rate: float) -> str:
-        text = f"epoch {self.epoch} loss {loss:.3f} lr {lr:.2e} {rate:,.0f} tok/s"
-        left = self._seconds_left()
-        if left is not None:
-            text += f" ETA {int(left // 60)}:{int(left % 60):02d}"
-        return text
+        step0, elapsed0 = getattr(self, "_session", (0, 0.0))  # this session's pace gives the ETA
+        left = seconds_left(self.cfg.max_steps, self.cfg.minutes, self.step, self.elapsed, step0, elapsed0)
+        return step_text(self.epoch, loss, lr, rate, left)
 
     def _plot(self) -> None:
         try:
