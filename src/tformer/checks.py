@@ -231,6 +231,7 @@ SETTINGS: dict[str, Check] = {
     "log_every": positive_int,
     "max_bad_steps": positive_int,
     "patience": positive_int,
+    "keep_checkpoints": positive_int,
     "max_new_tokens": max_new_tokens,
     "beam": beam_size,
     "length_penalty": length_penalty,

@@ -36,6 +36,7 @@ COMMANDS = [
     "data",
     "export",
     "merge",
+    "average",
     "info",
     "bench",
 ]

@@ -165,6 +165,10 @@ FLAGS: dict[str, Flag] = {
         "chosen by); best/ holds the best model",
         v.positive_int,
     ),
+    "--keep-checkpoints": Flag(
+        "keep the model of each of the last K evaluations in OUT/checkpoints/step-N, for tformer average",
+        v.positive_int,
+    ),
     "--no-progress": Flag("no progress bar (the log lines stay)", action="store_false", dest="progress"),
     "--compile": Flag(
         "torch.compile the model for the training steps: slower to start (the first steps compile), faster after, "
@@ -362,6 +366,7 @@ TRAINING_FLAGS = (
     "--overwrite",
     "--max-bad-steps",
     "--patience",
+    "--keep-checkpoints",
     "--no-progress",
     "--no-fast",
     "--compile",

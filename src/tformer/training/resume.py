@@ -41,6 +41,7 @@ from tformer.files import atomic_write, current_dir, earlier_name, leftover_of, 
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, WEIGHTS_NAME
 from tformer.settings import renamed
 from tformer.training import distributed
+from tformer.training.averaging import CHECKPOINTS
 from tformer.training.lock import LOCK_NAME, RunLock, foreign_lock, foreign_message
 from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
 from tformer.training.trainer import TrainConfig, Trainer, budget_reached, budget_spent_message
@@ -57,8 +58,8 @@ __all__ = [
 ]
 
 # What a run writes into OUT, and all that --overwrite deletes: the best model, the last state, the log and its
-# plot, translation's held-out splits, `tformer demo`'s attention picture
-RUN_FILES = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", "cross_attention.png")
+# plot, translation's held-out splits, `tformer demo`'s attention picture, --keep-checkpoints' models
+RUN_FILES = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", "cross_attention.png", CHECKPOINTS)
 # tformer 0.1 kept the best model at the top of OUT: its config, weights, tokenizers and labels (a run's only
 # beside that model: config and weights at the top)
 LEGACY_FILES = (
@@ -86,17 +87,8 @@ FIXED_FIELDS = (
     "accum_steps",
     "seed",
 )
-REPORTED_FIELDS = (
-    "max_steps",
-    "epochs",
-    "minutes",
-    "eval_every",
-    "log_every",
-    "device",
-    "precision",
-    "max_bad_steps",
-    "patience",
-)
+_BUDGET = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "device", "precision")
+REPORTED_FIELDS: tuple[str, ...] = (*_BUDGET, "max_bad_steps", "patience", "keep_checkpoints")
 _NO_FLAG = ("min_lr_ratio", "betas")
 
 
@@ -247,6 +239,8 @@ def _written_by_run(path: Path) -> bool:
         return False
     if name in (BEST_DIR, "last"):
         return path.is_dir()
+    if name == CHECKPOINTS:  # --keep-checkpoints: step-N folders (and what a cut save of one leaves)
+        return path.is_dir() and all(p.name.startswith("step-") or leftover_of(p) for p in path.iterdir())
     if name == "data":
         return path.is_dir() and {p.name for p in path.iterdir()} <= _DATA_FILES
     if name in LEGACY_FILES:

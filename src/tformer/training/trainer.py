@@ -67,11 +67,10 @@ import torch
 from tformer import fast
 from tformer.fast.precision import NORMAL_OVERFLOWS, SCALE_FLOOR, choose, gradient_scaler, halve_scale, use_tf32
 from tformer.fast.quantize import require_float
-from tformer.files import WriteError, machine_reason
-from tformer.machine import describe
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.nn.losses import sequence_cross_entropy as reference_cross_entropy
 from tformer.training import distributed
+from tformer.training.averaging import keep_checkpoint
 from tformer.training.config import (
     TrainConfig,
     budget_reached,
@@ -83,8 +82,9 @@ from tformer.training.config import (
 from tformer.training.feed import Feed
 from tformer.training.lock import RunLock
 from tformer.training.progress import Progress, seconds_left, step_text
+from tformer.training.runlog import RunLog
 from tformer.training.signals import TrainingInterrupted, stop_signals
-from tformer.training.state import RunState, dumps
+from tformer.training.state import RunState
 
 __all__ = [
     "TrainConfig",
@@ -150,33 +150,14 @@ class Trainer(RunState):
         # evaluate (and keep as the best so far) the model as it starts, before step 1: a run from a pretrained model
         # (--init) shows where fine-tuning starts, and never keeps a model worse than that start
         self.evaluate_start = False
-        self._machine_logged = False  # the session's first log record names the machine (_log)
+        self.run_log = RunLog(self.out, self.world.is_main, device, self.precision.precision)  # OUT/log.jsonl
         torch.manual_seed(cfg.seed + 1000 * self.world.rank)  # dropout differs between processes
 
     # ---------------------------------------------------------------- state: save_last(), resume() (RunState)
     def _log(self, record: dict) -> None:
-        """Append ``record`` to ``OUT/log.jsonl``; the first one of each session also holds ``"machine"``
-        (:func:`tformer.machine.describe`: CPU model, class, features; and the device), so that every speed in the
-        log names the machine that ran it, a resumed run's new machine included."""
+        """Keep ``record`` in :attr:`history` and append it to ``OUT/log.jsonl`` (:class:`RunLog`)."""
         self.history.append(record)
-        if not self.world.is_main:
-            return
-        line = record
-        if not self._machine_logged:
-            machine = {**describe().to_dict(), "device": str(self.device)}
-            line = {**record, "machine": machine, "precision": self.precision.precision}
-            self._machine_logged = True
-        path = self.out / "log.jsonl"
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(dumps(line) + "\n")  # strict JSON: a non-finite number is written as null
-        except OSError as err:  # a full disk says so here first: the log grows between two saves
-            message = (
-                f"could not append to {path}: {machine_reason(err)}; what was saved before in {self.out} (best/, "
-                "last/) is left as it was"
-            )
-            raise WriteError(err.errno, err.strerror, path, message) from err
+        self.run_log.append(record)
 
     # ---------------------------------------------------------------- signals (tformer.training.signals)
     def _on_signal(self, signum: int, frame) -> None:
@@ -342,11 +323,18 @@ class Trainer(RunState):
         if better:
             self.best = value if value is not None else self.best
             with self._saving(self.out / BEST_DIR) as tmp:
-                self.model.save_pretrained(tmp)
-                self.task.save_extra(tmp)
-                for write in self.also_save:
-                    write(self.model, tmp)
+                self._save_model(tmp)
+        if self.cfg.keep_checkpoints:  # each evaluation's model, the newest K kept (for tformer average)
+            info = {"metric": self.task.metric, "value": value, "higher_is_better": self.task.higher_is_better}
+            keep_checkpoint(self.out, self.step, info, self._save_model, self.cfg.keep_checkpoints, self._saving)
         return record
+
+    def _save_model(self, directory: Path) -> None:
+        """The model as ``best/`` holds it: weights, config, the task's files (tokenizer), the extra writers'."""
+        self.model.save_pretrained(directory)
+        self.task.save_extra(directory)
+        for write in self.also_save:
+            write(self.model, directory)
 
     def fit(self) -> dict:
         """Train until the epochs, steps or minutes run out; returns the last evaluation.

@@ -1,0 +1,44 @@
+"""``tformer average RUN OUT --last K`` (or ``--best K``): the models a run kept at its evaluations
+(``--keep-checkpoints``), averaged parameter by parameter into one model directory.
+
+    tformer train translation --data pairs.tsv --out runs/mt --eval-every 200 --keep-checkpoints 5
+    tformer average runs/mt avg/ --last 5         # the 5 newest: config.json, model.safetensors, the tokenizers
+    tformer evaluate --model avg/ --data test.tsv # then as any model
+
+``--best K`` takes the K best by the metric the run's ``best/`` is chosen by (BLEU for translation, the loss for the
+others). The average is the library's :func:`tformer.training.averaging.write_average`.
+"""
+
+from __future__ import annotations
+
+from tformer.cli.validate import existing_dir, positive_int
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "average",
+        help="average the models a run kept (--keep-checkpoints) into one model directory",
+        description="Write to OUT the average, parameter by parameter, of the models RUN kept at its last "
+        "evaluations (train with --keep-checkpoints K): fairseq's and OpenNMT-py's checkpoint averaging.",
+    )
+    p.add_argument("run", metavar="RUN", type=existing_dir, help="a run directory trained with --keep-checkpoints")
+    p.add_argument("out", metavar="OUT", help="the directory to write (missing or empty; its parent must exist)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--last", metavar="K", type=positive_int, help="average the K newest checkpoints")
+    which.add_argument(
+        "--best", metavar="K", type=positive_int, help="average the K best by the run's validation metric"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it holds an earlier model directory")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tformer.cli.merge import MODEL_FILES
+    from tformer.outputs import check_new_dir
+    from tformer.training.averaging import choose_checkpoints, write_average
+
+    out = check_new_dir(args.out, "OUT", [("RUN", args.run)], args.overwrite, MODEL_FILES)  # before any work
+    chosen = choose_checkpoints(args.run, args.last, args.best)
+    write_average(chosen, out)
+    print(f"wrote {out}: the average of {len(chosen)} checkpoints ({', '.join(d.name for d in chosen)})")
+    return 0

@@ -1,0 +1,110 @@
+"""Checkpoint averaging (issue 49): ``--keep-checkpoints K`` keeps the models of a run's last K evaluations, and
+``tformer average RUN OUT --last K`` / ``--best K`` writes their exact parameter-wise mean as a model directory."""
+
+import json
+
+import pytest
+import torch
+
+from tformer import GPT, GPTConfig, load
+from tformer.cli import main
+from tformer.training.averaging import average_models, checkpoints, choose_checkpoints
+from tformer.training.config import TrainConfig
+from tformer.training.trainer import Trainer
+
+VOCAB = 17
+
+
+class _Task:
+    """Next-token loss on fixed rows; evaluations return the scores given, in turn."""
+
+    metric, higher_is_better = "val_loss", False
+
+    def __init__(self, scores: list[float]) -> None:
+        self.scores = list(scores)
+        self.rows = torch.randint(1, VOCAB, (4, 9), generator=torch.Generator().manual_seed(0))
+
+    def train_batches(self, epoch: int) -> list[torch.Tensor]:
+        return [self.rows[:2], self.rows[2:]]
+
+    def count_tokens(self, batch: torch.Tensor) -> int:
+        return batch[:, 1:].numel()
+
+    def loss(self, model, batch):
+        logits = model(batch[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="sum"), 16
+
+    def evaluate(self, model) -> dict:
+        return {"val_loss": self.scores.pop(0)}
+
+    def save_extra(self, directory) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16))
+    cfg = TrainConfig(
+        out_dir=str(out), max_steps=6, eval_every=1, warmup_steps=1, lr=1e-2, progress=False, keep_checkpoints=3
+    )
+    Trainer(model, _Task([5.0, 4.0, 3.0, 3.5, 2.5, 2.9]), cfg).fit()
+    return out
+
+
+def _weights(directory):
+    return GPT.from_pretrained(directory).state_dict()
+
+
+def test_the_last_k_evaluations_are_kept_with_their_metric(run):
+    kept = checkpoints(run)
+    assert [d.name for d in kept] == ["step-0000004", "step-0000005", "step-0000006"]  # the older ones removed
+    info = json.loads((kept[0] / "checkpoint.json").read_text())
+    assert info == {"step": 4, "metric": "val_loss", "value": 3.5, "higher_is_better": False}
+    assert not torch.equal(_weights(kept[0])["output.weight"], _weights(kept[1])["output.weight"])
+
+
+def test_the_average_is_the_exact_mean_of_the_saved_states(run):
+    chosen = choose_checkpoints(run, last=3)
+    states = [_weights(d) for d in chosen]
+    averaged = average_models(chosen).state_dict()
+    for name, value in averaged.items():
+        mean = torch.stack([s[name].double() for s in states]).mean(0).to(value.dtype)
+        assert torch.equal(value, mean), name
+
+
+def test_best_k_ranks_by_the_run_s_metric(run):
+    assert [d.name for d in choose_checkpoints(run, best=2)] == ["step-0000005", "step-0000006"]  # 2.5, 2.9 (not 3.5)
+    assert [d.name for d in choose_checkpoints(run, best=1)] == ["step-0000005"]
+    with pytest.raises(ValueError, match="--last 4: .* kept 3 checkpoint"):
+        choose_checkpoints(run, last=4)
+
+
+def test_tformer_average_writes_a_model_directory_and_refuses_a_bad_ask(run, tmp_path, capsys):
+    out = tmp_path / "avg"
+    assert main(["average", str(run), str(out), "--last", "2"]) == 0
+    assert "the average of 2 checkpoints (step-0000005, step-0000006)" in capsys.readouterr().out
+    model = load(out, fast=False).model
+    expected = average_models(choose_checkpoints(run, last=2)).state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
+    assert main(["average", str(run), str(tmp_path / "more"), "--last", "9"]) != 0
+    assert "--last 9" in capsys.readouterr().err
+    assert main(["average", str(run), str(run / "inside"), "--best", "1"]) != 0  # inside the run it reads
+    assert "RUN" in capsys.readouterr().err
+    (tmp_path / "plain").mkdir()
+    assert main(["average", str(tmp_path / "plain"), str(tmp_path / "x"), "--last", "1"]) != 0
+    err = capsys.readouterr().err
+    assert "holds no checkpoints" in err and "--keep-checkpoints" in err
+
+
+def test_a_run_with_checkpoints_is_overwritten_as_a_run(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat. " * 200)
+    args = ["train", "lm", "--data", str(text), "--preset", "tiny", "--max-len", "16", "--batch-size", "4"]
+    args += ["--max-steps", "4", "--eval-every", "2", "--eval-blocks", "2", "--no-progress", "--warmup-steps", "1"]
+    args += ["--out", str(tmp_path / "run"), "--keep-checkpoints", "1"]
+    assert main(args) == 0
+    assert [d.name for d in checkpoints(tmp_path / "run")] == ["step-0000004"]
+    assert main(args + ["--overwrite"]) == 0  # checkpoints/ is the run's own: --overwrite may delete it
+    capsys.readouterr()
