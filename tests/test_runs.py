@@ -119,7 +119,7 @@ def test_rerun_into_a_run_is_refused_overwrite_starts_anew_and_a_mismatched_toke
     assert overwrite["code"] == 0, overwrite["err"]
     out = tmp_path / "run"
     assert [s for s, _ in _losses(out)] == [1, 2, 3, 4]  # the old run's records are gone, one record per step
-    assert sorted(p.name for p in out.iterdir()) == ["best", "curves.png", "last", "log.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["best", "config.yaml", "curves.png", "last", "log.jsonl"]
     model, tok = lm.load(out)  # the run directory loads: its best model
     assert model.config.vocab_size == tok.vocab_size
 
@@ -313,7 +313,8 @@ def test_a_signal_during_a_save_finishes_it_and_a_second_one_leaves_a_whole_last
         assert result["code"] == 0, (name, result["err"])
         assert _losses(tmp_path / name) == _losses(tmp_path / "straight"), name  # every step once, bit for bit
         GPT.from_pretrained(tmp_path / name / "last")
-        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["best", "curves.png", "last", "log.jsonl"]
+        files = ["best", "config.yaml", "curves.png", "last", "log.jsonl"]  # config.yaml: the settings resolved
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == files
 
 
 # ------------------------------------------------------------------------------------------------ divergence
@@ -372,7 +373,7 @@ def test_a_full_disk_or_a_refused_rename_during_a_save_leaves_the_previous_state
 
     _one_line_error(refuse, 1, "could not save refuse/best", "Permission denied")
     run = tmp_path / "refuse"
-    assert sorted(p.name for p in run.iterdir()) == ["best", "last", "log.jsonl"]  # best/ put back, no leftovers
+    assert sorted(p.name for p in run.iterdir()) == ["best", "config.yaml", "last", "log.jsonl"]  # best/ put back
     best, last = load_file(str(run / "best" / "model.safetensors")), load_file(str(run / "last" / "model.safetensors"))
     assert json.loads((run / "last" / "state.json").read_text())["step"] == 2
     assert all(torch.equal(best[k], last[k]) for k in best)  # best/ is still the model of step 2, whole

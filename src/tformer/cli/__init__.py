@@ -15,6 +15,7 @@ import os
 import sys
 
 from tformer import __version__
+from tformer.cli.config import expand as expand_config
 from tformer.cli.flags import Parser
 
 # Subcommand modules, in the order `tformer --help` lists them.
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     words = sys.argv[1:] if argv is None else list(argv)
     ours, theirs = _split_bench(words)
-    args = parser.parse_args(ours)
+    args = parser.parse_args(expand_config(parser, ours))  # train FAMILY --config FILE: its settings first
     if theirs is not None:
         args.args = theirs  # tformer bench NAME ...: the benchmark's own flags, unparsed
     if not getattr(args, "func", None):

@@ -410,3 +410,9 @@ def add_training(p, entry_defaults: Mapping[str, Any], **changes: Any) -> None:
         **changes,
     }
     add(g, *TRAINING_FLAGS, defaults=entry_defaults, **changes)
+    g.add_argument(
+        "--config",
+        metavar="FILE",
+        help="settings from a YAML file, by the flags' names (max-steps: 100); a flag given here too wins; every "
+        "run writes what it resolved to OUT/config.yaml",
+    )

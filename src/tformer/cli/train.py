@@ -281,11 +281,24 @@ def _report(trainer, result: dict, out: str) -> None:
     say(f"done: step {trainer.step}, {', '.join(scores) or NO_VALIDATION} -> {out}")
 
 
+def _train(args, setup) -> tuple:
+    """The family's ``setup`` with the parsed flags, ``OUT/config.yaml`` (the settings resolved: ``--config`` it to
+    repeat the run), then the training: the trainer and its last evaluation."""
+    from tformer.cli import build_parser
+    from tformer.cli.config import write_resolved
+    from tformer.training.distributed import is_main_process
+
+    trainer = setup(**options(args, setup))
+    if is_main_process():
+        write_resolved(build_parser(), args, args.out_dir)
+    return trainer, trainer.fit()
+
+
 def run_translation(args) -> int:
     from tformer import translation
     from tformer.training.distributed import say
 
-    trainer, result = translation.train(**options(args, translation.setup))
+    trainer, result = _train(args, translation.setup)
     if "val_loss" not in result:
         scores = NO_VALIDATION
     else:
@@ -298,7 +311,7 @@ def run_lm(args) -> int:
     from tformer import lm
     from tformer.training.distributed import say
 
-    trainer, result = lm.train(**options(args, lm.setup))
+    trainer, result = _train(args, lm.setup)
     if "val_loss" not in result:
         say(f"done: step {trainer.step}, {NO_VALIDATION} -> {args.out_dir}")
         return 0
@@ -313,7 +326,7 @@ def run_lm(args) -> int:
 def run_bert(args) -> int:
     from tformer import bert
 
-    trainer, result = bert.train(**options(args, bert.setup))
+    trainer, result = _train(args, bert.setup)
     _report(trainer, result, args.out_dir)
     return 0
 
@@ -321,6 +334,6 @@ def run_bert(args) -> int:
 def run_classify(args) -> int:
     from tformer import bert
 
-    trainer, result = bert.train_classifier(**options(args, bert.setup_classifier))
+    trainer, result = _train(args, bert.setup_classifier)
     _report(trainer, result, args.out_dir)
     return 0

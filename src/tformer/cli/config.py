@@ -1,0 +1,124 @@
+"""``tformer train FAMILY --config FILE.yaml``: a run's settings kept in a file, by the flags' own names.
+
+    # runs/mt/config.yaml, or a recipe of your own
+    data: multi30k/
+    preset: small
+    max-steps: 6000
+    eval-every: 500
+    patience: 4
+
+``--config FILE`` reads FILE's settings as if they were given first on the command line: a flag given there too
+wins (argparse keeps the last). A key is a flag's name without its dashes (``max-steps``; ``max_steps`` too); an
+unknown key is refused with the closest names (``did you mean 'max-steps'?``), as a flag's value is checked as the
+flag checks it. A switch takes ``true`` or ``false``. Every run writes the settings it resolved to
+``OUT/config.yaml`` (:func:`write_resolved`), so ``--config OUT/config.yaml`` repeats it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CONFIG_NAME", "expand", "write_resolved"]
+
+CONFIG_NAME = "config.yaml"  # what a run writes into OUT (tformer.training.resume.RUN_FILES)
+_NOT_SETTINGS = {"config", "overwrite", "resume", "help"}  # what a run is asked to do now, not how it is made
+
+
+def _family_parser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
+    """The parser of ``tformer train FAMILY`` when ``words`` start so, else None."""
+    node = parser
+    for word in words[:2]:
+        subs = [a for a in node._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            return None
+        node = subs[0].choices[word]
+    return node if words[:1] == ["train"] else None
+
+
+def _given(words: list[str]) -> str | None:
+    """The FILE of ``--config FILE`` / ``--config=FILE`` in ``words`` (the last one), else None."""
+    found = None
+    for i, word in enumerate(words):
+        if word == "--config" and i + 1 < len(words):
+            found = words[i + 1]
+        elif word.startswith("--config="):
+            found = word.split("=", 1)[1]
+    return found
+
+
+def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
+    """``words`` with the settings of its ``--config FILE`` inserted as flags after ``train FAMILY`` (before the
+    command line's own, which win); ``words`` as they are without one. A bad file or key is the family parser's
+    error: one line, exit status 2."""
+    family = _family_parser(parser, words)
+    path = _given(words) if family is not None else None
+    if family is None or path is None:
+        return words
+    settings = _read(family, Path(path))
+    flags: list[str] = []
+    options = {o[2:]: a for o, a in family._option_string_actions.items() if o.startswith("--")}
+    for key, value in settings.items():
+        name = str(key).replace("_", "-")
+        action = options.get(name)
+        if action is None or name in _NOT_SETTINGS:
+            close = difflib.get_close_matches(name, [n for n in options if n not in _NOT_SETTINGS], n=2)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            family.error(f"--config {path}: {key!r} is not a setting of this command{hint}")
+        flags += _as_flags(family, path, name, action, value)
+    return words[:2] + flags + words[2:]
+
+
+def _read(family: argparse.ArgumentParser, path: Path) -> dict:
+    import yaml
+
+    try:
+        settings = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        family.error(f"--config {path}: no such file")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        family.error(f"--config {path}: not a readable YAML file ({str(err).splitlines()[0]})")
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict):
+        family.error(f"--config {path}: expected a mapping of settings (max-steps: 100), got {type(settings).__name__}")
+    return settings
+
+
+def _as_flags(family: argparse.ArgumentParser, path: Path, name: str, action: argparse.Action, value: Any) -> list:
+    if value is None:  # null: the default
+        return []
+    if action.nargs == 0:  # a switch: --compile, --no-progress
+        if not isinstance(value, bool):
+            family.error(f"--config {path}: {name!r} is a switch, give true or false, got {value!r}")
+        return [f"--{name}"] if value else []
+    if isinstance(value, (dict, list)):
+        family.error(f"--config {path}: {name!r} takes one value, got {value!r}")
+    return [f"--{name}", str(value).lower() if isinstance(value, bool) else str(value)]
+
+
+def write_resolved(parser: argparse.ArgumentParser, args: argparse.Namespace, out: str | Path) -> Path:
+    """``OUT/config.yaml``: every setting of the command that made ``args`` (by flag name, as resolved: the
+    defaults, the config file's, the command line's), written whole; ``--config`` it to repeat the run."""
+    import yaml
+
+    from tformer.files import atomic_write
+
+    family = _family_parser(parser, ["train", args.family])
+    assert family is not None
+    resolved: dict[str, Any] = {}
+    for action in family._actions:
+        names = [o[2:] for o in action.option_strings if o.startswith("--")]
+        if not names or names[0] in _NOT_SETTINGS or action.help == argparse.SUPPRESS:
+            continue
+        value = getattr(args, action.dest, None)
+        if action.nargs == 0:  # a switch: true when it changed its default
+            value = value != action.default
+        resolved[names[0]] = str(value) if isinstance(value, Path) else value
+    text = f"# tformer train {args.family}: the settings this run resolved (--config this file repeats it)\n"
+    text += yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
+    path = Path(out) / CONFIG_NAME
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return path

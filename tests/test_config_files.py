@@ -1,0 +1,69 @@
+"""Recipes as files (issue 49): ``tformer train FAMILY --config FILE.yaml`` takes the flags' own names, a flag on the
+command line wins, an unknown key is refused with the closest names, and every run writes the settings it resolved
+to ``OUT/config.yaml``, which repeats the run."""
+
+import json
+
+import pytest
+import yaml
+
+from tformer.cli import main
+
+
+@pytest.fixture
+def text(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("the cat sat on the mat. a dog ran in the fog. " * 100)
+    return path
+
+
+def _losses(out):
+    return [r["train_loss"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "train_loss" in r]
+
+
+def test_a_config_file_sets_flags_the_command_line_wins_and_the_run_writes_what_it_resolved(tmp_path, text):
+    config = tmp_path / "recipe.yaml"
+    config.write_text(
+        "preset: tiny\nmax-len: 16\nbatch_size: 4\nmax-steps: 2\neval-blocks: 2\nlog-every: 1\nno-progress: true\n"
+        "warmup-steps: 1\n"
+    )
+    out = tmp_path / "run"
+    assert (
+        main(["train", "lm", "--data", str(text), "--out", str(out), "--config", str(config), "--max-steps", "3"]) == 0
+    )
+    assert len(_losses(out)) == 3  # the command line's --max-steps 3, not the file's 2
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["max-steps"] == 3 and resolved["preset"] == "tiny" and resolved["batch-size"] == 4
+    assert resolved["no-progress"] is True and resolved["out"] == str(out) and resolved["data"] == str(text)
+    assert "config" not in resolved and "overwrite" not in resolved
+    first = _losses(out)
+    assert main(["train", "lm", "--config", str(out / "config.yaml"), "--overwrite"]) == 0  # the same run again
+    assert _losses(out) == first
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("max_step: 3\n", ["'max_step' is not a setting", "did you mean 'max-steps'"]),
+        ("max-steps: -1\n", ["--max-steps"]),
+        ("no-progress: maybe\n", ["'no-progress' is a switch, give true or false"]),
+        ("- max-steps\n", ["expected a mapping of settings"]),
+        ("overwrite: true\n", ["'overwrite' is not a setting"]),
+        ("max-steps: [1, 2]\n", ["'max-steps' takes one value"]),
+    ],
+)
+def test_a_bad_config_is_refused_in_one_line(tmp_path, text, capsys, body, words):
+    config = tmp_path / "bad.yaml"
+    config.write_text(body)
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "lm", "--data", str(text), "--out", str(tmp_path / "r"), "--config", str(config)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_missing_config_file_is_named(tmp_path, text, capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "lm", "--data", str(text), "--out", str(tmp_path / "r"), "--config", str(tmp_path / "no.yaml")])
+    assert "no.yaml: no such file" in capsys.readouterr().err
