@@ -6,39 +6,12 @@ import json
 import pytest
 import torch
 
+from scripted import VOCAB, ScriptedTask
 from tformer import GPT, GPTConfig, load
 from tformer.cli import main
 from tformer.training.averaging import average_models, checkpoints, choose_checkpoints
 from tformer.training.config import TrainConfig
 from tformer.training.trainer import Trainer
-
-VOCAB = 17
-
-
-class _Task:
-    """Next-token loss on fixed rows; evaluations return the scores given, in turn."""
-
-    metric, higher_is_better = "val_loss", False
-
-    def __init__(self, scores: list[float]) -> None:
-        self.scores = list(scores)
-        self.rows = torch.randint(1, VOCAB, (4, 9), generator=torch.Generator().manual_seed(0))
-
-    def train_batches(self, epoch: int) -> list[torch.Tensor]:
-        return [self.rows[:2], self.rows[2:]]
-
-    def count_tokens(self, batch: torch.Tensor) -> int:
-        return batch[:, 1:].numel()
-
-    def loss(self, model, batch):
-        logits = model(batch[:, :-1])
-        return torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="sum"), 16
-
-    def evaluate(self, model) -> dict:
-        return {"val_loss": self.scores.pop(0)}
-
-    def save_extra(self, directory) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +22,7 @@ def run(tmp_path_factory):
     cfg = TrainConfig(
         out_dir=str(out), max_steps=6, eval_every=1, warmup_steps=1, lr=1e-2, progress=False, keep_checkpoints=3
     )
-    Trainer(model, _Task([5.0, 4.0, 3.0, 3.5, 2.5, 2.9]), cfg).fit()
+    Trainer(model, ScriptedTask([5.0, 4.0, 3.0, 3.5, 2.5, 2.9]), cfg).fit()
     return out
 
 

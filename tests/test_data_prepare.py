@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from scripted import PEAK_MB
 from tformer import data as tdata
 from tformer import lm
 from tformer.cli import main
@@ -291,20 +292,17 @@ def test_the_feed_reads_ahead_in_order_and_the_task_trains_on_either_form():
     assert torch.equal(a, b)
 
 
-MEMORY_CHILD = r"""
+MEMORY_CHILD = (
+    r"""
 import json, resource, sys, os
 from tformer import lm
+
 data, out, cache = sys.argv[1:4]
 lm.train(data, out, "tiny", max_len=64, batch_size=8, batches_per_epoch=4, eval_blocks=4, max_steps=4,
          data_cache=cache, progress=False, log=lambda _: None)
-def peak_mb():  # VmHWM: this program's own peak (ru_maxrss keeps the parent's across fork and exec)
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"peak_mb": peak_mb()}))
 """
+    + PEAK_MB
+)
 
 
 def test_resident_memory_stays_flat_as_the_corpus_grows(tmp_path):

@@ -7,40 +7,11 @@ import json
 import pytest
 import torch
 
+from scripted import VOCAB, ScriptedTask
 from tformer import GPT, GPTConfig
 from tformer.cli import main
 from tformer.training.config import TrainConfig
 from tformer.training.trainer import Trainer
-
-VOCAB = 17
-
-
-class _ScriptedTask:
-    """Next-token loss on fixed rows; its evaluations return the scores given, in turn (then the last again), and
-    keep a copy of the weights each was given."""
-
-    def __init__(self, scores: list[float | None], metric: str = "val_loss", higher_is_better: bool = False) -> None:
-        self.metric, self.higher_is_better = metric, higher_is_better
-        self.scores, self.seen = list(scores), []
-        self.rows = torch.randint(1, VOCAB, (4, 9), generator=torch.Generator().manual_seed(0))
-
-    def train_batches(self, epoch: int) -> list[torch.Tensor]:
-        return [self.rows[:2], self.rows[2:]]
-
-    def count_tokens(self, batch: torch.Tensor) -> int:
-        return batch[:, 1:].numel()
-
-    def loss(self, model, batch):
-        logits = model(batch[:, :-1])
-        return torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="sum"), 16
-
-    def evaluate(self, model) -> dict:
-        score = self.scores.pop(0) if len(self.scores) > 1 else self.scores[0]
-        self.seen.append({k: v.clone() for k, v in model.state_dict().items()})
-        return {} if score is None else {self.metric: score}
-
-    def save_extra(self, directory) -> None:
-        pass
 
 
 def _model() -> GPT:
@@ -54,7 +25,7 @@ def _config(out, **changes) -> TrainConfig:
 
 
 def test_the_run_stops_after_patience_flat_evaluations_and_keeps_the_best(tmp_path, capsys):
-    task = _ScriptedTask([3.0, 2.0, 2.5, 2.1, 2.2, 1.0])
+    task = ScriptedTask([3.0, 2.0, 2.5, 2.1, 2.2, 1.0])
     trainer = Trainer(_model(), task, _config(tmp_path, patience=3))
     result = trainer.fit()
     assert trainer.step == 5 and result["val_loss"] == 2.2 and trainer.best == 2.0  # steps 3, 4, 5: none better
@@ -68,12 +39,12 @@ def test_the_run_stops_after_patience_flat_evaluations_and_keeps_the_best(tmp_pa
 
 
 def test_a_resumed_run_keeps_the_count_and_a_stopped_one_needs_more_patience(tmp_path, capsys):
-    Trainer(_model(), _ScriptedTask([3.0, 2.0, 2.5, 2.1]), _config(tmp_path, patience=2)).fit()
-    again = Trainer(_model(), _ScriptedTask([9.0]), _config(tmp_path, patience=2))
+    Trainer(_model(), ScriptedTask([3.0, 2.0, 2.5, 2.1]), _config(tmp_path, patience=2)).fit()
+    again = Trainer(_model(), ScriptedTask([9.0]), _config(tmp_path, patience=2))
     again.resume()
     with pytest.raises(ValueError, match="stopped early, at --patience 2 .*give a larger --patience"):
         again.fit()
-    more = Trainer(_model(), _ScriptedTask([2.4, 1.5, 2.2, 2.3, 2.6]), _config(tmp_path, patience=3))
+    more = Trainer(_model(), ScriptedTask([2.4, 1.5, 2.2, 2.3, 2.6]), _config(tmp_path, patience=3))
     more.resume()
     assert more.stale_evals == 2 and more.best == 2.0
     more.fit()  # 2.4: the third flat evaluation would stop at patience 3 (2 carried over + 1)
@@ -81,14 +52,14 @@ def test_a_resumed_run_keeps_the_count_and_a_stopped_one_needs_more_patience(tmp
 
 
 def test_a_higher_is_better_metric_counts_the_same_way(tmp_path):
-    task = _ScriptedTask([10.0, 12.0, 11.0, 13.0, 12.5, 13.0, 14.0], metric="bleu", higher_is_better=True)
+    task = ScriptedTask([10.0, 12.0, 11.0, 13.0, 12.5, 13.0, 14.0], metric="bleu", higher_is_better=True)
     trainer = Trainer(_model(), task, _config(tmp_path, patience=2))
     trainer.fit()
     assert trainer.step == 6 and trainer.best == 13.0  # 11.0 then 13.0 (better); 12.5, then 13.0 equal: not better
 
 
 def test_patience_without_validation_data_says_so_and_trains_to_the_budget(tmp_path, capsys):
-    trainer = Trainer(_model(), _ScriptedTask([None]), _config(tmp_path, patience=1, max_steps=4))
+    trainer = Trainer(_model(), ScriptedTask([None]), _config(tmp_path, patience=1, max_steps=4))
     trainer.fit()
     assert trainer.step == 4
     err = capsys.readouterr().err

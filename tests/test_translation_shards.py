@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from scripted import PEAK_MB
 from tformer.cli import main
 from tformer.data import open_pairs, pairs_tokenizers, prepare_pairs, tokenizer_hash
 from tformer.data import pairs as pairs_module
@@ -342,20 +343,17 @@ def test_training_holds_16_bytes_a_pair_and_cut_shares_them(corpus):
     assert task.train_ids.src_at is train.src_at and task.train_ids.limit == 5  # no copy when no pair is dropped
 
 
-PAIRS_MEMORY_CHILD = r"""
+PAIRS_MEMORY_CHILD = (
+    r"""
 import json, resource, sys
 from tformer import translation
+
 data, out, cache = sys.argv[1:4]
 translation.train(data, out, preset="tiny", vocab_size=300, batch_tokens=256, max_steps=4, valid=20, test=20,
                   bleu_sentences=0, eval_every=10**6, data_cache=cache, progress=False)
-def peak_mb():  # VmHWM: this program's own peak (ru_maxrss keeps the parent's across fork and exec)
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"peak_mb": peak_mb()}))
 """
+    + PEAK_MB
+)
 
 
 def test_resident_memory_stays_flat_as_the_pairs_grow(tmp_path):

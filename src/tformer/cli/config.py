@@ -87,7 +87,7 @@ def _read(family: argparse.ArgumentParser, path: Path) -> dict:
     return settings
 
 
-def _as_flags(family: argparse.ArgumentParser, path: Path, name: str, action: argparse.Action, value: Any) -> list:
+def _as_flags(family: argparse.ArgumentParser, path: str, name: str, action: argparse.Action, value: Any) -> list:
     if value is None:  # null: the default
         return []
     if action.nargs == 0:  # a switch: --compile, --no-progress
