@@ -203,6 +203,7 @@ max_new_tokens = Number(int, 1, 100_000, allowed="an integer in [1, 100000]")
 seconds = Number(float, 0, 86_400, low_open=True, allowed="a number of seconds in (0, 86400] (one day)")
 vocab_size = Number(int, 6, allowed="an integer >= 6 (the special tokens + 1)")
 ratio = Number(float, 0, 1, allowed="a number in [0, 1]")
+ema_decay = Number(float, 0, 1, low_open=True, high_open=True, allowed="a decay in (0, 1), e.g. 0.999")
 yes_no = YesNo()
 compile_option = YesNo(or_function="a function that compiles the step")  # tformer.generation.static.compile_step
 
@@ -232,6 +233,7 @@ SETTINGS: dict[str, Check] = {
     "max_bad_steps": positive_int,
     "patience": positive_int,
     "keep_checkpoints": positive_int,
+    "ema": ema_decay,
     "max_new_tokens": max_new_tokens,
     "beam": beam_size,
     "length_penalty": length_penalty,

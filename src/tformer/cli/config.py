@@ -27,15 +27,19 @@ CONFIG_NAME = "config.yaml"  # what a run writes into OUT (tformer.training.resu
 _NOT_SETTINGS = {"config", "overwrite", "resume", "help"}  # what a run is asked to do now, not how it is made
 
 
-def _family_parser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
-    """The parser of ``tformer train FAMILY`` when ``words`` start so, else None."""
+def _family_parser(parser: argparse.ArgumentParser, words: list[str]) -> tuple[argparse.ArgumentParser, int] | None:
+    """The parser of ``tformer [--debug] train FAMILY`` and where FAMILY's own words start, when ``words`` are such
+    a command; else None."""
+    at = 0
+    while at < len(words) and words[at].startswith("-"):  # the global options before the command (--debug)
+        at += 1
     node = parser
-    for word in words[:2]:
+    for word in words[at : at + 2]:
         subs = [a for a in node._actions if isinstance(a, argparse._SubParsersAction)]
         if not subs or word not in subs[0].choices:
             return None
         node = subs[0].choices[word]
-    return node if words[:1] == ["train"] else None
+    return (node, at + 2) if words[at : at + 1] == ["train"] and node is not parser and at + 2 <= len(words) else None
 
 
 def _given(words: list[str]) -> str | None:
@@ -53,10 +57,11 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
     """``words`` with the settings of its ``--config FILE`` inserted as flags after ``train FAMILY`` (before the
     command line's own, which win); ``words`` as they are without one. A bad file or key is the family parser's
     error: one line, exit status 2."""
-    family = _family_parser(parser, words)
-    path = _given(words) if family is not None else None
-    if family is None or path is None:
+    found = _family_parser(parser, words)
+    path = _given(words) if found is not None else None
+    if found is None or path is None:
         return words
+    family, at = found
     settings = _read(family, Path(path))
     flags: list[str] = []
     options = {o[2:]: a for o, a in family._option_string_actions.items() if o.startswith("--")}
@@ -68,7 +73,7 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
             hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             family.error(f"--config {path}: {key!r} is not a setting of this command{hint}")
         flags += _as_flags(family, path, name, action, value)
-    return words[:2] + flags + words[2:]
+    return words[:at] + flags + words[at:]
 
 
 def _read(family: argparse.ArgumentParser, path: Path) -> dict:
@@ -106,8 +111,9 @@ def write_resolved(parser: argparse.ArgumentParser, args: argparse.Namespace, ou
 
     from tformer.files import atomic_write
 
-    family = _family_parser(parser, ["train", args.family])
-    assert family is not None
+    found = _family_parser(parser, ["train", args.family])
+    assert found is not None
+    family = found[0]
     resolved: dict[str, Any] = {}
     for action in family._actions:
         names = [o[2:] for o in action.option_strings if o.startswith("--")]

@@ -169,6 +169,11 @@ FLAGS: dict[str, Flag] = {
         "keep the model of each of the last K evaluations in OUT/checkpoints/step-N, for tformer average",
         v.positive_int,
     ),
+    "--ema": Flag(
+        "keep an exponential moving average of the weights with this decay (e.g. 0.999), evaluated beside them "
+        "(ema_* in the log); best/ is whichever scores better",
+        v.ema_decay,
+    ),
     "--no-progress": Flag("no progress bar (the log lines stay)", action="store_false", dest="progress"),
     "--compile": Flag(
         "torch.compile the model for the training steps: slower to start (the first steps compile), faster after, "
@@ -367,6 +372,7 @@ TRAINING_FLAGS = (
     "--max-bad-steps",
     "--patience",
     "--keep-checkpoints",
+    "--ema",
     "--no-progress",
     "--no-fast",
     "--compile",

@@ -1,4 +1,5 @@
-"""Checkpoint averaging: the models a run kept at its last evaluations, averaged parameter by parameter into one model
+"""Averaged weights: an exponential moving average kept while a run trains (:class:`EMA`, ``--ema DECAY``), and
+checkpoint averaging: the models a run kept at its last evaluations, averaged parameter by parameter into one model
 (fairseq's ``average_checkpoints.py``, OpenNMT-py's model averaging). Averaging the weights of nearby points of one
 run lands nearer the middle of the valley they circle, and usually scores a little better than any one of them.
 
@@ -14,16 +15,20 @@ directories of one kind and shape, in float64, each tensor stored back in its ow
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from tformer.files import staged_dir
 
 __all__ = [
+    "EMA",
+    "EMA_NAME",
     "CHECKPOINTS",
     "keep_checkpoint",
     "checkpoints",
@@ -33,6 +38,7 @@ __all__ = [
 ]
 
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-NNNNNNN
+EMA_NAME = "ema.safetensors"  # in last/: the moving average, for --resume
 INFO = "checkpoint.json"  # {"step": ..., "metric": ..., "value": ..., "higher_is_better": ...}
 _ADAPTER = ("adapter_model.safetensors", "adapter_config.json")  # a LoRA run's PEFT adapter: not the average's
 
@@ -115,3 +121,49 @@ def write_average(directories: Sequence[str | Path], out: str | Path) -> Path:
                 shutil.copy2(f, tmp / f.name)
         model.save_pretrained(tmp)
     return Path(out)
+
+
+class EMA:
+    """The exponential moving average of a model's floating-point weights (``--ema DECAY``: Polyak averaging,
+    Marian's exponential smoothing, timm's ModelEmaV2): after each optimizer step ``ema = decay * ema + (1 - decay)
+    * weight``, kept in float32 apart from the model. :meth:`swapped` puts it in the model for an evaluation or a
+    save, then puts the trained weights back; :meth:`save` and :meth:`load` keep it with ``last/``."""
+
+    def __init__(self, model: torch.nn.Module, decay: float) -> None:
+        self.decay = decay
+        live = model.state_dict(keep_vars=True)  # the model's own tensors, updated in place by the optimizer
+        self.names = [n for n, t in live.items() if t.is_floating_point()]
+        self._live = [live[n].detach() for n in self.names]
+        self.shadow = [t.float().clone() for t in self._live]
+
+    def update(self) -> None:
+        """One step of the average, after an optimizer step."""
+        with torch.no_grad():
+            torch._foreach_lerp_(self.shadow, [t.float() for t in self._live], 1.0 - self.decay)
+
+    @contextlib.contextmanager
+    def swapped(self):
+        """The averaged weights in the model for the block; the trained ones back after it, whatever happens."""
+        kept = [t.clone() for t in self._live]
+        try:
+            with torch.no_grad():
+                for t, s in zip(self._live, self.shadow):
+                    t.copy_(s)
+            yield
+        finally:
+            with torch.no_grad():
+                for t, k in zip(self._live, kept):
+                    t.copy_(k)
+
+    def save(self, path: Path) -> None:
+        save_file(dict(zip(self.names, self.shadow)), str(path))
+
+    def load(self, path: Path) -> None:
+        """The average saved in ``path``; a missing file or one of other tensors is an error naming it."""
+        if not path.is_file():
+            raise FileNotFoundError(f"{str(path)!r} is missing: the run's moving average (--ema) cannot be resumed")
+        saved = load_file(str(path))
+        if set(saved) != set(self.names) or any(saved[n].shape != s.shape for n, s in zip(self.names, self.shadow)):
+            raise ValueError(f"{str(path)!r} does not hold this model's moving average (other tensors or shapes)")
+        for n, s in zip(self.names, self.shadow):
+            s.copy_(saved[n])

@@ -62,9 +62,8 @@ class TrainConfig:
     overwrite: bool = False  # start a new run in a non-empty out_dir (its old run is deleted); else refused
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
     patience: int | None = None  # stop after this many evaluations in a row without a better task metric (None: never)
-    keep_checkpoints: int | None = (
-        None  # keep the models of the last K evaluations in OUT/checkpoints (tformer average)
-    )
+    keep_checkpoints: int | None = None  # keep the last K evaluations' models in OUT/checkpoints (tformer average)
+    ema: float | None = None  # a moving average of the weights with this decay, evaluated beside them (ema_*)
 
     def __post_init__(self) -> None:
         # lr > 0, overwrite True or False, ...: the flags' words, before a field is read (a string "no" is true)

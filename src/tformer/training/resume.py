@@ -87,6 +87,7 @@ FIXED_FIELDS = (
     "clip",
     "accum_steps",
     "seed",
+    "ema",
 )
 _BUDGET = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "device", "precision")
 REPORTED_FIELDS: tuple[str, ...] = (*_BUDGET, "max_bad_steps", "patience", "keep_checkpoints")

@@ -42,7 +42,9 @@ from tformer.fast.precision import Choice, scaler_state_problem
 from tformer.files import WriteError, atomic_write, current_dir, machine_reason, os_error, staged_dir
 from tformer.readers import read_json_object
 from tformer.training import distributed
+from tformer.training.averaging import EMA_NAME
 from tformer.training.config import TrainConfig
+from tformer.training.meta import STATE_NAME, check_trainer_json, is_int, is_number, read_meta
 
 __all__ = [
     "STATE_NAME",
@@ -55,7 +57,6 @@ __all__ = [
     "convert_legacy",
 ]
 
-STATE_NAME = "state.json"
 TENSORS_NAME = "trainer_state.safetensors"
 JSON_NAME = "trainer_state.json"
 LEGACY_NAME = "trainer_state.pt"  # tformer 0.1
@@ -125,7 +126,7 @@ def read_state(directory: Path) -> dict[str, Any]:
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{str(directory / name)!r} is missing: {directory} holds no training state")
     meta = read_json_object(directory / JSON_NAME, "training state")
-    _check_meta(directory / JSON_NAME, meta)
+    check_trainer_json(directory / JSON_NAME, meta)
     try:
         tensors = load_file(str(directory / TENSORS_NAME))
     except (SafetensorError, OSError, ValueError) as err:
@@ -157,75 +158,6 @@ def read_state(directory: Path) -> dict[str, Any]:
     if scaler is not None and not isinstance(scaler, dict):
         raise ValueError(f"{str(directory / JSON_NAME)!r}: 'scaler' must be the gradient scaler's state (an object)")
     return {"optimizer": optimizer, "scheduler": meta["scheduler"], "rng": rng, "scaler": scaler}
-
-
-def _check_meta(path: Path, meta: dict[str, Any]) -> None:
-    """``trainer_state.json`` must hold the optimizer's param groups and slots, the scheduler and a process count."""
-    optimizer, scheduler, processes = meta.get("optimizer"), meta.get("scheduler"), meta.get("processes")
-    problem = None
-    if not isinstance(optimizer, dict):
-        problem = f"'optimizer' is {_shown(optimizer)}, expected an object with 'param_groups' and 'state'"
-    elif not isinstance(optimizer.get("param_groups"), list) or not all(
-        isinstance(g, dict) and isinstance(g.get("params"), list) for g in optimizer["param_groups"]
-    ):
-        problem = "'optimizer.param_groups' must be a list of objects, each with its 'params'"
-    elif not isinstance(optimizer.get("state"), dict) or not all(
-        k.isdigit() and isinstance(v, dict) for k, v in optimizer["state"].items()
-    ):
-        problem = "'optimizer.state' must be an object of parameter numbers to objects"
-    elif not isinstance(scheduler, dict) or not isinstance(scheduler.get("base_lrs"), list):
-        problem = f"'scheduler' is {_shown(scheduler)}, expected the scheduler's state (an object with 'base_lrs')"
-    elif not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
-        problem = f"'processes' is {_shown(processes)}, expected the number of processes (1 or more)"
-    if problem:
-        raise ValueError(f"training state {str(path)!r}: {problem} (the file is damaged or not tformer's)")
-
-
-def read_meta(directory: Path) -> dict[str, Any]:
-    """``directory/state.json`` (step, epoch, data position, elapsed seconds, best metric, the TrainConfig, the
-    run's kind and settings), checked field by field: a missing, empty or damaged file, or a field of the wrong
-    type, is an error naming the file and the field."""
-    path = directory / STATE_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{str(path)!r} is missing: {directory} holds no training state to resume from")
-    meta = read_json_object(path, "training state")
-    expected = {
-        "step": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
-        "epoch": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
-        "batch_index": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
-        "elapsed": ("a number of seconds >= 0", lambda v: _is_number(v) and 0 <= v < math.inf),
-        "best": ("a number or null", lambda v: v is None or _is_number(v)),
-    }
-    optional = {
-        "skipped_steps": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
-        "stale_evals": ("a whole number >= 0", lambda v: _is_int(v) and v >= 0),
-        "precision": ("'fp32', 'bf16' or 'fp16'", lambda v: v in ("fp32", "bf16", "fp16")),
-        "train_config": ("an object (the TrainConfig)", lambda v: isinstance(v, dict)),
-        "run": (
-            "an object with the run's 'kind' and 'settings'",
-            lambda v: isinstance(v, dict) and isinstance(v.get("kind"), str) and isinstance(v.get("settings"), dict),
-        ),
-    }
-    for name, (what, ok) in {**expected, **optional}.items():
-        if name not in meta and name in optional:
-            continue
-        if name not in meta or not ok(meta[name]):
-            got = "missing" if name not in meta else f"{_shown(meta[name])}"
-            raise ValueError(f"training state {str(path)!r}: {name!r} is {got}, expected {what}")
-    return meta
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _shown(value: Any) -> str:
-    text = json.dumps(value) if value is not None else "null"
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _read_legacy(path: Path) -> dict[str, Any]:
@@ -293,6 +225,7 @@ class RunState:
     best: float | None
     skipped_steps: int
     stale_evals: int
+    ema: Any  # tformer.training.averaging.EMA, or None
     run_info: dict | None
     _saved_step: int | None
 
@@ -349,6 +282,8 @@ class RunState:
             scaler = None if self.scaler is None else self.scaler.state_dict()
             write_state(tmp, self.optimizer.state_dict(), self.scheduler.state_dict(), rng, scaler)
             write_json(tmp / STATE_NAME, meta)
+            if self.ema is not None:  # --ema: the moving average goes on where it was
+                self.ema.save(tmp / EMA_NAME)
 
     def resume(self) -> None:
         """Continue exactly from ``OUT/last``: model, optimizer, scheduler, gradient scaler, step, RNG, data position.
@@ -383,6 +318,8 @@ class RunState:
         self.elapsed, self.best = float(meta["elapsed"]), meta["best"]
         self.skipped_steps = meta.get("skipped_steps", 0)
         self.stale_evals = meta.get("stale_evals", 0)
+        if self.ema is not None:
+            self.ema.load(last / EMA_NAME)
         self.run_info = self.run_info or meta.get("run")
         self._saved_step = self.step
         self._follow_schedule(meta.get("train_config") or {})
@@ -412,7 +349,7 @@ class RunState:
         follows the new end from the next step on, said in one line on stderr with that step's learning rate on
         both schedules. The resumed run is then not the run it would have been: a resume changes nothing silently."""
         steps, minutes = saved.get("max_steps"), saved.get("minutes")
-        if self.cfg.schedule != "cosine" or not (_is_int(steps) or (steps is None and _is_number(minutes))):
+        if self.cfg.schedule != "cosine" or not (is_int(steps) or (steps is None and is_number(minutes))):
             return  # no end to move, or none saved that a cosine run could have had
         old = _decay_end(steps, minutes)
         new = _decay_end(self.cfg.max_steps, self.cfg.minutes)

@@ -70,7 +70,7 @@ from tformer.fast.quantize import require_float
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.nn.losses import sequence_cross_entropy as reference_cross_entropy
 from tformer.training import distributed
-from tformer.training.averaging import keep_checkpoint
+from tformer.training.averaging import EMA, keep_checkpoint
 from tformer.training.config import (
     TrainConfig,
     budget_reached,
@@ -134,6 +134,7 @@ class Trainer(RunState):
         self.step, self.epoch, self.batch_index, self.elapsed = 0, 0, 0, 0.0
         self.best: float | None = None
         self.stale_evals = 0  # evaluations in a row no better than the best (early stopping: cfg.patience)
+        self.ema = EMA(self.model, cfg.ema) if cfg.ema is not None else None  # after the kernels are chosen
         self._patience_said = False  # --patience without validation data, said once
         self.history: list[dict] = []
         self.bad_steps, self.skipped_steps = 0, 0  # non-finite steps: in a row, and in all
@@ -300,9 +301,13 @@ class Trainer(RunState):
         self.model.eval()
         with torch.no_grad():
             metrics = self.task.evaluate(self.model)
-        record = {"step": self.step, "epoch": self.epoch, **metrics}
+            with self.ema.swapped() if self.ema else contextlib.nullcontext():  # --ema: the average's, beside
+                averaged = self.task.evaluate(self.model) if self.ema else {}
+        record = {"step": self.step, "epoch": self.epoch, **metrics, **{f"ema_{k}": v for k, v in averaged.items()}}
         self._log(record)
         value = metrics.get(self.task.metric)  # None: no validation data, so the model kept is the latest
+        use_ema = self._better(averaged.get(self.task.metric), value)  # the average is the candidate for best/
+        value = averaged[self.task.metric] if use_ema else value
         if value is None and self.cfg.patience is not None and not self._patience_said:
             self._patience_said = True
             self._warn(
@@ -322,12 +327,18 @@ class Trainer(RunState):
             self.stale_evals = 0 if better else self.stale_evals + 1
         if better:
             self.best = value if value is not None else self.best
-            with self._saving(self.out / BEST_DIR) as tmp:
+            with self._saving(self.out / BEST_DIR) as tmp, self.ema.swapped() if use_ema else contextlib.nullcontext():
                 self._save_model(tmp)
         if self.cfg.keep_checkpoints:  # each evaluation's model, the newest K kept (for tformer average)
             info = {"metric": self.task.metric, "value": value, "higher_is_better": self.task.higher_is_better}
             keep_checkpoint(self.out, self.step, info, self._save_model, self.cfg.keep_checkpoints, self._saving)
         return record
+
+    def _better(self, a: float | None, b: float | None) -> bool:
+        """Whether the metric ``a`` (finite) beats ``b`` (None or not finite: anything does)."""
+        if a is None or not math.isfinite(a):
+            return False
+        return b is None or not math.isfinite(b) or (a > b if self.task.higher_is_better else a < b)
 
     def _save_model(self, directory: Path) -> None:
         """The model as ``best/`` holds it: weights, config, the task's files (tokenizer), the extra writers'."""
@@ -380,6 +391,8 @@ class Trainer(RunState):
                             loss, tokens = self._optimizer_step(group, start, fetched)
                             self.batch_index += len(group)
                             if loss is not None:
+                                if self.ema is not None:  # the moving average takes the step's weights
+                                    self.ema.update()
                                 window_tokens += tokens
                                 rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
                                 lr = self.scheduler.get_last_lr()[0]

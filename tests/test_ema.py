@@ -1,0 +1,82 @@
+"""The moving average of the weights (issue 49): ``--ema DECAY`` keeps ``ema = decay * ema + (1 - decay) * weight``
+after every optimizer step, evaluates it beside the trained weights (``ema_*`` in the log), keeps it as ``best/``
+when it scores better, and resumes it exactly from ``last/``."""
+
+import json
+
+import pytest
+import torch
+
+from scripted import VOCAB, ScriptedTask
+from tformer import GPT, GPTConfig
+from tformer.cli import main
+from tformer.training.averaging import EMA
+from tformer.training.config import TrainConfig
+from tformer.training.trainer import Trainer
+
+
+def _model() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16))
+
+
+def _config(out, **changes) -> TrainConfig:
+    options = dict(out_dir=str(out), max_steps=4, eval_every=2, warmup_steps=1, lr=1e-2, progress=False, ema=0.9)
+    return TrainConfig(**{**options, **changes})
+
+
+def test_the_update_rule_and_the_swap():
+    model = _model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ema = EMA(model, 0.9)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    ema.update()
+    after = {k: v.clone() for k, v in model.state_dict().items()}
+    for name, shadow in zip(ema.names, ema.shadow):
+        torch.testing.assert_close(shadow, 0.9 * before[name] + 0.1 * after[name], rtol=0, atol=1e-6)
+    with pytest.raises(RuntimeError), ema.swapped():
+        assert all(torch.equal(model.state_dict()[n], s) for n, s in zip(ema.names, ema.shadow))
+        raise RuntimeError("an evaluation that fails")
+    assert all(torch.equal(v, after[k]) for k, v in model.state_dict().items())  # the trained weights back
+
+
+def test_the_average_is_evaluated_beside_and_kept_as_best_when_better(tmp_path):
+    # each evaluation: the trained weights' score, then the average's
+    task = ScriptedTask([3.0, 2.0, 1.5, 1.8])
+    trainer = Trainer(_model(), task, _config(tmp_path))
+    trainer.fit()
+    evals = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    evals = [r for r in evals if "val_loss" in r]
+    assert [(r["val_loss"], r["ema_val_loss"]) for r in evals] == [(3.0, 2.0), (1.5, 1.8)]
+    assert trainer.best == 1.5
+    best = GPT.from_pretrained(tmp_path / "best").state_dict()
+    assert all(torch.equal(best[k], v) for k, v in task.seen[2].items())  # step 4's trained weights (1.5)
+    again = Trainer(_model(), ScriptedTask([3.0, 2.0, 2.5, 2.2]), _config(tmp_path / "b", max_steps=2))
+    again.fit()
+    best = GPT.from_pretrained(tmp_path / "b" / "best").state_dict()
+    averaged = dict(zip(again.ema.names, again.ema.shadow))
+    assert all(torch.equal(best[k], averaged[k]) for k in again.ema.names if k in best)  # the average's (2.0)
+
+
+def test_a_resumed_average_is_the_uninterrupted_one(tmp_path):
+    straight = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "straight"))
+    straight.fit()
+    Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "cut", max_steps=2)).fit()
+    resumed = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "cut"))
+    resumed.resume()
+    resumed.fit()
+    assert all(torch.equal(a, b) for a, b in zip(resumed.ema.shadow, straight.ema.shadow))
+    plain = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "plain", max_steps=2, ema=None))
+    plain.fit()
+    late = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "plain"))
+    with pytest.raises(FileNotFoundError, match="ema.safetensors' is missing"):
+        late.resume()
+
+
+def test_ema_is_refused_outside_0_1(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "lm", "--data", __file__, "--out", str(tmp_path / "r"), "--ema", "1"])
+    err = capsys.readouterr().err
+    assert "--ema" in err and "a decay in (0, 1)" in err
