@@ -67,3 +67,11 @@ def test_a_missing_config_file_is_named(tmp_path, text, capsys):
     with pytest.raises(SystemExit):
         main(["train", "lm", "--data", str(text), "--out", str(tmp_path / "r"), "--config", str(tmp_path / "no.yaml")])
     assert "no.yaml: no such file" in capsys.readouterr().err
+
+
+def test_a_config_after_global_options_is_read_too(tmp_path, text):
+    config = tmp_path / "recipe.yaml"
+    config.write_text("preset: tiny\nmax-len: 16\nbatch-size: 4\nmax-steps: 1\neval-blocks: 1\nno-progress: true\n")
+    out = tmp_path / "run"
+    assert main(["--debug", "train", "lm", "--data", str(text), "--out", str(out), "--config", str(config)]) == 0
+    assert yaml.safe_load((out / "config.yaml").read_text())["max-steps"] == 1
