@@ -1,5 +1,6 @@
 """Translation end to end: overfitting, greedy/beam/batched decoding, BLEU, exact resume, the demo."""
 
+import functools
 import json
 import math
 
@@ -237,6 +238,23 @@ def test_translate_and_evaluate_commands(overfit, tmp_path, capsys, monkeypatch)
     )
     text = capsys.readouterr().out
     assert text.startswith("BLEU 100.00") and "nrefs:1" in text and "chrF 100.00" in text
+    seen = []  # evaluate decodes with the flags it was given (it once dropped --length-penalty and --batch-size)
+    real = Translator.translate
+
+    @functools.wraps(real)  # the flags' defaults are read off its signature
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate", spy)
+    files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    decoding = ["--beam", "2", "--length-penalty", "0.6", "--batch-size", "3"]
+    assert main(["evaluate", "--model", str(out), *files, *decoding]) == 0
+    assert {k: seen[-1][k] for k in ("beam", "length_penalty", "batch_size")} == {
+        "beam": 2,
+        "length_penalty": 0.6,
+        "batch_size": 3,
+    }
 
 
 def test_demo_runs_end_to_end(tmp_path, capsys):

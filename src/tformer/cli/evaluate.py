@@ -35,7 +35,8 @@ def run(args) -> int:
         check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
     translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
     translator.model = for_inference(translator.model, args.precision, "measuring", args.device)
-    result = evaluate_files(translator, args.src, args.ref, beam=args.beam, max_new_tokens=args.max_new_tokens)
+    decoding = dict(beam=args.beam, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    result = evaluate_files(translator, args.src, args.ref, length_penalty=args.length_penalty, **decoding)
     if args.out_hyp:
         text = "\n".join(result["hypotheses"]) + "\n"
         write_output(args.out_hyp, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

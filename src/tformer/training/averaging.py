@@ -124,16 +124,17 @@ def write_average(directories: Sequence[str | Path], out: str | Path) -> Path:
 
 
 class EMA:
-    """The exponential moving average of a model's floating-point weights (``--ema DECAY``: Polyak averaging,
+    """The exponential moving average of a model's trained weights (``--ema DECAY``: Polyak averaging,
     Marian's exponential smoothing, timm's ModelEmaV2): after each optimizer step ``ema = decay * ema + (1 - decay)
     * weight``, kept in float32 apart from the model. :meth:`swapped` puts it in the model for an evaluation or a
     save, then puts the trained weights back; :meth:`save` and :meth:`load` keep it with ``last/``."""
 
     def __init__(self, model: torch.nn.Module, decay: float) -> None:
         self.decay = decay
-        live = model.state_dict(keep_vars=True)  # the model's own tensors, updated in place by the optimizer
-        self.names = [n for n, t in live.items() if t.is_floating_point()]
-        self._live = [live[n].detach() for n in self.names]
+        # the parameters that train (a LoRA run's frozen base never moves: no copy of it), updated in place
+        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p.is_floating_point()]
+        self.names = [n for n, _ in trained]
+        self._live = [p.detach() for _, p in trained]
         self.shadow = [t.float().clone() for t in self._live]
 
     def update(self) -> None:

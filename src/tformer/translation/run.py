@@ -401,14 +401,20 @@ def train(data: str | None = "builtin", out_dir: str | Path = "runs/translation"
 
 
 def evaluate_files(
-    translator: Translator, src: str | Path, refs: list[str | Path], beam: int = 1, max_new_tokens: int = 128
+    translator: Translator,
+    src: str | Path,
+    refs: list[str | Path],
+    beam: int = 1,
+    max_new_tokens: int = 128,
+    **decoding,
 ) -> dict:
     """BLEU and chrF of ``translator`` on a file of source sentences and one or more reference files
-    (one sentence a line, aligned); the result also holds the ``hypotheses``."""
+    (one sentence a line, aligned); the result also holds the ``hypotheses``. ``decoding``: :meth:`Translator.evaluate`'s
+    other settings (``batch_size``, ``length_penalty``)."""
 
     sources = read_lines(src)  # strict UTF-8: a bad byte is refused with its file and line
     references = [read_lines(r) for r in refs]
     for path, r in zip(refs, references):
         if len(r) != len(sources):
             raise ValueError(f"--ref {path} has {len(r)} lines, --src {src} has {len(sources)}")
-    return translator.evaluate(sources, references, beam=beam, max_new_tokens=max_new_tokens)
+    return translator.evaluate(sources, references, beam=beam, max_new_tokens=max_new_tokens, **decoding)

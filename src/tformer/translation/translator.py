@@ -222,10 +222,16 @@ class Translator:
         return out
 
     def evaluate(
-        self, sources: list[str], references: list[list[str]], beam: int = 1, max_new_tokens: int = 128
+        self,
+        sources: list[str],
+        references: list[list[str]],
+        beam: int = 1,
+        max_new_tokens: int = 128,
+        batch_size: int = 64,
+        length_penalty: float = 1.0,
     ) -> dict:
         """BLEU and chrF (sacreBLEU) of the translations of ``sources`` against ``references`` (one list per
-        reference set), with the signatures and the ``hypotheses``."""
+        reference set), with the signatures and the ``hypotheses``; the decoding settings are :meth:`translate`'s."""
         sources = check_texts(sources, "sources", one=False)
         if not isinstance(references, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in references):
             raise ValueError(f"references must be a list of reference sets (lists of strings), got {references!r:.60}")
@@ -233,7 +239,9 @@ class Translator:
             check_texts(refs, f"references[{k}]", one=False)
             if len(refs) != len(sources):
                 raise ValueError(f"references[{k}] has {len(refs)} sentences, sources has {len(sources)}")
-        hyps = self.translate(sources, beam=beam, max_new_tokens=max_new_tokens)
+        hyps = self.translate(
+            sources, beam=beam, max_new_tokens=max_new_tokens, batch_size=batch_size, length_penalty=length_penalty
+        )
         bleu, chrf, bleu_sig, chrf_sig = corpus_bleu(hyps, references)
         return {"bleu": bleu, "chrf": chrf, "bleu_signature": bleu_sig, "chrf_signature": chrf_sig, "hypotheses": hyps}
 
