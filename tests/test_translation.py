@@ -290,3 +290,46 @@ def test_the_demo_takes_the_training_precision_flag(tmp_path, capsys):
         main([*argv, "--overwrite", "--precision", "int8"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and "--precision" in err[-1] and "int8" in err[-1]
+
+
+def test_the_length_penalty_is_tuned_on_validation_and_kept_with_the_model(overfit, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    from tformer.models.checkpoint import model_dir
+    from tformer.translation.translator import read_length_penalty, tune_length_penalty
+
+    _, out, _ = overfit
+    model = tmp_path / "model"
+    shutil.copytree(model_dir(out), model)  # the fixture's run stays as it is
+    (tmp_path / "src.txt").write_text("\n".join(s for s, _ in PAIRS) + "\n")
+    (tmp_path / "ref.txt").write_text("\n".join(t for _, t in PAIRS) + "\n")
+    files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    assert main(["evaluate", "--model", str(model), *files, "--tune-length-penalty"]) != 0  # greedy: nothing to rank
+    assert "needs --beam 2 or more" in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(model), *files, "--beam", "2", "--tune-length-penalty"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("length penalty ")]
+    scores = {float(r[2].rstrip(":")): float(r[4]) for r in rows}  # "length penalty 0.6: BLEU 93.61  chrF 96.68"
+    assert sorted(scores) == [0.6, 0.8, 1.0, 1.2, 1.4]
+    expected = max(scores, key=lambda lp: (scores[lp], -abs(lp - 1.0)))  # the best BLEU, ties to the nearest 1.0
+    assert read_length_penalty(model) == expected
+    translator = Translator.load(model)
+
+    def fake(sources, references, beam, length_penalty, **_):  # BLEU peaks at 1.2
+        return {"bleu": 50 - 10 * abs(length_penalty - 1.2), "chrf": 0.0}
+
+    monkeypatch.setattr(translator, "evaluate", fake)
+    best, table = tune_length_penalty(translator, ["a"], [["a"]], beam=3)
+    assert best == 1.2 and [row["length_penalty"] for row in table] == [0.6, 0.8, 1.0, 1.2, 1.4]
+    (model / "decoding.json").write_text('{"length_penalty": 1.2}')
+    kept = Translator.load(model)
+    assert kept.length_penalty == 1.2
+    seen = []
+    monkeypatch.setattr(
+        "tformer.translation.translator.beam_search", lambda *a, **k: seen.append(a[6]) or [[3]] * len(a[1])
+    )
+    kept.translate(["I am good."], beam=2)
+    kept.translate(["I am good."], beam=2, length_penalty=0.6)
+    assert seen == [1.2, 0.6]  # the model's own, unless a call gives one
+    (model / "decoding.json").write_text('{"length_penalty": "long"}')
+    with pytest.raises(ValueError, match="decoding.json.*'length_penalty' is 'long'"):
+        Translator.load(model)

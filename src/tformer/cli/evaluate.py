@@ -22,6 +22,12 @@ def add_parser(sub) -> None:
     e.add_argument("--out-hyp", type=output_file, help="write the translations to this new file (see --overwrite)")
     add(e, "--overwrite", overwrite={"flag": "--out-hyp"})
     add_decoding(e)
+    e.add_argument(
+        "--tune-length-penalty",
+        action="store_true",
+        help="try the length penalties 0.6, 0.8, 1.0, 1.2, 1.4 with --beam on --src/--ref (a validation set, never the "
+        "test set), and keep the best as the model's default (decoding.json in its directory)",
+    )
     e.set_defaults(func=run)
 
 
@@ -35,6 +41,8 @@ def run(args) -> int:
         check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
     translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
     translator.model = for_inference(translator.model, args.precision, "measuring", args.device)
+    if args.tune_length_penalty:
+        return _tune(args, translator)
     decoding = dict(beam=args.beam, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     result = evaluate_files(translator, args.src, args.ref, length_penalty=args.length_penalty, **decoding)
     if args.out_hyp:
@@ -42,4 +50,21 @@ def run(args) -> int:
         write_output(args.out_hyp, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     print(f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}")
     print(f"chrF {result['chrf']:.2f}  {result['chrf_signature']}")
+    return 0
+
+
+def _tune(args, translator) -> int:
+    """``--tune-length-penalty``: each penalty's scores, and the best kept beside the model."""
+    from tformer.models.checkpoint import model_dir
+    from tformer.text import read_lines
+    from tformer.translation.translator import save_length_penalty, tune_length_penalty
+
+    sources, references = read_lines(args.src), [read_lines(r) for r in args.ref]
+    decoding = dict(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    best, table = tune_length_penalty(translator, sources, references, args.beam, **decoding)
+    for row in table:
+        print(f"length penalty {row['length_penalty']:.1f}: BLEU {row['bleu']:.2f}  chrF {row['chrf']:.2f}")
+    bleu = next(row["bleu"] for row in table if row["length_penalty"] == best)
+    path = save_length_penalty(model_dir(args.model), best, src=str(args.src), beam=args.beam, bleu=round(bleu, 2))
+    print(f"best: {best:.1f} (BLEU {bleu:.2f}), kept in {path}: translate and evaluate use it unless given another")
     return 0

@@ -183,7 +183,11 @@ FLAGS: dict[str, Flag] = {
     # --- decoding
     "--max-new-tokens": Flag("tokens generated at most", v.max_new_tokens),
     "--beam": Flag("beam size (1 = greedy; at most the target vocabulary)", v.beam_size, 1),
-    "--length-penalty": Flag("beam search ranks by score / length ** this", v.length_penalty, 1.0),
+    "--length-penalty": Flag(
+        "beam search ranks by score / length ** this (default: the model's, from evaluate --tune-length-penalty; "
+        "else 1.0)",
+        v.length_penalty,
+    ),
     "--temperature": Flag("divide the logits by this before sampling; towards 0: greedy", v.temperature, 1.0),
     "--top-k": Flag("sample from the k most likely tokens only (0 = off)", v.top_k, 0),
     "--top-p": Flag("sample from the smallest set of tokens whose probability reaches p (1 = off)", v.probability, 1.0),

@@ -45,6 +45,7 @@ MODEL_FILES = (
     "vocab.txt",
     "src_tokenizer.json",
     "tgt_tokenizer.json",
+    "decoding.json",
 )
 
 

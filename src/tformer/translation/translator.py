@@ -19,6 +19,7 @@ Dimension legend: B batch, S source length.
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,17 +28,23 @@ import torch
 
 from tformer import checks
 from tformer.fast.linear import DecodingWeights
+from tformer.files import atomic_write
 from tformer.generation import SamplingConfig, beam_search, translate_ids
 from tformer.generation.samplers import check_sampling
 from tformer.loader import Loaded, load
 from tformer.models.checkpoint import model_dir
 from tformer.models.seq2seq import Seq2SeqTransformer
+from tformer.readers import read_json_object
 from tformer.text import check_texts, normalize
 from tformer.tokenizers import BPETokenizer, Tokenizer
 from tformer.tokens import TRANSLATION_EOS as EOS
 from tformer.tokens import TRANSLATION_SOS as SOS
 
 __all__ = [
+    "DECODING_FILE",
+    "read_length_penalty",
+    "tune_length_penalty",
+    "save_length_penalty",
     "SRC_TOKENIZER",
     "TGT_TOKENIZER",
     "MAX_CHARS_PER_TOKEN",
@@ -54,6 +61,8 @@ SRC_TOKENIZER, TGT_TOKENIZER = SRC_PREFIX + BPETokenizer.file_name, TGT_PREFIX +
 # max_len · 64 characters, and a longer sentence is cut there before the tokenizer sees it
 MAX_CHARS_PER_TOKEN = 64
 SOURCE_BUCKET = 16  # translate(compile=True) pads each batch's sources to a multiple of this many tokens
+DECODING_FILE = "decoding.json"  # a model directory's own decoding settings (its tuned length penalty)
+LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.4)  # what --tune-length-penalty tries
 
 
 class SourceTruncated(UserWarning):
@@ -87,6 +96,7 @@ class Translator:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     start_id: int = SOS  # what the decoder starts from (tformer's <sos>; a Marian's decoder_start_token_id)
+    length_penalty: float = 1.0  # beam search's, unless a call gives one: the model's (DECODING_FILE), else 1.0
 
     @property
     def pad_id(self) -> int:
@@ -126,7 +136,7 @@ class Translator:
                     f"fit the model: <pad> {tok.pad_id}, start {tok.bos_id}, end {tok.eos_id}, where the model pads "
                     f"with {pad} (pad_id) and starts its decoder from {start}: they do not belong together"
                 )
-        return cls(loaded.model, src_tok, tgt_tok, start)
+        return cls(loaded.model, src_tok, tgt_tok, start, read_length_penalty(loaded.directory))
 
     def save(self, directory: str | Path) -> None:
         self.model.save_pretrained(directory)
@@ -169,7 +179,7 @@ class Translator:
         beam: int = 1,
         max_new_tokens: int = 128,
         batch_size: int = 64,
-        length_penalty: float = 1.0,
+        length_penalty: float | None = None,
         sampling: SamplingConfig | None = None,
         seed: int | None = None,
         max_len: int | None = None,
@@ -190,6 +200,7 @@ class Translator:
         checks.beam_size.check(beam, "beam")  # the bounds and words of the command line's flags
         checks.max_new_tokens.check(max_new_tokens, "max_len" if max_len is not None else "max_new_tokens")
         checks.positive_int.check(batch_size, "batch_size")
+        length_penalty = self.length_penalty if length_penalty is None else length_penalty  # None: the model's
         checks.length_penalty.check(length_penalty, "length_penalty")
         check_sampling(sampling, seed)
         vocab = self.model.config.tgt_vocab_size
@@ -228,7 +239,7 @@ class Translator:
         beam: int = 1,
         max_new_tokens: int = 128,
         batch_size: int = 64,
-        length_penalty: float = 1.0,
+        length_penalty: float | None = None,
     ) -> dict:
         """BLEU and chrF (sacreBLEU) of the translations of ``sources`` against ``references`` (one list per
         reference set), with the signatures and the ``hypotheses``; the decoding settings are :meth:`translate`'s."""
@@ -244,6 +255,46 @@ class Translator:
         )
         bleu, chrf, bleu_sig, chrf_sig = corpus_bleu(hyps, references)
         return {"bleu": bleu, "chrf": chrf, "bleu_signature": bleu_sig, "chrf_signature": chrf_sig, "hypotheses": hyps}
+
+
+def read_length_penalty(directory: str | Path) -> float:
+    """The length penalty a model directory keeps as its default (``decoding.json``, written by ``tformer evaluate
+    --tune-length-penalty``), else 1.0; a damaged file is one line naming it."""
+    path = Path(directory) / DECODING_FILE
+    if not path.is_file():
+        return 1.0
+    value = read_json_object(path, "decoding settings").get("length_penalty")
+    if value is None or not checks.length_penalty.accepts(value):
+        raise ValueError(f"{str(path)!r}: 'length_penalty' is {value!r}, expected {checks.length_penalty.allowed}")
+    return float(value)
+
+
+def tune_length_penalty(
+    translator: Translator,
+    sources: list[str],
+    references: list[list[str]],
+    beam: int,
+    penalties: tuple[float, ...] = LENGTH_PENALTIES,
+    **decoding,
+) -> tuple[float, list[dict]]:
+    """The length penalty of ``penalties`` under which beam search of width ``beam`` scores the best BLEU on
+    ``sources`` (a validation set, never a test set), ties going to the one nearest 1.0; and each one's scores."""
+    if beam < 2:
+        raise ValueError(f"--tune-length-penalty needs --beam 2 or more (the penalty ranks beams), got --beam {beam}")
+    table = []
+    for penalty in penalties:
+        scores = translator.evaluate(sources, references, beam=beam, length_penalty=penalty, **decoding)
+        table.append({"length_penalty": penalty, "bleu": scores["bleu"], "chrf": scores["chrf"]})
+    best = max(table, key=lambda row: (row["bleu"], -abs(row["length_penalty"] - 1.0)))
+    return best["length_penalty"], table
+
+
+def save_length_penalty(directory: str | Path, length_penalty: float, **tuned_on) -> Path:
+    """``directory/decoding.json``: the length penalty the model's beam search uses unless told another."""
+    path = Path(directory) / DECODING_FILE
+    text = json.dumps({"length_penalty": length_penalty, "tuned_on": tuned_on}, indent=1)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return path
 
 
 def _bucketed(src: torch.Tensor, limit: int, pad: int) -> torch.Tensor:
