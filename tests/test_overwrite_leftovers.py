@@ -23,7 +23,7 @@ from test_run_dir import _run
 from tformer.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "v0.1"
-RUN = ["best", "curves.png", "last", "log.jsonl"]  # what the run below leaves
+RUN = ["best", "config.yaml", "curves.png", "last", "log.jsonl"]  # what the run below leaves
 
 
 def _lm(directory: Path, out: str, *more: str) -> list[str]:

@@ -143,7 +143,7 @@ def test_overwrite_deletes_only_leftovers_that_tformer_named_and_marked(tmp_path
         assert (_snapshot(run), sorted(p.name for p in run.iterdir())) == before
         shutil.rmtree(run / name) if (run / name).is_dir() else (run / name).unlink()
     assert _run(capsys, _lm(tmp_path, "run", "--max-steps", "2", "--overwrite"))["code"] == 0
-    assert sorted(p.name for p in run.iterdir()) == ["best", "curves.png", "last", "log.jsonl"]
+    assert sorted(p.name for p in run.iterdir()) == ["best", "config.yaml", "curves.png", "last", "log.jsonl"]
 
 
 def _files(directory: Path, text: str) -> Path:
@@ -214,7 +214,7 @@ def test_a_full_disk_during_a_save_says_so_names_the_directory_and_keeps_the_pre
 
 
 def test_a_full_disk_while_appending_to_the_log_names_the_log(tmp_path, capsys, monkeypatch):
-    import tformer.training.trainer as trainer
+    import tformer.training.runlog as runlog  # the run's log.jsonl is appended there
 
     monkeypatch.chdir(tmp_path)
     lines = [0]
@@ -240,7 +240,7 @@ def test_a_full_disk_while_appending_to_the_log_names_the_log(tmp_path, capsys, 
                 return Full(f)
         return f
 
-    monkeypatch.setattr(trainer, "open", full_open, raising=False)
+    monkeypatch.setattr(runlog, "open", full_open, raising=False)
     result = _run(capsys, _lm(tmp_path, "run", "--max-steps", "6", "--eval-every", "2"))
     _error(result, 1, str(Path("run", "log.jsonl")), "the disk is full", "No space left on device", "left as it was")
     assert json.loads((tmp_path / "run" / "last" / "state.json").read_text())["step"] == 2
