@@ -3,7 +3,7 @@
 
     tformer train translation --data pairs.tsv --out runs/mt --eval-every 200 --keep-checkpoints 5
     tformer average runs/mt avg/ --last 5         # the 5 newest: config.json, model.safetensors, the tokenizers
-    tformer evaluate --model avg/ --data test.tsv # then as any model
+    tformer evaluate --model avg/ --src val.en --ref val.fr   # then as any model
 
 ``--best K`` takes the K best by the metric the run's ``best/`` is chosen by (BLEU for translation, the loss for the
 others). The average is the library's :func:`tformer.training.averaging.write_average`.

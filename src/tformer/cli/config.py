@@ -39,7 +39,7 @@ def _family_parser(parser: argparse.ArgumentParser, words: list[str]) -> tuple[a
         if not subs or word not in subs[0].choices:
             return None
         node = subs[0].choices[word]
-    return (node, at + 2) if words[at : at + 1] == ["train"] and node is not parser and at + 2 <= len(words) else None
+    return (node, at + 2) if words[at : at + 1] == ["train"] and len(words) >= at + 2 else None
 
 
 def _given(words: list[str]) -> str | None:

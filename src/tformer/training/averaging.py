@@ -56,8 +56,8 @@ def keep_checkpoint(out: Path, step: int, info: dict, save: Callable[[Path], Non
 def checkpoints(run: str | Path) -> list[Path]:
     """The checkpoints a run kept (``RUN/checkpoints/step-*`` with their ``checkpoint.json``), oldest first."""
     folder = Path(run) / CHECKPOINTS
-    found = [d for d in folder.glob("step-*") if (d / INFO).is_file()] if folder.is_dir() else []
-    return sorted(found, key=lambda d: json.loads((d / INFO).read_text())["step"])
+    found = [d for d in folder.glob("step-*") if d.name[5:].isdigit() and (d / INFO).is_file()]
+    return sorted(found, key=lambda d: int(d.name.removeprefix("step-")))  # the step is in the name
 
 
 def choose_checkpoints(run: str | Path, last: int | None = None, best: int | None = None) -> list[Path]:

@@ -318,11 +318,7 @@ class Trainer(RunState):
             self._warn(f"step {self.step}: {self.task.metric} is {value}: not kept as the best model")
             self.stale_evals += 1
             return record
-        better = (
-            value is None
-            or self.best is None
-            or (value > self.best if self.task.higher_is_better else value < self.best)
-        )
+        better = value is None or self._better(value, self.best)  # value is finite here; the best always is
         if value is not None:  # early stopping counts the evaluations since the best
             self.stale_evals = 0 if better else self.stale_evals + 1
         if better:
