@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tformer.cli import main
+from tformer.cli.config import shipped
 
 
 @pytest.fixture
@@ -75,3 +76,41 @@ def test_a_config_after_global_options_is_read_too(tmp_path, text):
     out = tmp_path / "run"
     assert main(["--debug", "train", "lm", "--data", str(text), "--out", str(out), "--config", str(config)]) == 0
     assert yaml.safe_load((out / "config.yaml").read_text())["max-steps"] == 1
+
+
+def _parsed(words: list[str]):
+    from tformer.cli import build_parser
+    from tformer.cli.config import expand
+
+    parser = build_parser()
+    return parser.parse_args(expand(parser, words))
+
+
+@pytest.mark.parametrize("name", sorted(shipped()))
+def test_each_shipped_recipe_is_read_by_its_own_command(name, tmp_path):
+    recipe = yaml.safe_load(shipped()[name].read_text())
+    family = recipe.pop("family")
+    args = _parsed(
+        ["train", family, "--data", __file__, "--out", str(tmp_path / "r"), "--config", name, "--device", "cpu"]
+    )
+    for key, value in recipe.items():  # each setting reaches its flag (the command line's --device cpu wins)
+        got = getattr(args, key.replace("-", "_"))
+        assert got == ("cpu" if key == "device" else value), (name, key)
+    other = "lm" if family != "lm" else "translation"
+    with pytest.raises(SystemExit):
+        _parsed(["train", other, "--data", __file__, "--out", str(tmp_path / "r"), "--config", name])
+
+
+def test_the_readme_recipe_is_the_shipped_one_and_a_wrong_name_lists_them(tmp_path, capsys):
+    args = _parsed(["train", "translation", "--data", __file__, "--out", "o", "--config", "multi30k-cpu-hour"])
+    assert (args.lr, args.batch_tokens, args.schedule, args.warmup_steps, args.minutes) == (
+        2e-3,
+        3000,
+        "cosine",
+        300,
+        60,
+    )
+    with pytest.raises(SystemExit):
+        _parsed(["train", "lm", "--data", __file__, "--out", "o", "--config", "multi30k"])
+    err = capsys.readouterr().err
+    assert "not a recipe tformer ships" in err and "multi30k-cpu-hour" in err and "shakespeare-char-30min" in err

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
-from tformer.checks import Text
+from tformer.checks import Sinks, Text
 from tformer.cli import build_parser, main
 from tformer.cli.validate import Number, PathArg, device
 from tformer.models.config import MAX_PARAMETERS
@@ -114,6 +114,8 @@ def bad_values(action: argparse.Action, tmp: Path) -> list[str]:
         return ["foo", "gpu", "cuda:x", "cpu:"] + ([] if torch.cuda.is_available() else ["cuda", "cuda:0"])
     if isinstance(kind, Text):
         return ["", "   "]
+    if isinstance(kind, Sinks):
+        return ["", "wandb", "csv,csv", "csv,"]
     raise AssertionError(f"no bad values known for type {kind!r}")
 
 

@@ -180,7 +180,7 @@ def test_the_korean_readme_has_every_command_and_flag_of_the_english_one(inline)
     ``tformer <command>`` and ``--flag`` of README.md's code blocks is in README.ko.md's code blocks, and every one
     of its inline code (the training flags, `tformer info --system` ...) is in README.ko.md's blocks or inline code."""
     commands, flags = _commands_and_flags(README.read_text(encoding="utf-8"), inline=inline)
-    assert len(commands) >= 20 and len(flags) >= 45, "the English README's command line was not read"
+    assert len(commands) >= 20 and len(flags) >= 40, "the English README's command line was not read"
     ko_commands, ko_flags = _commands_and_flags(README_KO.read_text(encoding="utf-8"), inline=inline)
     assert not commands - ko_commands, f"README.ko.md lacks the commands {sorted(commands - ko_commands)}"
     assert not flags - ko_flags, f"README.ko.md lacks the flags {sorted(flags - ko_flags)}"

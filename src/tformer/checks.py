@@ -170,7 +170,43 @@ class Text:
         return value
 
 
-Check = Number | YesNo | Choice | Text  # what a setting is checked with: each has .check(value, name)
+class Sinks:
+    """Where a run's records go besides ``log.jsonl`` (``--log-to csv,tensorboard``; the library's ``log_to="csv"`` or
+    ``("csv", "tensorboard")``): each of :data:`options`, at most once each, or none (``"none"``, ``()``)."""
+
+    options = ("csv", "tensorboard")
+    allowed = "csv, tensorboard, both comma-separated (csv,tensorboard) or none"
+
+    def __repr__(self) -> str:
+        return f"Sinks({self.allowed})"
+
+    def names(self, value: Any, name: str) -> tuple[str, ...]:
+        """``value`` (a comma-separated string or a sequence of names) as a tuple of names, in the order given."""
+        if isinstance(value, str):
+            items = [] if value.strip() == "none" else [w.strip() for w in value.split(",")]
+        elif isinstance(value, (tuple, list)) and all(isinstance(w, str) for w in value):
+            items = list(value)
+        else:
+            raise BadValue(f"{name} must be {self.allowed}, got {value!r:.60}")
+        if any(w not in self.options for w in items) or len(set(items)) != len(items):
+            raise BadValue(f"{name} must be {self.allowed}, got {value!r:.60}")
+        return tuple(items)
+
+    def __call__(self, text: str) -> str:
+        """The flag's ``text`` (argparse's ``type=``), kept as the user wrote it once checked."""
+        try:
+            self.names(text, "--log-to")
+        except BadValue:
+            raise BadValue(f"must be {self.allowed}, got {text!r}") from None
+        return text
+
+    def check(self, value: Any, name: str) -> Any:
+        self.names(value, name)
+        return value
+
+
+Check = Number | YesNo | Choice | Text | Sinks  # what a setting is checked with: each has .check(value, name)
+log_sinks = Sinks()  # --log-to: csv (OUT/log.csv), tensorboard (OUT/tensorboard/), both or none
 lora_targets = Text()  # --lora-targets: comma-separated patterns (tformer.nn.lora says which)
 text_field = Text()  # --text-field: the field or column of the documents' text (tformer.data.sources)
 
@@ -234,6 +270,7 @@ SETTINGS: dict[str, Check] = {
     "patience": positive_int,
     "keep_checkpoints": positive_int,
     "ema": ema_decay,
+    "log_to": log_sinks,
     "max_new_tokens": max_new_tokens,
     "beam": beam_size,
     "length_penalty": length_penalty,

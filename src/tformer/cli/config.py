@@ -12,16 +12,21 @@ wins (argparse keeps the last). A key is a flag's name without its dashes (``max
 unknown key is refused with the closest names (``did you mean 'max-steps'?``), as a flag's value is checked as the
 flag checks it. A switch takes ``true`` or ``false``. Every run writes the settings it resolved to
 ``OUT/config.yaml`` (:func:`write_resolved`), so ``--config OUT/config.yaml`` repeats it.
+
+The project's recipes are shipped as such files (``src/tformer/recipes/``, :func:`shipped`): ``--config NAME``
+(no path, no suffix, no such file here) reads the recipe ``NAME`` (``multi30k-cpu-hour``, ``shakespeare-char-30min``,
+...). A file's ``family: translation`` says which ``tformer train`` command it is for; another one is refused.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONFIG_NAME", "expand", "write_resolved"]
+__all__ = ["CONFIG_NAME", "expand", "shipped", "write_resolved"]
 
 CONFIG_NAME = "config.yaml"  # what a run writes into OUT (tformer.training.resume.RUN_FILES)
 _NOT_SETTINGS = {"config", "overwrite", "resume", "help"}  # what a run is asked to do now, not how it is made
@@ -62,7 +67,11 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
     if found is None or path is None:
         return words
     family, at = found
-    settings = _read(family, Path(path))
+    settings = _read(family, _where(family, path))
+    kind = settings.pop("family", None)
+    if kind is not None and kind != words[at - 1]:
+        family.error(f"--config {path}: a recipe of `tformer train {kind}`, not of `train {words[at - 1]}`")
+    given = {w.split("=", 1)[0] for w in words[at:] if w.startswith("--")}  # the command line's flags win
     flags: list[str] = []
     options = {o[2:]: a for o, a in family._option_string_actions.items() if o.startswith("--")}
     for key, value in settings.items():
@@ -72,8 +81,26 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
             close = difflib.get_close_matches(name, [n for n in options if n not in _NOT_SETTINGS], n=2)
             hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             family.error(f"--config {path}: {key!r} is not a setting of this command{hint}")
-        flags += _as_flags(family, path, name, action, value)
+        if not given & set(action.option_strings):  # not read at all: --device cpu over a GPU recipe's cuda
+            flags += _as_flags(family, path, name, action, value)
     return words[:at] + flags + words[at:]
+
+
+def shipped() -> dict[str, Path]:
+    """The recipes tformer ships (``src/tformer/recipes/NAME.yaml``), by name."""
+    folder = Path(__file__).resolve().parent.parent / "recipes"
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
+def _where(family: argparse.ArgumentParser, given: str) -> Path:
+    """The file ``--config given`` names: a path, else a shipped recipe's name; else the family parser's error."""
+    path = Path(given)
+    if path.exists() or path.suffix or "/" in given or os.sep in given:
+        return path
+    recipes = shipped()
+    if given not in recipes:
+        family.error(f"--config {given}: no such file, and not a recipe tformer ships ({', '.join(recipes)})")
+    return recipes[given]
 
 
 def _read(family: argparse.ArgumentParser, path: Path) -> dict:
@@ -124,7 +151,7 @@ def write_resolved(parser: argparse.ArgumentParser, args: argparse.Namespace, ou
             value = value != action.default
         resolved[names[0]] = str(value) if isinstance(value, Path) else value
     text = f"# tformer train {args.family}: the settings this run resolved (--config this file repeats it)\n"
-    text += yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
+    text += yaml.safe_dump({"family": args.family, **resolved}, sort_keys=False, allow_unicode=True)
     path = Path(out) / CONFIG_NAME
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return path

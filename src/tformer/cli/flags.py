@@ -174,6 +174,11 @@ FLAGS: dict[str, Flag] = {
         "(ema_* in the log); best/ is whichever scores better",
         v.ema_decay,
     ),
+    "--log-to": Flag(
+        "send log.jsonl's records to csv (OUT/log.csv), tensorboard (OUT/tensorboard/; pip install "
+        "'tformer[tensorboard]'), or both: csv,tensorboard",
+        v.log_sinks,
+    ),
     "--no-progress": Flag("no progress bar (the log lines stay)", action="store_false", dest="progress"),
     "--compile": Flag(
         "torch.compile the model for the training steps: slower to start (the first steps compile), faster after, "
@@ -377,6 +382,7 @@ TRAINING_FLAGS = (
     "--patience",
     "--keep-checkpoints",
     "--ema",
+    "--log-to",
     "--no-progress",
     "--no-fast",
     "--compile",
@@ -423,6 +429,7 @@ def add_training(p, entry_defaults: Mapping[str, Any], **changes: Any) -> None:
     g.add_argument(
         "--config",
         metavar="FILE",
-        help="settings from a YAML file, by the flags' names (max-steps: 100); a flag given here too wins; every "
-        "run writes what it resolved to OUT/config.yaml",
+        help="settings from a YAML file, by the flags' names (max-steps: 100), or a recipe tformer ships by its name "
+        "(multi30k-cpu-hour, multi30k-gpu, shakespeare-char-6min, shakespeare-char-30min, shakespeare-char-gpu); a "
+        "flag given here too wins; every run writes what it resolved to OUT/config.yaml",
     )

@@ -6,6 +6,7 @@ models, tasks or files.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, fields
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from tformer.checks import BadValue, Number, check_device, check_settings
+from tformer.checks import BadValue, Number, check_device, check_settings, log_sinks
 
 __all__ = [
     "GPU_MIN_TOKENS",
@@ -64,6 +65,9 @@ class TrainConfig:
     patience: int | None = None  # stop after this many evaluations in a row without a better task metric (None: never)
     keep_checkpoints: int | None = None  # keep the last K evaluations' models in OUT/checkpoints (tformer average)
     ema: float | None = None  # a moving average of the weights with this decay, evaluated beside them (ema_*)
+    # where the records of OUT/log.jsonl go too: "csv" (OUT/log.csv), "tensorboard" (OUT/tensorboard/, needs the
+    # tensorboard package), both ("csv,tensorboard" or a tuple), or none
+    log_to: str | tuple[str, ...] = "none"
 
     def __post_init__(self) -> None:
         # lr > 0, overwrite True or False, ...: the flags' words, before a field is read (a string "no" is true)
@@ -79,6 +83,12 @@ class TrainConfig:
         if self.bf16:
             object.__setattr__(self, "precision", "bf16")
         object.__setattr__(self, "bf16", self.precision == "bf16")  # the alias follows: one truth, not two
+        object.__setattr__(self, "log_to", log_sinks.names(self.log_to, "log_to"))
+        if "tensorboard" in self.log_to and importlib.util.find_spec("tensorboard") is None:
+            raise BadValue(
+                "log_to='tensorboard' (--log-to tensorboard) needs the tensorboard package: pip install "
+                "'tformer[tensorboard]' (or give --log-to csv)"
+            )
         if self.precision not in TRAINING_PRECISIONS:
             choices = ", ".join(map(repr, TRAINING_PRECISIONS))
             raise ValueError(f"precision must be one of {choices} for training, got {self.precision!r}")

@@ -43,6 +43,7 @@ from tformer.settings import renamed
 from tformer.training import distributed
 from tformer.training.averaging import CHECKPOINTS
 from tformer.training.lock import LOCK_NAME, RunLock, foreign_lock, foreign_message
+from tformer.training.runlog import CSV_NAME, TENSORBOARD_DIR
 from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
 from tformer.training.trainer import TrainConfig, Trainer, budget_reached, budget_spent_message
 
@@ -59,8 +60,9 @@ __all__ = [
 
 # What a run writes into OUT, and all that --overwrite deletes: the best model, the last state, the log and its
 # plot, translation's held-out splits, `tformer demo`'s attention picture, --keep-checkpoints' models, the settings
-# resolved (tformer train's OUT/config.yaml)
-RUN_FILES = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", "cross_attention.png", CHECKPOINTS, "config.yaml")
+# resolved (tformer train's OUT/config.yaml), the log's CSV and TensorBoard copies
+RUN_FILES: tuple[str, ...] = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", "cross_attention.png", CHECKPOINTS)
+RUN_FILES += ("config.yaml", CSV_NAME, TENSORBOARD_DIR)  # tformer train's settings; --log-to's (training.runlog)
 # tformer 0.1 kept the best model at the top of OUT: its config, weights, tokenizers and labels (a run's only
 # beside that model: config and weights at the top)
 LEGACY_FILES = (
@@ -90,7 +92,7 @@ FIXED_FIELDS = (
     "ema",
 )
 _BUDGET = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "device", "precision")
-REPORTED_FIELDS: tuple[str, ...] = (*_BUDGET, "max_bad_steps", "patience", "keep_checkpoints")
+REPORTED_FIELDS: tuple[str, ...] = (*_BUDGET, "max_bad_steps", "patience", "keep_checkpoints", "log_to")
 _NO_FLAG = ("min_lr_ratio", "betas")
 
 
@@ -245,6 +247,10 @@ def _written_by_run(path: Path) -> bool:
         return path.is_dir() and all(p.name.startswith("step-") or leftover_of(p) for p in path.iterdir())
     if name == "data":
         return path.is_dir() and {p.name for p in path.iterdir()} <= _DATA_FILES
+    if name == TENSORBOARD_DIR:  # --log-to tensorboard: its event files only
+        return path.is_dir() and all(
+            p.name.startswith("events.out.tfevents.") and p.is_file() and not p.is_symlink() for p in path.iterdir()
+        )
     if name in LEGACY_FILES:
         return path.is_file() and _legacy_layout(path.parent)
     if name in RUN_FILES:

@@ -151,7 +151,7 @@ class Trainer(RunState):
         # evaluate (and keep as the best so far) the model as it starts, before step 1: a run from a pretrained model
         # (--init) shows where fine-tuning starts, and never keeps a model worse than that start
         self.evaluate_start = False
-        self.run_log = RunLog(self.out, self.world.is_main, device, self.precision.precision)  # OUT/log.jsonl
+        self.run_log = RunLog(self.out, self.world.is_main, device, self.precision.precision, cfg.log_to)
         torch.manual_seed(cfg.seed + 1000 * self.world.rank)  # dropout differs between processes
 
     # ---------------------------------------------------------------- state: save_last(), resume() (RunState)
@@ -424,6 +424,7 @@ class Trainer(RunState):
             best = "none was finite" if self.best is None else f"{self.task.metric} {self.best:.4g}"
             distributed.say(f"stopped early at step {self.step}: {stopped}; best/ holds the best model ({best})")
         if self.world.is_main:
+            self.run_log.close()
             self._plot()
         # every process returns rank 0's evaluation and knows its best metric (only rank 0 evaluated)
         last_eval, self.best = distributed.broadcast_object((last_eval, self.best), self.world)
