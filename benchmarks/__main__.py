@@ -15,6 +15,7 @@ BENCHMARKS = {
     "throughput_multi30k": "end-to-end training on Multi30k, real target tokens/s: token budget vs pad-to-longest",
     "bert_encode": "sentences/s of the MiniLM encoder vs transformers.BertModel (real weights)",
     "translation_bleu": "BLEU within a time budget, greedy vs beam (quality, not speed)",
+    "averaging": "one Multi30k recipe run: BLEU of the trained weights vs their EMA and the mean of the last K checkpoints",
     "lm_step": "Tiny Shakespeare recipe's training step: tanh vs exact GELU, Python-loop vs fused AdamW",
     "lm_shakespeare": "Tiny Shakespeare char-level validation loss within 1.5 / 6 / 30 minutes (vs nanoGPT's CPU recipe)",
     "lm_recipes": "two Tiny Shakespeare recipes side by side at equal CPU time (today's vs the Llama-style options)",

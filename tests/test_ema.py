@@ -25,10 +25,13 @@ def _config(out, **changes) -> TrainConfig:
     return TrainConfig(**{**options, **changes})
 
 
-def test_the_update_rule_and_the_swap():
+def test_the_update_rule_its_warmup_and_the_swap():
     model = _model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     ema = EMA(model, 0.9)
+    assert [min(0.9, (1 + n) / (10 + n)) for n in range(3)] == [0.1, 2 / 11, 0.25]  # TensorFlow's warmup
+    ema.updates = 80  # past the warmup: (1 + 80) / 90 = 0.9
+    assert ema.current_decay() == 0.9
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)
@@ -40,6 +43,15 @@ def test_the_update_rule_and_the_swap():
         assert all(torch.equal(model.state_dict()[n], s) for n, s in zip(ema.names, ema.shadow))
         raise RuntimeError("an evaluation that fails")
     assert all(torch.equal(v, after[k]) for k, v in model.state_dict().items())  # the trained weights back
+    fresh = EMA(model, 0.999)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    fresh.update()  # the first update: decay 0.1, the average goes most of the way to the weights
+    moved = {k: v.clone() for k, v in model.state_dict().items()}
+    for name, shadow in zip(fresh.names, fresh.shadow):
+        torch.testing.assert_close(shadow, 0.1 * after[name] + 0.9 * moved[name], rtol=0, atol=1e-6)
+    assert fresh.updates == 1
 
 
 def test_the_average_is_evaluated_beside_and_kept_as_best_when_better(tmp_path):
@@ -68,6 +80,7 @@ def test_a_resumed_average_is_the_uninterrupted_one(tmp_path):
     resumed.resume()
     resumed.fit()
     assert all(torch.equal(a, b) for a, b in zip(resumed.ema.shadow, straight.ema.shadow))
+    assert resumed.ema.updates == straight.ema.updates == 4  # the warmup goes on where it was
     plain = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "plain", max_steps=2, ema=None))
     plain.fit()
     late = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "plain"))

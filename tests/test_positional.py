@@ -130,3 +130,28 @@ def test_rope_needs_an_even_head_dimension():
         GPTConfig.preset("tiny", vocab_size=10, d_model=12, n_heads=4, positional="rope")  # head dim 3
     with pytest.raises(ValueError, match="'rope'"):
         GPTConfig.preset("tiny", vocab_size=10, positional="alibi")
+
+
+def test_rope_frequencies_are_a_buffer_that_follows_the_model_and_stays_float32():
+    """Issue 48: the frequencies are a non-persistent buffer (``.to(device)`` moves them; nothing is mutated in
+    ``forward``), kept in float32 when the weights are cast, and made again when a meta model is materialised."""
+    torch.manual_seed(0)
+    config = GPTConfig.preset(
+        "tiny", vocab_size=50, dropout=0.0, max_len=32, positional="rope", rope_local_base=500.0, sliding_window=8,
+        sliding_window_pattern=2,
+    )  # fmt: skip
+    model = GPT(config).eval()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    fresh = model.rope_inv_freq.clone()
+    assert fresh.shape == (2, config.head_dim // 2) and fresh.dtype == torch.float32
+    assert "rope_inv_freq" in dict(model.named_buffers()) and "rope_inv_freq" not in model.state_dict()
+    ids = torch.randint(1, 50, (2, 12))
+    expected = model(ids)
+    assert torch.equal(model.rope_inv_freq, fresh)  # the forward left it as it was
+    model.to(torch.bfloat16)
+    assert model.rope_inv_freq.dtype == torch.float32 and torch.equal(model.rope_inv_freq, fresh)
+    model.to("meta")
+    assert model.rope_inv_freq.device.type == "meta"
+    model.to_empty(device="cpu").float()  # the weights are garbage until loaded; the frequencies are made again
+    model.load_state_dict(weights)
+    assert torch.equal(model.rope_inv_freq, fresh) and torch.equal(model(ids), expected)

@@ -280,3 +280,44 @@ def test_the_explorer_of_an_int8_model_names_int8(int8_run):
 
     assert Session.open(int8_run).call("info", {})["precision"] == "int8"  # not "fp32" (issue 41)
     assert Session.open(int8_run, precision="fp32").call("info", {})["precision"] == "fp32"  # dequantized
+
+
+def test_tf32_is_the_runs_and_put_back_after_it(monkeypatch):
+    """Issue 48: a training run on a GPU sets TF32 for float32 products while it runs (any precision) and puts the
+    process's own settings back after it, even when it fails; on a CPU nothing is touched."""
+    from tformer.fast import precision
+
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with precision.tf32_matmuls("cpu"):
+            assert torch.get_float32_matmul_precision() == "highest"
+        monkeypatch.setattr(precision, "tf32_applies", lambda device: True)  # as on a CUDA device
+        with pytest.raises(RuntimeError), precision.tf32_matmuls("cuda"):
+            assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32
+            raise RuntimeError("a run that fails")
+        assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
+
+
+def test_a_training_run_holds_tf32_while_it_runs_whatever_its_precision(tmp_path, monkeypatch):
+    from scripted import VOCAB, ScriptedTask
+    from tformer.fast import precision
+    from tformer.training.trainer import TrainConfig, Trainer
+
+    monkeypatch.setattr(precision, "tf32_applies", lambda device: True)  # as on a CUDA device
+    seen = []
+
+    class Watching(ScriptedTask):
+        def evaluate(self, model):
+            seen.append(torch.get_float32_matmul_precision())
+            return super().evaluate(model)
+
+    before = torch.get_float32_matmul_precision()
+    model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16))
+    cfg = TrainConfig(out_dir=str(tmp_path), max_steps=2, eval_every=1, precision="fp32", progress=False)
+    Trainer(model, Watching([1.0]), cfg).fit()
+    assert seen == ["high", "high"] and torch.get_float32_matmul_precision() == before

@@ -333,3 +333,21 @@ def test_the_length_penalty_is_tuned_on_validation_and_kept_with_the_model(overf
     (model / "decoding.json").write_text('{"length_penalty": "long"}')
     with pytest.raises(ValueError, match="decoding.json.*'length_penalty' is 'long'"):
         Translator.load(model)
+
+
+def test_a_tuned_length_penalty_goes_to_hugging_face_and_back(overfit, tmp_path):
+    import shutil
+
+    from transformers import GenerationConfig
+
+    from tformer.models.checkpoint import model_dir
+    from tformer.translation.translator import save_length_penalty
+
+    _, out, _ = overfit
+    model = tmp_path / "model"
+    shutil.copytree(model_dir(out), model)
+    save_length_penalty(model, 1.2, beam=4)
+    assert main(["export", str(model), "--to", "hf", str(tmp_path / "hf")]) == 0
+    generation = GenerationConfig.from_pretrained(tmp_path / "hf")  # as transformers' generate reads it
+    assert generation.length_penalty == 1.2 and generation.num_beams == 4
+    assert Translator.load(tmp_path / "hf").length_penalty == 1.2  # and tformer, from the Hugging Face directory

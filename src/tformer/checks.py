@@ -375,7 +375,7 @@ def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
         raise ValueError(f"{name} is empty (shape {tuple(ids.shape)}): need at least one sequence of one token")
     if torch.compiler.is_compiling():  # value checks would break the compiled graph; shapes were checked
         return
-    lo, hi = (int(x) for x in torch.aminmax(ids))
+    lo, hi = torch.stack(torch.aminmax(ids)).tolist()  # one read of the device
     if lo < 0 or hi >= vocab_size:
         bad = hi if hi >= vocab_size else lo
         raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")

@@ -46,11 +46,11 @@ from tformer.fast import speed_up, use_reference
 from tformer.fast.linear import inference_layout
 from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir
-from tformer.hf import export as hf_export
 from tformer.hf.directory import declares_hf, load_hf_dir
+from tformer.hf.export import export as hf_export
 from tformer.hf.peft import ADAPTER_CONFIG, is_adapter_dir, load_adapter
 from tformer.hf.registry import DECODER_TYPES, MODULES, hf_field
-from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir
+from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir, read_decoding
 from tformer.nn.lora import has_lora, merge_lora
 from tformer.readers import read_json_object
 from tformer.text import check_text, normalize
@@ -198,7 +198,7 @@ class Loaded:
         if self.missing is None:
             pair = (self.tokenizer, self.target_tokenizer)
             tokenizer = pair if self.family == "seq2seq" else self.tokenizer
-        return hf_export(self.model, out_dir, tokenizer, overwrite)
+        return hf_export(self.model, out_dir, tokenizer, overwrite, read_decoding(self.directory))
 
 
 # ---------------------------------------------------------------------------------------------------- detect

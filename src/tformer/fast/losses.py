@@ -52,13 +52,11 @@ def _uses_fused(logits: torch.Tensor) -> bool:
 
 
 def _check_labels(labels: torch.Tensor, ignore_index: int, n_classes: int) -> None:
-    real = labels[labels != ignore_index]
-    if real.numel() == 0:
+    outside = ((labels < 0) | (labels >= n_classes)) & (labels != ignore_index)
+    if not outside.any():  # one read of the values
         return
-    lo, hi = (int(v) for v in torch.aminmax(real))  # one pass, one sync
-    if lo < 0 or hi >= n_classes:
-        bad = hi if hi >= n_classes else lo
-        raise ValueError(f"labels contain class {bad}, outside [0, {n_classes}) (and not ignore_index={ignore_index})")
+    bad = int(labels[outside][0])
+    raise ValueError(f"labels contain class {bad}, outside [0, {n_classes}) (and not ignore_index={ignore_index})")
 
 
 class _CrossEntropy(torch.autograd.Function):

@@ -28,7 +28,8 @@ and litgpt do: from 8.0 on (Ampere, Hopper, Ada, Blackwell) the tensor cores com
 runs bfloat16 autocast and decoding holds bfloat16 weights; below (Turing's T4, Volta's V100: the GPUs of free
 notebooks) ``fp16``, float16 autocast with a gradient scaler (:func:`gradient_scaler`) for training and float16
 weights for decoding. ``torch.cuda.is_bf16_supported()`` is not asked: it answers yes on a T4, through emulation.
-Under ``auto`` a GPU's float32 matrix products also run as TF32 (:func:`use_tf32`); ``measuring`` keeps float32.
+A training run on a GPU runs its float32 matrix products as TF32 (:func:`tf32_matmuls`, for the run only, whatever its
+precision: the master weights' and fp32's products too, as nanoGPT does); ``measuring`` keeps float32.
 These choices follow what the GPU generations are documented to do; docs/benchmarks.md says which were measured.
 
 ``bf16`` for inference holds the weights in bfloat16 (half the memory; numbers slightly different); ``fp16`` the
@@ -47,7 +48,9 @@ file is checked first (:func:`scaler_state_problem`).
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -68,6 +71,8 @@ __all__ = [
     "SCALE_FLOOR",
     "NORMAL_OVERFLOWS",
     "use_tf32",
+    "tf32_applies",
+    "tf32_matmuls",
     "INT8_MIN_WIDTH",
     "TRAINING_BF16",
     "GPU_BF16_CAPABILITY",
@@ -290,6 +295,29 @@ def scaler_state_problem(state: Any) -> str | None:
 def _shown(value: Any) -> str:
     text = json.dumps(value) if value is not None else "null"
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def tf32_applies(device: str) -> bool:
+    """Whether float32 matrix products on ``device`` can run as TF32: a CUDA GPU's tensor cores."""
+    return torch.device(device).type == "cuda" and torch.cuda.is_available()
+
+
+@contextlib.contextmanager
+def tf32_matmuls(device: str) -> Iterator[None]:
+    """While it is open, float32 matrix products and convolutions on a CUDA ``device`` run as TF32 (``set_float32_
+    matmul_precision("high")``, ``cudnn.allow_tf32``); after it, the process's own settings are put back (a training
+    run's choice is the run's, not the process's). On any other device it changes nothing."""
+    if not tf32_applies(device):
+        yield
+        return
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
 
 
 def use_tf32(device: str) -> bool:

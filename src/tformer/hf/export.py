@@ -3,7 +3,8 @@
     OUT/
       config.json               the architecture module's config_to_hf, plus the tokenizer's special-token ids
       model.safetensors         the weights in Hugging Face names (tied tensors stored once, as transformers does)
-      generation_config.json    bos / eos / pad (and Marian's decoder_start) token ids, as ``generate`` reads them
+      generation_config.json    bos / eos / pad (and Marian's decoder_start) token ids, as ``generate`` reads them;
+                                a tuned length penalty and its beam width (the model directory's decoding.json)
       tokenizer.json            the model's tokenizer as a ``tokenizers`` JSON (when a tokenizer is given)
       tokenizer_config.json     PreTrainedTokenizerFast, the special tokens by name, model_max_length
       chat_template.jinja       a chat model's template (tformer.tokenizers.chat_template), as transformers saves it
@@ -64,15 +65,23 @@ EXPORT_FILES = (
 _TOKEN_FIELDS = ("bos", "eos", "pad", "unk", "mask", "cls", "sep")  # tformer's names; tokenizer_config adds _token
 
 
-def export(model: nn.Module, out_dir: str | os.PathLike, tokenizer: Any = None, overwrite: bool = False) -> Path:
+def export(
+    model: nn.Module,
+    out_dir: str | os.PathLike,
+    tokenizer: Any = None,
+    overwrite: bool = False,
+    generation: dict[str, Any] | None = None,
+) -> Path:
     """Write ``model`` (a GPT, Bert or Seq2SeqTransformer) with its ``tokenizer`` (a :class:`tformer.tokenizers.
-    Tokenizer`, a translator's ``(source, target)`` pair, or None) as the Hugging Face directory ``out_dir``.
+    Tokenizer`, a translator's ``(source, target)`` pair, or None) as the Hugging Face directory ``out_dir``;
+    ``generation``: decoding settings for ``generation_config.json`` besides the token ids (``length_penalty``,
+    ``num_beams``: :func:`tformer.models.checkpoint.read_decoding`'s).
 
     ``out_dir`` may be missing (its parent must exist) or empty; one holding an earlier export is replaced with
     ``overwrite``, one holding anything else never. Returns ``out_dir``.
     """
     yes_no.check(overwrite, "overwrite")  # "no" is a true string: refused, never taken as leave to replace
-    files = _files(model, tokenizer)  # every refusal before a file is touched
+    files = _files(model, tokenizer, generation or {})  # every refusal before a file is touched
     out = check_new_dir(out_dir, "out_dir", overwrite=overwrite, replaceable=EXPORT_FILES)
     with staged_dir(out) as tmp:
         for name, write in files.items():
@@ -80,7 +89,7 @@ def export(model: nn.Module, out_dir: str | os.PathLike, tokenizer: Any = None, 
     return out
 
 
-def _files(model: nn.Module, tokenizer: Any) -> dict[str, Callable[[Path], None]]:
+def _files(model: nn.Module, tokenizer: Any, generation: dict[str, Any]) -> dict[str, Callable[[Path], None]]:
     """Each file of the export (name → a function writing it), computed in memory."""
     config = getattr(model, "config", None)
     if config is None:
@@ -101,7 +110,7 @@ def _files(model: nn.Module, tokenizer: Any) -> dict[str, Callable[[Path], None]
     files: dict[str, Callable[[Path], None]] = {
         "config.json": _json(hf),
         "model.safetensors": lambda path: save_file(state, str(path), metadata={"format": "pt"}),
-        "generation_config.json": _json(_generation(hf)),
+        "generation_config.json": _json(_generation(hf) | generation),
     }
     own = None if source is None else source.hf_files()  # an Opus-MT's: transformers' MarianTokenizer files
     if own is not None:

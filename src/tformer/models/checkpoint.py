@@ -48,6 +48,8 @@ __all__ = [
     "CONFIG_NAME",
     "WEIGHTS_NAME",
     "BEST_DIR",
+    "DECODING_FILE",
+    "read_decoding",
 ]
 
 CONFIG_NAME = "config.json"
@@ -55,6 +57,7 @@ WEIGHTS_NAME = "model.safetensors"
 QUANTIZATION = "quantization"  # config.json's record of an int8 model's layers (tformer.fast.quantize)
 LORA = "lora"  # config.json's record of a model's LoRA layers (tformer.nn.lora): their pairs are in the weights file
 BEST_DIR = "best"  # a training run's best model: OUT/best/
+DECODING_FILE = "decoding.json"  # a model directory's own decoding settings (tformer evaluate --tune-length-penalty)
 _SIZE_FIELDS = (  # the config fields a weight's shape may follow
     "vocab_size",
     "src_vocab_size",
@@ -346,3 +349,29 @@ def has_lora_record(directory: str | os.PathLike) -> bool:
     ``--lora-r``): its weights then hold the pairs beside the frozen ones."""
     path = Path(directory) / CONFIG_NAME
     return path.is_file() and LORA in read_json_object(path, "model config")
+
+
+def read_decoding(directory: str | os.PathLike) -> dict[str, Any]:
+    """The decoding settings a model directory keeps, by Hugging Face's names: ``length_penalty`` and the
+    ``num_beams`` it goes with. From ``decoding.json`` (tformer's, written by ``tformer evaluate
+    --tune-length-penalty``: ``length_penalty`` and ``tuned_on.beam``), else from a Hugging Face directory's
+    ``generation_config.json``; ``{}`` when it keeps none. A value out of its bounds is one line naming the file."""
+    from tformer import checks
+
+    own, hf = Path(directory) / DECODING_FILE, Path(directory) / "generation_config.json"
+    if own.is_file():
+        path, data = own, read_json_object(own, "decoding settings")
+        tuned = data.get("tuned_on")
+        found = {"length_penalty": data.get("length_penalty"), "num_beams": (tuned or {}).get("beam")}
+        if found["length_penalty"] is None or not isinstance(tuned, (dict, type(None))):
+            raise ValueError(f"{str(own)!r}: expected {{'length_penalty': a number, 'tuned_on': {{...}}}}, got {data}")
+    elif hf.is_file():
+        path, data = hf, read_json_object(hf, "generation config")
+        found = {"length_penalty": data.get("length_penalty"), "num_beams": data.get("num_beams")}
+    else:
+        return {}
+    for key, check in (("length_penalty", checks.length_penalty), ("num_beams", checks.beam_size)):
+        value = found[key]
+        if value is not None and (isinstance(value, bool) or not check.accepts(value)):
+            raise ValueError(f"{str(path)!r}: {key!r} is {value!r}, expected {check.allowed}")
+    return {k: v for k, v in found.items() if v is not None}

@@ -180,6 +180,7 @@ class GPT(PretrainedMixin, nn.Module):
     config_class = GPTConfig
     config: GPTConfig
     stacks = {"decoder.layers.{i}": "n_layers"}
+    rope_inv_freq: torch.Tensor  # positional="rope": a buffer (see __init__)
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -188,18 +189,35 @@ class GPT(PretrainedMixin, nn.Module):
             c.vocab_size, c.d_model, c.max_len, c.positional, scale=c.embed_scale, dropout=c.dropout
         )
         self.decoder = Decoder(c.layers, c.n_layers, c.final_norm, cross_attention=False)
-        self._rope: tuple[tuple[torch.Tensor, float], ...] = ()  # RoPE frequencies: global (, local) layers
+        # RoPE: the inverse frequencies (n, Dh/2) of the global (, local) layers, a buffer outside the state dict (it
+        # is the config's), so .to(device) moves it; float32 whatever the weights' dtype (see _apply); and their factors
+        self._rope_factors: tuple[float, ...] = ()
         if c.positional == "rope":
-            assert c.head_dim is not None  # filled in by GPTConfig.__post_init__
-            self._rope = (rope_frequencies(c.head_dim, c.rope_base, c.rope_scaling),)
-            if c.rope_local_base is not None:
-                self._rope += (rope_frequencies(c.head_dim, c.rope_local_base),)
+            frequencies, self._rope_factors = self._rope_frequencies()
+            self.register_buffer("rope_inv_freq", frequencies, persistent=False)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.output.weight = self.embed.token.weight
         self.hook_logits = HookPoint()  # (B, T, V), soft-capped if the model caps (tformer.nn.hooks)
         keep_at_hand(self)
         self._init_weights()
+
+    def _rope_frequencies(self) -> tuple[torch.Tensor, tuple[float, ...]]:
+        """RoPE's inverse frequencies (n, Dh/2), float32, and factors: the global layers' (, the sliding layers')."""
+        c = self.config
+        assert c.head_dim is not None  # filled in by GPTConfig.__post_init__
+        pairs = [rope_frequencies(c.head_dim, c.rope_base, c.rope_scaling)]
+        if c.rope_local_base is not None:
+            pairs.append(rope_frequencies(c.head_dim, c.rope_local_base))
+        return torch.stack([f.float() for f, _ in pairs]), tuple(factor for _, factor in pairs)
+
+    def _apply(self, fn, recurse: bool = True):
+        """nn.Module's ``_apply`` (``.to``, ``.cuda``, ``.bfloat16``, ``to_empty``), then RoPE's frequencies made again
+        in float32 where the buffer now is: a cast to bfloat16 would round the angles (a meta model's are empty)."""
+        super()._apply(fn, recurse)
+        if self.config.positional == "rope":
+            self.rope_inv_freq = self._rope_frequencies()[0].to(self.rope_inv_freq.device)
+        return self
 
     def _init_weights(self) -> None:
         """GPT-2 initialisation: N(0, 0.02), residual output projections scaled by 1/√(2·n_layers)."""
@@ -243,9 +261,8 @@ class GPT(PretrainedMixin, nn.Module):
         x = self.embed(ids, where)  # (B, T, D)
         rotary: list | tuple | None = None
         if rope:
-            if self._rope[0][0].device != where.device:  # float32 frequencies follow the model (once), never its dtype
-                self._rope = tuple((f.to(where.device), factor) for f, factor in self._rope)
-            tables = [self._rotary(where, f) for f in self._rope]  # global layers (, local layers)
+            frequencies = zip(self.rope_inv_freq, self._rope_factors)
+            tables = [self._rotary(where, f) for f in frequencies]  # global layers (, local layers)
             rotary = tables[0]
             if len(tables) == 2:  # Gemma 3: the sliding layers turn at their own base
                 rotary = [tables[1] if self.config.is_local(i) else tables[0] for i in range(self.config.n_layers)]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from tformer.files import staged_dir
@@ -125,22 +126,30 @@ def write_average(directories: Sequence[str | Path], out: str | Path) -> Path:
 
 class EMA:
     """The exponential moving average of a model's trained weights (``--ema DECAY``: Polyak averaging,
-    Marian's exponential smoothing, timm's ModelEmaV2): after each optimizer step ``ema = decay * ema + (1 - decay)
-    * weight``, kept in float32 apart from the model. :meth:`swapped` puts it in the model for an evaluation or a
-    save, then puts the trained weights back; :meth:`save` and :meth:`load` keep it with ``last/``."""
+    Marian's exponential smoothing, timm's ModelEmaV2): after each optimizer step ``ema = d * ema + (1 - d) * weight``,
+    kept in float32 apart from the model. ``d`` warms up as TensorFlow's ``ExponentialMovingAverage(num_updates=n)``
+    does: ``d = min(decay, (1 + n) / (10 + n))`` after n updates, so that the early average follows the weights (with
+    0.999 from the start, the random initial weights would still weigh 0.999^600 = 55% after 600 steps).
+    :meth:`swapped` puts it in the model for an evaluation or a save, then puts the trained weights back;
+    :meth:`save` and :meth:`load` keep it (and n) with ``last/``."""
 
     def __init__(self, model: torch.nn.Module, decay: float) -> None:
-        self.decay = decay
+        self.decay, self.updates = decay, 0
         # the parameters that train (a LoRA run's frozen base never moves: no copy of it), updated in place
         trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p.is_floating_point()]
         self.names = [n for n, _ in trained]
         self._live = [p.detach() for _, p in trained]
         self.shadow = [t.float().clone() for t in self._live]
 
+    def current_decay(self) -> float:
+        """The decay of the next update: ``min(decay, (1 + n) / (10 + n))`` after n updates."""
+        return min(self.decay, (1 + self.updates) / (10 + self.updates))
+
     def update(self) -> None:
         """One step of the average, after an optimizer step."""
         with torch.no_grad():
-            torch._foreach_lerp_(self.shadow, [t.float() for t in self._live], 1.0 - self.decay)
+            torch._foreach_lerp_(self.shadow, [t.float() for t in self._live], 1.0 - self.current_decay())
+        self.updates += 1
 
     @contextlib.contextmanager
     def swapped(self):
@@ -157,7 +166,7 @@ class EMA:
                     t.copy_(k)
 
     def save(self, path: Path) -> None:
-        save_file(dict(zip(self.names, self.shadow)), str(path))
+        save_file(dict(zip(self.names, self.shadow)), str(path), metadata={"updates": str(self.updates)})
 
     def load(self, path: Path) -> None:
         """The average saved in ``path``; a missing file or one of other tensors is an error naming it."""
@@ -168,3 +177,8 @@ class EMA:
             raise ValueError(f"{str(path)!r} does not hold this model's moving average (other tensors or shapes)")
         for n, s in zip(self.names, self.shadow):
             s.copy_(saved[n])
+        with safe_open(str(path), "pt") as f:
+            updates = (f.metadata() or {}).get("updates", "")
+        if not updates.isdigit():
+            raise ValueError(f"{str(path)!r} does not say how many updates its moving average has had ('updates')")
+        self.updates = int(updates)

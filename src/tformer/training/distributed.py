@@ -7,8 +7,10 @@
 Every process holds the whole model. At each optimizer step the Trainer takes the next
 ``accum_steps × world_size`` batches; process ``r`` runs batches ``r, r + world, …`` of them and
 scales its loss by the token count of the *whole* group, so summing the gradients of all processes
-(one all-reduce per optimizer step, never per micro-batch) gives exactly the gradient one process
-would get on the same global batch. Only rank 0 logs, evaluates and writes checkpoints.
+gives exactly the gradient one process would get on the same global batch. The sum is PyTorch's
+``DistributedDataParallel`` (:func:`data_parallel`): bucketed all-reduces overlapped with the last micro-batch's
+backward (``no_sync`` for the others), each process's loss scaled by the process count since DDP averages.
+Only rank 0 logs, evaluates and writes checkpoints.
 
 Backends: ``gloo`` on CPU, ``nccl`` on GPUs (each process takes ``cuda:LOCAL_RANK``).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -28,7 +31,10 @@ __all__ = [
     "is_main_process",
     "say",
     "from_rank0",
-    "sync_gradients",
+    "TaskLoss",
+    "data_parallel",
+    "shares",
+    "all_sum",
     "broadcast_parameters",
     "gather_objects",
     "broadcast_object",
@@ -108,22 +114,52 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def sync_gradients(model: torch.nn.Module, world: World, extra: list[float]) -> list[float]:
-    """Sum every gradient (and the numbers in ``extra``) over all processes, in one all-reduce."""
+class TaskLoss(torch.nn.Module):
+    """``task.loss(model, batch)`` as a module's forward, so that ``DistributedDataParallel`` wraps the whole loss: a
+    task may call the model's parts (``model.classifier``, BERT's heads), which DDP's wrapper does not pass on."""
+
+    def __init__(self, task, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.task, self.model = task, model
+
+    def forward(self, batch):
+        return self.task.loss(self.model, batch)
+
+
+def data_parallel(task, model: torch.nn.Module, world: World) -> Any:
+    """With several processes, the task's loss over ``model`` wrapped in PyTorch's ``DistributedDataParallel``:
+    gradients averaged in buckets while backward runs (overlapped with it), into the gradients' own memory
+    (``gradient_as_bucket_view``); None with one process. The task moves its batches to the device itself; the
+    buffers are the config's, never broadcast; a parameter the loss leaves unused (BERT's pretraining heads when it
+    classifies) keeps no gradient, as with one process (``find_unused_parameters``, Hugging Face's default too)."""
     if world.size == 1:
-        return extra
-    params = [p for p in model.parameters() if p.requires_grad]
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat(
-        [g.reshape(-1) for g in grads] + [torch.tensor(extra, dtype=grads[0].dtype, device=grads[0].device)]
+        return None
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(
+        TaskLoss(task, model), broadcast_buffers=False, gradient_as_bucket_view=True, find_unused_parameters=True
     )
+
+
+def shares(group: list, world: World) -> list[tuple[object, bool]]:
+    """This process's micro-batches of ``group``: batches ``rank, rank + size, ...``, each with whether it counts.
+    Every process runs as many as the one with the most (DDP all-reduces at each process's last backward, so all
+    must run the same number): a process short of one repeats its last batch (or the group's first) with a weight
+    of 0."""
+    mine = [(batch, True) for batch in group[world.rank :: world.size]]
+    most = -(-len(group) // world.size)
+    filler = mine[-1][0] if mine else group[0]
+    return mine + [(filler, False)] * (most - len(mine))
+
+
+def all_sum(world: World, numbers: list, device: str) -> list:
+    """``numbers`` (floats or 0-d tensors) summed over all processes, in one all-reduce on ``device`` (nccl's is a
+    GPU); as they are with one process."""
+    if world.size == 1:
+        return numbers
+    flat = torch.stack([torch.as_tensor(n, dtype=torch.float64, device=device) for n in numbers])
     dist.all_reduce(flat)
-    offset = 0
-    for p, g in zip(params, grads):
-        n = g.numel()
-        p.grad = flat[offset : offset + n].view_as(p).clone()
-        offset += n
-    return flat[offset:].tolist()
+    return flat.tolist()
 
 
 def broadcast_parameters(model: torch.nn.Module, world: World) -> None:

@@ -295,8 +295,6 @@ class RunState:
         self.model.load_state_dict(weights)
         self.model.train()
         state = read_state(last)
-        if len(state["rng"]) != self.world.size:
-            raise ValueError(f"--resume: the run used {len(state['rng'])} processes, this one has {self.world.size}")
         if meta["step"] > 0 and not state["optimizer"]["state"]:
             raise ValueError(
                 f"{str(last / TENSORS_NAME)!r} holds no optimizer state, expected the optimizer's moments of a run "
@@ -306,14 +304,23 @@ class RunState:
         self._load(last / JSON_NAME, "the schedule", lambda: self._load_scheduler(state["scheduler"]))
         if self.scaler is not None:  # fp16: the loss scale goes on where it was
             self._load_scaler(last / JSON_NAME, state.get("scaler"), meta)
-        mine = state["rng"][self.world.rank]
-        if "rng" not in mine:
-            raise ValueError(
-                f"{str(last / TENSORS_NAME)!r} has no 'rng.{self.world.rank}': expected every process's RNG"
+        if len(state["rng"]) == self.world.size:  # the same processes: each one's random numbers go on exactly
+            mine = state["rng"][self.world.rank]
+            if "rng" not in mine:
+                raise ValueError(
+                    f"{str(last / TENSORS_NAME)!r} has no 'rng.{self.world.rank}': expected every process's RNG"
+                )
+            self._load(last / TENSORS_NAME, "the RNG", lambda: torch.set_rng_state(mine["rng"]))
+            if "cuda_rng" in mine and torch.device(self.device).type == "cuda":
+                torch.cuda.set_rng_state(mine["cuda_rng"], self.device)
+        else:  # another number of processes: the run goes on, its dropout's draws from new seeds, and it says so
+            torch.manual_seed(self.cfg.seed + 1000 * self.world.rank + meta["step"])
+            distributed.say(
+                f"--resume: the run used {len(state['rng'])} process(es), this one has {self.world.size}: the weights, "
+                "optimizer, schedule and data position go on; a step's global batch is now "
+                f"{self.cfg.accum_steps} x {self.world.size} batches, and dropout draws from new seeds (not the "
+                "exact continuation)"
             )
-        self._load(last / TENSORS_NAME, "the RNG", lambda: torch.set_rng_state(mine["rng"]))
-        if "cuda_rng" in mine and torch.device(self.device).type == "cuda":
-            torch.cuda.set_rng_state(mine["cuda_rng"], self.device)
         self.step, self.epoch, self.batch_index = meta["step"], meta["epoch"], meta["batch_index"]
         self.elapsed, self.best = float(meta["elapsed"]), meta["best"]
         self.skipped_steps = meta.get("skipped_steps", 0)

@@ -65,7 +65,7 @@ from typing import cast
 import torch
 
 from tformer import fast
-from tformer.fast.precision import NORMAL_OVERFLOWS, SCALE_FLOOR, choose, gradient_scaler, halve_scale, use_tf32
+from tformer.fast.precision import NORMAL_OVERFLOWS, SCALE_FLOOR, choose, gradient_scaler, halve_scale, tf32_matmuls
 from tformer.fast.quantize import require_float
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.nn.losses import sequence_cross_entropy as reference_cross_entropy
@@ -114,7 +114,7 @@ class Trainer(RunState):
         self.task, self.cfg, self.device = task, cfg, device
         self.precision = choose(cfg.precision, "training", model, str(device))  # bf16/fp16: autocast in _step
         self.scaler = gradient_scaler(self.precision, str(device))  # fp16: scales the loss; else None
-        self.tf32 = cfg.precision == "auto" and use_tf32(str(device))  # a GPU's float32 products on tensor cores
+        self.tf32 = torch.device(device).type == "cuda"  # float32 products on the tensor cores, in fit() only
         if cfg.fast:  # the kernels, chosen once, in place: the parameters stay the same objects
             fast.speed_up(self.model)
         else:  # the reference ones, the task's loss too (a model from tformer.load came with the fast ones)
@@ -126,7 +126,8 @@ class Trainer(RunState):
         self.forward_model: torch.nn.Module = (
             cast(torch.nn.Module, torch.compile(self.model)) if cfg.compile else self.model
         )
-        distributed.broadcast_parameters(self.model, self.world)
+        distributed.broadcast_parameters(self.model, self.world)  # (a clear error where the processes' models differ)
+        self.ddp = distributed.data_parallel(task, self.forward_model, self.world)  # None with one process
         self.out = Path(cfg.out_dir)
         self.optimizer = make_optimizer(self.model, cfg)
         time_used = lambda: getattr(self, "elapsed", 0.0) / (60 * cfg.minutes) if cfg.minutes else 0.0  # noqa: E731
@@ -209,25 +210,25 @@ class Trainer(RunState):
         """
         self.model.train()
         total_tokens = sum(self.task.count_tokens(b) for b in group)
-        loss_sum = 0.0
-        for batch in (fetched or group)[self.world.rank :: self.world.size]:  # this process's share
-            with self._autocast():
-                loss, _ = self.task.loss(self.forward_model, batch)
-            share = loss / max(total_tokens, 1)
-            (share if self.scaler is None else self.scaler.scale(share)).backward()
-            loss_sum += float(loss.detach())
-        # one all-reduce: the gradients, the loss, the time and whether any process was asked to stop
-        loss_sum, elapsed, stop = distributed.sync_gradients(
-            self.model,
-            self.world,
-            [loss_sum, self.elapsed + time.perf_counter() - start, float(self._signal is not None)],
-        )
+        loss_sum: torch.Tensor | float = 0.0  # on the device: read once, with the gradient norm, below
+        mine = distributed.shares(fetched or group, self.world)  # this process's batches (DDP: as many as the others')
+        for i, (batch, counts) in enumerate(mine):  # DDP all-reduces the gradients in the last one's backward
+            with self.ddp.no_sync() if self.ddp and i < len(mine) - 1 else contextlib.nullcontext():
+                with self._autocast():
+                    loss, _ = self.ddp(batch) if self.ddp else self.task.loss(self.forward_model, batch)
+                share = loss * (self.world.size if counts else 0) / max(total_tokens, 1)  # DDP averages: x size
+                (share if self.scaler is None else self.scaler.scale(share)).backward()
+            loss_sum = loss_sum + loss.detach().float() if counts else loss_sum
+        # the loss, the time and whether any process was asked to stop, summed over the processes
+        numbers = [loss_sum, self.elapsed + time.perf_counter() - start, float(self._signal is not None)]
+        loss_sum, elapsed, stop = distributed.all_sum(self.world, numbers, str(self.device))
         self.elapsed = elapsed / self.world.size  # the same on every process, so all stop together
         self._stop = stop > 0
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # the true gradients, for the clip and the norm
-        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf))
-        mean_loss = loss_sum / max(total_tokens, 1)
+        norm_t = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf)
+        loss_sum, norm = torch.stack([torch.as_tensor(loss_sum, device=norm_t.device), norm_t.float()]).tolist()
+        mean_loss = loss_sum / max(total_tokens, 1)  # (one read of the device, not one per micro-batch and the norm)
         if self.scaler is not None and math.isfinite(mean_loss) and not math.isfinite(norm):
             # fp16: the scaled gradients overflowed. The scaler halves the scale and skips the step while it finds its
             # level; past NORMAL_OVERFLOWS in a row, or at the scale's floor, it is a bad step
@@ -354,7 +355,8 @@ class Trainer(RunState):
         if self.world.is_main and self.lock is None:  # a Trainer built directly, not by make_trainer
             self.lock = RunLock(self.out).acquire()
         try:
-            return self._fit()
+            with tf32_matmuls(str(self.device)):  # a GPU's TF32, set for the run, the process's own put back after
+                return self._fit()
         finally:
             if self.lock is not None:
                 self.lock.release()
@@ -363,7 +365,7 @@ class Trainer(RunState):
     def _fit(self) -> dict:
         distributed.say(str(self.precision))  # what runs, and why (auto's choice for this machine)
         if self.tf32:
-            distributed.say("float32 matrix products: TF32 on the GPU's tensor cores (auto)")
+            distributed.say("float32 matrix products: TF32 on the GPU's tensor cores (for this run)")
         if self.cfg.compile:
             distributed.say("torch.compile: the first steps compile the model (a minute or more), then run compiled")
         progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main)

@@ -32,9 +32,8 @@ from tformer.files import atomic_write
 from tformer.generation import SamplingConfig, beam_search, translate_ids
 from tformer.generation.samplers import check_sampling
 from tformer.loader import Loaded, load
-from tformer.models.checkpoint import model_dir
+from tformer.models.checkpoint import DECODING_FILE, model_dir, read_decoding
 from tformer.models.seq2seq import Seq2SeqTransformer
-from tformer.readers import read_json_object
 from tformer.text import check_texts, normalize
 from tformer.tokenizers import BPETokenizer, Tokenizer
 from tformer.tokens import TRANSLATION_EOS as EOS
@@ -61,7 +60,6 @@ SRC_TOKENIZER, TGT_TOKENIZER = SRC_PREFIX + BPETokenizer.file_name, TGT_PREFIX +
 # max_len · 64 characters, and a longer sentence is cut there before the tokenizer sees it
 MAX_CHARS_PER_TOKEN = 64
 SOURCE_BUCKET = 16  # translate(compile=True) pads each batch's sources to a multiple of this many tokens
-DECODING_FILE = "decoding.json"  # a model directory's own decoding settings (its tuned length penalty)
 LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.4)  # what --tune-length-penalty tries
 
 
@@ -259,14 +257,9 @@ class Translator:
 
 def read_length_penalty(directory: str | Path) -> float:
     """The length penalty a model directory keeps as its default (``decoding.json``, written by ``tformer evaluate
-    --tune-length-penalty``), else 1.0; a damaged file is one line naming it."""
-    path = Path(directory) / DECODING_FILE
-    if not path.is_file():
-        return 1.0
-    value = read_json_object(path, "decoding settings").get("length_penalty")
-    if value is None or not checks.length_penalty.accepts(value):
-        raise ValueError(f"{str(path)!r}: 'length_penalty' is {value!r}, expected {checks.length_penalty.allowed}")
-    return float(value)
+    --tune-length-penalty``; a Hugging Face directory's ``generation_config.json``), else 1.0; a damaged file is one
+    line naming it (:func:`tformer.models.checkpoint.read_decoding`)."""
+    return float(read_decoding(directory).get("length_penalty", 1.0))
 
 
 def tune_length_penalty(
