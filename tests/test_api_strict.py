@@ -325,6 +325,8 @@ def _bad_values(bound) -> list:
         return ["no-such-name", 5]
     if isinstance(bound, checks.Text):
         return [5, ""]
+    if isinstance(bound, checks.Sinks):
+        return [5, "wandb", ("csv", "csv")]
     bad = ["7", None if bound.kind is float else 2.5, math.nan if bound.kind is float else None]
     if bound.low is not None:
         bad.append(bound.low if bound.low_open else bound.low - 1)

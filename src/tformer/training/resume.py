@@ -61,8 +61,7 @@ __all__ = [
 # What a run writes into OUT, and all that --overwrite deletes: the best model, the last state, the log and its
 # plot, translation's held-out splits, `tformer demo`'s attention picture, --keep-checkpoints' models, the settings
 # resolved (tformer train's OUT/config.yaml), the log's CSV and TensorBoard copies
-RUN_FILES: tuple[str, ...] = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", "cross_attention.png", CHECKPOINTS)
-RUN_FILES += ("config.yaml", CSV_NAME, TENSORBOARD_DIR)  # tformer train's settings; --log-to's (training.runlog)
+RUN_FILES = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", "cross_attention.png", CHECKPOINTS, "config.yaml", CSV_NAME, TENSORBOARD_DIR)  # fmt: skip
 # tformer 0.1 kept the best model at the top of OUT: its config, weights, tokenizers and labels (a run's only
 # beside that model: config and weights at the top)
 LEGACY_FILES = (
