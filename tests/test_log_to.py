@@ -60,7 +60,6 @@ def test_the_csv_holds_each_record_of_the_log(tmp_path):
     assert not (tmp_path / "tensorboard").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard is not installed")
 def test_tensorboard_shows_the_logs_numbers_and_a_resumed_run_purges_what_last_lacks(tmp_path):
     first = Trainer(_model(), ScriptedTask([2.0]), _config(tmp_path, max_steps=2, log_to="csv,tensorboard"))
     first.fit()

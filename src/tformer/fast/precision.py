@@ -323,7 +323,7 @@ def tf32_matmuls(device: str) -> Iterator[None]:
 def use_tf32(device: str) -> bool:
     """On a CUDA GPU, let float32 matrix products and convolutions run as TF32 on the tensor cores (PyTorch's
     ``set_float32_matmul_precision("high")``, what nanoGPT sets) and return True; elsewhere change nothing, False."""
-    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+    if not tf32_applies(device):
         return False
     torch.set_float32_matmul_precision("high")
     torch.backends.cudnn.allow_tf32 = True
