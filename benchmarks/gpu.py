@@ -14,7 +14,9 @@ Parts (``--only``; each in its own try: an error is recorded in the report and t
   ``tformer.fast.speed_up`` applied and its loss ``tformer.fast.sequence_cross_entropy``, as the Trainer does; Hugging
   Face's ``GPT2LMHeadModel`` from a ``GPT2Config`` (random weights) with ``F.cross_entropy``. Each eager and with
   ``torch.compile(model)`` (the Trainer's ``--compile``; the loss outside the graph for both); four models, each with
-  its optimizer. Tokens/s and model FLOPs utilisation as nanoGPT counts it: FLOPs a step = (6·N + 12·L·d·T)·B·T, N the
+  its optimizer; and tformer's ``Trainer`` stepping the same batch (``_SameBatch``: its real step, with gradient
+  clipping, the schedule and the device-side skip of a non-finite step, the loss read every 10th step as at
+  ``--log-every 10``), compiled but under ``--quick``, with its host reads a step counted. Tokens/s and model FLOPs utilisation as nanoGPT counts it: FLOPs a step = (6·N + 12·L·d·T)·B·T, N the
   parameters without the position table (the tied table counted once), against the bf16 matmul peak measured here
   (the best of (n, n) @ (n, n) products, n = 8192) and against the card's published dense bf16 peak
   (:data:`PUBLISHED_BF16_TFLOPS`; null for a card not in it).
@@ -326,6 +328,83 @@ def _train_step(model, forward, loss_fn, inputs, labels, device: str, autocast: 
     return run, state_mb
 
 
+class _SameBatch:
+    """A task for the Trainer that trains on one batch of ids again and again (the real step around it: clipping, the
+    schedule, the skip of a non-finite step, the log's reads), with the Trainer's loss."""
+
+    metric, higher_is_better = "val_loss", False
+
+    def __init__(self, ids: torch.Tensor) -> None:
+        from tformer.fast import sequence_cross_entropy
+
+        self.ids, self.loss_fn = ids, sequence_cross_entropy  # (B, T + 1)
+
+    def train_batches(self, epoch: int) -> list:
+        return [0] * 1_000_000
+
+    def count_tokens(self, batch) -> int:
+        return self.ids[:, 1:].numel()
+
+    def loss(self, model, batch) -> tuple[torch.Tensor, int]:
+        logits = model(self.ids[:, :-1])  # (B, T, V)
+        return self.loss_fn(logits, self.ids[:, 1:], reduction="sum"), self.ids[:, 1:].numel()
+
+    def evaluate(self, model) -> dict:
+        return {}
+
+    def save_extra(self, directory) -> None:
+        pass
+
+
+def trainer_step(c: dict, ids: torch.Tensor, args, out: str) -> tuple[Callable[[], float], ...]:
+    """tformer's ``Trainer`` stepping ``_SameBatch`` (``--compile`` but on the CPU's ``--quick``, ``--log-every 10``: the
+    loss read every tenth step, as ``tformer train lm`` does), and its host reads a step over 10 steps."""
+    from tformer.training.trainer import TrainConfig, Trainer
+
+    precision = "fp32" if args.train_precision == "fp32" else "bf16"
+    cfg = TrainConfig(out, lr=6e-4, warmup_steps=10, device=args.device, precision=precision, compile=not args.quick,
+                      progress=False, log_every=10, overwrite=True, max_steps=10**9)  # fmt: skip
+    trainer = Trainer(_tformer_gpt2(c, args.device), _SameBatch(ids), cfg)
+
+    def run() -> float:
+        trainer._optimizer_step([0], time.perf_counter())
+        if trainer.step % 10 == 0:
+            trainer._settle()  # what the loop does at a log step
+        return ids[:, 1:].numel()
+
+    def reads_per_step() -> float:
+        """Host reads in the next 10 steps, counted from a log step to the next (one of them logs)."""
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        while trainer.step % 10:
+            run()
+        counted = [0]
+
+        class Reads(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, a=(), kw=None):
+                counted[0] += func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default)
+                return func(*a, **(kw or {}))
+
+        tolist = torch.Tensor.tolist
+        torch.Tensor.tolist = lambda t: (counted.append(0), tolist(t))[1]  # type: ignore[method-assign]
+        try:
+            with Reads():
+                for _ in range(10):
+                    run()
+        finally:
+            torch.Tensor.tolist = tolist  # type: ignore[method-assign]
+        return (counted[0] + len(counted) - 1) / 10
+
+    def state_mb() -> float:
+        opt = trainer.optimizer
+        return _mb(
+            list(trainer.model.parameters())
+            + [t for st in opt.state.values() for t in st.values() if torch.is_tensor(t)]
+        )
+
+    return run, reads_per_step, state_mb
+
+
 def train_part(report: Report, args, sizes: dict, peaks: dict) -> None:
     from tformer.fast import sequence_cross_entropy
     from tformer.fast.precision import use_tf32
@@ -360,8 +439,12 @@ def train_part(report: Report, args, sizes: dict, peaks: dict) -> None:
         )
         params = sum(p.numel() for p in model.parameters())
         candidates.append(Candidate(name, run, extra={"params": params, "compiled": compile_it}))
+    run, reads_per_step, state["tformer Trainer"] = trainer_step(c, ids, args, tempfile.mkdtemp(prefix="gpu-trainer-"))
+    candidates.append(Candidate("tformer Trainer", run, extra={"params": params, "compiled": not args.quick}))
     kept = first_calls(report, "train", group, candidates, args.device)
     stats = compare_safely(report, group, kept, args, (args.repeats, args.warmup), anchor="HF eager")
+    if "tformer Trainer" in stats:
+        stats["tformer Trainer"]["host_reads_per_step"] = reads_per_step()  # at --log-every 10
     n, flops = gpt2_flops(c)
     measured, published = peaks["measured_bf16_tflops"], peaks["published_bf16_tflops"]
     for name, s in stats.items():
@@ -686,6 +769,12 @@ def markdown(payload: dict) -> str:
                 f"{_f(1000 * s['median_seconds'], '.1f')} | {_f(s.get('first_call_s'), '.1f')} | "
                 f"{_f(s['tflops'], '.3g')} | {_pct(s['mfu_measured_peak'])} | {_pct(s['mfu_published_peak'])} |"
             )
+        reads = res.get(t["group"], {}).get("tformer Trainer", {}).get("host_reads_per_step")
+        if reads is not None:
+            lines += [
+                "",
+                f"tformer Trainer: {reads:.2f} host reads a step at --log-every 10 (issue 48's goal: at most 1).",
+            ]
         lines.append("")
     if "decode" in sec:
         lines += [

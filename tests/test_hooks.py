@@ -47,13 +47,19 @@ MODELS = {  # one of each family, and the options that add or change hook points
 }
 
 
-def _run(model) -> torch.Tensor:
-    """The family's forward on IDS: (B, T, V) logits."""
+def _run(model, ids: torch.Tensor = IDS) -> torch.Tensor:
+    """The family's forward on ``ids`` (IDS by default): (B, T, V) logits."""
     if isinstance(model, Seq2SeqTransformer):
-        return model(IDS, IDS[:, :4])
+        return model(ids, ids[:, :4])
     if isinstance(model, GPT):
-        return model(IDS)
-    return model.pretraining_logits(IDS)[0]
+        return model(ids)
+    return model.pretraining_logits(ids)[0]
+
+
+def _padded(model) -> torch.Tensor:
+    """IDS and a shorter row padded with the model's pad id: a batch whose padding mask hides something."""
+    short = torch.tensor([[5, 6, 7] + [model.config.pad_id] * 3])
+    return torch.cat([IDS, short])  # (2, 6)
 
 
 def _documented() -> set[str]:
@@ -86,8 +92,9 @@ def test_the_documented_hook_points_are_exactly_the_models_own():
 @pytest.mark.parametrize("family", ["seq2seq", "gpt gemma-like", "bert"])
 def test_every_hook_point_runs_once_in_a_forward_and_captures_what_the_model_used(family):
     model = MODELS[family]()
+    ids = IDS if family.startswith("gpt") else _padded(model)  # padding: the encoder's mask is used
     with torch.no_grad(), hooks.capture(model) as cache:
-        logits = _run(model)
+        logits = _run(model, ids)
     assert set(cache) == set(hooks.names(model))  # every hook point ran
     assert torch.equal(cache["hook_logits"], logits)
     prefix = "decoder" if family.startswith("gpt") else "encoder"
@@ -105,6 +112,19 @@ def test_every_hook_point_runs_once_in_a_forward_and_captures_what_the_model_use
     merged = at("hook_context").transpose(1, 2).reshape(b, t, h * dh)
     torch.testing.assert_close(attn.out_proj(merged), at("hook_out"), rtol=0, atol=1e-6)
     assert torch.equal(at("hook_masked_scores").isinf(), ~at("hook_mask").expand_as(at("hook_scores")))
+
+
+@pytest.mark.parametrize("family", ["seq2seq", "bert"])
+def test_a_batch_without_padding_has_no_padding_mask(family):
+    """Nothing padded: the model passes no mask (it reads once per forward whether its padding mask hides anything,
+    not once per layer), so attention takes its unmasked path; the numbers are the masked ones."""
+    model = MODELS[family]()
+    with torch.no_grad(), hooks.capture(model) as cache:
+        logits = _run(model)
+    assert not [name for name in cache if name.startswith("encoder") and name.endswith("hook_mask")]
+    with torch.no_grad():
+        padded = _run(model, _padded(model))
+    torch.testing.assert_close(padded[:1], logits, rtol=0, atol=1e-5)  # row 0 is IDS, unpadded, beside a padded row
 
 
 def test_a_patch_replaces_the_tensor_the_model_goes_on_with():

@@ -323,7 +323,7 @@ def test_a_signal_during_a_save_finishes_it_and_a_second_one_leaves_a_whole_last
 def test_a_diverging_run_stops_with_a_message_and_keeps_no_nan_model(tmp_path):
     (run,) = _cli(tmp_path, _lm_args(tmp_path, "run", "--max-steps", "40", "--lr", "1e6", "--warmup-steps", "1",
                                      "--max-bad-steps", "6", "--no-progress"))  # fmt: skip
-    line = _one_line_error(run, 2, "diverged at step 2:", "--lr", "6 steps in a row")
+    line = _one_line_error(run, 2, "diverged at step 7:", "--lr", "6 steps in a row")  # steps 2-7, read each
     assert "not finite" in line
     records = _records(tmp_path / "run")  # strict JSON throughout
     evaluations = [r for r in records if "val_loss" in r]

@@ -22,7 +22,7 @@ from tformer.generation import (
     translate_ids,
 )
 from tformer.generation.static import StaticLMDecoder, StaticSeq2SeqDecoder
-from tformer.generation.static_cache import StaticKVCache
+from tformer.generation.static_cache import StaticCaches, StaticKVCache
 from tformer.tokens import TRANSLATION_SOS as SOS
 
 VOCAB = 40
@@ -190,6 +190,82 @@ def test_translate_ids_and_beam_search_give_todays_tokens_and_compile_the_step_o
     for compile in (UNCOMPILED, compiled):
         assert beam_search(model, src, SOS, end, 3, 20, 0.6, compile=compile) == today
     assert backend.frame_count == 2
+
+
+# ------------------------------------------------------------------ one cache per shape, reused across calls
+
+
+@pytest.fixture
+def guarded(monkeypatch):
+    """The buffers marked as on a GPU, on the CPU too, with the guard on their identity that ``mark_static_address``
+    had by default in torch 2.6–2.8 (a new buffer: the step compiled again; from 2.9 the default is no guard, and a new
+    address records the CUDA graph again instead), so that a new cache per call shows here (issue 48)."""
+    from tformer.generation import static_cache
+
+    def static(t):
+        torch._dynamo.mark_static_address(t, guard=True)
+        return t
+
+    monkeypatch.setattr(static_cache, "_static", static)
+
+
+def test_ten_generate_calls_on_one_static_caches_compile_the_step_once(counted, guarded):
+    backend, compiled = counted
+    model, caches = _gpt("llama"), StaticCaches()
+    today = generate_lm(model, PROMPTS, 12)
+    addresses = set()
+    for _ in range(10):
+        assert generate_lm(model, PROMPTS, 12, compile=compiled, caches=caches) == today
+        (cache,) = caches._caches.values()
+        addresses.add(tuple(b.data_ptr() for layer in cache.layers for b in (layer.k, layer.v) if b is not None))
+    assert backend.frame_count == 1 and caches.made == 1  # one cache, one compilation, ten calls
+    assert len(addresses) == 1  # the same buffers: a CUDA graph replays, not recorded again
+    generate_lm(model, PROMPTS[:2], 12, compile=compiled, caches=caches)  # two rows: another shape, another cache
+    assert caches.made == 2
+    backend.frame_count = 0
+    fresh = [StaticCaches() for _ in range(3)]  # kept alive: a freed cache's ids could be reused by the next one
+    for pool in fresh:  # new buffers each call: the guards on their identity compile the step again, every call
+        generate_lm(model, PROMPTS, 12, compile=compiled, caches=pool)
+    assert backend.frame_count == 3
+
+
+def test_greedy_and_beam_search_reuse_static_caches_across_calls(counted, guarded):
+    backend, compiled = counted
+    model, src = _seq2seq(), _sources()
+    caches = StaticCaches()
+    today = translate_ids(model, src, SOS, 3, 12)
+    beams = beam_search(model, src, SOS, 3, 3, 12, 0.6)
+    for _ in range(5):  # another source each time would do the same: the cross-attention keys are made per prefill
+        assert translate_ids(model, src, SOS, 3, 12, compile=compiled, caches=caches) == today
+        assert beam_search(model, src, SOS, 3, 3, 12, 0.6, compile=compiled, caches=caches) == beams
+    assert backend.frame_count == 2 and caches.made == 2  # B rows and B·K rows
+    other = _sources().flip(0)  # other sources in the same cache: their own cross-attention keys and values
+    assert translate_ids(model, other, SOS, 3, 12, compile=compiled, caches=caches) == translate_ids(
+        model, other, SOS, 3, 12
+    )
+
+
+def test_a_translators_calls_share_its_static_caches(tmp_path, counted, guarded):
+    from tformer.translation import Translator
+
+    backend, compiled = counted
+    translator = Translator.load(_saved_translator(tmp_path))
+    sentences = ["the cat sat.", "a bird sang in the tree.", "le chat."]
+    today = translator.translate(sentences, max_new_tokens=10)
+    for _ in range(4):
+        assert translator.translate(sentences, max_new_tokens=10, compile=compiled) == today  # type: ignore[arg-type]
+    assert translator.static_caches.made == 1 and backend.frame_count == 1
+
+
+def test_static_caches_keep_the_most_recent_shapes_of_one_model():
+    model, caches = _gpt("gpt2"), StaticCaches(limit=2)
+    first = caches.get(model, 2, 16)
+    assert caches.get(model, 2, 16) is first and caches.made == 1
+    caches.get(model, 3, 16), caches.get(model, 4, 16)  # the third shape pushes out the oldest
+    assert caches.get(model, 2, 16) is not first and caches.made == 4
+    assert caches.get(_gpt("llama"), 2, 16) is not first  # another model: its own caches
+    with pytest.raises(ValueError, match="StaticCaches needs a limit of at least 1 cache, got 0"):
+        StaticCaches(limit=0)
 
 
 # ------------------------------------------------------------------------- compile=True, and the command line

@@ -3,15 +3,23 @@ for the device to finish all it was given. A CPU has no such wait, but the reads
 where they happen (``item``, ``float()``, ``int()``, ``bool()`` of a tensor: aten's ``_local_scalar_dense``; ops whose
 output size depends on the values: ``nonzero``, ``masked_select``; ``tolist``), so a read added to the step fails here.
 
-Today the language model's step reads 3 times on a CPU: the ids' range check (the model's), the labels' (the CPU's
-fused loss only) and the loss with the gradient norm, one read for both (6 before issue 48: two for each check, one for
-each micro-batch's loss, one for the norm). Issue 48's goal, at most 1 a step at ``--log-every 10``, needs the
-non-finite skip made on the device (fused AdamW's ``found_inf``): not done yet."""
+The language model's step read 6 times before issue 48 (two for each of the ids' and the labels' range checks, one for
+each micro-batch's loss, one for the gradient norm), then 3. Now it reads none: the ids are checked by the device
+(``torch._assert_async``, which a GPU runs without the host waiting; on a CPU the host is the device), the labels by
+the loss's own gather, and the skip of a non-finite step is fused AdamW's (``found_inf``), tallied on the device and
+read once per ``--log-every`` steps (:mod:`tformer.training.tally`). Issue 48's goal: at most 1 a step at
+``--log-every 10``."""
 
+import math
+
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tformer.lm
+from tformer.fast.losses import sequence_cross_entropy
+from tformer.models.gpt import GPT, GPTConfig
+from tformer.training.trainer import TrainingDiverged
 
 _READS = {
     torch.ops.aten._local_scalar_dense.default,
@@ -44,12 +52,16 @@ def counting(monkeypatch, reads: Reads) -> None:
     monkeypatch.setattr(torch.Tensor, "tolist", counted)
 
 
-def test_a_language_model_step_reads_values_three_times(tmp_path, monkeypatch):
+def _lm_trainer(tmp_path, **kw):
     text = tmp_path / "t.txt"
     text.write_text("the cat sat on the mat, and the dog ran in the fog.\n" * 400)
-    trainer = tformer.lm.setup(
-        text, tmp_path / "run", "tiny", max_len=32, batch_size=4, max_steps=20, log=lambda s: None
-    )
+    kw = dict(max_len=32, batch_size=4, max_steps=20, log=lambda s: None) | kw
+    return tformer.lm.setup(text, tmp_path / "run", "tiny", **kw)
+
+
+def test_ten_language_model_steps_read_the_device_once(tmp_path, monkeypatch):
+    trainer = _lm_trainer(tmp_path)
+    assert trainer.tally is not None  # one process, bf16 or fp32, fused AdamW: the skip is decided on the device
     batches = trainer.task.train_batches(0)
     trainer._optimizer_step(batches[:1], 0.0)  # the first step builds what later ones reuse
     fetched = [trainer.task.fetch(b) for b in batches[1:11]]  # as the feed reads them, in its thread, ahead
@@ -58,5 +70,84 @@ def test_a_language_model_step_reads_values_three_times(tmp_path, monkeypatch):
     with reads:
         for batch, rows in zip(batches[1:11], fetched):
             trainer._optimizer_step([batch], 0.0, [rows])
+        loss = trainer._settle()  # what the loop does at a log step (--log-every 10): read the loss
     assert trainer.step == 11
-    assert reads.count / 10 <= 3, f"{reads.count / 10} host reads a step"
+    assert reads.count <= 1, f"{reads.count} host reads in 10 steps and a log"
+    assert loss is not None and math.isfinite(loss) and trainer.skipped_steps == 0
+
+
+def test_a_non_finite_step_is_skipped_on_the_device_and_said_at_the_next_read(tmp_path, capsys):
+    trainer = _lm_trainer(tmp_path, max_bad_steps=3)
+    batches = trainer.task.train_batches(0)
+    trainer._optimizer_step(batches[:1], 0.0)
+    trainer._settle()
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    moments = [s["exp_avg"].clone() for s in trainer.optimizer.state.values()]
+    steps = [s["step"].clone() for s in trainer.optimizer.state.values()]
+    weight = next(trainer.model.parameters())
+    with torch.no_grad():
+        weight_copy = weight.clone()
+        weight.fill_(math.nan)  # every loss NaN from here
+    trainer._optimizer_step(batches[1:2], 0.0)
+    trainer._optimizer_step(batches[2:3], 0.0)
+    with torch.no_grad():
+        weight.copy_(weight_copy)
+    after = trainer.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # no update from the two skipped steps
+    assert all(torch.equal(a, s["exp_avg"]) for a, s in zip(moments, trainer.optimizer.state.values()))
+    assert all(torch.equal(a, s["step"]) for a, s in zip(steps, trainer.optimizer.state.values()))  # count undone
+    assert trainer.step == 3 and trainer.skipped_steps == 0  # nothing read yet
+    assert trainer._settle() is None  # the last step was skipped: no loss to log
+    assert trainer.skipped_steps == 2 and trainer.bad_steps == 2
+    assert "step 3: 2 of the last 2 steps skipped, their loss or gradient norm not finite" in capsys.readouterr().err
+    trainer._optimizer_step(batches[3:4], 0.0)  # a finite one: the run of bad steps ends
+    assert trainer._settle() is not None and trainer.bad_steps == 0 and trainer.skipped_steps == 2
+
+
+def test_max_bad_steps_in_a_row_stop_the_run_at_the_read(tmp_path):
+    trainer = _lm_trainer(tmp_path, max_bad_steps=3)
+    batches = trainer.task.train_batches(0)
+    with torch.no_grad():
+        next(trainer.model.parameters()).fill_(math.nan)
+    for i in range(4):
+        trainer._optimizer_step(batches[i : i + 1], 0.0)
+    with pytest.raises(TrainingDiverged, match="diverged at step 4: .* not finite for 4 steps in a row"):
+        trainer._settle()
+
+
+def test_token_ids_are_checked_without_a_read(monkeypatch):
+    model = GPT(GPTConfig.preset("tiny", vocab_size=50))
+    reads = Reads()
+    counting(monkeypatch, reads)
+    with reads:
+        model(torch.tensor([[0, 49, 7]]))
+    assert reads.count == 0
+    for bad in (50, -1):  # on the CPU the device's check is the host's: named at once
+        with pytest.raises(ValueError, match=f"ids contains token id {bad}, outside the vocabulary \\[0, 50\\)"):
+            model(torch.tensor([[0, bad, 7]]))
+
+
+def test_the_cpu_loss_checks_its_labels_in_its_gather():
+    logits = torch.randn(2, 3, 10, requires_grad=True)
+    for bad in (10, -5):
+        with pytest.raises(ValueError, match=f"labels contain class {bad}, outside \\[0, 10\\)"):
+            sequence_cross_entropy(logits, torch.tensor([[1, 2, 3], [4, bad, -100]]), ignore_index=-100)
+
+
+def test_a_translation_step_reads_only_whether_its_masks_hide_anything(tmp_path, monkeypatch):
+    """Translation: 2 reads a step, whether the source and the target padding masks hide anything (an all-real one is
+    dropped, so attention takes its unmasked path), once per forward, not once per layer; the token count comes
+    with the batch, counted on the host where it was made."""
+    import tformer.translation as translation
+
+    trainer = translation.setup("builtin", tmp_path / "run", preset="tiny", max_steps=10)
+    assert trainer.tally is not None
+    batches = trainer.task.train_batches(0)
+    trainer._optimizer_step(batches[:1], 0.0)
+    fetched = [trainer.task.fetch(b) for b in batches[1:3]]
+    reads = Reads()
+    counting(monkeypatch, reads)
+    with reads:
+        for batch, rows in zip(batches[1:3], fetched):
+            trainer._optimizer_step([batch], 0.0, [rows])
+    assert reads.count == 2 * 2, f"{reads.count} host reads in 2 steps"

@@ -28,6 +28,7 @@ __all__ = [
     "check_yes_no_fields",
     "check_ids",
     "check_length",
+    "unless_all_real",
     "check_positive",
     "check_positive_int",
 ]
@@ -364,7 +365,12 @@ def check_device(value: Any, name: str = "device") -> Any:
 
 
 def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
-    """``ids`` must be a non-empty (B, T) integer tensor with values in [0, vocab_size)."""
+    """``ids`` must be a non-empty (B, T) integer tensor with values in [0, vocab_size).
+
+    The values are checked by the device itself (``torch._assert_async``), so that a forward never makes the host wait
+    for the device: on a CPU a bad id is named at once (``ValueError``); on a CUDA GPU it stops the process with a
+    device-side assertion at the next synchronisation, as an out-of-range id in ``nn.Embedding`` does there
+    (``CUDA_LAUNCH_BLOCKING=1`` points at the call). Other devices are read (one synchronisation)."""
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype in (torch.bool,) or ids.is_floating_point() or ids.is_complex():
@@ -375,10 +381,26 @@ def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
         raise ValueError(f"{name} is empty (shape {tuple(ids.shape)}): need at least one sequence of one token")
     if torch.compiler.is_compiling():  # value checks would break the compiled graph; shapes were checked
         return
+    if ids.device.type in ("cpu", "cuda"):  # the device checks, the host does not wait for it (issue 48)
+        try:
+            torch._assert_async((ids >= 0).logical_and_(ids < vocab_size).all(), f"{name}: token id outside [0, vocab)")
+        except RuntimeError:  # on a CPU, at once: say which id (on a GPU, a device-side assertion stops the process)
+            pass
+        else:
+            return
     lo, hi = torch.stack(torch.aminmax(ids)).tolist()  # one read of the device
     if lo < 0 or hi >= vocab_size:
         bad = hi if hi >= vocab_size else lo
         raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
+
+
+def unless_all_real(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """``mask``, or None where it hides nothing (a batch without padding): attention then takes its unmasked path,
+    the fused kernel's fastest, with the same numbers. One read of the device (a synchronisation on a GPU), so the
+    models ask once per forward, not each layer; while compiling the mask is kept (a graph does not read values)."""
+    if mask is None or torch.compiler.is_compiling() or not bool(mask.all()):
+        return mask
+    return None
 
 
 def check_length(length: int, max_len: int, name: str) -> None:

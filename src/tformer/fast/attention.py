@@ -75,8 +75,6 @@ def fast_mask(
     mask: torch.Tensor | None, causal: bool, window: int | None, q: torch.Tensor, k: torch.Tensor
 ) -> tuple[torch.Tensor | None, bool]:
     """The mask the fused kernel needs: returns ``(mask or None, is_causal)``."""
-    if mask is not None and not torch.compiler.is_compiling() and bool(mask.all()):
-        mask = None  # hides nothing (e.g. a batch without padding): the fused kernel's unmasked path is faster
     if not causal:
         return mask, False
     tq, tk = q.shape[2], k.shape[2]

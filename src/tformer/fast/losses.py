@@ -38,8 +38,11 @@ def sequence_cross_entropy(
         return losses.sequence_cross_entropy(logits, labels, ignore_index, label_smoothing, reduction)
     flat_logits = logits.reshape(-1, logits.shape[-1]).float()  # (B, T, V) -> (N, V)
     flat_labels = labels.reshape(-1)  # (B, T) -> (N,)
-    _check_labels(flat_labels, ignore_index, flat_logits.shape[-1])
-    return _CrossEntropy.apply(flat_logits, flat_labels, ignore_index, label_smoothing, reduction == "mean")
+    try:  # the gather of the targets checks their range, so the labels are not read before (issue 48)
+        return _CrossEntropy.apply(flat_logits, flat_labels, ignore_index, label_smoothing, reduction == "mean")
+    except RuntimeError:
+        _check_labels(flat_labels, ignore_index, flat_logits.shape[-1])  # a bad label: say which
+        raise
 
 
 def _uses_fused(logits: torch.Tensor) -> bool:

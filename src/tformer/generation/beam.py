@@ -23,6 +23,7 @@ from tformer.generation.cache_size import check_kv_cache
 from tformer.generation.loop import Seq2SeqDecoder, check_decoding, decode_one
 from tformer.generation.samplers import is_finite_number
 from tformer.generation.static import Compile, StaticSeq2SeqDecoder
+from tformer.generation.static_cache import StaticCaches
 
 __all__ = ["MAX_BEAM", "MAX_LENGTH_PENALTY", "BeamCandidate", "beam_search"]
 
@@ -65,6 +66,7 @@ def beam_search(
     on_step: Callable[[int, int, list[BeamCandidate]], None] | None = None,
     compile: bool | Compile = False,
     decoding: DecodingWeights | None = None,
+    caches: StaticCaches | None = None,
 ) -> list[list[int]]:
     """Beam search for a batch of sources ``src`` (B, S); returns the best ids per source.
 
@@ -86,7 +88,8 @@ def beam_search(
     The model decodes with its own kernels (:class:`~tformer.generation.loop.Seq2SeqDecoder`); ``decoding``: as
     :func:`~tformer.generation.generate.translate_ids`'s. ``compile=True``
     searches the same beams on a static KV cache of B·K rows (a done source's rows go on, unread), its one-token step
-    compiled once (:class:`~tformer.generation.static.StaticSeq2SeqDecoder`).
+    compiled once (:class:`~tformer.generation.static.StaticSeq2SeqDecoder`); ``caches``: as
+    :func:`~tformer.generation.generate.generate_lm`'s.
     """
     _check(beam_size, max_len, length_penalty, compile)
     check_decoding(decoding)
@@ -94,7 +97,7 @@ def beam_search(
     what = f"{b} source(s) x beam_size={k} x {max_len} new tokens"
     check_kv_cache(model, b * k, max_len + 1, what, source_len=src.shape[1], static=bool(compile))
     decoder: Seq2SeqDecoder | StaticSeq2SeqDecoder = (
-        StaticSeq2SeqDecoder(model, sos_id, compile, beams=k, decoding=decoding)
+        StaticSeq2SeqDecoder(model, sos_id, compile, beams=k, decoding=decoding, caches=caches)
         if compile
         else Seq2SeqDecoder(model, sos_id, decoding)
     )

@@ -20,6 +20,7 @@ from tformer.generation.cache_size import check_kv_cache
 from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, check_decoding, decode_n, until
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
 from tformer.generation.static import Compile, StaticLMDecoder, StaticSeq2SeqDecoder, lm_capacity
+from tformer.generation.static_cache import StaticCaches
 
 __all__ = ["MAX_NEW_TOKENS", "generate_lm", "translate_ids", "seeded"]
 
@@ -42,6 +43,7 @@ def translate_ids(
     generator: torch.Generator | None = None,
     compile: bool | Compile = False,
     decoding: DecodingWeights | None = None,
+    caches: StaticCaches | None = None,
 ) -> list[list[int]]:
     """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
 
@@ -59,7 +61,7 @@ def translate_ids(
     what = f"{rows} source(s) x {max_len} new tokens"
     check_kv_cache(model, rows, max_len + 1, what, source_len=length, static=bool(compile))
     decoder: Decoder = (
-        StaticSeq2SeqDecoder(model, sos_id, compile, decoding=decoding)
+        StaticSeq2SeqDecoder(model, sos_id, compile, decoding=decoding, caches=caches)
         if compile
         else Seq2SeqDecoder(model, sos_id, decoding)
     )
@@ -85,6 +87,7 @@ def generate_lm(
     stop=None,
     compile: bool | Compile = False,
     decoding: DecodingWeights | None = None,
+    caches: StaticCaches | None = None,
 ) -> list[list[int]]:
     """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
 
@@ -101,7 +104,9 @@ def generate_lm(
     ``torch.compile`` and replayed (on a CUDA device with ``mode="reduce-overhead"``: a CUDA graph), as gpt-fast's
     ``--compile`` and Hugging Face's ``cache_implementation="static"`` do. The first call pays the compilation
     (seconds); later calls with the same batch size and a similar length reuse it. A function in place of ``True``
-    compiles the step its own way (:mod:`tformer.generation.static`).
+    compiles the step its own way (:mod:`tformer.generation.static`). ``caches``: a
+    :class:`~tformer.generation.static_cache.StaticCaches` kept across calls, so that they reuse one cache per shape
+    (neither compiled nor, on a GPU, recorded again); None: a new cache for this call.
     """
     checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # [1, MAX_NEW_TOKENS], --max-new-tokens' words
     check_sampling(sampling, seed)
@@ -118,7 +123,7 @@ def generate_lm(
     positions = lm_capacity(longest, max_new_tokens, limit) if static else longest + max_new_tokens
     check_kv_cache(model, len(prompts), positions, what, static=static)  # before anything is allocated
     decoder: Decoder = (
-        StaticLMDecoder(model, pad_id, compile, decoding) if compile else LMDecoder(model, pad_id, decoding)
+        StaticLMDecoder(model, pad_id, compile, decoding, caches) if compile else LMDecoder(model, pad_id, decoding)
     )
     choose = sampler(sampling, seeded(seed, next(model.parameters()).device))
     end_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from tformer.checks import unless_all_real
 from tformer.fast.linear import DecodingWeights, decoding_step
 from tformer.generation.samplers import Sampler
 from tformer.nn.cache import KVCache
@@ -266,5 +267,4 @@ class Seq2SeqDecoder:
 
 def source_mask(src: torch.Tensor, pad_id: int) -> torch.Tensor | None:
     """The source padding mask, or None when it hides nothing (then no layer checks it again at every step)."""
-    mask = padding_mask(src, pad_id)  # (B, 1, 1, S)
-    return None if bool(mask.all()) else mask
+    return unless_all_real(padding_mask(src, pad_id))  # (B, 1, 1, S)

@@ -38,7 +38,7 @@ from torch import nn
 from tformer.checks import check_length, compile_option
 from tformer.fast.linear import DecodingWeights
 from tformer.generation.loop import source_mask
-from tformer.generation.static_cache import StaticKVCache
+from tformer.generation.static_cache import StaticCaches, StaticKVCache
 
 __all__ = [
     "Compile",
@@ -125,9 +125,15 @@ class StaticLMDecoder:
     last ¾ of it, into the same buffers."""
 
     def __init__(
-        self, model: nn.Module, pad_id: int = 0, compile: bool | Compile = True, decoding: DecodingWeights | None = None
+        self,
+        model: nn.Module,
+        pad_id: int = 0,
+        compile: bool | Compile = True,
+        decoding: DecodingWeights | None = None,
+        caches: StaticCaches | None = None,
     ) -> None:
         self.model: Any = model  # a GPT, or any module called the same way
+        self.caches = StaticCaches() if caches is None else caches  # a caller's: reused across its calls
         self.weights = (
             DecodingWeights() if decoding is None else decoding
         )  # unread inside the compiled step (F.linear there), read by an eager one
@@ -148,7 +154,7 @@ class StaticLMDecoder:
             attention = attention.bool()  # (B, T0)
             positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # (B, T0) real tokens count from 0
         capacity = lm_capacity(longest, new_tokens, self.limit)
-        cache = StaticKVCache.for_model(self.model, capacity)
+        cache = self.caches.get(self.model, b, capacity)
         logits = self.model(ids, attention_mask=attention, positions=positions, cache=cache, logits_to_keep=1)
         tokens = torch.tensor([[p[0]] * (longest - len(p)) + p for p in prompts], device=self.device)  # (B, T0)
         last = positions[:, -1:] if positions is not None else torch.full((b, 1), longest - 1, device=self.device)
@@ -238,8 +244,10 @@ class StaticSeq2SeqDecoder:
         compile: bool | Compile = True,
         beams: int = 1,
         decoding: DecodingWeights | None = None,
+        caches: StaticCaches | None = None,
     ) -> None:
         self.model: Any = model  # a Seq2SeqTransformer, or one with its encode/decode
+        self.caches = StaticCaches() if caches is None else caches  # a caller's: reused across its calls
         self.weights = (
             DecodingWeights() if decoding is None else decoding
         )  # unread inside the compiled step (F.linear there), read by an eager one
@@ -254,7 +262,7 @@ class StaticSeq2SeqDecoder:
         memory_mask = source_mask(src, self.model.config.pad_id)  # (B, 1, 1, S), or None
         memory = self.model.encode(src, memory_mask).repeat_interleave(k, 0)  # (B·K, S, D)
         memory_mask = None if memory_mask is None else memory_mask.repeat_interleave(k, 0)  # (B·K, 1, 1, S)
-        cache = StaticKVCache.for_model(self.model, min(new_tokens + 1, limit))
+        cache = self.caches.get(self.model, memory.shape[0], min(new_tokens + 1, limit))
         start = torch.full((memory.shape[0], 1), self.start_id, dtype=torch.long, device=src.device)  # (B·K, 1)
         logits = self.model.decode(start, memory, memory_mask, cache)[:, -1]  # (B·K, V); the cross-attention K/V
         rows = torch.arange(src.shape[0], device=src.device) * k  # (B,) each source's first row

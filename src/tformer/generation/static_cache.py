@@ -20,18 +20,25 @@ context, ``capacity`` ≤ ``max_len``. Cross-attention keys/values are computed 
 once per forward, ``update`` once per layer): the model and its attention never ask which kind they were given. Beam search reorders rows in place (:meth:`StaticKVCache.reorder`): the buffers
 keep their addresses, which a CUDA graph needs.
 
+A cache is made once per shape class and reused: :class:`StaticCaches` keeps the caches of one model by (rows,
+capacity), and a decoding call given one takes its cache from there, reset, the same buffers at the same addresses
+(Hugging Face reuses its ``StaticCache`` across ``generate`` calls the same way). The compiled step's guards see the same
+tensors, so it is neither compiled nor, on a GPU, recorded as a CUDA graph again; a new cache each call would be both
+(``mark_static_address`` guards the buffers' identity).
+
 Dimension legend: B batch (× beams), Hkv key/value heads, T new positions, C capacity (slots), Dh head dim, W window.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import torch
 
 from tformer.checks import check_length
 
-__all__ = ["StaticLayerKV", "StaticKVCache"]
+__all__ = ["StaticLayerKV", "StaticKVCache", "StaticCaches"]
 
 
 def _static(t: torch.Tensor) -> torch.Tensor:
@@ -149,10 +156,13 @@ class StaticKVCache:
         return self.slots
 
     def reset(self) -> None:
-        """Start again from slot 0, with no padding (the keys/values left in the buffers are hidden by the masks)."""
+        """Start again from slot 0, with no padding (the keys/values left in the buffers are hidden by the masks), and
+        no cross-attention keys/values (the next prefill's source computes its own)."""
         if self.index is not None and self.real is not None:
             self.index.zero_()
             self.real.fill_(True)
+        for layer in self.layers:
+            layer.cross_k = layer.cross_v = None
 
     def reorder(self, index: torch.Tensor, length: int | None = None) -> None:
         """Row i takes the keys/values of row ``index[i]`` (B,), in place: the buffers keep their addresses (beam
@@ -168,3 +178,37 @@ class StaticKVCache:
 
     def __len__(self) -> int:
         return len(self.layers)
+
+
+class StaticCaches:
+    """The static caches of one model, made once per shape class, (rows, capacity), and reused by every decoding call
+    given this object: :meth:`get` returns the cache of that class reset, with its buffers (see the module docstring).
+    It keeps the ``limit`` most recently used classes (each holds its keys/values: rows × capacity × layers).
+
+    >>> caches = StaticCaches()                                                  # doctest: +SKIP
+    >>> for prompts in requests:                                                 # doctest: +SKIP
+    ...     generate_lm(model, prompts, 32, compile=True, caches=caches)   # compiled once, recorded once
+    """
+
+    def __init__(self, limit: int = 4) -> None:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"StaticCaches needs a limit of at least 1 cache, got {limit!r}")
+        self.limit = limit
+        self.model: Any = None  # the model they are for (set by the first get)
+        self._caches: OrderedDict[tuple[int, int], StaticKVCache] = OrderedDict()
+        self.made = 0  # caches made (a reuse makes none)
+
+    def get(self, model: Any, rows: int, capacity: int) -> StaticKVCache:
+        """A cache of ``capacity`` slots for ``rows`` rows of ``model``: the one made before for them, reset, or a new one."""
+        if self.model is not model:  # another model: other layers, other shapes
+            self.model, self._caches = model, OrderedDict()
+        cache = self._caches.pop((rows, capacity), None)
+        if cache is None:
+            cache = StaticKVCache.for_model(model, capacity)
+            self.made += 1
+        else:
+            cache.reset()
+        self._caches[(rows, capacity)] = cache
+        while len(self._caches) > self.limit:
+            self._caches.popitem(last=False)
+        return cache

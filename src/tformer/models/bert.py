@@ -25,7 +25,7 @@ from typing import ClassVar, cast
 import torch
 from torch import nn
 
-from tformer.checks import check_ids, check_length
+from tformer.checks import check_ids, check_length, unless_all_real
 from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
@@ -141,7 +141,7 @@ class Bert(PretrainedMixin, nn.Module):
             raise ValueError(
                 f"attention_mask must have the shape of ids {tuple(ids.shape)}, got {tuple(attention_mask.shape)}"
             )
-        mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        mask = unless_all_real(attention_mask.bool()[:, None, None, :])  # (B, 1, 1, T); None: nothing padded
         return self.encoder(self.embed(ids, segments=token_type_ids), mask)  # (B, T, D)
 
     def pool(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from tformer.checks import check_ids, check_length
+from tformer.checks import check_ids, check_length, unless_all_real
 from tformer.models.attention_output import returns_attention
 from tformer.models.checkpoint import PretrainedMixin
 from tformer.models.config import ModelConfig
@@ -102,10 +102,14 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``src`` (B, S) ids → memory (B, S, D). ``src_mask`` defaults to the source padding mask."""
+        if src_mask is None:
+            src_mask = unless_all_real(padding_mask(src, self.config.pad_id))  # (B, 1, 1, S); None: nothing padded
+        return self._encode(src, src_mask)
+
+    def _encode(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`encode` with the mask as given (None: nothing to hide)."""
         check_ids(src, "src", self.config.src_vocab_size)
         check_length(src.shape[1], self.config.max_len, "src")
-        if src_mask is None:
-            src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         return self.encoder(self.src_embed(src), src_mask)  # (B, S, D)
 
     def decode(
@@ -132,6 +136,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         self_mask = padding_mask(tgt, self.config.pad_id) if cache is None else None  # (B, 1, 1, T)
         if self_mask is not None:  # position 0 is the start token, real even where it is the pad id (Marian)
             self_mask[..., 0] = True
+            self_mask = unless_all_real(self_mask)  # None where no target is padded (the fused kernel's causal path)
         x = self.tgt_embed(tgt, positions)  # (B, T, D)
         x = self.decoder(x, memory, self_mask, memory_mask, causal=True, cache=cache)  # (B, T, D)
         return self.hook_logits(self.output(x))  # (B, T, V)
@@ -145,14 +150,14 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         name (e.g. ``"decoder.layers.0.cross_attn"``) to attention weights (B, H, T, S).
         """
         if attention_mask is None:
-            memory_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
+            memory_mask = unless_all_real(padding_mask(src, self.config.pad_id))  # (B, 1, 1, S); None: no padding
         elif attention_mask.shape != src.shape:
             raise ValueError(
                 f"attention_mask must have the shape of src {tuple(src.shape)}, got {tuple(attention_mask.shape)}"
             )
         else:
-            memory_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
-        return self.decode(tgt, self.encode(src, memory_mask), memory_mask)
+            memory_mask = unless_all_real(attention_mask.bool()[:, None, None, :])  # (B, 1, 1, S)
+        return self.decode(tgt, self._encode(src, memory_mask), memory_mask)
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
         """An empty KV cache for incremental decoding with :meth:`decode`."""

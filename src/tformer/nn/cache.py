@@ -33,7 +33,7 @@ from typing import Protocol
 
 import torch
 
-from tformer.checks import check_length
+from tformer.checks import check_length, unless_all_real
 
 __all__ = ["LayerCache", "Cache", "LayerKV", "KVCache", "open_positions"]
 
@@ -94,7 +94,7 @@ def open_positions(
         raise ValueError(
             f"attention_mask must have shape (B, cached + T) = {(b, start + t)}, got {tuple(attention_mask.shape)}"
         )
-    return where, attention_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
+    return where, unless_all_real(attention_mask.bool()[:, None, None, :])  # (B, 1, 1, Tk), None: nothing padded
 
 
 class LayerKV:

@@ -9,8 +9,10 @@ half-lines. When stderr is not a terminal, :class:`Progress` writes instead one 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from tqdm.auto import tqdm
@@ -18,13 +20,16 @@ from tqdm.auto import tqdm
 __all__ = ["Progress", "PLAIN_EVERY_S", "seconds_left", "step_text"]
 
 PLAIN_EVERY_S = 5.0
+BAR_EVERY_S = 0.5  # a bar's values (loss, learning rate, ...) are asked for at most this often
 
 
 class Progress:
     """``update(step, text)`` after every optimizer step, with that step's own values; ``close()`` at the end.
 
     Each line shows the text given with its step: a line printed on time (every ``PLAIN_EVERY_S`` seconds)
-    between two log steps never shows the loss, learning rate or tokens/s of an earlier step."""
+    between two log steps never shows the loss, learning rate or tokens/s of an earlier step. The text may be a
+    function, called only when a line or the bar will show it: the Trainer reads the loss from the device for it
+    (:mod:`tformer.training.tally`), so a step that is not shown reads nothing."""
 
     def __init__(self, total: int | None, initial: int, enabled: bool, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -35,23 +40,34 @@ class Progress:
         if enabled and not self.plain:
             self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, file=self.stream)
         self.printed_at, self.printed_step = -float("inf"), initial
+        self.pending: str | Callable[[], str] = ""  # the last step's text, not asked for yet
+        self.asked_at = -float("inf")
 
-    def update(self, step: int, text: str = "") -> None:
-        """Optimizer step ``step`` is done; ``text`` holds its values (loss, learning rate, tokens/s, ETA)."""
-        done, self.step, self.text = step - self.step, step, text
+    def update(self, step: int, text: str | Callable[[], str] = "") -> None:
+        """Optimizer step ``step`` is done; ``text`` holds its values (loss, learning rate, tokens/s, ETA), or is a
+        function that makes them, called only if they are shown."""
+        done, self.step, self.pending = step - self.step, step, text
         if self.bar is not None:
-            self.bar.set_postfix_str(text, refresh=False)  # drawn with the step count, at tqdm's own pace
+            if time.monotonic() - self.asked_at >= BAR_EVERY_S:
+                self.bar.set_postfix_str(self._text(), refresh=False)  # drawn with the step count, at tqdm's own pace
             self.bar.update(done)
         elif self.plain and (time.monotonic() - self.printed_at >= PLAIN_EVERY_S):
             self._line()
 
+    def _text(self) -> str:
+        self.text = self.pending() if callable(self.pending) else self.pending
+        self.asked_at = time.monotonic()
+        return self.text
+
     def _line(self) -> None:
         total = f"/{self.total}" if self.total else ""
-        print(f"step {self.step}{total} | {self.text}".rstrip(" |"), file=self.stream, flush=True)
+        print(f"step {self.step}{total} | {self._text()}".rstrip(" |"), file=self.stream, flush=True)
         self.printed_at, self.printed_step = time.monotonic(), self.step
 
     def close(self) -> None:
         if self.bar is not None:
+            with contextlib.suppress(Exception):  # the last step's values (a run stopped by an error: its own)
+                self.bar.set_postfix_str(self._text(), refresh=False)
             self.bar.close()
         elif self.plain and self.printed_step != self.step:
             self._line()

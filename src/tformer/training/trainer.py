@@ -43,7 +43,9 @@ state as it was (the error names the directory). SIGINT and SIGTERM finish the c
 and raise :class:`TrainingInterrupted` (exit status 130 / 143 in the CLI); a second one stops at once
 (:mod:`tformer.training.signals`). A step
 whose loss or gradient norm is not finite is skipped (no update, gradients dropped) and counted;
-``max_bad_steps`` of them in a row raise :class:`TrainingDiverged`. In fp16 an overflow of the scaled gradients is
+``max_bad_steps`` of them in a row raise :class:`TrainingDiverged`. With one process, no fp16 and fused AdamW, that is
+decided on the device and read every ``log_every`` steps, so a step makes the host wait for nothing
+(:mod:`tformer.training.tally`: a skipped step then still counts as a step). In fp16 an overflow of the scaled gradients is
 the gradient scaler's to handle (it halves its scale and skips the step) up to
 :data:`~tformer.fast.precision.NORMAL_OVERFLOWS` in a row; past that, and at the scale's floor
 (:data:`~tformer.fast.precision.SCALE_FLOOR`, said once when reached), each one is a bad step too. A non-finite
@@ -54,6 +56,7 @@ Progress: a bar on a terminal, plain lines elsewhere (:mod:`tformer.training.pro
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import signal
@@ -65,7 +68,7 @@ from typing import cast
 import torch
 
 from tformer import fast
-from tformer.fast.precision import NORMAL_OVERFLOWS, SCALE_FLOOR, choose, gradient_scaler, halve_scale, tf32_matmuls
+from tformer.fast.precision import NORMAL_OVERFLOWS, SCALE_FLOOR, choose, gradient_scaler, tf32_matmuls
 from tformer.fast.quantize import require_float
 from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
 from tformer.nn.losses import sequence_cross_entropy as reference_cross_entropy
@@ -85,6 +88,7 @@ from tformer.training.progress import Progress, seconds_left, step_text
 from tformer.training.runlog import RunLog
 from tformer.training.signals import TrainingInterrupted, stop_signals
 from tformer.training.state import RunState
+from tformer.training.tally import BadSteps, Tally, TrainingDiverged, takes_found_inf
 
 __all__ = [
     "TrainConfig",
@@ -98,11 +102,7 @@ __all__ = [
 ]
 
 
-class TrainingDiverged(ValueError):
-    """The loss or the gradient norm was not finite for ``max_bad_steps`` steps in a row."""
-
-
-class Trainer(RunState):
+class Trainer(BadSteps, RunState):
     def __init__(self, model: torch.nn.Module, task, cfg: TrainConfig) -> None:
         if not isinstance(model, PretrainedMixin):
             raise TypeError(
@@ -141,6 +141,9 @@ class Trainer(RunState):
         self.bad_steps, self.skipped_steps = 0, 0  # non-finite steps: in a row, and in all
         self.scaler_skips, self.overflows = 0, 0  # fp16: steps the scaler skipped (overflow): in all, and in a row
         self._floor_said = False  # fp16: the loss scale's floor reached, said once
+        on_device = self.scaler is None and self.world.size == 1 and takes_found_inf(self.optimizer)
+        self.tally = Tally(device) if on_device else None  # the skip decided on the device, read every log step
+        self._shown_loss = math.nan  # the last loss the host read (the progress line's)
         self._signal: int | None = None  # the first SIGINT/SIGTERM received during fit()
         self._stop = False  # a process received one (agreed by all processes at the last step)
         self._saved_step: int | None = None
@@ -227,6 +230,11 @@ class Trainer(RunState):
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # the true gradients, for the clip and the norm
         norm_t = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf)
+        if self.tally is not None:  # no read: fused AdamW skips a non-finite step itself (tformer.training.tally)
+            self.tally.step(
+                self.optimizer, torch.as_tensor(loss_sum, device=norm_t.device) / max(total_tokens, 1), norm_t
+            )
+            return self._stepped(), total_tokens
         loss_sum, norm = torch.stack([torch.as_tensor(loss_sum, device=norm_t.device), norm_t.float()]).tolist()
         mean_loss = loss_sum / max(total_tokens, 1)  # (one read of the device, not one per micro-batch and the norm)
         if self.scaler is not None and math.isfinite(mean_loss) and not math.isfinite(norm):
@@ -254,45 +262,23 @@ class Trainer(RunState):
         else:  # the gradients are unscaled and finite: the scaler steps, then may grow the scale
             self.scaler.step(self.optimizer)
             self.scaler.update()
+        self._shown_loss = mean_loss
+        return self._stepped(mean_loss), total_tokens
+
+    def _stepped(self, loss: float = math.nan) -> float:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        return mean_loss, total_tokens
+        return loss
 
-    def _halve_scale(self) -> bool:
-        """fp16, after an overflow: the scaler halves its scale, down to its floor; reaching it is said once."""
-        assert self.scaler is not None
-        floor = halve_scale(self.scaler)
-        if floor and not self._floor_said:
-            self._floor_said = True
-            self._warn(
-                f"fp16: the loss scale reached its floor, {SCALE_FLOOR:g}, at step {self.step + 1}: the gradients "
-                "overflow float16 (above 65504) even unscaled, so each overflow from now on counts as a bad step "
-                f"(--max-bad-steps {self.cfg.max_bad_steps} in a row stop the run)"
-            )
-        return floor
-
-    def _skip(self, loss: float, norm: float, why: str | None = None) -> None:
-        self.bad_steps, self.skipped_steps = self.bad_steps + 1, self.skipped_steps + 1
-        step, n = self.step + 1, self.bad_steps
-        what = (
-            f"{why}: step skipped, a bad step"
-            if why
-            else f"loss {loss}, gradient norm {norm}: not finite, step skipped"
-        )
-        self._warn(f"step {step}: {what} ({n} in a row)")
-        if n >= self.cfg.max_bad_steps:
-            lr = self.scheduler.get_last_lr()[0]
-            fp16 = ", or --precision bf16 or fp32 (float16 overflows above 65504)" if self.scaler is not None else ""
-            raise TrainingDiverged(
-                f"training diverged at step {step}: the loss or the gradient norm was not finite for {n} steps in "
-                f"a row (last: loss {loss}, gradient norm {norm}, learning rate {lr:.3g}); try a lower --lr "
-                f"(now {self.cfg.lr:g}) or a longer --warmup-steps{fp16}; what was saved before in {self.out} is kept"
-            )
+    def save_last(self) -> None:
+        self._settle()  # the skipped steps counted before they are saved
+        super().save_last()
 
     def evaluate(self) -> dict:
         """Evaluate, log, and keep ``best/`` when better (rank 0; the others go on to the next step); with
         ``patience``, every process learns how many evaluations in a row were not better (to stop together)."""
+        self._settle()
         record = self._evaluate() if self.world.is_main else {"step": self.step}
         if self.cfg.patience is not None:
             self.stale_evals = distributed.broadcast_object(self.stale_evals, self.world)
@@ -395,18 +381,23 @@ class Trainer(RunState):
                                 rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
                                 lr = self.scheduler.get_last_lr()[0]
                                 if self.step % self.cfg.log_every == 0 or self.step == 1:
-                                    self._log(
-                                        {
-                                            "step": self.step,
-                                            "epoch": self.epoch,
-                                            "train_loss": loss,
-                                            "lr": lr,
-                                            "tokens_per_s": rate,
-                                            "elapsed_s": round(self.elapsed, 2),
-                                        }
-                                    )
+                                    if self.tally is not None:  # the one read of the device in log_every steps
+                                        loss = self._settle()
+                                    if loss is not None:  # (not a skipped step's)
+                                        self._log(
+                                            {
+                                                "step": self.step,
+                                                "epoch": self.epoch,
+                                                "train_loss": loss,
+                                                "lr": lr,
+                                                "tokens_per_s": rate,
+                                                "elapsed_s": round(self.elapsed, 2),
+                                            }
+                                        )
                                     window_tokens, window_start = 0, time.perf_counter()
-                                progress.update(self.step, self._postfix(float(loss), float(lr), rate))  # this step's
+                                progress.update(
+                                    self.step, functools.partial(self._postfix, float(lr), rate)
+                                )  # read if shown
                                 if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
                                     last_eval = self.evaluate()
                                     self.save_last()
@@ -436,7 +427,10 @@ class Trainer(RunState):
         """The epoch's batches, read ahead in a thread when the task reads its data per batch (``fetch``)."""
         return Feed(getattr(self.task, "fetch", None), batches, pin=torch.device(self.device).type == "cuda")
 
-    def _postfix(self, loss: float, lr: float, rate: float) -> str:
+    def _postfix(self, lr: float, rate: float) -> str:
+        """The progress line's values of the step just made (its loss read from the device now, if not yet)."""
+        self._settle()
+        loss = self._shown_loss
         step0, elapsed0 = getattr(self, "_session", (0, 0.0))  # this session's pace gives the ETA
         left = seconds_left(self.cfg.max_steps, self.cfg.minutes, self.step, self.elapsed, step0, elapsed0)
         return step_text(self.epoch, loss, lr, rate, left)

@@ -39,18 +39,20 @@ class Batch:
     tgt_in: torch.Tensor  # (B, T) <sos> + target
     tgt_out: torch.Tensor  # (B, T) target + <eos>; <pad> where tgt_in is padding
     pad: int = PAD  # the model's <pad> id (an Opus-MT model's is its last id)
+    tokens: int | None = None  # n_tokens, counted where the batch was made (on the host: no read of a device)
 
     @property
     def n_tokens(self) -> int:
         """Real (non-pad) target tokens: what the loss is averaged over."""
-        return int((self.tgt_out != self.pad).sum())
+        return self.tokens if self.tokens is not None else int((self.tgt_out != self.pad).sum())
 
     def to(self, device) -> Batch:
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.pad)
+        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.pad, self.n_tokens)
 
     def pin_memory(self) -> Batch:
         """The tensors in pinned memory (the Trainer's feed, on a machine with a GPU)."""
-        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.pad)
+        pinned = (self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory())
+        return Batch(*pinned, self.pad, self.n_tokens)
 
 
 def _pad(rows: list[list[int]], pad: int = PAD) -> torch.Tensor:
@@ -66,7 +68,7 @@ def make_batch(pairs: list[tuple[list[int], list[int]]], pad: int = PAD, sos: in
     src = _pad([s for s, _ in pairs], pad)  # (B, S)
     tgt_in = _pad([[sos] + t for _, t in pairs], pad)  # (B, T)
     tgt_out = _pad([t + [eos] for _, t in pairs], pad)  # (B, T)
-    return Batch(src, tgt_in, tgt_out, pad)
+    return Batch(src, tgt_in, tgt_out, pad, int((tgt_out != pad).sum()))
 
 
 def token_budget_batches(
@@ -200,4 +202,5 @@ class EncodedPairs:
             target = self.stream.read(b, b + t)
             tgt_in[row, 0], tgt_in[row, 1 : t + 1] = sos, target
             tgt_out[row, :t], tgt_out[row, t] = target, eos
-        return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), pad)
+        tokens = int((tgt_out != pad).sum())  # counted here, on the host, not by the training step
+        return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), pad, tokens)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -31,6 +31,7 @@ from tformer.fast.linear import DecodingWeights
 from tformer.files import atomic_write
 from tformer.generation import SamplingConfig, beam_search, translate_ids
 from tformer.generation.samplers import check_sampling
+from tformer.generation.static_cache import StaticCaches
 from tformer.loader import Loaded, load
 from tformer.models.checkpoint import DECODING_FILE, model_dir, read_decoding
 from tformer.models.seq2seq import Seq2SeqTransformer
@@ -95,6 +96,8 @@ class Translator:
     tgt_tokenizer: Tokenizer
     start_id: int = SOS  # what the decoder starts from (tformer's <sos>; a Marian's decoder_start_token_id)
     length_penalty: float = 1.0  # beam search's, unless a call gives one: the model's (DECODING_FILE), else 1.0
+    # translate(compile=True)'s static KV caches, one per batch shape, kept for later batches and calls
+    static_caches: StaticCaches = field(default_factory=StaticCaches, repr=False, compare=False)
 
     @property
     def pad_id(self) -> int:
@@ -190,7 +193,9 @@ class Translator:
         ``compile=True`` decodes on a static KV cache with the one-token step compiled by ``torch.compile`` (on a GPU
         with CUDA graphs; :mod:`tformer.generation.static`): the same translations, the first batch paying the
         compilation. The sources of a batch are then padded to a multiple of :data:`SOURCE_BUCKET` tokens, so
-        that batches of other lengths reuse the compiled step (the padding is masked: it changes nothing)."""
+        that batches of other lengths reuse the compiled step (the padding is masked: it changes nothing). The static
+        caches are the translator's (:attr:`static_caches`): made once per batch shape, reused by later batches and
+        calls, so the step is neither compiled nor, on a GPU, recorded as a CUDA graph again."""
         if max_len is not None:
             warnings.warn("Translator.translate: max_len is now called max_new_tokens", FutureWarning, stacklevel=2)
             max_new_tokens = max_len
@@ -219,12 +224,30 @@ class Translator:
                 src = _bucketed(src, self.model.config.max_len, self.pad_id)
             if beam > 1:
                 ids = beam_search(
-                    self.model, src, sos_id, eos_id, beam, max_len, length_penalty, compile=compile, decoding=decoding
+                    self.model,
+                    src,
+                    sos_id,
+                    eos_id,
+                    beam,
+                    max_len,
+                    length_penalty,
+                    compile=compile,
+                    decoding=decoding,
+                    caches=self.static_caches,
                 )
             else:
                 sampling = sampling or SamplingConfig()
                 ids = translate_ids(
-                    self.model, src, sos_id, eos_id, max_len, sampling, generator, compile=compile, decoding=decoding
+                    self.model,
+                    src,
+                    sos_id,
+                    eos_id,
+                    max_len,
+                    sampling,
+                    generator,
+                    compile=compile,
+                    decoding=decoding,
+                    caches=self.static_caches,
                 )
             for i, row in zip(idx, ids):
                 out[i] = self.tgt_tokenizer.decode(row[: row.index(eos_id)] if eos_id in row else row)
