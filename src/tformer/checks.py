@@ -293,6 +293,7 @@ SETTINGS: dict[str, Check] = {
     "joint": yes_no,
     "fast": yes_no,
     "compile": yes_no,  # a decoding function's compile takes a function too (compile_option)
+    "fsdp": yes_no,
     "progress": yes_no,
     "bf16": yes_no,
     "lora_r": non_negative_int,  # 0: no LoRA, every parameter trains

@@ -185,6 +185,11 @@ FLAGS: dict[str, Flag] = {
         "mostly on GPUs; the model saved is the plain one",
         action="store_true",
     ),
+    "--fsdp": Flag(
+        "under torchrun: shard the weights, gradients and AdamW's moments over the processes (PyTorch's FSDP2) "
+        "instead of a whole copy in each (DDP); the files written are the same",
+        action="store_true",
+    ),
     # --- decoding
     "--max-new-tokens": Flag("tokens generated at most", v.max_new_tokens),
     "--beam": Flag("beam size (1 = greedy; at most the target vocabulary)", v.beam_size, 1),
@@ -386,6 +391,7 @@ TRAINING_FLAGS = (
     "--no-progress",
     "--no-fast",
     "--compile",
+    "--fsdp",
 )
 
 

@@ -26,6 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from tformer.files import staged_dir
+from tformer.training import sharded
 
 __all__ = [
     "EMA",
@@ -165,8 +166,16 @@ class EMA:
                 for t, k in zip(self._live, kept):
                     t.copy_(k)
 
-    def save(self, path: Path) -> None:
-        save_file(dict(zip(self.names, self.shadow)), str(path), metadata={"updates": str(self.updates)})
+    def whole(self, keep: bool = True) -> dict[str, torch.Tensor]:
+        """The average by parameter name, each tensor whole on the CPU (with ``--fsdp`` every process must call it:
+        the shards are gathered; where ``keep`` is false, rank 0's others, it is empty)."""
+        state = {n: sharded.whole(s, keep) for n, s in zip(self.names, self.shadow)}
+        return {n: t for n, t in state.items() if t is not None}
+
+    def save(self, path: Path, state: dict[str, torch.Tensor] | None = None) -> None:
+        """Write the average (``state``: :meth:`whole`'s, gathered before) and its number of updates to ``path``."""
+        state = self.whole() if state is None else state
+        save_file(state, str(path), metadata={"updates": str(self.updates)})
 
     def load(self, path: Path) -> None:
         """The average saved in ``path``; a missing file or one of other tensors is an error naming it."""
@@ -176,7 +185,7 @@ class EMA:
         if set(saved) != set(self.names) or any(saved[n].shape != s.shape for n, s in zip(self.names, self.shadow)):
             raise ValueError(f"{str(path)!r} does not hold this model's moving average (other tensors or shapes)")
         for n, s in zip(self.names, self.shadow):
-            s.copy_(saved[n])
+            sharded.copy_whole_(s, saved[n])  # (this process's part of it with --fsdp)
         with safe_open(str(path), "pt") as f:
             updates = (f.metadata() or {}).get("updates", "")
         if not updates.isdigit():

@@ -60,6 +60,7 @@ class TrainConfig:
     progress: bool = True
     fast: bool = True  # CPU fast paths (tformer.fast): swapped into the model, the fused loss backward
     compile: bool = False  # torch.compile the model's forward for the training steps (the saved model is plain)
+    fsdp: bool = False  # torchrun: shard the weights, gradients and optimizer state over the processes (FSDP2)
     overwrite: bool = False  # start a new run in a non-empty out_dir (its old run is deleted); else refused
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
     patience: int | None = None  # stop after this many evaluations in a row without a better task metric (None: never)

@@ -116,14 +116,15 @@ def shutdown() -> None:
 
 class TaskLoss(torch.nn.Module):
     """``task.loss(model, batch)`` as a module's forward, so that ``DistributedDataParallel`` wraps the whole loss: a
-    task may call the model's parts (``model.classifier``, BERT's heads), which DDP's wrapper does not pass on."""
+    task may call the model's parts (``model.classifier``, BERT's heads), which DDP's wrapper does not pass on.
+    ``run``: call it instead (an evaluation), inside this module's forward: FSDP2 gathers the weights around it."""
 
     def __init__(self, task, model: torch.nn.Module) -> None:
         super().__init__()
         self.task, self.model = task, model
 
-    def forward(self, batch):
-        return self.task.loss(self.model, batch)
+    def forward(self, batch, run=None):
+        return run() if run is not None else self.task.loss(self.model, batch)
 
 
 def data_parallel(task, model: torch.nn.Module, world: World) -> Any:

@@ -32,7 +32,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError
@@ -45,6 +45,7 @@ from tformer.training import distributed
 from tformer.training.averaging import EMA_NAME
 from tformer.training.config import TrainConfig
 from tformer.training.meta import STATE_NAME, check_trainer_json, is_int, is_number, read_meta
+from tformer.training.sharded import load_whole, shard_optimizer_state, whole_optimizer_state
 
 __all__ = [
     "STATE_NAME",
@@ -228,6 +229,11 @@ class RunState:
     ema: Any  # tformer.training.averaging.EMA, or None
     run_info: dict | None
     _saved_step: int | None
+    fsdp: torch.nn.Module | None  # --fsdp: the sharded loss module; None without
+
+    if TYPE_CHECKING:
+
+        def _whole_model(self) -> Any: ...  # (Evaluation: the model to write, gathered whole with --fsdp)
 
     def _warn(self, text: str) -> None:
         if self.world.is_main:
@@ -260,6 +266,12 @@ class RunState:
     def save_last(self) -> None:
         """``OUT/last``: model, tokenizer, optimizer, scheduler, every process's RNG, step and data position."""
         rng = distributed.gather_objects(self._rng_state(), self.world)  # every rank's dropout RNG
+        # --fsdp: every process gathers the model, the moments and the average whole for rank 0 to write
+        model = self._whole_model()
+        optimizer = (
+            self.optimizer.state_dict() if self.fsdp is None else whole_optimizer_state(self.optimizer, self.world)
+        )
+        ema = None if self.ema is None else self.ema.whole(self.world.is_main)
         self._saved_step = self.step
         if not self.world.is_main:
             return
@@ -277,13 +289,13 @@ class RunState:
         if self.run_info is not None:
             meta["run"] = self.run_info
         with self._saving(self.out / "last") as tmp:
-            self.model.save_pretrained(tmp)
+            model.save_pretrained(tmp)
             self.task.save_extra(tmp)
             scaler = None if self.scaler is None else self.scaler.state_dict()
-            write_state(tmp, self.optimizer.state_dict(), self.scheduler.state_dict(), rng, scaler)
+            write_state(tmp, optimizer, self.scheduler.state_dict(), rng, scaler)
             write_json(tmp / STATE_NAME, meta)
             if self.ema is not None:  # --ema: the moving average goes on where it was
-                self.ema.save(tmp / EMA_NAME)
+                self.ema.save(tmp / EMA_NAME, ema)
 
     def resume(self) -> None:
         """Continue exactly from ``OUT/last``: model, optimizer, scheduler, gradient scaler, step, RNG, data position.
@@ -292,7 +304,7 @@ class RunState:
         last = current_dir(self.out / "last")
         meta = read_meta(last)  # first: "no training state" before any other complaint
         weights = type(self.model).from_pretrained(last).state_dict()
-        self.model.load_state_dict(weights)
+        load_whole(self.model, weights)  # (into this process's shards with --fsdp)
         self.model.train()
         state = read_state(last)
         if meta["step"] > 0 and not state["optimizer"]["state"]:
@@ -300,7 +312,11 @@ class RunState:
                 f"{str(last / TENSORS_NAME)!r} holds no optimizer state, expected the optimizer's moments of a run "
                 f"at step {meta['step']} (the file is damaged or not this run's)"
             )
-        self._load(last / JSON_NAME, "the optimizer", lambda: self.optimizer.load_state_dict(state["optimizer"]))
+        self._load(
+            last / JSON_NAME,
+            "the optimizer",
+            lambda: self.optimizer.load_state_dict(shard_optimizer_state(self.optimizer, state["optimizer"])),
+        )
         self._load(last / JSON_NAME, "the schedule", lambda: self._load_scheduler(state["scheduler"]))
         if self.scaler is not None:  # fp16: the loss scale goes on where it was
             self._load_scaler(last / JSON_NAME, state.get("scaler"), meta)

@@ -63,17 +63,17 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 
 from tformer import fast
 from tformer.fast.precision import NORMAL_OVERFLOWS, SCALE_FLOOR, choose, gradient_scaler, tf32_matmuls
 from tformer.fast.quantize import require_float
-from tformer.models.checkpoint import BEST_DIR, PretrainedMixin
+from tformer.models.checkpoint import PretrainedMixin
 from tformer.nn.losses import sequence_cross_entropy as reference_cross_entropy
-from tformer.training import distributed
-from tformer.training.averaging import EMA, keep_checkpoint
+from tformer.training import distributed, sharded
+from tformer.training.averaging import EMA
 from tformer.training.config import (
     TrainConfig,
     budget_reached,
@@ -82,6 +82,7 @@ from tformer.training.config import (
     make_optimizer,
     patience_spent,
 )
+from tformer.training.evaluation import Evaluation
 from tformer.training.feed import Feed
 from tformer.training.lock import RunLock
 from tformer.training.progress import Progress, seconds_left, step_text
@@ -102,7 +103,7 @@ __all__ = [
 ]
 
 
-class Trainer(BadSteps, RunState):
+class Trainer(BadSteps, RunState, Evaluation):
     def __init__(self, model: torch.nn.Module, task, cfg: TrainConfig) -> None:
         if not isinstance(model, PretrainedMixin):
             raise TypeError(
@@ -121,13 +122,22 @@ class Trainer(BadSteps, RunState):
             fast.use_reference(self.model)
             if hasattr(task, "cross_entropy"):
                 task.cross_entropy = reference_cross_entropy
+            if hasattr(task, "chunked"):  # the logits whole
+                task.chunked = False
         # what the task's loss calls: the model itself, or (--compile) its compiled forward over the same parameters;
         # the model saved, evaluated and decoded is always the plain one
         self.forward_model: torch.nn.Module = (
             cast(torch.nn.Module, torch.compile(self.model)) if cfg.compile else self.model
         )
         distributed.broadcast_parameters(self.model, self.world)  # (a clear error where the processes' models differ)
-        self.ddp = distributed.data_parallel(task, self.forward_model, self.world)  # None with one process
+        self._plain = sharded.plain_copy(self.model, self.world) if cfg.fsdp else None  # --fsdp: what rank 0 writes
+        self.fsdp = (
+            sharded.shard(task, self.model, self.forward_model, self.world, self.precision.precision)
+            if cfg.fsdp
+            else None
+        )
+        # the loss over the processes: FSDP2's sharded module, or DDP's (None with one process)
+        self.ddp: Any = self.fsdp or distributed.data_parallel(task, self.forward_model, self.world)
         self.out = Path(cfg.out_dir)
         self.optimizer = make_optimizer(self.model, cfg)
         time_used = lambda: getattr(self, "elapsed", 0.0) / (60 * cfg.minutes) if cfg.minutes else 0.0  # noqa: E731
@@ -216,7 +226,7 @@ class Trainer(BadSteps, RunState):
         loss_sum: torch.Tensor | float = 0.0  # on the device: read once, with the gradient norm, below
         mine = distributed.shares(fetched or group, self.world)  # this process's batches (DDP: as many as the others')
         for i, (batch, counts) in enumerate(mine):  # DDP all-reduces the gradients in the last one's backward
-            with self.ddp.no_sync() if self.ddp and i < len(mine) - 1 else contextlib.nullcontext():
+            with self._no_sync(i < len(mine) - 1):
                 with self._autocast():
                     loss, _ = self.ddp(batch) if self.ddp else self.task.loss(self.forward_model, batch)
                 share = loss * (self.world.size if counts else 0) / max(total_tokens, 1)  # DDP averages: x size
@@ -229,7 +239,7 @@ class Trainer(BadSteps, RunState):
         self._stop = stop > 0
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # the true gradients, for the clip and the norm
-        norm_t = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf)
+        norm_t = sharded.full(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf))
         if self.tally is not None:  # no read: fused AdamW skips a non-finite step itself (tformer.training.tally)
             self.tally.step(
                 self.optimizer, torch.as_tensor(loss_sum, device=norm_t.device) / max(total_tokens, 1), norm_t
@@ -265,6 +275,15 @@ class Trainer(BadSteps, RunState):
         self._shown_loss = mean_loss
         return self._stepped(mean_loss), total_tokens
 
+    def _no_sync(self, accumulate: bool):
+        """A micro-batch whose gradients are only accumulated (not the group's last): no all-reduce (DDP) or
+        reduce-scatter (FSDP2) in its backward."""
+        if self.fsdp is not None:
+            self.fsdp.set_requires_gradient_sync(not accumulate)  # type: ignore[operator]  # (an FSDPModule's)
+        elif self.ddp is not None and accumulate:
+            return self.ddp.no_sync()
+        return contextlib.nullcontext()
+
     def _stepped(self, loss: float = math.nan) -> float:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -274,61 +293,6 @@ class Trainer(BadSteps, RunState):
     def save_last(self) -> None:
         self._settle()  # the skipped steps counted before they are saved
         super().save_last()
-
-    def evaluate(self) -> dict:
-        """Evaluate, log, and keep ``best/`` when better (rank 0; the others go on to the next step); with
-        ``patience``, every process learns how many evaluations in a row were not better (to stop together)."""
-        self._settle()
-        record = self._evaluate() if self.world.is_main else {"step": self.step}
-        if self.cfg.patience is not None:
-            self.stale_evals = distributed.broadcast_object(self.stale_evals, self.world)
-        return record
-
-    def _evaluate(self) -> dict:
-        self.model.eval()
-        with torch.no_grad():
-            metrics = self.task.evaluate(self.model)
-            with self.ema.swapped() if self.ema else contextlib.nullcontext():  # --ema: the average's, beside
-                averaged = self.task.evaluate(self.model) if self.ema else {}
-        record = {"step": self.step, "epoch": self.epoch, **metrics, **{f"ema_{k}": v for k, v in averaged.items()}}
-        self._log(record)
-        value = metrics.get(self.task.metric)  # None: no validation data, so the model kept is the latest
-        use_ema = self._better(averaged.get(self.task.metric), value)  # the average is the candidate for best/
-        value = averaged[self.task.metric] if use_ema else value
-        if value is None and self.cfg.patience is not None and not self._patience_said:
-            self._patience_said = True
-            self._warn(
-                f"--patience {self.cfg.patience} compares nothing: this run's evaluations give no validation "
-                f"{self.task.metric} (no validation data); it trains to its budget"
-            )
-        if value is not None and not math.isfinite(value):
-            self._warn(f"step {self.step}: {self.task.metric} is {value}: not kept as the best model")
-            self.stale_evals += 1
-            return record
-        better = value is None or self._better(value, self.best)  # value is finite here; the best always is
-        if value is not None:  # early stopping counts the evaluations since the best
-            self.stale_evals = 0 if better else self.stale_evals + 1
-        if better:
-            self.best = value if value is not None else self.best
-            with self._saving(self.out / BEST_DIR) as tmp, self.ema.swapped() if use_ema else contextlib.nullcontext():
-                self._save_model(tmp)
-        if self.cfg.keep_checkpoints:  # each evaluation's model, the newest K kept (for tformer average)
-            info = {"metric": self.task.metric, "value": value, "higher_is_better": self.task.higher_is_better}
-            keep_checkpoint(self.out, self.step, info, self._save_model, self.cfg.keep_checkpoints, self._saving)
-        return record
-
-    def _better(self, a: float | None, b: float | None) -> bool:
-        """Whether the metric ``a`` (finite) beats ``b`` (None or not finite: anything does)."""
-        if a is None or not math.isfinite(a):
-            return False
-        return b is None or not math.isfinite(b) or (a > b if self.task.higher_is_better else a < b)
-
-    def _save_model(self, directory: Path) -> None:
-        """The model as ``best/`` holds it: weights, config, the task's files (tokenizer), the extra writers'."""
-        self.model.save_pretrained(directory)
-        self.task.save_extra(directory)
-        for write in self.also_save:
-            write(self.model, directory)
 
     def fit(self) -> dict:
         """Train until the epochs, steps or minutes run out; returns the last evaluation.

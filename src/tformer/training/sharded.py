@@ -1,0 +1,152 @@
+"""``--fsdp``: the weights, their gradients and AdamW's moments sharded over the processes of a torchrun job (FSDP2).
+
+    torchrun --nproc-per-node 4 -m tformer train lm --fsdp ...
+
+PyTorch's ``fully_shard`` is applied to each encoder and decoder layer, then to the task's whole loss
+(:class:`~tformer.training.distributed.TaskLoss`: the embeddings, norms and heads, which a task may call without
+the model's own forward). Each process keeps 1/N of every parameter, of its gradient and of AdamW's moments. A layer's
+weights are gathered for its forward and its backward and freed after; the gradients are reduce-scattered (averaged, as
+DDP's all-reduce averages), so N processes make the update one process makes on the same global batch.
+
+What a run writes does not change: for ``best/``, ``last/`` and the kept checkpoints every process takes part in
+gathering each tensor whole (:func:`whole_state`), and rank 0 writes it from a CPU copy of the model
+(:func:`plain_copy`). A run saved with ``--fsdp`` resumes without it, with another process count, or with it again
+(:func:`load_whole`, :func:`shard_optimizer_state`). Every process evaluates, inside the root's forward (each
+forward needs them all to gather the weights, :func:`within`); rank 0 logs and writes.
+
+Not yet: building the model on the ``meta`` device (each process still builds the whole model once before it is
+sharded, so the model must fit one device at the start); fp16's gradient scaler.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from tformer.nn.layers import DecoderLayer, EncoderLayer
+from tformer.training.distributed import TaskLoss, World
+
+__all__ = ["shard", "within", "plain_copy", "whole_state", "load_whole", "whole_optimizer_state"]
+__all__ += ["shard_optimizer_state", "full", "whole", "copy_whole_"]
+
+
+def _dtensor():
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    return DTensor, distribute_tensor
+
+
+def shard(task, model: nn.Module, forward_model: nn.Module, world: World, precision: str) -> nn.Module:
+    """``model``'s layers and then the task's loss over ``forward_model`` (the model or its compiled forward) made
+    FSDP2 modules, in place; returns the loss module (the root), which the trainer calls as it calls DDP's."""
+    from torch.distributed.fsdp import fully_shard
+
+    if precision == "fp16":
+        raise ValueError(
+            "--fsdp trains in fp32 or bf16: fp16's gradient scaler is not made for sharded gradients in tformer yet; "
+            "give --precision bf16 (or fp32)"
+        )
+    if world.size == 1:
+        raise ValueError(
+            "--fsdp shards the model over the processes of a torchrun job, and this run has one process: run it "
+            "with torchrun --nproc-per-node N (N > 1), or without --fsdp"
+        )
+    for module in model.modules():
+        if isinstance(module, (EncoderLayer, DecoderLayer)):
+            fully_shard(module)
+    root = TaskLoss(task, forward_model)
+    fully_shard(root)
+    return root
+
+
+def within(root: nn.Module | None, run: Callable[[], Any]) -> Any:
+    """``run()`` (an evaluation) as the root's forward with ``--fsdp``, so that FSDP2 gathers the root's own weights
+    (embeddings, norms, heads: an evaluation may call the model's parts) around it, each layer still its own as it
+    runs; just ``run()`` without (None)."""
+    return run() if root is None else root(None, run)
+
+
+def plain_copy(model: nn.Module, world: World) -> nn.Module | None:
+    """Rank 0's copy of ``model`` on the CPU, made before it is sharded, into which :func:`whole_state` is loaded for
+    each save (the same class, layers and kernels, so its files are the unsharded model's); None on the others."""
+    return copy.deepcopy(model).cpu() if world.is_main else None
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor whole where it is (a shard gathered from every process, each of which must call it; a plain tensor as
+    it is): the gradient norm that ``clip_grad_norm_`` returns over sharded gradients, say."""
+    DTensor, _ = _dtensor()
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def whole(tensor: torch.Tensor, keep: bool) -> torch.Tensor | None:
+    """A tensor whole on the CPU (:func:`full`, then copied); None where ``keep`` is false (the gathered copy dropped
+    at once)."""
+    gathered = full(tensor)
+    return gathered.detach().cpu() if keep else None
+
+
+def whole_state(model: nn.Module, world: World) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` with every tensor whole, on rank 0's CPU (empty on the others; all must call it)."""
+    state = {name: whole(t, world.is_main) for name, t in model.state_dict().items()}
+    return {name: t for name, t in state.items() if t is not None}
+
+
+def copy_whole_(target: torch.Tensor, source: torch.Tensor) -> None:
+    """``target.copy_(source)`` where ``target`` may be a shard: this process's part of the whole ``source``."""
+    DTensor, distribute_tensor = _dtensor()
+    if isinstance(target, DTensor):
+        source = distribute_tensor(source.to(target.device, target.dtype), target.device_mesh, target.placements)
+    target.copy_(source)
+
+
+def load_whole(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """``model.load_state_dict(state)`` from whole tensors (a saved model) into a model that may be sharded."""
+    DTensor, distribute_tensor = _dtensor()
+    own = model.state_dict()
+    for name, value in list(state.items()):
+        target = own.get(name)
+        if isinstance(target, DTensor) and tuple(value.shape) == tuple(target.shape):
+            value = value.to(target.device, target.dtype)
+            state[name] = distribute_tensor(value, target.device_mesh, target.placements)
+    model.load_state_dict(state)
+
+
+def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimizer's parameters in the order of its ``state_dict()``'s indices."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def whole_optimizer_state(optimizer: torch.optim.Optimizer, world: World) -> dict:
+    """``optimizer.state_dict()`` with each moment whole (rank 0; every process must call it): the same file as an
+    unsharded run writes. The optimizer's own state is not touched."""
+    DTensor, _ = _dtensor()
+    saved = optimizer.state_dict()
+    state = {}
+    for index in sorted(saved["state"]):
+        moments = {}
+        for key, value in saved["state"][index].items():
+            moments[key] = whole(value, world.is_main) if isinstance(value, DTensor) else value
+        state[index] = moments
+    return {"state": state if world.is_main else {}, "param_groups": saved["param_groups"]}
+
+
+def shard_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> dict:
+    """A whole optimizer state (an unsharded run's, or :func:`whole_optimizer_state`'s) with each moment cut into this
+    process's shard of its parameter, to load into an optimizer over sharded parameters (unchanged for plain ones)."""
+    DTensor, distribute_tensor = _dtensor()
+    params = _params(optimizer)
+    state = {}
+    for index, moments in saved["state"].items():
+        param = params[int(index)] if int(index) < len(params) else None
+        shaped = {}
+        for key, value in moments.items():
+            if isinstance(param, DTensor) and torch.is_tensor(value) and tuple(value.shape) == tuple(param.shape):
+                value = distribute_tensor(value.to(param.device), param.device_mesh, param.placements)
+            shaped[key] = value
+        state[index] = shaped
+    return {**saved, "state": state}
