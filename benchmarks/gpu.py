@@ -576,8 +576,10 @@ def _hf_generate(hf, prompts: torch.Tensor, n: int, extra: dict):
 
 def _tformer_generate(model, prompts: torch.Tensor, n: int, compile_arg):
     from tformer.generation import generate_lm
+    from tformer.generation.static_cache import StaticCaches
 
-    kwargs = {} if compile_arg is False else {"compile": compile_arg}
+    # one static cache for every call, as a server or a Translator keeps it: the CUDA graph recorded once, replayed
+    kwargs = {} if compile_arg is False else {"compile": compile_arg, "caches": StaticCaches()}
 
     def run() -> float:
         return sum(len(row) for row in generate_lm(model, prompts, n, **kwargs))

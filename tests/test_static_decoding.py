@@ -172,24 +172,29 @@ def test_generate_lm_gives_todays_tokens_and_compiles_the_step_once(family, coun
 
 def test_translate_ids_and_beam_search_give_todays_tokens_and_compile_the_step_once(counted):
     """Greedy, sampled and beam search (3 beams, a length penalty) over padded sources that finish at different
-    steps: today's tokens, uncompiled and compiled; the step compiled once for greedy and sampling (B rows) and once
-    for beam search (B·K rows)."""
+    steps: greedy and beam search give today's tokens, uncompiled and compiled; sampling on the device (its own
+    draws: tformer.generation.on_device) the same tokens uncompiled and compiled; the step compiled once for greedy
+    and once for sampling (each chooses inside it; B rows), and once for beam search (B·K rows, chosen on the host)."""
     backend, compiled = counted
     model, src = _seq2seq(), _sources()
     end = translate_ids(model, src, SOS, 3, 20)[0][4]  # an end id the model makes: sources end at different steps
     sampled = SamplingConfig(True, temperature=1.0)
     for sampling in (SamplingConfig(), sampled):
         today = translate_ids(model, src, SOS, end, 20, sampling, torch.Generator().manual_seed(1))
+        if sampling.do_sample:
+            today = translate_ids(
+                model, src, SOS, end, 20, sampling, torch.Generator().manual_seed(1), compile=UNCOMPILED
+            )
         assert len({len(row) for row in today}) > 1
         for compile in (UNCOMPILED, compiled):
             out = translate_ids(model, src, SOS, end, 20, sampling, torch.Generator().manual_seed(1), compile=compile)
             assert out == today
-    assert backend.frame_count == 1
+    assert backend.frame_count == 2
     today = beam_search(model, src, SOS, end, beam_size=3, max_len=20, length_penalty=0.6)
     assert len({len(row) for row in today}) > 1
     for compile in (UNCOMPILED, compiled):
         assert beam_search(model, src, SOS, end, 3, 20, 0.6, compile=compile) == today
-    assert backend.frame_count == 2
+    assert backend.frame_count == 3
 
 
 # ------------------------------------------------------------------ one cache per shape, reused across calls
@@ -322,9 +327,13 @@ def _saved_translator(directory):
 )
 def test_compile_flag_decodes_the_same_text_through_the_compiled_step(tmp_path, monkeypatch, capsys, command):
     """``--compile`` (generate, translate): the same output as without, each step through the compiled static step
-    (torch.compile stubbed to count the steps it runs: compiling for real takes a minute on a small CPU)."""
+    (torch.compile stubbed to count the steps it runs: compiling for real takes a minute on a small CPU). A sampled
+    translation chooses on the device (its own draws): the same output in two runs. The language model's 40 tokens
+    pass its context of 32, so its window slides: the host loop's step; a translation chooses in the step, beam search
+    on the host."""
     saved = (_saved_lm if command[0] == "generate" else _saved_translator)(tmp_path)
     args = [command[0], "--model", str(saved), *command[1:]]
+    sampled_on_device = "--sample" in command
     assert main(args) == 0
     today = capsys.readouterr().out
     steps = []
@@ -342,7 +351,12 @@ def test_compile_flag_decodes_the_same_text_through_the_compiled_step(tmp_path, 
     static._compiled.cache_clear()
     try:
         assert main([*args, "--compile"]) == 0
+        if sampled_on_device:
+            today = capsys.readouterr().out
+            assert main([*args, "--compile"]) == 0
     finally:
         static._compiled.cache_clear()
     assert capsys.readouterr().out == today and today.strip()
-    assert len(steps) > 3 and set(steps) == {"_lm_step" if command[0] == "generate" else "_seq2seq_step"}
+    step = {"generate": "_lm_step", "translate": "_seq2seq_token"}[command[0]]
+    step = "_seq2seq_step" if "--beam" in command else step
+    assert len(steps) > 3 and set(steps) == {step}

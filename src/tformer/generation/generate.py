@@ -10,16 +10,26 @@ Dimension legend: B batch, R rows still running, S source length, T prompt lengt
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
 from tformer import checks
 from tformer.checks import check_positive_int
 from tformer.fast.linear import DecodingWeights
+from tformer.generation import on_device
 from tformer.generation.cache_size import check_kv_cache
 from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, check_decoding, decode_n, until
+from tformer.generation.on_device import decode_n_on_device
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
-from tformer.generation.static import Compile, StaticLMDecoder, StaticSeq2SeqDecoder, lm_capacity
+from tformer.generation.static import (
+    Compile,
+    StaticLMDecoder,
+    StaticLMState,
+    StaticSeq2SeqDecoder,
+    StaticSeq2SeqState,
+    lm_capacity,
+)
 from tformer.generation.static_cache import StaticCaches
 
 __all__ = ["MAX_NEW_TOKENS", "generate_lm", "translate_ids", "seeded"]
@@ -50,9 +60,11 @@ def translate_ids(
     A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
     sources still running. The model decodes with its own kernels; ``decoding``: the weight layouts of an earlier call
     to read again (:class:`~tformer.fast.linear.DecodingWeights`; only while the weights have not changed), else new
-    ones made for this call. ``compile=True`` decodes the same tokens on
-    a static KV cache with the one-token step compiled once (``torch.compile``; a CUDA graph on a GPU: see
-    :mod:`tformer.generation.static`, which also says what else ``compile`` takes); the first batch pays the compile.
+    ones made for this call. ``compile=True`` decodes on a static KV cache with the one-token step compiled once
+    (``torch.compile``; a CUDA graph on a GPU: see :mod:`tformer.generation.static`, which also says what else
+    ``compile`` takes); the first batch pays the compile. The step chooses the token too and the host reads the tokens
+    every 16 steps (:mod:`tformer.generation.on_device`): greedy gives the same tokens; sampling draws from the same
+    distribution with other random numbers than the uncompiled loop's for the same generator.
     """
     check_positive_int(max_len, "max_len")
     checks.compile_option.check(compile, "compile")
@@ -66,7 +78,17 @@ def translate_ids(
         else Seq2SeqDecoder(model, sos_id, decoding)
     )
     logits, state = decoder.prefill(src, max_len)
-    out = decode_n(decoder, state, logits, max_len, sampler(sampling, generator), until(eos_id))
+    if isinstance(decoder, StaticSeq2SeqDecoder) and on_device.applies(sampling):  # the token chosen on the device
+        out = decode_n_on_device(
+            decoder.token_step(cast(StaticSeq2SeqState, state), sampling),
+            logits,
+            max_len,
+            sampling,
+            generator,
+            until(eos_id),
+        )
+    else:
+        out = decode_n(decoder, state, logits, max_len, sampler(sampling, generator), until(eos_id))
     return [row[:-1] if row and row[-1] == eos_id else row for row in out]
 
 
@@ -100,9 +122,12 @@ def generate_lm(
     ``seed`` seeds the sampling's generator. The model decodes with its own kernels; ``decoding``: as
     :func:`translate_ids`'s.
 
-    ``compile=True`` decodes the same tokens on a static KV cache, with the one-token step compiled once by
-    ``torch.compile`` and replayed (on a CUDA device with ``mode="reduce-overhead"``: a CUDA graph), as gpt-fast's
-    ``--compile`` and Hugging Face's ``cache_implementation="static"`` do. The first call pays the compilation
+    ``compile=True`` decodes on a static KV cache, with the one-token step compiled once by ``torch.compile`` and
+    replayed (on a CUDA device with ``mode="reduce-overhead"``: a CUDA graph), as gpt-fast's ``--compile`` and Hugging
+    Face's ``cache_implementation="static"`` do. Greedy gives the same tokens. Without a repetition penalty, and while
+    the text fits the context, the step chooses the token too and the host reads the tokens every 16 steps
+    (:mod:`tformer.generation.on_device`): ``on_token`` and ``stop`` are then called 16 steps at a time, and sampling
+    draws from the same distribution with other random numbers than the uncompiled loop's for the same ``seed``. The first call pays the compilation
     (seconds); later calls with the same batch size and a similar length reuse it. A function in place of ``True``
     compiles the step its own way (:mod:`tformer.generation.static`). ``caches``: a
     :class:`~tformer.generation.static_cache.StaticCaches` kept across calls, so that they reuse one cache per shape
@@ -125,11 +150,20 @@ def generate_lm(
     decoder: Decoder = (
         StaticLMDecoder(model, pad_id, compile, decoding, caches) if compile else LMDecoder(model, pad_id, decoding)
     )
-    choose = sampler(sampling, seeded(seed, next(model.parameters()).device))
+    generator = seeded(seed, next(model.parameters()).device)
     end_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())
     ends = _lm_ends(len(prompts), end_ids, eos_id if eos_id is not None else pad_id, on_token, stop)
     logits, state = decoder.prefill(prompts, max_new_tokens)
-    return decode_n(decoder, state, logits, max_new_tokens, choose, ends)
+    if (
+        isinstance(decoder, StaticLMDecoder)
+        and on_device.applies(sampling)
+        and not decoder.slides(prompts, max_new_tokens)
+    ):
+        step = decoder.token_step(
+            cast(StaticLMState, state), sampling
+        )  # the token chosen on the device, read every READ_EVERY steps
+        return decode_n_on_device(step, logits, max_new_tokens, sampling, generator, ends)
+    return decode_n(decoder, state, logits, max_new_tokens, sampler(sampling, generator), ends)
 
 
 def _prompt_lists(prompts: list[list[int]] | torch.Tensor, vocab_size: int) -> list[list[int]]:

@@ -12,7 +12,10 @@ greedy decoding, sampling and beam search run on them unchanged (:func:`~tformer
 * the cache keeps its rows: a row that finishes (a source that beam search is done with) stays in the batch, fed a
   filler token, and its logits are left out. The loop sees the (R, V) logits of the rows still running, as with the
   dynamic cache, so a sampler draws the same numbers from the same generator;
-* only the one-token step is compiled (``compile``); the prefill, whose length varies, runs as written.
+* only the one-token step is compiled (``compile``); the prefill, whose length varies, runs as written;
+* greedy decoding and sampling without a repetition penalty choose the token inside that step too
+  (:mod:`tformer.generation.on_device`: ``token_step``), and the host reads the tokens every 16 steps; the
+  repetition penalty and beam search choose on the host, as the loop does (``step``).
 
 The tokens are the dynamic cache's (the masked keys add exactly 0 to each softmax; the sums may round differently in
 the last bit), and ``tests/test_static_decoding.py`` checks it for every family, compiled and not.
@@ -38,6 +41,8 @@ from torch import nn
 from tformer.checks import check_length, compile_option
 from tformer.fast.linear import DecodingWeights
 from tformer.generation.loop import source_mask
+from tformer.generation.on_device import TokenStep, choose_on_device
+from tformer.generation.samplers import SamplingConfig
 from tformer.generation.static_cache import StaticCaches, StaticKVCache
 
 __all__ = [
@@ -50,7 +55,7 @@ __all__ = [
     "StaticSeq2SeqDecoder",
 ]
 
-Compile = Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]  # a step function → its compiled form
+Compile = Callable[[Callable[..., Any]], Callable[..., Any]]  # a step function → its compiled form
 SLOTS = 64  # a decoder-only cache's capacity is a multiple of this (or the context): prompts of similar lengths share
 # one compiled step
 
@@ -72,7 +77,7 @@ def compile_step(compile: bool | Compile, device: torch.device) -> Compile:
 
 
 @functools.cache
-def _compiled(step: Callable[..., torch.Tensor], mode: str | None) -> Callable[..., torch.Tensor]:
+def _compiled(step: Callable[..., Any], mode: str | None) -> Callable[..., Any]:
     """``torch.compile(step, mode=mode)``, made once: the next decoding call finds its compiled graphs (a new
     ``torch.compile`` would be a new backend, and compile again)."""
     return torch.compile(step, mode=mode)
@@ -88,6 +93,36 @@ def _seq2seq_step(
 ) -> torch.Tensor:
     """One token per row of the cache: ``ids`` (B, 1) → the next (B, V) logits."""
     return model.decode(ids, memory, memory_mask, cache)[:, -1]
+
+
+def _lm_token(
+    model: nn.Module,
+    logits: torch.Tensor,
+    uniforms: torch.Tensor | None,
+    sampling: SamplingConfig,
+    positions: torch.Tensor,
+    cache: StaticKVCache,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A whole token on the device (:mod:`tformer.generation.on_device`): the (B,) ids chosen from ``logits`` (B, V),
+    fed at ``positions`` + 1 (B, 1); returns them, the next (B, V) logits and the new positions."""
+    ids = choose_on_device(logits, sampling, uniforms)
+    positions = positions + 1
+    return ids, model(ids[:, None], positions=positions, cache=cache)[:, -1], positions
+
+
+def _seq2seq_token(
+    model: Any,
+    logits: torch.Tensor,
+    uniforms: torch.Tensor | None,
+    sampling: SamplingConfig,
+    memory: torch.Tensor,
+    memory_mask: torch.Tensor | None,
+    cache: StaticKVCache,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A whole token on the device: the (B,) ids chosen from ``logits`` (B, V) and fed; returns them and the next
+    (B, V) logits."""
+    ids = choose_on_device(logits, sampling, uniforms)
+    return ids, model.decode(ids[:, None], memory, memory_mask, cache)[:, -1]
 
 
 def _fresh(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -141,6 +176,7 @@ class StaticLMDecoder:
         self.limit: int = getattr(getattr(model, "config", None), "max_len", None) or 1 << 30
         self.device = next(model.parameters()).device
         self._step = compile_step(compile, self.device)(_lm_step)
+        self._token = compile_step(compile, self.device)(_lm_token)
 
     def prefill(self, prompts: list[list[int]], new_tokens: int) -> tuple[torch.Tensor, StaticLMState]:
         """Run the prompts (each cut to its last ``max_len − 1`` tokens) into a new static cache; returns the (B, V)
@@ -157,7 +193,11 @@ class StaticLMDecoder:
         cache = self.caches.get(self.model, b, capacity)
         logits = self.model(ids, attention_mask=attention, positions=positions, cache=cache, logits_to_keep=1)
         tokens = torch.tensor([[p[0]] * (longest - len(p)) + p for p in prompts], device=self.device)  # (B, T0)
-        last = positions[:, -1:] if positions is not None else torch.full((b, 1), longest - 1, device=self.device)
+        last = (
+            positions[:, -1:].contiguous()
+            if positions is not None
+            else torch.full((b, 1), longest - 1, device=self.device)
+        )
         rows = torch.arange(b, device=self.device)
         return logits[:, -1], StaticLMState(cache, tokens, rows, tokens, attention, last, longest)
 
@@ -176,6 +216,24 @@ class StaticLMDecoder:
         logits = self._step(self.model, fed[:, None], state.positions, state.cache)  # (B, V)
         state.length += 1
         return _fresh(logits, state.rows)
+
+    def slides(self, prompts: list[list[int]], new_tokens: int) -> bool:
+        """Whether ``new_tokens`` after ``prompts`` would pass the context (the window then slides)."""
+        longest = max(min(len(p), max(self.limit - 1, 1)) for p in prompts)
+        return longest + new_tokens - 1 > self.limit
+
+    def token_step(self, state: StaticLMState, sampling: SamplingConfig) -> TokenStep:
+        """The whole one-token step on the device, for :func:`~tformer.generation.on_device.decode_n_on_device`: every
+        cache row chooses with ``sampling`` and is fed its choice (the window must not slide: :meth:`slides`)."""
+
+        def step(logits: torch.Tensor, uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+            ids, logits, state.positions = self._token(
+                self.model, logits, uniforms, sampling, state.positions, state.cache
+            )
+            state.length += 1
+            return ids, logits
+
+        return step
 
     def _slide(self, state: StaticLMState) -> torch.Tensor:
         """The context is full: the prefill again on its last ¾, positions counted from the window's start."""
@@ -254,6 +312,7 @@ class StaticSeq2SeqDecoder:
         self.start_id, self.beams = start_id, beams
         self.device = next(model.parameters()).device
         self._step = compile_step(compile, self.device)(_seq2seq_step)
+        self._token = compile_step(compile, self.device)(_seq2seq_token)
 
     def prefill(self, src: torch.Tensor, new_tokens: int) -> tuple[torch.Tensor, StaticSeq2SeqState]:
         """Encode ``src`` (B, S) and feed the start token to every cache row; returns the (B, V) logits of the first
@@ -282,3 +341,17 @@ class StaticSeq2SeqDecoder:
         logits = self._step(self.model, fed[:, None], state.memory, state.memory_mask, state.cache)  # (B, V)
         state.length += 1
         return _fresh(logits, state.rows)
+
+    def token_step(self, state: StaticSeq2SeqState, sampling: SamplingConfig) -> TokenStep:
+        """The whole one-token step on the device (one cache row per source), for
+        :func:`~tformer.generation.on_device.decode_n_on_device`."""
+
+        def step(logits: torch.Tensor, uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+            check_length(state.length + 1, state.cache.capacity, "tgt")
+            ids, logits = self._token(
+                self.model, logits, uniforms, sampling, state.memory, state.memory_mask, state.cache
+            )
+            state.length += 1
+            return ids, logits
+
+        return step
