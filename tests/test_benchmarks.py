@@ -69,6 +69,11 @@ CASES = {
             "MiniLM-shaped encoder b2x16": {"float32", "int8"},
         },
     ),
+    "chunked_loss": (
+        [],
+        None,
+        {"lm step": {"Hugging Face GPT2LMHeadModel", "tformer, whole logits", "tformer, chunked"}},
+    ),
     "lm_step": (
         [],
         None,

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from tformer.data import TokenStream
+from tformer.fast.chunked_loss import chunk_rows, linear_cross_entropy
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 
 IGNORE = -100  # the label of a position past the end of the stream (skipped by the loss)
@@ -105,6 +106,9 @@ class LMTask:
 
     # the training loss, a kernel the Trainer chooses (fused CPU backward; TrainConfig(fast=False): the reference)
     cross_entropy = staticmethod(sequence_cross_entropy)
+    # a batch whose logits pass LOGITS_AT_ONCE is projected and scored a chunk of positions at a time, its logits never
+    # whole (tformer.fast.chunked_loss; TrainConfig(fast=False): whole, the reference)
+    chunked = True
 
     def train_batches(self, epoch: int) -> list[torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
@@ -123,8 +127,17 @@ class LMTask:
         device = next(model.parameters()).device
         rows = batch if batch.dim() == 2 else self.fetch(batch)
         rows = rows.to(device, non_blocking=True)  # (B, T+1)
-        logits = model(rows[:, :-1])  # (B, T, V)
         labels = rows[:, 1:]  # (B, T) the input shifted by one
+        output = getattr(model, "output", None)  # a plain projection (not LoRA's, not one with a bias)
+        chunk = None
+        if self.chunked and isinstance(output, torch.nn.Linear) and output.bias is None:
+            chunk = chunk_rows(labels.numel(), output.weight.shape[0])
+        if chunk is not None and output is not None:  # the logits a chunk at a time (summed: every block is whole)
+            hidden = model(rows[:, :-1], head=False)  # (B, T, D)
+            softcap = model.config.final_softcap
+            loss = linear_cross_entropy(hidden, output.weight, labels, chunk, IGNORE, softcap=softcap)
+            return loss, labels.numel()
+        logits = model(rows[:, :-1])  # (B, T, V)
         loss = self.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")  # every block is whole
         return loss, labels.numel()
 

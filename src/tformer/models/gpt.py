@@ -240,6 +240,7 @@ class GPT(PretrainedMixin, nn.Module):
         positions: torch.Tensor | None = None,
         cache: Cache | None = None,
         logits_to_keep: int = 0,
+        head: bool = True,
     ) -> torch.Tensor:
         """``ids`` (B, T) → logits (B, T, V).
 
@@ -251,6 +252,8 @@ class GPT(PretrainedMixin, nn.Module):
         ``return_attention=True`` returns ``(logits, weights)`` (weights by module name). ``logits_to_keep=k`` > 0
         projects only the last k positions onto the vocabulary, (B, k, V): generation's prefill needs the last one
         only, and (B, T, V) is the largest tensor of a long prompt (Hugging Face's argument of the same name).
+        ``head=False`` returns the final hidden states (B, T, D) instead, not projected onto the vocabulary: what a loss
+        that projects them itself, a chunk at a time, takes (:func:`tformer.fast.chunked_loss.linear_cross_entropy`).
         """
         check_ids(ids, "ids", self.config.vocab_size)
         rope = self.config.positional == "rope"
@@ -269,6 +272,8 @@ class GPT(PretrainedMixin, nn.Module):
         x = self.decoder(x, self_mask=mask, causal=True, cache=cache, rotary=rotary)  # (B, T, D)
         if logits_to_keep > 0:
             x = x[:, -logits_to_keep:]  # (B, k, D)
+        if not head:
+            return x
         logits = self.output(x)  # (B, T or k, V)
         cap = self.config.final_softcap
         return self.hook_logits(logits if cap is None else cap * torch.tanh(logits / cap))
