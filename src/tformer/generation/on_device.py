@@ -35,7 +35,8 @@ __all__ = ["READ_EVERY", "applies", "choose_on_device", "decode_n_on_device"]
 
 READ_EVERY = 16  # steps queued on the device between two reads of their ids by the host
 
-# (the (B, V) logits, the (B,) uniforms or None) → ((B,) ids chosen, (B, V) the logits after feeding them)
+# (the (B, V) logits, the (B,) uniforms or None) → ((B,) ids chosen, (B, V) the logits after feeding them), each a
+# tensor of its own (not a CUDA graph's output buffer, which the next replay overwrites)
 TokenStep = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -85,8 +86,8 @@ def decode_n_on_device(
         else:
             if logits.device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are done with
-            ids, logits = step(logits, u)
-            queued.append(ids.clone())  # (a CUDA graph's output is overwritten by its next replay)
+            ids, logits = step(logits, u)  # (copies of the graph's outputs, which its next replay overwrites)
+            queued.append(ids)
         if len(queued) == READ_EVERY or t == n - 1:
             first = t + 1 - len(queued)
             for offset, ids in enumerate(torch.stack(queued).tolist()):  # one read for the group

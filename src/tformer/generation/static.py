@@ -227,11 +227,10 @@ class StaticLMDecoder:
         cache row chooses with ``sampling`` and is fed its choice (the window must not slide: :meth:`slides`)."""
 
         def step(logits: torch.Tensor, uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-            ids, logits, state.positions = self._token(
-                self.model, logits, uniforms, sampling, state.positions, state.cache
-            )
+            ids, logits, positions = self._token(self.model, logits, uniforms, sampling, state.positions, state.cache)
             state.length += 1
-            return ids, logits
+            state.positions = positions.clone()  # (a CUDA graph's outputs are overwritten by its next replay)
+            return ids.clone(), logits.clone()
 
         return step
 
@@ -352,6 +351,6 @@ class StaticSeq2SeqDecoder:
                 self.model, logits, uniforms, sampling, state.memory, state.memory_mask, state.cache
             )
             state.length += 1
-            return ids, logits
+            return ids.clone(), logits.clone()  # (a CUDA graph's outputs are overwritten by its next replay)
 
         return step

@@ -30,8 +30,18 @@ from torch import nn
 from tformer.nn.layers import DecoderLayer, EncoderLayer
 from tformer.training.distributed import TaskLoss, World
 
-__all__ = ["shard", "within", "plain_copy", "whole_state", "load_whole", "whole_optimizer_state"]
-__all__ += ["shard_optimizer_state", "full", "whole", "copy_whole_"]
+__all__ = [
+    "shard",
+    "within",
+    "plain_copy",
+    "full",
+    "whole",
+    "whole_state",
+    "load_whole",
+    "copy_whole_",
+    "whole_optimizer_state",
+    "shard_optimizer_state",
+]
 
 
 def _dtensor():
