@@ -103,6 +103,7 @@ def test_fsdp_with_one_process_is_refused(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--fsdp shards the model over the processes of a torchrun job, and this run has one process" in proc.stderr
     assert not (tmp_path / "solo").exists()  # nothing left behind
+    assert "data:" not in proc.stdout  # said before the data is read
 
 
 def test_fsdp_from_a_pretrained_model_with_lora(tmp_path):

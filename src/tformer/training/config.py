@@ -90,6 +90,11 @@ class TrainConfig:
                 "log_to='tensorboard' (--log-to tensorboard) needs the tensorboard package: pip install "
                 "'tformer[tensorboard]' (or give --log-to csv)"
             )
+        if self.fsdp and int(os.environ.get("WORLD_SIZE", "1")) < 2:  # said before any data is read
+            raise BadValue(
+                "--fsdp shards the model over the processes of a torchrun job, and this run has one process: run it "
+                "with torchrun --nproc-per-node N (N > 1), or without --fsdp"
+            )
         if self.precision not in TRAINING_PRECISIONS:
             choices = ", ".join(map(repr, TRAINING_PRECISIONS))
             raise ValueError(f"precision must be one of {choices} for training, got {self.precision!r}")
