@@ -53,7 +53,7 @@ def _cycle_rounds(batches: list[list[int]], pairs, model, opt, round_sentences: 
             idx = next(order)
             batch = make_batch([pairs[i] for i in idx]).to(device)
             opt.zero_grad(set_to_none=True)
-            logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            logits = model(batch.src, batch.tgt_in, **batch.forward_args())  # (B, T, V)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.tgt_out.reshape(-1), ignore_index=0)
             loss.backward()
             opt.step()

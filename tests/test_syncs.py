@@ -7,8 +7,8 @@ The language model's step read 6 times before issue 48 (two for each of the ids'
 each micro-batch's loss, one for the gradient norm), then 3. Now it reads none: the ids are checked by the device
 (``torch._assert_async``, which a GPU runs without the host waiting; on a CPU the host is the device), the labels by
 the loss's own gather, and the skip of a non-finite step is fused AdamW's (``found_inf``), tallied on the device and
-read once per ``--log-every`` steps (:mod:`tformer.training.tally`). Issue 48's goal: at most 1 a step at
-``--log-every 10``."""
+read once per ``--log-every`` steps (:mod:`tformer.training.tally`). Translation's step read 2 (whether its
+padding masks hide anything), now none: its batch knows. Issue 48's goal: at most 1 a step at ``--log-every 10``."""
 
 import math
 
@@ -134,20 +134,45 @@ def test_the_cpu_loss_checks_its_labels_in_its_gather():
             sequence_cross_entropy(logits, torch.tensor([[1, 2, 3], [4, bad, -100]]), ignore_index=-100)
 
 
-def test_a_translation_step_reads_only_whether_its_masks_hide_anything(tmp_path, monkeypatch):
-    """Translation: 2 reads a step, whether the source and the target padding masks hide anything (an all-real one is
-    dropped, so attention takes its unmasked path), once per forward, not once per layer; the token count comes
-    with the batch, counted on the host where it was made."""
+def test_ten_translation_steps_read_the_device_once(tmp_path, monkeypatch):
+    """Translation: whether the source and the target padding masks hide anything (an all-real one is dropped, so
+    attention takes its unmasked path) comes with the batch, found on the host where it was made, as the token count
+    does; so the step reads nothing, and 10 steps and a log read once."""
     import tformer.translation as translation
 
-    trainer = translation.setup("builtin", tmp_path / "run", preset="tiny", max_steps=10)
+    trainer = translation.setup("builtin", tmp_path / "run", preset="tiny", max_steps=20)
     assert trainer.tally is not None
     batches = trainer.task.train_batches(0)
     trainer._optimizer_step(batches[:1], 0.0)
-    fetched = [trainer.task.fetch(b) for b in batches[1:3]]
+    fetched = [trainer.task.fetch(b) for b in batches[1:11]]
+    assert all(b.padded is not None for b in fetched)
     reads = Reads()
     counting(monkeypatch, reads)
     with reads:
-        for batch, rows in zip(batches[1:3], fetched):
+        for batch, rows in zip(batches[1:11], fetched):
             trainer._optimizer_step([batch], 0.0, [rows])
-    assert reads.count == 2 * 2, f"{reads.count} host reads in 2 steps"
+        loss = trainer._settle()
+    assert reads.count <= 1, f"{reads.count} host reads in 10 steps and a log"
+    assert loss is not None and math.isfinite(loss)
+
+
+def test_a_translation_batch_knows_its_padding_and_the_model_gives_the_same_logits_with_it():
+    """The host's answer (``Batch.padded``) is the masks' own, and the logits given it are those read off the masks:
+    a side without padding drops its mask, a side with padding keeps it (a wrong answer would change them)."""
+    from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+    from tformer.translation.batching import make_batch
+
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(Seq2SeqConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30)).eval()
+    same = [([5, 6, 7], [8, 9]), ([7, 6, 5], [9, 8])]  # no padding on either side
+    src_only = [([5, 6, 7], [8, 9]), ([7, 6], [9, 8])]  # the source padded, the target not
+    both = [([5, 6, 7], [8, 9, 10]), ([7, 6], [9])]
+    for pairs, padded in ((same, (False, False)), (src_only, (True, False)), (both, (True, True))):
+        batch = make_batch(pairs)
+        assert batch.padded == padded
+        with torch.no_grad():
+            read = model(batch.src, batch.tgt_in)
+            told = model(batch.src, batch.tgt_in, **batch.forward_args())
+            wrong = model(batch.src, batch.tgt_in, src_padded=False, tgt_padded=False)
+        torch.testing.assert_close(told, read, rtol=0, atol=1e-6)
+        assert padded == (False, False) or not torch.allclose(wrong, read, atol=1e-4)  # the answer is used

@@ -395,10 +395,14 @@ def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
         raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
 
 
-def unless_all_real(mask: torch.Tensor | None) -> torch.Tensor | None:
+def unless_all_real(mask: torch.Tensor | None, padded: bool | None = None) -> torch.Tensor | None:
     """``mask``, or None where it hides nothing (a batch without padding): attention then takes its unmasked path,
-    the fused kernel's fastest, with the same numbers. One read of the device (a synchronisation on a GPU), so the
-    models ask once per forward, not each layer; while compiling the mask is kept (a graph does not read values)."""
+    the fused kernel's fastest, with the same numbers. ``padded``: whether it hides anything, where the caller knows
+    (a batch made on the host knows its rows' lengths): no read of the device. None: one read (a synchronisation on a
+    GPU), so the models ask once per forward, not each layer; while compiling the mask is kept (a graph does not read
+    values)."""
+    if padded is not None:
+        return mask if padded else None
     if mask is None or torch.compiler.is_compiling() or not bool(mask.all()):
         return mask
     return None

@@ -20,7 +20,6 @@ from tformer.fast.linear import DecodingWeights
 from tformer.generation import on_device
 from tformer.generation.cache_size import check_kv_cache
 from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, check_decoding, decode_n, until
-from tformer.generation.on_device import decode_n_on_device
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
 from tformer.generation.static import (
     Compile,
@@ -63,8 +62,8 @@ def translate_ids(
     ones made for this call. ``compile=True`` decodes on a static KV cache with the one-token step compiled once
     (``torch.compile``; a CUDA graph on a GPU: see :mod:`tformer.generation.static`, which also says what else
     ``compile`` takes); the first batch pays the compile. The step chooses the token too and the host reads the tokens
-    every 16 steps (:mod:`tformer.generation.on_device`): greedy gives the same tokens; sampling draws from the same
-    distribution with other random numbers than the uncompiled loop's for the same generator.
+    every ``READ_EVERY`` (16) steps (:mod:`tformer.generation.on_device`): greedy gives the same tokens; sampling draws
+    from the same distribution with other random numbers than the uncompiled loop's for the same generator.
     """
     check_positive_int(max_len, "max_len")
     checks.compile_option.check(compile, "compile")
@@ -79,7 +78,7 @@ def translate_ids(
     )
     logits, state = decoder.prefill(src, max_len)
     if isinstance(decoder, StaticSeq2SeqDecoder) and on_device.applies(sampling):  # the token chosen on the device
-        out = decode_n_on_device(
+        out = on_device.decode_n_on_device(
             decoder.token_step(cast(StaticSeq2SeqState, state), sampling),
             logits,
             max_len,
@@ -125,13 +124,13 @@ def generate_lm(
     ``compile=True`` decodes on a static KV cache, with the one-token step compiled once by ``torch.compile`` and
     replayed (on a CUDA device with ``mode="reduce-overhead"``: a CUDA graph), as gpt-fast's ``--compile`` and Hugging
     Face's ``cache_implementation="static"`` do. Greedy gives the same tokens. Without a repetition penalty, and while
-    the text fits the context, the step chooses the token too and the host reads the tokens every 16 steps
-    (:mod:`tformer.generation.on_device`): ``on_token`` and ``stop`` are then called 16 steps at a time, and sampling
-    draws from the same distribution with other random numbers than the uncompiled loop's for the same ``seed``. The first call pays the compilation
-    (seconds); later calls with the same batch size and a similar length reuse it. A function in place of ``True``
-    compiles the step its own way (:mod:`tformer.generation.static`). ``caches``: a
-    :class:`~tformer.generation.static_cache.StaticCaches` kept across calls, so that they reuse one cache per shape
-    (neither compiled nor, on a GPU, recorded again); None: a new cache for this call.
+    the text fits the context, the step chooses the token too and the host reads the tokens every ``READ_EVERY`` (16)
+    steps (:mod:`tformer.generation.on_device`): ``on_token`` and ``stop`` are then called ``READ_EVERY`` steps at a
+    time, and sampling draws from the same distribution with other random numbers than the uncompiled loop's for the
+    same ``seed``. The first call pays the compilation (seconds); later calls with the same batch size and a similar
+    length reuse it. A function in place of ``True`` compiles the step its own way (:mod:`tformer.generation.static`).
+    ``caches``: a :class:`~tformer.generation.static_cache.StaticCaches` kept across calls, so that they reuse one
+    cache per shape (neither compiled nor, on a GPU, recorded again); None: a new cache for this call.
     """
     checks.max_new_tokens.check(max_new_tokens, "max_new_tokens")  # [1, MAX_NEW_TOKENS], --max-new-tokens' words
     check_sampling(sampling, seed)
@@ -162,7 +161,7 @@ def generate_lm(
         step = decoder.token_step(
             cast(StaticLMState, state), sampling
         )  # the token chosen on the device, read every READ_EVERY steps
-        return decode_n_on_device(step, logits, max_new_tokens, sampling, generator, ends)
+        return on_device.decode_n_on_device(step, logits, max_new_tokens, sampling, generator, ends)
     return decode_n(decoder, state, logits, max_new_tokens, sampler(sampling, generator), ends)
 
 

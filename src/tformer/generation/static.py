@@ -14,7 +14,7 @@ greedy decoding, sampling and beam search run on them unchanged (:func:`~tformer
   dynamic cache, so a sampler draws the same numbers from the same generator;
 * only the one-token step is compiled (``compile``); the prefill, whose length varies, runs as written;
 * greedy decoding and sampling without a repetition penalty choose the token inside that step too
-  (:mod:`tformer.generation.on_device`: ``token_step``), and the host reads the tokens every 16 steps; the
+  (:mod:`tformer.generation.on_device`: ``token_step``), and the host reads the tokens every ``READ_EVERY`` (16) steps; the
   repetition penalty and beam search choose on the host, as the loop does (``step``).
 
 The tokens are the dynamic cache's (the masked keys add exactly 0 to each softmax; the sums may round differently in

@@ -118,6 +118,8 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         memory: torch.Tensor,
         memory_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
+        *,
+        tgt_padded: bool | None = None,
     ) -> torch.Tensor:
         """``tgt`` (B, T) decoder input ids → logits (B, T, V).
 
@@ -125,6 +127,8 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         cached ones (:mod:`tformer.nn.cache`'s protocol; a static cache counts them on the device). ``memory_mask`` is
         the source padding mask (B, 1, 1, S). ``memory`` and its mask may
         have B / G rows, each serving G consecutive rows of ``tgt`` (beam search's G beams of one source).
+        ``tgt_padded``: whether a row of ``tgt`` after its first position is padding, where the caller knows it (a
+        batch made on the host); None: read off ``tgt`` (one read of the device).
         """
         check_ids(tgt, "tgt", self.config.tgt_vocab_size)
         if cache is None:
@@ -136,28 +140,40 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         self_mask = padding_mask(tgt, self.config.pad_id) if cache is None else None  # (B, 1, 1, T)
         if self_mask is not None:  # position 0 is the start token, real even where it is the pad id (Marian)
             self_mask[..., 0] = True
-            self_mask = unless_all_real(self_mask)  # None where no target is padded (the fused kernel's causal path)
+            self_mask = unless_all_real(self_mask, tgt_padded)  # None where no target is padded (the causal path)
         x = self.tgt_embed(tgt, positions)  # (B, T, D)
         x = self.decoder(x, memory, self_mask, memory_mask, causal=True, cache=cache)  # (B, T, D)
         return self.hook_logits(self.output(x))  # (B, T, V)
 
     @returns_attention
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        src_padded: bool | None = None,
+        tgt_padded: bool | None = None,
+    ) -> torch.Tensor:
         """Teacher-forced pass: ``src`` (B, S), ``tgt`` (B, T) = ``<sos>`` + target → logits (B, T, V).
 
         ``attention_mask`` (B, S): 1/``True`` = real source token; defaults to ``src != pad_id``.
+        ``src_padded``, ``tgt_padded``: whether any source / target row is padded, where the caller knows it (a
+        batch made on the host knows its rows' lengths); a side without padding then has no mask and attention takes
+        its unmasked path. None (the default): read off the masks, one read of the device each (a synchronisation on
+        a GPU; the training step passes both, :class:`~tformer.translation.batching.Batch`).
         With ``return_attention=True`` returns ``(logits, weights)``, ``weights`` a dict from module
         name (e.g. ``"decoder.layers.0.cross_attn"``) to attention weights (B, H, T, S).
         """
         if attention_mask is None:
-            memory_mask = unless_all_real(padding_mask(src, self.config.pad_id))  # (B, 1, 1, S); None: no padding
+            memory_mask = unless_all_real(padding_mask(src, self.config.pad_id), src_padded)  # (B, 1, 1, S) or None
         elif attention_mask.shape != src.shape:
             raise ValueError(
                 f"attention_mask must have the shape of src {tuple(src.shape)}, got {tuple(attention_mask.shape)}"
             )
         else:
-            memory_mask = unless_all_real(attention_mask.bool()[:, None, None, :])  # (B, 1, 1, S)
-        return self.decode(tgt, self._encode(src, memory_mask), memory_mask)
+            memory_mask = unless_all_real(attention_mask.bool()[:, None, None, :], src_padded)  # (B, 1, 1, S)
+        return self.decode(tgt, self._encode(src, memory_mask), memory_mask, tgt_padded=tgt_padded)
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
         """An empty KV cache for incremental decoding with :meth:`decode`."""

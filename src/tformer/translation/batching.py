@@ -40,19 +40,33 @@ class Batch:
     tgt_out: torch.Tensor  # (B, T) target + <eos>; <pad> where tgt_in is padding
     pad: int = PAD  # the model's <pad> id (an Opus-MT model's is its last id)
     tokens: int | None = None  # n_tokens, counted where the batch was made (on the host: no read of a device)
+    # whether any source / decoder-input row holds <pad> (after <sos>), found where the batch was made; passed to the
+    # model so that it does not read its masks off the device (None: unknown, the model reads them)
+    padded: tuple[bool, bool] | None = None
 
     @property
     def n_tokens(self) -> int:
         """Real (non-pad) target tokens: what the loss is averaged over."""
         return self.tokens if self.tokens is not None else int((self.tgt_out != self.pad).sum())
 
+    def forward_args(self) -> dict:
+        """What the model's forward takes besides the ids: ``src_padded`` and ``tgt_padded`` where they are known."""
+        return {} if self.padded is None else {"src_padded": self.padded[0], "tgt_padded": self.padded[1]}
+
     def to(self, device) -> Batch:
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.pad, self.n_tokens)
+        moved = (self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+        return Batch(*moved, self.pad, self.n_tokens, self.padded)
 
     def pin_memory(self) -> Batch:
         """The tensors in pinned memory (the Trainer's feed, on a machine with a GPU)."""
         pinned = (self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory())
-        return Batch(*pinned, self.pad, self.n_tokens)
+        return Batch(*pinned, self.pad, self.n_tokens, self.padded)
+
+
+def _padded(src: np.ndarray | torch.Tensor, tgt_in: np.ndarray | torch.Tensor, pad: int) -> tuple[bool, bool]:
+    """Whether the host-side ``src`` / ``tgt_in`` hold ``pad`` (the decoder's start may be the pad id: not counted),
+    as the model's padding masks would say."""
+    return bool((src == pad).any()), bool((tgt_in[:, 1:] == pad).any())
 
 
 def _pad(rows: list[list[int]], pad: int = PAD) -> torch.Tensor:
@@ -68,7 +82,7 @@ def make_batch(pairs: list[tuple[list[int], list[int]]], pad: int = PAD, sos: in
     src = _pad([s for s, _ in pairs], pad)  # (B, S)
     tgt_in = _pad([[sos] + t for _, t in pairs], pad)  # (B, T)
     tgt_out = _pad([t + [eos] for _, t in pairs], pad)  # (B, T)
-    return Batch(src, tgt_in, tgt_out, pad, int((tgt_out != pad).sum()))
+    return Batch(src, tgt_in, tgt_out, pad, int((tgt_out != pad).sum()), _padded(src, tgt_in, pad))
 
 
 def token_budget_batches(
@@ -203,4 +217,5 @@ class EncodedPairs:
             tgt_in[row, 0], tgt_in[row, 1 : t + 1] = sos, target
             tgt_out[row, :t], tgt_out[row, t] = target, eos
         tokens = int((tgt_out != pad).sum())  # counted here, on the host, not by the training step
-        return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), pad, tokens)
+        tensors = torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out)
+        return Batch(*tensors, pad, tokens, _padded(src, tgt_in, pad))

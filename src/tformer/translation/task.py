@@ -89,7 +89,7 @@ class TranslationTask:
         if not isinstance(batch, Batch):
             batch = self.fetch(batch)
         batch = batch.to(next(model.parameters()).device)
-        logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+        logits = model(batch.src, batch.tgt_in, **batch.forward_args())  # (B, T, V); masks known: no device read
         loss = self.cross_entropy(
             logits, batch.tgt_out, ignore_index=batch.pad, label_smoothing=self.label_smoothing, reduction="sum"
         )
@@ -102,7 +102,7 @@ class TranslationTask:
         total, tokens = 0.0, 0
         for g in budget_batches(self.valid_ids.sizes(), self.batch_tokens, seed=0, shuffle=False):
             batch = self._batch(self.valid_ids, g).to(next(model.parameters()).device)
-            logits = model(batch.src, batch.tgt_in)
+            logits = model(batch.src, batch.tgt_in, **batch.forward_args())
             total += float(sequence_cross_entropy(logits, batch.tgt_out, ignore_index=batch.pad, reduction="sum"))
             tokens += batch.n_tokens
         result = {"val_loss": total / tokens}
