@@ -12,7 +12,9 @@ is what the chunked loss changes). Candidates, in one process, alternating:
 * ``tformer, whole logits`` — ``GPT`` then ``tformer.fast.sequence_cross_entropy`` on the (B, T, V) logits, what the
   language model's training loss was;
 * ``tformer, chunked`` — ``GPT(..., head=False)`` then ``tformer.fast.chunked_loss.linear_cross_entropy``: what
-  ``tformer train lm`` runs once a batch's logits pass ``LOGITS_AT_ONCE`` (``chunk_rows``).
+  ``tformer train lm`` runs once a batch's logits pass ``LOGITS_AT_ONCE`` (``chunk_rows``);
+* ``tformer, chunked, head padded`` — the same with the table and head padded to a multiple of 64 rows (50,304:
+  ``GPTConfig.vocab_multiple``, ``tformer train lm``'s default ``--pad-vocab 64``), the padding rows' logits left out.
 
 Tokens/s and each candidate's peak tensor memory during one call (``benchmarks.common.peak_memory_mb``: the
 profiler's allocations beyond what was live). Writes ``OUT/chunked_loss.json`` and ``OUT/chunked_loss.md``.
@@ -57,6 +59,23 @@ def _models(shape: dict, seed: int):
     return hf, speed_up(from_hf(hf).train())  # the same weights, tformer's training kernels
 
 
+def _padded(model, seed: int):
+    """``model`` (a tformer GPT) with its table and head padded to a multiple of 64 rows: the same words' weights,
+    the padding rows drawn as the rest were (GPT-2's N(0, 0.02))."""
+    from tformer.fast import speed_up
+    from tformer.models.gpt import GPT
+
+    padded = GPT(model.config.replace(vocab_multiple=64))
+    state = model.state_dict()
+    extra = padded.config.table_rows - model.config.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    for key in GPT.word_tables:
+        if key in state:
+            state[key] = torch.cat([state[key], 0.02 * torch.randn(extra, state[key].shape[1], generator=g)])
+    padded.load_state_dict(state)
+    return speed_up(padded.train())
+
+
 def _candidate(name: str, model, loss_of, rows: torch.Tensor, steps: int, fp32: bool) -> Candidate:
     from tformer.training.trainer import TrainConfig, make_optimizer
 
@@ -96,6 +115,7 @@ def main(argv=None) -> dict:
         hf, _ = _models(shape, args.seed)  # each candidate its own copy of the same weights
         _, whole_model = _models(shape, args.seed)
         _, chunked_model = _models(shape, args.seed)
+        padded_model = _padded(chunked_model, args.seed)
 
         def hf_loss(r):  # HF shifts the labels itself: the T + 1 ids in, the last T scored (one position more)
             return hf(r, labels=r).loss * n
@@ -107,10 +127,24 @@ def main(argv=None) -> dict:
             hidden = chunked_model(r[:, :-1], head=False)  # (B, T, D)
             return linear_cross_entropy(hidden, chunked_model.output.weight, r[:, 1:], chunk)
 
+        def padded(r):
+            hidden = padded_model(r[:, :-1], head=False)  # (B, T, D)
+            words = padded_model.config.vocab_size
+            return linear_cross_entropy(hidden, padded_model.output.weight, r[:, 1:], chunk, classes=words)
+
+        rows_padded = padded_model.config.table_rows
         candidates = [
             _candidate("Hugging Face GPT2LMHeadModel", hf, hf_loss, rows, args.steps, args.fp32),
             _candidate("tformer, whole logits", whole_model, whole, rows, args.steps, args.fp32),
             _candidate("tformer, chunked", chunked_model, chunked, rows, args.steps, args.fp32),
+            _candidate(
+                f"tformer, chunked, head padded ({rows_padded:,} rows)",
+                padded_model,
+                padded,
+                rows,
+                args.steps,
+                args.fp32,
+            ),
         ]
         stats = compare(candidates, args.repeats, args.warmup, args.device, memory=not args.no_memory)
         machine = machine_info(args, None)

@@ -64,6 +64,22 @@ def test_in_bf16_it_is_as_close_to_float32_as_the_whole_logits():
         assert (c - e).abs().max() <= 1.5 * (w - e).abs().max() + 1e-6
 
 
+@pytest.mark.parametrize("smoothing, softcap", [(0.0, None), (0.1, 5.0)])
+def test_a_padded_head_scores_its_words_only(smoothing, softcap):
+    """``classes``: the padding rows of a head (GPTConfig.vocab_multiple) are multiplied but their logits left out:
+    the loss and gradients of the words' logits alone, the padding rows' gradient 0."""
+    hidden, weight, labels = _inputs()
+    padded = torch.cat([weight.detach(), torch.randn(23, D)]).requires_grad_()  # V + 23 rows
+    want = _whole(hidden, weight, labels, smoothing, softcap)
+    with torch.autocast("cpu", torch.bfloat16, enabled=False):
+        loss = linear_cross_entropy(hidden, padded, labels, 64, -100, smoothing, softcap, classes=V)
+    got = _grads(loss, hidden, padded)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[2][:V], want[2], rtol=1e-5, atol=1e-5)
+    assert not got[2][V:].any()
+
+
 class _Largest(TorchDispatchMode):
     """The most elements of any tensor an op makes while it is open."""
 
@@ -95,7 +111,10 @@ def test_chunk_rows_keeps_each_chunk_within_logits_at_once():
     assert rows is not None and rows * 50_257 <= LOGITS_AT_ONCE and (rows + 1) * 50_257 > LOGITS_AT_ONCE
 
 
-@pytest.mark.parametrize("family", [{}, dict(final_softcap=3.0, tie_embeddings=False)])
+@pytest.mark.parametrize(
+    "family",
+    [{}, dict(final_softcap=3.0, tie_embeddings=False), dict(vocab_multiple=64), dict(vocab_multiple=128, bias=False)],
+)
 def test_the_language_models_loss_in_chunks_is_the_whole_ones(tmp_path, monkeypatch, family):
     """A batch past LOGITS_AT_ONCE (made small here) trains on the chunked loss: the same loss and gradients as the
     whole logits (tied embeddings: the output's gradient joins the embedding's), and no tensor as large as them."""

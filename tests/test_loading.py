@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import tformer
+from tformer.fast import speed_up
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.models.loading import no_init, read_header
 
@@ -69,16 +70,20 @@ def _load_peak(directory, tiny) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_the_loaded_weights_are_the_saved_ones_to_the_bit(tmp_path):
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_loaded_weights_are_the_saved_ones_to_the_bit(tmp_path, fast):
     model = _gpt(64, 2, 300)
     model.save_pretrained(tmp_path / "m")
-    loaded = tformer.load(tmp_path / "m").model
+    loaded = tformer.load(tmp_path / "m", fast=fast).model
     saved = model.state_dict()
     assert loaded.state_dict().keys() == saved.keys()
     assert all(torch.equal(t, saved[k]) for k, t in loaded.state_dict().items())
     assert loaded.output.weight is loaded.embed.token.weight  # tied, as saved (once)
     ids = torch.tensor([[1, 5, 7, 2]])
-    assert torch.equal(loaded(ids), model.eval()(ids))
+    # the same logits as the saved model running the same kernels (the fast attention and the reference one round
+    # differently on some machines: 2e-7 apart on an AMX Xeon)
+    same_kernels = speed_up(model.eval(), inference=True) if fast else model.eval()
+    assert torch.equal(loaded(ids), same_kernels(ids))
 
 
 def test_no_init_builds_the_shapes_and_the_computed_buffers_but_writes_no_weight():

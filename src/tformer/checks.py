@@ -239,6 +239,7 @@ length_penalty = Number(float, 0, 10, allowed="a number in [0, 10]")
 max_new_tokens = Number(int, 1, 100_000, allowed="an integer in [1, 100000]")
 seconds = Number(float, 0, 86_400, low_open=True, allowed="a number of seconds in (0, 86400] (one day)")
 vocab_size = Number(int, 6, allowed="an integer >= 6 (the special tokens + 1)")
+pad_vocab = Number(int, 1, 4096, allowed="an integer in [1, 4096] (1 = no padding)")  # GPTConfig.vocab_multiple's
 ratio = Number(float, 0, 1, allowed="a number in [0, 1]")
 ema_decay = Number(float, 0, 1, low_open=True, high_open=True, allowed="a decay in (0, 1), e.g. 0.999")
 yes_no = YesNo()
@@ -254,6 +255,7 @@ SETTINGS: dict[str, Check] = {
     "batch_size": positive_int,
     "batch_tokens": positive_int,
     "vocab_size": vocab_size,
+    "pad_vocab": pad_vocab,
     "max_len": positive_int,
     "dropout": fraction,
     "valid": count_or_fraction,

@@ -70,6 +70,12 @@ FLAGS: dict[str, Flag] = {
     # --- the model and its data (train)
     "--preset": Flag("model size", choices=PRESETS),
     "--vocab-size": Flag("size of the tokenizer trained on --data", v.int_at_least(6, " (the special tokens + 1)")),
+    "--pad-vocab": Flag(
+        "round a new model's token table and output head up to a multiple of this many rows (the GPU's matrix "
+        "tiles: GPT-2's 50,257 words take 50,304 rows); the extra rows are no words, their logits cut off; 1: none",
+        v.pad_vocab,
+        64,
+    ),
     "--max-len": Flag("longest sequence in tokens: the model's positions (its context)", v.positive_int),
     "--batch-tokens": Flag(
         "a batch's size in tokens (sentences of similar length are batched together)",

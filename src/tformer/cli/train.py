@@ -11,7 +11,7 @@ Each family's parser calls that family's entry point (``tformer.translation.trai
 
 from __future__ import annotations
 
-from tformer.cli.flags import add, add_start, add_training, defaults, options
+from tformer.cli.flags import FLAGS, add, add_start, add_training, defaults, options
 from tformer.cli.validate import (
     count_or_fraction,
     data_source,
@@ -153,6 +153,7 @@ def _add_lm(fam) -> None:
     add(
         t,
         "--vocab-size",
+        "--pad-vocab",
         "--max-len",
         "--batch-size",
         "--dropout",
@@ -161,6 +162,7 @@ def _add_lm(fam) -> None:
             "type": int_at_least(4, " (3 special tokens + 1)"),
             "help": "BPE vocabulary size (default 4096; char: the text's characters)",
         },
+        pad_vocab={"help": FLAGS["--pad-vocab"].help + f" (default {run.PAD_VOCAB}; not with --init)"},
         max_len={"help": "context length in tokens (default: the preset's)", "old": ("--block-size",)},
         batch_size={"help": "blocks of --max-len tokens per batch (default 16)"},
     )

@@ -43,17 +43,23 @@ def linear_cross_entropy(
     ignore_index: int = -100,
     label_smoothing: float = 0.0,
     softcap: float | None = None,
+    classes: int | None = None,
 ) -> torch.Tensor:
     """The summed cross-entropy of ``hidden`` (..., D) projected by ``weight`` (V, D) (no bias), against ``labels``
-    (...), ``rows`` positions at a time; ``softcap``: the logits capped as ``softcap · tanh(z / softcap)`` first."""
+    (...), ``rows`` positions at a time; ``softcap``: the logits capped as ``softcap · tanh(z / softcap)`` first.
+    ``classes``: the first rows of ``weight`` that are words (a head padded to a multiple of rows, ``GPTConfig.
+    vocab_multiple``): the others' logits are left out, as the model cuts them off; None: every row."""
     flat = hidden.reshape(-1, hidden.shape[-1])  # (N, D)
-    return _LinearCrossEntropy.apply(flat, weight, labels.reshape(-1), rows, ignore_index, label_smoothing, softcap)
+    classes = weight.shape[0] if classes is None else classes
+    return _LinearCrossEntropy.apply(
+        flat, weight, labels.reshape(-1), rows, ignore_index, label_smoothing, softcap, classes
+    )
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, labels, rows, ignore_index, smoothing, softcap):  # type: ignore[override]
-        n, vocab = hidden.shape[0], weight.shape[0]
+    def forward(ctx, hidden, weight, labels, rows, ignore_index, smoothing, softcap, vocab):  # type: ignore[override]
+        n, padding = hidden.shape[0], weight.shape[0] - vocab  # the padding rows: no word's, their logits left out
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if hidden.requires_grad else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if weight.requires_grad else None
@@ -62,7 +68,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         w = weight.to(dtype)  # (V, D) once, in the products' dtype (autocast's, as the projection's)
         for start in range(0, n, rows):
             h, y = hidden[start : start + rows].to(dtype), labels[start : start + rows]  # (r, D), (r,)
-            z = F.linear(h, w).float()  # (r, V)
+            z = F.linear(h, w).float()  # (r, V + padding): the product over every row, as the model makes it
+            if padding:
+                z = z[:, :vocab]  # (r, V)
             capped = None
             if softcap is not None:
                 capped = torch.tanh(z / softcap)
@@ -83,6 +91,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if capped is not None:
                 g *= 1.0 - capped * capped
             g = g.to(dtype)
+            if padding:
+                g = F.pad(g, (0, padding))  # (r, V + padding): the padding rows' gradient 0
             if grad_hidden is not None:
                 grad_hidden[start : start + rows] = g @ w
             if grad_weight is not None:
@@ -96,4 +106,4 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         gh = None if grad_hidden is None else grad_hidden * grad_total.to(grad_hidden.dtype)
         gw = None if grad_weight is None else (grad_weight * grad_total).to(ctx.weight_dtype)
-        return gh, gw, None, None, None, None, None
+        return gh, gw, None, None, None, None, None, None

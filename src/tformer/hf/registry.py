@@ -118,7 +118,10 @@ def state_from_hf(
 
 
 def state_to_hf(state: Mapping[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
-    """Our weights (``state_dict()``) → Hugging Face's names, each its own contiguous CPU tensor."""
+    """Our weights (``state_dict()``) → Hugging Face's names, each its own contiguous CPU tensor; a GPT's token table
+    and head without their padding rows (``GPTConfig.vocab_multiple``: Hugging Face's config has ``vocab_size`` rows)."""
+    if isinstance(config, GPTConfig) and config.table_rows != config.vocab_size:
+        state = {k: t[: config.vocab_size] if k in GPT.word_tables else t for k, t in state.items()}
     return module_for(config).state_to_hf(state, config)
 
 

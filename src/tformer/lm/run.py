@@ -52,6 +52,7 @@ FINE_TUNING_LR = {False: 5e-5, True: 3e-4}  # by LoRA or not
 FINE_TUNING_WARMUP, FINE_TUNING_BATCH, FINE_TUNING_CONTEXT = 20, 8, 512
 
 
+PAD_VOCAB = 64  # a new model's table and head rows: a multiple of this (--pad-vocab; nanoGPT's 50,304 for GPT-2)
 GPU_ADVICE = "--preset shakespeare-char-gpu (6 × 384, 64 × 256 tokens a step), or a larger --batch-size"
 
 
@@ -83,6 +84,7 @@ def setup(
     tokenizer_dir: str | Path | None = None,
     tokenizer_sample: int = TOKENIZER_SAMPLE,
     vocab_size: int | None = None,
+    pad_vocab: int | None = None,
     max_len: int | None = None,
     batch_size: int | None = None,
     dropout: float | None = None,
@@ -116,6 +118,10 @@ def setup(
     ``device``, ...; :data:`TRAINING` unless given). With ``resume``, the tokenizer and the config come from
     ``OUT/last`` and training continues exactly where it stopped.
 
+    ``pad_vocab``: the new model's token table and output head get rows up to a multiple of it
+    (:attr:`GPTConfig.vocab_multiple`; None: :data:`PAD_VOCAB`, 1: none), so that the GPU's matrix tiles fit them;
+    the rows past the vocabulary are no words, their logits cut off, and an export leaves them out.
+
     ``init``: start from this pretrained GPT (a tformer run or model, a Hugging Face decoder directory) and its
     tokenizer instead of a new model (``preset``, ``tokenizer``, ``vocab_size`` and ``dropout`` are then refused);
     ``lora_r`` > 0 trains LoRA pairs of that rank beside ``lora_targets`` only (:mod:`tformer.finetune`), the best
@@ -134,6 +140,7 @@ def setup(
             preset=preset,
             tokenizer=tokenizer,
             vocab_size=vocab_size,
+            pad_vocab=pad_vocab,
             max_len=max_len,
             batch_size=batch_size,
             dropout=dropout,
@@ -183,6 +190,7 @@ def setup(
         preset=preset,
         tokenizer=r["tokenizer"],
         vocab_size=r["vocab_size"],
+        pad_vocab=pad_vocab,
         max_len=r["max_len"],
         batch_size=r["batch_size"],
         dropout=dropout,
@@ -209,7 +217,10 @@ def setup(
             ),
             cfg.device,
         )
-        config = GPTConfig.preset(r["base"], vocab_size=tok.vocab_size, pad_id=tok.pad_id, **r["model"])
+        multiple = PAD_VOCAB if pad_vocab is None else pad_vocab
+        config = GPTConfig.preset(
+            r["base"], vocab_size=tok.vocab_size, vocab_multiple=multiple, pad_id=tok.pad_id, **r["model"]
+        )
         prepared = streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
     with start_run(cfg, resume, "lm", settings) as started:  # a non-empty out_dir needs resume or overwrite
         if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
@@ -218,9 +229,10 @@ def setup(
         train_ids, val_ids, said = prepared
         torch.manual_seed(cfg.seed)
         model = GPT(config)
+        rows = "" if config.table_rows == tok.vocab_size else f" (table and head {config.table_rows} rows: --pad-vocab)"
         log(
-            f"data: {said}, vocabulary {tok.vocab_size}; model: {sum(p.numel() for p in model.parameters()):,} "
-            f"parameters, context {config.max_len}"
+            f"data: {said}, vocabulary {tok.vocab_size}{rows}; model: "
+            f"{sum(p.numel() for p in model.parameters()):,} parameters, context {config.max_len}"
         )
         batch = f"--batch-size {r['batch_size']} × --max-len {config.max_len}"
         note = gpu_batch_note(cfg.device, r["batch_size"] * config.max_len * cfg.accum_steps, batch, GPU_ADVICE)
@@ -241,6 +253,7 @@ def _setup_from(
     preset: str | None,
     tokenizer: str | None,
     vocab_size: int | None,
+    pad_vocab: int | None,
     max_len: int | None,
     batch_size: int | None,
     dropout: float | None,
@@ -269,6 +282,7 @@ def _setup_from(
             "--tokenizer": tokenizer,
             "--tokenizer-dir": tokenizer_dir,
             "--vocab-size": vocab_size,
+            "--pad-vocab": pad_vocab,
             "--dropout": dropout,
         },
     )

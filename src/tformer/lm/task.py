@@ -135,7 +135,8 @@ class LMTask:
         if chunk is not None and output is not None:  # the logits a chunk at a time (summed: every block is whole)
             hidden = model(rows[:, :-1], head=False)  # (B, T, D)
             softcap = model.config.final_softcap
-            loss = linear_cross_entropy(hidden, output.weight, labels, chunk, IGNORE, softcap=softcap)
+            vocab = model.config.vocab_size  # the head's rows may be more (GPTConfig.vocab_multiple)
+            loss = linear_cross_entropy(hidden, output.weight, labels, chunk, IGNORE, softcap=softcap, classes=vocab)
             return loss, labels.numel()
         logits = model(rows[:, :-1])  # (B, T, V)
         loss = self.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")  # every block is whole

@@ -54,6 +54,9 @@ GPT2 = dict(
 )
 
 
+MAX_VOCAB_MULTIPLE = 4096  # GPTConfig.vocab_multiple's largest: padding beyond a tile's size buys nothing
+
+
 @dataclass(frozen=True, kw_only=True)
 class GPTConfig(ModelConfig, defaults=GPT2):
     """``GPTConfig.preset("small", vocab_size=65)``; presets: tiny, small, base (= GPT-2 small)."""
@@ -63,9 +66,12 @@ class GPTConfig(ModelConfig, defaults=GPT2):
         "small": dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, max_len=256),
         "base": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, max_len=1024),  # GPT-2 small
     }
-    POSITIVE: ClassVar[tuple] = ("vocab_size", "n_layers")
+    POSITIVE: ClassVar[tuple] = ("vocab_size", "vocab_multiple", "n_layers")
 
     vocab_size: int
+    # the token table and the output head get rows up to a multiple of this (64: the GPU's matrix tiles; GPT-2's 50,257
+    # → 50,304, as nanoGPT pads it); the rows past vocab_size are never fed and their logits are cut off
+    vocab_multiple: int = 1
     n_layers: int = 12
     final_norm: bool | None = None  # None = only for pre-LN (GPT-2's ln_f)
     positional: str = (
@@ -111,6 +117,11 @@ class GPTConfig(ModelConfig, defaults=GPT2):
             data["head_dim"] = None
         return data
 
+    @property
+    def table_rows(self) -> int:
+        """The rows of the token table and the output head: ``vocab_size`` rounded up to ``vocab_multiple``."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
+
     def validate(self) -> None:
         if self.head_dim is None:  # left unfilled: d_model / n_heads is not a whole number
             raise ValueError(
@@ -133,6 +144,11 @@ class GPTConfig(ModelConfig, defaults=GPT2):
         if self.positional == "rope" and self.head_dim % 2 != 0:
             raise ValueError(f"GPTConfig.positional='rope' needs an even head dimension, got head_dim={self.head_dim}")
         self.check_token_id("pad_id", self.vocab_size, optional=True)
+        if self.vocab_multiple > MAX_VOCAB_MULTIPLE:  # (>= 1: POSITIVE)
+            raise ValueError(
+                f"GPTConfig.vocab_multiple must be at most {MAX_VOCAB_MULTIPLE} (a multiple of rows for the GPU's "
+                f"tiles, 64 say), got {self.vocab_multiple}"
+            )
 
     def _check_rope_scaling(self) -> None:
         s = self.rope_scaling
@@ -175,18 +191,33 @@ def _divides(n: object, d: object) -> bool:
     return ok and d % n == 0  # type: ignore[operator]
 
 
+def _head(d_model: int, vocab_size: int, rows: int) -> nn.Linear:
+    """The output projection onto ``rows`` >= ``vocab_size`` logits, no bias: the words' rows drawn with the random
+    numbers ``nn.Linear(d_model, vocab_size)`` draws (so a padded model starts as an unpadded one does), the padding
+    rows (``GPTConfig.vocab_multiple``) 0."""
+    if rows == vocab_size:
+        return nn.Linear(d_model, vocab_size, bias=False)
+    head = nn.Linear(d_model, rows, bias=False, device="meta")  # no draws: the weight is made below
+    head.weight = nn.Parameter(torch.empty(rows, d_model))
+    nn.init.kaiming_uniform_(head.weight[:vocab_size], a=math.sqrt(5))  # nn.Linear's own init, on the words' rows
+    with torch.no_grad():
+        head.weight[vocab_size:].zero_()
+    return head
+
+
 class GPT(PretrainedMixin, nn.Module):
     model_type = "gpt"
     config_class = GPTConfig
     config: GPTConfig
     stacks = {"decoder.layers.{i}": "n_layers"}
+    word_tables = ("embed.token.weight", "output.weight")  # a row per id: table_rows of them (vocab_multiple)
     rope_inv_freq: torch.Tensor  # positional="rope": a buffer (see __init__)
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = c = config
         self.embed = InputEmbedding(
-            c.vocab_size, c.d_model, c.max_len, c.positional, scale=c.embed_scale, dropout=c.dropout
+            c.vocab_size, c.d_model, c.max_len, c.positional, scale=c.embed_scale, dropout=c.dropout, rows=c.table_rows
         )
         self.decoder = Decoder(c.layers, c.n_layers, c.final_norm, cross_attention=False)
         # RoPE: the inverse frequencies (n, Dh/2) of the global (, local) layers, a buffer outside the state dict (it
@@ -195,7 +226,7 @@ class GPT(PretrainedMixin, nn.Module):
         if c.positional == "rope":
             frequencies, self._rope_factors = self._rope_frequencies()
             self.register_buffer("rope_inv_freq", frequencies, persistent=False)
-        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.output = _head(c.d_model, c.vocab_size, c.table_rows)  # vocab_size rows + vocab_multiple's padding
         if c.tie_embeddings:
             self.output.weight = self.embed.token.weight
         self.hook_logits = HookPoint()  # (B, T, V), soft-capped if the model caps (tformer.nn.hooks)
@@ -228,7 +259,8 @@ class GPT(PretrainedMixin, nn.Module):
                     if name.endswith(("out_proj.weight", "linear2.weight", "down_proj.weight"))
                     else 0.02
                 )
-                nn.init.normal_(p, std=std)
+                words = p[: self.config.vocab_size] if name in self.word_tables else p  # the padding rows stay 0
+                nn.init.normal_(words, std=std)
             elif name.endswith("bias") and "norm" not in name:
                 nn.init.zeros_(p)
 
@@ -274,7 +306,9 @@ class GPT(PretrainedMixin, nn.Module):
             x = x[:, -logits_to_keep:]  # (B, k, D)
         if not head:
             return x
-        logits = self.output(x)  # (B, T or k, V)
+        logits = self.output(x)  # (B, T or k, rows)
+        if logits.shape[-1] != self.config.vocab_size:  # the padding rows' (vocab_multiple) cut off: a view
+            logits = logits[..., : self.config.vocab_size]  # (B, T or k, V)
         cap = self.config.final_softcap
         return self.hook_logits(logits if cap is None else cap * torch.tanh(logits / cap))
 

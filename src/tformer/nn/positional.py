@@ -214,11 +214,20 @@ class InputEmbedding(nn.Module):
         dropout: float = 0.0,
         n_segments: int = 0,
         norm_eps: float | None = None,
+        rows: int | None = None,
     ) -> None:
         super().__init__()
         self.vocab_size, self.d_model = vocab_size, d_model
-        self.token = nn.Embedding(vocab_size, d_model)
-        nn.init.normal_(self.token.weight, std=d_model**-0.5 if scale else 0.02)
+        # ``rows`` (>= vocab_size; a GPT's vocab_multiple): the table's rows; those past the words are 0 and never read
+        # (no id reaches them). The words' rows draw the random numbers a table of vocab_size rows draws (nn.Embedding's
+        # N(0, 1), then this init's), so a padded model starts from the same weights as an unpadded one.
+        table = torch.empty(rows or vocab_size, d_model)
+        self.token = nn.Embedding(rows or vocab_size, d_model, _weight=table)
+        words = self.token.weight[:vocab_size]  # (V, D): the whole table unless padded
+        nn.init.normal_(words)  # what nn.Embedding(vocab_size, d_model) draws
+        nn.init.normal_(words, std=d_model**-0.5 if scale else 0.02)
+        with torch.no_grad():
+            self.token.weight[vocab_size:].zero_()
         self.scale = math.sqrt(d_model) if scale else 1.0
         if positional == "sinusoidal":
             self.position: nn.Module | None = SinusoidalPositionalEncoding(max_len, d_model)
