@@ -80,6 +80,7 @@ EXEMPT = {
     "tformer.models.gpt.GPT.forward": "a forward pass's argument",
     "tformer.models.bert.Bert.forward": "a forward pass's argument",
     "tformer.models.seq2seq.Seq2SeqTransformer.forward": "a forward pass's argument",
+    "tformer.models.seq2seq.Seq2SeqTransformer.decode": "a forward pass's argument (tgt_padded, as forward's)",
     "tformer.nn.attention.MultiHeadAttention.forward": "a forward pass's argument",
     "tformer.nn.layers.Decoder.forward": "a forward pass's argument",
     "tformer.nn.layers.DecoderLayer.forward": "a forward pass's argument",

@@ -65,9 +65,12 @@ def test_in_bf16_it_is_as_close_to_float32_as_the_whole_logits():
 
 
 @pytest.mark.parametrize("smoothing, softcap", [(0.0, None), (0.1, 5.0)])
-def test_a_padded_head_scores_its_words_only(smoothing, softcap):
-    """``classes``: the padding rows of a head (GPTConfig.vocab_multiple) are multiplied but their logits left out:
-    the loss and gradients of the words' logits alone, the padding rows' gradient 0."""
+@pytest.mark.parametrize("aligned", [False, True])
+def test_a_padded_head_scores_its_words_only(smoothing, softcap, aligned, monkeypatch):
+    """``classes``: the padding rows of a head (GPTConfig.vocab_multiple) are left out, multiplied (``aligned``: a
+    GPU's way, here on the CPU) or not (the CPU's): the loss and gradients of the words' logits alone, the padding
+    rows' gradient 0."""
+    monkeypatch.setattr(chunked_loss, "ALIGNED", ("cpu",) if aligned else ())
     hidden, weight, labels = _inputs()
     padded = torch.cat([weight.detach(), torch.randn(23, D)]).requires_grad_()  # V + 23 rows
     want = _whole(hidden, weight, labels, smoothing, softcap)

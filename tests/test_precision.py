@@ -39,7 +39,7 @@ def _gpt(width: int) -> GPT:
         (ZEN5, "measuring", 384, "fp32"),  # evaluate, evaluate-lm, explore read the weights they were given
         (ZEN5, "training", 256, "bf16"),  # Multi30k: 1.9-2.0x float32, validation loss +0.8% (4 seeds)
         (ZEN3, "training", 256, "fp32"),  # no bfloat16 arithmetic: bf16 is ~100x slower there
-        (SAPPHIRE_RAPIDS, "training", 256, "fp32"),  # not measured on the amx class
+        (SAPPHIRE_RAPIDS, "training", 256, "bf16"),  # 1.6x float32 at equal quality on the amx class
     ],
 )
 def test_auto_picks_per_machine_class_work_and_width(features, work, width, expected):

@@ -22,9 +22,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LOGITS_AT_ONCE", "chunk_rows", "linear_cross_entropy"]
+__all__ = ["LOGITS_AT_ONCE", "ALIGNED", "chunk_rows", "linear_cross_entropy"]
 
 LOGITS_AT_ONCE = 1 << 25  # logits computed at once at most (r × V): 128 MB in float32
+# the devices whose products take a padded head's every row (its matrix tiles want the aligned count); elsewhere the
+# words' rows only
+ALIGNED = ("cuda",)
 
 
 def chunk_rows(positions: int, vocab_size: int) -> int | None:
@@ -59,23 +62,26 @@ def linear_cross_entropy(
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, rows, ignore_index, smoothing, softcap, vocab):  # type: ignore[override]
-        n, padding = hidden.shape[0], weight.shape[0] - vocab  # the padding rows: no word's, their logits left out
+        n = hidden.shape[0]
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if hidden.requires_grad else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if weight.requires_grad else None
         kind = hidden.device.type
         dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else weight.dtype
-        w = weight.to(dtype)  # (V, D) once, in the products' dtype (autocast's, as the projection's)
+        # the rows multiplied: a GPU's every row, padding included (GPTConfig.vocab_multiple: its matrix tiles want the
+        # aligned count), their logits then cut off; a CPU's the words' only (no tiles to fill: no copies to cut)
+        used = weight.shape[0] if kind in ALIGNED else vocab
+        w = weight[:used].to(dtype)  # (U, D) once, in the products' dtype (autocast's, as the projection's)
         for start in range(0, n, rows):
             h, y = hidden[start : start + rows].to(dtype), labels[start : start + rows]  # (r, D), (r,)
-            z = F.linear(h, w).float()  # (r, V + padding): the product over every row, as the model makes it
-            if padding:
+            z = F.linear(h, w)  # (r, U)
+            if used != vocab:
                 z = z[:, :vocab]  # (r, V)
             capped = None
             if softcap is not None:
-                capped = torch.tanh(z / softcap)
+                capped = torch.tanh(z.float() / softcap)
                 z = softcap * capped
-            lsm = torch.log_softmax(z, -1)  # (r, V)
+            lsm = torch.log_softmax(z, -1, dtype=torch.float32)  # (r, V), float32 whatever the products' dtype
             del z
             real = y != ignore_index
             target = y.where(real, 0)[:, None]  # (r, 1)
@@ -87,16 +93,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
             g.scatter_add_(1, target, torch.full_like(target, smoothing - 1.0, dtype=g.dtype))
             if smoothing:
                 g -= smoothing / vocab
-            g *= real[:, None]
             if capped is not None:
                 g *= 1.0 - capped * capped
-            g = g.to(dtype)
-            if padding:
-                g = F.pad(g, (0, padding))  # (r, V + padding): the padding rows' gradient 0
+            g = g.to(dtype)  # an ignored position's row is not 0 here: its products are masked below, (r, D) not (r, V)
+            if used != vocab:
+                g = F.pad(g, (0, used - vocab))  # (r, U): the padding rows' gradient 0
+            keep = real[:, None].to(dtype)  # (r, 1)
             if grad_hidden is not None:
-                grad_hidden[start : start + rows] = g @ w
+                grad_hidden[start : start + rows] = (g @ w) * keep
             if grad_weight is not None:
-                grad_weight += g.t() @ h
+                grad_weight[:used] += g.t() @ (h * keep)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return total
