@@ -109,7 +109,7 @@ def test_the_host_reads_the_tokens_once_every_read_every_steps(monkeypatch):
 
         return step(watched_step, *args)
 
-    monkeypatch.setattr("tformer.generation.generate.decode_n_on_device", watched)
+    monkeypatch.setattr("tformer.generation.on_device.decode_n_on_device", watched)
     generate_lm(model, PROMPTS, NEW, eos_id=-1, compile=UNCOMPILED)
     assert len(steps) == NEW - 1 and sum(steps) == 0  # the model's steps read nothing
     grouped = [f for f in readers if f.endswith("on_device.py")]
