@@ -55,6 +55,38 @@ def test_fsdp_matches_one_process(tmp_path, family):
     assert _gap(_weights(tmp_path / "one", "best"), _weights(tmp_path / "two", "best")) <= 1e-5  # gathered whole
 
 
+def test_fsdp_in_fp16_matches_one_process(tmp_path):
+    """fp16 and its gradient scaler over sharded gradients: the same losses, weights and loss scale as one process on
+    the same global batch. Both resume with a loss scale of 2**30, so their scaled gradients overflow float16: every
+    process must skip those steps and halve the scale together (torch's check for overflow takes the maximum over the
+    shards), else the shards would go on from different weights."""
+    steps = ddp.STEPS[2:]  # (without --max-steps 4)
+    assert ddp.STEPS[:2] == ["--max-steps", "4"]
+    args = [*ddp._write_data(tmp_path)["lm"], "--dropout", "0", *steps, "--precision", "fp16"]
+    args += ["--schedule", "inverse_sqrt"]  # (the LM's cosine would end at the cut)
+    runs = {"two": ["--accum-steps", "1", "--fsdp"], "one": ["--accum-steps", "2"]}
+
+    def train(run: str, *more: str) -> str:
+        launch = ddp._torchrun if run == "two" else ddp._one_process
+        return launch([*args, "--out", run, *runs[run], *more], tmp_path)
+
+    def scaler(run: str) -> dict:
+        return json.loads((tmp_path / run / "last" / "trainer_state.json").read_text())
+
+    for run in runs:
+        train(run, "--max-steps", "2")
+        state = scaler(run)
+        state["scaler"]["scale"] = 2.0**30
+        (tmp_path / run / "last" / "trainer_state.json").write_text(json.dumps(state))
+        assert "done: step 6" in train(run, "--max-steps", "6", "--resume")
+    scales = [scaler(run)["scaler"]["scale"] for run in runs]
+    assert scales[0] == scales[1] < 2.0**30, scales  # overflowed, halved, the same on both
+    losses = ddp._losses(tmp_path / "one")
+    assert len(losses) == 6 and losses[-1] < losses[0]  # it really trained
+    assert losses == pytest.approx(ddp._losses(tmp_path / "two"), abs=1e-3)
+    assert _gap(_weights(tmp_path / "one"), _weights(tmp_path / "two")) <= 1e-3
+
+
 def test_fsdp_resumes_exactly_and_writes_whole_files(tmp_path):
     """With dropout, the moving average and kept checkpoints: 2 steps + --resume to 4 = 4 straight (every rank's
     shards, RNG and data position come back); the files hold whole tensors, so one process without --fsdp goes on."""

@@ -119,6 +119,8 @@ class TaskLoss(torch.nn.Module):
     task may call the model's parts (``model.classifier``, BERT's heads), which DDP's wrapper does not pass on.
     ``run``: call it instead (an evaluation), inside this module's forward: FSDP2 gathers the weights around it."""
 
+    sums_gradients = False  # FSDP2 set to sum the processes' gradients (sharded.shard); DDP averages them
+
     def __init__(self, task, model: torch.nn.Module) -> None:
         super().__init__()
         self.task, self.model = task, model

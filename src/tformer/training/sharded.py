@@ -14,15 +14,21 @@ gathering each tensor whole (:func:`whole_state`), and rank 0 writes it from a C
 (:func:`load_whole`, :func:`shard_optimizer_state`). Every process evaluates, inside the root's forward (each
 forward needs them all to gather the weights, :func:`within`); rank 0 logs and writes.
 
+fp16: the gradients are summed over the processes, not averaged as DDP's are (torch 2.8 on), so each process's loss is scaled as one
+process scales a micro-batch's, and float16 overflows at the same loss scale as in one process on the same global
+batch. PyTorch's ``GradScaler`` unscales the sharded gradients, and its check for overflow takes the maximum over the
+processes (DTensor's rule for that operation); the trainer decides a skip from the gradient norm, which :func:`full`
+makes whole. So every process skips the same steps, the ones one process would skip.
+
 Not yet: building the model on the ``meta`` device (each process still builds the whole model once before it is
-sharded, so the model must fit one device at the start); fp16's gradient scaler.
+sharded, so the model must fit one device at the start).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -50,26 +56,29 @@ def _dtensor():
     return DTensor, distribute_tensor
 
 
-def shard(task, model: nn.Module, forward_model: nn.Module, world: World, precision: str) -> nn.Module:
+def shard(task, model: nn.Module, forward_model: nn.Module, world: World) -> nn.Module:
     """``model``'s layers and then the task's loss over ``forward_model`` (the model or its compiled forward) made
     FSDP2 modules, in place; returns the loss module (the root), which the trainer calls as it calls DDP's."""
     from torch.distributed.fsdp import fully_shard
 
-    if precision == "fp16":
-        raise ValueError(
-            "--fsdp trains in fp32 or bf16: fp16's gradient scaler is not made for sharded gradients in tformer yet; "
-            "give --precision bf16 (or fp32)"
-        )
     if world.size == 1:
         raise ValueError(
             "--fsdp shards the model over the processes of a torchrun job, and this run has one process: run it "
             "with torchrun --nproc-per-node N (N > 1), or without --fsdp"
         )
-    for module in model.modules():
-        if isinstance(module, (EncoderLayer, DecoderLayer)):
-            fully_shard(module)
+    sharded = [module for module in model.modules() if isinstance(module, (EncoderLayer, DecoderLayer))]
+    for module in sharded:
+        fully_shard(module)
     root = TaskLoss(task, forward_model)
     fully_shard(root)
+    # the processes' gradients summed, as one process sums its micro-batches' (sum-only reductions: gloo has no
+    # pre-multiplied sum); torch before 2.8 has no such setting and averages, as DDP does (root.sums_gradients)
+    fsdp_modules = [cast(Any, m) for m in (*sharded, root)]
+    root.sums_gradients = all(hasattr(m, "set_force_sum_reduction_for_comms") for m in fsdp_modules)
+    if root.sums_gradients:
+        for fsdp_module in fsdp_modules:
+            fsdp_module.set_gradient_divide_factor(1.0)
+            fsdp_module.set_force_sum_reduction_for_comms(True)
     return root
 
 

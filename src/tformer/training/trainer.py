@@ -131,11 +131,9 @@ class Trainer(BadSteps, RunState, Evaluation):
         )
         distributed.broadcast_parameters(self.model, self.world)  # (a clear error where the processes' models differ)
         self._plain = sharded.plain_copy(self.model, self.world) if cfg.fsdp else None  # --fsdp: what rank 0 writes
-        self.fsdp = (
-            sharded.shard(task, self.model, self.forward_model, self.world, self.precision.precision)
-            if cfg.fsdp
-            else None
-        )
+        self.fsdp = sharded.shard(task, self.model, self.forward_model, self.world) if cfg.fsdp else None
+        # what a process's loss is multiplied by: DDP averages the processes' gradients, FSDP2 sums them (sharded.shard)
+        self._copies = 1 if getattr(self.fsdp, "sums_gradients", False) else self.world.size
         # the loss over the processes: FSDP2's sharded module, or DDP's (None with one process)
         self.ddp: Any = self.fsdp or distributed.data_parallel(task, self.forward_model, self.world)
         self.out = Path(cfg.out_dir)
@@ -229,7 +227,7 @@ class Trainer(BadSteps, RunState, Evaluation):
             with self._no_sync(i < len(mine) - 1):
                 with self._autocast():
                     loss, _ = self.ddp(batch) if self.ddp else self.task.loss(self.forward_model, batch)
-                share = loss * (self.world.size if counts else 0) / max(total_tokens, 1)  # DDP averages: x size
+                share = loss * (self._copies if counts else 0) / max(total_tokens, 1)
                 (share if self.scaler is None else self.scaler.scale(share)).backward()
             loss_sum = loss_sum + loss.detach().float() if counts else loss_sum
         # the loss, the time and whether any process was asked to stop, summed over the processes
