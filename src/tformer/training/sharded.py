@@ -14,11 +14,12 @@ gathering each tensor whole (:func:`whole_state`), and rank 0 writes it from a C
 (:func:`load_whole`, :func:`shard_optimizer_state`). Every process evaluates, inside the root's forward (each
 forward needs them all to gather the weights, :func:`within`); rank 0 logs and writes.
 
-fp16: the gradients are summed over the processes, not averaged as DDP's are (torch 2.8 on), so each process's loss is scaled as one
+fp16: the gradients are summed over the processes, not averaged as DDP's are, so each process's loss is scaled as one
 process scales a micro-batch's, and float16 overflows at the same loss scale as in one process on the same global
-batch. PyTorch's ``GradScaler`` unscales the sharded gradients, and its check for overflow takes the maximum over the
-processes (DTensor's rule for that operation); the trainer decides a skip from the gradient norm, which :func:`full`
-makes whole. So every process skips the same steps, the ones one process would skip.
+batch (a torch whose FSDP2 cannot be set to sum averages, and the losses are scaled as for DDP). PyTorch's
+``GradScaler`` unscales the sharded gradients, and its check for overflow takes the maximum over the processes
+(DTensor's rule for that operation); the trainer decides a skip from the gradient norm, which :func:`full` makes
+whole. So every process skips the same steps, the ones one process would skip.
 
 Not yet: building the model on the ``meta`` device (each process still builds the whole model once before it is
 sharded, so the model must fit one device at the start).
@@ -72,7 +73,7 @@ def shard(task, model: nn.Module, forward_model: nn.Module, world: World) -> nn.
     root = TaskLoss(task, forward_model)
     fully_shard(root)
     # the processes' gradients summed, as one process sums its micro-batches' (sum-only reductions: gloo has no
-    # pre-multiplied sum); torch before 2.8 has no such setting and averages, as DDP does (root.sums_gradients)
+    # pre-multiplied sum); a torch without these settings averages, as DDP does (root.sums_gradients says which)
     fsdp_modules = [cast(Any, m) for m in (*sharded, root)]
     root.sums_gradients = all(hasattr(m, "set_force_sum_reduction_for_comms") for m in fsdp_modules)
     if root.sums_gradients:
