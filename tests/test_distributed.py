@@ -109,9 +109,10 @@ def _one_process(args, tmp_path) -> str:
     return _check(subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600))
 
 
-def _torchrun(args, tmp_path, launch="standalone") -> str:
-    """`tformer train ARGS` on 2 processes: one agent with 2 workers, or 2 agents ("nodes") with one worker each."""
-    train = ["-m", "tformer", "train", *args]
+def _torchrun(args, tmp_path, launch="standalone", entry=("-m", "tformer")) -> str:
+    """`tformer train ARGS` on 2 processes: one agent with 2 workers, or 2 agents ("nodes") with one worker each.
+    ``entry``: what torchrun runs (a script that wraps tformer's command line, say)."""
+    train = [*entry, "train", *args]
     run = [sys.executable, "-m", "torch.distributed.run"]
     if launch == "standalone":
         return _check(

@@ -4,6 +4,7 @@ files as an unsharded run (so a run resumes with or without it and with another 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +20,8 @@ pytestmark = pytest.mark.skipif(
 # the rounding of that zero into whole steps of either sign, which differ with the order of the sums (FSDP2 averages
 # shards, DDP and accumulation add whole gradients); in bf16 those steps reach the other weights too
 FP32 = ["--precision", "fp32"]
+# tformer's command line, recording what each process's model was when it got its shards (tests/fsdp_probe.py)
+PROBE = (str(Path(__file__).with_name("fsdp_probe.py")),)
 
 
 def _gap(one: dict, two: dict) -> float:
@@ -43,8 +46,12 @@ def test_fsdp_matches_one_process(tmp_path, family):
     """2 sharded processes × 1 batch a step = 1 process × 2 accumulated batches: same losses, same weights."""
     args = [*ddp._write_data(tmp_path)[family], "--dropout", "0", *ddp.STEPS, *FP32]
     extra = ["--compile"] if family == "lm" else []  # FSDP2 under torch.compile too
-    out = ddp._torchrun([*args, "--out", "two", "--accum-steps", "1", "--fsdp", *extra], tmp_path)
+    out = ddp._torchrun([*args, "--out", "two", "--accum-steps", "1", "--fsdp", *extra], tmp_path, entry=PROBE)
     assert out.count("done: step 4") == 1
+    # rank 0 built the model whole on the CPU; rank 1 on the meta device, and got only its shards' memory
+    built = [json.loads((tmp_path / f"fsdp-rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert built[0] == {"before": ["cpu"], "after": ["cpu"], "whole_copy": True}
+    assert built[1] == {"before": ["meta"], "after": ["cpu"], "whole_copy": False}
     if family == "bert":  # the WordPiece rank 0 trained and shared
         args += ["--tokenizer-dir", str(tmp_path / "two" / "last")]
     ddp._one_process([*args, "--out", "one", "--accum-steps", "2"], tmp_path)

@@ -31,6 +31,7 @@ from tformer.nn.lora import has_lora
 from tformer.tokenizers import Tokenizer, WordPieceTokenizer, load_tokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
+from tformer.training.sharded import building
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = [
@@ -263,7 +264,8 @@ def setup(
         torch.manual_seed(cfg.seed)
         task = BertPretrainTask(tokenizer, train_part, held, max_len, batch_size, cfg.seed, mlm_prob)
         if model is None:
-            model = Bert(config)
+            with building(cfg.fsdp):  # --fsdp: whole on rank 0 alone
+                model = Bert(config)
         return make_trainer(model, task, cfg, resume, started, evaluate_start=init is not None)
 
 
@@ -378,7 +380,8 @@ def setup_classifier(
         elif resume:
             config, tokenizer = saved_run(out_dir, Bert, WordPieceTokenizer.load)
             torch.manual_seed(cfg.seed)
-            model = Bert(config)
+            with building(cfg.fsdp):  # --fsdp: whole on rank 0 alone
+                model = Bert(config)
         else:
             base = load(init, family="bert", flag="--init") if init else None  # any BERT: a run, a model, a HF one
             if base is not None:
@@ -386,7 +389,8 @@ def setup_classifier(
             else:
                 tokenizer = _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device)
             torch.manual_seed(cfg.seed)
-            model = _classifier(base.model if base else None, preset, tokenizer, len(labels), max_len, dropout)
+            with building(cfg.fsdp and base is None):  # --fsdp: a new one whole on rank 0 alone
+                model = _classifier(base.model if base else None, preset, tokenizer, len(labels), max_len, dropout)
             if lora.r:
                 add_adapters(model, lora, log)
                 _train_heads(model, classifier=True)  # the new head trains in full

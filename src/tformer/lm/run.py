@@ -37,6 +37,7 @@ from tformer.tokenizers import Tokenizer, load_tokenizer
 from tformer.training.config import gpu_batch_note
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
+from tformer.training.sharded import building
 from tformer.training.trainer import TrainConfig, Trainer
 
 __all__ = ["TRAINING", "setup", "prepare", "train", "load", "generate", "evaluate"]
@@ -228,7 +229,8 @@ def setup(
             prepared = streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
         train_ids, val_ids, said = prepared
         torch.manual_seed(cfg.seed)
-        model = GPT(config)
+        with building(cfg.fsdp):  # --fsdp: whole on rank 0 alone
+            model = GPT(config)
         rows = "" if config.table_rows == tok.vocab_size else f" (table and head {config.table_rows} rows: --pad-vocab)"
         log(
             f"data: {said}, vocabulary {tok.vocab_size}{rows}; model: "

@@ -165,8 +165,9 @@ def all_sum(world: World, numbers: list, device: str) -> list:
     return flat.tolist()
 
 
-def broadcast_parameters(model: torch.nn.Module, world: World) -> None:
-    """Make every process start from rank 0's weights (after checking that every process built the same model)."""
+def broadcast_parameters(model: torch.nn.Module, world: World, values: bool = True) -> None:
+    """Make every process start from rank 0's weights (after checking that every process built the same model);
+    ``values=False``: the check alone (``--fsdp`` hands out rank 0's weights once they are sharded)."""
     if world.size == 1:
         return
     named = list(model.named_parameters()) + list(model.named_buffers())
@@ -178,7 +179,7 @@ def broadcast_parameters(model: torch.nn.Module, world: World) -> None:
                 f"process {world.rank} and process {rank} built different models (first difference: "
                 f"{diff[0]} vs {diff[1]}); every process must build the same model from the same data"
             )
-    for _, tensor in named:
+    for _, tensor in named if values else []:
         dist.broadcast(tensor.data, src=0)
 
 

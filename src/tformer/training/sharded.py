@@ -3,10 +3,10 @@
     torchrun --nproc-per-node 4 -m tformer train lm --fsdp ...
 
 PyTorch's ``fully_shard`` is applied to each encoder and decoder layer, then to the task's whole loss
-(:class:`~tformer.training.distributed.TaskLoss`: the embeddings, norms and heads, which a task may call without
-the model's own forward). Each process keeps 1/N of every parameter, of its gradient and of AdamW's moments. A layer's
-weights are gathered for its forward and its backward and freed after; the gradients are reduce-scattered (averaged, as
-DDP's all-reduce averages), so N processes make the update one process makes on the same global batch.
+(:class:`~tformer.training.distributed.TaskLoss`: the embeddings, norms and heads, which a task may call without the
+model's own forward). Each process keeps 1/N of every parameter, of its gradient and of AdamW's moments. A layer's
+weights are gathered for its forward and its backward and freed after; the gradients are reduce-scattered (summed, see
+fp16 below), so N processes make the update one process makes on the same global batch.
 
 What a run writes does not change: for ``best/``, ``last/`` and the kept checkpoints every process takes part in
 gathering each tensor whole (:func:`whole_state`), and rank 0 writes it from a CPU copy of the model
@@ -21,12 +21,17 @@ batch (a torch whose FSDP2 cannot be set to sum averages, and the losses are sca
 (DTensor's rule for that operation); the trainer decides a skip from the gradient norm, which :func:`full` makes
 whole. So every process skips the same steps, the ones one process would skip.
 
-Not yet: building the model on the ``meta`` device (each process still builds the whole model once before it is
-sharded, so the model must fit one device at the start).
+Built on the ``meta`` device: a new model (and a resumed one) is built whole on rank 0 alone, on the CPU; every other
+process builds it on the ``meta`` device (:func:`building`: shapes, no memory). The model stays off the GPU until it
+is sharded (``fully_shard`` moves rank 0's one layer at a time as it cuts it), then each process makes room for its own
+shards only and receives their values from rank 0's weights (:func:`materialize`), one tensor at a time. So no process
+but rank 0 ever holds the whole model, and no GPU does. A pretrained model (``--init``) is still read whole by every
+process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable
 from typing import Any, cast
@@ -35,9 +40,12 @@ import torch
 from torch import nn
 
 from tformer.nn.layers import DecoderLayer, EncoderLayer
+from tformer.training import distributed
 from tformer.training.distributed import TaskLoss, World
 
 __all__ = [
+    "building",
+    "materialize",
     "shard",
     "within",
     "plain_copy",
@@ -81,6 +89,37 @@ def shard(task, model: nn.Module, forward_model: nn.Module, world: World) -> nn.
             fsdp_module.set_gradient_divide_factor(1.0)
             fsdp_module.set_force_sum_reduction_for_comms(True)
     return root
+
+
+def building(fsdp: bool) -> contextlib.AbstractContextManager:
+    """Where a run builds its new model: on the ``meta`` device (shapes alone, no memory) in the processes of an
+    ``--fsdp`` job other than rank 0, which receive their shards of rank 0's weights once it is sharded
+    (:func:`materialize`); where it is (the CPU) everywhere else. Rank 0 builds it whole, from the run's seed."""
+    return torch.device("meta") if fsdp and not distributed.is_main_process() else contextlib.nullcontext()
+
+
+def materialize(model: nn.Module, plain: nn.Module | None, world: World, device: str) -> None:
+    """Fill every process's shards and buffers of the sharded ``model`` with rank 0's whole weights (``plain``: its
+    CPU copy, :func:`plain_copy`; None on the others), one tensor at a time. A process that built its model on the
+    ``meta`` device (:func:`building`) first makes room for its own shards and buffers on ``device``. All processes
+    must call it; it also hands every process rank 0's random state, as if each had built the model itself."""
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        model.to_empty(device=device)
+    source = {**dict(plain.named_parameters()), **dict(plain.named_buffers())} if plain is not None else {}
+    DTensor, _ = _dtensor()
+    with torch.no_grad():
+        for name, target in [*model.named_parameters(), *model.named_buffers()]:
+            if world.is_main:
+                whole = source[name].detach()
+            else:  # its values come from rank 0 (distribute_tensor scatters rank 0's, a broadcast copies them)
+                whole = torch.empty(target.shape, dtype=target.dtype)
+            if isinstance(target, DTensor):
+                copy_whole_(target, whole)
+            else:
+                whole = whole.to(target.device, target.dtype)
+                torch.distributed.broadcast(whole, src=0)
+                target.copy_(whole)
+    torch.set_rng_state(distributed.broadcast_object(torch.get_rng_state(), world))
 
 
 def within(root: nn.Module | None, run: Callable[[], Any]) -> Any:

@@ -111,7 +111,8 @@ class Trainer(BadSteps, RunState, Evaluation):
             )
         require_float(model, "training")
         self.world, device = distributed.init(cfg.device)
-        self.model: PretrainedMixin = model.to(device)
+        # --fsdp: whole on rank 0's CPU (on the meta device elsewhere: sharded.building) until it is sharded
+        self.model: PretrainedMixin = model if cfg.fsdp else model.to(device)
         self.task, self.cfg, self.device = task, cfg, device
         self.precision = choose(cfg.precision, "training", model, str(device))  # bf16/fp16: autocast in _step
         self.scaler = gradient_scaler(self.precision, str(device))  # fp16: scales the loss; else None
@@ -129,9 +130,12 @@ class Trainer(BadSteps, RunState, Evaluation):
         self.forward_model: torch.nn.Module = (
             cast(torch.nn.Module, torch.compile(self.model)) if cfg.compile else self.model
         )
-        distributed.broadcast_parameters(self.model, self.world)  # (a clear error where the processes' models differ)
+        # rank 0's weights everywhere (a clear error where the processes' models differ); --fsdp: each its shards
+        distributed.broadcast_parameters(self.model, self.world, values=not cfg.fsdp)
         self._plain = sharded.plain_copy(self.model, self.world) if cfg.fsdp else None  # --fsdp: what rank 0 writes
         self.fsdp = sharded.shard(task, self.model, self.forward_model, self.world) if cfg.fsdp else None
+        if cfg.fsdp:
+            sharded.materialize(self.model, self._plain, self.world, device)
         # what a process's loss is multiplied by: DDP averages the processes' gradients, FSDP2 sums them (sharded.shard)
         self._copies = 1 if getattr(self.fsdp, "sums_gradients", False) else self.world.size
         # the loss over the processes: FSDP2's sharded module, or DDP's (None with one process)

@@ -38,6 +38,7 @@ from tformer.training import distributed
 from tformer.training.config import gpu_batch_note
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
+from tformer.training.sharded import building
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation.batching import EncodedPairs
 from tformer.translation.pairs import Split, load_splits
@@ -110,14 +111,15 @@ def prepare(
     return translator
 
 
-def _resumed(out_dir: str | Path, seed: int) -> Translator:
+def _resumed(out_dir: str | Path, seed: int, fsdp: bool = False) -> Translator:
     """The run's tokenizers and a model of its config (the weights come back in ``trainer.resume()``); a run from
     ``--init`` reads its translator whole (its LoRA layers, an Opus-MT model's own ids)."""
     last = last_dir(out_dir)
     if (last / "src_tokenizer.json").is_file() and not has_lora_record(last):
         config, (src_tok, tgt_tok) = saved_run(out_dir, Seq2SeqTransformer, load_tokenizers)
         torch.manual_seed(seed)
-        return Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
+        with building(fsdp):  # --fsdp: whole on rank 0 alone
+            return Translator(Seq2SeqTransformer(config), src_tok, tgt_tok)
     translator = Translator.from_loaded(load(last, family="seq2seq", fast=False, merge=False, float_weights=True))
     translator.model.train()
     return translator
@@ -251,7 +253,7 @@ def setup(
             overrides["dropout"] = dropout
         translator: Translator | None = None
         if resume:  # same split (deterministic); tokenizers from the run, weights restored by trainer.resume()
-            translator = _resumed(out_dir, cfg.seed)
+            translator = _resumed(out_dir, cfg.seed, cfg.fsdp)
             tokenizers = (translator.src_tokenizer, translator.tgt_tokenizer)
         elif pretrained is not None:
             translator = pretrained
@@ -266,7 +268,8 @@ def setup(
             assert split is not None
             train = split.train
         if translator is None:
-            translator = prepare(split, out_dir, preset, vocab_size, joint, cfg.seed, tokenizers, **overrides)
+            with building(cfg.fsdp):  # --fsdp: the model whole on rank 0 alone
+                translator = prepare(split, out_dir, preset, vocab_size, joint, cfg.seed, tokenizers, **overrides)
         elif pretrained is not None:
             _write_held_out(split, out_dir)
         note = gpu_batch_note(cfg.device, batch_tokens * cfg.accum_steps, f"--batch-tokens {batch_tokens}", GPU_ADVICE)
