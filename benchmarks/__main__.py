@@ -25,6 +25,7 @@ BENCHMARKS = {
     "quantize": "tformer.quantize(model, 'int8') vs float32: perplexity, logits, greedy ids, file size, decode/encoder speed",
     "memory": "resident MB of four models in float32 and in int8 (--precision int8), each in a fresh process",
     "finetune": "LoRA vs full fine-tuning of a SmolLM2-135M-shaped Llama: peak MB, step time, vs HF + PEFT; adapter check",
+    "fsdp_memory": "two processes training a 12 × 768 GPT: each one's peak MB with DDP vs --fsdp (meta-built), vs one alone",
     "data": "10 MB / 100 MB / 1 GB of text prepared once and trained on: MB/s, peak MB, step time, start-up vs nanoGPT",
     "serve": "tformer serve: a streamed chat completion's first token vs tformer.lm.reply's; 20 concurrent clients",
     "api_shape": "the API's shape: CLI lines, declarations of shared settings, module switches text -> loss / token",

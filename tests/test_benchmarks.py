@@ -434,3 +434,26 @@ def test_data_prepares_trains_and_measures_beside_nanogpt(tmp_path):
     assert pairs["prepare_seconds"] > 0 and pairs["step_seconds"] >= 0 and pairs["startup_seconds"] > 0
     table = (tmp_path / "data.md").read_text()
     assert "| 2 MB |" in table and "nanoGPT prepare s" in table and "| 2,000 |" in table
+
+
+def test_fsdp_memory_measures_every_process(tmp_path):
+    """``benchmarks.fsdp_memory --quick``: one process, DDP's two and --fsdp's two, each process's memory read by
+    itself (set-up peak, resident at the first step, training peak) and each rank held against DDP's same rank."""
+    pytest.importorskip("torch.distributed")
+    from benchmarks.__main__ import run
+
+    report = run("fsdp_memory", ["--quick", "--out", str(tmp_path)])
+    assert report == json.loads((tmp_path / "fsdp_memory.json").read_text())
+    results = report["results"]
+    ranks = {name: [r["rank"] for r in rows] for name, rows in results.items()}
+    assert ranks == {
+        "one process (2 batches accumulated)": [0],
+        "DDP, 2 processes": [0, 1],
+        "--fsdp, 2 processes": [0, 1],
+    }
+    for rows in results.values():
+        for r in rows:
+            assert r["baseline_mb"] > 0 and r["training_peak_mb"] > 0 and r["setup_peak_mb"] >= 0
+            assert r["ratio_to_ddp"]["training_peak_mb"] > 0
+    assert all(r["ratio_to_ddp"]["training_peak_mb"] == 1.0 for r in results["DDP, 2 processes"])
+    assert "| --fsdp, 2 processes | 1 |" in (tmp_path / "fsdp_memory.md").read_text()
