@@ -140,6 +140,43 @@ def test_the_language_models_loss_in_chunks_is_the_whole_ones(tmp_path, monkeypa
     assert whole_most >= tokens * 2000 > most  # the whole logits, then never
 
 
+@pytest.mark.parametrize("smoothing, shared", [(0.0, True), (0.1, True), (0.1, False)])
+def test_the_translators_loss_in_chunks_is_the_whole_ones(monkeypatch, smoothing, shared):
+    """A translation batch past LOGITS_AT_ONCE (made small here) trains on the chunked loss, label smoothing and the
+    padded positions included: the same loss and gradients as the whole logits (shared embeddings: the output's
+    gradient joins the embeddings'), and no tensor as large as them."""
+    from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+    from tformer.tokenizers import train_tokenizer
+    from tformer.translation.task import TranslationTask
+    from tformer.translation.translator import Translator
+
+    words = enumerate(["cat", "dog"] * 8)
+    pairs = [(f"the {w} sat on mat {i}.", f"le {w} est {'très ' * (i % 5)}loin du tapis {i}.") for i, w in words]
+    tok = train_tokenizer("bpe", [t for p in pairs for t in p], vocab_size=300, min_frequency=1)
+    vocab = 4000  # a table larger than the tokenizer's ids need: the logits are then the largest tensor by far
+    cfg = Seq2SeqConfig.preset("tiny", src_vocab_size=vocab, tgt_vocab_size=vocab, share_embeddings=shared, dropout=0.0)
+    torch.manual_seed(0)
+    translator = Translator(Seq2SeqTransformer(cfg), tok, tok)
+    task = TranslationTask(translator, pairs, [], batch_tokens=4096, label_smoothing=smoothing)
+    batch = task.fetch(task.train_batches(0)[0])
+    assert (batch.tgt_out == batch.pad).any()  # padded positions are in the batch: the loss leaves them out
+    monkeypatch.setattr("tformer.translation.task.chunk_rows", lambda n, v: chunked_loss.chunk_rows(n, v) or 16)
+    model = translator.model
+    results = []
+    for chunked in (True, False):
+        task.chunked = chunked
+        with _Largest() as largest:
+            loss, tokens = task.loss(model, batch)
+            grads = torch.autograd.grad(loss, list(model.parameters()))
+        results.append((loss, grads, largest.most))
+    (loss, grads, most), (whole_loss, whole_grads, whole_most) = results
+    torch.testing.assert_close(loss, whole_loss, rtol=1e-5, atol=1e-4)
+    for a, b in zip(grads, whole_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    positions = batch.tgt_out.numel()
+    assert whole_most >= positions * vocab > most  # the whole logits, then never
+
+
 def test_the_reference_kernels_keep_the_logits_whole(tmp_path):
     assert _lm_trainer(tmp_path / "a").task.chunked is True
     assert _lm_trainer(tmp_path / "b", fast=False).task.chunked is False  # --no-fast: the reference loss

@@ -120,8 +120,9 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         cache: Cache | None = None,
         *,
         tgt_padded: bool | None = None,
+        head: bool = True,
     ) -> torch.Tensor:
-        """``tgt`` (B, T) decoder input ids → logits (B, T, V).
+        """``tgt`` (B, T) decoder input ids → logits (B, T, V); ``head=False``: the final hidden states (B, T, D).
 
         With a ``cache``, ``tgt`` holds only the new positions; their positions start after the
         cached ones (:mod:`tformer.nn.cache`'s protocol; a static cache counts them on the device). ``memory_mask`` is
@@ -143,6 +144,8 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
             self_mask = unless_all_real(self_mask, tgt_padded)  # None where no target is padded (the causal path)
         x = self.tgt_embed(tgt, positions)  # (B, T, D)
         x = self.decoder(x, memory, self_mask, memory_mask, causal=True, cache=cache)  # (B, T, D)
+        if not head:
+            return x
         return self.hook_logits(self.output(x))  # (B, T, V)
 
     @returns_attention
@@ -154,6 +157,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         *,
         src_padded: bool | None = None,
         tgt_padded: bool | None = None,
+        head: bool = True,
     ) -> torch.Tensor:
         """Teacher-forced pass: ``src`` (B, S), ``tgt`` (B, T) = ``<sos>`` + target → logits (B, T, V).
 
@@ -164,6 +168,9 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         a GPU; the training step passes both, :class:`~tformer.translation.batching.Batch`).
         With ``return_attention=True`` returns ``(logits, weights)``, ``weights`` a dict from module
         name (e.g. ``"decoder.layers.0.cross_attn"``) to attention weights (B, H, T, S).
+        ``head=False`` returns the decoder's final hidden states (B, T, D) instead, not projected onto the vocabulary:
+        what a loss that projects them itself, a chunk at a time, takes
+        (:func:`tformer.fast.chunked_loss.linear_cross_entropy`).
         """
         if attention_mask is None:
             memory_mask = unless_all_real(padding_mask(src, self.config.pad_id), src_padded)  # (B, 1, 1, S) or None
@@ -173,7 +180,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
             )
         else:
             memory_mask = unless_all_real(attention_mask.bool()[:, None, None, :], src_padded)  # (B, 1, 1, S)
-        return self.decode(tgt, self._encode(src, memory_mask), memory_mask, tgt_padded=tgt_padded)
+        return self.decode(tgt, self._encode(src, memory_mask), memory_mask, tgt_padded=tgt_padded, head=head)
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
         """An empty KV cache for incremental decoding with :meth:`decode`."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tformer.fast.chunked_loss import chunk_rows, linear_cross_entropy
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.translation.batching import Batch, EncodedPairs, budget_batches
 from tformer.translation.pairs import group_references
@@ -67,6 +68,9 @@ class TranslationTask:
 
     # the training loss, a kernel the Trainer chooses (fused CPU backward; TrainConfig(fast=False): the reference)
     cross_entropy = staticmethod(sequence_cross_entropy)
+    # a batch whose logits pass LOGITS_AT_ONCE is projected and scored a chunk of positions at a time, its logits never
+    # whole (tformer.fast.chunked_loss; TrainConfig(fast=False): whole, the reference)
+    chunked = True
 
     def train_batches(self, epoch: int) -> list[np.ndarray]:
         """The epoch's batches, each the indices of its pairs (seeded by the epoch: a resumed run sees the same)."""
@@ -89,6 +93,16 @@ class TranslationTask:
         if not isinstance(batch, Batch):
             batch = self.fetch(batch)
         batch = batch.to(next(model.parameters()).device)
+        output = getattr(model, "output", None)  # a plain projection (not LoRA's, not one with a bias)
+        chunk = None
+        if self.chunked and isinstance(output, torch.nn.Linear) and output.bias is None:
+            chunk = chunk_rows(batch.tgt_out.numel(), output.weight.shape[0])
+        if chunk is not None and output is not None:  # the logits a chunk of positions at a time, never whole
+            hidden = model(batch.src, batch.tgt_in, **batch.forward_args(), head=False)  # (B, T, D)
+            loss = linear_cross_entropy(
+                hidden, output.weight, batch.tgt_out, chunk, batch.pad, label_smoothing=self.label_smoothing
+            )
+            return loss, batch.n_tokens
         logits = model(batch.src, batch.tgt_in, **batch.forward_args())  # (B, T, V); masks known: no device read
         loss = self.cross_entropy(
             logits, batch.tgt_out, ignore_index=batch.pad, label_smoothing=self.label_smoothing, reduction="sum"
