@@ -126,18 +126,25 @@ def test_the_language_models_loss_in_chunks_is_the_whole_ones(tmp_path, monkeypa
     model = GPT(GPTConfig.preset("tiny", vocab_size=2000, dropout=0.0, **family))
     batch = torch.randint(0, 2000, (4, 33), generator=torch.Generator().manual_seed(0))  # (B, T + 1)
     monkeypatch.setattr("tformer.lm.task.chunk_rows", lambda n, v: chunked_loss.chunk_rows(n, v) or 16)
+    tokens, most, whole_most = _chunks_as_whole(trainer.task, model, batch)
+    assert whole_most >= tokens * 2000 > most  # the whole logits, then never
+
+
+def _chunks_as_whole(task, model, batch) -> tuple[int, int, int]:
+    """``task.loss`` of ``batch`` chunked and whole: the same loss and gradients. Returns the positions scored and the
+    most elements of any tensor made, chunked and then whole."""
     results = []
     for chunked in (True, False):
-        trainer.task.chunked = chunked
+        task.chunked = chunked
         with _Largest() as largest:
-            loss, tokens = trainer.task.loss(model, batch)
+            loss, tokens = task.loss(model, batch)
             grads = torch.autograd.grad(loss, list(model.parameters()))
         results.append((loss, grads, largest.most))
     (loss, grads, most), (whole_loss, whole_grads, whole_most) = results
     torch.testing.assert_close(loss, whole_loss, rtol=1e-5, atol=1e-4)
     for a, b in zip(grads, whole_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert whole_most >= tokens * 2000 > most  # the whole logits, then never
+    return tokens, most, whole_most
 
 
 @pytest.mark.parametrize("smoothing, shared", [(0.0, True), (0.1, True), (0.1, False)])
@@ -161,18 +168,7 @@ def test_the_translators_loss_in_chunks_is_the_whole_ones(monkeypatch, smoothing
     batch = task.fetch(task.train_batches(0)[0])
     assert (batch.tgt_out == batch.pad).any()  # padded positions are in the batch: the loss leaves them out
     monkeypatch.setattr("tformer.translation.task.chunk_rows", lambda n, v: chunked_loss.chunk_rows(n, v) or 16)
-    model = translator.model
-    results = []
-    for chunked in (True, False):
-        task.chunked = chunked
-        with _Largest() as largest:
-            loss, tokens = task.loss(model, batch)
-            grads = torch.autograd.grad(loss, list(model.parameters()))
-        results.append((loss, grads, largest.most))
-    (loss, grads, most), (whole_loss, whole_grads, whole_most) = results
-    torch.testing.assert_close(loss, whole_loss, rtol=1e-5, atol=1e-4)
-    for a, b in zip(grads, whole_grads):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _, most, whole_most = _chunks_as_whole(task, translator.model, batch)
     positions = batch.tgt_out.numel()
     assert whole_most >= positions * vocab > most  # the whole logits, then never
 
