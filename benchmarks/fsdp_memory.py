@@ -14,7 +14,7 @@ when training starts, and the peak of training (the steps, the evaluation, the f
 to write it), and the resident set at the end. Each process runs with glibc's ``MALLOC_MMAP_THRESHOLD_=65536``: a block
 of 64 KiB or more is mapped alone and given back when freed, so the resident set is what the process holds; with glibc's
 default (``--glibc-default``) the heap keeps much of what FSDP2's gathered layers and whole gradients freed, and that
-counts as resident too. ``weights_mb``: the model's float32 parameters, for scale.
+counts as resident too. ``layers_weights_mb``: the layers' float32 matrices, for scale.
 
 Writes ``OUT/fsdp_memory.json`` and ``OUT/fsdp_memory.md``; the ratio is each figure over DDP's same rank.
 """

@@ -22,12 +22,19 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LOGITS_AT_ONCE", "ALIGNED", "chunk_rows", "linear_cross_entropy"]
+__all__ = ["LOGITS_AT_ONCE", "ALIGNED", "chunk_rows", "plain_head", "linear_cross_entropy"]
 
 LOGITS_AT_ONCE = 1 << 25  # logits computed at once at most (r × V): 128 MB in float32
 # the devices whose products take a padded head's every row (its matrix tiles want the aligned count); elsewhere the
 # words' rows only
 ALIGNED = ("cuda",)
+
+
+def plain_head(model: torch.nn.Module) -> torch.nn.Linear | None:
+    """``model.output`` where :func:`linear_cross_entropy` can take its place: a plain projection without a bias (not
+    LoRA's, not one with a bias); None otherwise (the model's own logits, whole)."""
+    output = getattr(model, "output", None)
+    return output if isinstance(output, torch.nn.Linear) and output.bias is None else None
 
 
 def chunk_rows(positions: int, vocab_size: int) -> int | None:

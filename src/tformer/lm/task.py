@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from tformer.data import TokenStream
-from tformer.fast.chunked_loss import chunk_rows, linear_cross_entropy
+from tformer.fast.chunked_loss import chunk_rows, linear_cross_entropy, plain_head
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 
 IGNORE = -100  # the label of a position past the end of the stream (skipped by the loss)
@@ -128,10 +128,8 @@ class LMTask:
         rows = batch if batch.dim() == 2 else self.fetch(batch)
         rows = rows.to(device, non_blocking=True)  # (B, T+1)
         labels = rows[:, 1:]  # (B, T) the input shifted by one
-        output = getattr(model, "output", None)  # a plain projection (not LoRA's, not one with a bias)
-        chunk = None
-        if self.chunked and isinstance(output, torch.nn.Linear) and output.bias is None:
-            chunk = chunk_rows(labels.numel(), output.weight.shape[0])
+        output = plain_head(model) if self.chunked else None
+        chunk = chunk_rows(labels.numel(), output.weight.shape[0]) if output is not None else None
         if chunk is not None and output is not None:  # the logits a chunk at a time (summed: every block is whole)
             hidden = model(rows[:, :-1], head=False)  # (B, T, D)
             softcap = model.config.final_softcap

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tformer.fast.chunked_loss import chunk_rows, linear_cross_entropy
+from tformer.fast.chunked_loss import chunk_rows, linear_cross_entropy, plain_head
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.translation.batching import Batch, EncodedPairs, budget_batches
 from tformer.translation.pairs import group_references
@@ -93,10 +93,8 @@ class TranslationTask:
         if not isinstance(batch, Batch):
             batch = self.fetch(batch)
         batch = batch.to(next(model.parameters()).device)
-        output = getattr(model, "output", None)  # a plain projection (not LoRA's, not one with a bias)
-        chunk = None
-        if self.chunked and isinstance(output, torch.nn.Linear) and output.bias is None:
-            chunk = chunk_rows(batch.tgt_out.numel(), output.weight.shape[0])
+        output = plain_head(model) if self.chunked else None
+        chunk = chunk_rows(batch.tgt_out.numel(), output.weight.shape[0]) if output is not None else None
         if chunk is not None and output is not None:  # the logits a chunk of positions at a time, never whole
             hidden = model(batch.src, batch.tgt_in, **batch.forward_args(), head=False)  # (B, T, D)
             loss = linear_cross_entropy(
