@@ -137,7 +137,12 @@ FLAGS: dict[str, Flag] = {
         choices=("inverse_sqrt", "cosine", "constant"),
     ),
     "--warmup-steps": Flag("optimizer steps of linear warmup", v.non_negative_int),
-    "--weight-decay": Flag("AdamW weight decay", v.non_negative_float),
+    "--weight-decay": Flag("decoupled weight decay of the matrices (AdamW's, and Muon's)", v.non_negative_float),
+    "--optimizer": Flag(
+        "adamw, or muon: Muon on the layers' weight matrices (their momentum orthogonalized, the step scaled to "
+        "AdamW's size, so --lr and --weight-decay keep their meaning) and AdamW on the rest",
+        choices=("adamw", "muon"),
+    ),
     "--clip": Flag("max gradient norm (0 = off)", v.non_negative_float),
     "--accum-steps": Flag("batches accumulated per optimizer step", v.positive_int),
     "--epochs": Flag("epochs in all (a resumed run counts the ones it trained)", v.positive_int),
@@ -376,6 +381,7 @@ TRAINING_FLAGS = (
     "--schedule",
     "--warmup-steps",
     "--weight-decay",
+    "--optimizer",
     "--clip",
     "--accum-steps",
     "--epochs",

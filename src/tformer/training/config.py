@@ -1,7 +1,7 @@
 """What a training run is asked to do: :class:`TrainConfig` (the settings every family shares), when its budget is
 spent (:func:`budget_reached`), the learning-rate schedule (:func:`lr_factor`) and the optimizer
-(:func:`make_optimizer`). The :class:`~tformer.training.trainer.Trainer` runs them; this module knows nothing about
-models, tasks or files.
+(:func:`make_optimizer`, made by :mod:`~tformer.training.optimizers`). The :class:`~tformer.training.trainer.Trainer`
+runs them; this module knows nothing about models, tasks or files.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 
 from tformer.checks import BadValue, Number, check_device, check_settings, log_sinks
+from tformer.training import optimizers
+from tformer.training.optimizers import OPTIMIZERS
 
 __all__ = [
     "GPU_MIN_TOKENS",
@@ -43,6 +45,7 @@ class TrainConfig:
     warmup_steps: int = 400
     min_lr_ratio: float = 0.1  # cosine decays to lr × min_lr_ratio
     weight_decay: float = 0.01
+    optimizer: str = "adamw"  # "adamw" | "muon" (Muon on the layers' weight matrices, AdamW on the rest: optimizers)
     betas: tuple[float, float] = (0.9, 0.98)
     clip: float = 1.0  # max gradient norm (0 = off)
     accum_steps: int = 1
@@ -98,6 +101,13 @@ class TrainConfig:
         if self.precision not in TRAINING_PRECISIONS:
             choices = ", ".join(map(repr, TRAINING_PRECISIONS))
             raise ValueError(f"precision must be one of {choices} for training, got {self.precision!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {self.optimizer!r}")
+        if self.fsdp and self.optimizer == "muon":
+            raise BadValue(
+                "--optimizer muon orthogonalizes each whole weight matrix, and --fsdp shards them over the processes: "
+                "give one of the two (DDP, torchrun without --fsdp, takes muon)"
+            )
         if self.schedule not in ("inverse_sqrt", "cosine", "constant"):
             raise ValueError(f"schedule must be 'inverse_sqrt', 'cosine' or 'constant', got {self.schedule!r}")
         if self.epochs is None and self.max_steps is None and self.minutes is None:
@@ -173,12 +183,7 @@ def lr_factor(step: int, cfg: TrainConfig, time_used: float = 0.0) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices only (what the Trainer steps with)."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # The fused kernel updates every tensor in one pass (CPU and CUDA); without it, PyTorch's CPU default is a
-    # Python loop over the parameters, a few percent of a small model's step.
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in decay + no_decay)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=fused or None)
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """What the Trainer steps with: ``cfg.optimizer`` (AdamW, or Muon with AdamW), weight decay on the matrices only
+    (:mod:`tformer.training.optimizers`)."""
+    return optimizers.make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.betas)

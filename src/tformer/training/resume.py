@@ -84,6 +84,7 @@ FIXED_FIELDS = (
     "warmup_steps",
     "min_lr_ratio",
     "weight_decay",
+    "optimizer",
     "betas",
     "clip",
     "accum_steps",

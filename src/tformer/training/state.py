@@ -148,12 +148,13 @@ def read_state(directory: Path) -> dict[str, Any]:
                 f"{str(directory / TENSORS_NAME)!r} holds a tensor {key!r}: expected 'optimizer.<param>.<slot>' or "
                 f"'rng.<rank>' with a rank below the {len(rng)} processes of {JSON_NAME}"
             )
-    slots = {tuple(sorted(v)) for v in state.values()}
-    if len(slots) > 1:
-        raise ValueError(
-            f"{str(directory / TENSORS_NAME)!r}: the optimizer's parameters hold different slots ({sorted(slots)}): "
-            "expected the same for each (the file is damaged or was mixed with another run's)"
-        )
+    for group in meta["optimizer"]["param_groups"]:  # one optimizer's slots in a group (--optimizer muon: two kinds)
+        slots = {tuple(sorted(state[p])) for p in group["params"] if p in state}
+        if len(slots) > 1:
+            raise ValueError(
+                f"{str(directory / TENSORS_NAME)!r}: the optimizer's parameters hold different slots ({sorted(slots)}): "
+                "expected the same for each (the file is damaged or was mixed with another run's)"
+            )
     optimizer = {"state": state, "param_groups": meta["optimizer"]["param_groups"]}
     scaler = meta.get("scaler")
     if scaler is not None and not isinstance(scaler, dict):

@@ -1,0 +1,124 @@
+"""``--optimizer muon`` (issue 49): Muon on the layers' weight matrices, AdamW on the rest, one optimizer to the
+Trainer. Its step is PyTorch's two optimizers' own (exact), its state is saved and resumed exactly, and what it cannot
+do is refused by name."""
+
+import copy
+
+import pytest
+import torch
+
+from scripted import VOCAB, ScriptedTask
+from tformer import GPT, GPTConfig
+from tformer.checks import BadValue
+from tformer.cli import main
+from tformer.nn.lora import LoraConfig, add_lora
+from tformer.training.config import TrainConfig
+from tformer.training.optimizers import MuonAdamW, make_optimizer, muon_parameters
+from tformer.training.trainer import Trainer
+
+
+def _model() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16, dropout=0.0))
+
+
+def _loss(model: GPT) -> torch.Tensor:
+    rows = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))
+    return torch.nn.functional.cross_entropy(model(rows[:, :-1]).transpose(1, 2), rows[:, 1:])
+
+
+def test_muon_takes_the_layers_matrices_and_adamw_the_rest():
+    model = _model()
+    on_muon = muon_parameters(model)
+    assert on_muon and all(".layers." in n and model.get_parameter(n).dim() == 2 for n in on_muon)
+    rest = {n for n, _ in model.named_parameters()} - set(on_muon)
+    assert "embed.token.weight" in rest  # the embedding (tied to the output head) steps with AdamW
+    assert all(model.get_parameter(n).dim() < 2 for n in rest - {"embed.token.weight", "embed.position.weight"})
+    optimizer = make_optimizer(model, "muon", 1e-3, 0.1, (0.9, 0.98))
+    assert isinstance(optimizer, MuonAdamW)
+    stepped = [p for g in optimizer.param_groups for p in g["params"]]
+    assert len(stepped) == len(set(map(id, stepped))) == len(list(model.parameters()))  # each once, none left out
+
+
+def test_a_step_is_pytorchs_muon_and_adamw_exactly():
+    model, reference = _model(), _model()
+    optimizer = make_optimizer(model, "muon", 2e-3, 0.1, (0.9, 0.98))
+    names = set(muon_parameters(reference))
+    params = dict(reference.named_parameters())
+    muon = torch.optim.Muon(
+        [params[n] for n in params if n in names], lr=2e-3, weight_decay=0.1, adjust_lr_fn="match_rms_adamw"
+    )
+    adamw = torch.optim.AdamW(
+        [
+            {"params": [p for n, p in params.items() if n not in names and p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=2e-3,
+        betas=(0.9, 0.98),
+        fused=True,
+    )
+    for _ in range(3):
+        for m, opts in ((model, (optimizer,)), (reference, (muon, adamw))):
+            _loss(m).backward()
+            for o in opts:
+                o.step()
+                o.zero_grad()
+    moved = False
+    for (name, a), b in zip(model.named_parameters(), reference.parameters()):
+        assert torch.equal(a, b), name
+        moved |= not torch.equal(a, _model().get_parameter(name))
+    assert moved
+    groups = optimizer.param_groups  # the schedule scales each group's lr: Muon's group is one of them
+    assert [g["muon"] for g in groups] == [False, False, True] and all(g["lr"] == 2e-3 for g in groups)
+
+
+def test_its_state_round_trips_and_the_next_step_is_the_same():
+    model = _model()
+    optimizer = make_optimizer(model, "muon", 2e-3, 0.1, (0.9, 0.98))
+    for _ in range(2):
+        _loss(model).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    twin = copy.deepcopy(model)
+    again = make_optimizer(twin, "muon", 2e-3, 0.1, (0.9, 0.98))
+    again.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+    assert {len(s) for s in again.state.values()} == {1, 3}  # momentum_buffer; step, exp_avg, exp_avg_sq
+    for m, o in ((model, optimizer), (twin, again)):
+        _loss(m).backward()
+        o.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
+
+
+def _config(out, **changes) -> TrainConfig:
+    options = dict(out_dir=str(out), max_steps=4, eval_every=2, warmup_steps=1, lr=1e-2, progress=False)
+    return TrainConfig(**{"optimizer": "muon", **options, **changes})
+
+
+def test_a_resumed_muon_run_is_the_uninterrupted_one(tmp_path):
+    straight = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "straight"))
+    straight.fit()
+    Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "cut", max_steps=2)).fit()
+    resumed = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "cut"))
+    resumed.resume()
+    resumed.fit()
+    assert all(torch.equal(a, b) for a, b in zip(resumed.model.parameters(), straight.model.parameters()))
+    adamw = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "adamw", optimizer="adamw"))
+    adamw.fit()  # and the choice matters: AdamW alone ends elsewhere
+    assert not all(torch.equal(a, b) for a, b in zip(adamw.model.parameters(), straight.model.parameters()))
+
+
+def test_what_muon_cannot_do_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    with pytest.raises(ValueError, match="optimizer must be one of 'adamw', 'muon', got 'sgd'"):
+        _config(tmp_path, optimizer="sgd")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(BadValue, match="--optimizer muon .* --fsdp"):
+        _config(tmp_path, fsdp=True)
+    monkeypatch.delenv("WORLD_SIZE")
+    lora = _model()
+    add_lora(lora, LoraConfig(r=2))
+    with pytest.raises(ValueError, match="trains none .*LoRA"):
+        make_optimizer(lora, "muon", 1e-3, 0.0, (0.9, 0.98))
+    with pytest.raises(SystemExit):
+        main(["train", "lm", "--data", __file__, "--out", str(tmp_path / "r"), "--optimizer", "lion"])
+    err = capsys.readouterr().err
+    assert "--optimizer" in err and "'lion'" in err and "adamw" in err
