@@ -110,6 +110,7 @@ def test_the_readme_recipe_is_the_shipped_one_and_a_wrong_name_lists_them(tmp_pa
         300,
         60,
     )
+    assert (args.dropout, args.ema) == (0.2, 0.999)
     with pytest.raises(SystemExit):
         _parsed(["train", "lm", "--data", __file__, "--out", "o", "--config", "multi30k"])
     err = capsys.readouterr().err

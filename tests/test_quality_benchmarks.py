@@ -46,6 +46,23 @@ def test_lm_recipes_quick_trains_both_recipes_side_by_side(tmp_path):
         assert run["threads"] == 1 and run["steps"] > 0 and 0 < run["val_loss"] < 5
 
 
+@pytest.mark.skipif(not (SHARED / "tinyshakespeare.txt").is_file(), reason="../shared/data/tinyshakespeare.txt missing")
+def test_lm_recipes_set_gives_one_recipe_two_settings(tmp_path):
+    from benchmarks.lm_recipes import main
+
+    recipe = "shakespeare-char-6min"
+    main(["--minutes", "0.02", "--quick", "--recipes", recipe, recipe, "--out", str(tmp_path)]
+         + ["--set", "optimizer=adamw", "optimizer=muon,lr=4e-3"])  # fmt: skip
+    (r,) = json.loads((tmp_path / "lm_recipes.json").read_text())
+    adamw, muon = r["runs"]
+    assert adamw["args"]["optimizer"] == "adamw" and (muon["args"]["optimizer"], muon["args"]["lr"]) == ("muon", 4e-3)
+    saved = json.loads((tmp_path / "0.02min" / f"{recipe}-optimizer=muon,lr=4e-3" / "last" / "state.json").read_text())
+    assert (saved["train_config"]["optimizer"], saved["train_config"]["lr"]) == (
+        "muon",
+        4e-3,
+    )  # what the run trained with
+
+
 def test_lm_shakespeare_picks_the_recipe_tuned_for_the_budget():
     from benchmarks.lm_shakespeare import recipe_for
     from tformer.lm import RECIPES
