@@ -2,7 +2,8 @@
 
 :class:`ScriptedTask` is the smallest task the Trainer takes whose evaluations say what a test wants: next-token loss
 on fixed rows, each evaluation returning the next of the scores given (then the last again; None: no validation
-data) and keeping a copy of the weights it was given. :data:`PEAK_MB` is the code a child process ends with to print
+data) and keeping a copy of the weights it was given; :func:`straight_and_resumed` trains one run straight through and
+the same run cut and resumed. :data:`PEAK_MB` is the code a child process ends with to print
 its own peak resident memory.
 """
 
@@ -44,3 +45,17 @@ class ScriptedTask:
 
     def save_extra(self, directory) -> None:
         pass
+
+
+def straight_and_resumed(model, config, tmp_path):
+    """The same run twice: uninterrupted (``OUT/straight``), and cut at step 2 then resumed (``OUT/cut``); returns both
+    trainers. ``model()`` makes the model, ``config(out, **changes)`` the TrainConfig."""
+    from tformer.training.trainer import Trainer
+
+    straight = Trainer(model(), ScriptedTask([1.0]), config(tmp_path / "straight"))
+    straight.fit()
+    Trainer(model(), ScriptedTask([1.0]), config(tmp_path / "cut", max_steps=2)).fit()
+    resumed = Trainer(model(), ScriptedTask([1.0]), config(tmp_path / "cut"))
+    resumed.resume()
+    resumed.fit()
+    return straight, resumed

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from scripted import VOCAB, ScriptedTask
+from scripted import VOCAB, ScriptedTask, straight_and_resumed
 from tformer import GPT, GPTConfig
 from tformer.cli import main
 from tformer.training.averaging import EMA
@@ -73,12 +73,7 @@ def test_the_average_is_evaluated_beside_and_kept_as_best_when_better(tmp_path):
 
 
 def test_a_resumed_average_is_the_uninterrupted_one(tmp_path):
-    straight = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "straight"))
-    straight.fit()
-    Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "cut", max_steps=2)).fit()
-    resumed = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "cut"))
-    resumed.resume()
-    resumed.fit()
+    straight, resumed = straight_and_resumed(_model, _config, tmp_path)
     assert all(torch.equal(a, b) for a, b in zip(resumed.ema.shadow, straight.ema.shadow))
     assert resumed.ema.updates == straight.ema.updates == 4  # the warmup goes on where it was
     plain = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "plain", max_steps=2, ema=None))

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from scripted import VOCAB, ScriptedTask
+from scripted import VOCAB, ScriptedTask, straight_and_resumed
 from tformer import GPT, GPTConfig
 from tformer.checks import BadValue
 from tformer.cli import main
@@ -95,12 +95,7 @@ def _config(out, **changes) -> TrainConfig:
 
 
 def test_a_resumed_muon_run_is_the_uninterrupted_one(tmp_path):
-    straight = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "straight"))
-    straight.fit()
-    Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "cut", max_steps=2)).fit()
-    resumed = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "cut"))
-    resumed.resume()
-    resumed.fit()
+    straight, resumed = straight_and_resumed(_model, _config, tmp_path)
     assert all(torch.equal(a, b) for a, b in zip(resumed.model.parameters(), straight.model.parameters()))
     adamw = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path / "adamw", optimizer="adamw"))
     adamw.fit()  # and the choice matters: AdamW alone ends elsewhere
