@@ -117,3 +117,16 @@ def test_what_muon_cannot_do_is_refused_by_name(tmp_path, monkeypatch, capsys):
         main(["train", "lm", "--data", __file__, "--out", str(tmp_path / "r"), "--optimizer", "lion"])
     err = capsys.readouterr().err
     assert "--optimizer" in err and "'lion'" in err and "adamw" in err
+
+
+def test_a_saved_state_may_hold_two_kinds_of_slots_one_kind_a_group(tmp_path):
+    from tformer.training.state import read_state, write_state
+
+    state = {0: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(2), "exp_avg_sq": torch.zeros(2)}}
+    state[1] = {"momentum_buffer": torch.zeros(2)}
+    rng, scheduler = [{"rng": torch.get_rng_state()}], {"base_lrs": [1e-3, 1e-3], "last_epoch": 1}
+    write_state(tmp_path, {"state": state, "param_groups": [{"params": [0]}, {"params": [1]}]}, scheduler, rng)
+    assert sorted(read_state(tmp_path)["optimizer"]["state"][1]) == ["momentum_buffer"]  # Muon's group, AdamW's
+    write_state(tmp_path, {"state": state, "param_groups": [{"params": [0, 1]}]}, scheduler, rng)
+    with pytest.raises(ValueError, match="hold different slots .* each parameter of a group"):
+        read_state(tmp_path)  # one group, two kinds: damaged or mixed

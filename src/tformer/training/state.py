@@ -153,7 +153,7 @@ def read_state(directory: Path) -> dict[str, Any]:
         if len(slots) > 1:
             raise ValueError(
                 f"{str(directory / TENSORS_NAME)!r}: the optimizer's parameters hold different slots ({sorted(slots)}): "
-                "expected the same for each (the file is damaged or was mixed with another run's)"
+                "expected the same for each parameter of a group (the file is damaged or was mixed with another run's)"
             )
     optimizer = {"state": state, "param_groups": meta["optimizer"]["param_groups"]}
     scaler = meta.get("scaler")
