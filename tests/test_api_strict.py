@@ -359,6 +359,7 @@ OWN_CHECKS = {  # TrainConfig's fields that it checks itself (a pair, a choice, 
     "betas": [(0.9,), (0.9, 1.5), "0.9, 0.98"],
     "precision": ["int8", "fp64"],
     "schedule": ["linear"],
+    "optimizer": ["sgd", 5],
     "device": ["gpu", 5, *([] if torch.cuda.is_available() else ["cuda"])],
 }
 
