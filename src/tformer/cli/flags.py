@@ -138,11 +138,7 @@ FLAGS: dict[str, Flag] = {
     ),
     "--warmup-steps": Flag("optimizer steps of linear warmup", v.non_negative_int),
     "--weight-decay": Flag("decoupled weight decay of the matrices (AdamW's, and Muon's)", v.non_negative_float),
-    "--optimizer": Flag(
-        "adamw, or muon: Muon on the layers' weight matrices (their momentum orthogonalized, the step scaled to "
-        "AdamW's size, so --lr and --weight-decay keep their meaning) and AdamW on the rest",
-        choices=("adamw", "muon"),
-    ),
+    "--optimizer": Flag("adamw, or muon: Muon on the layers' matrices, AdamW on the rest", choices=("adamw", "muon")),
     "--clip": Flag("max gradient norm (0 = off)", v.non_negative_float),
     "--accum-steps": Flag("batches accumulated per optimizer step", v.positive_int),
     "--epochs": Flag("epochs in all (a resumed run counts the ones it trained)", v.positive_int),
