@@ -57,10 +57,8 @@ def test_lm_recipes_set_gives_one_recipe_two_settings(tmp_path):
     adamw, muon = r["runs"]
     assert adamw["args"]["optimizer"] == "adamw" and (muon["args"]["optimizer"], muon["args"]["lr"]) == ("muon", 4e-3)
     saved = json.loads((tmp_path / "0.02min" / f"{recipe}-optimizer=muon,lr=4e-3" / "last" / "state.json").read_text())
-    assert (saved["train_config"]["optimizer"], saved["train_config"]["lr"]) == (
-        "muon",
-        4e-3,
-    )  # what the run trained with
+    trained = saved["train_config"]  # what the run trained with
+    assert (trained["optimizer"], trained["lr"]) == ("muon", 4e-3)
 
 
 def test_lm_shakespeare_picks_the_recipe_tuned_for_the_budget():

@@ -16,7 +16,6 @@ import torch
 
 from tformer.checks import BadValue, Number, check_device, check_settings, log_sinks
 from tformer.training import optimizers
-from tformer.training.optimizers import OPTIMIZERS
 
 __all__ = [
     "GPU_MIN_TOKENS",
@@ -101,8 +100,7 @@ class TrainConfig:
         if self.precision not in TRAINING_PRECISIONS:
             choices = ", ".join(map(repr, TRAINING_PRECISIONS))
             raise ValueError(f"precision must be one of {choices} for training, got {self.precision!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {self.optimizer!r}")
+        optimizers.check_optimizer(self.optimizer)
         if self.fsdp and self.optimizer == "muon":
             raise BadValue(
                 "--optimizer muon orthogonalizes each whole weight matrix, and --fsdp shards them over the processes: "

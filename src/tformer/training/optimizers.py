@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["OPTIMIZERS", "MuonAdamW", "muon_parameters", "make_optimizer"]
+__all__ = ["OPTIMIZERS", "MuonAdamW", "check_optimizer", "muon_parameters", "make_optimizer"]
 
 OPTIMIZERS = ("adamw", "muon")
+
+
+def check_optimizer(optimizer: object) -> None:
+    """Refuse a name :func:`make_optimizer` does not know, naming the ones it does."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}")
 
 
 def muon_parameters(model: torch.nn.Module) -> list[str]:
@@ -68,8 +74,7 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """``optimizer`` (``"adamw"`` or ``"muon"``) over ``model``'s trainable parameters, with weight decay on the
     matrices only."""
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}")
+    check_optimizer(optimizer)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     on_muon = set(muon_parameters(model)) if optimizer == "muon" else set()
     if optimizer == "muon" and not on_muon:

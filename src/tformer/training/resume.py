@@ -78,7 +78,8 @@ _MARKERS = (BEST_DIR, "last", "log.jsonl", "data")  # any of these (as a run wri
 
 # TrainConfig fields a resumed run must keep (the optimizer, the schedule, the data order); the others (the
 # budget, the evaluation cadence, the device, ...) may change. Flags name them; the rest by their field.
-FIXED_FIELDS = ("lr", "schedule", "warmup_steps", "min_lr_ratio", "weight_decay", "optimizer", "betas", "clip", "accum_steps", "seed", "ema")  # fmt: skip
+FIXED_FIELDS = ("lr", "schedule", "warmup_steps", "min_lr_ratio", "weight_decay", "optimizer", "betas", "clip",
+                "accum_steps", "seed", "ema")  # fmt: skip
 _BUDGET = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "device", "precision")
 REPORTED_FIELDS: tuple[str, ...] = (*_BUDGET, "max_bad_steps", "patience", "keep_checkpoints", "log_to")
 _NO_FLAG = ("min_lr_ratio", "betas")

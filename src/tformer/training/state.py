@@ -152,8 +152,8 @@ def read_state(directory: Path) -> dict[str, Any]:
         slots = {tuple(sorted(state[p])) for p in group["params"] if p in state}
         if len(slots) > 1:
             raise ValueError(
-                f"{str(directory / TENSORS_NAME)!r}: the optimizer's parameters hold different slots ({sorted(slots)}): "
-                "expected the same for each parameter of a group (the file is damaged or was mixed with another run's)"
+                f"{str(directory / TENSORS_NAME)!r}: the optimizer's parameters hold different slots "
+                f"({sorted(slots)}): expected the same for each parameter of a group (the file is damaged or was mixed with another run's)"
             )
     optimizer = {"state": state, "param_groups": meta["optimizer"]["param_groups"]}
     scaler = meta.get("scaler")
