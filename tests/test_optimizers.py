@@ -89,6 +89,30 @@ def test_its_state_round_trips_and_the_next_step_is_the_same():
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
 
 
+def test_a_step_given_found_inf_is_taken_or_skipped_on_the_device():
+    """The Trainer's on-device skip (``found_inf``, as GradScaler passes it): 0 is the plain step, exactly; 1 leaves
+    the weights and every slot as they were, Muon's too (``torch.optim.Muon`` reads no ``found_inf``)."""
+    models = [_model() for _ in range(3)]
+    optimizers = [make_optimizer(m, "muon", 2e-3, 0.1, (0.9, 0.98)) for m in models]
+    for found in (None, 0.0, 1.0, 0.0, 1.0):  # the first step makes the slots
+        for i, (m, o) in enumerate(zip(models, optimizers)):
+            _loss(m).backward()
+            if found is not None and i > 0:
+                o.found_inf = torch.tensor(found if i == 2 else 0.0)
+            before = [p.clone() for p in m.parameters()], copy.deepcopy(o.state_dict()["state"])
+            o.step()
+            o.zero_grad()
+            if i == 2 and found == 1.0:
+                assert all(torch.equal(a, b) for a, b in zip(before[0], m.parameters()))
+                now = o.state_dict()["state"]
+                assert all(torch.equal(v, now[k][n]) for k, slot in before[1].items() for n, v in slot.items())
+            if hasattr(o, "found_inf"):
+                del o.found_inf
+    plain, given_zero, skipped = (list(m.parameters()) for m in models)
+    assert all(torch.equal(a, b) for a, b in zip(plain, given_zero))
+    assert not all(torch.equal(a, b) for a, b in zip(plain, skipped))
+
+
 def _config(out, **changes) -> TrainConfig:
     options = dict(out_dir=str(out), max_steps=4, eval_every=2, warmup_steps=1, lr=1e-2, progress=False)
     return TrainConfig(**{"optimizer": "muon", **options, **changes})

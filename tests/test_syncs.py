@@ -59,9 +59,10 @@ def _lm_trainer(tmp_path, **kw):
     return tformer.lm.setup(text, tmp_path / "run", "tiny", **kw)
 
 
-def test_ten_language_model_steps_read_the_device_once(tmp_path, monkeypatch):
-    trainer = _lm_trainer(tmp_path)
-    assert trainer.tally is not None  # one process, bf16 or fp32, fused AdamW: the skip is decided on the device
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_ten_language_model_steps_read_the_device_once(tmp_path, monkeypatch, optimizer):
+    trainer = _lm_trainer(tmp_path, optimizer=optimizer)
+    assert trainer.tally is not None  # one process, bf16 or fp32, fused AdamW (Muon beside it): skipped on the device
     batches = trainer.task.train_batches(0)
     trainer._optimizer_step(batches[:1], 0.0)  # the first step builds what later ones reuse
     fetched = [trainer.task.fetch(b) for b in batches[1:11]]  # as the feed reads them, in its thread, ahead
@@ -76,14 +77,14 @@ def test_ten_language_model_steps_read_the_device_once(tmp_path, monkeypatch):
     assert loss is not None and math.isfinite(loss) and trainer.skipped_steps == 0
 
 
-def test_a_non_finite_step_is_skipped_on_the_device_and_said_at_the_next_read(tmp_path, capsys):
-    trainer = _lm_trainer(tmp_path, max_bad_steps=3)
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_a_non_finite_step_is_skipped_on_the_device_and_said_at_the_next_read(tmp_path, capsys, optimizer):
+    trainer = _lm_trainer(tmp_path, max_bad_steps=3, optimizer=optimizer)
     batches = trainer.task.train_batches(0)
     trainer._optimizer_step(batches[:1], 0.0)
     trainer._settle()
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-    moments = [s["exp_avg"].clone() for s in trainer.optimizer.state.values()]
-    steps = [s["step"].clone() for s in trainer.optimizer.state.values()]
+    slots = [{k: v.clone() for k, v in s.items()} for s in trainer.optimizer.state.values()]  # moments, step counts
     weight = next(trainer.model.parameters())
     with torch.no_grad():
         weight_copy = weight.clone()
@@ -94,8 +95,12 @@ def test_a_non_finite_step_is_skipped_on_the_device_and_said_at_the_next_read(tm
         weight.copy_(weight_copy)
     after = trainer.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # no update from the two skipped steps
-    assert all(torch.equal(a, s["exp_avg"]) for a, s in zip(moments, trainer.optimizer.state.values()))
-    assert all(torch.equal(a, s["step"]) for a, s in zip(steps, trainer.optimizer.state.values()))  # count undone
+    kept = list(trainer.optimizer.state.values())  # AdamW's moments and count undone; Muon's momenta taken back
+    assert len(kept) == len(slots) and all(
+        torch.equal(v, now[k]) for was, now in zip(slots, kept) for k, v in was.items()
+    )
+    muon = {"momentum_buffer"} if optimizer == "muon" else set()
+    assert {k for s in kept for k in s} == {"exp_avg", "exp_avg_sq", "step"} | muon
     assert trainer.step == 3 and trainer.skipped_steps == 0  # nothing read yet
     assert trainer._settle() is None  # the last step was skipped: no loss to log
     assert trainer.skipped_steps == 2 and trainer.bad_steps == 2

@@ -59,10 +59,38 @@ class MuonAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
+        """Both optimizers' steps; with ``found_inf`` set (the Trainer's :class:`~tformer.training.tally.Tally`, as
+        ``torch.amp.GradScaler`` sets it) a step whose value is 1 is skipped on the device, without a host read."""
         if closure is not None:
             raise ValueError("MuonAdamW.step takes no closure")
-        self.adamw.step()
+        found = getattr(self, "found_inf", None)
+        if found is None:
+            self.adamw.step()
+            self.muon.step()
+            return
+        self.adamw.found_inf = found  # fused AdamW skips by itself
+        try:
+            self.adamw.step()
+        finally:
+            del self.adamw.found_inf
+        self._muon_step_unless(found)
+
+    def _muon_step_unless(self, found: torch.Tensor) -> None:
+        """Muon's step, taken back where ``found`` is 1: ``torch.optim.Muon`` reads no ``found_inf``, so its matrices
+        and momenta are copied before the step and chosen after it by ``torch.where``, on the device."""
+        stepped = []
+        for group in self.muon.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    state = self.state[p]  # the buffer Muon would make at its first step, made here to be kept
+                    if "momentum_buffer" not in state:
+                        state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+                    stepped += [p, state["momentum_buffer"]]
+        kept = [t.clone() for t in stepped]
         self.muon.step()
+        skip = found.bool()
+        for t, before in zip(stepped, kept):
+            t.copy_(torch.where(skip, before, t))
 
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)

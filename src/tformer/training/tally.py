@@ -13,7 +13,8 @@ skipped steps do in PyTorch and Hugging Face), and skipped steps are reported, a
 run, at the next read, up to ``--log-every`` steps later. The weights are those of the last finite step either way.
 
 The Trainer takes this path when it can: one process, no fp16 gradient scaler (whose scale has a floor the host
-watches) and a fused AdamW (``found_inf``: on CPUs and CUDA GPUs). Otherwise it reads the loss and the norm every step.
+watches) and a fused AdamW (``found_inf``: on CPUs and CUDA GPUs), alone or beside Muon (``--optimizer muon``).
+Otherwise it reads the loss and the norm every step.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from tformer.fast.precision import SCALE_FLOOR, halve_scale
 from tformer.training.config import TrainConfig
+from tformer.training.optimizers import MuonAdamW
 
 
 class TrainingDiverged(ValueError):
@@ -89,7 +91,10 @@ class Tally:
 
 
 def takes_found_inf(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``optimizer.step`` can skip on the device: a fused Adam or AdamW (``fused=True``)."""
+    """Whether ``optimizer.step`` can skip on the device: a fused Adam or AdamW (``fused=True``), or Muon beside one
+    (:class:`~tformer.training.optimizers.MuonAdamW`, which takes its own Muon step back)."""
+    if isinstance(optimizer, MuonAdamW):
+        return takes_found_inf(optimizer.adamw)
     return isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and bool(optimizer.defaults.get("fused"))
 
 
