@@ -81,6 +81,18 @@ CASES = {
             }
         },
     ),
+    "optimizer_step": (
+        [],
+        None,
+        {
+            "optimizer step": {
+                "fused AdamW",
+                "torch.optim.Muon + fused AdamW, apart",
+                "tformer MuonAdamW",
+                "tformer MuonAdamW, skip on the device",
+            }
+        },
+    ),
     "lm_step": (
         [],
         None,

@@ -13,7 +13,7 @@ skipped steps do in PyTorch and Hugging Face), and skipped steps are reported, a
 run, at the next read, up to ``--log-every`` steps later. The weights are those of the last finite step either way.
 
 The Trainer takes this path when it can: one process, no fp16 gradient scaler (whose scale has a floor the host
-watches) and a fused AdamW (``found_inf``: on CPUs and CUDA GPUs), alone or beside Muon (``--optimizer muon``).
+watches) and a fused AdamW (``found_inf``: on CPUs and CUDA GPUs), alone or, on a GPU, beside Muon.
 Otherwise it reads the loss and the norm every step.
 """
 
@@ -91,10 +91,14 @@ class Tally:
 
 
 def takes_found_inf(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``optimizer.step`` can skip on the device: a fused Adam or AdamW (``fused=True``), or Muon beside one
-    (:class:`~tformer.training.optimizers.MuonAdamW`, which takes its own Muon step back)."""
+    """Whether ``optimizer.step`` skips on the device: a fused Adam or AdamW (``fused=True``), or Muon beside one
+    (:class:`~tformer.training.optimizers.MuonAdamW`, which takes its own Muon step back) on an accelerator. On a CPU
+    the host's reads cost nothing and taking Muon's step back costs a copy of its matrices (53 ms on top of its 134 ms
+    for the Multi30k hour's model: ``python -m benchmarks.optimizer_step``, 2 threads, amx class), so there a Muon run
+    reads the loss and the norm each step."""
     if isinstance(optimizer, MuonAdamW):
-        return takes_found_inf(optimizer.adamw)
+        on_cpu = any(p.device.type == "cpu" for g in optimizer.muon.param_groups for p in g["params"])
+        return takes_found_inf(optimizer.adamw) and not on_cpu
     return isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and bool(optimizer.defaults.get("fused"))
 
 
