@@ -30,7 +30,8 @@ if [ ! -f docs/_build/html/index.html ]; then
 fi
 # pytest-xdist: one worker per core (at most 8; TFORMER_TEST_WORKERS=N chooses, 0 runs in this process), each test
 # file on one worker (its module fixtures built once); a -n among the arguments wins, as it comes last.
-workers="${TFORMER_TEST_WORKERS:-$(python -c 'import os; print(min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))')}"
+cores=$(python -c 'import os; print(len(os.sched_getaffinity(0)))' 2>/dev/null || getconf _NPROCESSORS_ONLN)
+workers="${TFORMER_TEST_WORKERS:-$((cores < 8 ? cores : 8))}"
 status=0
 python -m pytest -n "$workers" --dist loadfile "$@" || status=$?
 if [ -n "$no_browser" ]; then
