@@ -130,6 +130,7 @@ def test_what_translation_init_refuses(opus, tmp_path, capsys):
         (["--preset", "tiny"], "--preset tiny cannot be used with --init"),
         (["--separate-vocab"], "--separate-vocab cannot be used with --init"),
         (["--max-len", "64"], "--max-len 64 cannot be used with --init"),
+        (["--n-decoder-layers", "2"], "--n-decoder-layers 2 cannot be used with --init"),
     ):
         code = main(
             ["train", "translation", "--init", str(opus), "--out", str(tmp_path / "r"), "--max-steps", "1", *extra]

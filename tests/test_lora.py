@@ -435,6 +435,7 @@ def test_the_loss_counts_every_token_of_a_hugging_face_vocabulary():
     [
         (["--preset", "small"], "--preset small cannot be used with --init"),
         (["--tokenizer", "bpe"], "--tokenizer bpe cannot be used with --init"),
+        (["--n-layers", "3"], "--n-layers 3 cannot be used with --init"),
         (["--lora-r", "2", "--lora-targets", "mlp.*"], "--lora-targets 'mlp.*' matches no layer"),
         (["--max-len", "4096"], "--max-len 4096 exceeds the --init model's context"),
     ],

@@ -1,7 +1,7 @@
 """Value checks: clear errors instead of shape errors from deep inside PyTorch. Each setting of the library's entry
 points and the command line's flags, with its bound (:data:`SETTINGS`: numbers, yes/no settings, names), checked in
 the flag's words; a device, token ids, a length. An error is a :class:`BadValue`, a ``ValueError``: the command line
-prints it as the flag's one line (:class:`tformer.cli.flags.Parser`). The readers of the files a user hands us (JSON
+prints it as the flag's one line (:class:`tformer.cli.parser.Parser`). The readers of the files a user hands us (JSON
 objects, safetensors weights, tokenizer files, text) are :mod:`tformer.readers`."""
 
 from __future__ import annotations
@@ -258,6 +258,12 @@ SETTINGS: dict[str, Check] = {
     "pad_vocab": pad_vocab,
     "max_len": positive_int,
     "dropout": fraction,
+    "d_model": positive_int,  # the model's shape (a config field each), over the preset's
+    "n_heads": positive_int,
+    "d_ff": positive_int,
+    "n_layers": positive_int,
+    "n_encoder_layers": positive_int,
+    "n_decoder_layers": positive_int,
     "valid": count_or_fraction,
     "lr": positive_float,
     "warmup_steps": non_negative_int,

@@ -49,10 +49,14 @@ class LoraSettings:
         return LoraConfig(self.r, self.alpha if self.alpha is not None else 2.0 * self.r, self.dropout, targets, fused)
 
 
-def refuse_given(init: str | os.PathLike, given: Mapping[str, Any]) -> None:
-    """Refuse, in one line naming it, each flag of ``given`` (flag → value, None when not given) that would change
-    the architecture or the tokenizer of the ``--init`` model."""
-    for flag, value in given.items():
+def refuse_given(init: str | os.PathLike | None, given: Mapping[str, Any]) -> None:
+    """Refuse, in one line naming it, each flag of ``given`` (flag or setting name → value, None when not given:
+    ``"--preset"`` or ``"d_model"``) that would change the architecture or the tokenizer of the ``--init`` model
+    (None: no ``--init``, nothing to refuse)."""
+    if init is None:
+        return
+    for name, value in given.items():
+        flag = name if name.startswith("--") else f"--{name.replace('_', '-')}"
         if value is not None:
             shown = flag if value is True else f"{flag} {value}"  # True: a switch
             raise ValueError(

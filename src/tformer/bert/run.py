@@ -27,6 +27,7 @@ from tformer.finetune import LoraSettings, add_adapters, count_parameters, refus
 from tformer.loader import load
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.checkpoint import model_dir
+from tformer.models.config import shape_given
 from tformer.nn.lora import has_lora
 from tformer.tokenizers import Tokenizer, WordPieceTokenizer, load_tokenizer, train_tokenizer
 from tformer.training.distributed import from_rank0, say
@@ -116,13 +117,13 @@ def _corpus(
     return train, held, said
 
 
-def _check_start(init, lora: LoraSettings, preset, tokenizer_dir, vocab_size, dropout) -> LoraSettings:
-    """``--init``'s refusals: LoRA without it, a flag that would change its architecture or tokenizer."""
+def _check_start(init, lora: LoraSettings, shape: dict, **given) -> LoraSettings:
+    """``--init``'s refusals: LoRA without it, a flag that would change its architecture or tokenizer (``given``: by
+    the entry point's names, None when not given; ``shape``: the model's shape given)."""
     if lora.r and init is None:
         raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
     if init is not None:
-        given = {"--preset": preset, "--tokenizer-dir": tokenizer_dir, "--vocab-size": vocab_size, "--dropout": dropout}
-        refuse_given(init, given)
+        refuse_given(init, {**given, **shape})
     return lora
 
 
@@ -176,8 +177,8 @@ def _resumed(out_dir, classifier: bool = False) -> tuple[Bert, WordPieceTokenize
     return model, WordPieceTokenizer.load(last)
 
 
-def _overrides(dropout: float | None) -> dict:
-    return {} if dropout is None else {"dropout": dropout}
+def _overrides(dropout: float | None, shape: dict[str, int]) -> dict:
+    return {**shape, **({} if dropout is None else {"dropout": dropout})}
 
 
 def setup(
@@ -195,6 +196,10 @@ def setup(
     max_len: int = 128,
     batch_size: int = 32,
     dropout: float | None = None,
+    d_model: int | None = None,
+    n_heads: int | None = None,
+    d_ff: int | None = None,
+    n_layers: int | None = None,
     valid: float = 0.05,
     mlm_prob: float = 0.15,
     tokenizer_sample: int = TOKENIZER_SAMPLE,
@@ -220,15 +225,31 @@ def setup(
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings({**locals(), "preset": preset or "small"}, train_options, bounds=BOUNDS)
+    shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)
     lora = _check_start(
-        init, LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets), preset, tokenizer_dir, vocab_size, dropout
+        init,
+        LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets),
+        shape,
+        preset=preset,
+        tokenizer_dir=tokenizer_dir,
+        vocab_size=vocab_size,
+        dropout=dropout,
     )
     if init is not None:
         train_options = {**(FINE_TUNING_LORA if lora.r else FINE_TUNING), **train_options}
     preset, vocab_size = preset or "small", vocab_size or 8000
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
-    settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
-    if init is not None:
+    settings = dict(
+        preset=preset,
+        vocab_size=vocab_size,
+        max_len=max_len,
+        batch_size=batch_size,
+        dropout=dropout,
+        **dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers),  # None: the preset's
+    )
+    if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything
+        BertConfig.preset(preset, vocab_size=vocab_size, max_len=max_len, **_overrides(dropout, shape))
+    else:
         settings = {"max_len": max_len, "batch_size": batch_size, **_start_settings(init, lora)}
     # the data first: a missing --data is refused before an overwrite deletes anything
     _check_data(data)
@@ -249,7 +270,11 @@ def setup(
                 cfg.device,
             )
             config = BertConfig.preset(
-                preset, vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id, **_overrides(dropout)
+                preset,
+                vocab_size=tokenizer.vocab_size,
+                max_len=max_len,
+                pad_id=tokenizer.pad_id,
+                **_overrides(dropout, shape),
             )
         corpus = _corpus(data, tokenizer, valid, data_cache, cfg.device, log)
     with start_run(cfg, resume, "bert", {**settings, "valid": valid, "mlm_prob": mlm_prob}) as started:
@@ -309,6 +334,7 @@ def _classifier(
     n_labels: int,
     max_len: int,
     dropout: float | None,
+    shape: dict[str, int],
 ) -> Bert:
     """A new classifier of the preset's size, or the ``base`` model (``--init``) with a new head of ``n_labels``."""
     if base is None:
@@ -318,12 +344,12 @@ def _classifier(
             max_len=max_len,
             pad_id=tokenizer.pad_id,
             num_labels=n_labels,
-            **_overrides(dropout),
+            **_overrides(dropout, shape),
         )
         return Bert(config)
     if max_len > base.config.max_len:
         raise ValueError(f"--max-len {max_len} exceeds the --init model's max_len {base.config.max_len}")
-    model = Bert(base.config.replace(num_labels=n_labels, **_overrides(dropout)))
+    model = Bert(base.config.replace(num_labels=n_labels, **_overrides(dropout, {})))
     state = {k: v for k, v in base.state_dict().items() if not k.startswith("classifier.")}
     model.load_state_dict(state, strict=False)  # everything but the new classification head
     return model
@@ -344,6 +370,10 @@ def setup_classifier(
     max_len: int = 128,
     batch_size: int = 32,
     dropout: float | None = None,
+    d_model: int | None = None,
+    n_heads: int | None = None,
+    d_ff: int | None = None,
+    n_layers: int | None = None,
     valid: float = 0.1,
     resume: bool = False,
     log: Callable[[str], None] = say,
@@ -359,11 +389,19 @@ def setup_classifier(
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings(locals(), train_options, bounds=BOUNDS)
-    lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)
-    if lora.r and init is None:
-        raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
+    shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)
+    lora = _check_start(init, LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets), shape)
+    if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything
+        BertConfig.preset(preset, vocab_size=vocab_size, max_len=max_len, **_overrides(dropout, shape))
     cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
-    settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
+    settings = dict(
+        preset=preset,
+        vocab_size=vocab_size,
+        max_len=max_len,
+        batch_size=batch_size,
+        dropout=dropout,
+        **dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers),  # None: the preset's
+    )
     examples = read_labelled_tsv(data)  # before an overwrite deletes anything: a missing --data is refused first
     labels = sorted({y for _, y in examples})
     if len(labels) < 2:
@@ -390,7 +428,9 @@ def setup_classifier(
                 tokenizer = _tokenizer([t for t, _ in train_part], tokenizer_dir, vocab_size, cfg.device)
             torch.manual_seed(cfg.seed)
             with building(cfg.fsdp and base is None):  # --fsdp: a new one whole on rank 0 alone
-                model = _classifier(base.model if base else None, preset, tokenizer, len(labels), max_len, dropout)
+                model = _classifier(
+                    base.model if base else None, preset, tokenizer, len(labels), max_len, dropout, shape
+                )
             if lora.r:
                 add_adapters(model, lora, log)
                 _train_heads(model, classifier=True)  # the new head trains in full

@@ -16,7 +16,7 @@ import sys
 
 from tformer import __version__
 from tformer.cli.config import expand as expand_config
-from tformer.cli.flags import Parser
+from tformer.cli.parser import Parser
 
 # Subcommand modules, in the order `tformer --help` lists them.
 COMMANDS = [

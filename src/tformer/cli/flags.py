@@ -1,4 +1,4 @@
-"""Every flag the ``tformer`` commands share, declared once, and the parser they are built with.
+"""Every flag the ``tformer`` commands share, declared once (the parser they are built with: :mod:`tformer.cli.parser`).
 
 A flag's name is the library's name for the setting: ``--max-len`` is ``max_len`` in the model config, the
 family's entry point (``tformer.lm.setup(max_len=...)``) and the run's saved settings. So a command adds its
@@ -6,28 +6,20 @@ flags by name from :data:`FLAGS` (its help, validator and spelling, written here
 from the entry point it calls (:func:`defaults`: the signature, and the family's ``TRAINING`` values of the
 :class:`~tformer.training.config.TrainConfig` fields), and hands the parsed values on with :func:`options` —
 no flag is restated between the command line and the library.
-
-The parser (:class:`Parser`) shows every default in ``--help``, answers a mistyped flag or command with the
-subcommand's usage and a "did you mean", and still takes the spellings earlier releases used (``--block-size``
-is ``--max-len`` now), with a note naming today's.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
-import functools
 import inspect
-import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tformer.checks import BadValue
 from tformer.cli import validate as v
+from tformer.cli.parser import renamed
 
-__all__ = ["Flag", "FLAGS", "Parser", "HelpFormatter", "add", "add_training", "defaults", "options"]
+__all__ = ["Flag", "FLAGS", "add", "add_training", "defaults", "options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +75,13 @@ FLAGS: dict[str, Flag] = {
         old=("--max-tokens",),
     ),
     "--dropout": Flag("dropout of the model (default: the preset's)", v.fraction),
+    # the model's shape, one config field each, over the preset's (a recipe's model size in one line of its file)
+    "--d-model": Flag("width of the model: its embeddings and residual stream (default: the preset's)", v.positive_int),
+    "--n-heads": Flag("attention heads per layer; they divide --d-model (default: the preset's)", v.positive_int),
+    "--d-ff": Flag("inner width of the feed-forward blocks (default: the preset's)", v.positive_int),
+    "--n-layers": Flag("layers of the model (default: the preset's)", v.positive_int),
+    "--n-encoder-layers": Flag("layers of the encoder (default: the preset's)", v.positive_int),
+    "--n-decoder-layers": Flag("layers of the decoder (default: the preset's)", v.positive_int),
     "--valid": Flag(
         "held-out part for validation: a fraction, or a count if >= 1 (0: none, the latest model is kept)",
         v.count_or_fraction,
@@ -213,107 +212,6 @@ FLAGS: dict[str, Flag] = {
 }
 
 
-class HelpFormatter(argparse.HelpFormatter):
-    """argparse's layout, with each flag's default after its help (unless the help already says it), and short
-    placeholders that say what a flag takes: ``N`` (an integer), ``X`` (a number), ``DIR``, ``FILE``, ``PATH``."""
-
-    def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
-        kind = getattr(action.type, "kind", None)
-        if kind is int or kind is float:
-            return "N" if kind is int else "X"
-        if isinstance(kind, str):  # a path (tformer.cli.validate.PathArg)
-            return "DIR" if kind.endswith("dir") else "FILE" if kind.endswith("file") else "PATH"
-        return super()._get_default_metavar_for_optional(action)
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        shown = action.default not in (None, [], argparse.SUPPRESS) and not isinstance(action.default, bool)
-        if shown and action.option_strings and "default" not in text:
-            text += " (default: %(default)s)"
-        return text
-
-
-def _suggest(word: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f"{word}: did you mean {close[0]}?" if close else ""
-
-
-class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` (every subcommand's too) that says "did you mean" and shows defaults.
-
-    A word it does not know is refused by the subcommand that got it, with that subcommand's usage; a mistyped
-    flag or command gets the nearest one it has."""
-
-    def __init__(self, *args, commands: dict[str, argparse.ArgumentParser] | None = None, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-        self.commands = {} if commands is None else commands  # every parser of this CLI by prog, shared with them
-        self.commands[self.prog] = self
-
-    def _get_value(self, action, arg_string):
-        """argparse's conversion of a flag's text; a :class:`tformer.checks.BadValue` (a ``ValueError`` said in the
-        flag's words: ``must be an integer in [1, 64], got 0``) is printed as it is, where argparse would say
-        "invalid ... value"."""
-        try:
-            return super()._get_value(action, arg_string)
-        except argparse.ArgumentError as err:
-            if isinstance(err.__context__, BadValue):
-                raise argparse.ArgumentError(action, str(err.__context__)) from None
-            raise
-
-    def add_subparsers(self, **kwargs):  # type: ignore[override]
-        kwargs.setdefault("parser_class", functools.partial(type(self), commands=self.commands))
-        return super().add_subparsers(**kwargs)
-
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        if self._subparsers is None and args is not None:  # before "required" errors hide the typo behind them
-            known = [s for a in self._actions for s in a.option_strings]
-            own = args[: args.index("--")] if "--" in args else args  # after "--" every word is a value
-            words = [a.split("=")[0] for a in own if a.startswith("--")]
-            unknown = [w for w in words if not any(k.startswith(w) for k in known)]
-            if unknown:
-                self.error(f"unrecognized arguments: {' '.join(unknown)}")
-        parsed, extras = super().parse_known_args(args, namespace)
-        if extras and self._subparsers is None:  # a subcommand's own flags: nothing after it can take these
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return parsed, extras
-
-    def _hint(self, word: str, known: list[str]) -> str:
-        """A flag another command has is said so (``--init`` on ``train lm``: not "did you mean --minutes?");
-        else the nearest flag this command has."""
-        elsewhere = sorted(
-            prog
-            for prog, parser in self.commands.items()
-            if prog != self.prog and any(word in a.option_strings for a in parser._actions)
-        )
-        if elsewhere:
-            return f"{word} is a flag of {', '.join(elsewhere)}, not of {self.prog}"
-        return _suggest(word, known)
-
-    def error(self, message: str):  # type: ignore[override]
-        hints: list[str] = []
-        if message.startswith("unrecognized arguments: "):
-            known = [s for a in self._actions for s in a.option_strings if a.help != argparse.SUPPRESS]
-            words = message.split(": ", 1)[1].split()
-            hints = [self._hint(w.split("=")[0], known) for w in words if w.startswith("-")]
-        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if choice:
-            hints = [_suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))]
-        hint = "; ".join(h for h in hints if h)
-        super().error(f"{message} ({hint})" if hint else message)
-
-
-def _renamed(old: str, action: argparse.Action) -> type[argparse.Action]:
-    """An action for ``old``, an earlier spelling of ``action``'s flag: a note on stderr, then the same effect."""
-
-    class Renamed(argparse.Action):
-        def __call__(self, parser, namespace, values, option_string=None) -> None:
-            print(f"note: {old} is now called {action.option_strings[0]}", file=sys.stderr)
-            action(parser, namespace, values, option_string)
-
-    return Renamed
-
-
 def add(p, *names: str, defaults: Mapping[str, Any] | None = None, **changes: Any) -> None:
     """Add the flags ``names`` (``"--device"``, ...) of :data:`FLAGS` to the parser or group ``p``.
 
@@ -342,7 +240,7 @@ def add(p, *names: str, defaults: Mapping[str, Any] | None = None, **changes: An
                 type=action.type,
                 choices=action.choices,
                 help=argparse.SUPPRESS,
-                action=_renamed(old, action),
+                action=renamed(old, action),
             )
 
 

@@ -89,6 +89,7 @@ def _add_translation(fam) -> None:
         defaults=entry,
         max_len={"help": "longest sentence in tokens: the model's positions (default 256)"},
     )
+    add(t, "--d-model", "--n-heads", "--d-ff", "--n-encoder-layers", "--n-decoder-layers", defaults=entry)
     add_start(t, entry, lora_targets={"help": LORA_TARGETS_SEQ2SEQ})
     add_training(t, entry)
     t.set_defaults(func=run_translation)
@@ -166,6 +167,7 @@ def _add_lm(fam) -> None:
         max_len={"help": "context length in tokens (default: the preset's)", "old": ("--block-size",)},
         batch_size={"help": "blocks of --max-len tokens per batch (default 16)"},
     )
+    add(t, "--d-model", "--n-heads", "--d-ff", "--n-layers", defaults=entry)
     t.add_argument(
         "--batches-per-epoch",
         type=positive_int,
@@ -203,6 +205,10 @@ def _bert_model_flags(p, entry: dict) -> None:
         "--max-len",
         "--batch-size",
         "--dropout",
+        "--d-model",
+        "--n-heads",
+        "--d-ff",
+        "--n-layers",
         defaults=entry,
         tokenizer_dir={
             "help": "use this directory's WordPiece (tokenizer.json or vocab.txt, e.g. the uncased BERT "

@@ -1,7 +1,7 @@
 """argparse ``type=`` validators: every flag is checked where it is parsed, with a message that names what is allowed.
 
 A validator raises :class:`argparse.ArgumentTypeError`, or a :class:`~tformer.checks.BadValue` in the flag's
-words (:class:`~tformer.cli.flags.Parser` prints it as it is), so argparse itself prints one line and exits with
+words (:class:`~tformer.cli.parser.Parser` prints it as it is), so argparse itself prints one line and exits with
 status 2::
 
     tformer translate: error: argument --beam: must be a positive integer, got '0'

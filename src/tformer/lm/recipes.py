@@ -102,10 +102,12 @@ def resolve(
     vocab_size: int | None = None,
     max_len: int | None = None,
     dropout: float | None = None,
+    shape: dict[str, int] | None = None,
 ) -> dict:
     """The settings of a run: each given value (not None) wins over the recipe of ``preset``, which wins over
-    :data:`DEFAULTS`. ``preset`` is a recipe name or a GPTConfig preset. Returns the seven settings, ``base``
-    (the GPTConfig preset) and ``model`` (the GPTConfig overrides)."""
+    :data:`DEFAULTS`. ``preset`` is a recipe name or a GPTConfig preset; ``shape``: GPTConfig fields of the model's
+    size (``d_model``, ``n_layers``, ...) over the recipe's. Returns the seven settings, ``base`` (the GPTConfig
+    preset) and ``model`` (the GPTConfig overrides)."""
     given = dict(
         tokenizer=tokenizer,
         batch_size=batch_size,
@@ -117,7 +119,7 @@ def resolve(
     )
     recipe: dict[str, Any] = RECIPES.get(preset, dict(base=preset, model={}))
     pick = {k: v if v is not None else recipe.get(k, DEFAULTS.get(k)) for k, v in given.items()}
-    model = dict(recipe["model"])
+    model = {**recipe["model"], **(shape or {})}
     if dropout is not None:
         model["dropout"] = dropout
     if pick["max_len"] is not None:

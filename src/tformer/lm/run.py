@@ -30,6 +30,7 @@ from tformer.lm.stream import stream_ids
 from tformer.lm.task import LMTask, evaluate_stream
 from tformer.loader import load as load_any
 from tformer.models.checkpoint import model_dir
+from tformer.models.config import shape_given
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.settings import takes_old_names
 from tformer.text import check_text, check_texts
@@ -89,6 +90,10 @@ def setup(
     max_len: int | None = None,
     batch_size: int | None = None,
     dropout: float | None = None,
+    d_model: int | None = None,
+    n_heads: int | None = None,
+    d_ff: int | None = None,
+    n_layers: int | None = None,
     lr: float | None = None,
     warmup_steps: int | None = None,
     weight_decay: float | None = None,
@@ -113,11 +118,10 @@ def setup(
     stream (capped at :data:`VALID_CAP` tokens) or a count of tokens held out from its end; ``valid_data``: a
     separate corpus to validate on instead.
 
-    Unset settings come from the recipe of ``preset`` (:mod:`tformer.lm.recipes`), else the defaults;
-    ``max_len`` is the context (the model's and the training blocks'), ``valid`` the last part of the text held
-    out for validation; ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``max_steps``,
-    ``device``, ...; :data:`TRAINING` unless given). With ``resume``, the tokenizer and the config come from
-    ``OUT/last`` and training continues exactly where it stopped.
+    Unset settings come from the recipe of ``preset`` (:mod:`tformer.lm.recipes`), else the defaults (``d_model``,
+    ``n_heads``, ``d_ff``, ``n_layers``: the model's shape); ``max_len`` is the context (the model's and the training
+    blocks'); ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``max_steps``, ``device``,
+    ...; :data:`TRAINING` unless given). With ``resume``, the tokenizer and the config come from ``OUT/last``.
 
     ``pad_vocab``: the new model's token table and output head get rows up to a multiple of it
     (:attr:`GPTConfig.vocab_multiple`; None: :data:`PAD_VOCAB`, 1: none), so that the GPU's matrix tiles fit them;
@@ -132,6 +136,8 @@ def setup(
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings({**locals(), "preset": preset or "tiny"}, train_options, bounds=BOUNDS)
+    shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)  # else the recipe's
+    refuse_given(init, shape)
     if init is not None or lora_r:
         return _setup_from(
             data,
@@ -175,6 +181,7 @@ def setup(
         vocab_size=vocab_size,
         max_len=max_len,
         dropout=dropout,
+        shape=shape,
     )
     options = {**TRAINING, **train_options}
     if (
@@ -195,6 +202,7 @@ def setup(
         max_len=r["max_len"],
         batch_size=r["batch_size"],
         dropout=dropout,
+        **dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers),  # None: the recipe's
         batches_per_epoch=batches_per_epoch,
         valid=valid,
     )  # what makes the run: --resume refuses a change (eval_blocks may change)

@@ -37,7 +37,7 @@ from tformer.checks import check_positive
 from tformer.nn.feedforward import ACTIVATIONS
 from tformer.nn.layers import LAYER_OPTIONS, LayerConfig, check_layer_options
 
-__all__ = ["ModelConfig", "MAX_PARAMETERS", "MAX_TABLE_POSITIONS"]
+__all__ = ["ModelConfig", "MAX_PARAMETERS", "MAX_TABLE_POSITIONS", "shape_given"]
 
 # The largest model a config may describe (parameters, counted from the fields before building):
 # 20 billion, 80 GB of float32 weights. Far above anything this toolkit trains; a config.json past it
@@ -245,6 +245,12 @@ class ModelConfig:
         if unknown:
             raise ValueError(f"unknown config fields {unknown} for {cls.__name__}")
         return cls(**data)
+
+
+def shape_given(**fields: int | None) -> dict[str, int]:
+    """The fields of a model's shape a run was given over its preset's (``d_model=256, n_layers=None`` →
+    ``{"d_model": 256}``): the ``--d-model``, ``--n-heads``, ``--d-ff`` and ``--n-*layers`` flags."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _is_kind(value: Any, kind: str) -> bool:

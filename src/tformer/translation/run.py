@@ -29,6 +29,7 @@ from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_
 from tformer.hf.peft import exportable
 from tformer.loader import load
 from tformer.models.checkpoint import has_lora_record
+from tformer.models.config import shape_given
 from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from tformer.settings import takes_old_names
 from tformer.text import read_lines
@@ -157,6 +158,11 @@ def setup(
     bleu_sentences: int = 500,
     dropout: float | None = None,
     max_len: int | None = None,
+    d_model: int | None = None,
+    n_heads: int | None = None,
+    d_ff: int | None = None,
+    n_encoder_layers: int | None = None,
+    n_decoder_layers: int | None = None,
     tokenizer_sample: int = TOKENIZER_SAMPLE,
     data_cache: str | Path | None = None,
     resume: bool = False,
@@ -176,6 +182,9 @@ def setup(
     :data:`TRAINING` unless given). Under torchrun rank 0 trains the tokenizers and every
     process gets them; with ``resume`` they come from ``OUT/last``.
 
+    ``d_model``, ``n_heads``, ``d_ff``, ``n_encoder_layers``, ``n_decoder_layers``: the model's shape (None: the
+    preset's).
+
     ``init``: fine-tune this pretrained translator (a tformer run or model, an Opus-MT / Hugging Face Marian
     directory) with its own tokenizers instead of a new model (``preset``, ``vocab_size``, ``joint=False``,
     ``dropout`` and ``max_len`` are then refused); ``lora_r`` > 0 trains LoRA pairs beside ``lora_targets`` only
@@ -185,6 +194,13 @@ def setup(
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings({**locals(), "preset": preset or "small"}, train_options, bounds=BOUNDS)
     lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)
+    shape = shape_given(
+        d_model=d_model,
+        n_heads=n_heads,
+        d_ff=d_ff,
+        n_encoder_layers=n_encoder_layers,
+        n_decoder_layers=n_decoder_layers,
+    )  # else the preset's
     if lora.r and init is None:
         raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
     if init is not None:
@@ -196,10 +212,14 @@ def setup(
                 "--separate-vocab": None if joint else True,
                 "--dropout": dropout,
                 "--max-len": max_len,
+                **shape,
             },
         )
         train_options = {**(FINE_TUNING_LORA if lora.r else FINE_TUNING), **train_options}
     preset, vocab_size, max_len = preset or "small", vocab_size or 8000, max_len or 256
+    # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything runs
+    if init is None:
+        Seq2SeqConfig.preset(preset, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, max_len=max_len, **shape)
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(
         src_lang=src_lang,
@@ -213,9 +233,12 @@ def setup(
         test=test,
         dropout=dropout,
         max_len=max_len,
+        **dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff),  # None: the preset's
+        **dict(n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers),
     )  # what makes the run: --resume refuses a change (bleu_sentences, only evaluation's, may change)
     if init is not None:
-        settings = {k: v for k, v in settings.items() if k not in ("preset", "vocab_size", "dropout", "max_len")}
+        kept = ("src_lang", "tgt_lang", "separate_vocab", "batch_tokens", "label_smoothing", "valid", "test")
+        settings = {k: v for k, v in settings.items() if k in kept}
         settings.update(
             init=str(init), lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_targets=lora.targets
         )
@@ -248,7 +271,7 @@ def setup(
             assert data is not None
             directory = from_rank0(lambda: prepare_pairs(data, *tokenizers, cache=data_cache, log=say), cfg.device)
     with start_run(cfg, resume, "translation", settings) as started:  # a non-empty out_dir: resume or overwrite
-        overrides: dict = {"max_len": max_len}
+        overrides: dict = {"max_len": max_len, **shape}
         if dropout is not None:
             overrides["dropout"] = dropout
         translator: Translator | None = None
