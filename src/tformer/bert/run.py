@@ -239,14 +239,8 @@ def setup(
         train_options = {**(FINE_TUNING_LORA if lora.r else FINE_TUNING), **train_options}
     preset, vocab_size = preset or "small", vocab_size or 8000
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
-    settings = dict(
-        preset=preset,
-        vocab_size=vocab_size,
-        max_len=max_len,
-        batch_size=batch_size,
-        dropout=dropout,
-        **dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers),  # None: the preset's
-    )
+    settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
+    settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)  # the shape; None: the preset's
     if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything
         BertConfig.preset(preset, vocab_size=vocab_size, max_len=max_len, **_overrides(dropout, shape))
     else:
@@ -394,14 +388,8 @@ def setup_classifier(
     if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything
         BertConfig.preset(preset, vocab_size=vocab_size, max_len=max_len, **_overrides(dropout, shape))
     cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
-    settings = dict(
-        preset=preset,
-        vocab_size=vocab_size,
-        max_len=max_len,
-        batch_size=batch_size,
-        dropout=dropout,
-        **dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers),  # None: the preset's
-    )
+    settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
+    settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)  # the shape; None: the preset's
     examples = read_labelled_tsv(data)  # before an overwrite deletes anything: a missing --data is refused first
     labels = sorted({y for _, y in examples})
     if len(labels) < 2:
