@@ -234,11 +234,11 @@ def setup(
         dropout=dropout,
         max_len=max_len,
     )  # what makes the run: --resume refuses a change (bleu_sentences, only evaluation's, may change)
-    settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff)  # the shape; None: the preset's
-    settings.update(n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers)
-    if init is not None:
-        kept = ("src_lang", "tgt_lang", "separate_vocab", "batch_tokens", "label_smoothing", "valid", "test")
-        settings = {k: v for k, v in settings.items() if k in kept}
+    if init is None:
+        settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff)  # the shape; None: the preset's
+        settings.update(n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers)
+    else:
+        settings = {k: v for k, v in settings.items() if k not in ("preset", "vocab_size", "dropout", "max_len")}
         settings.update(
             init=str(init), lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_targets=lora.targets
         )
