@@ -87,4 +87,25 @@ def test_ema_is_refused_outside_0_1(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["train", "lm", "--data", __file__, "--out", str(tmp_path / "r"), "--ema", "1"])
     err = capsys.readouterr().err
-    assert "--ema" in err and "a decay in (0, 1)" in err
+    assert "--ema" in err and "a decay in [0, 1)" in err
+
+
+def test_ema_0_on_the_command_line_turns_off_a_config_file_s(tmp_path):
+    """A recipe file's ``ema: 0.9`` runs the average; ``--ema 0`` after it (the command line wins) runs none, and
+    TrainConfig keeps one truth for "none" (``ema=0`` is ``None``)."""
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat. a dog ran in the fog. " * 100)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("preset: tiny\nmax-len: 16\nbatch-size: 4\nmax-steps: 2\neval-every: 2\neval-blocks: 2\n"
+                      "warmup-steps: 1\nno-progress: true\nema: 0.9\n")  # fmt: skip
+    runs = {}
+    for name, extra in (("file", []), ("off", ["--ema", "0"])):
+        out = tmp_path / name
+        assert main(["train", "lm", "--data", str(text), "--out", str(out), "--config", str(recipe), *extra]) == 0
+        records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+        runs[name] = (
+            any(k.startswith("ema_") for r in records for k in r),
+            (out / "last" / "ema.safetensors").exists(),
+        )
+    assert runs == {"file": (True, True), "off": (False, False)}
+    assert TrainConfig(out_dir=str(tmp_path), max_steps=1, ema=0).ema is None

@@ -241,7 +241,7 @@ seconds = Number(float, 0, 86_400, low_open=True, allowed="a number of seconds i
 vocab_size = Number(int, 6, allowed="an integer >= 6 (the special tokens + 1)")
 pad_vocab = Number(int, 1, 4096, allowed="an integer in [1, 4096] (1 = no padding)")  # GPTConfig.vocab_multiple's
 ratio = Number(float, 0, 1, allowed="a number in [0, 1]")
-ema_decay = Number(float, 0, 1, low_open=True, high_open=True, allowed="a decay in (0, 1), e.g. 0.999")
+ema_decay = Number(float, 0, 1, high_open=True, allowed="a decay in [0, 1), e.g. 0.999 (0 = off)")
 yes_no = YesNo()
 compile_option = YesNo(or_function="a function that compiles the step")  # tformer.generation.static.compile_step
 

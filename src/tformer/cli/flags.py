@@ -177,7 +177,7 @@ FLAGS: dict[str, Flag] = {
     ),
     "--ema": Flag(
         "keep an exponential moving average of the weights with this decay (e.g. 0.999), evaluated beside them "
-        "(ema_* in the log); best/ is whichever scores better",
+        "(ema_* in the log); best/ is whichever scores better; 0: none (turns off a --config file's)",
         v.ema_decay,
     ),
     "--log-to": Flag(

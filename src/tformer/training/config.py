@@ -67,7 +67,9 @@ class TrainConfig:
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient norm
     patience: int | None = None  # stop after this many evaluations in a row without a better task metric (None: never)
     keep_checkpoints: int | None = None  # keep the last K evaluations' models in OUT/checkpoints (tformer average)
-    ema: float | None = None  # a moving average of the weights with this decay, evaluated beside them (ema_*)
+    # a moving average of the weights with this decay, evaluated beside them (ema_*); 0 or None: none (--ema 0 turns
+    # off a recipe file's)
+    ema: float | None = None
     # where the records of OUT/log.jsonl go too: "csv" (OUT/log.csv), "tensorboard" (OUT/tensorboard/, needs the
     # tensorboard package), both ("csv,tensorboard" or a tuple), or none
     log_to: str | tuple[str, ...] = "none"
@@ -87,6 +89,8 @@ class TrainConfig:
             object.__setattr__(self, "precision", "bf16")
         object.__setattr__(self, "bf16", self.precision == "bf16")  # the alias follows: one truth, not two
         object.__setattr__(self, "log_to", log_sinks.names(self.log_to, "log_to"))
+        if self.ema == 0:  # a decay of 0 averages nothing: no moving average, one truth (None) for the trainer
+            object.__setattr__(self, "ema", None)
         if "tensorboard" in self.log_to and importlib.util.find_spec("tensorboard") is None:
             raise BadValue(
                 "log_to='tensorboard' (--log-to tensorboard) needs the tensorboard package: pip install "
