@@ -2,7 +2,8 @@
 its parameters and reads each tensor of the file straight into the parameter it fills (:mod:`tformer.models.loading`).
 
 * the peak resident memory of a load, measured in a child process (the kernel's high-water mark, reset after
-  the interpreter and the code have loaded), is at most 1.2× the weights (it was 2.4× here);
+  the interpreter and the code have loaded), is at most 1.2× the weights, for tformer's files (it was 2.4× here)
+  and for a Hugging Face directory (2.1×);
 * the loaded weights are the saved ones to the bit, tied weights stay tied, buffers computed at build are right;
 * every refusal still comes before the model is used: a file that is truncated, names another tensor, holds an
   integer weight or a NaN is one error naming it.
@@ -153,8 +154,10 @@ def test_read_header_refuses_a_header_that_lies_about_sizes(tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the kernel's high-water mark (/proc)")
 def test_a_hugging_face_directory_loads_without_a_second_copy(tmp_path):
-    """A Llama directory as transformers writes it: read tensor by tensor (no memory map), renamed and fused into
-    our layout, each dropped as it is copied into a model built without initialising (it was 2.1x here)."""
+    """A Llama directory as transformers writes it, loaded with the fast kernels (the default): each weight the
+    converter only renames read straight into its parameter, in the layout decoding reads (a weight converted after
+    the load costs a copy of the largest: 1.29x here, over 1.3x on another machine); Q, K and V read a layer at a
+    time and fused into theirs. It was 2.1x before loading was made lean."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     for name, (width, layers, vocab) in {"m": (256, 6, 8000), "tiny": (64, 1, 100)}.items():
@@ -169,4 +172,4 @@ def test_a_hugging_face_directory_loads_without_a_second_copy(tmp_path):
         )
         transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / name)
     measured = _load_peak(tmp_path / "m", tmp_path / "tiny")
-    assert measured["peak_mb"] <= 1.3 * measured["weights_mb"], measured
+    assert measured["peak_mb"] <= 1.2 * measured["weights_mb"], measured

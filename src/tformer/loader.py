@@ -302,7 +302,7 @@ def load(
         )
     (source, target), missing = _tokenizers(kind, strict)  # before the weights: a broken tokenizer fails fast
     if kind.source == "hf":
-        model = load_hf_dir(kind.files, device, dtype)
+        model = load_hf_dir(kind.files, device, dtype, prepare=_decoding_layout if fast else None)
     else:
         model = load_pretrained(kind.files, prepare=_decoding_layout if fast else None)
         if float_weights:

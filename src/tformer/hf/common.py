@@ -35,6 +35,7 @@ __all__ = [
     "split_qkv",
     "drop_tied",
     "load_state",
+    "check_fit",
     "contiguous_copy",
     "pad_id",
     "DTYPES",
@@ -237,6 +238,15 @@ def load_state(
     """Put ``state`` (our names) into ``model``: every weight used, every parameter filled (but the ``tied`` ones,
     and a GPT's tied ``output.weight``), shapes equal. ``owned``: the tensors are the caller's alone (read from a
     file) and go in as they are (:func:`tformer.models.loading.fill`); else they are copied."""
+    check_fit(model, state, tied)
+    fill(model, state if isinstance(state, dict) else dict(state), owned)  # each dropped from ``state`` once in
+    return model
+
+
+def check_fit(model: nn.Module, state: Mapping[str, torch.Tensor], tied: tuple[str, ...] = ()) -> None:
+    """``state`` (our names; tensors of any device, the meta one included: only names and shapes are read) fills
+    every parameter of ``model`` but the ``tied`` ones (and a GPT's tied ``output.weight``), with nothing left over
+    and every shape equal; else one ``ValueError`` listing what is missing, unexpected or of another shape."""
     expected = model.state_dict()
     tied_set = set(tied) | ({"output.weight"} if getattr(model.config, "tie_embeddings", False) else set())
     missing = sorted(set(expected) - set(state) - tied_set)
@@ -251,8 +261,6 @@ def load_state(
         raise ValueError(
             f"weights do not fit the config: missing {missing[:5]}, unexpected {unexpected[:5]}, shapes {wrong[:5]}"
         )
-    fill(model, state if isinstance(state, dict) else dict(state), owned)  # each dropped from ``state`` once in
-    return model
 
 
 def contiguous_copy(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

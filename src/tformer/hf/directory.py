@@ -27,18 +27,19 @@ Dimension legend: V vocabulary size, D model dim.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from tformer.hf import bert, gpt2, llama, registry, sizes
+from tformer.hf import bert, common, gpt2, llama, registry, sizes
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
-from tformer.models.loading import read_header, read_tensors
+from tformer.models.loading import DTYPES, check_finite, fill, read_header, read_into, read_tensors
 from tformer.readers import load_safetensors, read_json_object, safetensors_shapes
 
 __all__ = [
@@ -199,6 +200,81 @@ def _shards(directory: Path, index: Path) -> dict[Path, set[str]]:
     return shards
 
 
+def _load_dir(
+    directory: Path,
+    config: ModelConfig,
+    dtype: torch.dtype | None,
+    prepare: Callable[[nn.Module], None] | None = None,
+) -> nn.Module:
+    """The model of ``config`` holding the weights of ``directory`` in ``dtype`` (None: as stored).
+
+    A decoder's weights are first worked out on the meta device (names, shapes, dtypes from the files' headers: a
+    file that does not fit the config is refused before a byte of a weight is read); each one the converter only
+    renames is then read straight into the parameter it fills (in that parameter's layout, a block of rows at a time
+    where ``prepare`` made it column-major), and only those it changes (Q, K, V fused; GPT-2's matrices transposed)
+    are read into memory of their own and copied in. The peak stays about the model's size. A converter that must
+    look at the values (a tied head stored twice is compared with the embedding) reads them all, as a translator
+    and a BERT do."""
+    source, files = _weight_files(directory)
+    if not isinstance(config, GPTConfig):
+        return _load(config, *read_hf_weights(directory), dtype)
+    meta: dict[str, torch.Tensor] = {}  # HF name -> a tensor of its shape and dtype, no data
+    where: dict[str, Path] = {}
+    for file, names in files.items():
+        header = read_header(file)[0]
+        if names is not None:
+            _lacks(file, names, header, source)
+        shapes = {n: torch.empty(header[n]["shape"], dtype=DTYPES[header[n]["dtype"]], device="meta") for n in header}
+        meta.update(_floating({n: shapes[n] for n in (header if names is None else names)}, file))
+        where.update(dict.fromkeys(header if names is None else names, file))
+    try:
+        planned = registry.state_from_hf(meta, config)
+    except NotImplementedError:  # the converter compares values: read every weight
+        return _load(config, *read_hf_weights(directory), dtype)
+    except (ValueError, KeyError) as err:
+        raise _misfit(source, err, config, set(meta)) from None
+    by_id = {id(t): name for name, t in meta.items()}
+    renamed = {ours: by_id[id(t)] for ours, t in planned.items() if id(t) in by_id}  # ours -> HF name, same tensor
+    model = registry.build(config, empty=True).to(dtype or _stored_dtype(planned))
+    try:
+        common.check_fit(model, planned)  # every weight used, every parameter filled, shapes equal
+    except ValueError as err:
+        raise _misfit(source, err, config, set(meta)) from None
+    if prepare is not None:
+        prepare(model)
+    params = model.state_dict()  # detached, sharing the parameters' memory (and layout)
+    for file in files:
+        targets = {hf: params[ours] for ours, hf in renamed.items() if where[hf] == file}
+        read_into(file, targets, _finite_in(file))
+    layers: dict[str, set[str]] = {}  # the weights the converter changes, a layer at a time (Q, K, V fuse in one)
+    for name in set(meta) - set(renamed.values()):
+        layers.setdefault(_layer(name), set()).add(name)
+    unfilled = set(planned) - set(renamed)
+    for group in layers.values():
+        state = dict(meta)
+        for file in files:
+            if any(where[n] == file for n in group):
+                state.update(_floating(read_tensors(file, {n for n in group if where[n] == file}), file))
+        converted = registry.state_from_hf(state, config)
+        del state
+        filled = {k: t for k, t in converted.items() if k not in renamed and t.device.type != "meta"}
+        unfilled -= filled.keys()
+        fill(model, filled)  # copied into the model's own tensors (their layout kept), each dropped as it goes
+    if unfilled:  # a converter that mixes layers: say so rather than leave a weight unread
+        raise RuntimeError(f"tformer could not place {sorted(unfilled)[:3]} from {str(source)!r} a layer at a time")
+    return model.eval()
+
+
+def _finite_in(path: Path) -> Callable[[str, torch.Tensor], None]:
+    return lambda name, tensor: check_finite(name, tensor, path)
+
+
+def _layer(name: str) -> str:
+    """The layer a weight's name puts it in ("model.layers.3.self_attn.q_proj.weight" -> "3"; "" for none)."""
+    match = re.search(r"\.(\d+)\.", name)
+    return match.group(1) if match else ""
+
+
 def _load(config: ModelConfig, state: Mapping[str, torch.Tensor], source: Path, dtype: torch.dtype | None) -> nn.Module:
     """A model of ``config`` holding ``state`` (Hugging Face names) in ``dtype`` (None: as stored); weights that do
     not fit the config are one line naming ``source``."""
@@ -232,17 +308,21 @@ def load_hf_model(
     as the weights are stored)."""
     hf, config = read_hf_config(directory)
     check_hf_sizes(directory, hf)  # before the weights are read and a model of the config's sizes is built
-    state, source = read_hf_weights(directory)
-    model = _load(config, state, source, dtype)
+    model = _load_dir(Path(directory), config, dtype)
     assert isinstance(model, GPT)
     return model.to(device)
 
 
 def load_hf_dir(
-    directory: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32
+    directory: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = torch.float32,
+    prepare: Callable[[nn.Module], None] | None = None,
 ) -> nn.Module:
     """The tformer model (in eval mode) of any Hugging Face directory tformer reads: a decoder as a GPT, a BERT, a
-    Marian translator; an unknown ``model_type`` is one line naming the file and the types tformer reads."""
+    Marian translator; an unknown ``model_type`` is one line naming the file and the types tformer reads.
+    ``prepare(model)``: called on a decoder's model before its weights are read into it (it may choose kernels and
+    allocate a weight in another layout, which the file is then read into: no copy after the load)."""
     path = Path(directory) / CONFIG
     hf = read_json_object(path, "model config")
     model_type = hf.get("model_type")
@@ -257,8 +337,7 @@ def load_hf_dir(
         return model.to(device) if dtype is None else model.to(device, dtype)
     config = _config(path, hf)
     check_hf_sizes(directory, hf)  # before the weights are read and a model of the config's sizes is built
-    state, source = read_hf_weights(directory)
-    return _load(config, state, source, dtype).to(device)
+    return _load_dir(Path(directory), config, dtype, prepare).to(device)
 
 
 def read_hf_bert_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], BertConfig, dict[str, torch.Tensor]]:
