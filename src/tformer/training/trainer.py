@@ -145,6 +145,10 @@ class Trainer(BadSteps, RunState, Evaluation):
         time_used = lambda: getattr(self, "elapsed", 0.0) / (60 * cfg.minutes) if cfg.minutes else 0.0  # noqa: E731
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, cfg, time_used()))
         self.step, self.epoch, self.batch_index, self.elapsed = 0, 0, 0, 0.0
+        # training time (the budget's clock): each step from its first forward to the end of its optimizer step and
+        # average; evaluations and saves are not on it. The part after the processes' one sum is added to the next
+        # step's (every process then reads the same clock)
+        self._synced_at, self._unclocked = 0.0, 0.0
         self.best: float | None = None
         self.stale_evals = 0  # evaluations in a row no better than the best (early stopping: cfg.patience)
         self.ema = EMA(self.model, cfg.ema) if cfg.ema is not None else None  # after the kernels are chosen
@@ -235,7 +239,8 @@ class Trainer(BadSteps, RunState, Evaluation):
                 (share if self.scaler is None else self.scaler.scale(share)).backward()
             loss_sum = loss_sum + loss.detach().float() if counts else loss_sum
         # the loss, the time and whether any process was asked to stop, summed over the processes
-        numbers = [loss_sum, self.elapsed + time.perf_counter() - start, float(self._signal is not None)]
+        self._synced_at = time.perf_counter()
+        numbers = [loss_sum, self.elapsed + self._unclocked + self._synced_at - start, float(self._signal is not None)]
         loss_sum, elapsed, stop = distributed.all_sum(self.world, numbers, str(self.device))
         self.elapsed = elapsed / self.world.size  # the same on every process, so all stop together
         self._stop = stop > 0
@@ -340,9 +345,11 @@ class Trainer(BadSteps, RunState, Evaluation):
                             fetched = feed.take(self.batch_index, end)
                             loss, tokens = self._optimizer_step(group, start, fetched)
                             self.batch_index += len(group)
+                            if loss is not None and self.ema is not None:  # the average takes the step's weights
+                                self.ema.update()
+                            # the step's optimizer and average, on the clock with the next step
+                            self._unclocked = time.perf_counter() - self._synced_at
                             if loss is not None:
-                                if self.ema is not None:  # the moving average takes the step's weights
-                                    self.ema.update()
                                 window_tokens += tokens
                                 rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
                                 lr = self.scheduler.get_last_lr()[0]
