@@ -224,9 +224,10 @@ def _load_dir(
         header = read_header(file)[0]
         if names is not None:
             _lacks(file, names, header, source)
-        shapes = {n: torch.empty(header[n]["shape"], dtype=DTYPES[header[n]["dtype"]], device="meta") for n in header}
-        meta.update(_floating({n: shapes[n] for n in (header if names is None else names)}, file))
-        where.update(dict.fromkeys(header if names is None else names, file))
+        held = header if names is None else names
+        shapes = {n: torch.empty(header[n]["shape"], dtype=DTYPES[header[n]["dtype"]], device="meta") for n in held}
+        meta.update(_floating(shapes, file))
+        where.update(dict.fromkeys(held, file))
     try:
         planned = registry.state_from_hf(meta, config)
     except NotImplementedError:  # the converter compares values: read every weight
@@ -253,8 +254,8 @@ def _load_dir(
     for group in layers.values():
         state = dict(meta)
         for file in files:
-            if any(where[n] == file for n in group):
-                state.update(_floating(read_tensors(file, {n for n in group if where[n] == file}), file))
+            if mine := {n for n in group if where[n] == file}:
+                state.update(_floating(read_tensors(file, mine), file))
         converted = registry.state_from_hf(state, config)
         del state
         filled = {k: t for k, t in converted.items() if k not in renamed and t.device.type != "meta"}
