@@ -14,6 +14,7 @@ a failed ``assert``; here, in seconds:
 from __future__ import annotations
 
 import ast
+import copy
 import importlib.util
 import io
 import math
@@ -532,6 +533,59 @@ def test_a_cached_lesson_whose_explorer_page_is_missing_runs_again(tmp_path):
 
     lessons.rerun_lessons_missing_exports(app, exports)
     assert [Path(r.uri).stem for r in cache.list_cache_records()] == ["07-b"]
+
+
+
+def test_a_korean_lesson_shows_the_english_runs_outputs_instead_of_running_the_same_code(tmp_path):
+    """The build runs a lesson once, not once per language: the Korean notebook, whose code is the English one's
+    but for its comments, is cached with the English run's outputs (its own comments kept), so MyST-NB finds it in the
+    cache; a Korean notebook whose code differs, or whose English lesson has not run, is left to run itself."""
+    lessons = _lessons_extension()
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from myst_nb.core.config import NbParserConfig
+    from myst_nb.core.read import create_nb_reader
+    from myst_parser.config.main import MdParserConfig
+
+    def notebook(name: str, text: str):  # what MyST-NB reads from a page: the notebook the cache hashes
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        reader = create_nb_reader(str(path), MdParserConfig(), NbParserConfig(), text)
+        assert reader is not None, "not read as a notebook"
+        return reader.read(text)
+
+    header = ENGLISH_PAGE[: ENGLISH_PAGE.index("---\n", 4)] + "follows: 4c68121\n---\n# 1. 토큰\n\n"
+    same = ["ids = [101, 102]  # 특수 토큰\nassert ids == [101, 102]\n", ":tags: [hide-output]\nprint(len(ids))\n"]
+    korean = notebook("ko.md", header + "".join(f"```{{code-cell}} ipython3\n{c}```\n\n" for c in same))
+    english = notebook("en.md", ENGLISH_PAGE)
+    cache = get_cache(tmp_path / "cache")
+    assert not lessons.share_outputs(cache, korean, english, "ko.md")  # the English lesson has not run yet
+    ran = copy.deepcopy(english)
+    printed = nbformat.v4.new_output("stream", name="stdout", text="2\n")
+    [first, second] = [cell for cell in ran.cells if cell.cell_type == "code"]
+    first.execution_count, second.execution_count, second.outputs = 1, 2, [printed]
+    cache.cache_notebook_bundle(CacheBundleIn(ran, "en.md", data={"execution_seconds": 61.5}))
+
+    assert lessons.share_outputs(cache, korean, english, "ko.md")
+    record = cache.match_cache_notebook(korean)  # MyST-NB's own lookup: found, so the lesson does not run
+    assert record.uri == "ko.md" and record.data == {"execution_seconds": 61.5, "outputs_of": "en.md"}
+    _, shown = cache.merge_match_into_notebook(korean)  # what MyST-NB puts on the page
+    cells = [cell for cell in shown.cells if cell.cell_type == "code"]
+    assert "# 특수 토큰" in cells[0].source and cells[1].metadata["tags"] == ["hide-output"]
+    assert [c.execution_count for c in cells] == [1, 2] and [o["text"] for o in cells[1].outputs] == ["2\n"]
+    assert [c.source for c in shown.cells if c.cell_type == "markdown"] == ["# 1. 토큰"]
+
+    for cells in (
+        ["ids = [101, 103]\nassert ids == [101, 103]\n", ":tags: [hide-output]\nprint(len(ids))\n"],  # other code
+        ['ids = [101, 102]\nassert ids == [101, 102]\n', ':tags: [hide-output]\nprint("길이", len(ids))\n'],
+        ["ids = [101, 102]\nassert ids == [101, 102]\n", "print(len(ids))\n"],  # the output no longer hidden
+        [same[0]],  # a cell missing
+    ):
+        other = notebook("ko2.md", header + "".join(f"```{{code-cell}} ipython3\n{c}```\n\n" for c in cells))
+        assert not lessons.share_outputs(cache, other, english, "ko2.md"), cells
+        with pytest.raises(KeyError):
+            cache.match_cache_notebook(other)
 
 
 # ────────────────────────────────────────────── the build is strict and in CI ──────────────────────────────────────────────

@@ -13,6 +13,10 @@
   (set here to ``_static/explore/`` of the build; a learner running the notebook gets ``runs/lessons/``). A lesson
   served from the execution cache does not run, so when a page it embeds is missing its cached results are
   dropped and it runs again; after the lessons ran, an embedded page that is still missing is a warning.
+* **One run per lesson, not per language.** A Korean lesson runs the English lesson's code (``tests/test_lessons.py``
+  holds its code cells to the English ones' Python tokens; only the comments differ), so the English run's outputs
+  are its outputs: just before a Korean lesson is read, they are cached under its notebook, and MyST-NB takes them
+  from the cache instead of running the same code a second time. A Korean lesson whose code differs runs itself.
 * **Formulas offline.** MathJax's one-file SVG build is copied from the ``django-static-mathjax`` package into
   ``_static/mathjax/``; nothing is fetched from a CDN.
 * **A time limit per lesson.** A lesson whose execution took longer than ``lesson_time_limit`` seconds is a
@@ -23,13 +27,16 @@
 
 from __future__ import annotations
 
+import copy
 import html
 import importlib.util
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +147,85 @@ def rerun_lessons_missing_exports(app: Sphinx, folder: Path) -> None:
             cache.remove_cache(record.pk)
 
 
+# ---------------------------------------------------------------------------------------------- source-read
+def code_tokens(source: str) -> list[tuple[int, str]] | None:
+    """A cell's Python tokens, comments and blank lines left out (None where it is not plain Python: a magic, say)."""
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
+    try:
+        return [
+            (t.type, t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in skip
+        ]
+    except (tokenize.TokenError, SyntaxError):
+        return None
+
+
+def same_code(korean: Any, english: Any) -> bool:
+    """Whether two notebooks run the same code: as many code cells, each with the same tokens and metadata."""
+    ko = [c for c in korean.cells if c.cell_type == "code"]
+    en = [c for c in english.cells if c.cell_type == "code"]
+    return len(ko) == len(en) and all(
+        k.metadata == e.metadata
+        and code_tokens(k.source) is not None
+        and code_tokens(k.source) == code_tokens(e.source)
+        for k, e in zip(ko, en)
+    )
+
+
+def share_outputs(cache: Any, korean: Any, english: Any, uri: str) -> bool:
+    """Cache the Korean notebook with the outputs of the English one's cached run, where they run the same code.
+    False (nothing cached) where the English lesson has no cached run or the code differs."""
+    from jupyter_cache.base import CacheBundleIn
+
+    try:
+        record = cache.match_cache_notebook(english)
+    except KeyError:
+        return False  # the English lesson has not run (or failed): the Korean one runs itself
+    ran = cache.get_cache_bundle(record.pk).nb
+    if not same_code(korean, ran):
+        return False
+    notebook = copy.deepcopy(korean)
+    outputs = iter(c for c in ran.cells if c.cell_type == "code")
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            done = next(outputs)
+            cell.outputs, cell.execution_count = done.outputs, done.execution_count
+    if "language_info" in ran.metadata:
+        notebook.metadata["language_info"] = ran.metadata["language_info"]
+    data = {**(record.data or {}), "outputs_of": record.uri}  # (its execution_seconds: the time limit applies)
+    cache.cache_notebook_bundle(CacheBundleIn(notebook, uri, data=data), check_validity=False, overwrite=True)
+    return True
+
+
+def english_outputs_for_korean(app: Sphinx, docname: str, source: list[str]) -> None:
+    """Before MyST-NB reads a Korean lesson: give it the English lesson's outputs when both run the same code (the
+    English lessons are read first: Sphinx reads documents in sorted order, and ``en`` comes before ``ko``)."""
+    match = LESSON.match(docname)
+    if not match or match["lang"] != "ko" or app.config.nb_execution_mode != "cache":
+        return
+    english = Path(app.srcdir) / "lessons" / "en" / f"{match['name']}.md"
+    if not english.is_file():
+        return
+    from jupyter_cache import get_cache
+    from myst_nb.core.read import create_nb_reader
+
+    def read(path: Path, text: str) -> Any:  # the notebook MyST-NB itself reads, so the cache's hashes match
+        reader = create_nb_reader(str(path), app.env.myst_config, app.env.mystnb_config, text)
+        return None if reader is None else reader.read(text)
+
+    korean_path = Path(app.env.doc2path(docname))
+    korean, original = read(korean_path, source[0]), read(english, english.read_text(encoding="utf-8"))
+    if korean is None or original is None:
+        return
+    cache = get_cache(app.config.nb_execution_cache_path)
+    try:
+        cache.match_cache_notebook(korean)
+        return  # cached already (shared by an earlier build, or run)
+    except KeyError:
+        pass
+    if share_outputs(cache, korean, original, str(korean_path)):
+        logger.info("lessons: %s shows the outputs of lessons/en/%s (the same code)", docname, match["name"])
+
+
 # ---------------------------------------------------------------------------------------------- env-updated
 def finish_export(app: Sphinx, env: Any) -> None:
     """Wait for the explorer's export (the site's static files are copied right after the documents are read)."""
@@ -247,6 +333,7 @@ def setup(app: Sphinx) -> dict:
     app.add_config_value("lessons_generated", "", "env")
     app.add_config_value("lesson_time_limit", 120, "env")
     app.connect("builder-inited", prepare)
+    app.connect("source-read", english_outputs_for_korean)
     app.connect("env-updated", finish_export)
     app.connect("env-updated", check_times)
     app.connect("env-updated", check_exports)
