@@ -224,6 +224,7 @@ def english_outputs_for_korean(app: Sphinx, docname: str, source: list[str]) -> 
         pass
     if share_outputs(cache, korean, original, str(korean_path)):
         logger.info("lessons: %s shows the outputs of lessons/en/%s (the same code)", docname, match["name"])
+        app.env.lessons_shared = {*getattr(app.env, "lessons_shared", ()), docname}  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------------- env-updated
@@ -245,7 +246,10 @@ def check_times(app: Sphinx, env: Any) -> None:
     for docname, data in sorted(getattr(env, "nb_metadata", {}).items()):
         runtime = (data.get("exec_data") or {}).get("runtime")
         if LESSON.match(docname) and runtime is not None:
-            logger.info("lessons: %s executed in %.1f s", docname, runtime)
+            if docname in getattr(env, "lessons_shared", ()):
+                logger.info("lessons: %s did not run: the English lesson ran in %.1f s", docname, runtime)
+            else:
+                logger.info("lessons: %s executed in %.1f s", docname, runtime)
             if runtime > limit:
                 logger.warning("lesson %s took %.0f s to execute, over the limit of %d s", docname, runtime, limit)
 
