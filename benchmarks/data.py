@@ -159,7 +159,11 @@ def _median_step(seconds: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> dict:
     p = base_parser(__doc__, "benchmarks/results")
-    p.add_argument("--sizes", default="10,100,1000", help="corpus sizes in MB (10^6 bytes), comma-separated")
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="corpus sizes in MB (10^6 bytes), comma-separated (default 10,100,1000; --quick: 1,2)",
+    )
     p.add_argument("--preset", default="small", help="the GPT's preset")
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=8)
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--work", default=None, help="where the corpora and caches go (default: a temporary folder)")
     args = p.parse_args(argv)
-    sizes = [1, 2] if args.quick else [int(s) for s in args.sizes.split(",") if s]
+    sizes = [int(s) for s in (args.sizes or ("1,2" if args.quick else "10,100,1000")).split(",") if s]
     pair_counts = [2000] if args.quick else [int(float(m) * 1e6) for m in args.pairs.split(",") if m]
     if args.quick:
         args.preset, args.max_len, args.batch_size, args.steps, args.vocab_size = "tiny", 32, 4, 6, 300
