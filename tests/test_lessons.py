@@ -535,7 +535,6 @@ def test_a_cached_lesson_whose_explorer_page_is_missing_runs_again(tmp_path):
     assert [Path(r.uri).stem for r in cache.list_cache_records()] == ["07-b"]
 
 
-
 def test_a_korean_lesson_shows_the_english_runs_outputs_instead_of_running_the_same_code(tmp_path):
     """The build runs a lesson once, not once per language: the Korean notebook, whose code is the English one's
     but for its comments, is cached with the English run's outputs (its own comments kept), so MyST-NB finds it in the
@@ -578,7 +577,7 @@ def test_a_korean_lesson_shows_the_english_runs_outputs_instead_of_running_the_s
 
     for cells in (
         ["ids = [101, 103]\nassert ids == [101, 103]\n", ":tags: [hide-output]\nprint(len(ids))\n"],  # other code
-        ['ids = [101, 102]\nassert ids == [101, 102]\n', ':tags: [hide-output]\nprint("길이", len(ids))\n'],
+        ["ids = [101, 102]\nassert ids == [101, 102]\n", ':tags: [hide-output]\nprint("길이", len(ids))\n'],
         ["ids = [101, 102]\nassert ids == [101, 102]\n", "print(len(ids))\n"],  # the output no longer hidden
         [same[0]],  # a cell missing
     ):
