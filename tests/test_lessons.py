@@ -506,7 +506,8 @@ def _lessons_extension():
 def test_a_cached_lesson_whose_explorer_page_is_missing_runs_again(tmp_path):
     """A lesson served from the execution cache does not run, so it would never write the explorer page it embeds:
     the build drops its cached execution (and only its) so that it runs. Both languages' pages of a lesson embed the
-    same page, and the Korean one, whose code is the English one, is served from the English lesson's record."""
+    same page; the Korean one, whose code is the English one, is cached with the English run's outputs under a record
+    of its own, dropped with the English one's."""
     from types import SimpleNamespace
 
     lessons = _lessons_extension()  # skips without the docs extra, before anything imports from it
@@ -529,10 +530,15 @@ def test_a_cached_lesson_whose_explorer_page_is_missing_runs_again(tmp_path):
             cells=[cell], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}}
         )
         cache.cache_notebook_bundle(CacheBundleIn(notebook, str(site / "lessons" / "en" / f"{name}.md")))
+        notebook.cells[0].source += "  # 한국어 주석"  # the Korean page's record: its own hash, the English outputs
+        cache.cache_notebook_bundle(CacheBundleIn(notebook, str(site / "lessons" / "ko" / f"{name}.md")))
     app = SimpleNamespace(srcdir=str(site), config=SimpleNamespace(nb_execution_cache_path=str(tmp_path / "cache")))
 
     lessons.rerun_lessons_missing_exports(app, exports)
-    assert [Path(r.uri).stem for r in cache.list_cache_records()] == ["07-b"]
+    assert sorted(str(Path(r.uri).relative_to(site)) for r in cache.list_cache_records()) == [
+        "lessons/en/07-b.md",
+        "lessons/ko/07-b.md",
+    ]
 
 
 def test_a_korean_lesson_shows_the_english_runs_outputs_instead_of_running_the_same_code(tmp_path):
