@@ -164,9 +164,7 @@ def same_code(korean: Any, english: Any) -> bool:
     ko = [c for c in korean.cells if c.cell_type == "code"]
     en = [c for c in english.cells if c.cell_type == "code"]
     return len(ko) == len(en) and all(
-        k.metadata == e.metadata
-        and code_tokens(k.source) is not None
-        and code_tokens(k.source) == code_tokens(e.source)
+        k.metadata == e.metadata and (tokens := code_tokens(k.source)) is not None and tokens == code_tokens(e.source)
         for k, e in zip(ko, en)
     )
 
