@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 stamp=".venv/.tformer-docs-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  python -m pip install -q -e ".[dev,docs]" "$TORCH_PIN" 2>&1 | grep -v "^WARNING: Location" || true
+  python -m pip install -q --no-compile -e ".[dev,docs]" "$TORCH_PIN" 2>&1 | grep -v "^WARNING: Location" || true
+  _compile_installed
   python -c "import sphinx, myst_nb, furo, jupytext, ipykernel, mathjax" && touch "$stamp"
 fi
 export PYDEVD_DISABLE_FILE_VALIDATION=1  # quiets the kernel's debugger warning
