@@ -391,6 +391,28 @@ def test_a_device_this_machine_lacks_is_one_line_naming_it(api):
     )
 
 
+@pytest.mark.parametrize(
+    "family, option, says",
+    [
+        ("lm", "max_step", "tformer.lm.setup() got an unknown option 'max_step'; did you mean 'max_steps'"),
+        (
+            "translation",
+            "label_smothing",
+            "tformer.translation.setup() got an unknown option 'label_smothing'; did you mean 'label_smoothing'",
+        ),  # (its own parameter, misspelled)
+        ("bert", "warmup", "tformer.bert.setup() got an unknown option 'warmup'; did you mean 'warmup_steps'"),
+        ("classify", "zzz", "tformer.bert.setup_classifier() got an unknown option 'zzz'; the options are"),
+    ],
+)
+def test_an_unknown_option_is_named_with_the_closest_before_anything_is_read(api, family, option, says):
+    """A misspelled option reached TrainConfig and read ``TrainConfig.__init__() got an unexpected keyword argument``,
+    naming neither the function called nor what was meant."""
+    with pytest.raises(TypeError) as raised:
+        _setup(family)(api, {option: 1})
+    assert str(raised.value).startswith(says) and "\n" not in str(raised.value), str(raised.value)
+    assert not (api["tmp"] / "run").exists()
+
+
 def _train_parsers():
     import argparse
 

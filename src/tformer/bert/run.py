@@ -30,6 +30,7 @@ from tformer.models.checkpoint import model_dir
 from tformer.models.config import shape_given
 from tformer.nn.lora import has_lora
 from tformer.tokenizers import Tokenizer, WordPieceTokenizer, load_tokenizer, train_tokenizer
+from tformer.training.config import known_train_options
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
 from tformer.training.sharded import building
@@ -224,7 +225,7 @@ def setup(
     its positions; heads it lacks start new); ``lora_r`` > 0 trains LoRA pairs beside ``lora_targets`` only.
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
-    check_settings({**locals(), "preset": preset or "small"}, train_options, bounds=BOUNDS)
+    check_settings({**locals(), "preset": preset or "small"}, known_train_options(train_options, setup), bounds=BOUNDS)
     shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)
     lora = _check_start(
         init,
@@ -382,7 +383,7 @@ def setup_classifier(
     ``lora_targets`` and the new head train, the rest of the model frozen.
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
-    check_settings(locals(), train_options, bounds=BOUNDS)
+    check_settings(locals(), known_train_options(train_options, setup_classifier), bounds=BOUNDS)
     shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)
     lora = _check_start(init, LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets), shape)
     if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything

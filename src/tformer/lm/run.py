@@ -35,7 +35,7 @@ from tformer.models.gpt import GPT, GPTConfig
 from tformer.settings import takes_old_names
 from tformer.text import check_text, check_texts
 from tformer.tokenizers import Tokenizer, load_tokenizer
-from tformer.training.config import gpu_batch_note
+from tformer.training.config import gpu_batch_note, known_train_options
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
 from tformer.training.sharded import building
@@ -135,7 +135,7 @@ def setup(
     the conversations rendered with the model's chat template, ``valid`` a fraction of the conversations.
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
-    check_settings({**locals(), "preset": preset or "tiny"}, train_options, bounds=BOUNDS)
+    check_settings({**locals(), "preset": preset or "tiny"}, known_train_options(train_options, setup), bounds=BOUNDS)
     shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)  # else the recipe's
     refuse_given(init, shape)
     if init is not None or lora_r:

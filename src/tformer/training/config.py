@@ -6,11 +6,15 @@ runs them; this module knows nothing about models, tasks or files.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
+import inspect
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -120,6 +124,21 @@ class TrainConfig:
 
 # Tokens an optimizer step below which a GPU waits on kernel launches more than it computes (the issue 39 measurement:
 # the Multi30k recipe's 3,000 tokens a step ran an H100 at 5-6% of its peak); the CPU recipes' batches are far below.
+def known_train_options(options: Mapping[str, Any], entry: Callable) -> Mapping[str, Any]:
+    """``options``, an entry point's ``**train_options``, when each names a :class:`TrainConfig` field; else a
+    ``TypeError`` (Python's error for an unknown keyword) naming the entry point, the option and the closest of its
+    parameters and the fields: ``tformer.lm.setup() got an unknown option 'max_step'; did you mean 'max_steps'?``"""
+    fields_ = [f.name for f in fields(TrainConfig) if f.name != "out_dir"]
+    for key in options:
+        if key not in fields_:
+            own = [p for p, v in inspect.signature(entry).parameters.items() if v.kind is not v.VAR_KEYWORD]
+            close = difflib.get_close_matches(str(key), fields_ + own, n=2)
+            hint = f"did you mean {' or '.join(map(repr, close))}?" if close else "the options are TrainConfig's fields"
+            where = f"{entry.__module__.removesuffix('.run')}.{entry.__name__}"
+            raise TypeError(f"{where}() got an unknown option {key!r}; {hint}")
+    return options
+
+
 GPU_MIN_TOKENS = 16384
 
 

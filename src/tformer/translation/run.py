@@ -36,7 +36,7 @@ from tformer.text import read_lines
 from tformer.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.training import distributed
-from tformer.training.config import gpu_batch_note
+from tformer.training.config import gpu_batch_note, known_train_options
 from tformer.training.distributed import from_rank0, say
 from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
 from tformer.training.sharded import building
@@ -192,7 +192,7 @@ def setup(
     (LoRA's pairs at TRAINING's, without weight decay).
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
-    check_settings({**locals(), "preset": preset or "small"}, train_options, bounds=BOUNDS)
+    check_settings({**locals(), "preset": preset or "small"}, known_train_options(train_options, setup), bounds=BOUNDS)
     lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)
     shape = shape_given(
         d_model=d_model,
