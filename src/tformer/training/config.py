@@ -1,7 +1,8 @@
-"""What a training run is asked to do: :class:`TrainConfig` (the settings every family shares), when its budget is
-spent (:func:`budget_reached`), the learning-rate schedule (:func:`lr_factor`) and the optimizer
-(:func:`make_optimizer`, made by :mod:`~tformer.training.optimizers`). The :class:`~tformer.training.trainer.Trainer`
-runs them; this module knows nothing about models, tasks or files.
+"""What a training run is asked to do: :class:`TrainConfig` (the settings every family shares; an entry point's
+options checked against it by :func:`known_train_options`), when its budget is spent (:func:`budget_reached`), the
+learning-rate schedule (:func:`lr_factor`) and the optimizer (:func:`make_optimizer`, made by
+:mod:`~tformer.training.optimizers`). The :class:`~tformer.training.trainer.Trainer` runs them; this module knows
+nothing about models, tasks or files.
 """
 
 from __future__ import annotations
@@ -122,8 +123,6 @@ class TrainConfig:
             raise ValueError("schedule='cosine' needs max_steps or minutes (the length of the decay)")
 
 
-# Tokens an optimizer step below which a GPU waits on kernel launches more than it computes (the issue 39 measurement:
-# the Multi30k recipe's 3,000 tokens a step ran an H100 at 5-6% of its peak); the CPU recipes' batches are far below.
 def known_train_options(options: Mapping[str, Any], entry: Callable) -> Mapping[str, Any]:
     """``options``, an entry point's ``**train_options``, when each names a :class:`TrainConfig` field; else a
     ``TypeError`` (Python's error for an unknown keyword) naming the entry point, the option and the closest of its
@@ -139,6 +138,8 @@ def known_train_options(options: Mapping[str, Any], entry: Callable) -> Mapping[
     return options
 
 
+# Tokens an optimizer step below which a GPU waits on kernel launches more than it computes (the issue 39 measurement:
+# the Multi30k recipe's 3,000 tokens a step ran an H100 at 5-6% of its peak); the CPU recipes' batches are far below.
 GPU_MIN_TOKENS = 16384
 
 
