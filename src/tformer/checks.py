@@ -7,6 +7,7 @@ objects, safetensors weights, tokenizer files, text) are :mod:`tformer.readers`.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -433,3 +434,14 @@ def check_positive(config, *names: str) -> None:
     """Each named field of a config must be a positive integer."""
     for name in names:
         check_positive_int(getattr(config, name), f"{type(config).__name__}.{name}")
+
+
+def closest(word: str, names: Iterable[str], n: int = 2) -> list[str]:
+    """The names nearest ``word``, nearest first (difflib's ratio of at least 0.6): what a "did you mean" offers."""
+    return difflib.get_close_matches(str(word), list(names), n=n)
+
+
+def did_you_mean(word: str, names: Iterable[str], n: int = 2) -> str:
+    """``"did you mean 'max_steps' or 'max_bad_steps'?"`` for a misspelled ``word`` (:func:`closest`), else ``""``."""
+    close = closest(word, names, n)
+    return f"did you mean {' or '.join(map(repr, close))}?" if close else ""

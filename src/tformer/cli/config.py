@@ -21,10 +21,11 @@ The project's recipes are shipped as such files (``src/tformer/recipes/``, :func
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 from pathlib import Path
 from typing import Any
+
+from tformer.checks import did_you_mean
 
 __all__ = ["CONFIG_NAME", "expand", "shipped", "write_resolved"]
 
@@ -78,9 +79,8 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
         name = str(key).replace("_", "-")
         action = options.get(name)
         if action is None or name in _NOT_SETTINGS:
-            close = difflib.get_close_matches(name, [n for n in options if n not in _NOT_SETTINGS], n=2)
-            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            family.error(f"--config {path}: {key!r} is not a setting of this command{hint}")
+            hint = did_you_mean(name, [n for n in options if n not in _NOT_SETTINGS])
+            family.error(f"--config {path}: {key!r} is not a setting of this command" + (f"; {hint}" if hint else ""))
         if not given & set(action.option_strings):  # not read at all: --device cpu over a GPU recipe's cuda
             flags += _as_flags(family, path, name, action, value)
     return words[:at] + flags + words[at:]

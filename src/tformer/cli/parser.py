@@ -8,12 +8,11 @@ is ``--max-len`` now), with a note naming today's.
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import re
 import sys
 
-from tformer.checks import BadValue
+from tformer.checks import BadValue, closest
 
 __all__ = ["Parser", "HelpFormatter", "renamed"]
 
@@ -39,7 +38,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def _suggest(word: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    close = closest(word, candidates, n=1)
     return f"{word}: did you mean {close[0]}?" if close else ""
 
 

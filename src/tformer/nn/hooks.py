@@ -27,11 +27,12 @@ Dimension legend: none here (each block's legend gives the shapes of its hook po
 from __future__ import annotations
 
 import contextlib
-import difflib
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
+
+from tformer.checks import did_you_mean
 
 __all__ = ["HookPoint", "capture", "add", "names", "points", "keep_at_hand", "watched"]
 
@@ -96,11 +97,8 @@ def _select(model: nn.Module, which: Selection) -> dict[str, HookPoint]:
     wanted = [which] if isinstance(which, str) else list(which)
     for name in wanted:
         if name not in found:
-            close = difflib.get_close_matches(name, found, n=1)
-            hint = (
-                f"; did you mean {close[0]!r}?" if close else f"; it has {len(found)} (tformer.nn.hooks.names(model))"
-            )
-            raise ValueError(f"no hook point named {name!r} in this {type(model).__name__}{hint}")
+            hint = did_you_mean(name, found, n=1) or f"it has {len(found)} (tformer.nn.hooks.names(model))"
+            raise ValueError(f"no hook point named {name!r} in this {type(model).__name__}; {hint}")
     return {name: found[name] for name in wanted}
 
 

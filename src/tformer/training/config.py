@@ -7,7 +7,6 @@ nothing about models, tasks or files.
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import inspect
 import math
@@ -19,7 +18,7 @@ from typing import Any
 
 import torch
 
-from tformer.checks import BadValue, Number, check_device, check_settings, log_sinks
+from tformer.checks import BadValue, Number, check_device, check_settings, did_you_mean, log_sinks
 from tformer.training import optimizers
 
 __all__ = [
@@ -131,8 +130,7 @@ def known_train_options(options: Mapping[str, Any], entry: Callable) -> Mapping[
     for key in options:
         if key not in fields_:
             own = [p for p, v in inspect.signature(entry).parameters.items() if v.kind is not v.VAR_KEYWORD]
-            close = difflib.get_close_matches(str(key), fields_ + own, n=2)
-            hint = f"did you mean {' or '.join(map(repr, close))}?" if close else "the options are TrainConfig's fields"
+            hint = did_you_mean(key, fields_ + own) or "the options are TrainConfig's fields"
             where = f"{entry.__module__.removesuffix('.run')}.{entry.__name__}"
             raise TypeError(f"{where}() got an unknown option {key!r}; {hint}")
     return options
