@@ -286,6 +286,21 @@ def test_the_validation_cap_is_said_and_keeps_the_test_part(tmp_path, monkeypatc
     assert len({line.split("\t")[0] for line in valid}) == 6
 
 
+@pytest.mark.parametrize("data", ["pairs.tsv", "builtin"])
+def test_setup_says_its_lines_to_log_as_the_other_families_do(tmp_path, capsys, data):
+    """``log`` takes the set-up's lines (lm.setup's and bert.setup's ``log`` too): the split, the tokenizer, the
+    prepared pairs; none of them reaches stdout, so a notebook or a logger keeps them."""
+    if data != "builtin":
+        data = str(_tsv(tmp_path / data))
+    lines: list[str] = []
+    common = dict(preset="tiny", vocab_size=300, max_steps=1, bleu_sentences=2, progress=False)
+    setup(data, tmp_path / "run", data_cache=tmp_path / "cache", log=lines.append, **common)
+    assert any(line.startswith("data: ") and "held out by source sentence" in line for line in lines), lines
+    if data != "builtin":  # a TSV: its BPE and its shards are said too
+        assert any(line.startswith("tokenizer: ") for line in lines) and len(lines) >= 3, lines
+    assert capsys.readouterr().out == ""
+
+
 def test_data_prepare_translation_then_train_on_the_folder(tmp_path, capsys):
     tsv = _tsv(tmp_path / "pairs.tsv")
     cache = tmp_path / "cache"

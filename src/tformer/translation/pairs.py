@@ -15,6 +15,7 @@ its references stay together (multi-reference BLEU).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,6 +155,7 @@ def load_splits(
     test: float | int = 0.05,
     max_chars: int = 300,
     verbose: bool = True,
+    log: Callable[[str], None] = print,
 ) -> Split:
     """The train / valid / test pairs of ``data``, as the user gave them where they can.
 
@@ -167,7 +169,7 @@ def load_splits(
     path = Path(data) if data not in (None, "builtin") else None
     val_files = _aligned_pair(path, "val", src_lang, tgt_lang) if path is not None and path.is_dir() else None
     if val_files is None:
-        return split_corpus(load_corpus(data, src_lang, tgt_lang), seed, valid, test, max_chars, verbose)
+        return split_corpus(load_corpus(data, src_lang, tgt_lang), seed, valid, test, max_chars, verbose, log)
     assert path is not None
     parts = {"train": load_corpus(data, src_lang, tgt_lang), "valid": read_aligned(*val_files)}
     test_files = _aligned_pair(path, "test", src_lang, tgt_lang)
@@ -180,7 +182,7 @@ def load_splits(
     if not split.train:
         raise ValueError(f"--data {data!r}: train.{src_lang} / train.{tgt_lang} hold no usable pairs")
     if verbose:
-        print(
+        log(
             f"data: {len(split.train)} train pairs (all of train.*), {len(split.valid)} validation pairs (val.*), "
             f"{len(split.test)} test pairs{' (test.*)' if test_files else ''}: the directory's own split "
             f"(--valid/--test not used)" + (f"; dropped {dropped} empty or over-long pairs" if dropped else "")
@@ -195,6 +197,7 @@ def split_corpus(
     test: float | int = 0.05,
     max_chars: int = 300,
     verbose: bool = True,
+    log: Callable[[str], None] = print,
 ):
     """Filter (empty / over-long) and split grouped by source; deterministic for a given seed."""
     check_settings(locals())  # the seed and the parts held out: the flags' bounds and words
@@ -203,7 +206,7 @@ def split_corpus(
     split = split_pairs(kept, valid, test, seed)
     if verbose:
         none = " (no validation data)" if not split.valid else ""
-        print(
+        log(
             f"data: {stats}; split into {len(split.train)} train / {len(split.valid)} valid{none} / "
             f"{len(split.test)} test pairs, held out by source sentence (seed {seed})"
         )

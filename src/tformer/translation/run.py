@@ -166,6 +166,7 @@ def setup(
     tokenizer_sample: int = TOKENIZER_SAMPLE,
     data_cache: str | Path | None = None,
     resume: bool = False,
+    log: Callable[[str], None] = say,
     **train_options,
 ) -> Trainer:
     """A :class:`Trainer` of a seq2seq Transformer on the pairs of ``data``, ready to ``fit()``.
@@ -177,7 +178,8 @@ def setup(
     :mod:`tformer.data.pairs`), its BPE trained on the training pairs (all of them up to ``tokenizer_sample`` bytes
     of text, else that much spread over them); its ``valid`` given as a fraction is capped at :data:`VALID_CAP`
     source sentences. ``data`` may also be a folder prepared by :func:`prepare_data`.
-    ``batch_tokens``: a batch's size in tokens (sentences of similar length are batched together).
+    ``batch_tokens``: a batch's size in tokens (sentences of similar length are batched together). ``log`` takes
+    the set-up's lines (the data, the tokenizers, notes; by default printed once, by rank 0).
     ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``epochs``, ``device``, ...;
     :data:`TRAINING` unless given). Under torchrun rank 0 trains the tokenizers and every
     process gets them; with ``resume`` they come from ``OUT/last``.
@@ -246,12 +248,14 @@ def setup(
     sharded = _sharded(data)
     split = None
     if not sharded:
-        split = load_splits(data, src_lang, tgt_lang, cfg.seed, valid, test, verbose=distributed.is_main_process())
+        split = load_splits(
+            data, src_lang, tgt_lang, cfg.seed, valid, test, verbose=distributed.is_main_process(), log=log
+        )
     pretrained = None
     if init is not None and not resume:  # before an overwrite deletes anything: a bad --init or target is refused
         pretrained = Translator.from_loaded(start_from(init, "seq2seq"))
         torch.manual_seed(cfg.seed)  # LoRA's A starts random: seeded
-        add_adapters(pretrained.model, lora, print if distributed.is_main_process() else lambda _: None)
+        add_adapters(pretrained.model, lora, log if distributed.is_main_process() else lambda _: None)
     # the corpus prepared (read whole, strict UTF-8) before an --overwrite deletes the old run; a wrong --out first
     precheck_out_dir(out_dir, resume, cfg.overwrite)
     tokenizers = None
@@ -262,14 +266,14 @@ def setup(
         elif sharded:
             hold = (cfg.seed, valid, test)
             tokenizers = from_rank0(
-                lambda: _pair_tokenizers(data, vocab_size, joint, hold, tokenizer_sample, data_cache, say), cfg.device
+                lambda: _pair_tokenizers(data, vocab_size, joint, hold, tokenizer_sample, data_cache, log), cfg.device
             )
         else:
             assert split is not None
             tokenizers = from_rank0(lambda: train_tokenizers(split, vocab_size, joint), cfg.device)
         if sharded:
             assert data is not None
-            directory = from_rank0(lambda: prepare_pairs(data, *tokenizers, cache=data_cache, log=say), cfg.device)
+            directory = from_rank0(lambda: prepare_pairs(data, *tokenizers, cache=data_cache, log=log), cfg.device)
     with start_run(cfg, resume, "translation", settings) as started:  # a non-empty out_dir: resume or overwrite
         overrides: dict = {"max_len": max_len, **shape}
         if dropout is not None:
@@ -285,8 +289,8 @@ def setup(
         if sharded:  # the pairs' ids memory-mapped, the held-out pairs read back as text
             assert data is not None
             if directory is None:  # --resume: the run's tokenizers' ids
-                directory = from_rank0(lambda: prepare_pairs(data, *tokenizers, cache=data_cache, log=say), cfg.device)
-            train, split = _shard_split(open_pairs(directory), cfg.seed, valid, test, data_cache)
+                directory = from_rank0(lambda: prepare_pairs(data, *tokenizers, cache=data_cache, log=log), cfg.device)
+            train, split = _shard_split(open_pairs(directory), cfg.seed, valid, test, data_cache, log)
         else:
             assert split is not None
             train = split.train
@@ -297,7 +301,7 @@ def setup(
             _write_held_out(split, out_dir)
         note = gpu_batch_note(cfg.device, batch_tokens * cfg.accum_steps, f"--batch-tokens {batch_tokens}", GPU_ADVICE)
         if note and distributed.is_main_process():
-            print(note)
+            log(note)
         task = TranslationTask(translator, train, split.valid, batch_tokens, label_smoothing, cfg.seed, bleu_sentences)
         writers = []
         if lora.r and init is not None:
@@ -305,7 +309,7 @@ def setup(
             if problem is None:
                 writers.append(adapter_writer(init))
             elif distributed.is_main_process():
-                print(f"note: no PEFT adapter is written beside the best model: {problem}")
+                log(f"note: no PEFT adapter is written beside the best model: {problem}")
         return make_trainer(
             translator.model, task, cfg, resume, started, also_save=writers, evaluate_start=init is not None
         )
@@ -348,7 +352,7 @@ def _pair_tokenizers(
 
 
 def _shard_split(
-    pairs: PairShards, seed: int, valid: float, test: float, cache: str | Path | None = None
+    pairs: PairShards, seed: int, valid: float, test: float, cache: str | Path | None = None, log=say
 ) -> tuple[EncodedPairs, Split]:
     """The training pairs (their ids, memory-mapped) and the held-out ones (as text, in a :class:`Split` whose
     ``train`` is empty), split by source sentence as :func:`tformer.translation.pairs.split_pairs` splits a list, in
@@ -369,7 +373,7 @@ def _shard_split(
     capped = ""
     if n_valid < test_lo:
         capped = f" (the {valid:g} of the source sentences capped at {VALID_CAP:,} sentences; --valid N holds out N)"
-    say(
+    log(
         f"data: kept {m['pairs']} pairs, dropped {m['dropped_empty']} empty and {m['dropped_too_long']} over-long; "
         f"split into {len(trained)} train / {len(held_valid)} valid{none}{capped} / {len(held_test)} test pairs, held "
         f"out by source sentence (seed {seed})"
