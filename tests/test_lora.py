@@ -181,6 +181,31 @@ def test_an_adapter_peft_made_loads_in_tformer_on_its_base(bases, tmp_path):
         tformer.load(tmp_path / "adapter")
 
 
+@pytest.mark.parametrize(
+    "settings, refused",
+    [
+        (dict(target_modules=["q_proj"], modules_to_save=["lm_head"]), "modules_to_save=.*is not supported"),
+        (
+            dict(target_modules=["q_proj", "embed_tokens"]),
+            r"embed_tokens\..* is not a LoRA pair of a linear projection",
+        ),
+    ],
+)
+def test_an_adapter_with_more_than_linear_pairs_is_refused_not_cut(bases, tmp_path, settings, refused):
+    """PEFT can also save whole modules (``modules_to_save``) and embeddings' pairs; tformer applies neither, so it
+    refuses the adapter in one line saying what to do instead of running a model PEFT would not run."""
+    hf = transformers.AutoModelForCausalLM.from_pretrained(bases["llama"], dtype=torch.float32)
+    peft.get_peft_model(hf, peft.LoraConfig(r=4, lora_alpha=8, **settings)).save_pretrained(tmp_path / "adapter")
+    if "modules_to_save" in settings:  # the tensors alone, as an older writer might leave them: refused as well
+        config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+        (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({**config, "modules_to_save": None}))
+        with pytest.raises(ValueError, match="lm_head.* is not a LoRA pair of a linear projection.*merge_and_unload"):
+            load_adapter(tformer.load(bases["llama"]).model, tmp_path / "adapter")
+        (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=refused):
+        load_adapter(tformer.load(bases["llama"]).model, tmp_path / "adapter")
+
+
 def test_an_adapter_with_a_foreign_layer_is_refused(bases, tmp_path):
     model = tformer.load(bases["llama"], fast=False).model
     add_lora(model, LoraConfig(r=2, targets=("attn.q_proj",)))
@@ -351,6 +376,15 @@ def test_a_lora_run_learns_from_the_pretrained_start_and_writes_a_peft_adapter(b
     assert main(["merge", str(out), str(tmp_path / "merged")]) == 0
     merged = tformer.load(tmp_path / "merged").model
     torch.testing.assert_close(merged(x), ours(x), atol=1e-5, rtol=1e-5)
+    # LoRA again from that adapter: its pairs are in the new run's base weights, which PEFT would not put under the
+    # new pairs (it loads base_model_name_or_path alone), so no adapter is written, and the note says what to do
+    capsys.readouterr()
+    again = ["--init", str(out / "best"), "--data", str(sft_file), "--out", str(tmp_path / "again"), "--lora-r", "2"]
+    assert _train(*again, "--max-steps", "1") == 0
+    said = capsys.readouterr().out
+    assert "no PEFT adapter is written beside the best model: it started from the PEFT adapter" in said
+    assert "merge that adapter into its base first" in said
+    assert not (tmp_path / "again" / "best" / "adapter_config.json").exists()
 
 
 def test_a_lora_run_resumes_exactly(bases, sft_file, tmp_path):

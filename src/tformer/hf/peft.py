@@ -61,8 +61,14 @@ def fused_qkv(config: ModelConfig) -> bool:
     return registry.module_for(config) is gpt2
 
 
-def exportable(config: ModelConfig) -> str | None:
-    """None when a model of ``config`` can write its LoRA pairs as a PEFT adapter, else why not (one line)."""
+def exportable(config: ModelConfig, base: str | os.PathLike | None = None) -> str | None:
+    """None when a model of ``config`` can write its LoRA pairs as a PEFT adapter on ``base`` (the model it started
+    from), else why not (one line)."""
+    if base is not None and (Path(base) / ADAPTER_CONFIG).is_file():  # PEFT would put the new pairs on its base alone
+        return (
+            f"it started from the PEFT adapter {str(base)!r}, whose pairs are now part of its weights: merge that "
+            "adapter into its base first (tformer merge, or PEFT's merge_and_unload) and start from the merged model"
+        )
     try:
         _check_exportable(config)
     except ValueError as err:
@@ -161,10 +167,19 @@ def save_adapter(model: nn.Module, directory: str | os.PathLike, base_model: str
     return out
 
 
+_ENDS = {half: (f".{half}.weight", f".{half}.default.weight") for half in ("lora_A", "lora_B")}
+# what an adapter tformer cannot apply asks of the user (tformer reads the LoRA pairs of linear projections only)
+_MERGE_FIRST = (
+    " (tformer reads the LoRA pairs of linear projections; merge this adapter into its base with PEFT's "
+    "merge_and_unload() and save_pretrained(), then give that directory)"
+)
+
+
 def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     """Put the PEFT LoRA adapter ``directory`` on ``model`` (its base: a GPT or an Opus-MT-layout translator),
     as :class:`~tformer.nn.lora.LoRALinear` layers holding its pairs; returns ``model``. What does not fit (another
-    peft_type, a layer the model lacks, a pair of another shape) is one line naming the file."""
+    peft_type, a layer the model lacks, a pair of another shape, a tensor that is no linear layer's pair: an
+    embedding's pair, ``modules_to_save``) is one line naming the file, never a part of the adapter left out."""
     directory = Path(directory)
     path = directory / ADAPTER_CONFIG
     adapter = read_json_object(path, "PEFT adapter config")
@@ -177,6 +192,10 @@ def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
             raise ValueError(f"{str(path)!r}: {field}={adapter[field]!r} is not supported (tformer's LoRA: {wanted!r})")
     if adapter.get("rank_pattern") or adapter.get("alpha_pattern"):
         raise ValueError(f"{str(path)!r}: rank_pattern / alpha_pattern (a rank per layer) are not supported")
+    if adapter.get("modules_to_save"):
+        raise ValueError(
+            f"{str(path)!r}: modules_to_save={adapter['modules_to_save']!r} is not supported{_MERGE_FIRST}"
+        )
     weights = directory / ADAPTER_WEIGHTS
     if not weights.is_file():
         raise FileNotFoundError(f"{str(weights)!r} is missing: the adapter has no weights")
@@ -189,14 +208,14 @@ def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     found: dict[str, dict[str, dict[str, torch.Tensor]]] = {}
     for key, tensor in state.items():
         stem = key.removeprefix(PREFIX)
-        for half in ("lora_A", "lora_B"):
-            for suffix in (f".{half}.weight", f".{half}.default.weight"):
-                if stem.endswith(suffix):
-                    hf = stem[: -len(suffix)]
-                    if hf not in where:
-                        raise ValueError(f"{str(weights)!r}: {key!r} names no projection of this model")
-                    layer, part = where[hf]
-                    found.setdefault(layer, {}).setdefault(part, {})[half] = tensor
+        pair = [(half, stem[: -len(end)]) for half in ("lora_A", "lora_B") for end in _ENDS[half] if stem.endswith(end)]
+        if not pair:  # an embedding's pair, a whole module trained beside the pairs, ...: not dropped in silence
+            raise ValueError(f"{str(weights)!r}: {key!r} is not a LoRA pair of a linear projection{_MERGE_FIRST}")
+        half, hf = pair[0]
+        if hf not in where:
+            raise ValueError(f"{str(weights)!r}: {key!r} names no projection of this model")
+        layer, part = where[hf]
+        found.setdefault(layer, {}).setdefault(part, {})[half] = tensor
     if not found:
         raise ValueError(f"{str(weights)!r} holds no LoRA pairs")
     r, alpha = cast(int, adapter.get("r")), cast(float, adapter.get("lora_alpha"))

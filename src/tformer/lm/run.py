@@ -365,7 +365,7 @@ def _setup_from(
         cfg = TrainConfig(out_dir=str(out_dir), **options)
         writers = []
         if lora.r:
-            problem = exportable(model.config)
+            problem = exportable(model.config, init)
             if problem is None:
                 writers.append(adapter_writer(init))
             else:

@@ -305,7 +305,7 @@ def setup(
         task = TranslationTask(translator, train, split.valid, batch_tokens, label_smoothing, cfg.seed, bleu_sentences)
         writers = []
         if lora.r and init is not None:
-            problem = exportable(translator.model.config)
+            problem = exportable(translator.model.config, init)
             if problem is None:
                 writers.append(adapter_writer(init))
             elif distributed.is_main_process():
