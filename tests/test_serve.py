@@ -207,6 +207,7 @@ def test_a_stream_is_the_same_answer_in_pieces(chat, llama_server):
     assert text == (choice.message.content if chat else choice.text) and finish == choice.finish_reason
     assert len(chunks) >= 4 and len({c.id for c in chunks}) == 1
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert all("usage" in c.model_fields_set and c.usage is None for c in chunks[:-1])  # "usage": null, as OpenAI's
     if chat:
         assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].object == "chat.completion.chunk"
 
@@ -225,6 +226,31 @@ def test_the_events_on_the_wire_are_openais(llama_server):
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
 
 
+def test_a_reply_sent_back_as_the_client_dumps_it_and_openais_other_fields_are_taken(llama_server):
+    """A conversation replayed with the client's own reply (``model_dump()``: "refusal": null, "tool_calls": null,
+    ...), a developer message (OpenAI's newer name of system), and store / metadata / service_tier (OpenAI's
+    bookkeeping) are answered as the same conversation without them; a field that would change the answer is not."""
+    client = llama_server.client()
+    reply = client.chat.completions.create(model="llama", messages=MESSAGES, max_tokens=5, temperature=0)
+    turn = reply.choices[0].message.model_dump()
+    assert turn["refusal"] is None and "tool_calls" in turn  # what the client adds
+    plain = {"role": "assistant", "content": turn["content"]}
+    system = [{"role": "system", "content": "Answer briefly."}]
+
+    def text(messages, **more):
+        answer = client.chat.completions.create(model="llama", messages=messages, max_tokens=8, temperature=0, **more)
+        return answer.choices[0].message.content
+
+    again = [*MESSAGES, turn, {"role": "user", "content": "And then?"}]
+    assert text(again) == text([*MESSAGES, plain, {"role": "user", "content": "And then?"}])
+    developer = [{"role": "developer", "content": "Answer briefly."}, *MESSAGES]
+    assert text(developer, store=False, metadata={"k": "v"}, service_tier="auto") == text([*system, *MESSAGES])
+    with pytest.raises(openai.BadRequestError, match="reasoning_effort .* not supported"):
+        text(MESSAGES, reasoning_effort="high")
+    with pytest.raises(openai.BadRequestError, match="messages\\[0\\] has 'tool_calls'"):
+        text([{**MESSAGES[0], "tool_calls": [{"id": "x"}]}])
+
+
 def test_a_seed_gives_the_same_text_again(llama_server, llama):
     client = llama_server.client()
 
@@ -238,6 +264,7 @@ def test_a_seed_gives_the_same_text_again(llama_server, llama):
     assert sample(3) == first == sample(3, stream=True)
     assert first == lm.generate(llama.model, llama.tokenizer, PROMPT, 20, SamplingConfig(True, 1.0, None, 0.9), seed=3)
     assert sample(4) != first
+    assert sample(3 + 2**32) == first and sample(-1) == sample(2**32 - 1)  # any 64-bit seed, modulo 2**32
 
 
 def test_stop_strings_end_the_text_before_them(llama_server):
@@ -321,7 +348,8 @@ BAD = [  # (endpoint, body (bytes: as they are), status, param, code)
     ("completions", {"model": "llama", "prompt": "x", "top_p": 0}, 400, "top_p", None),
     ("completions", {"model": "llama", "prompt": "x", "max_tokens": 0}, 400, "max_tokens", None),
     ("completions", {"model": "llama", "prompt": "x", "max_tokens": True}, 400, "max_tokens", None),
-    ("completions", {"model": "llama", "prompt": "x", "seed": -1}, 400, "seed", None),
+    ("completions", {"model": "llama", "prompt": "x", "seed": 2**64}, 400, "seed", None),
+    ("completions", {"model": "llama", "prompt": "x", "seed": 1.5}, 400, "seed", None),
     ("completions", {"model": "llama", "prompt": "x", "n": 2}, 400, "n", "unsupported_value"),
     ("completions", {"model": "llama", "prompt": "x", "logprobs": 2}, 400, "logprobs", "unsupported_value"),
     ("completions", {"model": "llama", "prompt": "x", "stop": ["a"] * 5}, 400, "stop", None),
@@ -534,7 +562,7 @@ def test_a_full_queue_is_503(llama, fake_work):
         fake_work["release"].set()
         for t in threads:
             t.join(30)
-    assert r.status_code == 503 and r.json()["error"]["code"] == "queue_full"
+    assert r.status_code == 503 and r.json()["error"]["code"] == "queue_full" and r.headers["retry-after"] == "1"
     assert r.json()["error"]["type"] == "server_error" and "--max-queue" in r.json()["error"]["message"]
     assert len(answers) == 2
 

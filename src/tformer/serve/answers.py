@@ -51,8 +51,8 @@ def model_card(name: str, created: int) -> dict[str, Any]:
 class Answer:
     """The answers to one request of /v1/completions (``chat=False``) or /v1/chat/completions (``chat=True``)."""
 
-    def __init__(self, model: str, chat: bool) -> None:
-        self.model, self.chat = model, chat
+    def __init__(self, model: str, chat: bool, include_usage: bool = False) -> None:
+        self.model, self.chat, self.include_usage = model, chat, include_usage
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
 
@@ -86,7 +86,10 @@ class Answer:
         else:
             choice["text"] = text or ""
         choice.update(logprobs=None, finish_reason=finish_reason)
-        return {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [choice]}
+        chunk = {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [choice]}
+        if self.include_usage:  # as OpenAI's: each chunk says "usage": null, the last one (usage_chunk) the counts
+            chunk["usage"] = None
+        return chunk
 
     def usage_chunk(self, outcome: Any) -> dict[str, Any]:
         """The last chunk of a stream asked with ``stream_options: {"include_usage": true}``."""

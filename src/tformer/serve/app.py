@@ -65,6 +65,11 @@ def _say(line: str) -> None:
     print(f"tformer serve: {line}", file=sys.stderr, flush=True)
 
 
+# 413: a body over the cap is not read to its end, so the connection closes after the answer; 503: the queue is full,
+# and a client (the openai package's retries among them) may try again in a second
+_ERROR_HEADERS = {413: {"connection": "close"}, 503: {"retry-after": "1"}}
+
+
 def _error(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
@@ -241,7 +246,9 @@ def create_app(
             parsed = completion_request(body, served.name)
             run = partial(work.complete, served, parsed)
         job, options = Job(run, asyncio.get_running_loop()), parsed.options
-        return await queued(request, job, options.stream, Answer(served.name, chat), options.include_usage)
+        return await queued(
+            request, job, options.stream, Answer(served.name, chat, options.include_usage), options.include_usage
+        )
 
     async def translate(request: Request) -> Response:
         offered("translate")
@@ -271,8 +278,8 @@ def create_app(
         async def answer(request: Request) -> Response:
             try:
                 return await handler(request)
-            except APIError as err:  # a body over the cap is not read to its end: close the connection after it
-                return _error(err, {"connection": "close"} if err.status == 413 else None)
+            except APIError as err:
+                return _error(err, _ERROR_HEADERS.get(err.status))
             except ClientDisconnect:  # gone while its body was read
                 return Response(status_code=GONE)
             except Exception as err:  # anything else is tformer's bug, not the request's

@@ -39,7 +39,7 @@ MAX_BODY = 1 << 20  # bytes of one request body (1 MiB): far more than any conte
 MAX_STOP = 4  # stop strings, as OpenAI allows
 MAX_TEXTS = 128  # texts of one /v1/translate request
 MAX_BEAM = 16
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant")  # developer: OpenAI's newer name of system, read as system
 
 
 class APIError(Exception):
@@ -175,7 +175,10 @@ def _options(fields: _Fields, max_tokens_names: tuple[str, ...]) -> Options:
     top_p = fields.number("top_p", 1.0, 0, 1)
     if top_p == 0:
         raise APIError("top_p must be in (0, 1], got 0", param="top_p")
-    seed = fields.number("seed", None, 0, 2**32 - 1, whole=True)  # a 32-bit seed, --seed's bound
+    # OpenAI takes any 64-bit integer; tformer's generators take --seed's 32 bits: the seed modulo 2**32 (the same
+    # text for the same seed, and a seed below 2**32 gives what tformer generate --seed gives)
+    seed = fields.number("seed", None, -(2**63), 2**64 - 1, whole=True)
+    seed = None if seed is None else seed % 2**32
     stop = fields.take("stop")
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
     if not isinstance(stops, list) or len(stops) > MAX_STOP:
@@ -274,12 +277,12 @@ def chat_request(body: dict[str, Any], model_id: str) -> ChatRequest:
                 f'messages[{i}] must be {{"role": one of {", ".join(ROLES)}, "content": text}}, got {_shown(message)}',
                 param="messages",
             )
-        extra = sorted(set(message) - {"role", "content", "name"})
+        # null = absent, as OpenAI reads it: a reply sent back as the client library dumps it ("refusal": null, ...)
+        extra = sorted(k for k in set(message) - {"role", "content", "name"} if message[k] is not None)
         if extra:
             raise APIError(f"messages[{i}] has {extra[0]!r}, which this server does not take", param="messages")
-        messages.append(
-            {"role": message["role"], "content": _content(message["content"], f"messages[{i}].content", fields)}
-        )
+        role = "system" if message["role"] == "developer" else message["role"]
+        messages.append({"role": role, "content": _content(message["content"], f"messages[{i}].content", fields)})
     options = _options(fields, ("max_tokens", "max_completion_tokens"))
     for name in ("tools", "functions"):
         fields.only(name, ([],), "tool calls are not implemented")
@@ -287,6 +290,10 @@ def chat_request(body: dict[str, Any], model_id: str) -> ChatRequest:
         fields.only(name, ("none",), "tool calls are not implemented")
     fields.only("response_format", ({"type": "text"},), "the answer is plain text")
     fields.take("parallel_tool_calls")  # no tools, so nothing to run in parallel
+    for name in ("store", "metadata", "service_tier"):  # OpenAI's own bookkeeping and billing: nothing to do here
+        fields.take(name)
+    fields.only("modalities", (["text"],), "the answer is text")
+    fields.only("reasoning_effort", (), "this model answers without a reasoning step")
     fields.done()
     return ChatRequest(messages, options)
 
