@@ -258,7 +258,9 @@ class Tokenizer(ABC):
 
 class Continuation:
     """The text that ids add after a prompt, for streaming: ``decode(ids)`` = decode(prompt + ids) minus the
-    prompt's own text, as ``transformers``' text-generation pipeline cuts it; special tokens are written out.
+    prompt's own text, as ``transformers``' text-generation pipeline cuts it; special tokens are left out, as that
+    pipeline (``skip_special_tokens=True``) and OpenAI-style servers leave them (a model that starts a new turn does
+    not show ``<|im_start|>user``).
 
     Decoding the new ids alone is exact for characters and byte-level BPE, but a SentencePiece-style decoder (Llama 2,
     Mistral v0.1: ``▁`` → space, then the first space stripped) would drop the space that starts the continuation.
@@ -266,11 +268,11 @@ class Continuation:
 
     def __init__(self, tokenizer: Tokenizer, prompt_ids: Iterable[int]) -> None:
         self.tokenizer, self.prompt_ids = tokenizer, list(prompt_ids)
-        self.prefix = tokenizer.decode(self.prompt_ids, skip_special_tokens=False)
+        self.prefix = tokenizer.decode(self.prompt_ids)
 
     def decode(self, ids: Iterable[int]) -> str:
         ids = list(ids)
-        text = self.tokenizer.decode(self.prompt_ids + ids, skip_special_tokens=False)
+        text = self.tokenizer.decode(self.prompt_ids + ids)
         if text.startswith(self.prefix):
             return text[len(self.prefix) :]
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        return self.tokenizer.decode(ids)
