@@ -81,3 +81,19 @@ def test_a_run_with_checkpoints_is_overwritten_as_a_run(tmp_path, capsys):
     assert [d.name for d in checkpoints(tmp_path / "run")] == ["step-0000004"]
     assert main(args + ["--overwrite"]) == 0  # checkpoints/ is the run's own: --overwrite may delete it
     capsys.readouterr()
+
+
+def test_with_ema_a_checkpoint_records_the_score_of_the_weights_it_holds(tmp_path):
+    """A checkpoint holds the trained weights; with --ema its metric is theirs, not the moving average's (which may
+    be best/'s), so ``--best K`` ranks the saved weights by their own scores."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16))
+    cfg = TrainConfig(
+        out_dir=str(tmp_path), max_steps=2, eval_every=1, warmup_steps=1, lr=1e-2, progress=False, keep_checkpoints=2
+    )
+    task = ScriptedTask([5.0, 4.0, 3.0, 2.0])  # each evaluation: the trained weights', then the average's (better)
+    Trainer(model, task, TrainConfig(**{**cfg.__dict__, "ema": 0.5})).fit()
+    values = [json.loads((d / "checkpoint.json").read_text())["value"] for d in checkpoints(tmp_path)]
+    assert values == [5.0, 3.0]
+    step2 = GPT.from_pretrained(checkpoints(tmp_path)[1]).state_dict()
+    assert all(torch.equal(step2[k], v) for k, v in task.seen[2].items())  # the weights scored 3.0

@@ -65,7 +65,7 @@ class Evaluation:
             metrics, averaged = sharded.within(self.fsdp, self._scores)
         record = {"step": self.step, "epoch": self.epoch, **metrics, **{f"ema_{k}": v for k, v in averaged.items()}}
         self._log(record)
-        value = metrics.get(self.task.metric)  # None: no validation data, so the model kept is the latest
+        own = value = metrics.get(self.task.metric)  # None: no validation data, so the model kept is the latest
         use_ema = self._better(averaged.get(self.task.metric), value)  # the average is the candidate for best/
         value = averaged[self.task.metric] if use_ema else value
         if value is None and self.cfg.patience is not None and not self._patience_said:
@@ -89,7 +89,8 @@ class Evaluation:
                     with self._saving(self.out / BEST_DIR) as tmp:
                         self._save_model(tmp, model)
         if self.cfg.keep_checkpoints:  # each evaluation's model, the newest K kept (for tformer average)
-            info = {"metric": self.task.metric, "value": value, "higher_is_better": self.task.higher_is_better}
+            # the score of the weights it holds, the trained ones (not the moving average's): average --best ranks by it
+            info = {"metric": self.task.metric, "value": own, "higher_is_better": self.task.higher_is_better}
             model = self._whole_model()
             if self.world.is_main:
                 save = lambda directory: self._save_model(directory, model)  # noqa: E731
