@@ -309,6 +309,12 @@ def test_the_length_penalty_is_tuned_on_validation_and_kept_with_the_model(overf
     files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
     assert main(["evaluate", "--model", str(model), *files, "--tune-length-penalty"]) != 0  # greedy: nothing to rank
     assert "needs --beam 2 or more" in capsys.readouterr().err
+    for flag, value in (("--length-penalty", "0"), ("--out-hyp", str(tmp_path / "hyp.txt"))):  # not ignored: refused
+        assert (
+            main(["evaluate", "--model", str(model), *files, "--beam", "2", "--tune-length-penalty", flag, value]) == 2
+        )
+        assert f"writes no translations: drop {flag}" in capsys.readouterr().err
+    assert not (tmp_path / "hyp.txt").exists()
     assert main(["evaluate", "--model", str(model), *files, "--beam", "2", "--tune-length-penalty"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("length penalty ")]
     scores = {float(r[2].rstrip(":")): float(r[4]) for r in rows}  # "length penalty 0.6: BLEU 93.61  chrF 96.68"

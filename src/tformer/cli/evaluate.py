@@ -36,6 +36,16 @@ def run(args) -> int:
     from tformer.outputs import check_output, write_output
     from tformer.translation import Translator, evaluate_files
 
+    if args.tune_length_penalty:  # the sweep tries its own penalties and writes no translations: said, not ignored
+        given = [
+            flag
+            for flag, value in (("--length-penalty", args.length_penalty), ("--out-hyp", args.out_hyp))
+            if value is not None
+        ]
+        if given:
+            raise ValueError(
+                f"--tune-length-penalty tries its own penalties and writes no translations: drop {given[0]}"
+            )
     if args.out_hyp:  # before the model is loaded and the test set translated
         inputs = [("--src", args.src), *(("--ref", ref) for ref in args.ref), ("--model", args.model)]
         check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
