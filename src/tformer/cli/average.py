@@ -5,8 +5,8 @@
     tformer average runs/mt avg/ --last 5         # the 5 newest: config.json, model.safetensors, the tokenizers
     tformer evaluate --model avg/ --src val.en --ref val.fr   # then as any model
 
-``--best K`` takes the K best by the metric the run's ``best/`` is chosen by (BLEU for translation, the loss for the
-others). The average is the library's :func:`tformer.training.averaging.write_average`.
+``--best K`` takes the K best of the kept checkpoints (the newest ``--keep-checkpoints``) by the metric the run's
+``best/`` is chosen by (BLEU for translation, the loss for the others). The average is the library's :func:`tformer.training.averaging.write_average`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ def add_parser(sub) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--last", metavar="K", type=positive_int, help="average the K newest checkpoints")
     which.add_argument(
-        "--best", metavar="K", type=positive_int, help="average the K best by the run's validation metric"
+        "--best",
+        metavar="K",
+        type=positive_int,
+        help="average the K best of the kept checkpoints (the newest --keep-checkpoints) by the run's validation metric",
     )
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it holds an earlier model directory")
     p.set_defaults(func=run)
