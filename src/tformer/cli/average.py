@@ -6,7 +6,8 @@
     tformer evaluate --model avg/ --src val.en --ref val.fr   # then as any model
 
 ``--best K`` takes the K best of the kept checkpoints (the newest ``--keep-checkpoints``) by the metric the run's
-``best/`` is chosen by (BLEU for translation, the loss for the others). The average is the library's :func:`tformer.training.averaging.write_average`.
+``best/`` is chosen by (BLEU for translation, the loss for the others). The average is the library's
+:func:`tformer.training.averaging.write_average`.
 """
 
 from __future__ import annotations
