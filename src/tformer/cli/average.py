@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
         "--best",
         metavar="K",
         type=positive_int,
-        help="average the K best of the kept checkpoints (the newest --keep-checkpoints) by the run's validation metric",
+        help="average the K best of the kept checkpoints (the newest --keep-checkpoints) by the run's metric",
     )
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it holds an earlier model directory")
     p.set_defaults(func=run)
