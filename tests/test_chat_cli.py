@@ -94,7 +94,7 @@ def test_a_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(dirs
     code, out, err = _chat(monkeypatch, capsys, dirs["llama"], "word " * 200 + "\nHi\n", *GREEDY)
     assert code == 2
     (line,) = err.strip().splitlines()
-    assert line.startswith("tformer chat: error: the last message alone take") and "more than the 122" in line
+    assert line.startswith("tformer chat: error: the last message alone takes") and "more than the 122" in line
     assert out == _replies(dirs["llama"], [["Hi"]])
 
 

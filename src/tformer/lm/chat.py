@@ -60,10 +60,14 @@ def chat_prompt_ids(tokenizer, messages: Sequence[Mapping[str, Any]], max_tokens
         if len(ids) <= max_tokens:
             return ids, dropped
         if len(turns) <= 1:
-            what = "the system message and the last message" if head and turns else "the last message"
+            what = (
+                "the system message and the last message alone take"
+                if head and turns
+                else "the last message alone takes"
+            )
             raise ValueError(
-                f"{what} alone take {len(ids)} tokens in the chat template, more than the {max_tokens} the context "
-                "leaves for them (max_tokens): shorten it, or generate fewer tokens"
+                f"{what} {len(ids)} tokens in the chat template, more than the {max_tokens} the context leaves for "
+                "them beside the tokens to generate: shorten it, or generate fewer tokens"
             )
         n = 1  # the oldest message, and what answered it: up to the next user message (the last one stays)
         while n < len(turns) - 1 and turns[n]["role"] != "user":
