@@ -126,8 +126,8 @@ def _note(scope: MutableMapping[str, Any], **values: Any) -> None:
 class _EventStream(Response):
     """A streamed answer: 200, then a server-sent event for each piece of text the worker sends, then ``[DONE]``."""
 
-    def __init__(self, job: Job, first: tuple[str, Any], answer: Answer, include_usage: bool, watcher: asyncio.Task):
-        self.job, self.first, self.answer, self.include_usage, self.watcher = job, first, answer, include_usage, watcher
+    def __init__(self, job: Job, first: tuple[str, Any], answer: Answer, watcher: asyncio.Task):
+        self.job, self.first, self.answer, self.watcher = job, first, answer, watcher
 
     async def __call__(self, scope, receive, send) -> None:
         headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
@@ -151,7 +151,7 @@ class _EventStream(Response):
         if kind == "end":
             _note(scope, tokens=value.completion_tokens)
             yield event(answer.chunk(None, value.finish_reason))
-            if self.include_usage:
+            if answer.include_usage:
                 yield event(answer.usage_chunk(value))
             yield DONE
         elif kind == "error":  # after the status was sent: the error as an event, as OpenAI's streams end on one
@@ -197,7 +197,7 @@ def create_app(
                 code="no_chat_template",
             )
 
-    async def queued(request: Request, job: Job, stream: bool, answer: Answer | None, include_usage: bool = False):
+    async def queued(request: Request, job: Job, stream: bool, answer: Answer | None):
         """Queue ``job`` and answer with its outcome: JSON, or a stream of events from its first token on."""
         try:
             worker.submit(job)
@@ -216,7 +216,7 @@ def create_app(
             if stream and kind in ("text", "end"):
                 assert answer is not None
                 handed = True
-                return _EventStream(job, (kind, value), answer, include_usage, watcher)
+                return _EventStream(job, (kind, value), answer, watcher)
             while kind == "text":
                 kind, value = await job.events.get()
             if kind == "cancelled":
@@ -246,9 +246,7 @@ def create_app(
             parsed = completion_request(body, served.name)
             run = partial(work.complete, served, parsed)
         job, options = Job(run, asyncio.get_running_loop()), parsed.options
-        return await queued(
-            request, job, options.stream, Answer(served.name, chat, options.include_usage), options.include_usage
-        )
+        return await queued(request, job, options.stream, Answer(served.name, chat, options.include_usage))
 
     async def translate(request: Request) -> Response:
         offered("translate")
