@@ -46,7 +46,9 @@ def test_a_config_file_sets_flags_the_command_line_wins_and_the_run_writes_what_
     "body, words",
     [
         ("max_step: 3\n", ["'max_step' is not a setting", "did you mean 'max-steps'"]),
-        ("max-steps: -1\n", ["--max-steps"]),
+        ("max-steps: -1\n", ["bad.yaml: max-steps: must be a positive integer, got -1"]),
+        ("schedule: off\n", ["bad.yaml: schedule: 'off' is not one of"]),  # YAML 1.2: off is a word, not false
+        ("compile: yes\n", ["'compile' is a switch, give true or false, got 'yes'"]),
         ("no-progress: maybe\n", ["'no-progress' is a switch, give true or false"]),
         ("- max-steps\n", ["expected a mapping of settings"]),
         ("overwrite: true\n", ["'overwrite' is not a setting"]),
@@ -115,3 +117,45 @@ def test_the_readme_recipe_is_the_shipped_one_and_a_wrong_name_lists_them(tmp_pa
         _parsed(["train", "lm", "--data", __file__, "--out", "o", "--config", "multi30k"])
     err = capsys.readouterr().err
     assert "not a recipe tformer ships" in err and "multi30k-cpu-hour" in err and "shakespeare-char-30min" in err
+
+
+def test_the_command_line_undoes_a_config_files_switches(tmp_path):
+    """A flag on the command line wins over the file's, switches too: each has its opposite, and --precision wins
+    over the file's bf16 (its alias) and --bf16 over the file's precision."""
+    config = tmp_path / "recipe.yaml"
+    config.write_text("bf16: true\ncompile: true\nno-progress: true\nno-fast: true\nseparate-vocab: true\n")
+    words = ["train", "translation", "--data", __file__, "--out", "o", "--config", str(config)]
+    args = _parsed(words)
+    assert (args.bf16, args.compile, args.progress, args.fast, args.joint) == (True, True, False, False, False)
+    args = _parsed(words + ["--precision", "fp32", "--no-compile", "--progress", "--fast", "--joint-vocab"])
+    assert (args.bf16, args.precision, args.compile, args.progress, args.fast, args.joint) == (
+        False,
+        "fp32",
+        False,
+        True,
+        True,
+        True,
+    )
+    config.write_text("precision: fp32\ncompile: false\n")
+    args = _parsed(words + ["--bf16", "--compile"])
+    assert (args.bf16, args.precision, args.compile) == (True, "auto", True)
+    config.write_text("compile: false\nno-progress: false\n")  # false: the switch's opposite, last on the line
+    args = _parsed(words[:-2] + ["--compile", "--no-progress", "--config", str(config)])
+    assert (args.compile, args.progress) == (True, False)  # the command line's, wherever --config stands
+
+
+def test_a_config_value_is_one_word_and_yaml_words_stay_words(tmp_path):
+    config = tmp_path / "recipe.yaml"
+    config.write_text("src-lang: no\ntgt-lang: -x\n")  # Norwegian, and a value that starts with a dash
+    args = _parsed(["train", "translation", "--data", __file__, "--out", "o", "--config", str(config)])
+    assert (args.src_lang, args.tgt_lang) == ("no", "-x")
+
+
+def test_a_run_with_bf16_writes_it_as_its_precision(tmp_path, text):
+    out = tmp_path / "run"
+    words = ["train", "lm", "--data", str(text), "--out", str(out), "--preset", "tiny", "--max-len", "16"]
+    assert main(words + ["--batch-size", "4", "--max-steps", "1", "--eval-blocks", "1", "--no-progress", "--bf16"]) == 0
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["precision"] == "bf16" and "bf16" not in resolved
+    args = _parsed(["train", "lm", "--config", str(out / "config.yaml"), "--precision", "fp32"])
+    assert (args.precision, args.bf16) == ("fp32", False)  # the command line's precision wins over the file's

@@ -10,8 +10,10 @@
 ``--config FILE`` reads FILE's settings as if they were given first on the command line: a flag given there too
 wins (argparse keeps the last). A key is a flag's name without its dashes (``max-steps``; ``max_steps`` too); an
 unknown key is refused with the closest names (``did you mean 'max-steps'?``), as a flag's value is checked as the
-flag checks it. A switch takes ``true`` or ``false``. Every run writes the settings it resolved to
-``OUT/config.yaml`` (:func:`write_resolved`), so ``--config OUT/config.yaml`` repeats it.
+flag checks it (a bad one named with the file). A switch takes ``true`` or ``false`` (YAML 1.2's: ``no`` is the
+word no), and the command line undoes it by its opposite (``--no-compile`` over a file's ``compile: true``;
+``--precision fp32`` over its ``bf16: true``). Every run writes the settings it resolved to ``OUT/config.yaml``
+(:func:`write_resolved`), so ``--config OUT/config.yaml`` repeats it.
 
 The project's recipes are shipped as such files (``src/tformer/recipes/``, :func:`shipped`): ``--config NAME``
 (no path, no suffix, no such file here) reads the recipe ``NAME`` (``multi30k-cpu-hour``, ``shakespeare-char-30min``,
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tformer.checks import did_you_mean
+from tformer.cli.parser import Switch
 
 __all__ = ["CONFIG_NAME", "expand", "shipped", "write_resolved"]
 
@@ -72,18 +75,39 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
     kind = settings.pop("family", None)
     if kind is not None and kind != words[at - 1]:
         family.error(f"--config {path}: a recipe of `tformer train {kind}`, not of `train {words[at - 1]}`")
-    given = {w.split("=", 1)[0] for w in words[at:] if w.startswith("--")}  # the command line's flags win
-    flags: list[str] = []
     options = {o[2:]: a for o, a in family._option_string_actions.items() if o.startswith("--")}
+    given = {_setting(a) for a in (_flag(options, w) for w in words[at:]) if a is not None}
+    flags: list[str] = []
     for key, value in settings.items():
         name = str(key).replace("_", "-")
         action = options.get(name)
         if action is None or name in _NOT_SETTINGS:
             hint = did_you_mean(name, [n for n in options if n not in _NOT_SETTINGS])
             family.error(f"--config {path}: {key!r} is not a setting of this command" + (f"; {hint}" if hint else ""))
-        if not given & set(action.option_strings):  # not read at all: --device cpu over a GPU recipe's cuda
+        if _setting(action) not in given:  # the command line's flag wins, unread: --device cpu over a recipe's cuda
             flags += _as_flags(family, path, name, action, value)
     return words[:at] + flags + words[at:]
+
+
+_SAME = {"bf16": "precision"}  # a flag that is another's alias: the command line's one wins over the file's other
+
+
+def _flag(options: dict[str, argparse.Action], word: str) -> argparse.Action | None:
+    """The action of the command line's ``word`` when it is a flag (``--max-steps=5``; argparse's unique
+    abbreviations too: ``--max-st 5``), else None."""
+    if not word.startswith("--"):
+        return None
+    name = word[2:].split("=", 1)[0]
+    if name in options:
+        return options[name]
+    starting = {a for n, a in options.items() if n.startswith(name)}
+    return starting.pop() if len(starting) == 1 else None
+
+
+def _setting(action: argparse.Action) -> str:
+    """The setting a flag's action sets (an earlier spelling's too: :func:`tformer.cli.parser.renamed`)."""
+    dest = getattr(action, "target", action).dest
+    return _SAME.get(dest, dest)
 
 
 def shipped() -> dict[str, Path]:
@@ -103,11 +127,31 @@ def _where(family: argparse.ArgumentParser, given: str) -> Path:
     return recipes[given]
 
 
+def _loader() -> type:
+    """PyYAML's safe loader with YAML 1.2's booleans: ``true``/``false`` only, so that ``tgt-lang: no`` (Norwegian)
+    or ``schedule: off`` arrive as the words they are, not as ``false``."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
+    return Loader
+
+
 def _read(family: argparse.ArgumentParser, path: Path) -> dict:
     import yaml
 
     try:
-        settings = yaml.safe_load(path.read_text(encoding="utf-8"))
+        settings = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader())
     except FileNotFoundError:
         family.error(f"--config {path}: no such file")
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
@@ -122,13 +166,22 @@ def _read(family: argparse.ArgumentParser, path: Path) -> dict:
 def _as_flags(family: argparse.ArgumentParser, path: str, name: str, action: argparse.Action, value: Any) -> list:
     if value is None:  # null: the default
         return []
-    if action.nargs == 0:  # a switch: --compile, --no-progress
+    if action.nargs == 0:  # a switch: --compile, --no-progress; false: its opposite, when it has one
         if not isinstance(value, bool):
             family.error(f"--config {path}: {name!r} is a switch, give true or false, got {value!r}")
-        return [f"--{name}"] if value else []
+        if value:
+            return [f"--{name}"]
+        return [action.opposite(f"--{name}")] if isinstance(action, Switch) else []
     if isinstance(value, (dict, list)):
         family.error(f"--config {path}: {name!r} takes one value, got {value!r}")
-    return [f"--{name}", str(value).lower() if isinstance(value, bool) else str(value)]
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    try:  # checked here, so that the error names the file: the flag's own check, and its choices
+        read = action.type(text) if callable(action.type) else text
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as err:
+        family.error(f"--config {path}: {name}: {err}")
+    if action.choices is not None and read not in action.choices:
+        family.error(f"--config {path}: {name}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return [f"--{name}={text}"]  # one word: a value that starts with a dash is a value, not a flag
 
 
 def write_resolved(parser: argparse.ArgumentParser, args: argparse.Namespace, out: str | Path) -> Path:
@@ -146,7 +199,11 @@ def write_resolved(parser: argparse.ArgumentParser, args: argparse.Namespace, ou
         names = [o[2:] for o in action.option_strings if o.startswith("--")]
         if not names or names[0] in _NOT_SETTINGS or action.help == argparse.SUPPRESS:
             continue
+        if action.dest == "bf16":  # the alias of precision: bf16, written as that
+            continue
         value = getattr(args, action.dest, None)
+        if action.dest == "precision" and getattr(args, "bf16", False):
+            value = "bf16"
         if action.nargs == 0:  # a switch: true when it changed its default
             value = value != action.default
         resolved[names[0]] = str(value) if isinstance(value, Path) else value

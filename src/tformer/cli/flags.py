@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tformer.cli import validate as v
-from tformer.cli.parser import renamed
+from tformer.cli.parser import Switch, renamed
 
 __all__ = ["Flag", "FLAGS", "add", "add_training", "defaults", "options"]
 
@@ -27,7 +27,8 @@ class Flag:
     """One flag: its help, its validator (:mod:`tformer.cli.validate`), and what argparse needs besides.
 
     ``default`` is the flag's own default when no entry point gives one; ``old`` lists the spellings of earlier
-    releases, still accepted with a note."""
+    releases, still accepted with a note; ``off`` is a switch's opposite spelling (``--no-compile``), which undoes it
+    (a ``--config`` file's, say): the two are one :class:`~tformer.cli.parser.Switch`."""
 
     help: str
     type: Callable[[str], Any] | None = None
@@ -37,6 +38,7 @@ class Flag:
     dest: str | None = None
     metavar: str | None = None
     old: tuple[str, ...] = ()
+    off: str | None = None
 
 
 PRESETS = ("tiny", "small", "base")
@@ -51,6 +53,7 @@ FLAGS: dict[str, Flag] = {
         "no CPU fast paths (tformer.fast): the plain reference code, the same numbers to float rounding",
         action="store_false",
         dest="fast",
+        off="--fast",
     ),
     "--seed": Flag("random seed", v.seed, 0),
     "--batch-size": Flag("sequences per batch", v.positive_int),
@@ -185,16 +188,20 @@ FLAGS: dict[str, Flag] = {
         "'tformer[tensorboard]'), or both: csv,tensorboard",
         v.log_sinks,
     ),
-    "--no-progress": Flag("no progress bar (the log lines stay)", action="store_false", dest="progress"),
+    "--no-progress": Flag(
+        "no progress bar (the log lines stay)", action="store_false", dest="progress", off="--progress"
+    ),
     "--compile": Flag(
         "torch.compile the model for the training steps: slower to start (the first steps compile), faster after, "
         "mostly on GPUs; the model saved is the plain one",
         action="store_true",
+        off="--no-compile",
     ),
     "--fsdp": Flag(
         "under torchrun: shard the weights, gradients and AdamW's moments over the processes (PyTorch's FSDP2) "
         "instead of a whole copy in each (DDP); the files written are the same",
         action="store_true",
+        off="--no-fsdp",
     ),
     # --- decoding
     "--max-new-tokens": Flag("tokens generated at most", v.max_new_tokens),
@@ -225,13 +232,17 @@ def add(p, *names: str, defaults: Mapping[str, Any] | None = None, **changes: An
         spec = dict(changes.get(dest, {}))
         olds = tuple(spec.pop("old")) if "old" in spec else flag.old
         kwargs: dict[str, Any] = dict(dest=dest, help=flag.help.format(flag=spec.pop("flag", "--out")))
-        if flag.action:
+        spellings = (name, flag.off) if flag.off else (name,)
+        if flag.off:  # the switch and its opposite, one action
+            kwargs.update(action=Switch, default=flag.action == "store_false")
+            kwargs["help"] += f"; {flag.off} undoes it (a --config file's)"
+        elif flag.action:
             kwargs["action"] = flag.action
         else:
             default = (defaults or {}).get(dest, flag.default)
             kwargs.update(type=flag.type, default=default, choices=flag.choices, metavar=flag.metavar)
         kwargs.update(spec)
-        action = p.add_argument(name, **{k: x for k, x in kwargs.items() if x is not None or k == "default"})
+        action = p.add_argument(*spellings, **{k: x for k, x in kwargs.items() if x is not None or k == "default"})
         for old in olds:
             p.add_argument(
                 old,

@@ -14,7 +14,7 @@ import sys
 
 from tformer.checks import BadValue, closest
 
-__all__ = ["Parser", "HelpFormatter", "renamed"]
+__all__ = ["Parser", "HelpFormatter", "Switch", "renamed"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -107,12 +107,31 @@ class Parser(argparse.ArgumentParser):
         super().error(f"{message} ({hint})" if hint else message)
 
 
+class Switch(argparse.Action):
+    """A switch with its opposite: ``--compile, --no-compile``, ``--no-progress, --progress``. The first spelling
+    turns the setting from its default, the second back to it, so that a command line can undo a ``--config``
+    file's switch (the last one given wins, as for any flag)."""
+
+    def __init__(self, option_strings, dest, default=False, required=False, help=None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, required=required, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, (option_string == self.option_strings[0]) != self.default)
+
+    def opposite(self, spelling: str) -> str:
+        """The other spelling of this switch (``--no-compile`` for ``--compile``)."""
+        first, second = self.option_strings
+        return second if spelling == first else first
+
+
 def renamed(old: str, action: argparse.Action) -> type[argparse.Action]:
     """An action for ``old``, an earlier spelling of ``action``'s flag: a note on stderr, then the same effect."""
 
     class Renamed(argparse.Action):
+        target = action  # what it stands for (tformer.cli.config reads the setting off it)
+
         def __call__(self, parser, namespace, values, option_string=None) -> None:
             print(f"note: {old} is now called {action.option_strings[0]}", file=sys.stderr)
-            action(parser, namespace, values, option_string)
+            action(parser, namespace, values, action.option_strings[0])
 
     return Renamed

@@ -12,6 +12,7 @@ Each family's parser calls that family's entry point (``tformer.translation.trai
 from __future__ import annotations
 
 from tformer.cli.flags import FLAGS, add, add_start, add_training, defaults, options
+from tformer.cli.parser import Switch
 from tformer.cli.validate import (
     count_or_fraction,
     data_source,
@@ -63,9 +64,11 @@ def _add_translation(fam) -> None:
     )
     t.add_argument(
         "--separate-vocab",
+        "--joint-vocab",
         dest="joint",
-        action="store_false",
-        help="separate source and target vocabularies (default: one joint vocabulary)",
+        action=Switch,
+        default=True,
+        help="separate source and target vocabularies (default, --joint-vocab: one joint vocabulary)",
     )
     add(t, "--batch-tokens", defaults=entry)
     t.add_argument("--label-smoothing", type=fraction, default=entry["label_smoothing"], help="of the loss's targets")
