@@ -97,3 +97,26 @@ def test_with_ema_a_checkpoint_records_the_score_of_the_weights_it_holds(tmp_pat
     assert values == [5.0, 3.0]
     step2 = GPT.from_pretrained(checkpoints(tmp_path)[1]).state_dict()
     assert all(torch.equal(step2[k], v) for k, v in task.seen[2].items())  # the weights scored 3.0
+
+
+@pytest.mark.parametrize(
+    "scores, best_ema", [([5.0, 4.0, 3.0, 2.0], True), ([5.0, 4.0, 3.0, 3.5], False)], ids=["average", "trained"]
+)
+def test_what_best_holds_is_said_when_it_is_the_moving_average(tmp_path, scores, best_ema):
+    """best/ may hold --ema's moving average: the run's last line, its state and ``tformer info`` say which, and the
+    step (else a best below every logged val_loss reads as a mistake)."""
+    from tformer.cli.info import describe_run
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16))
+    cfg = TrainConfig(out_dir=str(tmp_path), max_steps=2, eval_every=1, warmup_steps=1, progress=False, ema=0.5)
+    trainer = Trainer(model, ScriptedTask(scores), cfg)  # each evaluation: the trained weights', then the average's
+    trainer.fit()
+    assert (trainer.best, trainer.best_step, trainer.best_ema) == (min(scores[2:]), 2, best_ema)
+    said = "val_loss 2 at step 2 (the moving average, --ema 0.5)" if best_ema else "val_loss 3 at step 2"
+    assert trainer.best_text() == said
+    state = json.loads((tmp_path / "last" / "state.json").read_text())
+    assert (state["best_step"], state["best_ema"]) == (2, best_ema)
+    line = describe_run(tmp_path)
+    assert "at step 2 (best/, the model above" in line
+    assert ("the moving average of the weights, --ema 0.5" in line) == best_ema, line

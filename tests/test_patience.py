@@ -31,7 +31,7 @@ def test_the_run_stops_after_patience_flat_evaluations_and_keeps_the_best(tmp_pa
     assert trainer.step == 5 and result["val_loss"] == 2.2 and trainer.best == 2.0  # steps 3, 4, 5: none better
     out = capsys.readouterr().out
     assert "stopped early at step 5: --patience 3 (3 evaluations in a row without a better one)" in out
-    assert "best/ holds the best model (val_loss 2)" in out
+    assert "best/ holds the best model (val_loss 2 at step 2)" in out
     best = GPT.from_pretrained(tmp_path / "best").state_dict()
     assert all(torch.equal(best[k], v) for k, v in task.seen[1].items())  # step 2's model, not the last one
     assert not all(torch.equal(best[k], v) for k, v in task.seen[-1].items())

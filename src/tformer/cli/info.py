@@ -79,15 +79,19 @@ def describe_run(out: Path) -> str:
         parts.append(f"last/state.json unreadable ({type(err).__name__})")
         best = None
     where = _best_record(out / "log.jsonl", best) if best is not None else None
+    if best is not None and isinstance(state.get("best_step"), int):  # the state says (since 0.9): it is that
+        where = (where[0] if where else "metric", state["best_step"], state.get("best_ema") is True)
     if where is not None:
-        parts.append(f"best {where[0]} {best:.4f} at step {where[1]} (best/, the model above)")
+        ema = (state.get("train_config") or {}).get("ema")
+        kind = f": the moving average of the weights, --ema {ema:g}" if where[2] and ema else ""
+        parts.append(f"best {where[0]} {best:.4f} at step {where[1]} (best/, the model above{kind})")
     elif best is not None:
         parts.append(f"best {best:.4f} (best/, the model above)")
     return "; ".join(parts)
 
 
-def _best_record(log: Path, best: float) -> tuple[str, int] | None:
-    """(metric, step) of the evaluation in ``log`` whose value is ``best`` (the state keeps the value only)."""
+def _best_record(log: Path, best: float) -> tuple[str, int, bool] | None:
+    """(metric, step, whether it is the moving average's) of the evaluation in ``log`` whose value is ``best``."""
     try:
         lines = log.read_text(encoding="utf-8").splitlines()
     except (OSError, ValueError):
@@ -98,8 +102,9 @@ def _best_record(log: Path, best: float) -> tuple[str, int] | None:
         except ValueError:
             continue
         for metric in ("bleu", "accuracy", "val_loss"):  # the families' metrics (task.metric), the first that fits
-            if isinstance(record, dict) and record.get(metric) == best and "step" in record:
-                return metric, record["step"]
+            for ema in (False, True):  # --ema: the moving average's score beside (ema_val_loss)
+                if isinstance(record, dict) and record.get("ema_" * ema + metric) == best and "step" in record:
+                    return metric, record["step"], ema
     return None
 
 

@@ -285,11 +285,17 @@ def _add_classify(fam) -> None:
 NO_VALIDATION = "no validation data (the model kept is the latest)"
 
 
-def _report(trainer, result: dict, out: str) -> None:
+def _done(trainer, scores: str, out: str) -> None:
+    """The run's last line, every family's: the step, the last evaluation's ``scores``, and what ``best/`` holds (its
+    score and step, and whether it is ``--ema``'s moving average)."""
     from tformer.training.distributed import say
 
-    scores = [f"{k} {v:.4f}" for k, v in result.items() if k not in ("step", "epoch")]
-    say(f"done: step {trainer.step}, {', '.join(scores) or NO_VALIDATION} -> {out}")
+    best = f"; best/: {trainer.best_text()}" if scores and trainer.best is not None else ""
+    say(f"done: step {trainer.step}, {scores or NO_VALIDATION}{best} -> {out}")
+
+
+def _report(trainer, result: dict, out: str) -> None:
+    _done(trainer, ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("step", "epoch")), out)
 
 
 def _train(args, setup) -> tuple:
@@ -307,30 +313,24 @@ def _train(args, setup) -> tuple:
 
 def run_translation(args) -> int:
     from tformer import translation
-    from tformer.training.distributed import say
 
     trainer, result = _train(args, translation.setup)
-    if "val_loss" not in result:
-        scores = NO_VALIDATION
-    else:
+    scores = ""
+    if "val_loss" in result:
         scores = f"val_loss {result['val_loss']:.3f}" + (f", BLEU {result['bleu']:.1f}" if "bleu" in result else "")
-    say(f"done: step {trainer.step}, {scores} -> {args.out_dir}")
+    _done(trainer, scores, args.out_dir)
     return 0
 
 
 def run_lm(args) -> int:
     from tformer import lm
-    from tformer.training.distributed import say
 
     trainer, result = _train(args, lm.setup)
-    if "val_loss" not in result:
-        say(f"done: step {trainer.step}, {NO_VALIDATION} -> {args.out_dir}")
-        return 0
-    bpc = f", bpc {result['val_bpc']:.3f}" if "val_bpc" in result else ""  # a Hugging Face tokenizer has no unit
-    say(
-        f"done: step {trainer.step}, val_loss {result['val_loss']:.4f} (best {trainer.best:.4f}), "
-        f"ppl {result['val_ppl']:.2f}{bpc} -> {args.out_dir}"
-    )
+    scores = ""
+    if "val_loss" in result:
+        bpc = f", bpc {result['val_bpc']:.3f}" if "val_bpc" in result else ""  # a Hugging Face tokenizer has no unit
+        scores = f"val_loss {result['val_loss']:.4f}, ppl {result['val_ppl']:.2f}{bpc}"
+    _done(trainer, scores, args.out_dir)
     return 0
 
 

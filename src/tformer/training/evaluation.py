@@ -33,6 +33,8 @@ class Evaluation:
     step: int
     epoch: int
     best: float | None
+    best_step: int | None  # the evaluation best/ is from
+    best_ema: bool  # whether best/ holds --ema's moving average, not the trained weights
     stale_evals: int
     ema: Any  # tformer.training.averaging.EMA, or None
     also_save: list
@@ -83,6 +85,8 @@ class Evaluation:
             self.stale_evals = 0 if better else self.stale_evals + 1
         if better:
             self.best = value if value is not None else self.best
+            if value is not None:
+                self.best_step, self.best_ema = self.step, use_ema
             with self.ema.swapped() if use_ema else contextlib.nullcontext():  # (written while it is in the model)
                 model = self._whole_model()
                 if self.world.is_main:
@@ -96,6 +100,15 @@ class Evaluation:
                 save = lambda directory: self._save_model(directory, model)  # noqa: E731
                 keep_checkpoint(self.out, self.step, info, save, self.cfg.keep_checkpoints, self._saving)
         return record
+
+    def best_text(self) -> str:
+        """What ``best/`` scored, for a person: ``val_loss 3.431 at step 600``, and when it holds the moving average
+        (``--ema``) rather than the trained weights, ``(the moving average, --ema 0.999)``."""
+        if self.best is None:
+            return f"no {self.task.metric} was finite"
+        where = "" if self.best_step is None else f" at step {self.best_step}"
+        kind = f" (the moving average, --ema {self.cfg.ema:g})" if self.best_ema else ""
+        return f"{self.task.metric} {self.best:.4g}{where}{kind}"
 
     def _scores(self) -> tuple[dict, dict]:
         """The task's evaluation of the model, and with ``--ema`` of the moving average (else empty)."""

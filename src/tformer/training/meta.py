@@ -57,6 +57,8 @@ def read_meta(directory: Path) -> dict[str, Any]:
     optional = {
         "skipped_steps": ("a whole number >= 0", lambda v: is_int(v) and v >= 0),
         "stale_evals": ("a whole number >= 0", lambda v: is_int(v) and v >= 0),
+        "best_step": ("a whole number >= 0 or null", lambda v: v is None or (is_int(v) and v >= 0)),
+        "best_ema": ("true or false", lambda v: isinstance(v, bool)),
         "precision": ("'fp32', 'bf16' or 'fp16'", lambda v: v in ("fp32", "bf16", "fp16")),
         "train_config": ("an object (the TrainConfig)", lambda v: isinstance(v, dict)),
         "run": (

@@ -150,6 +150,8 @@ class Trainer(BadSteps, RunState, Evaluation):
         # step's (every process then reads the same clock)
         self._synced_at, self._unclocked = 0.0, 0.0
         self.best: float | None = None
+        self.best_step: int | None = None
+        self.best_ema = False  # best/ holds --ema's moving average
         self.stale_evals = 0  # evaluations in a row no better than the best (early stopping: cfg.patience)
         self.ema = EMA(self.model, cfg.ema) if cfg.ema is not None else None  # after the kernels are chosen
         self._patience_said = False  # --patience without validation data, said once
@@ -387,13 +389,16 @@ class Trainer(BadSteps, RunState, Evaluation):
         finally:
             progress.close()
         if stopped := self._patience_spent():
-            best = "none was finite" if self.best is None else f"{self.task.metric} {self.best:.4g}"
-            distributed.say(f"stopped early at step {self.step}: {stopped}; best/ holds the best model ({best})")
+            distributed.say(
+                f"stopped early at step {self.step}: {stopped}; best/ holds the best model ({self.best_text()})"
+            )
         if self.world.is_main:
             self.run_log.close()
             self._plot()
         # every process returns rank 0's evaluation and knows its best metric (only rank 0 evaluated)
-        last_eval, self.best = distributed.broadcast_object((last_eval, self.best), self.world)
+        last_eval, self.best, self.best_step, self.best_ema = distributed.broadcast_object(
+            (last_eval, self.best, self.best_step, self.best_ema), self.world
+        )
         return last_eval
 
     def _feed(self, batches: list) -> Feed:
