@@ -410,6 +410,38 @@ def test_a_lora_run_resumes_exactly(bases, sft_file, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_averaging_a_lora_run_averages_its_updates_and_writes_their_adapter(bases, sft_file, tmp_path, capsys):
+    """The mean of the checkpoints' updates B·A, not mean(B)·mean(A): their pairs side by side (rank K·r), as a
+    model and as a PEFT adapter that PEFT puts on the run's base with the same logits."""
+    run, avg = tmp_path / "run", tmp_path / "avg"
+    words = ["--init", str(bases["llama"]), "--data", str(sft_file), "--out", str(run), "--lora-r", "4"]
+    assert _train(*words, "--max-steps", "9", "--eval-every", "3", "--keep-checkpoints", "3", "--lr", "1e-2") == 0
+    assert main(["average", str(run), str(avg), "--last", "3"]) == 0
+    assert "LoRA: their pairs side by side (rank 3 x r" in capsys.readouterr().out
+    kept = [tformer.load(run / "checkpoints" / f"step-{s:07d}", merge=False).model for s in (3, 6, 9)]
+    averaged = tformer.load(avg, merge=False).model
+    for name, layer in lora_layers(averaged).items():
+        assert layer.r == 12 and layer.scaling == lora_layers(kept[0])[name].scaling
+        mean = sum(lora_layers(m)[name].merged_weight().double() for m in kept) / 3
+        torch.testing.assert_close(layer.merged_weight().double(), mean, atol=1e-6, rtol=0)
+    config = json.loads((avg / "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"], config["base_model_name_or_path"]) == (12, 24, str(bases["llama"]))
+    base = transformers.AutoModelForCausalLM.from_pretrained(bases["llama"], dtype=torch.float32)
+    theirs = peft.PeftModel.from_pretrained(base, avg).eval()
+    ours = tformer.load(avg).model
+    x = _ids(ours.config.vocab_size)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x).logits, atol=1e-5, rtol=1e-5)
+    # the separate means of A and B: another function, the one this replaced
+    separate = tformer.load(run / "checkpoints" / "step-0000009", merge=False).model
+    with torch.no_grad():
+        for name, layer in lora_layers(separate).items():
+            for p in layer.parts:
+                layer.lora_A[p].copy_(sum(lora_layers(m)[name].lora_A[p] for m in kept) / 3)
+                layer.lora_B[p].copy_(sum(lora_layers(m)[name].lora_B[p] for m in kept) / 3)
+        assert (separate(x) - ours(x)).abs().max() > 1e-4
+
+
 def test_continued_pretraining_from_a_gpt2_directory(bases, tmp_path, capsys):
     text = tmp_path / "t.txt"
     text.write_text(" ".join(tiny.TEXTS * 20), encoding="utf-8")

@@ -7,7 +7,8 @@
 
 ``--best K`` takes the K best of the kept checkpoints (the newest ``--keep-checkpoints``) by the metric the run's
 ``best/`` is chosen by (BLEU for translation, the loss for the others). The average is the library's
-:func:`tformer.training.averaging.write_average`.
+:func:`tformer.training.averaging.write_average`. A LoRA run's average keeps the K checkpoints' pairs side by side
+(rank K·r: the exact mean of their updates) and writes them as a PEFT adapter on the run's base too.
 """
 
 from __future__ import annotations
@@ -37,12 +38,21 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    import json
+
     from tformer.cli.merge import MODEL_FILES
+    from tformer.finetune import adapter_writer
     from tformer.outputs import check_new_dir
-    from tformer.training.averaging import choose_checkpoints, write_average
+    from tformer.training.averaging import ADAPTER_FILES, choose_checkpoints, write_average
 
     out = check_new_dir(args.out, "OUT", [("RUN", args.run)], args.overwrite, MODEL_FILES)  # before any work
     chosen = choose_checkpoints(args.run, args.last, args.best)
-    write_average(chosen, out)
+    adapter = chosen[-1] / ADAPTER_FILES[1]  # a LoRA run's: the average's pairs as a PEFT adapter too
+    base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path") if adapter.is_file() else None
+    write_average(chosen, out, [adapter_writer(base)] if base else [])
     print(f"wrote {out}: the average of {len(chosen)} checkpoints ({', '.join(d.name for d in chosen)})")
+    if base:
+        print(
+            f"  LoRA: their pairs side by side (rank {len(chosen)} x r: the mean of their updates), and its PEFT adapter"
+        )
     return 0

@@ -11,6 +11,11 @@ A training run with ``keep_checkpoints=K`` (``--keep-checkpoints K``) saves the 
 ``OUT/checkpoints/step-NNNNNNN/`` (what ``best/`` holds: weights, config, tokenizer) with a ``checkpoint.json`` (its
 step and metric) and keeps the newest K (:func:`keep_checkpoint`). :func:`average_models` averages any model
 directories of one kind and shape, in float64, each tensor stored back in its own dtype; integer buffers must agree.
+
+A LoRA run's checkpoints share their frozen weights and differ in their pairs, whose own means would not give the
+mean of the updates (the mean of B·A is not mean(B)·mean(A)). The average keeps all K pairs side by side instead, as
+one pair of rank K·r (A's rows stacked, B's columns stacked and divided by K, α times K so that α / r stays): exactly
+the mean of the K updates, written as the PEFT adapter of that rank beside the model, as the run wrote its own.
 """
 
 from __future__ import annotations
@@ -37,12 +42,13 @@ __all__ = [
     "choose_checkpoints",
     "average_models",
     "write_average",
+    "ADAPTER_FILES",
 ]
 
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-NNNNNNN
 EMA_NAME = "ema.safetensors"  # in last/: the moving average, for --resume
 INFO = "checkpoint.json"  # {"step": ..., "metric": ..., "value": ..., "higher_is_better": ...}
-_ADAPTER = ("adapter_model.safetensors", "adapter_config.json")  # a LoRA run's PEFT adapter: not the average's
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")  # a LoRA run's PEFT adapter: not the average's
 
 
 def keep_checkpoint(out: Path, step: int, info: dict, save: Callable[[Path], None], keep: int, saving) -> None:
@@ -91,10 +97,19 @@ def average_models(directories: Sequence[str | Path]):
 
     if not directories:
         raise ValueError("no model directories to average")
+    from tformer.nn.lora import lora_layers
+
     total: dict[str, torch.Tensor] = {}
+    pairs: dict[str, list[dict]] = {}  # a LoRA run's: per layer, each checkpoint's (A, B) per part
     model = None
     for n, directory in enumerate(directories):
         model = load_pretrained(directory)
+        for name, layer in lora_layers(model).items():
+            pairs.setdefault(name, []).append(
+                {
+                    p: (layer.lora_A[p].detach().clone(), layer.lora_B[p].detach().clone()) for p in layer.parts
+                }  # (not views)
+            )
         state = model.state_dict()
         if n == 0:
             total = {k: v.double() if v.is_floating_point() else v.clone() for k, v in state.items()}
@@ -109,19 +124,47 @@ def average_models(directories: Sequence[str | Path]):
     assert model is not None
     own = model.state_dict()
     mean = {k: (v / len(directories)).to(own[k].dtype) if v.is_floating_point() else v for k, v in total.items()}
-    model.load_state_dict(mean)
+    model.load_state_dict(mean)  # (a LoRA layer's pairs are then put side by side in place of their means)
+    for name, each in pairs.items():
+        _side_by_side(model, name, each)
     return model
 
 
-def write_average(directories: Sequence[str | Path], out: str | Path) -> Path:
+@torch.no_grad()
+def _side_by_side(model: torch.nn.Module, name: str, each: list[dict]) -> None:
+    """The LoRA layer ``name`` of ``model`` replaced by one of rank K·r holding the K checkpoints' pairs ``each``:
+    (α K) / (K r) · Σ (B_k / K) A_k, the mean of their updates, whatever they are."""
+    from tformer.nn.lora import LoRALinear
+
+    layer = model.get_submodule(name)
+    assert isinstance(layer, LoRALinear)
+    k = len(each)
+    wide = LoRALinear(layer, layer.parts, layer.r * k, layer.alpha * k, layer.dropout.p)
+    for part in layer.parts:
+        a = torch.cat([pair[part][0] for pair in each])
+        b = torch.cat([pair[part][1].double() / k for pair in each], dim=1)
+        wide.lora_A[part].copy_(a)
+        wide.lora_B[part].copy_(b.to(wide.lora_B[part].dtype))
+    parent, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, attr, wide)
+
+
+def write_average(
+    directories: Sequence[str | Path],
+    out: str | Path,
+    also_save: Sequence[Callable[[torch.nn.Module, Path], None]] = (),
+) -> Path:
     """``out``: the average of ``directories`` (:func:`average_models`) as a model directory, the last one's other
-    files (tokenizer, labels) beside it, written whole or not at all."""
+    files (tokenizer, labels) beside it, written whole or not at all; ``also_save``: what writes more beside it, as
+    the Trainer's (a LoRA run's PEFT adapter: :func:`tformer.finetune.adapter_writer`)."""
     model = average_models(directories)
     with staged_dir(out) as tmp:
         for f in Path(directories[-1]).iterdir():
-            if f.is_file() and f.name not in (INFO, *_ADAPTER):
+            if f.is_file() and f.name not in (INFO, *ADAPTER_FILES):
                 shutil.copy2(f, tmp / f.name)
         model.save_pretrained(tmp)
+        for write in also_save:
+            write(model, tmp)
     return Path(out)
 
 
