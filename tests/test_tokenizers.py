@@ -284,3 +284,48 @@ def test_no_module_outside_the_tokenizer_room_asks_which_class_a_tokenizer_is():
         if pattern.search(line)
     ]
     assert not found, "isinstance on a tokenizer class outside tformer/tokenizers/:\n" + "\n".join(found)
+
+
+_TRAIN_IN_A_PROCESS = """
+import hashlib, sys, tempfile
+from pathlib import Path
+from tformer.tokenizers import train_tokenizer
+texts = Path(sys.argv[1]).read_text(encoding="utf-8").splitlines()
+with tempfile.TemporaryDirectory() as out:
+    train_tokenizer(sys.argv[2], texts, 300).save(out)
+    print({f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(Path(out).iterdir())})
+"""
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_the_same_text_trains_the_same_vocabulary_in_every_process(tmp_path, kind):
+    """``--config OUT/config.yaml`` repeats a run only if its tokenizer comes out the same: the tokenizers library's
+    WordPiece trainer gave another vocabulary in each process (hash-map order: huggingface/tokenizers#1794)."""
+    import subprocess
+    import sys
+
+    words = [
+        "thou",
+        "art",
+        "thee",
+        "wherefore",
+        "naught",
+        "knave",
+        "villain",
+        "Öffnung",
+        "café",
+        "yond",
+        "dost",
+        "hath",
+    ]
+    lines = [" ".join(words[(i * k) % len(words)] for k in range(1, 9)) + ("!" if i % 3 else ".") for i in range(400)]
+    (tmp_path / "t.txt").write_text("\n".join(lines), encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text(_TRAIN_IN_A_PROCESS)
+    runs = {
+        subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "t.txt"), kind], capture_output=True, text=True, check=True
+        ).stdout
+        for _ in range(4)
+    }
+    assert len(runs) == 1, runs

@@ -19,6 +19,7 @@ and :meth:`~WordPieceTokenizer.pair` also give the segment (token-type) ids, kee
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -73,6 +74,21 @@ def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int
     return a, b
 
 
+def _pieces(trainer: BertWordPieceTokenizer, texts: list[str]) -> list[str]:
+    """The continuation pieces (``##e``) of every character of ``texts`` that can follow another in a word, in
+    character order. The ``tokenizers`` trainer gives such a piece its id when it first meets it while walking a
+    hash map of the words, in an order that differs from process to process, and breaks ties between merges by
+    those ids: the same text gave another vocabulary in each process (huggingface/tokenizers#1794). Given first
+    (as specials, then made plain tokens), they have the same ids every time, and so has the rest."""
+    normalizer, pre_tokenizer = trainer.normalizer, trainer.pre_tokenizer
+    seen: set[str] = set()
+    for text in texts:
+        seen.update(text)
+    chars = {c for raw in seen for c in normalizer.normalize_str(raw)}  # lowercased, accents stripped
+    inside = [c for c in sorted(chars) if len(pre_tokenizer.pre_tokenize_str("a" + c)) == 1]  # not split off
+    return ["##" + c for c in inside]
+
+
 class WordPieceTokenizer(LibraryTokenizer):
     """A ``tokenizers`` WordPiece plus BERT's layout: the specials by name, ``[CLS]``/``[SEP]``, segments."""
 
@@ -102,17 +118,21 @@ class WordPieceTokenizer(LibraryTokenizer):
         limit_alphabet: int = 1000,
     ) -> WordPieceTokenizer:
         """An uncased BERT-style WordPiece of ``vocab_size`` ids (default 8000) on ``texts``, the specials first;
-        a pair seen fewer than ``min_frequency`` times (default 2) is not merged."""
+        a pair seen fewer than ``min_frequency`` times (default 2) is not merged. The same texts give the same
+        vocabulary in every process (:func:`_pieces`)."""
+        texts = texts if isinstance(texts, list) else list(texts)  # read twice
         trainer = BertWordPieceTokenizer(lowercase=True)
         options: dict[str, Any] = dict(  # the tokenizers stubs type these more narrowly than the library takes them
             vocab_size=vocab_size or 8000,
             min_frequency=2 if min_frequency is None else min_frequency,
-            special_tokens=list(BERT_SPECIALS),
+            special_tokens=[*BERT_SPECIALS, *_pieces(trainer, texts)],
             limit_alphabet=limit_alphabet,
             show_progress=False,
         )
         trainer.train_from_iterator(iter(texts), **options)
-        return cls(Library.from_str(trainer.to_str()))
+        saved = json.loads(trainer.to_str())  # the pieces were given as specials for their ids only: plain tokens
+        saved["added_tokens"] = [t for t in saved["added_tokens"] if t["content"] in BERT_SPECIALS]
+        return cls(Library.from_str(json.dumps(saved)))
 
     @property
     def special_ids(self) -> list[int]:
