@@ -159,3 +159,23 @@ def test_a_run_with_bf16_writes_it_as_its_precision(tmp_path, text):
     assert resolved["precision"] == "bf16" and "bf16" not in resolved
     args = _parsed(["train", "lm", "--config", str(out / "config.yaml"), "--precision", "fp32"])
     assert (args.precision, args.bf16) == ("fp32", False)  # the command line's precision wins over the file's
+
+
+@pytest.mark.parametrize("family", ["lm", "bert"])
+def test_the_written_config_holds_what_the_preset_chose_and_repeats_the_run_bit_for_bit(tmp_path, text, family):
+    """Unset flags are written as the values the run used (the preset's shape, the family's learning rate), not
+    null, so the file repeats the run when a preset changes; a BERT run repeats too (its WordPiece trainer gave
+    another vocabulary in each process)."""
+    from safetensors.torch import load_file
+
+    first, again = tmp_path / "first", tmp_path / "again"
+    text.write_text("the cat sat on the mat.\na dog ran in the fog.\nwhere is the café?\n" * 40)  # sentences
+    words = ["train", family, "--data", str(text), "--preset", "tiny", "--max-len", "16", "--batch-size", "4"]
+    assert main([*words, "--out", str(first), "--max-steps", "2", "--no-progress"]) == 0
+    resolved = yaml.safe_load((first / "config.yaml").read_text())
+    assert (resolved["d-model"], resolved["n-heads"], resolved["d-ff"], resolved["n-layers"]) == (64, 4, 256, 2)
+    assert resolved["dropout"] == 0.1 and resolved["lr"] is not None and resolved["warmup-steps"] is not None
+    assert main(["train", family, "--config", str(first / "config.yaml"), "--out", str(again)]) == 0
+    assert yaml.safe_load((again / "config.yaml").read_text()) == {**resolved, "out": str(again)}
+    a, b = load_file(first / "best" / "model.safetensors"), load_file(again / "best" / "model.safetensors")
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)

@@ -184,9 +184,37 @@ def _as_flags(family: argparse.ArgumentParser, path: str, name: str, action: arg
     return [f"--{name}={text}"]  # one word: a value that starts with a dash is a value, not a flag
 
 
-def write_resolved(parser: argparse.ArgumentParser, args: argparse.Namespace, out: str | Path) -> Path:
+# the model's shape, as its config names it: a run without --init writes the preset's values, not null
+_SHAPE = ("d_model", "n_heads", "d_ff", "n_layers", "n_encoder_layers", "n_decoder_layers", "dropout", "max_len")
+
+
+def _from_run(trainer: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What the run chose for the settings left unset (null: the preset's, the family's): the training config's
+    values (``lr``, ``warmup_steps`` ...), the family's settings it saved (``batch_size``, ``tokenizer`` ...) and,
+    unless it started from ``--init`` (whose shape is the pretrained model's, and those flags refused), the shape
+    of the model it built (``d_model``, ``dropout`` ...)."""
+    import dataclasses
+
+    sources: list[dict[str, Any]] = []
+    cfg = getattr(trainer, "cfg", None)
+    if dataclasses.is_dataclass(cfg):
+        sources.append({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    if getattr(args, "init", None) is None:
+        sources.append((getattr(trainer, "run_info", None) or {}).get("settings") or {})
+        config = getattr(getattr(trainer, "model", None), "config", None)
+        sources.append({k: getattr(config, k) for k in _SHAPE if hasattr(config, k)})
+    found: dict[str, Any] = {}
+    for source in sources:  # the first that has a value
+        found.update({k: v for k, v in source.items() if v is not None and k not in found})
+    return {k: v for k, v in found.items() if getattr(args, k, None) is None}
+
+
+def write_resolved(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: str | Path, trainer: Any = None
+) -> Path:
     """``OUT/config.yaml``: every setting of the command that made ``args`` (by flag name, as resolved: the
-    defaults, the config file's, the command line's), written whole; ``--config`` it to repeat the run."""
+    defaults, the config file's, the command line's, and for those left unset what ``trainer``'s run chose:
+    :func:`_from_run`), written whole; ``--config`` it to repeat the run, even after the presets change."""
     import yaml
 
     from tformer.files import atomic_write
@@ -194,6 +222,7 @@ def write_resolved(parser: argparse.ArgumentParser, args: argparse.Namespace, ou
     found = _family_parser(parser, ["train", args.family])
     assert found is not None
     family = found[0]
+    chosen = _from_run(trainer, args) if trainer is not None else {}
     resolved: dict[str, Any] = {}
     for action in family._actions:
         names = [o[2:] for o in action.option_strings if o.startswith("--")]
@@ -202,6 +231,8 @@ def write_resolved(parser: argparse.ArgumentParser, args: argparse.Namespace, ou
         if action.dest == "bf16":  # the alias of precision: bf16, written as that
             continue
         value = getattr(args, action.dest, None)
+        if value is None and action.nargs != 0:
+            value = chosen.get(action.dest)
         if action.dest == "precision" and getattr(args, "bf16", False):
             value = "bf16"
         if action.nargs == 0:  # a switch: true when it changed its default

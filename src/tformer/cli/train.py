@@ -307,7 +307,7 @@ def _train(args, setup) -> tuple:
 
     trainer = setup(**options(args, setup))
     if is_main_process():
-        write_resolved(build_parser(), args, args.out_dir)
+        write_resolved(build_parser(), args, args.out_dir, trainer)
     return trainer, trainer.fit()
 
 

@@ -108,7 +108,8 @@ class Evaluation:
             return f"no {self.task.metric} was finite"
         where = "" if self.best_step is None else f" at step {self.best_step}"
         kind = f" (the moving average, --ema {self.cfg.ema:g})" if self.best_ema else ""
-        return f"{self.task.metric} {self.best:.4g}{where}{kind}"
+        metric = "BLEU" if self.task.metric == "bleu" else self.task.metric  # as the log lines name it
+        return f"{metric} {self.best:.4g}{where}{kind}"
 
     def _scores(self) -> tuple[dict, dict]:
         """The task's evaluation of the model, and with ``--ema`` of the moving average (else empty)."""
