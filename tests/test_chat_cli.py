@@ -123,3 +123,10 @@ def test_it_reads_a_real_pipe_and_streams_the_reply(dirs):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == _replies(dirs["qwen"], [["Hi"]])
+
+
+def test_the_default_reply_length_fits_a_small_context(dirs, monkeypatch, capsys):
+    """The default --max-new-tokens (300) would leave no room in a context of 128: it is a quarter of it then."""
+    code, out, err = _chat(monkeypatch, capsys, dirs["llama"], "Hi there\n", "--greedy")
+    assert code == 0 and "Traceback" not in err, err
+    assert out == _replies(dirs["llama"], [["Hi there"]], max_new_tokens=32)

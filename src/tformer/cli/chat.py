@@ -36,7 +36,14 @@ def add_parser(sub) -> None:
         },
     )
     g.add_argument("--system", default="", help="the system message that starts the conversation (default: none)")
-    add(g, "--max-new-tokens", defaults=SAMPLING, max_new_tokens={"help": "tokens of one reply at most"})
+    add(
+        g,
+        "--max-new-tokens",
+        max_new_tokens={
+            "default": None,
+            "help": f"tokens of one reply at most (default: {SAMPLING['max_new_tokens']}, or a quarter of a smaller context)",
+        },
+    )
     add_sampling(g)
     add(g, "--seed", "--device", defaults=SAMPLING, seed={"help": "reply i uses seed + i (default: random)"})
     add(g, "--precision", "--no-fast")
@@ -54,7 +61,9 @@ def run(args) -> int:
             "tokenizer_config.json): tformer chat needs a chat model's; `tformer generate` continues a text"
         )
     context = model.config.max_len
-    if args.max_new_tokens >= context:
+    if args.max_new_tokens is None:  # the default fits any context: a quarter of it at most (the rest: the talk)
+        args.max_new_tokens = max(1, min(SAMPLING["max_new_tokens"], context // 4))
+    elif args.max_new_tokens >= context:
         raise ValueError(
             f"--max-new-tokens {args.max_new_tokens} leaves no room for the conversation in the model's context of "
             f"{context} tokens: ask for fewer"
