@@ -521,3 +521,17 @@ def test_instruction_data_or_lora_without_init_is_refused(sft_file, tmp_path, ca
     text.write_text("hello world " * 100)
     assert _train("--data", str(text), "--out", str(tmp_path / "r"), "--max-steps", "2", "--lora-r", "2") == 2
     assert "--lora-r 2 needs --init" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", ["lm", "translation", "bert"])
+@pytest.mark.parametrize(
+    "flag, value", [("--lora-alpha", "32"), ("--lora-dropout", "0.1"), ("--lora-targets", "ffn.*")]
+)
+def test_a_lora_setting_without_a_rank_is_refused_not_ignored(tmp_path, capsys, family, flag, value):
+    data = tmp_path / "data.txt"
+    data.write_text("hello world\tbonjour le monde\n" * 50)
+    argv = ["train", family, "--data", str(data), "--out", str(tmp_path / "r"), "--max-steps", "1", flag, value]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{flag} {value} is a LoRA setting" in line and "give --lora-r R" in line
+    assert not (tmp_path / "r").exists()

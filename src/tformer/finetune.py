@@ -42,6 +42,19 @@ class LoraSettings:
     dropout: float = 0.05
     targets: str = "attn.*"
 
+    def __post_init__(self) -> None:
+        if self.r:
+            return
+        defaults = LoraSettings.__dataclass_fields__
+        for name in ("alpha", "dropout", "targets"):  # given without a rank: LoRA is off, so it would do nothing
+            value = getattr(self, name)
+            if value != defaults[name].default:
+                value = f"{value:g}" if isinstance(value, float) else value
+                raise ValueError(
+                    f"--lora-{name} {value} is a LoRA setting, and without --lora-r (0: full fine-tuning) there is "
+                    f"no LoRA: give --lora-r R (8, say), or leave --lora-{name} out"
+                )
+
     def config(self, fused: bool) -> LoraConfig:
         targets = tuple(t.strip() for t in self.targets.split(",") if t.strip())
         if not targets:

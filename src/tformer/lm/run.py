@@ -138,12 +138,13 @@ def setup(
     check_settings({**locals(), "preset": preset or "tiny"}, known_train_options(train_options, setup), bounds=BOUNDS)
     shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)  # else the recipe's
     refuse_given(init, shape)
+    lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)  # (its flags without --lora-r: refused)
     if init is not None or lora_r:
         return _setup_from(
             data,
             out_dir,
             init,
-            LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets),
+            lora,
             preset=preset,
             tokenizer=tokenizer,
             vocab_size=vocab_size,
@@ -184,12 +185,10 @@ def setup(
         shape=shape,
     )
     options = {**TRAINING, **train_options}
-    if (
-        options["schedule"] == "cosine"
-        and options.get("max_steps") is None
-        and options.get("minutes") is None
-        and options.get("epochs") is not None
-    ):  # decay over the epochs
+    epochs_only = (
+        options.get("epochs") is not None and options.get("max_steps") is None and options.get("minutes") is None
+    )
+    if options["schedule"] == "cosine" and epochs_only:  # decay over the epochs
         options["max_steps"] = math.ceil(options["epochs"] * batches_per_epoch / options.get("accum_steps", 1))
     cfg = TrainConfig(
         out_dir=str(out_dir), lr=r["lr"], warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"], **options
