@@ -117,9 +117,12 @@ class TrainConfig:
         if self.schedule not in ("inverse_sqrt", "cosine", "constant"):
             raise ValueError(f"schedule must be 'inverse_sqrt', 'cosine' or 'constant', got {self.schedule!r}")
         if self.epochs is None and self.max_steps is None and self.minutes is None:
-            raise ValueError("give at least one of epochs, max_steps or minutes")
+            raise ValueError("give at least one of epochs, max_steps or minutes (--epochs, --max-steps, --minutes)")
         if self.schedule == "cosine" and self.max_steps is None and self.minutes is None:
-            raise ValueError("schedule='cosine' needs max_steps or minutes (the length of the decay)")
+            raise ValueError(
+                "schedule='cosine' (--schedule cosine) needs max_steps or minutes (--max-steps, --minutes): the "
+                "length of its decay"
+            )
 
 
 def known_train_options(options: Mapping[str, Any], entry: Callable) -> Mapping[str, Any]:
