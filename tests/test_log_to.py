@@ -80,6 +80,17 @@ def test_tensorboard_shows_the_logs_numbers_and_a_resumed_run_purges_what_last_l
     assert [row["step"] for row in _csv_rows(tmp_path)[1]] == [r["step"] for r in records]
 
 
+def test_tensorboard_added_on_resume_shows_the_earlier_records_too(tmp_path):
+    Trainer(_model(), ScriptedTask([2.0]), _config(tmp_path, max_steps=2)).fit()
+    second = Trainer(_model(), ScriptedTask([1.0]), _config(tmp_path, log_to="tensorboard"))
+    second.resume()
+    second.fit()
+    records = _records(tmp_path)
+    shown = _scalars_of(tmp_path)
+    assert [s for s, _ in shown["train/loss"]] == [r["step"] for r in records if "train_loss" in r] == [1, 2, 3, 4]
+    assert [s for s, _ in shown["val/loss"]] == [2, 4]
+
+
 def test_log_to_is_checked_and_tensorboard_missing_is_said(tmp_path, monkeypatch, capsys):
     with pytest.raises(BadValue, match="log_to must be csv, tensorboard"):
         TrainConfig(out_dir=str(tmp_path), max_steps=1, log_to="csv,csv")

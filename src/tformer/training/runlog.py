@@ -71,7 +71,13 @@ class _TensorBoard:
     def __init__(self, out: Path, first_step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package (TrainConfig checks)
 
+        new = not (out / TENSORBOARD_DIR).exists()
         self.writer = SummaryWriter(log_dir=str(out / TENSORBOARD_DIR), purge_step=first_step)
+        if new:  # --log-to tensorboard added on --resume: the log's earlier records first, as log.csv gets them
+            for line in (out / "log.jsonl").read_text(encoding="utf-8").splitlines():
+                record = json.loads(line) if line else {}
+                if isinstance(record.get("step"), int) and record["step"] < first_step:
+                    self.write(record)
 
     def write(self, record: dict) -> None:
         for name, value in scalars(record).items():
