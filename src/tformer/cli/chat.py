@@ -62,7 +62,7 @@ def run(args) -> int:
         )
     context = model.config.max_len
     if args.max_new_tokens is None:  # the default fits any context: a quarter of it at most (the rest: the talk)
-        args.max_new_tokens = max(1, min(SAMPLING["max_new_tokens"], context // 4))
+        args.max_new_tokens = max(1, min(int(SAMPLING["max_new_tokens"] or 0), context // 4))
     elif args.max_new_tokens >= context:
         raise ValueError(
             f"--max-new-tokens {args.max_new_tokens} leaves no room for the conversation in the model's context of "
