@@ -109,3 +109,12 @@ def test_ema_0_on_the_command_line_turns_off_a_config_file_s(tmp_path):
         )
     assert runs == {"file": (True, True), "off": (False, False)}
     assert TrainConfig(out_dir=str(tmp_path), max_steps=1, ema=0).ema is None
+
+
+def test_resuming_without_the_runs_average_says_ema_0_not_not_given(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 50)
+    words = ["train", "lm", "--data", str(text), "--out", str(tmp_path / "r"), "--preset", "tiny", "--max-len", "16"]
+    assert main([*words, "--max-steps", "2", "--ema", "0.5", "--no-progress"]) == 0
+    assert main([*words, "--max-steps", "4", "--ema", "0", "--resume", "--no-progress"]) == 2
+    assert "--ema 0 (none) (the run: 0.5)" in capsys.readouterr().err

@@ -334,9 +334,12 @@ def _flag(name: str) -> str:
     return f"TrainConfig.{name}" if name in _NO_FLAG else "--" + name.replace("_", "-")
 
 
-def _value(value: Any) -> str:
+_NONE_IS_OFF = {"ema": "0 (none)", "patience": "none", "keep_checkpoints": "none"}  # None: the feature off
+
+
+def _value(value: Any, name: str = "") -> str:
     if value is None:
-        return "not given"
+        return _NONE_IS_OFF.get(name, "not given")
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
@@ -350,7 +353,7 @@ def _check_settings(cfg: TrainConfig, settings: dict, meta: dict, path: Path) ->
     saved_settings = renamed((meta.get("run") or {}).get("settings") or {}, "", warn=False)  # 0.2.0's names too
     pairs = [(f, saved_cfg[f], new_cfg[f]) for f in FIXED_FIELDS if f in saved_cfg]
     pairs += [(k, saved_settings[k], v) for k, v in _plain(settings).items() if k in saved_settings]
-    changed = [f"{_flag(k)} {_value(new)} (the run: {_value(old)})" for k, old, new in pairs if old != new]
+    changed = [f"{_flag(k)} {_value(new, k)} (the run: {_value(old, k)})" for k, old, new in pairs if old != new]
     if changed:
         raise ValueError(
             f"--resume: {'; '.join(changed)}, as saved in {str(path)!r}: a resumed run keeps its model, data, "
@@ -362,7 +365,7 @@ def _resume_line(cfg: TrainConfig, meta: dict) -> str:
     """What the resumed run starts from, and the settings it uses that differ from the run's last save."""
     saved_cfg, new_cfg = meta.get("train_config") or {}, _plain(asdict(cfg))
     changed = [
-        f"{_flag(f)} {_value(new_cfg[f])} (was {_value(saved_cfg[f])})"
+        f"{_flag(f)} {_value(new_cfg[f], f)} (was {_value(saved_cfg[f], f)})"
         for f in REPORTED_FIELDS
         if f in saved_cfg and saved_cfg[f] != new_cfg[f]
     ]
