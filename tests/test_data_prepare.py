@@ -75,6 +75,20 @@ def test_the_prepared_stream_is_the_in_memory_encoding_across_pieces_and_shards(
     )
 
 
+@pytest.mark.parametrize("kind", ["char", "byte_bpe"])
+def test_a_text_without_newlines_is_read_in_bounded_pieces_with_the_whole_texts_ids(tmp_path, small_pieces, kind):
+    """text8 is one 100 MB line: its pieces are cut before a space (never a newline to cut after), so memory stays
+    flat, and the ids are still those of the whole text."""
+    text = _text(400, seed=7).replace("\n", " ").replace("  ", " x ") + "é ✓ 字"
+    (tmp_path / "line.txt").write_text(text, encoding="utf-8")
+    pieces = [t for _, t in sources.read_pieces(sources.find_sources(tmp_path / "line.txt"))]
+    assert "".join(pieces) == text and len(pieces) > 5
+    assert max(len(p.encode("utf-8")) for p in pieces) <= 5 * 300  # _LONG_LINE (4 pieces) and a last block
+    tok = train_tokenizer(kind, [text], 300)
+    directory = tdata.prepare_lm(tmp_path / "line.txt", tok, cache=tmp_path / "cache", log=lambda _: None)
+    assert torch.equal(tdata.open_tokens(directory)[1].tensor(), encode_documents(tok, [text]))
+
+
 def test_inputs_people_have_read_the_same_documents(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")

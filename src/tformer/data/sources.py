@@ -3,7 +3,9 @@
 What ``--data`` may name (:func:`find_sources`):
 
 * a UTF-8 text file: one document (a large one is read in pieces of about :data:`PIECE_BYTES`, cut after a newline
-  that a non-space follows: a byte-level BPE splits its words there anyway, so the ids are those of the whole text);
+  that a non-space follows: a byte-level BPE splits its words there anyway, so the ids are those of the whole text;
+  a text with no such newline for :data:`_LONG_LINE` pieces, text8 or a minified file, is cut before a space between
+  two non-spaces, where the tokenizers split too, so that memory stays flat whatever its lines);
 * a JSONL file: one document per line, the string field ``text_field`` (``"text"`` unless ``--text-field``);
 * a Parquet file (``.parquet``) or an Arrow file (``.arrow``, the IPC file or stream format): one document per row of
   the string column ``text_field`` (read with ``pyarrow``, the optional extra ``tformer[data]``);
@@ -39,6 +41,7 @@ __all__ = [
 
 SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow")  # what a folder's files may be
 PIECE_BYTES = 1 << 18  # a large text file is read in pieces of about this size (256 KiB)
+_LONG_LINE = 4  # pieces: one with no newline to cut after grows to this many PIECE_BYTES, then is cut before a space
 _MAX_PIECE = 64 << 20  # a piece with no clean cut grows to this, then is cut at any newline (or character)
 _SPACE_BYTES = frozenset(b" \t\r\n\x0b\x0c")
 _ROWS = 1024  # rows of a Parquet or Arrow file read at a time
@@ -148,6 +151,8 @@ def _text_pieces(path: Path) -> Iterator[str]:
                     yield decode_utf8(data, str(path), 1 if first else line)
                 return
             cut = _cut(data, len(data) >= _MAX_PIECE)
+            if cut == 0 and len(data) >= _LONG_LINE * PIECE_BYTES:  # a long line: cut before a space instead
+                cut = _space_cut(data)
             if cut == 0:
                 rest = data
                 continue
@@ -177,6 +182,19 @@ def _cut(data: bytes, forced: bool) -> int:
     while i > 1 and (data[i - 1] & 0xC0) == 0x80:  # back over a character's continuation bytes
         i -= 1
     return i - 1 if data[i - 1] >= 0xC0 else len(data)  # before a character that may be incomplete
+
+
+def _space_cut(data: bytes) -> int:
+    """Where a piece of a long line ends: before the last space that a non-space precedes and follows (``foo| bar``:
+    every tokenizer here splits a word there, a byte-level BPE's next word starting with the space); 0: none."""
+    end = len(data) - 1
+    while True:
+        i = data.rfind(b" ", 1, end)
+        if i < 0:
+            return 0
+        if data[i - 1] not in _SPACE_BYTES and data[i + 1] not in _SPACE_BYTES:
+            return i
+        end = i
 
 
 def _jsonl_texts(path: Path, field: str) -> Iterator[str]:
