@@ -192,7 +192,7 @@ def _losses(out):
     ]
 
 
-def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, capsys):
     pairs = builtin_pairs()[::7]
     args = [
         "train",
@@ -224,6 +224,10 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     full, cut = _losses(tmp_path / "full"), _losses(tmp_path / "cut")
     assert [s for s, _ in full] == list(range(1, 15))
     assert cut == full  # every step's loss, bit for bit
+    # pairs changed since: another split, other pairs held out; refused as train lm refuses a changed text
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs[1:]), encoding="utf-8")
+    assert main(args + ["--out", str(tmp_path / "cut"), "--max-steps", "16", "--resume"]) == 2
+    assert "the text of --data (SHA-256)" in capsys.readouterr().err and _losses(tmp_path / "cut") == full
 
 
 def test_translate_and_evaluate_commands(overfit, tmp_path, capsys, monkeypatch):

@@ -397,7 +397,12 @@ def fingerprint(data: str | Path) -> str:
     if is_prepared(data):
         sources = (read_manifest(Path(data)) or {}).get("sources", [])
     else:
-        sources = source_records(find_sources(data))
+        try:
+            sources = source_records(find_sources(data))
+        except FileNotFoundError:  # a folder of no corpus format, a Multi30k one (train.en ...): each of its files
+            if not Path(data).is_dir():
+                raise
+            sources = source_records(sorted(p for p in Path(data).iterdir() if p.is_file()))
     content = [[s["size"], s["sha256"]] for s in sources]
     return hashlib.sha256(json.dumps(content).encode()).hexdigest()
 

@@ -22,7 +22,7 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_settings
-from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared
+from tformer.data import TOKENIZER_SAMPLE, find_sources, fingerprint, is_prepared
 from tformer.data.pairs import PairShards, held_out_positions, open_pairs, pairs_tokenizers, prepare_pairs
 from tformer.files import atomic_write
 from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
@@ -61,9 +61,8 @@ GPU_ADVICE = (  # measured on an H200 (docs/benchmarks.md): BLEU 57.3 in 61 s of
 )
 # Where this entry point bounds a setting otherwise than tformer.checks.SETTINGS (as `tformer train translation`'s
 # flags do: tests/test_api_strict.py keeps them equal): a vocabulary needs the 4 special tokens + 1
-# A validation part of a TSV's pairs given as a fraction is capped at this many source sentences (with all their
-# references): each evaluation computes the loss over all of them, and at 5% of a million pairs that took ~15 minutes.
-# The sentences over the cap are trained on; --valid N holds out N.
+# A TSV's validation part given as a fraction: at most this many source sentences (with their references), the rest
+# trained on; each evaluation scores all of them (5% of a million pairs took ~15 minutes). --valid N holds out N.
 VALID_CAP = 5_000
 BOUNDS: dict[str, checks.Check] = {
     "preset": checks.Choice(Seq2SeqConfig.PRESETS),
@@ -246,6 +245,7 @@ def setup(
         )
     # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
     sharded = _sharded(data)
+    settings["data_sha256"] = None if data in (None, "builtin") else fingerprint(data)  # changed: resume refused
     split = None
     if not sharded:
         split = load_splits(
