@@ -398,3 +398,22 @@ def test_a_source_is_hashed_once_per_state_of_the_file(tmp_path, monkeypatch):
     while path.stat().st_mtime_ns == stamp:  # a later write: the file's clock ticks (coarse on some systems)
         path.write_text(_text(200).swapcase())
     assert tdata.fingerprint(path) != first and read.count("t.txt") == 2
+
+
+def test_valid_data_too_short_is_refused_unknown_text_said_and_a_change_refused_on_resume(tmp_path, capsys):
+    from tformer.cli import main
+
+    (tmp_path / "train.txt").write_text(_text(300, seed=1), encoding="utf-8")
+    out = tmp_path / "run"
+    words = ["train", "lm", "--data", str(tmp_path / "train.txt"), "--out", str(out), "--preset", "tiny"]
+    words += ["--max-len", "16", "--batch-size", "2", "--no-progress", "--data-cache", str(tmp_path / "cache")]
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    assert main([*words, "--max-steps", "1", "--valid-data", str(tmp_path / "empty.txt")]) == 2
+    assert "holds 0 token(s): too few to validate on" in capsys.readouterr().err and not out.exists()
+    valid = tmp_path / "valid.txt"
+    valid.write_text(_text(20, seed=2) + "ça été\n", encoding="utf-8")  # ç and é: not in the training text
+    assert main([*words, "--max-steps", "1", "--valid-data", str(valid)]) == 0
+    assert "note: 3 of the" in capsys.readouterr().out  # ç, é, é
+    valid.write_text(_text(20, seed=3), encoding="utf-8")
+    assert main([*words, "--max-steps", "2", "--valid-data", str(valid), "--resume"]) == 2
+    assert "the text of --valid-data (SHA-256)" in capsys.readouterr().err

@@ -87,7 +87,18 @@ def streams(
     stream = prepared(data)
     if valid_data is not None:
         train, val = stream, prepared(valid_data)
+        if len(val) < 2:  # a token and the next: the least a loss is computed on
+            raise ValueError(
+                f"--valid-data {str(valid_data)!r} holds {len(val)} token(s): too few to validate on; give a longer "
+                "text, or leave --valid-data out (then the end of --data is held out: --valid)"
+            )
         held = f"{len(val):,} validation tokens (--valid-data)"
+        unknown = int((val.tensor() == tok.unk_id).sum()) if tok.unk_id is not None else 0
+        if unknown:  # text the tokenizer (trained on --data) has no tokens for: scored as unknown
+            log(
+                f"note: {unknown:,} of the {len(val):,} tokens of --valid-data are {tok.id_to_token(tok.unk_id)!r}: "
+                "its text has characters that --data has not, and the validation loss counts them as unknown"
+            )
     else:
         n = held_out(len(stream), valid)
         train, val = stream.split(len(stream) - n)

@@ -207,6 +207,7 @@ def setup(
     )  # what makes the run: --resume refuses a change (eval_blocks may change)
     check_data(data, valid_data, text_field)  # a missing or unreadable --data is refused before an overwrite
     settings["data_sha256"] = fingerprint(data)  # what the text was: a resume on a changed one is refused
+    settings["valid_data_sha256"] = None if valid_data is None else fingerprint(valid_data)  # (its best/ too)
     if tokenizer_dir is not None and tokenizer is not None:
         raise ValueError(f"--tokenizer {tokenizer} and --tokenizer-dir {str(tokenizer_dir)!r}: give one of them")
     # the corpus is prepared (read whole, strict UTF-8) before an --overwrite deletes the old run: a wrong --out first
