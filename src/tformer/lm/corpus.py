@@ -93,10 +93,11 @@ def streams(
                 "text, or leave --valid-data out (then the end of --data is held out: --valid)"
             )
         held = f"{len(val):,} validation tokens (--valid-data)"
-        unknown = int((val.tensor() == tok.unk_id).sum()) if tok.unk_id is not None else 0
-        if unknown:  # text the tokenizer (trained on --data) has no tokens for: scored as unknown
+        unk = tok.unk_id
+        unknown = int((val.tensor() == unk).sum()) if unk is not None else 0
+        if unk is not None and unknown:  # text the tokenizer (trained on --data) has no tokens for: scored as unknown
             log(
-                f"note: {unknown:,} of the {len(val):,} tokens of --valid-data are {tok.id_to_token(tok.unk_id)!r}: "
+                f"note: {unknown:,} of the {len(val):,} tokens of --valid-data are {tok.id_to_token(unk)!r}: "
                 "its text has characters that --data has not, and the validation loss counts them as unknown"
             )
     else:
