@@ -416,7 +416,8 @@ def test_averaging_a_lora_run_averages_its_updates_and_writes_their_adapter(base
     run, avg = tmp_path / "run", tmp_path / "avg"
     words = ["--init", str(bases["llama"]), "--data", str(sft_file), "--out", str(run), "--lora-r", "4"]
     assert _train(*words, "--max-steps", "9", "--eval-every", "3", "--keep-checkpoints", "3", "--lr", "1e-2") == 0
-    assert main(["average", str(run), str(avg), "--last", "3"]) == 0
+    assert main(["average", str(run), str(avg), "--last", "2"]) == 0
+    assert main(["average", str(run), str(avg), "--last", "3", "--overwrite"]) == 0  # its own files: replaced
     assert "LoRA: their pairs side by side (rank 3 x r" in capsys.readouterr().out
     kept = [tformer.load(run / "checkpoints" / f"step-{s:07d}", merge=False).model for s in (3, 6, 9)]
     averaged = tformer.load(avg, merge=False).model

@@ -45,7 +45,8 @@ def run(args) -> int:
     from tformer.outputs import check_new_dir
     from tformer.training.averaging import ADAPTER_FILES, choose_checkpoints, write_average
 
-    out = check_new_dir(args.out, "OUT", [("RUN", args.run)], args.overwrite, MODEL_FILES)  # before any work
+    writes = (*MODEL_FILES, *ADAPTER_FILES)  # what --overwrite may replace (a LoRA run's average: its adapter too)
+    out = check_new_dir(args.out, "OUT", [("RUN", args.run)], args.overwrite, writes)  # before any work
     chosen = choose_checkpoints(args.run, args.last, args.best)
     adapter = chosen[-1] / ADAPTER_FILES[1]  # a LoRA run's: the average's pairs as a PEFT adapter too
     base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path") if adapter.is_file() else None

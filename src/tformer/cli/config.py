@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tformer.checks import did_you_mean
 from tformer.cli.parser import Switch
@@ -74,7 +74,7 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
     settings = _read(family, _where(family, path))
     kind = settings.pop("family", None)
     if kind is not None and kind != words[at - 1]:
-        family.error(f"--config {path}: a recipe of `tformer train {kind}`, not of `train {words[at - 1]}`")
+        _refuse(family, f"--config {path}: a recipe of `tformer train {kind}`, not of `train {words[at - 1]}`")
     options = {o[2:]: a for o, a in family._option_string_actions.items() if o.startswith("--")}
     given = {_setting(a) for a in (_flag(options, w) for w in words[at:]) if a is not None}
     flags: list[str] = []
@@ -83,13 +83,20 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
         action = options.get(name)
         if action is None or name in _NOT_SETTINGS:
             hint = did_you_mean(name, [n for n in options if n not in _NOT_SETTINGS])
-            family.error(f"--config {path}: {key!r} is not a setting of this command" + (f"; {hint}" if hint else ""))
+            _refuse(
+                family, f"--config {path}: {key!r} is not a setting of this command" + (f"; {hint}" if hint else "")
+            )
         if _setting(action) not in given:  # the command line's flag wins, unread: --device cpu over a recipe's cuda
             flags += _as_flags(family, path, name, action, value)
     return words[:at] + flags + words[at:]
 
 
 _SAME = {"bf16": "precision"}  # a flag that is another's alias: the command line's one wins over the file's other
+
+
+def _refuse(family: argparse.ArgumentParser, message: str) -> NoReturn:
+    """A bad file's error: one line, exit status 2 (without the usage block: the file is at fault, not the words)."""
+    family.exit(2, f"{family.prog}: error: {message}\n")
 
 
 def _flag(options: dict[str, argparse.Action], word: str) -> argparse.Action | None:
@@ -123,7 +130,7 @@ def _where(family: argparse.ArgumentParser, given: str) -> Path:
         return path
     recipes = shipped()
     if given not in recipes:
-        family.error(f"--config {given}: no such file, and not a recipe tformer ships ({', '.join(recipes)})")
+        _refuse(family, f"--config {given}: no such file, and not a recipe tformer ships ({', '.join(recipes)})")
     return recipes[given]
 
 
@@ -153,13 +160,15 @@ def _read(family: argparse.ArgumentParser, path: Path) -> dict:
     try:
         settings = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader())
     except FileNotFoundError:
-        family.error(f"--config {path}: no such file")
+        _refuse(family, f"--config {path}: no such file")
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        family.error(f"--config {path}: not a readable YAML file ({str(err).splitlines()[0]})")
+        _refuse(family, f"--config {path}: not a readable YAML file ({str(err).splitlines()[0]})")
     if settings is None:
         return {}
     if not isinstance(settings, dict):
-        family.error(f"--config {path}: expected a mapping of settings (max-steps: 100), got {type(settings).__name__}")
+        _refuse(
+            family, f"--config {path}: expected a mapping of settings (max-steps: 100), got {type(settings).__name__}"
+        )
     return settings
 
 
@@ -168,19 +177,19 @@ def _as_flags(family: argparse.ArgumentParser, path: str, name: str, action: arg
         return []
     if action.nargs == 0:  # a switch: --compile, --no-progress; false: its opposite, when it has one
         if not isinstance(value, bool):
-            family.error(f"--config {path}: {name!r} is a switch, give true or false, got {value!r}")
+            _refuse(family, f"--config {path}: {name!r} is a switch, give true or false, got {value!r}")
         if value:
             return [f"--{name}"]
         return [action.opposite(f"--{name}")] if isinstance(action, Switch) else []
     if isinstance(value, (dict, list)):
-        family.error(f"--config {path}: {name!r} takes one value, got {value!r}")
+        _refuse(family, f"--config {path}: {name!r} takes one value, got {value!r}")
     text = str(value).lower() if isinstance(value, bool) else str(value)
     try:  # checked here, so that the error names the file: the flag's own check, and its choices
         read = action.type(text) if callable(action.type) else text
     except (argparse.ArgumentTypeError, TypeError, ValueError) as err:
-        family.error(f"--config {path}: {name}: {err}")
+        _refuse(family, f"--config {path}: {name}: {err}")
     if action.choices is not None and read not in action.choices:
-        family.error(f"--config {path}: {name}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+        _refuse(family, f"--config {path}: {name}: {value!r} is not one of {', '.join(map(str, action.choices))}")
     return [f"--{name}={text}"]  # one word: a value that starts with a dash is a value, not a flag
 
 
@@ -237,6 +246,8 @@ def write_resolved(
             value = "bf16"
         if action.nargs == 0:  # a switch: true when it changed its default
             value = value != action.default
+        elif isinstance(getattr(action.type, "kind", None), str) and value is not None and os.path.exists(value):
+            value = os.path.abspath(value)  # a path (tformer.cli.validate.PathArg): the file repeats from anywhere
         resolved[names[0]] = str(value) if isinstance(value, Path) else value
     text = f"# tformer train {args.family}: the settings this run resolved (--config this file repeats it)\n"
     text += yaml.safe_dump({"family": args.family, **resolved}, sort_keys=False, allow_unicode=True)
