@@ -371,6 +371,16 @@ def test_classify_from_a_pretrained_bert(pretrained, tmp_path):
     assert len(classifier.predict(["the cat sat on the mat."])) == 1
 
 
+@pytest.mark.parametrize("flag, value", [("--preset", "small"), ("--vocab-size", "8000"), ("--tokenizer-dir", ".")])
+def test_classify_from_a_pretrained_bert_refuses_what_would_change_it(pretrained, tmp_path, capsys, flag, value):
+    """As train lm and train bert do: the model and its tokenizer are --init's (the flag was taken and unused)."""
+    data = tmp_path / "animals.tsv"
+    write_tsv([(s, "animal" if "cat" in s else "person") for s in SENTENCES * 5], data)
+    argv = ["train", "classify", "--data", str(data), "--out", str(tmp_path / "o"), "--init", str(pretrained)]
+    assert main([*argv, "--max-steps", "1", flag, value]) == 2
+    assert f"{flag} {value} cannot be used with --init" in capsys.readouterr().err
+
+
 def test_train_classify_rejects_a_malformed_tsv(tmp_path, capsys):
     data = tmp_path / "bad.tsv"
     data.write_text("no tab here\n", encoding="utf-8")

@@ -359,9 +359,9 @@ def setup_classifier(
     lora_alpha: float | None = None,
     lora_dropout: float = 0.05,
     lora_targets: str = "attn.*",
-    preset: str = "small",
+    preset: str | None = None,
     tokenizer_dir: str | Path | None = None,
-    vocab_size: int = 8000,
+    vocab_size: int | None = None,
     max_len: int = 128,
     batch_size: int = 32,
     dropout: float | None = None,
@@ -377,15 +377,20 @@ def setup_classifier(
     """A :class:`Trainer` of sequence classification on the ``text<TAB>label`` lines of ``data``.
 
     ``init``: start from this pretrained model (its tokenizer and weights, a new head); else a new model of
-    ``preset``, with the WordPiece of ``tokenizer_dir`` or one trained on the training texts. ``valid``: the
+    ``preset`` (default small), with the WordPiece of ``tokenizer_dir`` or one of ``vocab_size`` ids (default 8000)
+    trained on the training texts. ``valid``: the
     held-out examples (a fraction, or a count when >= 1). ``train_options``: the other :class:`TrainConfig`
     fields (:data:`CLASSIFIER_TRAINING` unless given). ``lora_r`` > 0 (with ``init``): LoRA pairs beside
     ``lora_targets`` and the new head train, the rest of the model frozen.
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
-    check_settings(locals(), known_train_options(train_options, setup_classifier), bounds=BOUNDS)
+    check_settings(
+        {**locals(), "preset": preset or "small"}, known_train_options(train_options, setup_classifier), bounds=BOUNDS
+    )
     shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)
-    lora = _check_start(init, LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets), shape)
+    lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)
+    _check_start(init, lora, shape, preset=preset, tokenizer_dir=tokenizer_dir, vocab_size=vocab_size)
+    preset, vocab_size = preset or "small", vocab_size or 8000  # (not given with --init: its model's, unused)
     if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything
         BertConfig.preset(preset, vocab_size=vocab_size, max_len=max_len, **_overrides(dropout, shape))
     cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
@@ -396,6 +401,8 @@ def setup_classifier(
     if len(labels) < 2:
         raise ValueError(f"--data {str(data)!r}: need at least 2 distinct labels, got {labels}")
     # what makes the run: --resume refuses a change (the tokenizer and weights come from OUT/last, not --init)
+    if init is not None:  # its model's: neither given nor compared on --resume
+        settings = {k: v for k, v in settings.items() if k not in ("preset", "vocab_size")}
     if lora.r:
         settings.update(_start_settings(init, lora))
     with start_run(cfg, resume, "classify", {**settings, "valid": valid}) as started:
