@@ -192,3 +192,16 @@ def test_the_written_config_holds_what_the_preset_chose_and_repeats_the_run_bit_
     assert resolved["data"] == str(text) and Path(resolved["data"]).is_absolute()
     a, b = load_file(first / "best" / "model.safetensors"), load_file(again / "best" / "model.safetensors")
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+
+
+def test_a_run_with_a_tokenizer_directory_repeats_from_its_file(tmp_path, text):
+    """The tokenizer is the directory's: the file does not add a kind or size (which --tokenizer-dir refuses)."""
+    from tiny_chat_models import gpt2_dir
+
+    tokenizer = gpt2_dir(tmp_path / "gpt2")
+    first = tmp_path / "first"
+    words = ["train", "lm", "--data", str(text), "--tokenizer-dir", str(tokenizer), "--preset", "tiny"]
+    assert main([*words, "--max-len", "16", "--max-steps", "1", "--out", str(first), "--no-progress"]) == 0
+    resolved = yaml.safe_load((first / "config.yaml").read_text())
+    assert resolved["tokenizer"] is None and resolved["vocab-size"] is None
+    assert main(["train", "lm", "--config", str(first / "config.yaml"), "--out", str(tmp_path / "again")]) == 0

@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
         "--best",
         metavar="K",
         type=positive_int,
-        help="average the K best of the kept checkpoints (the newest --keep-checkpoints) by the run's metric",
+        help="average the K best of the kept checkpoints (the newest --keep-checkpoints) by the run's metric (each "
+        "checkpoint holds the trained weights, scored as such: with --ema, not the moving average's score)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it holds an earlier model directory")
     p.set_defaults(func=run)

@@ -209,7 +209,10 @@ def _from_run(trainer: Any, args: argparse.Namespace) -> dict[str, Any]:
     if dataclasses.is_dataclass(cfg):
         sources.append({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
     if getattr(args, "init", None) is None:
-        sources.append((getattr(trainer, "run_info", None) or {}).get("settings") or {})
+        settings = dict((getattr(trainer, "run_info", None) or {}).get("settings") or {})
+        if getattr(args, "tokenizer_dir", None) is not None:  # its tokenizer: a kind or size besides is refused
+            settings = {k: v for k, v in settings.items() if k not in ("tokenizer", "vocab_size")}
+        sources.append(settings)
         config = getattr(getattr(trainer, "model", None), "config", None)
         sources.append({k: getattr(config, k) for k in _SHAPE if hasattr(config, k)})
     found: dict[str, Any] = {}

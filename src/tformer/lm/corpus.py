@@ -158,6 +158,8 @@ def prepare(
         )
         tok = start_from(init, "gpt").require_tokenizer()
     else:
+        if tokenizer_dir is not None and tokenizer is not None:  # as train lm refuses them
+            raise ValueError(f"--tokenizer {tokenizer} and --tokenizer-dir {str(tokenizer_dir)!r}: give one of them")
         r = resolve(preset or "tiny", tokenizer=tokenizer, vocab_size=vocab_size)
         kind = TOKENIZER_KINDS[r["tokenizer"]]
         tok = data_tokenizer(data, tokenizer_dir, kind, r["vocab_size"], tokenizer_sample, text_field, data_cache, log)
