@@ -107,6 +107,14 @@ def test_inputs_people_have_read_the_same_documents(tmp_path):
         tdata.read_documents(tmp_path / "docs.parquet")
     with pytest.raises(ValueError, match=r"docs.parquet: column 'id' holds int64, not text"):
         tdata.read_documents(tmp_path / "docs.parquet", "id")
+    # JSONL says what Parquet says: the fields there are, a value's type; a null is skipped in both
+    with pytest.raises(ValueError, match=r"docs.jsonl:1: no field 'text' \(--text-field names the field\); its fields are \['body'\]"):  # fmt: skip
+        tdata.read_documents(tmp_path / "docs.jsonl")
+    (tmp_path / "odd.jsonl").write_text('{"body": "a"}\n{"body": null}\n{"body": 12}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"odd.jsonl:3: field 'body' holds int 12, not text"):
+        tdata.read_documents(tmp_path / "odd.jsonl", "body")
+    pq.write_table(pa.table({"body": pa.array(docs).dictionary_encode()}), tmp_path / "category.parquet")
+    assert tdata.read_documents(tmp_path / "category.parquet", "body") == docs  # pandas' category dtype
     datasets = pytest.importorskip("datasets")
     datasets.Dataset.from_dict({"body": docs}).save_to_disk(str(tmp_path / "saved"))
     assert tdata.read_documents(tmp_path / "saved", "body") == docs

@@ -206,20 +206,32 @@ def _jsonl_texts(path: Path, field: str) -> Iterator[str]:
             line = line.removesuffix("\n").removesuffix("\r")  # the line itself, as read_lines gives it
             if not line.strip():
                 continue
-            yield _json_field(line, where, field)
+            text = _json_field(line, where, field)
+            if text is not None:  # null: no text in this line, skipped (as a Parquet file's null row)
+                yield text
 
 
-def _json_field(line: str, where: str, field: str) -> str:
-    """The string ``field`` of one JSONL line; anything else is a ``ValueError`` naming ``where`` (FILE:LINE)."""
+def _json_field(line: str, where: str, field: str) -> str | None:
+    """The string ``field`` of one JSONL line (None where it is null); anything else is a ``ValueError`` naming
+    ``where`` (FILE:LINE), what the line has, and ``--text-field``."""
     try:
         record = json.loads(line)
     except (json.JSONDecodeError, RecursionError) as err:
         reason = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
         raise ValueError(f"{where}: not a JSON object ({reason})") from None
-    if not isinstance(record, dict) or not isinstance(record.get(field), str):
-        flag = "" if field == "text" else " (--text-field)"
-        raise ValueError(f"{where}: each JSONL line must be an object with a string {field!r} field{flag}")
-    return check_text(record[field], f"{where}: field {field!r}")
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: each JSONL line must be an object with a string {field!r} field, got a "
+                         f"{type(record).__name__}")  # fmt: skip
+    if field not in record:
+        raise ValueError(
+            f"{where}: no field {field!r} (--text-field names the field); its fields are {list(record)[:20]}"
+        )
+    value = record[field]
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: field {field!r} holds {type(value).__name__} {value!r:.40}, not text")
+    return check_text(value, f"{where}: field {field!r}")
 
 
 def _pyarrow() -> Any:
@@ -261,6 +273,8 @@ def _table_texts(path: Path, field: str) -> Iterator[str]:
     if field not in schema.names:
         raise ValueError(f"{path}: no column {field!r} (--text-field names the column); its columns are {schema.names}")
     kind = schema.field(field).type
+    if pa.types.is_dictionary(kind):  # pandas' category dtype: strings, each stored once
+        kind = kind.value_type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise ValueError(f"{path}: column {field!r} holds {kind}, not text")
     row = 0
