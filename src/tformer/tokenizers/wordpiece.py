@@ -85,7 +85,11 @@ def _pieces(trainer: BertWordPieceTokenizer, texts: list[str]) -> list[str]:
     for text in texts:
         seen.update(text)
     chars = {c for raw in seen for c in normalizer.normalize_str(raw)}  # lowercased, accents stripped
-    inside = [c for c in sorted(chars) if len(pre_tokenizer.pre_tokenize_str("a" + c)) == 1]  # not split off
+
+    def continues(c: str) -> bool:  # in a word after another character: not a space, punctuation, CJK, ...
+        return [w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str("a" + c))] == ["a" + c]
+
+    inside = [c for c in sorted(chars) if continues(c)]
     return ["##" + c for c in inside]
 
 
