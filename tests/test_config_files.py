@@ -54,6 +54,9 @@ def test_a_config_file_sets_flags_the_command_line_wins_and_the_run_writes_what_
         ("- max-steps\n", ["expected a mapping of settings"]),
         ("overwrite: true\n", ["'overwrite' is not a setting"]),
         ("max-steps: [1, 2]\n", ["'max-steps' takes one value"]),
+        ("lr: 0.001\nlr: 0.002\n", ["not a readable YAML file ('lr' is given twice)"]),
+        ("no-progress: true\nprogress: true\n", ["'no-progress' and 'progress' set the same setting"]),
+        ("bf16: true\nprecision: fp32\n", ["'bf16' and 'precision' set the same setting"]),
     ],
 )
 def test_a_bad_config_is_refused_in_one_line(tmp_path, text, capsys, body, words):

@@ -78,6 +78,7 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
     options = {o[2:]: a for o, a in family._option_string_actions.items() if o.startswith("--")}
     given = {_setting(a) for a in (_flag(options, w) for w in words[at:]) if a is not None}
     flags: list[str] = []
+    keys: dict[str, str] = {}  # setting -> the file's key for it
     for key, value in settings.items():
         name = str(key).replace("_", "-")
         action = options.get(name)
@@ -86,6 +87,9 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
             _refuse(
                 family, f"--config {path}: {key!r} is not a setting of this command" + (f"; {hint}" if hint else "")
             )
+        other = keys.setdefault(_setting(action), str(key))
+        if other != str(key):  # no-progress and progress, bf16 and precision, max_steps and max-steps
+            _refuse(family, f"--config {path}: {other!r} and {key!r} set the same setting: give one of them")
         if _setting(action) not in given:  # the command line's flag wins, unread: --device cpu over a recipe's cuda
             flags += _as_flags(family, path, name, action, value)
     return words[:at] + flags + words[at:]
@@ -142,7 +146,14 @@ def _loader() -> type:
     import yaml
 
     class Loader(yaml.SafeLoader):
-        pass
+        def construct_mapping(self, node, deep=False):  # a key given twice: refused (PyYAML keeps the last)
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
 
     Loader.yaml_implicit_resolvers = {
         first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
