@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
@@ -74,23 +75,28 @@ def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int
     return a, b
 
 
-def _pieces(trainer: BertWordPieceTokenizer, texts: list[str]) -> list[str]:
-    """The continuation pieces (``##e``) of every character of ``texts`` that can follow another in a word, in
-    character order. The ``tokenizers`` trainer gives such a piece its id when it first meets it while walking a
-    hash map of the words, in an order that differs from process to process, and breaks ties between merges by
-    those ids: the same text gave another vocabulary in each process (huggingface/tokenizers#1794). Given first
-    (as specials, then made plain tokens), they have the same ids every time, and so has the rest."""
+def _alphabet(trainer: BertWordPieceTokenizer, texts: list[str], limit: int) -> tuple[list[str], list[str]]:
+    """The trainer's alphabet, the ``limit`` most frequent characters of ``texts`` (normalized; ties in character
+    order), and the continuation pieces (``##e``) of those that can follow another in a word, in character order.
+
+    The ``tokenizers`` trainer picks its alphabet among tied counts in hash-map order, gives each ``##`` piece its id
+    when it first meets it while walking a hash map of the words, and breaks ties between merges by those ids: the
+    same text gave another vocabulary in each process (huggingface/tokenizers#1794). Given first (the alphabet as its
+    initial one, the pieces as specials, then made plain tokens), they are the same every time, and so is the rest."""
     normalizer, pre_tokenizer = trainer.normalizer, trainer.pre_tokenizer
-    seen: set[str] = set()
+    raw: Counter[str] = Counter()
     for text in texts:
-        seen.update(text)
-    chars = {c for raw in seen for c in normalizer.normalize_str(raw)}  # lowercased, accents stripped
+        raw.update(text)
+    counts: Counter[str] = Counter()
+    for c, n in raw.items():
+        for d in normalizer.normalize_str(c):  # lowercased, accents stripped
+            counts[d] += n
+    alphabet = sorted((c for c in counts if not c.isspace()), key=lambda c: (-counts[c], c))[:limit]
 
     def continues(c: str) -> bool:  # in a word after another character: not a space, punctuation, CJK, ...
         return [w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str("a" + c))] == ["a" + c]
 
-    inside = [c for c in sorted(chars) if continues(c)]
-    return ["##" + c for c in inside]
+    return alphabet, ["##" + c for c in sorted(alphabet) if continues(c)]
 
 
 class WordPieceTokenizer(LibraryTokenizer):
@@ -123,13 +129,15 @@ class WordPieceTokenizer(LibraryTokenizer):
     ) -> WordPieceTokenizer:
         """An uncased BERT-style WordPiece of ``vocab_size`` ids (default 8000) on ``texts``, the specials first;
         a pair seen fewer than ``min_frequency`` times (default 2) is not merged. The same texts give the same
-        vocabulary in every process (:func:`_pieces`)."""
+        vocabulary in every process (:func:`_alphabet`)."""
         texts = texts if isinstance(texts, list) else list(texts)  # read twice
         trainer = BertWordPieceTokenizer(lowercase=True)
+        alphabet, pieces = _alphabet(trainer, texts, limit_alphabet)
         options: dict[str, Any] = dict(  # the tokenizers stubs type these more narrowly than the library takes them
             vocab_size=vocab_size or 8000,
             min_frequency=2 if min_frequency is None else min_frequency,
-            special_tokens=[*BERT_SPECIALS, *_pieces(trainer, texts)],
+            special_tokens=[*BERT_SPECIALS, *pieces],
+            initial_alphabet=alphabet,
             limit_alphabet=limit_alphabet,
             show_progress=False,
         )
