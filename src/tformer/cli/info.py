@@ -79,7 +79,7 @@ def describe_run(out: Path) -> str:
         parts.append(f"last/state.json unreadable ({type(err).__name__})")
         best = None
     where = _best_record(out / "log.jsonl", best) if best is not None else None
-    if best is not None and isinstance(state.get("best_step"), int):  # the state says (since 0.9): it is that
+    if best is not None and isinstance(state.get("best_step"), int):  # the state says where (runs of 0.2.0 on)
         where = (where[0] if where else "metric", state["best_step"], state.get("best_ema") is True)
     if where is not None:
         ema = (state.get("train_config") or {}).get("ema")

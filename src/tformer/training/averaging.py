@@ -104,12 +104,9 @@ def average_models(directories: Sequence[str | Path]):
     model = None
     for n, directory in enumerate(directories):
         model = load_pretrained(directory)
-        for name, layer in lora_layers(model).items():
-            pairs.setdefault(name, []).append(
-                {
-                    p: (layer.lora_A[p].detach().clone(), layer.lora_B[p].detach().clone()) for p in layer.parts
-                }  # (not views)
-            )
+        for name, layer in lora_layers(model).items():  # copies, not views: the last model gets the mean loaded
+            pair = {p: (layer.lora_A[p].detach().clone(), layer.lora_B[p].detach().clone()) for p in layer.parts}
+            pairs.setdefault(name, []).append(pair)
         state = model.state_dict()
         if n == 0:
             total = {k: v.double() if v.is_floating_point() else v.clone() for k, v in state.items()}
