@@ -52,8 +52,8 @@ def _int8_candidates(ours, batches: list, ours_embed, timed) -> dict:
         cosine = min(
             float(torch.nn.functional.cosine_similarity(ours_embed(*b), q8_embed(*b), dim=-1).min()) for b in batches
         )
-    work = Path(tempfile.mkdtemp(prefix="bert-encode-onnx-"))
-    ort, info = onnx_candidates(ours, *batches[0], work, batches)
+    with tempfile.TemporaryDirectory(prefix="bert-encode-onnx-") as work:  # the sessions hold the graphs in memory
+        ort, info = onnx_candidates(ours, *batches[0], Path(work), batches)
     return {"candidates": [Candidate("tformer int8", timed(q8_embed)), *ort], "min_cosine": cosine, "onnx": info}
 
 
