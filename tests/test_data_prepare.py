@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from scripted import PEAK_MB
 from tformer import data as tdata
@@ -273,8 +274,28 @@ def test_data_prepare_then_train_starts_from_the_cache(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert f"data: prepared before, checked: {folder}" in out and "preparing" not in out and "tokenizer:" not in out
-    # the prepared folder itself is data too, its own tokenizer the model's
+    # the prepared folder itself is data too, its own tokenizer the model's, and the run records that one
     assert main(["train", "lm", "--data", folder, *LM_ARGS, "--out", str(tmp_path / "r2"), "--max-steps", "2"]) == 0
+    capsys.readouterr()
+    ids = json.loads(Path(folder, "manifest.json").read_text())["vocab_size"]
+    written = yaml.safe_load((tmp_path / "r2" / "config.yaml").read_text())
+    assert (written["tokenizer"], written["vocab-size"]) == ("bpe", ids) and ids != 8000  # not the preset's
+    run = [*LM_ARGS, "--max-steps", "1"]
+    for flag, value in (("--tokenizer", "char"), ("--vocab-size", "400")):  # another tokenizer's: refused, not ignored
+        assert main(["train", "lm", "--data", folder, *run, "--out", str(tmp_path / "r3"), flag, value]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag} {value}: --data {folder!r} is a folder prepared with its own tokenizer (bpe, {ids} ids)" in err
+    assert not (tmp_path / "r3").exists()
+    assert main(["train", "lm", "--config", str(tmp_path / "r2" / "config.yaml"), "--out", str(tmp_path / "r3")]) == 0
+    # a run made before this check recorded its preset's tokenizer: --resume on the folder still continues it
+    state = tmp_path / "r2" / "last" / "state.json"
+    meta = json.loads(state.read_text())
+    meta["run"]["settings"].update(tokenizer="char", vocab_size=4096)
+    state.write_text(json.dumps(meta))
+    assert (
+        main(["train", "lm", "--data", folder, *LM_ARGS, "--out", str(tmp_path / "r2"), "--max-steps", "3", "--resume"])
+        == 0
+    )
 
 
 def test_a_fraction_held_out_of_a_large_stream_is_capped_and_said(monkeypatch):

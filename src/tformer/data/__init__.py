@@ -27,6 +27,7 @@ from tformer.data.prepare import (
     is_prepared,
     open_tokens,
     prepare_lm,
+    read_manifest,
     tokenizer_hash,
 )
 from tformer.data.sentences import (
@@ -47,6 +48,7 @@ __all__ = [
     "is_prepared",
     "open_tokens",
     "prepare_lm",
+    "read_manifest",
     "tokenizer_hash",
     "PairShards",
     "open_pairs",

@@ -3,6 +3,7 @@ validation streams memory-mapped from the shards :mod:`tformer.data` prepared (o
 
 * :func:`prepare` — ``tformer data prepare lm``: the corpus tokenized into the cache ahead of a run;
 * :func:`check_data` — ``--data`` and ``--valid-data`` exist and hold text, said in one line;
+* :func:`folder_tokenizer` — a prepared folder's tokenizer as the flags name it; another ``--tokenizer`` refused;
 * :func:`data_tokenizer` — a new model's tokenizer: ``--tokenizer-dir``'s, a prepared folder's, or one trained on the
   corpus (BPE on a sample), cached;
 * :func:`streams` — the train and validation :class:`~tformer.data.TokenStream`\\ s and what they hold, in words;
@@ -25,14 +26,26 @@ from tformer.data import (
     is_prepared,
     open_tokens,
     prepare_lm,
+    read_manifest,
 )
 from tformer.finetune import refuse_given, start_from
 from tformer.lm.recipes import RECIPES, resolve
 from tformer.models.checkpoint import model_dir
 from tformer.tokenizers import Tokenizer, load_tokenizer
 from tformer.training.distributed import from_rank0, say
+from tformer.training.meta import read_meta
 
-__all__ = ["TOKENIZER_KINDS", "BOUNDS", "VALID_CAP", "prepare", "check_data", "data_tokenizer", "streams", "held_out"]
+__all__ = [
+    "TOKENIZER_KINDS",
+    "BOUNDS",
+    "VALID_CAP",
+    "prepare",
+    "check_data",
+    "folder_tokenizer",
+    "data_tokenizer",
+    "streams",
+    "held_out",
+]
 
 # the recipes' and the CLI's --tokenizer names -> the tokenizer kinds (tformer.tokenizers)
 TOKENIZER_KINDS = {"char": "char", "bpe": "byte_bpe"}
@@ -57,6 +70,41 @@ def check_data(data: str | Path, valid_data: str | Path | None, text_field: str)
     for flag, path in (("--data", data), ("--valid-data", valid_data)):
         if path is not None and not is_prepared(path):
             find_sources(path, flag)
+
+
+def folder_tokenizer(
+    data, tokenizer: str | None, vocab_size: int | None, tokenizer_dir=None, resumed=None
+) -> tuple[str | None, int | None] | None:
+    """The tokenizer of ``data`` when it is a prepared folder, as ``--tokenizer`` and ``--vocab-size`` name it (the
+    kind, the number of ids), else None. Its ids are that tokenizer's: a ``--tokenizer`` or ``--vocab-size`` other
+    than the folder's is refused in one line, not ignored; so is ``--tokenizer`` beside ``--tokenizer-dir``.
+    ``resumed`` (the run's directory on ``--resume``): neither given, the run's own values (a run made before this
+    check recorded its preset's), as the run's own tokenizer is the one used."""
+    if tokenizer_dir is not None and tokenizer is not None:
+        raise ValueError(f"--tokenizer {tokenizer} and --tokenizer-dir {str(tokenizer_dir)!r}: give one of them")
+    if not is_prepared(data):
+        return None
+    if resumed and tokenizer is None and vocab_size is None:
+        try:
+            saved = (read_meta(Path(resumed) / "last").get("run") or {}).get("settings") or {}
+        except (OSError, ValueError):  # no run to resume: said when the run is opened
+            saved = {}
+        if "tokenizer" in saved and "vocab_size" in saved:
+            return saved["tokenizer"], saved["vocab_size"]
+    manifest = read_manifest(Path(data)) or {}
+    named = {v: k for k, v in TOKENIZER_KINDS.items()}  # tformer.tokenizers' kinds -> the flag's names
+    kind, size = (
+        named.get(str(manifest.get("tokenizer_kind")), manifest.get("tokenizer_kind")),
+        manifest.get("vocab_size"),
+    )
+    for flag, given, has in (("--tokenizer", tokenizer, kind), ("--vocab-size", vocab_size, size)):
+        if given is not None and given != has:
+            raise ValueError(
+                f"{flag} {given}: --data {str(data)!r} is a folder prepared with its own tokenizer ({kind}, {size} "
+                f"ids); leave {flag} out, or prepare the text with the one you want (tformer data prepare lm --tokenizer "
+                "KIND --vocab-size N)"
+            )
+    return (kind if kind in TOKENIZER_KINDS else None), size  # None: not one --tokenizer names (a --tokenizer-dir's)
 
 
 def data_tokenizer(data, tokenizer_dir, kind: str, vocab_size, sample: int, text_field: str, cache, log) -> Tokenizer:

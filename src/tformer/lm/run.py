@@ -22,7 +22,7 @@ from tformer.data import TOKENIZER_SAMPLE, fingerprint
 from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
 from tformer.generation import SamplingConfig
 from tformer.hf.peft import exportable
-from tformer.lm.corpus import BOUNDS, TOKENIZER_KINDS, check_data, data_tokenizer, prepare, streams
+from tformer.lm.corpus import BOUNDS, TOKENIZER_KINDS, check_data, data_tokenizer, folder_tokenizer, prepare, streams
 from tformer.lm.data import encode_documents, read_documents
 from tformer.lm.recipes import resolve
 from tformer.lm.sft import SFTTask, read_conversations, sft_task
@@ -193,10 +193,12 @@ def setup(
     cfg = TrainConfig(
         out_dir=str(out_dir), lr=r["lr"], warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"], **options
     )
+    folder = folder_tokenizer(data, tokenizer, vocab_size, tokenizer_dir, out_dir if resume else None)
+    kind, size = folder or (r["tokenizer"], r["vocab_size"])  # a prepared folder: its own tokenizer's
     settings = dict(
         preset=preset,
-        tokenizer=r["tokenizer"],
-        vocab_size=r["vocab_size"],
+        tokenizer=kind,
+        vocab_size=size,
         pad_vocab=pad_vocab,
         max_len=r["max_len"],
         batch_size=r["batch_size"],
@@ -208,8 +210,6 @@ def setup(
     check_data(data, valid_data, text_field)  # a missing or unreadable --data is refused before an overwrite
     settings["data_sha256"] = fingerprint(data)  # what the text was: a resume on a changed one is refused
     settings["valid_data_sha256"] = None if valid_data is None else fingerprint(valid_data)  # (its best/ too)
-    if tokenizer_dir is not None and tokenizer is not None:
-        raise ValueError(f"--tokenizer {tokenizer} and --tokenizer-dir {str(tokenizer_dir)!r}: give one of them")
     # the corpus is prepared (read whole, strict UTF-8) before an --overwrite deletes the old run: a wrong --out first
     precheck_out_dir(out_dir, resume, cfg.overwrite)
     if not resume:
