@@ -11,6 +11,7 @@ import errno
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -296,6 +297,48 @@ def test_data_prepare_then_train_starts_from_the_cache(tmp_path, capsys):
         main(["train", "lm", "--data", folder, *LM_ARGS, "--out", str(tmp_path / "r2"), "--max-steps", "3", "--resume"])
         == 0
     )
+
+
+def test_a_read_only_cache_serves_what_it_holds_and_names_what_it_cannot_write(tmp_path, monkeypatch, capsys):
+    """A cache shared read-only (a team's, a mounted one) is used for what it holds; a corpus it lacks is refused
+    naming the folder it could not write. (Tests run as root, whom permissions do not stop: the checks and the
+    writes are refused here as a read-only mount refuses them.)"""
+    import os
+
+    data, cache = tmp_path / "text.txt", tmp_path / "cache"
+    data.write_text(_text(30), encoding="utf-8")
+    assert main(["data", "prepare", "lm", "--data", str(data), "--tokenizer", "char", "--data-cache", str(cache)]) == 0
+    capsys.readouterr()
+    access, mkdir, mkdtemp = os.access, Path.mkdir, tempfile.mkdtemp
+
+    def inside(path) -> bool:
+        return Path(path).resolve().is_relative_to(cache.resolve())
+
+    def erofs(path):
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    def read_only_mkdir(self, *args, **kw):
+        if inside(self) and not self.is_dir():
+            raise erofs(self)
+        return mkdir(self, *args, **kw)
+
+    def read_only_mkdtemp(suffix=None, prefix=None, dir=None):
+        if dir is not None and inside(dir):
+            raise erofs(dir)
+        return mkdtemp(suffix, prefix, dir)
+
+    monkeypatch.setattr(
+        os, "access", lambda path, mode, **kw: access(path, mode, **kw) and not (inside(path) and mode & os.W_OK)
+    )
+    monkeypatch.setattr(Path, "mkdir", read_only_mkdir)
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only_mkdtemp)
+    args = ["train", "lm", "--data", str(data), *LM_ARGS, "--max-steps", "1", "--data-cache", str(cache)]
+    assert main([*args, "--tokenizer", "char", "--out", str(tmp_path / "r")]) == 0
+    assert "data: prepared before, checked" in capsys.readouterr().out
+    assert main([*args, "--tokenizer", "bpe", "--vocab-size", "300", "--out", str(tmp_path / "r2")]) == 1
+    err = capsys.readouterr().err
+    assert f"could not write {str(cache)!r}" in err or f"could not write '{cache}/" in err
+    assert "read-only" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "r2").exists()
 
 
 def test_a_fraction_held_out_of_a_large_stream_is_capped_and_said(monkeypatch):

@@ -102,7 +102,7 @@ FLAGS: dict[str, Flag] = {
     ),
     "--data-cache": Flag(
         "where corpora are kept tokenized, prepared once (default: $TFORMER_CACHE/data, else ~/.cache/tformer/data)",
-        v.output_dir,
+        v.cache_dir,
     ),
     "--tokenizer-sample": Flag(
         "bytes of text, spread over --data, that a BPE or WordPiece tokenizer is trained on", v.positive_int

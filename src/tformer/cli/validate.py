@@ -110,10 +110,10 @@ def _first_existing(path: Path) -> Path:
 class PathArg:
     """A path of ``kind``: ``file`` (an existing file), ``nonempty_file``, ``dir`` (an existing directory),
     ``path`` (either), ``out_dir`` / ``out_file`` (absent or of that kind, and creatable: the nearest
-    existing parent is a writable directory). ``keywords`` are accepted as they are (``builtin``)."""
+    existing parent is a writable directory), ``cache_dir`` (a readable directory, or an ``out_dir``). ``keywords`` are accepted as they are (``builtin``)."""
 
     def __init__(self, kind: str, keywords: tuple[str, ...] = ()) -> None:
-        if kind not in ("file", "nonempty_file", "dir", "path", "out_dir", "out_file"):
+        if kind not in ("file", "nonempty_file", "dir", "path", "out_dir", "out_file", "cache_dir"):
             raise ValueError(f"unknown path kind {kind!r}")
         self.kind, self.keywords = kind, keywords
         self.__name__ = kind
@@ -132,8 +132,10 @@ class PathArg:
         return text
 
     def _problem(self, path: Path) -> str | None:
-        if self.kind.startswith("out_"):
-            return _not_writable(path, want_dir=self.kind == "out_dir")
+        if self.kind == "cache_dir" and path.is_dir():  # read from as it is: written to only if it lacks something
+            return None if os.access(path, os.R_OK | os.X_OK) else "is not readable (permission denied)"
+        if self.kind.startswith("out_") or self.kind == "cache_dir":
+            return _not_writable(path, want_dir=self.kind != "out_file")
         if not path.exists():
             also = f" (or one of {', '.join(map(repr, self.keywords))})" if self.keywords else ""
             return f"does not exist{also}"
@@ -171,6 +173,7 @@ existing_dir = PathArg("dir")
 existing_path = PathArg("path")
 output_dir = PathArg("out_dir")
 output_file = PathArg("out_file")
+cache_dir = PathArg("cache_dir")  # an existing folder (read-only too), or one that can be made
 data_source = PathArg("path", keywords=("builtin",))
 
 
