@@ -159,6 +159,22 @@ def test_the_command_line_undoes_a_config_files_switches(tmp_path):
     assert (args.compile, args.progress) == (True, False)  # the command line's, wherever --config stands
 
 
+def test_a_files_value_the_command_line_overrides_is_still_checked_but_not_against_this_machine(tmp_path, capsys):
+    """A bad value in a recipe is the recipe's error even where the command line wins over it; a recipe made on
+    another machine (its GPU, its paths) is repeated here with --device cpu and another --data."""
+    config = tmp_path / "recipe.yaml"
+    words = ["train", "translation", "--data", __file__, "--out", "o", "--config", str(config)]
+    config.write_text("lr: fast\n")
+    with pytest.raises(SystemExit) as exit_:
+        _parsed(words + ["--lr", "0.001"])
+    assert (
+        exit_.value.code == 2 and "recipe.yaml: lr: must be a finite number > 0, got 'fast'" in capsys.readouterr().err
+    )
+    config.write_text(f"device: cuda:7\ndata: {tmp_path / 'elsewhere.tsv'}\n")
+    args = _parsed(words + ["--device", "cpu"])
+    assert (args.device, args.data) == ("cpu", __file__)
+
+
 def test_a_config_value_is_one_word_and_yaml_words_stay_words(tmp_path):
     config = tmp_path / "recipe.yaml"
     config.write_text("src-lang: no\ntgt-lang: -x\n")  # Norwegian, and a value that starts with a dash

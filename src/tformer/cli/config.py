@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 from tformer.checks import did_you_mean
 from tformer.cli.parser import Switch
+from tformer.cli.validate import PathArg, device
 
 __all__ = ["CONFIG_NAME", "expand", "shipped", "write_resolved"]
 
@@ -90,12 +91,20 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
         other = keys.setdefault(_setting(action), str(key))
         if other != str(key):  # no-progress and progress, bf16 and precision, max_steps and max-steps
             _refuse(family, f"--config {path}: {other!r} and {key!r} set the same setting: give one of them")
-        if _setting(action) not in given:  # the command line's flag wins, unread: --device cpu over a recipe's cuda
+        if _setting(action) not in given:
             flags += _as_flags(family, path, name, action, value)
+        elif not _of_the_machine(action):  # the command line's flag wins; the file's value is still checked
+            _as_flags(family, path, name, action, value)
     return words[:at] + flags + words[at:]
 
 
 _SAME = {"bf16": "precision"}  # a flag that is another's alias: the command line's one wins over the file's other
+
+
+def _of_the_machine(action: argparse.Action) -> bool:
+    """Whether a flag's check asks this machine (a path exists, a device is there): a file's value that the command
+    line overrides is not checked so, as a recipe made elsewhere is repeated with --device cpu or another --data."""
+    return isinstance(action.type, PathArg) or action.type is device
 
 
 def _refuse(family: argparse.ArgumentParser, message: str) -> NoReturn:
