@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from scripted import PEAK_MB
 from tformer.cli import main
@@ -315,6 +316,23 @@ def test_data_prepare_translation_then_train_on_the_folder(tmp_path, capsys):
     args = ARGS + ["--data", str(folder), "--out", str(tmp_path / "run2"), "--max-steps", "1"]
     assert main(args) == 0  # the prepared folder itself as --data
     assert "split into" in capsys.readouterr().out
+    ids = json.loads((folder / "manifest.json").read_text())["vocab_size"]["src"]
+    assert yaml.safe_load((tmp_path / "run2" / "config.yaml").read_text())["vocab-size"] == ids  # the folder's
+    other = [a if a != "300" else str(ids + 1) for a in ARGS]  # --vocab-size: another than the folder's
+    assert main(other + ["--data", str(folder), "--out", str(tmp_path / "run3"), "--max-steps", "1"]) == 2
+    assert f"--vocab-size {ids + 1}: --data {str(folder)!r} is a folder prepared with its own tokenizer" in (
+        capsys.readouterr().err
+    )
+    state = tmp_path / "run2" / "last" / "state.json"  # a run made before recorded the default, 8000: it resumes
+    meta = json.loads(state.read_text())
+    meta["run"]["settings"]["vocab_size"] = 8000
+    state.write_text(json.dumps(meta))
+    at = ARGS.index("--vocab-size")
+    no_size = ARGS[:at] + ARGS[at + 2 :]
+    assert main(no_size + ["--data", str(folder), "--out", str(tmp_path / "run2"), "--max-steps", "2", "--resume"]) == 0
+    with pytest.raises(SystemExit):  # a Multi30k folder is read by train translation as it is, not prepared
+        main(["data", "prepare", "translation", "--data", str(tmp_path)])
+    assert f"{str(tmp_path)!r} is a folder; this takes a TSV file" in capsys.readouterr().err
 
 
 def test_the_split_shuffle_is_python_s_and_kept_in_the_cache(tmp_path, monkeypatch):

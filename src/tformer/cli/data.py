@@ -9,6 +9,7 @@ tokenize one into the cache ahead of training; build English-vs-French examples.
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from tformer.cli.flags import add, defaults
@@ -105,7 +106,7 @@ def add_parser(sub) -> None:
     )
     bt.set_defaults(func=run_prepare_bert)
     tr = fam.add_parser("translation", help="a TSV of sentence pairs, with a length index (train translation)")
-    tr.add_argument("--data", required=True, type=existing_file, help="the source<TAB>target pairs (a TSV file)")
+    tr.add_argument("--data", required=True, type=pairs_file, help="the source<TAB>target pairs (a TSV file)")
     entry = defaults(translation_run.prepare_data)
     add(
         tr,
@@ -214,6 +215,16 @@ def run_prepare_bert(args) -> int:
     )
     print(directory)
     return 0
+
+
+def pairs_file(text: str) -> str:
+    """``data prepare translation --data``: a TSV file; a folder is refused saying what reads it."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a folder; this takes a TSV file of source<TAB>target pairs. A Multi30k folder (train.en, "
+            f"train.fr, ...) is not prepared: `tformer train translation --data {text}` reads it as it is"
+        )
+    return existing_file(text)
 
 
 def run_prepare_translation(args) -> int:

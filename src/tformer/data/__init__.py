@@ -18,7 +18,7 @@
 This package knows files, tokenizers and the cache; it knows nothing about models or training.
 """
 
-from tformer.data.pairs import PairShards, open_pairs, pairs_tokenizers, prepare_pairs
+from tformer.data.pairs import PairShards, open_pairs, pairs_tokenizers, prepare_pairs, prepared_vocab_size
 from tformer.data.prepare import (
     TOKENIZER_SAMPLE,
     cache_root,
@@ -54,6 +54,7 @@ __all__ = [
     "open_pairs",
     "pairs_tokenizers",
     "prepare_pairs",
+    "prepared_vocab_size",
     "Sentences",
     "held_out_sentences",
     "prepare_sentences",

@@ -22,7 +22,7 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_settings
-from tformer.data import TOKENIZER_SAMPLE, find_sources, fingerprint, is_prepared
+from tformer.data import TOKENIZER_SAMPLE, find_sources, fingerprint, is_prepared, prepared_vocab_size
 from tformer.data.pairs import PairShards, held_out_positions, open_pairs, pairs_tokenizers, prepare_pairs
 from tformer.files import atomic_write
 from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
@@ -181,10 +181,8 @@ def setup(
     the set-up's lines (the data, the tokenizers, notes; by default printed once, by rank 0).
     ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``epochs``, ``device``, ...;
     :data:`TRAINING` unless given). Under torchrun rank 0 trains the tokenizers and every
-    process gets them; with ``resume`` they come from ``OUT/last``.
-
-    ``d_model``, ``n_heads``, ``d_ff``, ``n_encoder_layers``, ``n_decoder_layers``: the model's shape (None: the
-    preset's).
+    process gets them; with ``resume`` they come from ``OUT/last``. ``d_model``, ``n_heads``, ``d_ff``,
+    ``n_encoder_layers``, ``n_decoder_layers``: the model's shape (None: the preset's).
 
     ``init``: fine-tune this pretrained translator (a tformer run or model, an Opus-MT / Hugging Face Marian
     directory) with its own tokenizers instead of a new model (``preset``, ``vocab_size``, ``joint=False``,
@@ -217,9 +215,9 @@ def setup(
             },
         )
         train_options = {**(FINE_TUNING_LORA if lora.r else FINE_TUNING), **train_options}
-    preset, vocab_size, max_len = preset or "small", vocab_size or 8000, max_len or 256
-    # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything runs
-    if init is None:
+    folder_vocab = prepared_vocab_size(data, vocab_size)  # a prepared folder's: its own tokenizers' (or None)
+    preset, max_len, vocab_size = preset or "small", max_len or 256, folder_vocab or vocab_size or 8000
+    if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads): refused before anything
         Seq2SeqConfig.preset(preset, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, max_len=max_len, **shape)
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(
@@ -235,6 +233,8 @@ def setup(
         dropout=dropout,
         max_len=max_len,
     )  # what makes the run: --resume refuses a change (bleu_sentences, only evaluation's, may change)
+    if resume and folder_vocab:  # the run's tokenizers, which are the folder's (checked); an older run recorded 8000
+        del settings["vocab_size"]
     if init is None:
         settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff)  # the shape; None: the preset's
         settings.update(n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers)
