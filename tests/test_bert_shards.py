@@ -389,4 +389,13 @@ def test_data_prepare_bert_then_train_from_the_cache_and_the_folder(tmp_path, ca
     out = capsys.readouterr().out
     assert f"data: prepared before, checked: {folder}" in out and "tokenizer:" not in out and "preparing" not in out
     assert main(ARGS + ["--data", str(folder), "--out", str(tmp_path / "r2"), "--max-steps", "1"]) == 0
-    assert "held-out sentences" in capsys.readouterr().out  # the prepared folder itself, its own WordPiece
+    out = capsys.readouterr().out
+    assert "held-out sentences" in out  # the prepared folder itself, its own WordPiece
+    ids = json.loads((folder / "manifest.json").read_text())["vocab_size"]
+    assert ids < 120 and f"the model has its tokenizer's {ids} ids (--vocab-size 120 asked" in out  # said
+    at = ARGS.index("--vocab-size")
+    fewer = [*ARGS[:at], "--vocab-size", str(ids - 1), *ARGS[at + 2 :]]  # another WordPiece's: refused
+    assert main(fewer + ["--data", str(folder), "--out", str(tmp_path / "r3"), "--max-steps", "1"]) == 2
+    assert f"--vocab-size {ids - 1}: --data {str(folder)!r} is a folder prepared with a tokenizer of {ids} ids" in (
+        capsys.readouterr().err
+    )

@@ -318,9 +318,9 @@ def test_data_prepare_translation_then_train_on_the_folder(tmp_path, capsys):
     assert "split into" in capsys.readouterr().out
     ids = json.loads((folder / "manifest.json").read_text())["vocab_size"]["src"]
     assert yaml.safe_load((tmp_path / "run2" / "config.yaml").read_text())["vocab-size"] == ids  # the folder's
-    other = [a if a != "300" else str(ids + 1) for a in ARGS]  # --vocab-size: another than the folder's
+    other = [a if a != "300" else str(ids - 1) for a in ARGS]  # --vocab-size: fewer ids than the folder's tokenizer
     assert main(other + ["--data", str(folder), "--out", str(tmp_path / "run3"), "--max-steps", "1"]) == 2
-    assert f"--vocab-size {ids + 1}: --data {str(folder)!r} is a folder prepared with its own tokenizer" in (
+    assert f"--vocab-size {ids - 1}: --data {str(folder)!r} is a folder prepared with a tokenizer of {ids} ids" in (
         capsys.readouterr().err
     )
     state = tmp_path / "run2" / "last" / "state.json"  # a run made before recorded the default, 8000: it resumes

@@ -21,7 +21,7 @@ from tformer import checks
 from tformer.bert.classification import ClassifyTask, read_labelled_tsv, split_examples
 from tformer.bert.pretraining import BertPretrainTask
 from tformer.checks import check_settings
-from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared
+from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared, prepared_vocab_size
 from tformer.data.sentences import Sentences, held_out_sentences, prepare_sentences, sentences_tokenizer
 from tformer.finetune import LoraSettings, add_adapters, count_parameters, refuse_given, start_from
 from tformer.loader import load
@@ -32,7 +32,7 @@ from tformer.nn.lora import has_lora
 from tformer.tokenizers import Tokenizer, WordPieceTokenizer, load_tokenizer, train_tokenizer
 from tformer.training.config import known_train_options
 from tformer.training.distributed import from_rank0, say
-from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
+from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, saved_settings, start_run
 from tformer.training.sharded import building
 from tformer.training.trainer import TrainConfig, Trainer
 
@@ -238,9 +238,12 @@ def setup(
     )
     if init is not None:
         train_options = {**(FINE_TUNING_LORA if lora.r else FINE_TUNING), **train_options}
-    preset, vocab_size = preset or "small", vocab_size or 8000
+    folder_vocab = prepared_vocab_size(data, vocab_size, log)  # a prepared folder's: its own WordPiece's (or None)
+    preset, vocab_size = preset or "small", folder_vocab or vocab_size or 8000
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
+    if resume and folder_vocab:  # the run's WordPiece, which is the folder's (checked); an older run: 8000
+        settings["vocab_size"] = saved_settings(out_dir).get("vocab_size", folder_vocab)
     settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)  # the shape; None: the preset's
     if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything
         BertConfig.preset(preset, vocab_size=vocab_size, max_len=max_len, **_overrides(dropout, shape))

@@ -18,7 +18,7 @@
 This package knows files, tokenizers and the cache; it knows nothing about models or training.
 """
 
-from tformer.data.pairs import PairShards, open_pairs, pairs_tokenizers, prepare_pairs, prepared_vocab_size
+from tformer.data.pairs import PairShards, open_pairs, pairs_tokenizers, prepare_pairs
 from tformer.data.prepare import (
     TOKENIZER_SAMPLE,
     cache_root,
@@ -27,6 +27,7 @@ from tformer.data.prepare import (
     is_prepared,
     open_tokens,
     prepare_lm,
+    prepared_vocab_size,
     read_manifest,
     tokenizer_hash,
 )

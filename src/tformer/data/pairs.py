@@ -49,7 +49,6 @@ from tformer.data.prepare import (
     cache_root,
     damaged_file,
     file_entry,
-    is_prepared,
     prepared,
     read_manifest,
     size_text,
@@ -69,7 +68,6 @@ __all__ = [
     "held_out_positions",
     "shuffled",
     "pairs_tokenizers",
-    "prepared_vocab_size",
     "prepare_pairs",
     "open_pairs",
     "PairShards",
@@ -250,22 +248,6 @@ def pairs_tokenizers(
         manifest = {"kind": "tformer-tokenizer", "format": FORMAT, "sources": sources, "sample": sample, **settings}
         (work / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return src_tok, tgt_tok
-
-
-def prepared_vocab_size(data, given: int | None) -> int | None:
-    """The number of ids of a folder of pairs prepared by :func:`prepare_pairs` (its source side's), else None.
-    Its ids are its tokenizers': a ``given`` other size (``--vocab-size``) is refused in one line, not ignored."""
-    if data is None or not is_prepared(data):
-        return None
-    sizes = (read_manifest(Path(data)) or {}).get("vocab_size") or {}
-    size = sizes.get("src") if isinstance(sizes, dict) else None
-    if given is not None and size is not None and given != size:
-        raise ValueError(
-            f"--vocab-size {given}: --data {str(data)!r} is a folder prepared with its own tokenizer ({size} ids); "
-            "leave --vocab-size out, or prepare the pairs with the size you want (tformer data prepare translation "
-            "--vocab-size N)"
-        )
-    return size
 
 
 def _load_pair(directory: Path, joint: bool) -> tuple[Tokenizer, Tokenizer]:

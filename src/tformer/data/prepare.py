@@ -50,6 +50,7 @@ __all__ = [
     "tokenizer_hash",
     "corpus_tokenizer",
     "prepared",
+    "prepared_vocab_size",
     "file_entry",
     "damaged_file",
     "prepare_lm",
@@ -91,6 +92,33 @@ def is_prepared(path: str | Path) -> bool:
         return json.loads(manifest.read_text()).get("kind") == "tformer-tokens"
     except (ValueError, OSError, AttributeError):
         return False
+
+
+def prepared_vocab_size(data, given: int | None, log: Callable[[str], None] = print) -> int | None:
+    """The vocabulary size of a prepared folder's run (None when ``data`` is not one): ``given`` (``--vocab-size``,
+    the size asked for) or, not given, the folder's tokenizer's number of ids (a translator's: its source side's).
+    Asked for N, a tokenizer has at most N ids: a ``given`` below the folder's is another tokenizer, refused in one
+    line; one above it is said, as the model has the folder's."""
+    if data is None or not is_prepared(data):
+        return None
+    manifest = read_manifest(Path(data)) or {}
+    size = manifest.get("vocab_size")
+    size = size.get("src") if isinstance(size, dict) else size
+    if not isinstance(size, int) or given == size:
+        return given if given is not None else size
+    if given is None:
+        return size
+    if given < size:
+        raise ValueError(
+            f"--vocab-size {given}: --data {str(data)!r} is a folder prepared with a tokenizer of {size} ids; "
+            f"leave --vocab-size out, or prepare it with the size you want (tformer data prepare "
+            f"{manifest.get('task')} --vocab-size N)"
+        )
+    log(
+        f"note: --data {str(data)!r} is a prepared folder: the model has its tokenizer's {size:,} ids (--vocab-size "
+        f"{given} asked; a tokenizer trained for {given} ids may have fewer)"
+    )
+    return given
 
 
 def _sha256(path: Path) -> str:

@@ -26,6 +26,7 @@ from tformer.data import (
     is_prepared,
     open_tokens,
     prepare_lm,
+    prepared_vocab_size,
     read_manifest,
 )
 from tformer.finetune import refuse_given, start_from
@@ -33,7 +34,7 @@ from tformer.lm.recipes import RECIPES, resolve
 from tformer.models.checkpoint import model_dir
 from tformer.tokenizers import Tokenizer, load_tokenizer
 from tformer.training.distributed import from_rank0, say
-from tformer.training.meta import read_meta
+from tformer.training.resume import saved_settings
 
 __all__ = [
     "TOKENIZER_KINDS",
@@ -73,37 +74,28 @@ def check_data(data: str | Path, valid_data: str | Path | None, text_field: str)
 
 
 def folder_tokenizer(
-    data, tokenizer: str | None, vocab_size: int | None, tokenizer_dir=None, resumed=None
+    data, tokenizer: str | None, vocab_size: int | None, tokenizer_dir=None, resumed=None, log=say
 ) -> tuple[str | None, int | None] | None:
     """The tokenizer of ``data`` when it is a prepared folder, as ``--tokenizer`` and ``--vocab-size`` name it (the
-    kind, the number of ids), else None. Its ids are that tokenizer's: a ``--tokenizer`` or ``--vocab-size`` other
-    than the folder's is refused in one line, not ignored; so is ``--tokenizer`` beside ``--tokenizer-dir``.
-    ``resumed`` (the run's directory on ``--resume``): neither given, the run's own values (a run made before this
-    check recorded its preset's), as the run's own tokenizer is the one used."""
+    kind; the size asked for, else the number of ids: :func:`tformer.data.prepared_vocab_size`), else None. Its ids
+    are that tokenizer's: a ``--tokenizer`` other than the folder's is refused in one line, not ignored; so is
+    ``--tokenizer`` beside ``--tokenizer-dir``. ``resumed`` (the run's directory on ``--resume``): neither given,
+    the run's own values (a run made before this check recorded its preset's), as the run's tokenizer is used."""
     if tokenizer_dir is not None and tokenizer is not None:
         raise ValueError(f"--tokenizer {tokenizer} and --tokenizer-dir {str(tokenizer_dir)!r}: give one of them")
     if not is_prepared(data):
         return None
-    if resumed and tokenizer is None and vocab_size is None:
-        try:
-            saved = (read_meta(Path(resumed) / "last").get("run") or {}).get("settings") or {}
-        except (OSError, ValueError):  # no run to resume: said when the run is opened
-            saved = {}
-        if "tokenizer" in saved and "vocab_size" in saved:
-            return saved["tokenizer"], saved["vocab_size"]
-    manifest = read_manifest(Path(data)) or {}
-    named = {v: k for k, v in TOKENIZER_KINDS.items()}  # tformer.tokenizers' kinds -> the flag's names
-    kind, size = (
-        named.get(str(manifest.get("tokenizer_kind")), manifest.get("tokenizer_kind")),
-        manifest.get("vocab_size"),
-    )
-    for flag, given, has in (("--tokenizer", tokenizer, kind), ("--vocab-size", vocab_size, size)):
-        if given is not None and given != has:
-            raise ValueError(
-                f"{flag} {given}: --data {str(data)!r} is a folder prepared with its own tokenizer ({kind}, {size} "
-                f"ids); leave {flag} out, or prepare the text with the one you want (tformer data prepare lm --tokenizer "
-                "KIND --vocab-size N)"
-            )
+    saved = saved_settings(resumed) if resumed and tokenizer is None and vocab_size is None else {}
+    if "tokenizer" in saved and "vocab_size" in saved:
+        return saved["tokenizer"], saved["vocab_size"]
+    found = (read_manifest(Path(data)) or {}).get("tokenizer_kind")
+    kind = {v: k for k, v in TOKENIZER_KINDS.items()}.get(str(found), found)  # tformer.tokenizers' kind -> the flag's
+    if tokenizer is not None and tokenizer != kind:
+        raise ValueError(
+            f"--tokenizer {tokenizer}: --data {str(data)!r} is a folder prepared with a {kind} tokenizer; leave "
+            "--tokenizer out, or prepare the text with the one you want (tformer data prepare lm --tokenizer KIND)"
+        )
+    size = prepared_vocab_size(data, vocab_size, log)
     return (kind if kind in TOKENIZER_KINDS else None), size  # None: not one --tokenizer names (a --tokenizer-dir's)
 
 

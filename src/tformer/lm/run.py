@@ -193,7 +193,7 @@ def setup(
     cfg = TrainConfig(
         out_dir=str(out_dir), lr=r["lr"], warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"], **options
     )
-    folder = folder_tokenizer(data, tokenizer, vocab_size, tokenizer_dir, out_dir if resume else None)
+    folder = folder_tokenizer(data, tokenizer, vocab_size, tokenizer_dir, out_dir if resume else None, log)
     kind, size = folder or (r["tokenizer"], r["vocab_size"])  # a prepared folder: its own tokenizer's
     settings = dict(
         preset=preset,

@@ -54,6 +54,7 @@ __all__ = [
     "check_out_dir",
     "precheck_out_dir",
     "saved_run",
+    "saved_settings",
     "make_trainer",
     "RUN_FILES",
 ]
@@ -415,6 +416,15 @@ def saved_run(out_dir: str | Path, model_class, load_tokenizer: Callable[[Path],
     last = last_dir(out_dir)
     config = model_class.from_pretrained(last).config
     return config, load_tokenizer(last)
+
+
+def saved_settings(out_dir: str | Path) -> dict:
+    """The family's settings that the run in ``out_dir`` saved (``OUT/last/state.json``), or {} when there is no
+    readable state: that is said when the run is opened for ``--resume``."""
+    try:
+        return dict((read_meta(last_dir(out_dir)).get("run") or {}).get("settings") or {})
+    except (OSError, ValueError):
+        return {}
 
 
 def make_trainer(

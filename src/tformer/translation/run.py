@@ -38,7 +38,7 @@ from tformer.tokens import TRANSLATION_PAD as PAD
 from tformer.training import distributed
 from tformer.training.config import gpu_batch_note, known_train_options
 from tformer.training.distributed import from_rank0, say
-from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, start_run
+from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, saved_run, saved_settings, start_run
 from tformer.training.sharded import building
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation.batching import EncodedPairs
@@ -215,7 +215,7 @@ def setup(
             },
         )
         train_options = {**(FINE_TUNING_LORA if lora.r else FINE_TUNING), **train_options}
-    folder_vocab = prepared_vocab_size(data, vocab_size)  # a prepared folder's: its own tokenizers' (or None)
+    folder_vocab = prepared_vocab_size(data, vocab_size, log)  # a prepared folder's: its own tokenizers' (or None)
     preset, max_len, vocab_size = preset or "small", max_len or 256, folder_vocab or vocab_size or 8000
     if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads): refused before anything
         Seq2SeqConfig.preset(preset, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, max_len=max_len, **shape)
@@ -233,8 +233,8 @@ def setup(
         dropout=dropout,
         max_len=max_len,
     )  # what makes the run: --resume refuses a change (bleu_sentences, only evaluation's, may change)
-    if resume and folder_vocab:  # the run's tokenizers, which are the folder's (checked); an older run recorded 8000
-        del settings["vocab_size"]
+    if resume and folder_vocab:  # the run's tokenizers, which are the folder's (checked); an older run: 8000
+        settings["vocab_size"] = saved_settings(out_dir).get("vocab_size", folder_vocab)
     if init is None:
         settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff)  # the shape; None: the preset's
         settings.update(n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers)
