@@ -116,5 +116,7 @@ def test_resuming_without_the_runs_average_says_ema_0_not_not_given(tmp_path, ca
     text.write_text("to be or not to be, that is the question\n" * 50)
     words = ["train", "lm", "--data", str(text), "--out", str(tmp_path / "r"), "--preset", "tiny", "--max-len", "16"]
     assert main([*words, "--max-steps", "2", "--ema", "0.5", "--no-progress"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]  # the moving average's score too, as bert's line says it
+    assert last.startswith("done: step 2, val_loss ") and "; EMA val_loss " in last and "; best/: val_loss" in last
     assert main([*words, "--max-steps", "4", "--ema", "0", "--resume", "--no-progress"]) == 2
     assert "--ema 0 (none) (the run: 0.5)" in capsys.readouterr().err

@@ -318,6 +318,9 @@ def run_translation(args) -> int:
     scores = ""
     if "val_loss" in result:
         scores = f"val_loss {result['val_loss']:.3f}" + (f", BLEU {result['bleu']:.1f}" if "bleu" in result else "")
+    if "ema_val_loss" in result:  # --ema: the moving average's too, as bert's and classify's lines list them
+        scores += f"; EMA val_loss {result['ema_val_loss']:.3f}"
+        scores += f", BLEU {result['ema_bleu']:.1f}" if "ema_bleu" in result else ""
     _done(trainer, scores, args.out_dir)
     return 0
 
@@ -330,6 +333,8 @@ def run_lm(args) -> int:
     if "val_loss" in result:
         bpc = f", bpc {result['val_bpc']:.3f}" if "val_bpc" in result else ""  # a Hugging Face tokenizer has no unit
         scores = f"val_loss {result['val_loss']:.4f}, ppl {result['val_ppl']:.2f}{bpc}"
+    if "ema_val_loss" in result:  # --ema: the moving average's too
+        scores += f"; EMA val_loss {result['ema_val_loss']:.4f}"
     _done(trainer, scores, args.out_dir)
     return 0
 
