@@ -25,7 +25,7 @@ from tformer import lm
 from tformer.cli import main
 from tformer.data import shards, sources
 from tformer.lm.data import encode_documents
-from tformer.tokenizers import train_tokenizer
+from tformer.tokenizers import load_tokenizer, train_tokenizer
 
 WORDS = "the king is dead long live the queen and all her men ride to war at dawn".split()
 
@@ -178,6 +178,10 @@ def test_the_cache_is_used_again_and_prepared_again_saying_why(tmp_path, small_p
     assert second != first
     with pytest.raises(ValueError, match=r"prepared with another tokenizer than this model's; prepare it again"):
         tdata.prepare_lm(second, tok, cache=cache)
+    saved = next((second / "tokenizer").iterdir())  # its own copy, which a run on the folder uses, edited by hand:
+    saved.write_text(saved.read_text("utf-8").replace('"x"', '"☃"', 1), "utf-8")  # said so, not "another tokenizer"
+    with pytest.raises(ValueError, match=r"its tokenizer/ was changed since it was prepared; prepare it again"):
+        tdata.prepare_lm(second, load_tokenizer(second / "tokenizer"), cache=cache)
 
 
 def test_a_failed_preparation_leaves_no_half_cache(tmp_path, monkeypatch):

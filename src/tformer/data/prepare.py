@@ -151,11 +151,16 @@ def _known_sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int
 def tokenizer_hash(tokenizer: Tokenizer | Mapping[str, Tokenizer]) -> str:
     """The SHA-256 of the files the tokenizer saves: the same tokenizer, the same hash. A mapping of named tokenizers
     (a translator's ``{"src": ..., "tgt": ...}``): the hash of each, saved with its name as the prefix."""
-    digest = hashlib.sha256()
     with tempfile.TemporaryDirectory() as tmp:
         _save_tokenizers(tokenizer, tmp)
-        for f in sorted(Path(tmp).iterdir()):
-            digest.update(f.name.encode() + b"\0" + f.read_bytes())
+        return _files_hash(Path(tmp))
+
+
+def _files_hash(directory: Path) -> str:
+    """The SHA-256 of the files in ``directory``: each one's name and bytes, in name order."""
+    digest = hashlib.sha256()
+    for f in sorted(directory.iterdir()):
+        digest.update(f.name.encode() + b"\0" + f.read_bytes())
     return digest.hexdigest()
 
 
@@ -312,7 +317,13 @@ def prepared(
         elif manifest.get("task") != task:
             problem = f"it was prepared for {manifest.get('task')!r}, not {task!r}"
         elif manifest.get("tokenizer_sha256") != tok_hash:
-            problem = "it was prepared with another tokenizer than this model's"
+            kept = directory / "tokenizer"  # the copy saved with the shards: changed since, or another tokenizer
+            edited = not kept.is_dir() or _files_hash(kept) != manifest.get("tokenizer_sha256")
+            problem = (
+                "its tokenizer/ was changed since it was prepared"
+                if edited
+                else "it was prepared with another tokenizer than this model's"
+            )
         else:
             problem = damaged_file(directory, manifest)
         if problem:
