@@ -110,7 +110,7 @@ def prepared_vocab_size(data, given: int | None, log: Callable[[str], None] = pr
         return size
     if given < size:
         raise ValueError(
-            f"--vocab-size {given}: --data {str(data)!r} is a folder prepared with a tokenizer of {size} ids; "
+            f"--vocab-size {given}: --data {str(data)!r} is a folder prepared with a tokenizer of {size:,} ids; "
             f"leave --vocab-size out, or prepare it with the size you want (tformer data prepare "
             f"{manifest.get('task')} --vocab-size N)"
         )
