@@ -313,6 +313,15 @@ def test_generation_stops_at_any_eos_of_generation_config(saved, tmp_path, capsy
     assert _greedy(again, fast, PROMPT, 12) == new[: stop_at + 1]  # transformers stops there too
     assert main(["generate", "--model", str(directory), "--prompt", PROMPT, "--greedy", "--max-new-tokens", "12"]) == 0
     assert capsys.readouterr().out == PROMPT + fast.decode(new[:stop_at]) + "\n"  # the EOS itself is not shown
+    # a fine-tuned or merged model (its tokenizer saved) and an export keep every end id, and stop there too
+    ends = (1, new[stop_at])
+    HFTokenizer.load(directory).save(tmp_path / "saved")
+    assert HFTokenizer.load(tmp_path / "saved").eos_ids == ends
+    assert main(["export", str(directory), "--to", "hf", str(tmp_path / "hf")]) == 0
+    capsys.readouterr()
+    exported = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert tuple(exported.generation_config.eos_token_id) == ends
+    assert _greedy(exported, fast, PROMPT, 12) == new[: stop_at + 1]
 
 
 def test_loader_and_cli_do_not_import_transformers(saved):

@@ -46,6 +46,7 @@ MODEL_FILES = (
     "src_tokenizer.json",
     "tgt_tokenizer.json",
     "decoding.json",
+    "generation_config.json",
 )
 
 

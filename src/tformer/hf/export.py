@@ -104,6 +104,9 @@ def _files(model: nn.Module, tokenizer: Any, generation: dict[str, Any]) -> dict
     else:
         hf = registry.config_to_hf(config, dtype)
         hf |= {f"{name}_token_id": ids[name] for name in ("bos", "eos") if name in ids}
+        ends = list(getattr(target, "eos_ids", ()))
+        if len(ends) > 1:  # several ids end a generation (a chat turn's end beside the text's): generate stops at each
+            hf["eos_token_id"] = ends
     if hf.get("pad_token_id") is None and "pad" in ids:
         hf["pad_token_id"] = ids["pad"]
     state = registry.state_to_hf(model.state_dict(), config)

@@ -27,8 +27,10 @@ is rendered by ``apply_chat_template`` with the special tokens tokenizer_config.
 
 ``save`` writes tokenizer.json and tokenizer_config.json (the one it was loaded with, the special tokens' names set
 from the ids) and the chat template as chat_template.jinja (taken out of tokenizer_config.json, as ``transformers``
-saves it, so both read the same template; other named templates, such as "tool_use", are not kept); the extra end
-ids a generation_config.json listed are the model's, not saved with the tokenizer.
+saves it, so both read the same template; other named templates, such as "tool_use", are not kept). Several end
+ids (Llama 3's ``<|eot_id|>`` beside ``<|end_of_text|>``, a chat turn's end beside the text's) are kept as
+``generation_config.json``'s ``eos_token_id`` list, merged into the one the directory has: a fine-tuned, merged or
+exported model stops where the model it came from stops.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = ["HFTokenizer"]
 FIELDS = {"bos": "bos_token", "eos": "eos_token", "pad": "pad_token"}
 OTHER_FIELDS = {"unk": "unk_token", "mask": "mask_token", "cls": "cls_token", "sep": "sep_token"}
 CONFIG = "tokenizer_config.json"
+GENERATION = "generation_config.json"  # the ids generate starts, ends and pads with
 
 
 class HFTokenizer(LibraryTokenizer):
@@ -122,6 +125,10 @@ class HFTokenizer(LibraryTokenizer):
         settings.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
         text = json.dumps(settings, ensure_ascii=False, indent=2)
         atomic_write(Path(directory) / (prefix + CONFIG), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        if not prefix and len(self._eos_ids) > 1:  # tokenizer_config.json names one eos_token: the others kept here
+            generation = Path(directory) / GENERATION
+            ends = json.dumps({**_optional_json(generation, "generation config"), "eos_token_id": list(self._eos_ids)})
+            atomic_write(generation, lambda tmp: Path(tmp).write_text(ends, encoding="utf-8"))
         return path
 
     @classmethod
@@ -147,7 +154,7 @@ class HFTokenizer(LibraryTokenizer):
         if token_ids["unk"] is None:  # the model's own unknown token (BPE, WordPiece), when the config names none
             unk = json.loads(tokenizer.to_str()).get("model", {}).get("unk_token")
             token_ids["unk"] = tokenizer.token_to_id(unk) if isinstance(unk, str) else None
-        generation = _optional_json(directory / "generation_config.json", "generation config")
+        generation = _optional_json(directory / GENERATION, "generation config")
         model = _optional_json(directory / "config.json", "model config")
         ids = {name: _generation_id(field + "_id", generation, model, directory) for name, field in FIELDS.items()}
         for name in FIELDS:  # generation_config.json (or config.json) first, as generate reads them
