@@ -125,3 +125,48 @@ def test_leftover_of_judges_earlier_names_by_what_they_hold(tmp_path):
     (tmp_path / ".log.jsonl.tformer-abcdefgh.tmp").write_text("x")
     assert files.leftover_of(tmp_path / ".log.jsonl.tformer-abcdefgh.tmp") == "log.jsonl"
     assert not files.earlier_name(tmp_path / "notes.txt")
+
+
+def _inside(folder: str, name: str):
+    def make(run: Path) -> str:
+        (run / folder).mkdir(parents=True, exist_ok=True)
+        if folder.startswith("checkpoints/"):
+            for part in ("config.json", "model.safetensors", "char_tokenizer.json"):
+                shutil.copy(run / "best" / part, run / folder / part)
+        (run / folder / name).write_text("mine\n")
+        return f"{folder}/{name}"
+
+    return make
+
+
+INSIDE = {  # a user's file inside a folder the run writes, which deleting or replacing that folder would lose
+    "best": _inside("best", "NOTES.md"),
+    "last": _inside("last/exp", "results.txt"),
+    "checkpoints": _inside("checkpoints/step-0000002", "mine.txt"),
+    "data": _inside("data", "mine.tsv"),
+}
+
+
+@pytest.mark.parametrize("where", list(INSIDE))
+def test_a_users_file_inside_the_runs_folders_is_named_and_kept_by_overwrite_and_resume(run2, capsys, where):
+    """best/, last/ and checkpoints/step-N/ are deleted by --overwrite and replaced whole by a save: a file of the
+    user's in one is named, and nothing is deleted or replaced (it was deleted in silence)."""
+    named = INSIDE[where](run2)
+    shown = named if where != "last" else "last/exp"
+    before = _snapshot(run2)
+    result = _run(capsys, _lm(run2.parent, "run", "--overwrite"))
+    assert result["code"] == 2 and f"holds a run and also {shown}, which no tformer run writes" in result["err"]
+    assert "nothing was deleted" in result["err"] and _snapshot(run2) == before
+    if where != "data":  # a resumed run's next save replaces best/ or last/ whole
+        result = _run(capsys, run_dir_lm(run2.parent, "run", "--max-steps", "3", "--resume"))
+        assert result["code"] == 2 and f"--resume: 'run' holds {shown}, which no tformer run writes" in result["err"]
+        assert _snapshot(run2) == before
+
+
+def test_a_folder_with_a_best_folder_of_the_users_is_not_a_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "photos" / "best").mkdir(parents=True)
+    (tmp_path / "photos" / "best" / "holiday.jpg").write_bytes(b"jpg")
+    result = _run(capsys, _lm(tmp_path, "photos", "--overwrite"))
+    assert result["code"] == 2 and "is not a tformer run" in result["err"] and "best/holiday.jpg" in result["err"]
+    assert (tmp_path / "photos" / "best" / "holiday.jpg").read_bytes() == b"jpg"

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import sys
 from collections.abc import Callable
@@ -37,13 +36,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tformer.files import atomic_write, current_dir, earlier_name, leftover_of, recover_dir
-from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, WEIGHTS_NAME
+from tformer.files import atomic_write, current_dir, recover_dir
+from tformer.models.checkpoint import BEST_DIR
 from tformer.settings import renamed
 from tformer.training import distributed
-from tformer.training.averaging import CHECKPOINTS
 from tformer.training.lock import LOCK_NAME, RunLock, foreign_lock, foreign_message
-from tformer.training.runlog import CSV_NAME, TENSORBOARD_DIR
+from tformer.training.rundir import RUN_FILES, clear, clearable, is_run, kept_by_user, listing, not_a_run
 from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
 from tformer.training.trainer import TrainConfig, Trainer, budget_reached, budget_spent_message
 
@@ -58,24 +56,6 @@ __all__ = [
     "make_trainer",
     "RUN_FILES",
 ]
-
-# What a run writes into OUT, and all that --overwrite deletes: the best model, the last state, the log and its
-# plot, translation's held-out splits, `tformer demo`'s attention picture, --keep-checkpoints' models, the settings
-# resolved (tformer train's OUT/config.yaml), the log's CSV and TensorBoard copies
-RUN_FILES = (BEST_DIR, "last", "log.jsonl", "curves.png", "data", "cross_attention.png", CHECKPOINTS, "config.yaml", CSV_NAME, TENSORBOARD_DIR)  # fmt: skip
-# tformer 0.1 kept the best model at the top of OUT: its config, weights, tokenizers and labels (a run's only
-# beside that model: config and weights at the top)
-LEGACY_FILES = (
-    CONFIG_NAME,
-    WEIGHTS_NAME,
-    "src_tokenizer.json",
-    "tgt_tokenizer.json",
-    "char_tokenizer.json",
-    "tokenizer.json",
-    "labels.json",
-)
-_DATA_FILES = {"valid.tsv", "test.tsv"}  # what a run writes into OUT/data
-_MARKERS = (BEST_DIR, "last", "log.jsonl", "data")  # any of these (as a run writes it) makes OUT a run
 
 # TrainConfig fields a resumed run must keep (the optimizer, the schedule, the data order); the others (the
 # budget, the evaluation cadence, the device, ...) may change. Flags name them; the rest by their field.
@@ -159,7 +139,7 @@ def check_out_dir(
         if resume:
             _check_resumable(out)
         else:
-            _clear(out, overwrite, resumable)
+            clear(out, overwrite, resumable)
     return started
 
 
@@ -174,16 +154,16 @@ def precheck_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool 
         raise ValueError("--resume and --overwrite contradict each other: give one of them")
     _judge(out, resume)
     if not resume:
-        _clearable(out, overwrite, True)
+        clearable(out, overwrite, True)
 
 
 def _judge(out: Path, resume: bool) -> None:
     """Refuse, reading only, an ``out`` that is neither missing, empty nor a run (all it holds named), or whose
     ``.lock`` tformer did not write (a link, a file of the user's: naming it); the lock is taken only after."""
-    entries = _entries(out)
-    if not _is_run(out, entries):
+    entries = listing(out)
+    if not is_run(out, entries):
         if [name for name in entries if name != LOCK_NAME]:
-            raise _no_state(out) if resume else _not_a_run(out, entries)
+            raise _no_state(out) if resume else not_a_run(out, entries)
         if resume and not os.path.lexists(out / LOCK_NAME):  # with a lock, a run may be starting: the lock tells
             raise _no_state(out)
     what = foreign_lock(out)
@@ -198,111 +178,17 @@ def _no_state(out: Path) -> FileNotFoundError:
     )
 
 
-def _not_a_run(out: Path, entries: list[str], overwrite: bool = False) -> ValueError:
-    return ValueError(
-        f"--out {str(out)!r} is not empty and is not a tformer run (no best/, last/ or log.jsonl; it holds "
-        f"{_shown(entries)}): give another --out"
-        + (" (--overwrite deletes only what a run wrote)" if overwrite else "")
-    )
-
-
 def _check_resumable(out: Path) -> None:
     for name in (BEST_DIR, "last"):
         recover_dir(out / name)
     if not (out / "last" / STATE_NAME).is_file():
         raise _no_state(out)
-
-
-def _entries(out: Path) -> list[str]:
-    """What ``out`` holds, hidden names included; its ``.lock`` only if tformer did not write it."""
-    if not out.is_dir():
-        return []
-    names = sorted(p.name for p in out.iterdir())
-    return [name for name in names if name != LOCK_NAME or foreign_lock(out) is not None]
-
-
-def _is_run(out: Path, entries: list[str]) -> bool:
-    """Whether ``entries`` of ``out`` make it a run's: one of :data:`_MARKERS`, or a cut save, as a run writes it."""
-    return any((name in _MARKERS or _cut_short(out / name)) and _written_by_run(out / name) for name in entries)
-
-
-def _written_by_run(path: Path) -> bool:
-    """Whether ``path``, an entry of a run directory, is one that tformer runs write."""
-    name = path.name
-    if path.is_symlink():
-        return False
-    if name in (BEST_DIR, "last"):
-        return path.is_dir()
-    if name == CHECKPOINTS:  # --keep-checkpoints: step-N folders (and what a cut save of one leaves)
-        return path.is_dir() and all(p.name.startswith("step-") or leftover_of(p) for p in path.iterdir())
-    if name == "data":
-        return path.is_dir() and {p.name for p in path.iterdir()} <= _DATA_FILES
-    if name == TENSORBOARD_DIR:  # --log-to tensorboard: its event files only
-        return path.is_dir() and all(
-            p.name.startswith("events.out.tfevents.") and p.is_file() and not p.is_symlink() for p in path.iterdir()
-        )
-    if name in LEGACY_FILES:
-        return path.is_file() and _legacy_layout(path.parent)
-    if name in RUN_FILES:
-        return path.is_file()
-    return _cut_short(path)
-
-
-def _legacy_layout(out: Path) -> bool:
-    """Whether ``out`` holds a tformer 0.1 run's best model at its top (config and weights, as files; a 0.1 run
-    resumed since has best/ too): only then are config.json, tokenizers and labels at the top a run's."""
-    return all((out / name).is_file() and not (out / name).is_symlink() for name in (CONFIG_NAME, WEIGHTS_NAME))
-
-
-def _cut_short(path: Path) -> bool:
-    """A write or save of one of the run's files that a crash cut short, as tformer names and marks them, or an
-    earlier version's save folder by what it holds (:func:`tformer.files.leftover_of`): never a user's
-    ``.best.old``, ``.log.jsonl.bak``, ``.log.jsonl.backup01.tmp`` or ``.best.tmp-20250101/``."""
-    return leftover_of(path) in RUN_FILES
-
-
-def _shown(names: list[str]) -> str:
-    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-
-
-def _clear(out: Path, overwrite: bool, resumable: bool) -> None:
-    """A new run's directory: empty, or (``overwrite``) a run's, whose files are deleted; else refused."""
-    for name in _clearable(out, overwrite, resumable):
-        path = out / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-
-
-def _clearable(out: Path, overwrite: bool, resumable: bool) -> list[str]:
-    """What :func:`_clear` would delete of ``out`` (reading only); a directory it would refuse is refused here."""
-    entries = _entries(out)
-    if not entries:
-        return []
-    ours = [name for name in entries if _written_by_run(out / name)]
-    others = [name for name in entries if name not in ours]
-    if not _is_run(out, entries):
-        raise _not_a_run(out, entries, overwrite)
-    if not overwrite:
-        remedy = (
-            "pass --resume to continue the run in it, or --overwrite to delete it and start a new one"
-            if resumable
-            else "pass --overwrite to delete its run and start a new one, or give another --out"
-        )
-        raise ValueError(f"--out {str(out)!r} is not empty (it holds {_shown(entries)}): {remedy}")
-    if others:
-        earlier = [name for name in others if earlier_name(out / name)]
-        which = "which no tformer run writes" + (
-            f" or which tformer cannot tell from files of yours ({_shown(earlier)}: named as earlier versions named "
-            "their temporary files)"
-            if earlier
-            else ""
-        )
+    kept = kept_by_user(out)
+    if kept:  # the next save of best/ or last/ replaces the folder whole: a file of the user's there would be lost
         raise ValueError(
-            f"--overwrite: --out {str(out)!r} holds a run and also {_shown(others)}, {which}; nothing was deleted: "
-            f"move them out of {str(out)!r}"
-            + (" (delete what an earlier tformer left)" if earlier else "")
-            + ", or give another --out"
+            f"--resume: {str(out)!r} holds {', '.join(kept[:5])}{' ...' if kept[5:] else ''}, which no tformer run "
+            "writes, in a folder that every save replaces whole; nothing was changed: move them out first"
         )
-    return ours
 
 
 def _prepare_resume(cfg: TrainConfig, kind: str | None, settings: dict) -> None:
