@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,13 +31,12 @@ import torch
 pytest.importorskip("transformers")
 openai = pytest.importorskip("openai")
 
-import uvicorn  # noqa: E402
 
 from tformer import Seq2SeqConfig, Seq2SeqTransformer, lm  # noqa: E402
 from tformer.cli import main  # noqa: E402
 from tformer.generation import SamplingConfig  # noqa: E402
 from tformer.lm.chat import reply  # noqa: E402
-from tformer.serve import Cancelled, Outcome, Served, Worker, create_app, listen  # noqa: E402
+from tformer.serve import Cancelled, Outcome, Served, Worker, create_app, listen, server_for  # noqa: E402
 from tformer.serve import model as work  # noqa: E402
 from tformer.serve.protocol import MAX_BODY  # noqa: E402
 from tformer.tokenizers import train_tokenizer  # noqa: E402
@@ -57,6 +57,7 @@ class Running:
     url: str  # the API's base: http://127.0.0.1:PORT/v1
     worker: Worker
     log: list[str] = field(default_factory=list)
+    stop: Callable[[], None] = lambda: None  # as Ctrl-C stops tformer serve
 
     def client(self, api_key: str = "unused", **options) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.url, api_key=api_key, max_retries=0, timeout=30, **options)
@@ -69,7 +70,7 @@ def running(served: Served, api_key: str | None = None, max_queue: int = 64):
     worker = Worker(max_queue)
     state = Running(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", worker)
     app = create_app(served, worker, "127.0.0.1", api_key, state.log.append)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    server = server_for(app, worker)  # as tformer serve's: it stops the worker's requests when it stops
     # asyncio's debug mode refuses a call into the loop from another thread that is not call_soon_threadsafe's
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock]), debug=True), daemon=True)
     thread.start()
@@ -77,6 +78,7 @@ def running(served: Served, api_key: str | None = None, max_queue: int = 64):
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert server.started
+    state.stop = lambda: setattr(server, "should_exit", True)
     try:
         yield state
     finally:
@@ -541,6 +543,36 @@ def test_a_client_that_disconnects_stops_its_generation_and_the_queue_moves_on(l
         assert server.client().completions.create(model="llama", prompt="2").choices[0].text == "xx"
     assert fake_work["ran"] == ["4000", "3", "wait", "2"]
     assert any(line.startswith("POST /v1/completions 200") and "client gone" in line for line in server.log)
+
+
+def test_a_server_that_stops_ends_every_request_at_once_with_a_503_not_cut_off(llama, fake_work):
+    """Ctrl-C or SIGTERM during a long stream: the stream ends on the error event, a request waiting behind it gets a
+    503 in OpenAI's shape, both at once (not after uvicorn's graceful wait, cut off)."""
+    with running(llama) as server:
+        body = {"model": "llama", "prompt": "4000", "stream": True}  # 20 s of tokens
+        plain: list = []
+
+        def wait_behind() -> None:
+            plain.append(httpx.post(f"{server.url}/completions", json={"model": "llama", "prompt": "2"}, timeout=30))
+
+        with httpx.stream("POST", f"{server.url}/completions", json=body, timeout=30) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+            waiting = threading.Thread(target=wait_behind)
+            waiting.start()
+            deadline = time.monotonic() + 10
+            while server.worker.waiting < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.worker.waiting == 1
+            start = time.monotonic()
+            server.stop()
+            events = [line for line in lines if line.startswith("data: ")]
+        waiting.join(30)
+        assert time.monotonic() - start < 2.5  # uvicorn would wait 3 s, then cut the stream
+    last = json.loads(events[-1][len("data: ") :])
+    assert last["error"]["code"] == "server_shutting_down" and set(last["error"]) == ERROR_KEYS
+    assert plain[0].status_code == 503 and plain[0].json()["error"]["code"] == "server_shutting_down"
+    assert fake_work["ran"] == ["4000"]  # the waiting one never ran
 
 
 def test_a_full_queue_is_503(llama, fake_work):

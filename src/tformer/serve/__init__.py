@@ -17,9 +17,9 @@ batching), each exactly as it would be alone. This package knows the families' e
 nothing about training, inspection or the command line.
 """
 
-from tformer.serve.app import create_app, listen, serve
+from tformer.serve.app import create_app, listen, serve, server_for
 from tformer.serve.model import Outcome, Served
 from tformer.serve.protocol import APIError
 from tformer.serve.worker import Cancelled, Job, Worker
 
-__all__ = ["Served", "Outcome", "APIError", "Worker", "Job", "Cancelled", "create_app", "listen", "serve"]
+__all__ = ["Served", "Outcome", "APIError", "Worker", "Job", "Cancelled", "create_app", "listen", "serve", "server_for"]

@@ -55,7 +55,7 @@ from tformer.serve.protocol import (
 )
 from tformer.serve.worker import Job, Worker
 
-__all__ = ["create_app", "listen", "serve", "LOOPBACK"]
+__all__ = ["create_app", "listen", "server_for", "serve", "LOOPBACK"]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 GONE = 499  # the status logged for a client that left before its answer (nginx's "client closed request")
@@ -87,6 +87,15 @@ def _internal(err: BaseException) -> APIError:
         500,
         kind="server_error",
     )
+
+
+# the server is stopping (Ctrl-C, SIGTERM): a request running or waiting ends with this, at once
+STOPPING = APIError(
+    "the server is shutting down: this request was stopped; try again when it is back",
+    503,
+    code="server_shutting_down",
+    kind="server_error",
+)
 
 
 def _refusal(err: BaseException) -> APIError | None:
@@ -154,6 +163,8 @@ class _EventStream(Response):
             if answer.include_usage:
                 yield event(answer.usage_chunk(value))
             yield DONE
+        elif kind == "stopped":  # the server is stopping: the stream ends on that error, not cut off
+            yield event(STOPPING.body())
         elif kind == "error":  # after the status was sent: the error as an event, as OpenAI's streams end on one
             refused = _refusal(value)
             if refused is None:
@@ -222,6 +233,8 @@ def create_app(
             if kind == "cancelled":
                 _note(request.scope, gone=True)
                 return Response(status_code=GONE)
+            if kind == "stopped":
+                return _error(STOPPING, _ERROR_HEADERS[503])
             if kind == "error":
                 refused = _refusal(value)
                 return _error(refused) if refused is not None else _bug(value)
@@ -369,6 +382,21 @@ class _Logged:
             self.log(line)
 
 
+def server_for(app: Any, worker: Worker) -> Any:
+    """The uvicorn server of ``app``: when it stops (Ctrl-C, SIGTERM), ``worker`` stops every request first, so each
+    ends at once with a 503 (a stream with that error as its last event) instead of being cut off at the end of
+    uvicorn's graceful wait."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            worker.stop()
+            await super().shutdown(sockets)
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=3)
+    return Server(config)
+
+
 def serve(
     served: Served,
     host: str = "127.0.0.1",
@@ -379,15 +407,12 @@ def serve(
     log: Callable[[str], None] = _say,
 ) -> None:
     """Serve ``served`` on ``host:port`` until Ctrl-C; ``on_ready(base_url)`` once the socket listens."""
-    import uvicorn
-
     sock = listen(host, port)
     port = sock.getsockname()[1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
     worker = Worker(max_queue)
     app = create_app(served, worker, host, api_key, log)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=3)
-    server = uvicorn.Server(config)
+    server = server_for(app, worker)
     if on_ready is not None:
         on_ready(f"http://{shown}:{port}/v1")
     try:

@@ -4,6 +4,7 @@
     job = Job(lambda emit: work(emit), loop)  # work(emit) calls emit(text) for each token, returns the outcome
     worker.submit(job)                        # queue.Full when max_queue requests are already waiting
     kind, value = await job.events.get()      # ("text", str) ... then ("end", outcome) | ("error", exc) | ("cancelled", None)
+    worker.stop()                             # the server stops: ("stopped", None) to every job, each cancelled
 
 Why one thread and a queue, not batching: a tformer model and its tokenizer are used by one thread at a time, so
 nothing is shared between requests and every request gets exactly the tokens it would get alone (a seed gives
@@ -111,6 +112,17 @@ class Worker:
                 traceback.print_exc(file=sys.stderr)
             finally:
                 self.current = None
+
+    def stop(self) -> None:
+        """The server is stopping: every job, running or waiting, gets ``("stopped", None)`` now and is cancelled
+        (the running one stops at its next token); no job is taken any more."""
+        self._closed = True
+        with self.jobs.mutex:
+            jobs = [self.current, *self.jobs.queue]
+        for job in jobs:
+            if job is not None and not job.cancelled.is_set():
+                job.cancel()
+                job.send("stopped")
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Cancel the jobs still waiting, let the running one stop at its next token, and end the thread."""
