@@ -211,6 +211,11 @@ def test_the_written_config_holds_what_the_preset_chose_and_repeats_the_run_bit_
     assert resolved["data"] == str(text) and Path(resolved["data"]).is_absolute()
     a, b = load_file(first / "best" / "model.safetensors"), load_file(again / "best" / "model.safetensors")
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    # the file resumes its run, and the run it made resumes with the flags alone: a value the file gives is the
+    # value the preset chose (the model's shape), not a change
+    assert main(["train", family, "--config", str(first / "config.yaml"), "--resume", "--max-steps", "3"]) == 0
+    assert main([*words, "--out", str(again), "--resume", "--max-steps", "3", "--no-progress"]) == 0
+    assert main([*words, "--out", str(again), "--resume", "--max-steps", "4", "--dropout", "0.3"]) == 2
 
 
 def test_a_run_with_a_tokenizer_directory_repeats_from_its_file(tmp_path, text):

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tformer.files import atomic_write, current_dir, recover_dir
-from tformer.models.checkpoint import BEST_DIR
+from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME
 from tformer.settings import renamed
 from tformer.training import distributed
 from tformer.training.lock import LOCK_NAME, RunLock, foreign_lock, foreign_message
@@ -240,12 +240,35 @@ def _check_settings(cfg: TrainConfig, settings: dict, meta: dict, path: Path) ->
     saved_settings = renamed((meta.get("run") or {}).get("settings") or {}, "", warn=False)  # 0.2.0's names too
     pairs = [(f, saved_cfg[f], new_cfg[f]) for f in FIXED_FIELDS if f in saved_cfg]
     pairs += [(k, saved_settings[k], v) for k, v in _plain(settings).items() if k in saved_settings]
-    changed = [f"{_flag(k)} {_value(new, k)} (the run: {_value(old, k)})" for k, old, new in pairs if old != new]
+    built = _built_shape(path.parent)
+
+    def same(name: str, old: Any, new: Any) -> bool:  # unset (None: the preset's) is the value the model was built with
+        return old == new or (name in built and None in (old, new) and built[name] == (new if old is None else old))
+
+    def shown(name: str, value: Any) -> str:
+        return f"{_value(built[name])}, the preset's" if value is None and name in built else _value(value, name)
+
+    changed = [
+        f"{_flag(k)} {shown(k, new)} (the run: {shown(k, old)})" for k, old, new in pairs if not same(k, old, new)
+    ]
     if changed:
         raise ValueError(
             f"--resume: {'; '.join(changed)}, as saved in {str(path)!r}: a resumed run keeps its model, data, "
             "optimizer and schedule; give the run's values, or start a new run with --overwrite or another --out"
         )
+
+
+_SHAPE = ("d_model", "n_heads", "d_ff", "n_layers", "n_encoder_layers", "n_decoder_layers", "dropout", "max_len")
+
+
+def _built_shape(last: Path) -> dict[str, Any]:
+    """The shape of the model the run built (``last/config.json``), by the settings' names: a setting given as the
+    value the preset chose (``OUT/config.yaml`` writes them so) is the same as one left to the preset."""
+    try:
+        config = json.loads((last / CONFIG_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: config[k] for k in _SHAPE if isinstance(config, dict) and k in config}
 
 
 def _resume_line(cfg: TrainConfig, meta: dict) -> str:
