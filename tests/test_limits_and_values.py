@@ -228,6 +228,15 @@ def test_generate_with_a_tiny_temperature_or_top_p_is_greedy(dirs, capsys):
     _usage_error([*model, "--repetition-penalty", "1e-40"], capsys, "--repetition-penalty", "[0.01, 100]", "1e-40")
 
 
+def test_a_prompt_longer_than_the_context_is_said_to_be_cut(dirs, capsys):
+    """The model reads its context's worth (the prompt's last max_len - 1 tokens): said, as a cut source is."""
+    model = ["generate", "--model", str(dirs["lm_char"]), "--max-new-tokens", "2", "--greedy"]
+    code, _, err = _run([*model, "--prompt", "the " * 20], capsys)  # 80 characters, a context of 32
+    assert code == 0 and "note: --prompt is 81 tokens, more than the model's context of 32: it reads the last 31" in err
+    code, _, err = _run([*model, "--prompt", "the"], capsys)
+    assert code == 0 and "note: --prompt" not in err
+
+
 def test_translate_sample_with_a_tiny_temperature_or_top_p_is_greedy(dirs, capsys):
     model = ["translate", "--model", str(dirs["translation"]), "the cat sat on the mat.", "a bird sang."]
     code, greedy, err = _run(model, capsys)

@@ -124,3 +124,10 @@ def _say_cache(model, tokenizer, args) -> None:
         positions, kind = lm_capacity(prompt, args.max_new_tokens, model.config.max_len), "static "
     size = kv_cache_bytes(model, 1, positions, static=bool(args.compile))
     print(f"{kind}KV cache: {describe_bytes(size)} at most (1 row x {positions} positions)", file=sys.stderr)
+    context = model.config.max_len
+    if prompt >= context:  # the model reads its context's worth: the prompt's start is cut, as a window slides
+        print(
+            f"note: --prompt is {prompt:,} tokens, more than the model's context of {context:,}: it reads the last "
+            f"{context - 1:,} (room for one new token)",
+            file=sys.stderr,
+        )
