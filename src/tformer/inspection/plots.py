@@ -32,9 +32,18 @@ def _new_figure(width: float, height: float) -> Figure:
     return fig
 
 
+# a picture's format by its file name's extension (none: PNG)
+FORMATS = {"": "png", ".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg"}
+
+
 def _save(fig: Figure, path: str | Path | None) -> Figure:
     if path is not None:  # atomically: a failed drawing leaves the file that was there
-        write_output(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
+        kind = FORMATS.get(Path(path).suffix.lower())
+        if kind is None:
+            raise ValueError(
+                f"{str(path)!r}: a picture is written as .png, .svg, .pdf or .jpg, not {Path(path).suffix!r}"
+            )
+        write_output(path, lambda tmp: fig.savefig(tmp, format=kind, dpi=DPI))
     return fig
 
 
