@@ -35,6 +35,7 @@ from safetensors.torch import save_file
 from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 from tformer.checks import Sinks, Text
 from tformer.cli import build_parser, main
+from tformer.cli.data import pairs_file
 from tformer.cli.validate import Number, PathArg, device
 from tformer.models.config import MAX_PARAMETERS
 
@@ -102,6 +103,7 @@ def _bad_paths(kind: str, tmp: Path) -> list[str]:
         "path": [missing],
         "out_dir": [str(a_file), under_file],
         "out_file": [str(a_dir), under_file],
+        "cache_dir": [str(a_file), under_file],  # an existing folder is read from even if it cannot be written
     }[kind]
 
 
@@ -114,6 +116,8 @@ def bad_values(action: argparse.Action, tmp: Path) -> list[str]:
         return _bad_numbers(kind)
     if isinstance(kind, PathArg):
         return _bad_paths(kind.kind, tmp)
+    if kind is pairs_file:  # data prepare translation's TSV: a file (a folder refused saying what reads it)
+        return _bad_paths("file", tmp)
     if kind is device:
         return ["foo", "gpu", "cuda:x", "cpu:"] + ([] if torch.cuda.is_available() else ["cuda", "cuda:0"])
     if isinstance(kind, Text):

@@ -32,17 +32,13 @@ def _new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-# a picture's format by its file name's extension (none: PNG)
-FORMATS = {"": "png", ".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg"}
+# a picture's format by its file name's extension; any other name is written as PNG
+FORMATS = {".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg"}
 
 
 def _save(fig: Figure, path: str | Path | None) -> Figure:
     if path is not None:  # atomically: a failed drawing leaves the file that was there
-        kind = FORMATS.get(Path(path).suffix.lower())
-        if kind is None:
-            raise ValueError(
-                f"{str(path)!r}: a picture is written as .png, .svg, .pdf or .jpg, not {Path(path).suffix!r}"
-            )
+        kind = FORMATS.get(Path(path).suffix.lower(), "png")
         write_output(path, lambda tmp: fig.savefig(tmp, format=kind, dpi=DPI))
     return fig
 
