@@ -669,3 +669,15 @@ def test_tformer_serve_serves_until_ctrl_c(dirs):
     assert proc.returncode == 0, errors
     assert out.strip().splitlines()[-1] == "tformer serve: stopped" and "Traceback" not in errors
     assert "GET /v1/models 200" in errors and "GET /v1/models 401" in errors
+
+
+def test_an_address_that_cannot_be_listened_on_says_which_flag_to_change():
+    """A port in use: --port; an address that is not this machine's, or no address at all: --host."""
+    taken = listen("127.0.0.1", 0)
+    try:
+        with pytest.raises(OSError, match=r"Address already in use\): choose another --port"):
+            listen("127.0.0.1", taken.getsockname()[1])
+    finally:
+        taken.close()
+    with pytest.raises(OSError, match=r"give --host an address of this machine"):
+        listen("nonsense.invalid", 0)

@@ -3,6 +3,7 @@ starts, so that a port that is taken is one line and a page or client opened on 
 
 from __future__ import annotations
 
+import errno
 import socket
 
 __all__ = ["listen"]
@@ -17,7 +18,7 @@ def listen(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as err:
         sock.close()
-        raise OSError(
-            f"cannot listen on {host}:{port} ({err.strerror or err}): choose another --port (0 = any free one)"
-        ) from None
+        taken = err.errno in (errno.EADDRINUSE, errno.EACCES)  # else the address: not this machine's, or no name
+        remedy = "choose another --port (0 = any free one)" if taken else "give --host an address of this machine"
+        raise OSError(f"cannot listen on {host}:{port} ({err.strerror or err}): {remedy}") from None
     return sock
