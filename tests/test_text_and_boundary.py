@@ -96,7 +96,8 @@ def test_an_argument_that_is_not_utf8_is_one_line(case, models, tmp_path, capsys
     code, err = _cli(argv, capsys)
     command = argv[0]
     assert code == 2
-    assert _one_line(err) == f"tformer {command}: error: argument {n}: not valid UTF-8 (byte 0xe9 at column 4)"
+    named = f" (the value of {words[n - 2]})" if words[n - 2].startswith("--") else ""  # a flag's value: its flag
+    assert _one_line(err) == f"tformer {command}: error: argument {n}{named}: not valid UTF-8 (byte 0xe9 at column 4)"
     assert not (tmp_path / "demo").exists()  # refused before anything was written
 
 

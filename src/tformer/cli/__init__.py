@@ -134,7 +134,10 @@ def _check_arguments(words: list[str]) -> None:
     from tformer.text import check_text
 
     for n, word in enumerate(words, 1):
-        check_text(word, f"argument {n}")
+        before = words[n - 2] if n > 1 else ""
+        flag, value = word.partition("=")[::2] if word.startswith("--") else ("", word)  # --prompt=VALUE
+        named = flag if flag and value else (before if before.startswith("-") and "=" not in before else "")
+        check_text(word, f"argument {n}" + (f" (the value of {named})" if named else ""))
 
 
 def _split_bench(words: list[str]) -> tuple[list[str], list[str] | None]:
