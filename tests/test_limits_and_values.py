@@ -237,6 +237,17 @@ def test_a_prompt_longer_than_the_context_is_said_to_be_cut(dirs, capsys):
     assert code == 0 and "note: --prompt" not in err
 
 
+def test_a_cut_source_is_one_warning_line_in_evaluate_too(dirs, tmp_path, capsys):
+    """tformer's own warnings are one line in every command, as translate said them (evaluate printed Python's two)."""
+    (tmp_path / "src.txt").write_text("the cat sat on the mat. " * 20 + "\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("le chat\n", encoding="utf-8")
+    argv = ["evaluate", "--model", str(dirs["translation"]), "--src", str(tmp_path / "src.txt")]
+    code, _, err = _run([*argv, "--ref", str(tmp_path / "ref.txt")], capsys)
+    assert code == 0 and "SourceTruncated" not in err
+    lines = [line for line in err.splitlines() if "longer than the model reads" in line]
+    assert len(lines) == 1 and lines[0].startswith("tformer evaluate: warning: source sentence 1 is longer")
+
+
 def test_translate_sample_with_a_tiny_temperature_or_top_p_is_greedy(dirs, capsys):
     model = ["translate", "--model", str(dirs["translation"]), "the cat sat on the mat.", "a bird sang."]
     code, greedy, err = _run(model, capsys)

@@ -13,6 +13,7 @@ import errno
 import importlib
 import os
 import sys
+import warnings
 
 from tformer import __version__
 from tformer.cli.config import expand as expand_config
@@ -61,8 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args) -> int:
-    """The subcommand (``--no-fast`` is its own: the reference kernels chosen where it loads or trains a model)."""
-    return args.func(args) or 0
+    """The subcommand (``--no-fast`` is its own: the reference kernels chosen where it loads or trains a model).
+    A warning of tformer's own (a source cut to the model's length, ...) is one line, as errors are; others as
+    Python shows them."""
+    with warnings.catch_warnings():  # restored when the command ends
+        shown = warnings.showwarning
+
+        def one_line(message, category, filename, lineno, file=None, line=None) -> None:
+            if category.__module__.startswith("tformer."):
+                print(f"tformer {_command(args)}: warning: {message}", file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = one_line
+        return args.func(args) or 0
 
 
 def _command(args) -> str:
