@@ -68,7 +68,7 @@ def _add_translation(fam) -> None:
         dest="joint",
         action=Switch,
         default=True,
-        help="separate source and target vocabularies (default, --joint-vocab: one joint vocabulary)",
+        help="separate source and target vocabularies (--joint-vocab, the default: one vocabulary for both)",
     )
     add(t, "--batch-tokens", defaults=entry)
     t.add_argument("--label-smoothing", type=fraction, default=entry["label_smoothing"], help="of the loss's targets")
