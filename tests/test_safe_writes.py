@@ -314,3 +314,27 @@ def test_force_does_not_replace_a_cached_symlink(tmp_path, capsys):
     link.symlink_to(target)
     _refused([*DOWNLOAD, "--cache", str(tmp_path / "cache"), "--force"], capsys, "--force", "symbolic link")
     assert link.is_symlink() and target.read_bytes() == OLD
+
+
+def test_written_files_get_a_new_files_permissions_so_a_model_can_be_shared(tmp_path):
+    """What tformer writes is readable as open() and save_pretrained make it (0o644 under a umask of 022): a run, an
+    export, the training state; mkstemp's 0o600 was the temporary file's only. A file replaced keeps its own mode."""
+    import stat
+
+    from tformer.files import atomic_write
+    from tformer.hf.export import export
+
+    mask = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "new.txt", lambda tmp: Path(tmp).write_text("x"))
+        assert stat.S_IMODE((tmp_path / "new.txt").stat().st_mode) == 0o644
+        (tmp_path / "mine.txt").write_text("x")
+        (tmp_path / "mine.txt").chmod(0o600)
+        atomic_write(tmp_path / "mine.txt", lambda tmp: Path(tmp).write_text("y"))
+        assert stat.S_IMODE((tmp_path / "mine.txt").stat().st_mode) == 0o600  # the user's choice, kept
+        model = GPT(GPTConfig.preset("tiny", vocab_size=16, max_len=8))
+        export(model, tmp_path / "hf")
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "hf").iterdir()}
+        assert modes and set(modes.values()) == {0o644}, modes
+    finally:
+        os.umask(mask)

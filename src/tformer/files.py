@@ -173,12 +173,27 @@ def atomic_write(path: str | os.PathLike, write) -> None:
         try:
             write(tmp)
             _fsync_file(tmp)
+            os.chmod(tmp, _mode_of(path))  # mkstemp's 0o600 is the temporary file's only
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
         _fsync_dir(path.parent)
+
+
+def _mode_of(path: Path) -> int:
+    """The permissions ``path`` gets: those of the file it replaces, else a new file's (0o666 less the umask), as
+    ``open`` and Hugging Face's ``save_pretrained`` give them, so a model or an export can be shared as theirs can."""
+    with contextlib.suppress(OSError):
+        return stat.S_IMODE(path.stat().st_mode)
+    try:  # Linux says the umask without changing it
+        status = Path("/proc/self/status").read_text()
+        mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)  # elsewhere it is read by setting it, and set back at once
+        os.umask(mask)
+    return 0o666 & ~mask
 
 
 def fsync_tree(root: str | os.PathLike) -> None:

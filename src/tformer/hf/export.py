@@ -44,7 +44,7 @@ from torch import nn
 
 from tformer.checks import yes_no
 from tformer.fast.quantize import require_float
-from tformer.files import staged_dir
+from tformer.files import atomic_write, staged_dir
 from tformer.hf import marian, registry
 from tformer.models.seq2seq import Seq2SeqConfig
 from tformer.outputs import check_new_dir
@@ -112,7 +112,9 @@ def _files(model: nn.Module, tokenizer: Any, generation: dict[str, Any]) -> dict
     state = registry.state_to_hf(model.state_dict(), config)
     files: dict[str, Callable[[Path], None]] = {
         "config.json": _json(hf),
-        "model.safetensors": lambda path: save_file(state, str(path), metadata={"format": "pt"}),
+        "model.safetensors": lambda path: atomic_write(
+            path, lambda tmp: save_file(state, tmp, metadata={"format": "pt"})
+        ),
         "generation_config.json": _json(_generation(hf) | generation),
     }
     own = None if source is None else source.hf_files()  # an Opus-MT's: transformers' MarianTokenizer files

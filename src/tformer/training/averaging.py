@@ -30,7 +30,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from tformer.files import staged_dir
+from tformer.files import atomic_write, staged_dir
 from tformer.training import sharded
 
 __all__ = [
@@ -215,7 +215,7 @@ class EMA:
     def save(self, path: Path, state: dict[str, torch.Tensor] | None = None) -> None:
         """Write the average (``state``: :meth:`whole`'s, gathered before) and its number of updates to ``path``."""
         state = self.whole() if state is None else state
-        save_file(state, str(path), metadata={"updates": str(self.updates)})
+        atomic_write(path, lambda tmp: save_file(state, tmp, metadata={"updates": str(self.updates)}))
 
     def load(self, path: Path) -> None:
         """The average saved in ``path``; a missing file or one of other tensors is an error naming it."""

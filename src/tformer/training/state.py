@@ -104,7 +104,7 @@ def write_state(
     for rank, states in enumerate(rng):
         for kind, value in states.items():
             tensors[f"{kind}.{rank}"] = value.cpu().contiguous()
-    save_file(tensors, str(directory / TENSORS_NAME), metadata={"format": "pt"})
+    atomic_write(directory / TENSORS_NAME, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
     meta = {
         "optimizer": {"param_groups": optimizer["param_groups"], "state": slots},
         "scheduler": scheduler,
