@@ -4,6 +4,7 @@
   read a piece at a time, and a sample spread over it for training a tokenizer;
 * :mod:`.shards` — the shard files (``uint16``/``uint32`` ids) and :class:`TokenStream`, the stream over their
   memory maps that training reads its blocks from;
+* :mod:`.stream` — the language model's stream of ids (:func:`prepare_lm`, :func:`open_tokens`);
 * :mod:`.prepare` — the cache: a corpus prepared once per tokenizer, checked at every use (sources, tokenizer,
   shards), rebuilt when any changed, written whole or not at all;
 * :mod:`.pairs` — translation's sentence pairs: a TSV streamed into shards with a length index (:func:`prepare_pairs`),
@@ -25,8 +26,6 @@ from tformer.data.prepare import (
     corpus_tokenizer,
     fingerprint,
     is_prepared,
-    open_tokens,
-    prepare_lm,
     prepared_vocab_size,
     read_manifest,
     tokenizer_hash,
@@ -40,6 +39,7 @@ from tformer.data.sentences import (
 )
 from tformer.data.shards import ShardWriter, TokenStream, token_dtype
 from tformer.data.sources import find_sources, read_documents, read_pieces, sample_text
+from tformer.data.stream import open_tokens, prepare_lm
 
 __all__ = [
     "TOKENIZER_SAMPLE",

@@ -1,12 +1,7 @@
 """Prepare once, reuse: a corpus tokenized into shards in a cache that outlives the run, checked each time it is used.
 
-    directory = prepare_lm("corpus/", tokenizer)          # the first time: reads, encodes, writes; then: checks
-    manifest, stream = open_tokens(directory)            # the memory-mapped stream of ids
-
-A language-model corpus becomes one stream: its documents joined with the tokenizer's end of text (as
-:func:`tformer.lm.data.encode_documents` joins them in memory), encoded a batch of pieces at a time across the cores
-(:meth:`~tformer.tokenizers.Tokenizer.encode_arrays`), written into :class:`~tformer.data.shards.ShardWriter` shards.
-Neither the text nor a Python list of its ids is ever held whole.
+A task's corpus is prepared by its module (:mod:`.stream` for the language model's, :mod:`.pairs`, :mod:`.sentences`)
+through :func:`prepared`, which finds, checks or makes its folder here.
 
 The cache (:func:`cache_root`): ``--data-cache DIR``, else ``$TFORMER_CACHE/data``, else ``$XDG_CACHE_HOME/tformer/
 data`` (``~/.cache/tformer/data``), as Hugging Face ``datasets`` keeps its own. One folder per corpus (its files'
@@ -36,8 +31,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from tformer.data import shards as shards_module
-from tformer.data.shards import ShardWriter, TokenStream, token_dtype
 from tformer.data.sources import corpus_bytes, find_sources, read_pieces, sample_text
 from tformer.files import staged_dir
 from tformer.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
@@ -53,8 +46,6 @@ __all__ = [
     "prepared_vocab_size",
     "file_entry",
     "damaged_file",
-    "prepare_lm",
-    "open_tokens",
     "fingerprint",
     "cache_key",
     "read_manifest",
@@ -67,9 +58,6 @@ __all__ = [
 FORMAT = 1  # the manifest's and the shards' layout; another is prepared again
 MANIFEST = "manifest.json"
 TOKENIZER_SAMPLE = 32 << 20  # bytes of text a BPE or WordPiece is trained on, spread over the corpus
-_BATCH_BYTES = 4 << 20  # text encoded in one call (across the cores; its ids held until written)
-_BATCH_PIECES = 4096
-_REPORT_S = 5.0  # seconds between two progress lines
 
 
 def cache_root(given: str | Path | None = None) -> Path:
@@ -374,61 +362,6 @@ def file_entry(path: Path) -> dict:
     return {"file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
 
 
-def prepare_lm(
-    data: str | Path,
-    tokenizer: Tokenizer,
-    *,
-    text_field: str = "text",
-    cache: str | Path | None = None,
-    shard_tokens: int | None = None,
-    log: Callable[[str], None] = print,
-) -> Path:
-    """The folder of ``data``'s language-model stream in ``tokenizer``'s ids: found in the cache and checked, else
-    prepared (see the module). ``data`` may be a prepared folder itself (then checked, never rebuilt).
-    ``shard_tokens``: ids per shard (default :data:`tformer.data.shards.SHARD_TOKENS`)."""
-    eos = tokenizer.eos_id
-    if eos is None:
-        raise ValueError(f"this {tokenizer.kind} tokenizer has no end-of-text token to join the documents with")
-
-    def build(work: Path, files: list[Path]) -> dict:
-        dtype = token_dtype(tokenizer.vocab_size)
-        writer = ShardWriter(work, dtype, shard_tokens or shards_module.SHARD_TOKENS)
-        total, start = corpus_bytes(files), time.perf_counter()
-        last_report, documents, done, size = start, 0, 0, 0
-        batch: list[str] = []
-        starts: list[bool] = []
-
-        def flush() -> None:
-            nonlocal documents
-            for begins, ids in zip(starts, tokenizer.encode_arrays(batch)):
-                if begins:
-                    if documents:
-                        writer.write([eos])
-                    documents += 1
-                writer.write(ids)
-            batch.clear()
-            starts.clear()
-
-        for begins, text in read_pieces(files, text_field):
-            batch.append(text)
-            starts.append(begins)
-            size += len(text)
-            done += len(text)
-            if size >= _BATCH_BYTES or len(batch) >= _BATCH_PIECES:
-                flush()
-                size = 0
-                now = time.perf_counter()
-                if now - last_report >= _REPORT_S:
-                    last_report = now
-                    log(progress_line(done, total, now - start, writer.count))
-        flush()
-        shards = writer.close()
-        log(f"prepared: {documents:,} document(s), {writer.count:,} ids in {len(shards)} {dtype} shard(s)")
-        return {"dtype": dtype, "documents": documents, "tokens": writer.count, "shards": shards, "files": shards}
-
-    return prepared("lm", data, tokenizer, build, key={"text_field": text_field}, cache=cache, log=log)
-
-
 def fingerprint(data: str | Path) -> str:
     """The SHA-256 of what ``data`` holds: each source file's size and SHA-256, in reading order (a prepared folder:
     those it was prepared from), not where they are: a run moved with its text resumes. A run records it, and
@@ -444,15 +377,6 @@ def fingerprint(data: str | Path) -> str:
             sources = source_records(sorted(p for p in Path(data).iterdir() if p.is_file()))
     content = [[s["size"], s["sha256"]] for s in sources]
     return hashlib.sha256(json.dumps(content).encode()).hexdigest()
-
-
-def open_tokens(directory: str | Path) -> tuple[dict, TokenStream]:
-    """The manifest and the memory-mapped stream of a prepared folder."""
-    directory = Path(directory)
-    manifest = read_manifest(directory)
-    if manifest is None:
-        raise FileNotFoundError(f"{str(directory)!r} holds no {MANIFEST}: not a prepared corpus")
-    return manifest, TokenStream.open(directory, manifest["shards"], manifest["dtype"])
 
 
 def size_text(n: int) -> str:
