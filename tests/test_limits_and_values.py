@@ -494,4 +494,6 @@ def test_trace_refuses_a_layer_the_model_lacks_as_it_refuses_a_head(dirs, capsys
     assert _run([*model, "--layer", "0"], capsys)[0] == 0
     _one_line_error([*model, "--layer", "1"], capsys, "--layer must be in [0, 1) for this model, got 1")
     _one_line_error([*model, "--layer", "99"], capsys, "--layer must be in [0, 1)", "got 99")
-    _one_line_error([*model, "--head", "99"], capsys, "head must be in [0, 2)")
+    _one_line_error([*model, "--head", "99"], capsys, "--head must be in [0, 2)")  # the flag, not the parameter
+    _one_line_error([*model, "--stage", "bogus"], capsys, "--stage: unknown stage(s) ['bogus']; choose from")
+    _one_line_error([*model, "--stage", ","], capsys, "--stage ',' names no stage; choose from")  # not ignored

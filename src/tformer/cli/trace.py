@@ -15,6 +15,8 @@ the explorer encode it.
 
 from __future__ import annotations
 
+import re
+
 from tformer.cli.flags import add
 from tformer.cli.validate import Number, non_negative_int, output_file
 
@@ -63,13 +65,29 @@ def run(args) -> int:
         from tformer.outputs import check_output
 
         check_output(args.json, "--json", [("--model", args.model)], args.overwrite)
+    stages = _stages(args.stage)
     trace = build_trace(args)
     _check_layer(trace, args.layer)
-    stages = [s for item in args.stage for s in item.split(",") if s] if args.stage else None
-    print(trace.format(layer=args.layer, head=args.head, stages=stages, max_full=args.max_full))
+    try:
+        text = trace.format(layer=args.layer, head=args.head, stages=stages, max_full=args.max_full)
+    except ValueError as err:  # the library names its parameters (head, stages): here they are flags
+        raise ValueError(re.sub(r"^head\b", "--head", re.sub(r"^stages:", "--stage:", str(err)))) from None
+    print(text)
     if args.json:
         print(f"wrote {trace.to_json(args.json)}")
     return 0
+
+
+def _stages(given: list[str] | None) -> list[str] | None:
+    """``--stage`` (repeated or comma-separated) as a list of names; one that names none is refused, not ignored."""
+    if given is None:
+        return None
+    stages = [s.strip() for item in given for s in item.split(",") if s.strip()]
+    if not stages:
+        from tformer.inspection.tracing import STAGES
+
+        raise ValueError(f"--stage {','.join(given)!r} names no stage; choose from {', '.join(STAGES)}")
+    return stages
 
 
 def _check_layer(trace, layer: int | None) -> None:
