@@ -121,3 +121,15 @@ def test_plot_mask_command_draws_the_combined_mask(tmp_path):
     mask = mask_for("combined", ["<sos>", "Je", "<pad>"])
     assert mask.int().tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 0]]
     assert mask_for("padding", ["a", "<pad>"]).int().tolist() == [[1, 0], [1, 0]]
+
+
+def test_plot_errors_name_the_flags_not_the_librarys_parameters(tmp_path, capsys):
+    """--layer and --head out of the model's range, and a RUN_DIR without a log, are said by their own names."""
+    out = ["--out", str(tmp_path / "a.png")]
+    assert main(["plot", "attention", "--toy", "--layer", "5", *out]) == 2
+    assert "--layer must be one of [0] for the decoder's cross attention, got 5" in capsys.readouterr().err
+    assert main(["plot", "attention", "--toy", "--head", "7", *out]) == 2
+    assert "--head must be in [0, 2) for this model, got 7" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    assert main(["plot", "curves", str(tmp_path / "run"), *out]) == 2
+    assert "RUN_DIR: no training log at" in capsys.readouterr().err

@@ -11,6 +11,8 @@ Every picture is a PNG drawn headless (matplotlib's Agg canvas).
 
 from __future__ import annotations
 
+import re
+
 from tformer.cli.flags import add
 from tformer.cli.trace import add_input_args
 from tformer.cli.validate import existing_path, int_in, non_negative_int, output_file
@@ -89,7 +91,13 @@ def run_attention(args) -> int:
     tr = build_trace(args)
     block = args.block or ("encoder" if tr.model_type == "bert" else "decoder")
     kind = args.kind or ("cross" if tr.model_type == "seq2seq" and block == "decoder" else "self")
-    tr.plot_attention(args.out, block=block, layer=args.layer, kind=kind, head=args.head)
+    layers = sorted({e.layer for e in tr.entries if e.stage == "weights" and e.block == block and e.kind == kind})
+    if layers and args.layer not in layers:  # said by the flags' names (the library names its parameters)
+        raise ValueError(f"--layer must be one of {layers} for the {block}'s {kind} attention, got {args.layer}")
+    try:
+        tr.plot_attention(args.out, block=block, layer=args.layer, kind=kind, head=args.head)
+    except ValueError as err:
+        raise ValueError(re.sub(r"^head\b", "--head", str(err))) from None
     return _done(args.out)
 
 
@@ -135,5 +143,8 @@ def run_curves(args) -> int:
 
     run, flag = (args.run, "RUN_DIR") if args.run is not None else (args.model, "--model")
     _check_out(args, [(flag, run)])
-    plot_curves(run, args.out)
+    try:
+        plot_curves(run, args.out)
+    except FileNotFoundError as err:  # the library names its parameter: here it is the argument
+        raise FileNotFoundError(str(err).replace("run_dir_or_jsonl", flag, 1)) from None
     return _done(args.out)
