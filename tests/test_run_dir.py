@@ -103,6 +103,7 @@ def test_a_running_run_keeps_out_a_second_start_resume_and_overwrite_and_its_sta
         _wait_for(lambda: (out / ".lock").is_file() and (out / ".lock").read_text().endswith("\n"), "lock", proc)
         lock = json.loads((out / ".lock").read_text())
         assert lock["pid"] == proc.pid and "--minutes 3" in lock["command"]
+        _wait_for(lambda: (out / "log.jsonl").is_file(), "log", proc)  # a run's files there: the lock is said first
         for more in ([], ["--resume"], ["--overwrite"]):  # each refused, naming the running one
             line = _error(_run(capsys, _lm(tmp_path, "run", "--max-steps", "2", *more)), "in use by another training")
             assert f"pid {proc.pid}" in line and f"started {lock['started']}" in line and "--minutes 3" in line

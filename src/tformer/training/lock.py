@@ -46,7 +46,7 @@ try:
 except ImportError:  # Windows: no locking
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_NAME", "RunLock", "RunLocked", "describe_holder", "foreign_lock", "is_tformer_lock"]
+__all__ = ["LOCK_NAME", "RunLock", "RunLocked", "describe_holder", "foreign_lock", "in_use", "is_tformer_lock", "running"]
 
 LOCK_NAME = ".lock"
 _MARK = "tformer_lock"  # in what tformer writes into the lock, beside who holds it
@@ -139,6 +139,36 @@ def foreign_message(out_dir: str | os.PathLike, what: str) -> str:
 
 def _read(fd: int) -> str:
     return os.pread(fd, 1 << 16, 0).decode("utf-8", "replace")
+
+
+def in_use(out_dir: str | os.PathLike, holder: str) -> str:
+    """The refusal of a directory where another run trains (``holder``: :func:`describe_holder`'s words)."""
+    lock = Path(out_dir) / LOCK_NAME
+    return (
+        f"--out {str(out_dir)!r} is in use by another training run: {holder} (its lock: {str(lock)!r}); wait for it "
+        "to end or stop it, or give another --out"
+    )
+
+
+def running(out_dir: str | os.PathLike) -> str | None:
+    """Who holds the lock of ``out_dir`` now (a run that is training, in words), else None; reading only: nothing
+    is taken, so a check made before a run starts can name the run in the way first."""
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(Path(out_dir) / LOCK_NAME, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as err:
+            return describe_holder(_read(fd)) if err.errno in _BUSY else None
+        return None  # free (the shared lock goes with the close)
+    finally:
+        os.close(fd)
 
 
 class RunLock:
@@ -239,10 +269,7 @@ class RunLock:
             holder = _read(fd)
             os.close(fd)
             if err.errno in _BUSY:
-                raise RunLocked(
-                    f"--out {str(self.out)!r} is in use by another training run: {describe_holder(holder)} "
-                    f"(its lock: {str(self.path)!r}); wait for it to end or stop it, or give another --out"
-                ) from None
+                raise RunLocked(in_use(self.out, describe_holder(holder))) from None
             raise _Unlockable(err) from None
         text, same = _read(fd), _same_file(fd, self.path)
         if same and is_tformer_lock(text) and writable:

@@ -40,7 +40,7 @@ from tformer.files import atomic_write, current_dir, recover_dir
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME
 from tformer.settings import renamed
 from tformer.training import distributed
-from tformer.training.lock import LOCK_NAME, RunLock, foreign_lock, foreign_message
+from tformer.training.lock import LOCK_NAME, RunLock, RunLocked, foreign_lock, foreign_message, in_use, running
 from tformer.training.rundir import RUN_FILES, clear, clearable, is_run, kept_by_user, listing, not_a_run
 from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
 from tformer.training.trainer import TrainConfig, Trainer, budget_reached, budget_spent_message
@@ -153,6 +153,9 @@ def precheck_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool 
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one of them")
     _judge(out, resume)
+    holder = running(out)
+    if holder is not None:  # said first: "not empty, pass --resume" would be refused by the lock anyway
+        raise RunLocked(in_use(out, holder))
     if not resume:
         clearable(out, overwrite, True)
 
