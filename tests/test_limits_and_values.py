@@ -248,6 +248,20 @@ def test_a_cut_source_is_one_warning_line_in_evaluate_too(dirs, tmp_path, capsys
     assert len(lines) == 1 and lines[0].startswith("tformer evaluate: warning: source sentence 1 is longer")
 
 
+def test_a_sampling_flag_that_greedy_decoding_does_not_use_is_said(dirs, capsys):
+    """As transformers warns when do_sample is off: --temperature with --greedy, --top-k without --sample."""
+    code, _, err = _run(
+        ["generate", "--model", str(dirs["lm_char"]), *GENERATE, "--greedy", "--temperature", "2"], capsys
+    )
+    assert code == 0 and "note: --greedy takes the most likely token: --temperature not used" in err
+    code, _, err = _run(["translate", "--model", str(dirs["translation"]), "the cat.", "--top-k", "3"], capsys)
+    assert code == 0 and "note: --top-k shape sampling only (--sample): not used" in err
+    code, _, err = _run(
+        ["translate", "--model", str(dirs["translation"]), "the cat.", "--top-k", "3", "--sample"], capsys
+    )
+    assert code == 0 and "note:" not in err
+
+
 def test_translate_sample_with_a_tiny_temperature_or_top_p_is_greedy(dirs, capsys):
     model = ["translate", "--model", str(dirs["translation"]), "the cat sat on the mat.", "a bird sang."]
     code, greedy, err = _run(model, capsys)

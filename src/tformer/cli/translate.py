@@ -75,6 +75,9 @@ def run(args) -> int:
         raise ValueError(f"no sentences: {where} (one sentence a line, pass them as arguments or pipe them in)")
     top_p = args.top_p if args.top_p < 1 else None
     sampling = SamplingConfig(True, args.temperature, args.top_k or None, top_p) if args.sample else None
+    unused = [f for f, v, off in (("--temperature", args.temperature, 1.0), ("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0)) if v != off]  # fmt: skip
+    if unused and not args.sample:  # as transformers warns when do_sample is off
+        print(f"tformer translate: note: {', '.join(unused)} shape sampling only (--sample): not used", file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SourceTruncated)
         outputs = translator.translate(**options(args, Translator.translate, sentences=sentences, sampling=sampling))
