@@ -36,6 +36,7 @@ from tformer import GPT, Bert, BertConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTran
 from tformer.checks import Sinks, Text
 from tformer.cli import build_parser, main
 from tformer.cli.data import pairs_file
+from tformer.cli.generate import stop_text
 from tformer.cli.validate import Number, PathArg, device
 from tformer.models.config import MAX_PARAMETERS
 
@@ -118,6 +119,8 @@ def bad_values(action: argparse.Action, tmp: Path) -> list[str]:
         return _bad_paths(kind.kind, tmp)
     if kind is pairs_file:  # data prepare translation's TSV: a file (a folder refused saying what reads it)
         return _bad_paths("file", tmp)
+    if kind is stop_text:  # generate --stop: any text but the empty one
+        return [""]
     if kind is device:
         return ["foo", "gpu", "cuda:x", "cpu:"] + ([] if torch.cuda.is_available() else ["cuda", "cuda:0"])
     if isinstance(kind, Text):

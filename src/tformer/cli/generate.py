@@ -11,6 +11,7 @@ is refused in one line.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from tformer.cli.flags import add
@@ -23,6 +24,13 @@ COMPILE = (
 )
 # what generate samples with unless told: the filters people use with small models (nanoGPT's sample.py, HF's)
 SAMPLING = {"max_new_tokens": 300, "temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": None}
+
+
+def stop_text(text: str) -> str:
+    """``--stop``: any text but the empty one (which would end every text at once; serve refuses it too)."""
+    if text == "":
+        raise argparse.ArgumentTypeError("must not be empty: a stop string ends the text where it appears")
+    return text
 
 
 def add_parser(sub) -> None:
@@ -44,7 +52,9 @@ def add_parser(sub) -> None:
         max_new_tokens={"help": "tokens generated at most (past the model's context the window slides)"},
     )
     add_sampling(g)
-    g.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
+    g.add_argument(
+        "--stop", action="append", type=stop_text, default=[], help="stop when this text appears (repeatable)"
+    )
     g.add_argument("--num-samples", type=Number(int, 1, 1000), default=1, help="continuations, one after another")
     add(g, "--seed", "--device", defaults=SAMPLING, seed={"help": "sample i uses seed + i (default: random)"})
     add(g, "--precision", "--no-fast", "--compile", compile={"help": COMPILE})
