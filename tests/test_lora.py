@@ -376,6 +376,11 @@ def test_a_lora_run_learns_from_the_pretrained_start_and_writes_a_peft_adapter(b
     assert main(["merge", str(out), str(tmp_path / "merged")]) == 0
     merged = tformer.load(tmp_path / "merged").model
     torch.testing.assert_close(merged(x), ours(x), atol=1e-5, rtol=1e-5)
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0  # info says the run is LoRA's, and where its adapter is
+    lora = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("lora ")]
+    assert len(lora) == 1 and "rank 4" in lora[0] and "PEFT adapter:" in lora[0], lora
+    assert main(["info", str(tmp_path / "merged")]) == 0 and "  lora " not in capsys.readouterr().out
     # LoRA again from that adapter: its pairs are in the new run's base weights, which PEFT would not put under the
     # new pairs (it loads base_model_name_or_path alone), so no adapter is written, and the note says what to do
     capsys.readouterr()

@@ -73,7 +73,7 @@ def test_a_resumed_run_refuses_a_shape_it_was_not_made_with(tmp_path, text, caps
     assert main([*args, "--eval-blocks", "1", *QUICK]) == 0
     capsys.readouterr()
     assert main([*args, "--n-layers", "3", "--max-steps", "2", "--resume"]) == 2
-    assert "--n-layers 3 (the run: not given)" in capsys.readouterr().err
+    assert "--n-layers 3 (the run: 2, the preset's)" in capsys.readouterr().err  # the value it was built with
 
 
 @pytest.mark.parametrize("family", ["bert", "classify"])

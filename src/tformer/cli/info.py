@@ -50,9 +50,33 @@ def run(args) -> int:
         print(f"  {field:18s} {value}")
     print(f"  {'tokenizer':18s} {_tokenizers(loaded)}")
     print(f"  {'kernels':18s} {_kernels(model)}")
+    lora = _lora(loaded.kind.path)
+    if lora:
+        print(f"  {'lora':18s} {lora}")
     if loaded.kind.source == "run":
         print(f"  {'run':18s} {describe_run(loaded.kind.path)}")
     return 0
+
+
+def _lora(path) -> str | None:
+    """A LoRA model's pairs, from its ``config.json`` record (the parameters above count them merged), and its PEFT
+    adapter; None for a model without."""
+    from tformer.models.checkpoint import CONFIG_NAME, LORA, model_dir
+    from tformer.readers import read_json_object
+
+    try:
+        directory = model_dir(path)
+        record = read_json_object(directory / CONFIG_NAME, "model config").get(LORA)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    adapter = directory / "adapter_model.safetensors"
+    return (
+        f"rank {record.get('r')}, alpha {record.get('alpha')}, dropout {record.get('dropout')}, on "
+        f"{len(record.get('layers') or {})} layers (merged into the weights when loaded; tformer merge writes them so)"
+        + (f"; PEFT adapter: {adapter}" if adapter.is_file() else "")
+    )
 
 
 def _kernels(model) -> str:
