@@ -46,7 +46,16 @@ try:
 except ImportError:  # Windows: no locking
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_NAME", "RunLock", "RunLocked", "describe_holder", "foreign_lock", "in_use", "is_tformer_lock", "running"]
+__all__ = [
+    "LOCK_NAME",
+    "RunLock",
+    "RunLocked",
+    "describe_holder",
+    "foreign_lock",
+    "in_use",
+    "is_tformer_lock",
+    "running",
+]
 
 LOCK_NAME = ".lock"
 _MARK = "tformer_lock"  # in what tformer writes into the lock, beside who holds it
