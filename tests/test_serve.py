@@ -681,3 +681,10 @@ def test_an_address_that_cannot_be_listened_on_says_which_flag_to_change():
         taken.close()
     with pytest.raises(OSError, match=r"give --host an address of this machine"):
         listen("nonsense.invalid", 0)
+
+
+def test_an_empty_model_name_is_refused_not_replaced(tmp_path, capsys):
+    """--name '' would fall back to the directory's name in silence: refused, as an empty value is everywhere."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--model", str(tmp_path), "--name", ""])
+    assert exit_.value.code == 2 and "argument --name: must be a non-empty string, got ''" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
+from tformer.checks import Text
 from tformer.cli.flags import add
 from tformer.cli.validate import int_in
 
@@ -36,7 +37,7 @@ def add_parser(sub) -> None:
             "help": "a GPT (a tformer train lm run or model directory, or a Hugging Face one) or a translator",
         },
     )
-    p.add_argument("--name", help="the model's id in the API (default: the directory's name)")
+    p.add_argument("--name", type=Text(), help="the model's id in the API (default: the directory's name)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (127.0.0.1: this machine only)")
     p.add_argument("--port", type=int_in(0, 65535), default=8000, help="port (0 = any free port)")
     p.add_argument(
