@@ -213,16 +213,14 @@ def _as_flags(family: argparse.ArgumentParser, path: str, name: str, action: arg
     return [f"--{name}={text}"]  # one word: a value that starts with a dash is a value, not a flag
 
 
-# the model's shape, as its config names it: a run without --init writes the preset's values, not null
-_SHAPE = ("d_model", "n_heads", "d_ff", "n_layers", "n_encoder_layers", "n_decoder_layers", "dropout", "max_len")
-
-
 def _from_run(trainer: Any, args: argparse.Namespace) -> dict[str, Any]:
     """What the run chose for the settings left unset (null: the preset's, the family's): the training config's
     values (``lr``, ``warmup_steps`` ...), the family's settings it saved (``batch_size``, ``tokenizer`` ...) and,
     unless it started from ``--init`` (whose shape is the pretrained model's, and those flags refused), the shape
     of the model it built (``d_model``, ``dropout`` ...)."""
     import dataclasses
+
+    from tformer.training.resume import SHAPE_SETTINGS  # (torch: imported once a run has trained)
 
     sources: list[dict[str, Any]] = []
     cfg = getattr(trainer, "cfg", None)
@@ -234,7 +232,7 @@ def _from_run(trainer: Any, args: argparse.Namespace) -> dict[str, Any]:
             settings = {k: v for k, v in settings.items() if k not in ("tokenizer", "vocab_size")}
         sources.append(settings)
         config = getattr(getattr(trainer, "model", None), "config", None)
-        sources.append({k: getattr(config, k) for k in _SHAPE if hasattr(config, k)})
+        sources.append({k: getattr(config, k) for k in SHAPE_SETTINGS if hasattr(config, k)})  # not null
     found: dict[str, Any] = {}
     for source in sources:  # the first that has a value
         found.update({k: v for k, v in source.items() if v is not None and k not in found})

@@ -61,6 +61,7 @@ def run(args) -> int:
 def _lora(path) -> str | None:
     """A LoRA model's pairs, from its ``config.json`` record (the parameters above count them merged), and its PEFT
     adapter; None for a model without."""
+    from tformer.hf.peft import ADAPTER_WEIGHTS
     from tformer.models.checkpoint import CONFIG_NAME, LORA, model_dir
     from tformer.readers import read_json_object
 
@@ -71,7 +72,7 @@ def _lora(path) -> str | None:
         return None
     if not isinstance(record, dict):
         return None
-    adapter = directory / "adapter_model.safetensors"
+    adapter = directory / ADAPTER_WEIGHTS
     return (
         f"rank {record.get('r')}, alpha {record.get('alpha')}, dropout {record.get('dropout')}, on "
         f"{len(record.get('layers') or {})} layers (merged into the weights when loaded; tformer merge writes them so)"

@@ -11,8 +11,6 @@ Every picture is a PNG drawn headless (matplotlib's Agg canvas).
 
 from __future__ import annotations
 
-import re
-
 from tformer.cli.flags import add
 from tformer.cli.trace import add_input_args
 from tformer.cli.validate import existing_path, int_in, non_negative_int, output_file
@@ -85,7 +83,7 @@ def _done(path) -> int:
 
 
 def run_attention(args) -> int:
-    from tformer.cli.trace import build_trace
+    from tformer.cli.trace import build_trace, flag_words
 
     _check_out(args, [("--model", args.model)])
     tr = build_trace(args)
@@ -97,7 +95,7 @@ def run_attention(args) -> int:
     try:
         tr.plot_attention(args.out, block=block, layer=args.layer, kind=kind, head=args.head)
     except ValueError as err:
-        raise ValueError(re.sub(r"^head\b", "--head", str(err))) from None
+        raise flag_words(err) from None
     return _done(args.out)
 
 

@@ -70,12 +70,17 @@ def run(args) -> int:
     _check_layer(trace, args.layer)
     try:
         text = trace.format(layer=args.layer, head=args.head, stages=stages, max_full=args.max_full)
-    except ValueError as err:  # the library names its parameters (head, stages): here they are flags
-        raise ValueError(re.sub(r"^head\b", "--head", re.sub(r"^stages:", "--stage:", str(err)))) from None
+    except ValueError as err:
+        raise flag_words(err) from None
     print(text)
     if args.json:
         print(f"wrote {trace.to_json(args.json)}")
     return 0
+
+
+def flag_words(err: ValueError) -> ValueError:
+    """The library's refusal of a trace's ``head`` or ``stages`` in the command line's words: ``--head``, ``--stage``."""
+    return ValueError(re.sub(r"^head\b", "--head", re.sub(r"^stages:", "--stage:", str(err))))
 
 
 def _stages(given: list[str] | None) -> list[str] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import warnings
 
-from tformer.cli.flags import add, defaults, options
+from tformer.cli.flags import FLAGS, add, defaults, options
 
 TRANSLATOR = (
     "a translator: a tformer train translation / demo run or model directory, or a Marian one from tformer export"
@@ -75,7 +75,8 @@ def run(args) -> int:
         raise ValueError(f"no sentences: {where} (one sentence a line, pass them as arguments or pipe them in)")
     top_p = args.top_p if args.top_p < 1 else None
     sampling = SamplingConfig(True, args.temperature, args.top_k or None, top_p) if args.sample else None
-    unused = [f for f, v, off in (("--temperature", args.temperature, 1.0), ("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0)) if v != off]  # fmt: skip
+    flags = ("--temperature", "--top-k", "--top-p")
+    unused = [f for f in flags if getattr(args, f[2:].replace("-", "_")) != FLAGS[f].default]  # set: for sampling
     if unused and not args.sample:  # as transformers warns when do_sample is off
         print(f"tformer translate: note: {', '.join(unused)} shape sampling only (--sample): not used", file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:

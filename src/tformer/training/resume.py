@@ -53,6 +53,7 @@ __all__ = [
     "precheck_out_dir",
     "saved_run",
     "saved_settings",
+    "SHAPE_SETTINGS",
     "make_trainer",
     "RUN_FILES",
 ]
@@ -261,7 +262,17 @@ def _check_settings(cfg: TrainConfig, settings: dict, meta: dict, path: Path) ->
         )
 
 
-_SHAPE = ("d_model", "n_heads", "d_ff", "n_layers", "n_encoder_layers", "n_decoder_layers", "dropout", "max_len")
+# the model's shape, by the settings' (and its config's) names: None in a run's settings is the preset's value
+SHAPE_SETTINGS = (
+    "d_model",
+    "n_heads",
+    "d_ff",
+    "n_layers",
+    "n_encoder_layers",
+    "n_decoder_layers",
+    "dropout",
+    "max_len",
+)
 
 
 def _built_shape(last: Path) -> dict[str, Any]:
@@ -271,7 +282,7 @@ def _built_shape(last: Path) -> dict[str, Any]:
         config = json.loads((last / CONFIG_NAME).read_text())
     except (OSError, ValueError):
         return {}
-    return {k: config[k] for k in _SHAPE if isinstance(config, dict) and k in config}
+    return {k: config[k] for k in SHAPE_SETTINGS if isinstance(config, dict) and k in config}
 
 
 def _resume_line(cfg: TrainConfig, meta: dict) -> str:

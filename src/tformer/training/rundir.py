@@ -18,8 +18,9 @@ from pathlib import Path
 
 from tformer.files import earlier_name, leftover_of
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, DECODING_FILE, WEIGHTS_NAME
+from tformer.tokenizers.hf import GENERATION
 from tformer.tokenizers.marian import MARIAN_FILES
-from tformer.training.averaging import ADAPTER_FILES, CHECKPOINTS, EMA_NAME
+from tformer.training.averaging import ADAPTER_FILES, CHECKPOINTS, EMA_NAME, INFO
 from tformer.training.lock import LOCK_NAME, foreign_lock
 from tformer.training.meta import STATE_NAME
 from tformer.training.runlog import CSV_NAME, TENSORBOARD_DIR
@@ -56,7 +57,7 @@ _DATA_FILES = {"valid.tsv", "test.tsv"}  # what a run writes into OUT/data
 # What a save writes into a model or state folder (best/, last/, checkpoints/step-N/): the model, its decoding
 # settings, labels and end ids, a LoRA run's adapter, the training state (tformer 0.1's too), a kept checkpoint's
 # record, the moving average, an Opus-MT tokenizer's files, and the tokenizers (a translator's with src_/tgt_)
-_SAVED = {CONFIG_NAME, WEIGHTS_NAME, DECODING_FILE, "generation_config.json", "labels.json", "checkpoint.json"}
+_SAVED = {CONFIG_NAME, WEIGHTS_NAME, DECODING_FILE, GENERATION, "labels.json", INFO}
 _SAVED |= {EMA_NAME, *ADAPTER_FILES, STATE_NAME, TENSORS_NAME, JSON_NAME, LEGACY_NAME, *MARIAN_FILES}
 _TOKENIZER_FILES = {
     "tokenizer.json",
