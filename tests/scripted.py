@@ -2,7 +2,7 @@
 
 :class:`ScriptedTask` is the smallest task the Trainer takes whose evaluations say what a test wants: next-token loss
 on fixed rows, each evaluation returning the next of the scores given (then the last again; None: no validation
-data) and keeping a copy of the weights it was given; :func:`straight_and_resumed` trains one run straight through and
+data; a dict: all of the evaluation's scores) and keeping a copy of the weights it was given; :func:`straight_and_resumed` trains one run straight through and
 the same run cut and resumed. :data:`PEAK_MB` is the code a child process ends with to print
 its own peak resident memory.
 """
@@ -41,7 +41,7 @@ class ScriptedTask:
     def evaluate(self, model) -> dict:
         score = self.scores.pop(0) if len(self.scores) > 1 else self.scores[0]
         self.seen.append({k: v.clone() for k, v in model.state_dict().items()})
-        return {} if score is None else {self.metric: score}
+        return {} if score is None else dict(score) if isinstance(score, dict) else {self.metric: score}
 
     def save_extra(self, directory) -> None:
         pass

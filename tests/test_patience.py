@@ -58,6 +58,27 @@ def test_a_higher_is_better_metric_counts_the_same_way(tmp_path):
     assert trainer.step == 6 and trainer.best == 13.0  # 11.0 then 13.0 (better); 12.5, then 13.0 equal: not better
 
 
+def test_a_tie_of_the_metric_is_broken_by_the_validation_loss(tmp_path, capsys):
+    """BLEU 0 at a translation run's first evaluations: the falling loss moves best/ on and does not spend patience;
+    a tie with a higher loss, or an equal one, is not better."""
+    scores = [(0.0, 5.0), (0.0, 4.0), (0.0, 3.0), (2.0, 2.5), (2.0, 2.4), (2.0, 2.6), (2.0, 2.4), (1.0, 2.0)]
+    task = ScriptedTask([{"bleu": b, "val_loss": v} for b, v in scores], metric="bleu", higher_is_better=True)
+    trainer = Trainer(_model(), task, _config(tmp_path, patience=2))
+    trainer.fit()
+    assert trainer.step == 7 and (trainer.best, trainer.best_step, trainer.best_loss) == (2.0, 5, 2.4)
+    assert "best/ holds the best model (BLEU 2 at step 5)" in capsys.readouterr().out
+    best = GPT.from_pretrained(tmp_path / "best").state_dict()
+    assert all(torch.equal(best[k], v) for k, v in task.seen[4].items())
+    state = json.loads((tmp_path / "last" / "state.json").read_text())
+    assert (state["best_loss"], state["stale_evals"]) == (2.4, 2)
+    again = ScriptedTask([{"bleu": 2.0, "val_loss": 2.3}], "bleu", True)
+    more = Trainer(_model(), again, _config(tmp_path, patience=3, max_steps=8))
+    more.resume()
+    assert more.best_loss == 2.4
+    more.fit()  # step 8: the same BLEU at a lower loss than the resumed best's
+    assert (more.best_step, more.best_loss, more.stale_evals) == (8, 2.3, 0)
+
+
 def test_patience_without_validation_data_says_so_and_trains_to_the_budget(tmp_path, capsys):
     trainer = Trainer(_model(), ScriptedTask([None]), _config(tmp_path, patience=1, max_steps=4))
     trainer.fit()

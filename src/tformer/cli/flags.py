@@ -171,7 +171,7 @@ FLAGS: dict[str, Flag] = {
     ),
     "--patience": Flag(
         "stop early after this many evaluations in a row without a better validation metric (the one best/ is "
-        "chosen by); best/ holds the best model",
+        "chosen by; an equal one with a lower validation loss is better); best/ holds the best model",
         v.positive_int,
     ),
     "--keep-checkpoints": Flag(

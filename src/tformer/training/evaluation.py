@@ -2,6 +2,10 @@
 average beside it), log the scores, keep ``best/`` when better, keep ``--keep-checkpoints``' models, and count the
 evaluations since the best for ``--patience``.
 
+A metric that ties with the best one (BLEU 0 at a translation run's first evaluations, the same accuracy) is broken by
+the validation loss: the model with the lower ``val_loss`` is the better one, so early evaluations that all score
+BLEU 0 still move ``best/`` forward and do not spend ``--patience`` while the loss falls.
+
 Rank 0 evaluates and writes; the other processes go on to the next step. With ``--fsdp`` every process evaluates
 (each forward needs them all, :mod:`tformer.training.sharded`), and each model written is first gathered whole
 by all of them.
@@ -21,6 +25,8 @@ from tformer.training import distributed, sharded
 from tformer.training.averaging import keep_checkpoint
 from tformer.training.config import TrainConfig
 
+LOSS = "val_loss"  # every task's validation loss: what breaks a tie of another metric
+
 
 class Evaluation:
     """The trainer's evaluation (a mixin; the trainer's attributes it uses are declared here)."""
@@ -35,6 +41,7 @@ class Evaluation:
     best: float | None
     best_step: int | None  # the evaluation best/ is from
     best_ema: bool  # whether best/ holds --ema's moving average, not the trained weights
+    best_loss: float | None  # best/'s val_loss, which breaks a tie of another metric (None: not known)
     stale_evals: int
     ema: Any  # tformer.training.averaging.EMA, or None
     also_save: list
@@ -68,8 +75,10 @@ class Evaluation:
         record = {"step": self.step, "epoch": self.epoch, **metrics, **{f"ema_{k}": v for k, v in averaged.items()}}
         self._log(record)
         own = value = metrics.get(self.task.metric)  # None: no validation data, so the model kept is the latest
-        use_ema = self._better(averaged.get(self.task.metric), value)  # the average is the candidate for best/
-        value = averaged[self.task.metric] if use_ema else value
+        loss = metrics.get(LOSS)
+        # the average is the candidate for best/ when it scores better
+        use_ema = self._better(averaged.get(self.task.metric), value, averaged.get(LOSS), loss)
+        value, loss = (averaged[self.task.metric], averaged.get(LOSS)) if use_ema else (value, loss)
         if value is None and self.cfg.patience is not None and not self._patience_said:
             self._patience_said = True
             self._warn(
@@ -80,13 +89,13 @@ class Evaluation:
             self._warn(f"step {self.step}: {self.task.metric} is {value}: not kept as the best model")
             self.stale_evals += 1
             return record
-        better = value is None or self._better(value, self.best)  # value is finite here; the best always is
+        better = value is None or self._better(value, self.best, loss, self.best_loss)  # value is finite here
         if value is not None:  # early stopping counts the evaluations since the best
             self.stale_evals = 0 if better else self.stale_evals + 1
         if better:
             self.best = value if value is not None else self.best
             if value is not None:
-                self.best_step, self.best_ema = self.step, use_ema
+                self.best_step, self.best_ema, self.best_loss = self.step, use_ema, loss
             with self.ema.swapped() if use_ema else contextlib.nullcontext():  # (written while it is in the model)
                 model = self._whole_model()
                 if self.world.is_main:
@@ -118,11 +127,18 @@ class Evaluation:
             averaged = self.task.evaluate(self.model) if self.ema else {}
         return metrics, averaged
 
-    def _better(self, a: float | None, b: float | None) -> bool:
-        """Whether the metric ``a`` (finite) beats ``b`` (None or not finite: anything does)."""
+    def _better(
+        self, a: float | None, b: float | None, a_loss: float | None = None, b_loss: float | None = None
+    ) -> bool:
+        """Whether the metric ``a`` (finite) beats ``b`` (None or not finite: anything does); when they are equal, and
+        the metric is not the loss itself, whether ``a``'s validation loss ``a_loss`` is below ``b``'s."""
         if a is None or not math.isfinite(a):
             return False
-        return b is None or not math.isfinite(b) or (a > b if self.task.higher_is_better else a < b)
+        if b is None or not math.isfinite(b):
+            return True
+        if a == b and self.task.metric != LOSS:
+            return a_loss is not None and b_loss is not None and a_loss < b_loss
+        return a > b if self.task.higher_is_better else a < b
 
     def _whole_model(self) -> Any:
         """The model to write: the model itself; with ``--fsdp``, rank 0's CPU copy holding the weights gathered whole

@@ -227,6 +227,7 @@ class RunState:
     best: float | None
     best_step: int | None
     best_ema: bool
+    best_loss: float | None
     skipped_steps: int
     stale_evals: int
     ema: Any  # tformer.training.averaging.EMA, or None
@@ -286,6 +287,7 @@ class RunState:
             "best": self.best,
             "best_step": self.best_step,  # the evaluation best/ is from
             "best_ema": self.best_ema,  # whether best/ holds --ema's moving average
+            "best_loss": self.best_loss,  # best/'s val_loss, which breaks a tie of the metric
             "skipped_steps": self.skipped_steps,
             "stale_evals": self.stale_evals,  # evaluations since the best (--patience)
             "precision": self.precision.precision,  # what ran ("auto" chose it): an fp16 run has a scaler to resume
@@ -345,6 +347,7 @@ class RunState:
         self.step, self.epoch, self.batch_index = meta["step"], meta["epoch"], meta["batch_index"]
         self.elapsed, self.best = float(meta["elapsed"]), meta["best"]
         self.best_step, self.best_ema = meta.get("best_step"), meta.get("best_ema", False)
+        self.best_loss = meta.get("best_loss")  # (a run saved before it: ties are not broken)
         self.skipped_steps = meta.get("skipped_steps", 0)
         self.stale_evals = meta.get("stale_evals", 0)
         if self.ema is not None:

@@ -152,6 +152,7 @@ class Trainer(BadSteps, RunState, Evaluation):
         self.best: float | None = None
         self.best_step: int | None = None
         self.best_ema = False  # best/ holds --ema's moving average
+        self.best_loss: float | None = None  # best/'s val_loss: breaks a tie of the metric (BLEU 0 and BLEU 0)
         self.stale_evals = 0  # evaluations in a row no better than the best (early stopping: cfg.patience)
         self.ema = EMA(self.model, cfg.ema) if cfg.ema is not None else None  # after the kernels are chosen
         self._patience_said = False  # --patience without validation data, said once
