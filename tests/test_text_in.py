@@ -15,6 +15,10 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import os
+import select
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -237,3 +241,64 @@ def test_the_explorer_refuses_a_nul_as_it_refuses_a_lone_surrogate():
 
     with pytest.raises(ValueError, match=r"trace: text holds a NUL character \(at character 3\)"):
         Params({"text": "ab\x00c"}, "trace").text("text")
+
+
+def test_stdin_lines_are_handed_out_as_they_come(monkeypatch):
+    """A line waiting alone is handed out at once (a filter between programs, a person typing), lines waiting
+    together up to the batch's size; the lines of a later piece keep their numbers in errors."""
+    from tformer.text import stdin_line_batches
+
+    read, write = os.pipe()
+    with os.fdopen(read, "rb", buffering=0) as raw:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(raw)))
+        batches = stdin_line_batches(2)
+        os.write(write, BOM + b"the cat\r\n")
+        assert next(batches) == ["the cat"]  # nothing more waits: not held until the end of the input
+        os.write(write, b"a\nb\nc\n")
+        assert next(batches) == ["a", "b"] and next(batches) == ["c"]
+        os.write(write, b"d\n")
+        assert next(batches) == ["d"]
+        os.write(write, b"\xe9t\xe9\n")
+        os.close(write)
+        with pytest.raises(ValueError, match=r"^<stdin>:6: not valid UTF-8 \(byte 0xe9 at column 1\)$"):
+            next(batches)
+
+
+def test_translate_answers_each_line_before_the_input_ends(models, tmp_path):
+    """``tformer translate`` between two programs: a line written is translated while stdin stays open."""
+    args = [
+        sys.executable,
+        "-m",
+        "tformer",
+        "translate",
+        "--model",
+        str(models["translation"]),
+        "--max-new-tokens",
+        "3",
+    ]
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write("\nthe cat\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "no translation while stdin was open"
+        first, second = proc.stdout.readline(), proc.stdout.readline()  # the blank line's, then the cat's
+        assert first == "\n" and second.endswith("\n")
+        rest, err = proc.communicate("the dog\n", timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert len(rest.split("\n")) == 2, rest  # one line out for the dog
+
+
+def test_a_cut_sentence_is_named_by_its_line_in_the_whole_input(models, monkeypatch, capsys):
+    read, write = os.pipe()
+    os.write(write, b"the cat\n" * 16 + b"the cat sat on the mat. " * 40 + b"\n")  # read as 16 lines, then 1
+    os.close(write)
+    with os.fdopen(read, "rb", buffering=0) as raw:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(raw)))
+        args = ["translate", "--model", str(models["translation"]), "--max-new-tokens", "2", "--batch-size", "1"]
+        assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 17
+    assert err.startswith("tformer translate: warning: source sentence 17 is longer than the model reads"), err

@@ -22,9 +22,13 @@ with it, BERT's language-identification data reads the same Tatoeba file.
 
 from __future__ import annotations
 
+import io
+import os
 import re
+import select
 import sys
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,7 @@ __all__ = [
     "read_lines",
     "split_lines",
     "read_stdin_lines",
+    "stdin_line_batches",
     "read_tsv",
     "TSV_COLUMNS",
     "BOM",
@@ -176,6 +181,54 @@ def read_stdin_lines() -> list[str]:
     for n, line in enumerate(lines, 1):
         check_text(line, f"<stdin>:{n}")
     return lines
+
+
+def stdin_line_batches(most: int) -> Iterator[list[str]]:
+    """The lines of stdin as they come (strict UTF-8, as :func:`read_stdin_lines` reads them), at most ``most`` at a
+    time, and fewer whenever no more are waiting: a person typing, or a program writing a line and waiting for its
+    answer, gets each line at once, while a file piped in is read in full batches.
+
+    A stdin without a file descriptor (a test's, an embedding's stream) is read whole, then handed out in batches."""
+    if sys.stdin is None:
+        read_stdin_lines()  # the closed stdin's error
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        fd = None
+    if fd is None or getattr(sys.stdin, "buffer", None) is None:
+        lines = read_stdin_lines()
+        for start in range(0, len(lines), most):
+            yield lines[start : start + most]
+        return
+    data, first, ended = b"", 1, False  # bytes not handed out yet, the line they start at, end of file seen
+    while data or not ended:
+        whole = data.count(b"\n")  # lines complete in data
+        if ended or whole >= most or (whole and not _waiting(fd)):
+            cut = len(data) if ended else _after_line(data, min(whole, most))
+            text = decode_utf8(data[:cut], "<stdin>", first)  # (the first piece: a byte-order mark dropped)
+            lines = split_lines(text)
+            data, first = data[cut:], first + len(lines)
+            for start in range(0, len(lines), most):
+                yield lines[start : start + most]
+            continue
+        chunk = os.read(fd, 1 << 16)
+        data, ended = data + chunk, not chunk
+
+
+def _after_line(data: bytes, n: int) -> int:
+    """The offset just after the ``n``-th newline of ``data``."""
+    at = -1
+    for _ in range(n):
+        at = data.index(b"\n", at + 1)
+    return at + 1
+
+
+def _waiting(fd: int) -> bool:
+    """Whether more input can be read from ``fd`` at once (where the system cannot say: yes, so reading waits)."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def read_tsv(path: str | Path) -> list[tuple[str, str]]:

@@ -1,7 +1,10 @@
 """``tformer translate``: translate sentences with a trained translation model (arguments or stdin lines).
 
 One line out for each line in: an empty (or blank) line gives an empty line, so the output lines stay aligned with
-the input's; input with no text at all is refused in one line, as ``embed`` refuses it.
+the input's; input with no text at all is refused in one line, as ``embed`` refuses it. Lines on stdin are translated
+as they come: a line is answered as soon as no more are waiting (so ``translate`` works as a filter between programs,
+or typed at), while a file is read ``--batch-size`` · 16 lines at a time. With ``--sample --seed`` stdin is read whole
+first, so that the same input gives the same translations however it arrives.
 
 A sentence longer than the model reads (its ``max_len`` tokens) is translated from its first ``max_len`` tokens,
 with one line on stderr: ``tformer translate: warning: source sentence 3 is longer than the model reads ...``.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Iterable
 
 from tformer.cli.flags import FLAGS, add, defaults, options
 
@@ -63,30 +67,55 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from tformer.fast.precision import for_inference
     from tformer.generation import SamplingConfig
-    from tformer.text import read_stdin_lines
+    from tformer.text import read_stdin_lines, stdin_line_batches
     from tformer.translation import Translator
-    from tformer.translation.translator import SourceTruncated
 
     translator = Translator.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
     translator.model = for_inference(translator.model, args.precision, "decoding", args.device, args.fast)
-    sentences = args.sentences or read_stdin_lines()  # strict UTF-8; every line, empty ones too: one out for each
-    if not any(s.strip() for s in sentences):
-        where = "the arguments are all empty" if args.sentences else "stdin held only empty lines"
-        raise ValueError(f"no sentences: {where} (one sentence a line, pass them as arguments or pipe them in)")
+    if args.sentences and not any(s.strip() for s in args.sentences):
+        raise ValueError(_NONE.format(where="the arguments are all empty"))
     top_p = args.top_p if args.top_p < 1 else None
     sampling = SamplingConfig(True, args.temperature, args.top_k or None, top_p) if args.sample else None
     flags = ("--temperature", "--top-k", "--top-p")
     unused = [f for f in flags if getattr(args, f[2:].replace("-", "_")) != FLAGS[f].default]  # set: for sampling
     if unused and not args.sample:  # as transformers warns when do_sample is off
         print(f"tformer translate: note: {', '.join(unused)} shape sampling only (--sample): not used", file=sys.stderr)
+    # stdin: each line translated as soon as no more wait (a filter, as fairseq-interactive is), a file in batches
+    if args.sentences or (args.sample and args.seed is not None):  # a seed's draws: over the whole input at once
+        batches: Iterable[list[str]] = [args.sentences or read_stdin_lines()]
+    else:
+        batches = stdin_line_batches(args.batch_size * READ_BATCHES)
+    done, blank = 0, 0  # sentences translated before this batch; blank lines held until a sentence comes
+    for sentences in batches:  # strict UTF-8; every line, empty ones too: one out for each
+        if not done and not any(s.strip() for s in sentences):
+            blank += len(sentences)  # no text yet: nothing is printed if none comes
+            continue
+        outputs = [""] * blank + _translated(translator, args, sentences, sampling, done + blank)
+        done, blank = done + len(outputs), 0
+        for out in outputs:
+            print(out, flush=True)
+    if not done:
+        raise ValueError(_NONE.format(where="stdin held only empty lines"))
+    return 0
+
+
+_NONE = "no sentences: {where} (one sentence a line, pass them as arguments or pipe them in)"
+READ_BATCHES = 16  # stdin: lines read ahead when they are waiting, in --batch-size's (sorted by length together)
+
+
+def _translated(translator, args, sentences: list[str], sampling, before: int) -> list[str]:
+    """``sentences`` translated, a cut source said in one line naming its place in the whole input (``before``
+    sentences came first)."""
+    from tformer.translation import Translator
+    from tformer.translation.translator import SourceTruncated
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SourceTruncated)
         outputs = translator.translate(**options(args, Translator.translate, sentences=sentences, sampling=sampling))
     for warning in caught:  # a cut sentence: one line each; anything else as Python shows it
-        if issubclass(warning.category, SourceTruncated):
-            print(f"tformer translate: warning: {warning.message}", file=sys.stderr)
+        if isinstance(warning.message, SourceTruncated):
+            said = SourceTruncated(before + warning.message.number, warning.message.detail)
+            print(f"tformer translate: warning: {said}", file=sys.stderr)
         else:
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
-    for out in outputs:
-        print(out, flush=True)
-    return 0
+    return outputs

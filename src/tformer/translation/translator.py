@@ -65,7 +65,12 @@ LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.4)  # what --tune-length-penalty tries
 
 
 class SourceTruncated(UserWarning):
-    """A source sentence was longer than the model reads: only its first ``max_len`` tokens were translated."""
+    """A source sentence was longer than the model reads: only its first ``max_len`` tokens were translated.
+    ``number`` is the sentence's (from 1), ``detail`` what the message says after it."""
+
+    def __init__(self, number: int, detail: str) -> None:
+        super().__init__(f"source sentence {number} {detail}")
+        self.number, self.detail = number, detail
 
 
 def load_tokenizers(directory: str | Path) -> tuple[BPETokenizer, BPETokenizer]:
@@ -159,12 +164,11 @@ class Translator:
         for i, ((text, cut), ids) in enumerate(zip(heads, encoded)):
             if cut or len(ids) > limit:
                 size = f"{cut:,} characters" if cut else f"{len(ids):,} tokens"
-                warnings.warn(
-                    f"source sentence {numbers[i] if numbers else i + 1} is longer than the model reads ({size}): "
-                    f"translating its first {min(len(ids), limit)} tokens (max_len={limit})",
-                    SourceTruncated,
-                    stacklevel=2,
+                detail = (
+                    f"is longer than the model reads ({size}): translating its first {min(len(ids), limit)} tokens "
+                    f"(max_len={limit})"
                 )
+                warnings.warn(SourceTruncated(numbers[i] if numbers else i + 1, detail), stacklevel=2)
             if len(ids) > limit:  # cut the text's pieces, keep what ends it
                 ids = self.src_tokenizer.encode(text, add_special_tokens=True, max_length=limit)
             rows.append(ids or [self.pad_id])
