@@ -101,10 +101,10 @@ def _code(args) -> int:
 @pytest.mark.parametrize(
     "family, shape, said",
     [
-        ("translation", ["--d-model", "30", "--n-heads", "4"], "d_model must be divisible by n_heads"),
-        ("lm", ["--d-model", "30", "--n-heads", "4"], "d_model must be divisible by n_heads"),
-        ("bert", ["--d-model", "30", "--n-heads", "4"], "d_model must be divisible by n_heads"),
-        ("classify", ["--d-model", "30", "--n-heads", "4"], "d_model must be divisible by n_heads"),
+        ("translation", ["--d-model", "30", "--n-heads", "4"], "--d-model must be divisible by --n-heads"),
+        ("lm", ["--d-model", "30", "--n-heads", "4"], "--d-model must be divisible by --n-heads"),
+        ("bert", ["--d-model", "30", "--n-heads", "4"], "--d-model must be divisible by --n-heads"),
+        ("classify", ["--d-model", "30", "--n-heads", "4"], "--d-model must be divisible by --n-heads"),
         ("lm", ["--n-layers", "0"], "--n-layers: must be a positive integer, got 0"),
         ("translation", ["--n-encoder-layers", "-1"], "--n-encoder-layers: must be a positive integer, got -1"),
     ],
@@ -129,7 +129,7 @@ def test_a_bad_shape_leaves_the_run_overwrite_would_replace(tmp_path, capsys, fa
     capsys.readouterr()
     bad = ["--overwrite", "--preset", "tiny", "--d-model", "30", "--n-heads", "4"]
     assert main(["train", family, *data, "--out", str(out), *bad, *QUICK]) == 2
-    assert "d_model must be divisible by n_heads" in capsys.readouterr().err
+    assert "--d-model must be divisible by --n-heads" in capsys.readouterr().err
     assert (out / "best" / "model.safetensors").read_bytes() == before
 
 

@@ -305,10 +305,28 @@ def _train(args, setup) -> tuple:
     from tformer.cli.config import write_resolved
     from tformer.training.distributed import is_main_process
 
-    trainer = setup(**options(args, setup))
+    try:
+        trainer = setup(**options(args, setup))
+    except ValueError as err:  # the model's config refuses a shape: said with the flags that set it
+        raise in_flag_words(err, args) from None
     if is_main_process():
         write_resolved(build_parser(), args, args.out_dir, trainer)
     return trainer, trainer.fit()
+
+
+def in_flag_words(err: ValueError, args) -> ValueError:
+    """A model config's refusal (``Seq2SeqConfig.d_model must be divisible by n_heads, got d_model=63, ...``) in the
+    command line's words: each field a flag sets is named by its flag (``--d-model must be divisible by --n-heads,
+    got --d-model=63, ...``); any other error is left as it is."""
+    import re
+
+    from tformer.hf.common import in_own_words
+
+    found = re.match(r"(\w+Config)\.", str(err))
+    if found is None:
+        return err
+    flags = {name: "--" + name.replace("_", "-") for name in vars(args) if not name.startswith("_")}
+    return ValueError(in_own_words(str(err), found.group(1), flags))
 
 
 def run_translation(args) -> int:
