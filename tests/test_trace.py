@@ -231,10 +231,36 @@ def test_cli_trace_toy_prints_the_walk_through(capsys):
 
 def test_cli_trace_json(tmp_path, capsys):
     path = tmp_path / "trace.json"
-    assert main(["trace", "--toy", "--stage", "top_k", "--json", str(path)]) == 0
+    assert main(["trace", "--toy", "--json", str(path)]) == 0
     data = json.loads(path.read_text())
     assert data["tokens"]["decoder"] == ["<sos>", "Je", "vais", "bien"]
     assert {"q", "weights", "add_norm", "ffn", "logits"} <= {e["stage"] for e in data["entries"]}
+    assert data["top_k"] and data["generation"]
+
+
+def test_trace_json_holds_what_layer_head_and_stage_select_as_the_printout_does(tmp_path, capsys):
+    whole = tmp_path / "whole.json"
+    assert main(["trace", "--toy", "--json", str(whole)]) == 0
+    capsys.readouterr()
+    path = tmp_path / "some.json"
+    argv = ["trace", "--toy", "--layer", "0", "--head", "1", "--stage", "weights,q", "--json", str(path)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    data, every = json.loads(path.read_text()), json.loads(whole.read_text())["entries"]
+    places = [(e["block"], e["layer"], e["kind"], e["stage"]) for e in data["entries"]]
+    assert places and all(layer == 0 and stage in ("weights", "q") for _, layer, _, stage in places)
+    assert printed.count("── ") == len(places)  # the entries printed, no more
+    assert data["top_k"] == data["generation"] == []  # (outside the layers, as the printout leaves them out)
+    for e in data["entries"]:
+        key = lambda x: (x["block"], x["layer"], x["kind"], x["stage"], x["where"])  # noqa: E731
+        full = next(f for f in every if key(f) == key(e))
+        h = e["dims"].index("H")
+        assert e["head"] == 1 and e["shape"][h] == 1 and full["shape"][h] > 1
+        assert torch.equal(torch.tensor(e["values"]), torch.tensor(full["values"]).narrow(h, 1, 1))
+    top = tmp_path / "top.json"
+    assert main(["trace", "--toy", "--stage", "top_k", "--json", str(top)]) == 0
+    data = json.loads(top.read_text())
+    assert data["entries"] == [] and data["top_k"] and data["generation"] == []
 
 
 def _word_tokenizer(words: list[str]):

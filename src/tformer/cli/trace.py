@@ -55,7 +55,12 @@ def add_parser(sub) -> None:
         default=128,
         help="print tensors up to this many values in full (default 128)",
     )
-    p.add_argument("--json", metavar="FILE", type=output_file, help="also write the trace as JSON to FILE (a new file)")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        type=output_file,
+        help="also write the trace as JSON to FILE (a new file): what is printed, --layer, --head and --stage's selection",
+    )
     add(p, "--overwrite", overwrite={"flag": "--json"})
     p.set_defaults(func=run)
 
@@ -74,7 +79,7 @@ def run(args) -> int:
         raise flag_words(err) from None
     print(text)
     if args.json:
-        print(f"wrote {trace.to_json(args.json)}")
+        print(f"wrote {trace.to_json(args.json, layer=args.layer, head=args.head, stages=stages)}")  # as printed
     return 0
 
 

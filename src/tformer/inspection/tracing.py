@@ -139,35 +139,38 @@ class Trace:
         if head is not None and not 0 <= head < n_heads:
             raise ValueError(f"head must be in [0, {n_heads}) for this model, got {head}")
 
-    def to_dict(self, max_values: int = 100_000) -> dict:
-        """Plain data: each entry with its dims, labels and values (a summary above ``max_values`` elements)."""
-        entries = [
-            dict(
-                stage=e.stage,
-                block=e.block,
-                layer=e.layer,
-                where=e.where,
-                kind=e.kind,
-                dims=list(e.dims),
-                shape=list(e.tensor.shape),
-                note=e.note,
-                rows=e.rows,
-                cols=e.cols,
-                **(
-                    {"values": _jsonable(e.tensor.tolist())}
-                    if e.tensor.numel() <= max_values
-                    else {"summary": summary(e.tensor)}
-                ),
+    def to_dict(
+        self, max_values: int = 100_000, layer: int | None = None, head: int | None = None, stages=None
+    ) -> dict:
+        """Plain data: each entry with its dims, labels and values (a summary above ``max_values`` elements); the
+        same selection as :meth:`format`'s: that ``layer``'s entries, that ``head`` of each tensor with heads (its H
+        axis then of size 1, and the entry says ``"head"``), those ``stages``."""
+        self._check_head(head)
+        entries = []
+        for e in self.select(layer, stages):
+            h_axis = e.dims.index("H") if "H" in e.dims and head is not None else None
+            t = e.tensor if h_axis is None else e.tensor.narrow(h_axis, head, 1)  # (head: that one, H of size 1)
+            data = {"values": _jsonable(t.tolist())} if t.numel() <= max_values else {"summary": summary(t)}
+            entries.append(
+                dict(stage=e.stage, block=e.block, layer=e.layer, where=e.where, kind=e.kind, dims=list(e.dims))
+                | dict(shape=list(t.shape), note=e.note, rows=e.rows, cols=e.cols)
+                | ({} if h_axis is None else {"head": head})
+                | data
             )
-            for e in self.entries
-        ]
+        stages = _check_stages(stages)
+        outside = lambda stage: layer is None and (stages is None or stage in stages)  # noqa: E731 (as format's)
         return dict(
-            model_type=self.model_type, tokens=self.tokens, entries=entries, top_k=self.top_k, generation=self.steps
+            model_type=self.model_type,
+            tokens=self.tokens,
+            entries=entries,
+            top_k=self.top_k if outside("top_k") else [],
+            generation=self.steps if outside("generation") else [],
         )
 
-    def to_json(self, path: str | Path, max_values: int = 100_000) -> Path:
-        """Write the trace as JSON (−∞ is written as the string "-inf"); tensors above ``max_values`` as summaries."""
-        text = json.dumps(self.to_dict(max_values), indent=1) + "\n"
+    def to_json(self, path: str | Path, max_values: int = 100_000, layer=None, head=None, stages=None) -> Path:
+        """Write the trace as JSON (−∞ is written as the string "-inf"); tensors above ``max_values`` as summaries;
+        ``layer``, ``head`` and ``stages`` select as :meth:`to_dict` does."""
+        text = json.dumps(self.to_dict(max_values, layer, head, stages), indent=1) + "\n"
         return write_output(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))  # atomically
 
     def plot_attention(
