@@ -148,13 +148,13 @@ class Trace:
         self._check_head(head)
         entries = []
         for e in self.select(layer, stages):
-            h_axis = e.dims.index("H") if "H" in e.dims and head is not None else None
-            t = e.tensor if h_axis is None else e.tensor.narrow(h_axis, head, 1)  # (head: that one, H of size 1)
+            one = head is not None and "H" in e.dims
+            t = e.tensor.narrow(e.dims.index("H"), head, 1) if one and head is not None else e.tensor  # H of size 1
             data = {"values": _jsonable(t.tolist())} if t.numel() <= max_values else {"summary": summary(t)}
             entries.append(
                 dict(stage=e.stage, block=e.block, layer=e.layer, where=e.where, kind=e.kind, dims=list(e.dims))
                 | dict(shape=list(t.shape), note=e.note, rows=e.rows, cols=e.cols)
-                | ({} if h_axis is None else {"head": head})
+                | ({"head": head} if one else {})
                 | data
             )
         stages = _check_stages(stages)
