@@ -71,6 +71,16 @@ def test_each_reply_continues_the_conversation_and_reset_clears_it(dirs, monkeyp
     assert err == ""  # nothing dropped, nothing refused, no prompt on a pipe
 
 
+def test_an_unknown_command_is_refused_not_sent_and_a_doubled_slash_sends_the_word(dirs, monkeypatch, capsys):
+    lines = "/help\n/rest\n//usr\n/reset\n/usr/bin is a folder\n"
+    code, out, err = _chat(monkeypatch, capsys, dirs["llama"], lines, *GREEDY)
+    assert code == 2
+    assert out == _replies(dirs["llama"], [["/usr"], ["/usr/bin is a folder"]])
+    help_line, refused = err.splitlines()
+    assert help_line.startswith("tformer chat: /reset to clear the conversation") and "/help" in help_line
+    assert refused == "tformer chat: error: unknown command /rest: the commands are /reset, /exit, /help"
+
+
 def test_the_system_message_starts_every_conversation_and_the_end_of_input_ends(dirs, monkeypatch, capsys):
     code, out, err = _chat(monkeypatch, capsys, dirs["llama"], "Hi\n/reset\nHi", "--system", "Be brief.", *GREEDY)
     assert code == 0, err

@@ -5,7 +5,9 @@ printf 'Hi!\\nWhat is 2 + 2?\\n' | tformer chat --model ./Qwen2.5-0.5B-Instruct 
 
 Each line read from stdin is a user message; the model's reply, laid out by its chat template
 (:func:`tformer.lm.chat.reply`), is streamed to stdout and kept in the history, which the next message continues.
-``/reset`` clears the history (``--system`` stays), ``/exit`` or the end of the input ends. A conversation longer
+``/reset`` clears the history (``--system`` stays), ``/exit`` or the end of the input ends, ``/help`` lists the
+commands. Another line of one ``/word`` is refused as an unknown command, not sent to the model (a message that is
+such a word begins with ``//``: ``//usr`` sends ``/usr``). A conversation longer
 than the model's context drops its oldest turns, with one line on stderr saying so. A message the model cannot take
 (longer than the context leaves it) is refused on stderr, the conversation going on without it; the exit status is
 then 2. ``--model`` is any GPT ``tformer.load`` reads whose tokenizer has a chat template (a Hugging Face chat
@@ -14,13 +16,19 @@ model's directory); one without is refused in one line.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 
 from tformer.cli.flags import add
 from tformer.cli.generate import SAMPLING, add_sampling, sampling_config
 
-COMMANDS = {"/reset": "clear the conversation (--system stays)", "/exit": "end (so does the end of the input)"}
+COMMANDS = {
+    "/reset": "clear the conversation (--system stays)",
+    "/exit": "end (so does the end of the input)",
+    "/help": "list these commands",
+}
+COMMAND = re.compile(r"/[A-Za-z]\w*")  # a line that is one /word alone: a command, never a message
 
 
 def add_parser(sub) -> None:
@@ -73,18 +81,33 @@ def run(args) -> int:
     system = [{"role": "system", "content": args.system}] if args.system else []
     history: list[dict[str, str]] = []
     interactive = sys.stdin is not None and sys.stdin.isatty()
+    hints = ", ".join(f"{c} to {what}" for c, what in COMMANDS.items())
     if interactive:
-        hints = ", ".join(f"{c} to {what}" for c, what in COMMANDS.items())
         print(f"tformer chat: a context of {context} tokens; {hints}", file=sys.stderr)
     failed, turn = False, 0
     for line in _lines(interactive):
-        if line.strip() == "/exit":
+        command = line.strip()
+        if command == "/exit":
             break
-        if line.strip() == "/reset":
+        if command == "/reset":
             history = []
             continue
-        if not line.strip():
+        if command == "/help":
+            print(
+                f"tformer chat: {hints}; a message that is one /word begins with // (//usr sends /usr)", file=sys.stderr
+            )
             continue
+        if COMMAND.fullmatch(command):  # a mistyped command is not the model's to answer
+            print(
+                f"tformer chat: error: unknown command {command}: the commands are {', '.join(COMMANDS)}",
+                file=sys.stderr,
+            )
+            failed = True
+            continue
+        if not command:
+            continue
+        if command.startswith("/") and COMMAND.fullmatch(command[1:]):  # //usr: the message /usr
+            line = command[1:]
         messages = [*system, *history, {"role": "user", "content": line}]
         seed = None if args.seed is None else args.seed + turn
         try:
