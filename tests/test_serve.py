@@ -312,11 +312,17 @@ def test_translate(translator_server, dirs):
         ({"text": texts}, translator.translate(texts)),
         ({"text": texts[0], "beam": 2}, translator.translate(texts[:1], beam=2)),
         ({"text": texts, "max_new_tokens": 3}, translator.translate(texts, max_new_tokens=3)),
+        ({"text": texts, "max_new_tokens": 10**6}, translator.translate(texts, max_new_tokens=512)),  # capped
     ):
         r = httpx.post(f"{translator_server.url}/translate", json=body, timeout=60)
         assert r.status_code == 200, r.text
         assert r.json()["translations"] == expected and r.json()["model"] == "translator"
     assert [m.id for m in translator_server.client().models.list().data] == ["translator"]
+    small = Served.open(dirs["translator"], precision="fp32", max_new_tokens=2)  # tformer serve --max-new-tokens 2
+    with running(small) as server:  # more asked than the server allows: capped, as a completion's max_tokens is
+        r = httpx.post(f"{server.url}/translate", json={"text": texts, "max_new_tokens": 50}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["translations"] == translator.translate(texts, max_new_tokens=2)
 
 
 # -------------------------------------------------------------------------------------- keys and refusals
@@ -421,7 +427,7 @@ def test_the_other_familys_endpoints_say_which_to_use(gpt2_server, translator_se
     r = httpx.post(f"{translator_server.url}/completions", json={"model": "translator", "prompt": "x"}, timeout=30)
     assert (r.status_code, r.json()["error"]["code"]) == (404, "unsupported_endpoint")
     assert "/v1/translate" in r.json()["error"]["message"]
-    for body in ({"text": []}, {"text": [1]}, {"text": "x", "beam": 0}, {"text": "x", "max_new_tokens": 10**6}):
+    for body in ({"text": []}, {"text": [1]}, {"text": "x", "beam": 0}, {"text": "x", "max_new_tokens": 0}):
         r = httpx.post(f"{translator_server.url}/translate", json=body, timeout=30)
         assert r.status_code == 400 and set(r.json()["error"]) == ERROR_KEYS, body
 

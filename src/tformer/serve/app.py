@@ -263,7 +263,7 @@ def create_app(
 
     async def translate(request: Request) -> Response:
         offered("translate")
-        parsed = translate_request(parse_json(await _read_body(request)), served.name, served.max_new_tokens)
+        parsed = translate_request(parse_json(await _read_body(request)), served.name)
         job = Job(partial(work.translate, served, parsed), asyncio.get_running_loop())
         answer = await queued(request, job, False, None)
         if isinstance(answer, Response):

@@ -298,8 +298,9 @@ def chat_request(body: dict[str, Any], model_id: str) -> ChatRequest:
     return ChatRequest(messages, options)
 
 
-def translate_request(body: dict[str, Any], model_id: str, max_new_tokens: int) -> TranslateRequest:
-    """POST /v1/translate: ``{"text": str | [str], "beam"?, "max_new_tokens"?, "model"?}``."""
+def translate_request(body: dict[str, Any], model_id: str) -> TranslateRequest:
+    """POST /v1/translate: ``{"text": str | [str], "beam"?, "max_new_tokens"?, "model"?}``; ``max_new_tokens`` is
+    capped by the server's limit, as a completion's ``max_tokens`` is (:func:`tformer.serve.model.translate`)."""
     fields = _Fields(body)
     check_model(fields, model_id, required=False)
     text = fields.take("text")
@@ -309,6 +310,6 @@ def translate_request(body: dict[str, Any], model_id: str, max_new_tokens: int) 
         raise APIError(f"text must be a string or a list of 1 to {MAX_TEXTS} strings, got {_shown(text)}", param="text")
     texts = [fields.text(t, "text" if single else f"text[{i}]") for i, t in enumerate(texts)]
     beam = fields.number("beam", 1, 1, MAX_BEAM, whole=True)
-    limit = fields.number("max_new_tokens", None, 1, max_new_tokens, whole=True)
+    limit = fields.number("max_new_tokens", None, 1, whole=True)  # then capped
     fields.done()
     return TranslateRequest(texts, single, beam, limit)
