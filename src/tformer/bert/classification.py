@@ -78,6 +78,7 @@ class ClassifyTask:
     """Fine-tuning of a :class:`~tformer.Bert` with ``num_labels = len(labels)`` on (text, label) examples."""
 
     metric, higher_is_better = "accuracy", True
+    leaves_parameters_unused = True  # the pretraining heads (MLM, NSP): DDP must not wait for their gradients
 
     def __init__(
         self,

@@ -133,14 +133,22 @@ def data_parallel(task, model: torch.nn.Module, world: World) -> Any:
     """With several processes, the task's loss over ``model`` wrapped in PyTorch's ``DistributedDataParallel``:
     gradients averaged in buckets while backward runs (overlapped with it), into the gradients' own memory
     (``gradient_as_bucket_view``); None with one process. The task moves its batches to the device itself; the
-    buffers are the config's, never broadcast; a parameter the loss leaves unused (BERT's pretraining heads when it
-    classifies) keeps no gradient, as with one process (``find_unused_parameters``, Hugging Face's default too)."""
+    buffers are the config's, the same in every process, never synced at each forward. A task whose loss leaves
+    parameters unused says so (``leaves_parameters_unused``: BERT's pretraining heads when it classifies); those keep
+    no gradient, as with one process (``find_unused_parameters``). Other tasks use every parameter, so DDP does not
+    walk the autograd graph at each step to look for unused ones (it warns that the walk was for nothing)."""
     if world.size == 1:
         return None
+    import inspect
+
     from torch.nn.parallel import DistributedDataParallel
 
+    unused = bool(getattr(task, "leaves_parameters_unused", False))
+    # torch 2.13 names broadcast_buffers forward_sync_buffers (the old name warns); older releases have only the old
+    newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    buffers = {"forward_sync_buffers" if newer else "broadcast_buffers": False}
     return DistributedDataParallel(
-        TaskLoss(task, model), broadcast_buffers=False, gradient_as_bucket_view=True, find_unused_parameters=True
+        TaskLoss(task, model), gradient_as_bucket_view=True, find_unused_parameters=unused, **buffers
     )
 
 

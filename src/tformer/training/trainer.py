@@ -13,6 +13,7 @@ A task provides::
     evaluate(model) -> dict[str, float]        # e.g. {"val_loss": ..., "bleu": ...}
     metric: str, higher_is_better: bool        # which evaluation picks the best checkpoint
     save_extra(directory)                      # tokenizer files etc. next to the weights
+    leaves_parameters_unused: bool             # optional (False): its loss leaves some parameters without a gradient
 
 ``TrainConfig.fast`` (default True) trains, evaluates and decodes with the CPU fast paths of
 :mod:`tformer.fast`: :func:`tformer.fast.speed_up` chooses them for the model, and the tasks' loss
