@@ -146,7 +146,7 @@ def data_parallel(task, model: torch.nn.Module, world: World) -> Any:
     unused = bool(getattr(task, "leaves_parameters_unused", False))
     # torch 2.13 names broadcast_buffers forward_sync_buffers (the old name warns); older releases have only the old
     newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
-    buffers = {"forward_sync_buffers" if newer else "broadcast_buffers": False}
+    buffers: dict[str, Any] = {"forward_sync_buffers" if newer else "broadcast_buffers": False}
     return DistributedDataParallel(
         TaskLoss(task, model), gradient_as_bucket_view=True, find_unused_parameters=unused, **buffers
     )
