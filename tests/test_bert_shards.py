@@ -282,7 +282,7 @@ def test_a_run_resumed_across_shard_boundaries_equals_the_uninterrupted_one(tmp_
     assert cut == full  # bit for bit
 
 
-def test_a_changed_source_is_said_and_prepared_again(tmp_path, tok):
+def test_a_changed_source_is_said_and_prepared_into_a_new_folder(tmp_path, tok):
     data = tmp_path / "docs.txt"
     data.write_text(_text(10), encoding="utf-8")
     said: list[str] = []
@@ -292,9 +292,10 @@ def test_a_changed_source_is_said_and_prepared_again(tmp_path, tok):
     assert said == [f"data: prepared before, checked: {first}"]
     data.write_text(_text(10) + "\none more sentence\n", encoding="utf-8")
     said.clear()
-    assert prepare_sentences(data, tok, cache=tmp_path, log=said.append) == first
-    assert "docs.txt changed since it was prepared" in said[0] and said[0].endswith(": preparing it again")
-    assert _documents(Sentences.open(first))[-1] == [tok.encode("one more sentence")]
+    again = prepare_sentences(data, tok, cache=tmp_path, log=said.append)
+    assert again != first and "docs.txt changed since it was prepared" in said[0] and f"{first}, prepared" in said[0]
+    assert _documents(Sentences.open(again))[-1] == [tok.encode("one more sentence")]
+    assert _documents(Sentences.open(first))[-1] != [tok.encode("one more sentence")]  # kept as it was
 
 
 @pytest.mark.parametrize("name", ["shard-00001.bin", "sentences.bin", "documents.bin"])

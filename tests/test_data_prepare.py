@@ -165,12 +165,18 @@ def test_the_cache_is_used_again_and_prepared_again_saying_why(tmp_path, small_p
     _prepare(data, tok, cache, logs)
     assert "shard-00002.bin is damaged (2 bytes, 1,000 written)" in logs[0]
 
-    # a changed source: said, prepared again with the new text
+    # a changed source: said, prepared into a new folder; the one before is kept whole (a run may read it as --data)
+    before = tdata.open_tokens(first)[1].tensor().clone()
     data.write_text(_text(150) + "one more line\n", encoding="utf-8")
     logs.clear()
-    _prepare(data, tok, cache, logs)
-    assert "corpus.txt changed since it was prepared" in logs[0] and logs[0].endswith(": preparing it again")
-    assert torch.equal(tdata.open_tokens(first)[1].tensor(), encode_documents(tok, [data.read_text()]))
+    changed = _prepare(data, tok, cache, logs)
+    assert changed != first and "corpus.txt changed since it was prepared" in logs[0]
+    assert logs[0].endswith(
+        f"preparing it in a new folder; {first}, prepared from the text before, is kept (delete it when no run reads it)"
+    )
+    assert torch.equal(tdata.open_tokens(changed)[1].tensor(), encode_documents(tok, [data.read_text()]))
+    assert torch.equal(tdata.open_tokens(first)[1].tensor(), before)
+    first = changed
 
     # another tokenizer: another folder; that folder given as --data with this tokenizer is refused
     other = train_tokenizer("char", [data.read_text() + "xyz"])

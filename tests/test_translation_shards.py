@@ -223,7 +223,7 @@ def test_resume_is_exact_across_shard_boundaries(tmp_path, monkeypatch, capsys):
     assert any("bleu" in r for r in evals)
 
 
-def test_a_changed_source_is_prepared_again(tmp_path, corpus):
+def test_a_changed_source_is_prepared_into_a_new_folder_the_old_kept(tmp_path, corpus):
     _, _, tok, _ = corpus
     tsv = _tsv(tmp_path / "pairs.tsv")
     said: list[str] = []
@@ -235,8 +235,8 @@ def test_a_changed_source_is_prepared_again(tmp_path, corpus):
     _tsv(tsv, extra="One more.\tUn de plus.\n")
     said.clear()
     again = prepare_pairs(tsv, tok, tok, cache=tmp_path, log=said.append)
-    assert again == first and "changed since it was prepared" in said[0] and "preparing it again" in said[0]
-    assert open_pairs(again).manifest["pairs"] == n + 1
+    assert again != first and "changed since it was prepared" in said[0] and f"{first}, prepared" in said[0]
+    assert open_pairs(again).manifest["pairs"] == n + 1 and open_pairs(first).manifest["pairs"] == n  # kept
 
 
 def test_a_damaged_shard_or_index_is_refused_and_rebuilt(tmp_path, corpus):

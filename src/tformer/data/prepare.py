@@ -319,7 +319,10 @@ def prepared(
         return directory
     files = find_sources(data)
     sources = source_records(files)
-    name = cache_key(format=FORMAT, task=task, sources=[s["path"] for s in sources], tok=tok_hash, **(key or {}))
+    # the folder of this text (its files' contents, not only their names): a changed text is prepared into a new
+    # folder, and the one before is kept whole, since a run given that folder as --data resumes from it
+    content = [[s["path"], s["sha256"]] for s in sources]
+    name = cache_key(format=FORMAT, task=task, sources=content, tok=tok_hash, **(key or {}))
     directory = cache_root(cache) / f"{task}-{name}"
     if directory.is_dir():
         problem = stale(directory, sources, tok_hash, "tokens")
@@ -327,6 +330,12 @@ def prepared(
             log(f"data: prepared before, checked: {directory}")
             return directory
         log(f"data cache {directory}: {problem}: preparing it again")
+    elif (earlier := _earlier(directory, task, sources, tok_hash)) is not None:
+        changed = _changed_source(read_manifest(earlier)["sources"], sources)  # type: ignore[index]
+        log(
+            f"data: {changed}: preparing it in a new folder; {earlier}, prepared from the text before, is kept "
+            "(delete it when no run reads it)"
+        )
     total = corpus_bytes(files)
     log(f"preparing {size_text(total)} of text in {directory} (once: later runs map it)")
     start = time.perf_counter()
@@ -355,6 +364,20 @@ def prepared(
         (work / MANIFEST).write_text(json.dumps(manifest, indent=1))
     log(f"prepared {size_text(total)} in {seconds:.1f} s ({total / 1e6 / max(seconds, 1e-9):.1f} MB/s)")
     return directory
+
+
+def _earlier(directory: Path, task: str, sources: list[dict], tok_hash: str) -> Path | None:
+    """The newest folder beside ``directory`` prepared for ``task`` with this tokenizer from the same files, whose
+    text has changed since (None: none)."""
+    paths, found = [s["path"] for s in sources], []
+    for other in directory.parent.glob(f"{task}-*"):
+        manifest = read_manifest(other) or {}
+        if (
+            manifest.get("tokenizer_sha256") == tok_hash
+            and [r.get("path") for r in manifest.get("sources", [])] == paths
+        ):
+            found.append((other.stat().st_mtime, other))
+    return max(found)[1] if found else None
 
 
 def file_entry(path: Path) -> dict:
