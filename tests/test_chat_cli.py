@@ -140,3 +140,14 @@ def test_the_default_reply_length_fits_a_small_context(dirs, monkeypatch, capsys
     code, out, err = _chat(monkeypatch, capsys, dirs["llama"], "Hi there\n", "--greedy")
     assert code == 0 and "Traceback" not in err, err
     assert out == _replies(dirs["llama"], [["Hi there"]], max_new_tokens=32)
+
+
+def test_a_nul_the_model_said_is_kept_in_the_conversation_not_refused(dirs):
+    """A byte-level model can sample the byte 0x00: its turn goes back into the history (chat, serve's clients), and
+    the next reply must not refuse it; a user's NUL is still refused."""
+    model, tok = lm.load(dirs["llama"])
+    said = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\x00Hello"}]
+    answer = lm.reply(model, tok, [*said, {"role": "user", "content": "Again"}], 3, SamplingConfig(False))
+    assert answer.text is not None
+    with pytest.raises(ValueError, match=r"messages\[0\]\['content'\]: holds a NUL"):
+        lm.reply(model, tok, [{"role": "user", "content": "H\x00i"}], 3, SamplingConfig(False))

@@ -305,6 +305,14 @@ def test_max_tokens_is_capped_by_the_server_and_by_the_context(llama_server, lla
                     )
 
 
+def test_a_nul_in_the_models_own_turn_comes_back_without_a_400(llama_server):
+    """A client sends the conversation back with the assistant's turn as the model gave it, a NUL byte token too."""
+    body = b'{"model": "llama", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}, '
+    body += b'{"role": "assistant", "content": "\\u0000Hello"}, {"role": "user", "content": "Again"}]}'
+    r = httpx.post(f"{llama_server.url}/chat/completions", content=body, timeout=60)
+    assert r.status_code == 200, r.text
+
+
 def test_translate(translator_server, dirs):
     translator = Translator.load(dirs["translator"])
     texts = ["I am good.", "The cat is small."]
@@ -382,6 +390,13 @@ BAD = [  # (endpoint, body (bytes: as they are), status, param, code)
         None,
     ),
     ("chat/completions", {"model": "llama", "messages": []}, 400, "messages", None),
+    (
+        "chat/completions",
+        b'{"model": "llama", "messages": [{"role": "user", "content": "a\\u0000"}]}',
+        400,
+        "messages[0].content",
+        None,
+    ),
     ("chat/completions", {"model": "llama", "messages": [{"role": "robot", "content": "x"}]}, 400, "messages", None),
     (
         "chat/completions",

@@ -49,6 +49,7 @@ __all__ = [
 
 _SPACES = re.compile(r"[\s\u00a0\u202f\u2009\u2007]+")
 _NOT_TEXT = re.compile("[\ud800-\udfff\x00]")  # a lone surrogate, or a NUL
+_SURROGATE = re.compile("[\ud800-\udfff]")
 BOM = "\ufeff"  # UTF-8's byte-order mark, dropped from the start of a text
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 TSV_COLUMNS = (2, 3)  # source, target and an optional attribution (Tatoeba / manythings.org)
@@ -104,15 +105,16 @@ def _decode_piece(data: bytes, where: str, first_line: int) -> str:
     return text
 
 
-def check_text(text: str, where: str) -> str:
-    """``text`` itself when it holds no lone surrogate and no NUL; else a ``ValueError`` naming ``where`` and the
-    column.
+def check_text(text: str, where: str, nul: bool = False) -> str:
+    """``text`` itself when it holds no lone surrogate and no NUL (``nul``: NULs allowed); else a ``ValueError``
+    naming ``where`` and the column. A model's own reply may hold a NUL (a byte-level token 0x00): a chat's
+    assistant turns are checked with ``nul=True``, so that a conversation never refuses what the model said.
 
     A surrogate U+DC80..U+DCFF is how Python passes on a byte that is not UTF-8 (``surrogateescape``, used for
     command-line arguments and some stdin), so the message names that byte; any other lone surrogate (from a
     JSON ``\\ud800`` escape, or a caller) is named as itself. Neither can be encoded, tokenized or printed. A NUL
     (a JSON ``\\u0000``, a caller's string read from a binary or UTF-16 file) is no text either."""
-    found = _NOT_TEXT.search(text)
+    found = (_SURROGATE if nul else _NOT_TEXT).search(text)
     if found is None:
         return text
     code = ord(found.group())

@@ -111,11 +111,11 @@ class _Fields:
             raise APIError(f"{name} must be true or false, got {_shown(value)}", param=name)
         return bool(value)
 
-    def text(self, value: Any, name: str) -> str:
+    def text(self, value: Any, name: str, nul: bool = False) -> str:
         if not isinstance(value, str):
             raise APIError(f"{name} must be a string, got {_shown(value)}", param=name)
         try:
-            return check_text(value, name)  # no lone surrogate (a JSON "\ud800"), no NUL
+            return check_text(value, name, nul)  # no lone surrogate (a JSON "\ud800"), no NUL (nul: allowed)
         except ValueError as err:
             raise APIError(str(err), param=name) from None
 
@@ -247,8 +247,9 @@ def completion_request(body: dict[str, Any], model_id: str) -> CompletionRequest
     return CompletionRequest(prompt, options)
 
 
-def _content(value: Any, where: str, fields: _Fields) -> str:
-    """A message's content: a string, or a list of ``{"type": "text", "text": ...}`` parts (joined)."""
+def _content(value: Any, where: str, fields: _Fields, nul: bool = False) -> str:
+    """A message's content: a string, or a list of ``{"type": "text", "text": ...}`` parts (joined); ``nul``: an
+    assistant's, which may hold the NUL its model generated."""
     if isinstance(value, list):
         parts = []
         for i, part in enumerate(value):
@@ -260,7 +261,7 @@ def _content(value: Any, where: str, fields: _Fields) -> str:
                 )
             parts.append(part["text"])
         value = "".join(parts)
-    return fields.text(value, where)
+    return fields.text(value, where, nul)
 
 
 def chat_request(body: dict[str, Any], model_id: str) -> ChatRequest:
@@ -282,7 +283,12 @@ def chat_request(body: dict[str, Any], model_id: str) -> ChatRequest:
         if extra:
             raise APIError(f"messages[{i}] has {extra[0]!r}, which this server does not take", param="messages")
         role = "system" if message["role"] == "developer" else message["role"]
-        messages.append({"role": role, "content": _content(message["content"], f"messages[{i}].content", fields)})
+        messages.append(
+            {
+                "role": role,
+                "content": _content(message["content"], f"messages[{i}].content", fields, role == "assistant"),
+            }
+        )
     options = _options(fields, ("max_tokens", "max_completion_tokens"))
     for name in ("tools", "functions"):
         fields.only(name, ([],), "tool calls are not implemented")

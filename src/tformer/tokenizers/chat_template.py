@@ -117,7 +117,8 @@ def check_messages(messages: Any) -> list[dict]:
                     f"messages[{i}][{key!r}] must be a string, got {_shown(message.get(key))} "
                     f"(each message is a {{'role': str, 'content': str}} dict)"
                 )
-            check_text(message[key], f"messages[{i}][{key!r}]")  # no lone surrogate, no NUL
+            # no lone surrogate, no NUL, except in the model's own turns (a byte token 0x00 it generated)
+            check_text(message[key], f"messages[{i}][{key!r}]", nul=key == "content" and message["role"] == "assistant")
     return list(messages)
 
 
