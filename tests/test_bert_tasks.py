@@ -386,3 +386,24 @@ def test_train_classify_rejects_a_malformed_tsv(tmp_path, capsys):
     data.write_text("no tab here\n", encoding="utf-8")
     assert main(["train", "classify", "--data", str(data), "--out", str(tmp_path / "o"), "--epochs", "1"]) == 2
     assert "text<TAB>label" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "line, got", [("a cat\tnote\ten", "3 columns"), ("x\ty\tz\tfr", "4 columns"), ("a cat\t ", "an empty column")]
+)
+def test_a_classify_row_of_another_shape_is_refused_with_its_line(tmp_path, line, got):
+    data = tmp_path / "cols.tsv"
+    data.write_text(f"a dog\ten\n{line}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"^{data}:2: expected 'text<TAB>label' \(2 columns\), got {got}: "):
+        read_labelled_tsv(data)
+
+
+def test_columns_the_other_way_round_get_a_note(tmp_path, capsys):
+    data = tmp_path / "swapped.tsv"
+    data.write_text("".join(f"{y}\tsentence number {i}\n" for i, y in enumerate(["en", "fr"] * 10)), encoding="utf-8")
+    argv = ["train", "classify", "--data", str(data), "--preset", "tiny", "--vocab-size", "60", "--max-steps", "1"]
+    assert main([*argv, "--no-progress", "--out", str(tmp_path / "run")]) == 0
+    assert "20 of its 20 labels occur once" in capsys.readouterr().out
+    data.write_text("".join(f"sentence number {i}\t{y}\n" for i, y in enumerate(["en", "fr"] * 10)), encoding="utf-8")
+    assert main([*argv, "--no-progress", "--out", str(tmp_path / "ok")]) == 0
+    assert "occur once" not in capsys.readouterr().out

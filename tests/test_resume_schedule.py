@@ -78,3 +78,17 @@ def test_the_cli_says_the_changed_decay_in_one_line_on_stderr(tmp_path, words_tx
     assert "changed: --max-steps 8 (was 4)" in captured.out  # the resume line, as before
     lines = [x for x in captured.err.splitlines() if x.startswith(NOTE)]
     assert len(lines) == 1 and "(--max-steps 8), not at step 4" in lines[0] and "at step 5 is" in lines[0]
+
+
+def test_each_logged_learning_rate_is_the_one_its_step_used(tmp_path, words_txt):
+    """The log's (and the progress line's) ``lr`` of step N is the rate step N trained with: lr_factor(N - 1), the
+    first step of a warmup a small one, not the next step's."""
+    import json
+
+    trainer = _setup(words_txt, tmp_path / "r", max_steps=6, log_every=1)
+    trainer.fit()
+    records = [json.loads(line) for line in (tmp_path / "r" / "log.jsonl").read_text().splitlines()]
+    logged = {r["step"]: r["lr"] for r in records if "lr" in r}
+    assert sorted(logged) == [1, 2, 3, 4, 5, 6]
+    assert logged == {s: pytest.approx(1e-3 * lr_factor(s - 1, trainer.cfg)) for s in logged}
+    assert logged[1] == pytest.approx(1e-3 / 2)  # warmup's first step: half the rate (--warmup-steps 2)

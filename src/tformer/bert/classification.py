@@ -14,6 +14,7 @@ Dimension legend: B batch, T tokens, L number of labels.
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 from dataclasses import dataclass
@@ -46,16 +47,30 @@ LABELS_FILE = "labels.json"
 
 
 def read_labelled_tsv(path: str | Path) -> list[tuple[str, str]]:
-    """``text<TAB>label`` lines → (text, label); blank lines skipped."""
+    """``text<TAB>label`` lines → (text, label); blank lines skipped. Any other number of columns is refused with the
+    file and line (a third column is a tab inside the text, or another format: the text would hold it)."""
     examples = []
     for lineno, line in enumerate(read_lines(path), 1):  # strict UTF-8: a bad byte is named by file and line
         if not line.strip():
             continue
-        text, sep, label = line.rpartition("\t")
-        if not sep or not text.strip() or not label.strip():
-            raise ValueError(f"{path}:{lineno}: expected 'text<TAB>label', got {line[:60]!r}")
-        examples.append((text.strip(), label.strip()))
+        cols = line.split("\t")
+        if len(cols) != 2 or not cols[0].strip() or not cols[1].strip():
+            got = f"{len(cols)} columns" if len(cols) != 2 else "an empty column"
+            raise ValueError(f"{path}:{lineno}: expected 'text<TAB>label' (2 columns), got {got}: {line[:60]!r}")
+        examples.append((cols[0].strip(), cols[1].strip()))
     return examples
+
+
+def label_note(examples: list[tuple[str, str]], where: str) -> str | None:
+    """A note when most labels occur once: the columns are likely the other way round (``label<TAB>text``)."""
+    counts = collections.Counter(label for _, label in examples)
+    once = sum(1 for n in counts.values() if n == 1)
+    if len(counts) > 2 and once > len(counts) / 2:
+        return (
+            f"note: {where}: {once} of its {len(counts)} labels occur once, so held-out examples have labels never "
+            "trained on: is each line text<TAB>label (the label second)?"
+        )
+    return None
 
 
 def split_examples(examples: list, valid: float | int = 0.1, seed: int = 0) -> tuple[list, list]:

@@ -18,7 +18,7 @@ from typing import cast
 import torch
 
 from tformer import checks
-from tformer.bert.classification import ClassifyTask, read_labelled_tsv, split_examples
+from tformer.bert.classification import ClassifyTask, label_note, read_labelled_tsv, split_examples
 from tformer.bert.pretraining import BertPretrainTask
 from tformer.checks import check_settings
 from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared, prepared_vocab_size
@@ -403,6 +403,8 @@ def setup_classifier(
     labels = sorted({y for _, y in examples})
     if len(labels) < 2:
         raise ValueError(f"--data {str(data)!r}: need at least 2 distinct labels, got {labels}")
+    if note := label_note(examples, f"--data {str(data)!r}"):
+        log(note)
     # what makes the run: --resume refuses a change (the tokenizer and weights come from OUT/last, not --init)
     if init is not None:  # its model's: neither given nor compared on --resume
         settings = {k: v for k, v in settings.items() if k not in ("preset", "vocab_size")}

@@ -146,6 +146,7 @@ class Trainer(BadSteps, RunState, Evaluation):
         time_used = lambda: getattr(self, "elapsed", 0.0) / (60 * cfg.minutes) if cfg.minutes else 0.0  # noqa: E731
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, cfg, time_used()))
         self.step, self.epoch, self.batch_index, self.elapsed = 0, 0, 0, 0.0
+        self.step_lr = math.nan  # the learning rate the last step used
         # training time (the budget's clock): each step from its first forward to the end of its optimizer step and
         # average; evaluations and saves are not on it. The part after the processes' one sum is added to the next
         # step's (every process then reads the same clock)
@@ -296,6 +297,7 @@ class Trainer(BadSteps, RunState, Evaluation):
         return contextlib.nullcontext()
 
     def _stepped(self, loss: float = math.nan) -> float:
+        self.step_lr = float(self.scheduler.get_last_lr()[0])  # the rate this step used (logged), before the next one's
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -356,7 +358,7 @@ class Trainer(BadSteps, RunState, Evaluation):
                             if loss is not None:
                                 window_tokens += tokens
                                 rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-                                lr = self.scheduler.get_last_lr()[0]
+                                lr = self.step_lr
                                 if self.step % self.cfg.log_every == 0 or self.step == 1:
                                     if self.tally is not None:  # the one read of the device in log_every steps
                                         loss = self._settle()
