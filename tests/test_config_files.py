@@ -51,6 +51,7 @@ def test_a_config_file_sets_flags_the_command_line_wins_and_the_run_writes_what_
         ("schedule: off\n", ["bad.yaml: schedule: 'off' is not one of"]),  # YAML 1.2: off is a word, not false
         ("compile: yes\n", ["'compile' is a switch, give true or false, got 'yes'"]),
         ("no-progress: maybe\n", ["'no-progress' is a switch, give true or false"]),
+        ('no-fast: "false"\n', ["got 'false' (a quoted string: write it without the quotes)"]),
         ("- max-steps\n", ["expected a mapping of settings"]),
         ("overwrite: true\n", ["'overwrite' is not a setting"]),
         ("max-steps: [1, 2]\n", ["'max-steps' takes one value"]),
