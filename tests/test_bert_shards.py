@@ -332,6 +332,9 @@ def test_the_held_out_part_is_capped_said_and_a_count_kept(tmp_path, monkeypatch
     assert held_out_sentences(1000, 400, cap=20) == 400  # a count is held out as asked
     with pytest.raises(ValueError, match=r"valid=98 leaves too little training text \(100 sentences in all\)"):
         held_out_sentences(100, 98)
+    for empty in (0, 2):  # empty files: the text is at fault, not --valid
+        with pytest.raises(ValueError, match=rf"^the text holds {empty} sentence\(s\), too few to train on"):
+            held_out_sentences(empty, 0.05)
     data = tmp_path / "docs.txt"
     data.write_text(_text(30), encoding="utf-8")
     total = len([s for d in read_sentence_documents(data) for s in d])

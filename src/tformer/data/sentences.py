@@ -101,6 +101,8 @@ def held_out_sentences(total: int, valid: float, cap: int | None = None) -> int:
     """How many of ``total`` sentences are held out from the end: a fraction ``valid`` < 1 (at least 3, for a
     sentence pair and another sentence; at most ``cap``), a count ``valid`` >= 1, none for 0. Too few left to train
     on (fewer than 3) is a ``ValueError``."""
+    if total < 3:  # empty files, or one line: no split leaves enough, whatever valid is
+        raise ValueError(f"the text holds {total} sentence(s), too few to train on: it needs at least 3")
     if valid >= 1 or valid == 0:
         n = int(valid)
     else:
