@@ -308,3 +308,16 @@ def test_no_fast_generates_the_same_text_with_plain_modules(memorised, capsys, m
     no_fast, default = (model for model, _ in loaded)
     assert not any(isinstance(m, FastLinear) for m in no_fast.modules())  # --no-fast: the reference ones
     assert type(default.output) is FastLinear
+
+
+def test_a_diverged_runs_perplexity_is_inf_not_a_300_digit_clamp(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat. a dog ran in the fog. " * 100)
+    args = ["train", "lm", "--data", str(text), "--preset", "tiny", "--max-len", "16", "--batch-size", "4"]
+    args += ["--lr", "10", "--warmup-steps", "1", "--clip", "0", "--max-steps", "3", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "r")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    records = [json.loads(line) for line in (tmp_path / "r" / "log.jsonl").read_text().splitlines()]
+    losses = [r["val_loss"] for r in records if "val_loss" in r]
+    assert losses[-1] >= 700  # the loss such a rate reaches: hundreds to thousands of nats, exp() past float64
+    assert ", ppl inf," in last and [r["val_ppl"] for r in records if "val_ppl" in r][-1] is None  # JSON null

@@ -197,7 +197,9 @@ def _as_flags(family: argparse.ArgumentParser, path: str, name: str, action: arg
         return []
     if action.nargs == 0:  # a switch: --compile, --no-progress; false: its opposite, when it has one
         if not isinstance(value, bool):
-            quoted = " (a quoted string: write it without the quotes)" if str(value).lower() in ("true", "false") else ""
+            quoted = (
+                " (a quoted string: write it without the quotes)" if str(value).lower() in ("true", "false") else ""
+            )
             _refuse(family, f"--config {path}: {name!r} is a switch, give true or false, got {value!r}{quoted}")
         if value:
             return [f"--{name}"]

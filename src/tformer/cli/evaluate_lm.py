@@ -37,8 +37,9 @@ def run(args) -> int:
     model, tokenizer = lm.load(args.model, args.device, flag="--model")  # through tformer.load
     model = for_inference(model, args.precision, "measuring", args.device)
     r = lm.evaluate(model, tokenizer, args.data, args.max_len, args.batch_size)
+    ppl = r["val_ppl"]  # inf past exp(700): 3 digits from 1e6 on, not 300
     print(
-        f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {r['val_ppl']:.3f}  "
+        f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {ppl:{'.3f' if ppl < 1e6 else '.3g'}}  "
         f"bits per {r['unit']} {r['val_bpc']:.4f}"
     )
     return 0

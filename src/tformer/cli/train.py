@@ -350,7 +350,8 @@ def run_lm(args) -> int:
     scores = ""
     if "val_loss" in result:
         bpc = f", bpc {result['val_bpc']:.3f}" if "val_bpc" in result else ""  # a Hugging Face tokenizer has no unit
-        scores = f"val_loss {result['val_loss']:.4f}, ppl {result['val_ppl']:.2f}{bpc}"
+        ppl = result["val_ppl"]  # a diverged run's: inf (1e6 and more in 3 digits, not 300)
+        scores = f"val_loss {result['val_loss']:.4f}, ppl {ppl:{'.2f' if ppl < 1e6 else '.3g'}}{bpc}"
     if "ema_val_loss" in result:  # --ema: the moving average's too
         scores += f"; EMA val_loss {result['ema_val_loss']:.4f}"
     _done(trainer, scores, args.out_dir)

@@ -21,6 +21,7 @@ Dimension legend: B batch, T the longest example of a batch (at most max_len + 1
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -223,7 +224,7 @@ class SFTTask:
             nats, tokens = nats + float(loss), tokens + n
         model.train(was_training)
         loss_per_token = nats / max(tokens, 1)
-        return {"val_loss": loss_per_token, "val_ppl": float(torch.tensor(min(loss_per_token, 700.0)).exp())}
+        return {"val_loss": loss_per_token, "val_ppl": math.exp(loss_per_token) if loss_per_token < 700 else math.inf}
 
     def save_extra(self, directory) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,7 @@ def evaluate_stream(
             units += int(unit_lengths.to(device)[y.clamp(min=0)][real].sum())
     model.train(was_training)
     loss = nats / max(tokens, 1)
-    result = {"val_loss": loss, "val_ppl": math.exp(min(loss, 700)), "tokens": tokens}
+    result = {"val_loss": loss, "val_ppl": math.exp(loss) if loss < 700 else math.inf, "tokens": tokens}
     if unit_lengths is not None:
         result["val_bpc"] = nats / math.log(2) / max(units, 1)
     return result
