@@ -1,6 +1,7 @@
 """BERT workflows: WordPiece layout, NSP pairs, the MLM collator, pretraining, fill-mask, classification."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -407,3 +408,14 @@ def test_columns_the_other_way_round_get_a_note(tmp_path, capsys):
     data.write_text("".join(f"sentence number {i}\t{y}\n" for i, y in enumerate(["en", "fr"] * 10)), encoding="utf-8")
     assert main([*argv, "--no-progress", "--out", str(tmp_path / "ok")]) == 0
     assert "occur once" not in capsys.readouterr().out
+
+
+def test_the_progress_line_names_what_its_rate_counts(tmp_path, capsys):
+    """Classifying counts examples (the loss is per example), not tokens: the rate says so."""
+    data = tmp_path / "labels.tsv"
+    data.write_text("".join(f"sentence number {i}\t{y}\n" for i, y in enumerate(["en", "fr"] * 10)), encoding="utf-8")
+    argv = ["train", "classify", "--data", str(data), "--preset", "tiny", "--vocab-size", "60", "--max-steps", "1"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    shown = "".join(capsys.readouterr())
+    assert re.search(r"step 1/1 \| epoch 0 loss [0-9.]+ lr [0-9.e+-]+ [0-9,]+ examples/s", shown), shown
+    assert "tok/s" not in shown

@@ -94,6 +94,7 @@ class ClassifyTask:
 
     metric, higher_is_better = "accuracy", True
     leaves_parameters_unused = True  # the pretraining heads (MLM, NSP): DDP must not wait for their gradients
+    rate_unit = "examples"  # count_tokens counts examples (the loss is per example)
 
     def __init__(
         self,

@@ -285,6 +285,7 @@ class BertPretrainTask:
     """
 
     metric, higher_is_better = "val_loss", False
+    rate_unit = "masked tok"  # count_tokens counts the MLM-labelled tokens (the loss is summed over them)
     # the MLM loss, a kernel the Trainer chooses (fused CPU backward; TrainConfig(fast=False): the reference)
     cross_entropy = staticmethod(sequence_cross_entropy)
 

@@ -166,6 +166,7 @@ class SFTTask:
     """Fine-tuning on encoded conversations (for the Trainer): ``metric`` val_loss per answer token."""
 
     metric, higher_is_better = "val_loss", False
+    rate_unit = "answer tok"  # count_tokens counts the tokens learned (the assistant's), not the prompts'
     cross_entropy = staticmethod(sequence_cross_entropy)  # a kernel the Trainer chooses, as LMTask's
 
     def __init__(

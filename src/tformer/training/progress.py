@@ -93,9 +93,10 @@ def seconds_left(
     return min(left) if left else None
 
 
-def step_text(epoch: int, loss: float, lr: float, rate: float, left: float | None) -> str:
-    """``epoch 1 loss 2.345 lr 4.00e-04 12,345 tok/s ETA 3:12``: what a progress line shows of a step."""
-    text = f"epoch {epoch} loss {loss:.3f} lr {lr:.2e} {rate:,.0f} tok/s"
+def step_text(epoch: int, loss: float, lr: float, rate: float, left: float | None, unit: str = "tok") -> str:
+    """``epoch 1 loss 2.345 lr 4.00e-04 12,345 tok/s ETA 3:12``: what a progress line shows of a step; ``unit``: what
+    the rate counts, the task's loss denominator (``masked tok`` for BERT, ``examples`` when classifying)."""
+    text = f"epoch {epoch} loss {loss:.3f} lr {lr:.2e} {rate:,.0f} {unit}/s"
     if left is not None:
         text += f" ETA {int(left // 60)}:{int(left % 60):02d}"
     return text

@@ -14,6 +14,7 @@ A task provides::
     metric: str, higher_is_better: bool        # which evaluation picks the best checkpoint
     save_extra(directory)                      # tokenizer files etc. next to the weights
     leaves_parameters_unused: bool             # optional (False): its loss leaves some parameters without a gradient
+    rate_unit: str                             # optional ("tok"): what count_tokens counts, for the progress line
 
 ``TrainConfig.fast`` (default True) trains, evaluates and decodes with the CPU fast paths of
 :mod:`tformer.fast`: :func:`tformer.fast.speed_up` chooses them for the model, and the tasks' loss
@@ -415,7 +416,7 @@ class Trainer(BadSteps, RunState, Evaluation):
         loss = self._shown_loss
         step0, elapsed0 = getattr(self, "_session", (0, 0.0))  # this session's pace gives the ETA
         left = seconds_left(self.cfg.max_steps, self.cfg.minutes, self.step, self.elapsed, step0, elapsed0)
-        return step_text(self.epoch, loss, lr, rate, left)
+        return step_text(self.epoch, loss, lr, rate, left, getattr(self.task, "rate_unit", "tok"))
 
     def _plot(self) -> None:
         try:

@@ -31,6 +31,7 @@ class TranslationTask:
     reads it); ``valid``: pairs of text (its sources and references are BLEU's)."""
 
     metric, higher_is_better = "bleu", True
+    rate_unit = "target tok"  # count_tokens counts the target side's tokens (the loss's), as fairseq's wps does
 
     def __init__(
         self,
