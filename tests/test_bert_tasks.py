@@ -419,3 +419,16 @@ def test_the_progress_line_names_what_its_rate_counts(tmp_path, capsys):
     shown = "".join(capsys.readouterr())
     assert re.search(r"step 1/1 \| epoch 0 loss [0-9.]+ lr [0-9.e+-]+ [0-9,]+ examples/s", shown), shown
     assert "tok/s" not in shown
+
+
+def test_fill_mask_refuses_a_classifier_whose_mlm_head_never_trained(tmp_path, capsys):
+    data = tmp_path / "labels.tsv"
+    data.write_text("".join(f"sentence number {i}\t{y}\n" for i, y in enumerate(["en", "fr"] * 10)), encoding="utf-8")
+    argv = ["train", "classify", "--data", str(data), "--preset", "tiny", "--vocab-size", "60", "--no-progress"]
+    assert main([*argv, "--max-steps", "1", "--out", str(tmp_path / "run")]) == 0
+    assert main([*argv, "--max-steps", "2", "--out", str(tmp_path / "run"), "--resume"]) == 0  # still said after
+    capsys.readouterr()
+    assert main(["fill-mask", "--model", str(tmp_path / "run"), "the [MASK]"]) == 2
+    err = capsys.readouterr().err
+    assert "is a classifier trained from scratch (tformer train classify): its MLM head never trained" in err
+    assert json.loads((tmp_path / "run" / "last" / "labels.json").read_text())["untrained_mlm_head"] is True

@@ -44,6 +44,16 @@ __all__ = [
 ]
 
 LABELS_FILE = "labels.json"
+UNTRAINED_MLM = "untrained_mlm_head"  # labels.json's key: the classifier was made from scratch, its MLM head random
+
+
+def untrained_mlm(directory: str | Path) -> bool:
+    """Whether the classifier in ``directory`` says its MLM head never trained (a ``train classify`` from scratch)."""
+    path = Path(directory) / LABELS_FILE
+    try:
+        return bool(path.is_file() and json.loads(path.read_text(encoding="utf-8")).get(UNTRAINED_MLM))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def read_labelled_tsv(path: str | Path) -> list[tuple[str, str]]:
@@ -105,7 +115,9 @@ class ClassifyTask:
         max_len: int = 128,
         batch_size: int = 32,
         seed: int = 0,
+        untrained_mlm: bool = False,
     ) -> None:
+        self.untrained_mlm = untrained_mlm  # a model made from scratch: its MLM head never trains (fill-mask refuses)
         self.tokenizer, self.labels, self.max_len, self.batch_size, self.seed = (
             tokenizer,
             labels,
@@ -158,7 +170,8 @@ class ClassifyTask:
 
     def save_extra(self, directory) -> None:
         self.tokenizer.save(directory)
-        text = json.dumps({"labels": self.labels}, indent=2, ensure_ascii=False) + "\n"
+        untrained = {UNTRAINED_MLM: True} if self.untrained_mlm else {}
+        text = json.dumps({"labels": self.labels, **untrained}, indent=2, ensure_ascii=False) + "\n"
         atomic_write(Path(directory) / LABELS_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 

@@ -18,6 +18,7 @@ from typing import cast
 import torch
 from safetensors import safe_open
 
+from tformer.bert.classification import untrained_mlm
 from tformer.checks import candidates
 from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
@@ -45,6 +46,11 @@ def masked_lm(loaded: Loaded) -> tuple[Bert, WordPieceTokenizer]:
                     f"{str(loaded.directory)!r} has no MLM head (cls.predictions.*), e.g. a sentence-transformers "
                     "encoder: fill-mask needs BertForMaskedLM or BertForPreTraining weights"
                 )
+    if untrained_mlm(loaded.directory):
+        raise ValueError(
+            f"{str(loaded.directory)!r} is a classifier trained from scratch (tformer train classify): its MLM head "
+            "never trained, so its guesses would be noise; fill-mask needs a `train bert` model or a pretrained BERT"
+        )
     assert isinstance(loaded.model, Bert)
     return loaded.model, cast(WordPieceTokenizer, tokenizer)  # a BERT's is WordPiece (tformer.loader)
 

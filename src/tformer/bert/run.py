@@ -18,7 +18,7 @@ from typing import cast
 import torch
 
 from tformer import checks
-from tformer.bert.classification import ClassifyTask, label_note, read_labelled_tsv, split_examples
+from tformer.bert.classification import ClassifyTask, label_note, read_labelled_tsv, split_examples, untrained_mlm
 from tformer.bert.pretraining import BertPretrainTask
 from tformer.checks import check_settings
 from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared, prepared_vocab_size
@@ -437,7 +437,8 @@ def setup_classifier(
                 _train_heads(model, classifier=True)  # the new head trains in full
                 trainable, total = count_parameters(model)
                 log(f"and the new classification head: {trainable:,} trainable parameters of {total:,}")
-        task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed)
+        untrained = untrained_mlm(Path(out_dir) / "last") if resume else init is None  # (from scratch: MLM random)
+        task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed, untrained)
         return make_trainer(model, task, cfg, resume, started)
 
 
