@@ -338,12 +338,18 @@ def test_loader_and_cli_do_not_import_transformers(saved):
     assert result.stdout.startswith("Hi")
 
 
-def test_evaluate_lm_refuses_a_hugging_face_directory_in_one_line(saved, tmp_path, capsys):
+def test_evaluate_lm_scores_a_hugging_face_model_as_transformers_does(saved, tmp_path, capsys):
+    """Loss and perplexity, the same as transformers' loss on the same ids; no bits per unit (its tokens have no unit
+    tformer knows)."""
+    directory, hf, fast = saved["gpt2"]
     (tmp_path / "text.txt").write_text(TEXTS[0], encoding="utf-8")
-    args = ["evaluate-lm", "--model", str(saved["gpt2"][0]), "--data", str(tmp_path / "text.txt")]
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Hugging Face" in err
+    assert main(["evaluate-lm", "--model", str(directory), "--data", str(tmp_path / "text.txt")]) == 0
+    line = capsys.readouterr().out.strip()
+    ids = torch.tensor([fast(TEXTS[0])["input_ids"]])
+    with torch.no_grad():
+        expected = float(hf(ids, labels=ids).loss)
+    assert line.startswith(f"tokens {ids.shape[1] - 1}  loss ") and "bits per" not in line, line
+    assert float(line.split("loss ")[1].split()[0]) == pytest.approx(expected, abs=1e-4)
 
 
 def test_a_hub_cache_snapshot_of_links_to_blobs_loads(saved, tmp_path):

@@ -190,6 +190,13 @@ def test_generate_and_evaluate_lm_commands(memorised, tmp_path, capsys):
     line = capsys.readouterr().out
     loss, bpc = float(line.split("loss ")[1].split()[0]), float(line.split("bits per character ")[1].split()[0])
     assert f"tokens {len(TEXT) - 1}" in line and loss < 0.05 and bpc == pytest.approx(loss / math.log(2), abs=1e-3)
+    # the folder data prepare makes of the text with the run's tokenizer: the same score, memory-mapped
+    prepare = ["data", "prepare", "lm", "--data", str(tmp_path / "text.txt"), "--data-cache", str(tmp_path / "c")]
+    assert main([*prepare, "--tokenizer-dir", str(out / "best")]) == 0
+    folder = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(["evaluate-lm", "--model", str(out), "--data", folder, "--max-len", "100000"]) == 0
+    again, err = capsys.readouterr()
+    assert again == line and "note: --max-len 100000 is past the model's context: scores blocks of" in err
 
 
 def test_text_stream_holds_back_a_possible_stop_string():

@@ -5,6 +5,8 @@ tformer evaluate-lm --model runs/shakespeare --data other.txt
 
 from __future__ import annotations
 
+import sys
+
 from tformer.cli.flags import add, defaults
 from tformer.cli.validate import existing_path
 
@@ -15,7 +17,10 @@ def add_parser(sub) -> None:
 
     add(e, "--model", model={"required": True, "help": "a GPT: a tformer train lm run or model directory"})
     e.add_argument(
-        "--data", required=True, type=existing_path, help="a UTF-8 text file, a folder of .txt files, or a JSONL file"
+        "--data",
+        required=True,
+        type=existing_path,
+        help="a UTF-8 text file, a folder of .txt files, a JSONL file, or a folder tformer data prepare lm made",
     )
     add(
         e,
@@ -36,10 +41,12 @@ def run(args) -> int:
 
     model, tokenizer = lm.load(args.model, args.device, flag="--model")  # through tformer.load
     model = for_inference(model, args.precision, "measuring", args.device)
+    context = model.config.max_len
+    if args.max_len is not None and args.max_len > context:  # as generate says of a prompt it cuts
+        print(f"tformer evaluate-lm: note: --max-len {args.max_len} is past the model's context: scores blocks of "
+              f"{context} tokens", file=sys.stderr)  # fmt: skip
     r = lm.evaluate(model, tokenizer, args.data, args.max_len, args.batch_size)
     ppl = r["val_ppl"]  # inf past exp(700): 3 digits from 1e6 on, not 300
-    print(
-        f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {ppl:{'.3f' if ppl < 1e6 else '.3g'}}  "
-        f"bits per {r['unit']} {r['val_bpc']:.4f}"
-    )
+    bits = f"  bits per {r['unit']} {r['val_bpc']:.4f}" if r["unit"] else ""  # (a Hugging Face tokenizer: no unit)
+    print(f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {ppl:{'.3f' if ppl < 1e6 else '.3g'}}{bits}")
     return 0

@@ -23,11 +23,11 @@ from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_
 from tformer.generation import SamplingConfig
 from tformer.hf.peft import exportable
 from tformer.lm.corpus import BOUNDS, TOKENIZER_KINDS, check_data, data_tokenizer, folder_tokenizer, prepare, streams
-from tformer.lm.data import encode_documents, read_documents
 from tformer.lm.recipes import resolve
+from tformer.lm.scoring import evaluate  # noqa: F401  (tformer.lm.run.evaluate, as before)
 from tformer.lm.sft import SFTTask, read_conversations, sft_task
 from tformer.lm.stream import stream_ids
-from tformer.lm.task import LMTask, evaluate_stream
+from tformer.lm.task import LMTask
 from tformer.loader import load as load_any
 from tformer.models.checkpoint import model_dir
 from tformer.models.config import shape_given
@@ -431,20 +431,3 @@ def generate(
         raise ValueError(f"this {tokenizer.kind} tokenizer has neither a BOS nor an EOS token to start a text from")
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=True) or [start]  # no prompt: a new document
     return stream_ids(model, tokenizer, prompt_ids, max_new_tokens, sampling, stop, seed, on_text, compile).text
-
-
-def evaluate(model: GPT, tokenizer, data: str | Path, max_len: int | None = None, batch_size: int = 32) -> dict:
-    """Loss per token, perplexity and bits per unit of ``model`` on the documents of ``data``; ``unit`` says
-    which ("character" for the char tokenizer, else "byte"), ``tokens`` how many were scored. A tformer run's
-    tokenizer only: the stream joins documents with its <|endoftext|> and leaves <pad> unscored."""
-    if tokenizer.unit is None:
-        raise ValueError(
-            "evaluate-lm scores models trained with `tformer train lm` (a char or byte_bpe tokenizer); this model's "
-            f"is a {tokenizer.kind} tokenizer (a Hugging Face directory's?), whose units this scoring does not know"
-        )
-    ids = encode_documents(tokenizer, read_documents(data))  # one file scored: in memory
-    if len(ids) < 2:
-        raise ValueError(f"--data {str(data)!r} has fewer than 2 tokens")
-    block = min(max_len or model.config.max_len, model.config.max_len)
-    result = evaluate_stream(model, ids, torch.tensor(tokenizer.unit_lengths()), block, batch_size)
-    return {**result, "unit": tokenizer.unit}

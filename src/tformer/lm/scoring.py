@@ -1,0 +1,37 @@
+"""``tformer evaluate-lm``'s measure: a language model's loss per token, perplexity and, for a tokenizer whose units
+are known (tformer's char and byte-BPE ones), bits per character or byte, on a text or on a prepared folder.
+
+A Hugging Face tokenizer's tokens have no unit tformer knows, so a model loaded from a Hugging Face directory (or
+trained from one with ``--init``) gets the loss and perplexity alone, as training reports them for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tformer.data import is_prepared
+from tformer.data.stream import open_tokens, prepare_lm
+from tformer.lm.data import encode_documents, read_documents
+from tformer.lm.task import evaluate_stream
+
+__all__ = ["evaluate"]
+
+
+def evaluate(model, tokenizer, data: str | Path, max_len: int | None = None, batch_size: int = 32) -> dict:
+    """Loss per token, perplexity and (for a known unit) bits per unit of ``model`` on the documents of ``data``:
+    a text (a file, a folder of them, JSONL), or a folder ``tformer data prepare lm`` made with this tokenizer (its
+    stream scored whole, memory-mapped). ``unit`` says which unit (``"character"``, ``"byte"``; None: a Hugging Face
+    tokenizer's, no bits per unit), ``tokens`` how many were scored. Documents are joined with the tokenizer's end of
+    text; positions past the end are not scored. ``max_len`` is capped at the model's context."""
+    if is_prepared(data):  # checked against this tokenizer: a folder prepared with another one is refused
+        ids: torch.Tensor | object = open_tokens(prepare_lm(data, tokenizer, log=lambda _: None))[1]
+    else:
+        ids = encode_documents(tokenizer, read_documents(data))  # one text scored: in memory
+    if len(ids) < 2:  # type: ignore[arg-type]
+        raise ValueError(f"--data {str(data)!r} has fewer than 2 tokens")
+    block = min(max_len or model.config.max_len, model.config.max_len)
+    lengths = torch.tensor(tokenizer.unit_lengths()) if tokenizer.unit is not None else None
+    result = evaluate_stream(model, ids, lengths, block, batch_size)  # type: ignore[arg-type]
+    return {**result, "unit": tokenizer.unit}
