@@ -294,7 +294,8 @@ def test_each_progress_line_shows_the_values_of_its_own_step(tmp_path, monkeypat
     lines = [line.split() for line in result["err"].splitlines() if line.startswith("step ")]
     assert [line[1] for line in lines] == ["1/4", "2/4", "3/4", "4/4"]
     cfg = TrainConfig(out_dir="run", lr=1e-3, warmup_steps=3, max_steps=4)
-    assert [line[line.index("lr") + 1] for line in lines] == [f"{1e-3 * lr_factor(s, cfg):.2e}" for s in (1, 2, 3, 4)]
+    steps = (1, 2, 3, 4)  # step s trains at lr_factor(s - 1): the factor is 0-based
+    assert [line[line.index("lr") + 1] for line in lines] == [f"{1e-3 * lr_factor(s - 1, cfg):.2e}" for s in steps]
     losses = [line[line.index("loss") + 1] for line in lines]
     assert losses[0] == f"{_records(tmp_path / 'run')[0]['train_loss']:.3f}" and len(set(losses)) == 4
 
