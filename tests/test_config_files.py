@@ -230,3 +230,28 @@ def test_a_run_with_a_tokenizer_directory_repeats_from_its_file(tmp_path, text):
     resolved = yaml.safe_load((first / "config.yaml").read_text())
     assert resolved["tokenizer"] is None and resolved["vocab-size"] is None
     assert main(["train", "lm", "--config", str(first / "config.yaml"), "--out", str(tmp_path / "again")]) == 0
+
+
+def test_resume_reads_the_runs_settings_from_its_config_yaml_and_a_flag_given_wins(tmp_path, text, capsys):
+    """As nanoGPT's and HF Trainer's resumes read the run's own config: `--out OUT --resume` alone continues the
+    run with its settings; a flag given again wins (and is said), a damaged file is named."""
+    out = tmp_path / "run"
+    first = ["--preset", "tiny", "--max-len", "16", "--batch-size", "4", "--lr", "3e-3", "--dropout", "0.2"]
+    first += ["--eval-blocks", "2", "--warmup-steps", "1", "--no-progress", "--max-steps", "2"]
+    assert main(["train", "lm", "--data", str(text), "--out", str(out), *first]) == 0
+    capsys.readouterr()
+    assert main(["train", "lm", "--out", str(out), "--resume", "--max-steps", "3"]) == 0
+    said = capsys.readouterr().out
+    assert "changed: --max-steps 3 (was 2)" in said and "done: step 3," in said, said  # no --data, lr, dropout given
+    assert main(["train", "lm", "--out", str(out), "--resume", "--max-steps", "4", "--patience", "3"]) == 0
+    assert "changed: --max-steps 4 (was 3), --patience 3 (was none)" in capsys.readouterr().out
+    assert main(["train", "lm", "--out", str(out), "--resume", "--max-steps", "5", "--lr", "1e-3"]) == 2
+    assert "--resume: --lr 0.001 (the run: 0.003)" in capsys.readouterr().err  # (a fixed setting: refused)
+    (out / "config.yaml").write_text("family: lm\nbatch-size: lots\n")
+    with pytest.raises(SystemExit):
+        main(["train", "lm", "--out", str(out), "--resume", "--max-steps", "6"])
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"tformer train lm: error: {out / 'config.yaml'} (the run's settings, which --resume reads): batch-size: "
+        "must be a positive integer, got 'lots'"
+    )

@@ -13,7 +13,9 @@ unknown key is refused with the closest names (``did you mean 'max-steps'?``), a
 flag checks it (a bad one named with the file). A switch takes ``true`` or ``false`` (YAML 1.2's: ``no`` is the
 word no), and the command line undoes it by its opposite (``--no-compile`` over a file's ``compile: true``;
 ``--precision fp32`` over its ``bf16: true``). Every run writes the settings it resolved to ``OUT/config.yaml``
-(:func:`write_resolved`), so ``--config OUT/config.yaml`` repeats it.
+(:func:`write_resolved`), so ``--config OUT/config.yaml`` repeats it, and ``--out OUT --resume`` without
+``--config`` reads it (the run's settings under the flags given again; of a prepared folder's run, all but the
+tokenizer's kind and size, which the folder decides).
 
 The project's recipes are shipped as such files (``src/tformer/recipes/``, :func:`shipped`): ``--config NAME``
 (no path, no suffix, no such file here) reads the recipe ``NAME`` (``multi30k-cpu-hour``, ``shakespeare-char-30min``,
@@ -68,16 +70,26 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
     command line's own, which win); ``words`` as they are without one. A bad file or key is the family parser's
     error: one line, exit status 2."""
     found = _family_parser(parser, words)
-    path = _given(words) if found is not None else None
-    if found is None or path is None:
+    if found is None:
         return words
     family, at = found
-    settings = _read(family, _where(family, path))
-    kind = settings.pop("family", None)
-    if kind is not None and kind != words[at - 1]:
-        _refuse(family, f"--config {path}: a recipe of `tformer train {kind}`, not of `train {words[at - 1]}`")
     options = {o[2:]: a for o, a in family._option_string_actions.items() if o.startswith("--")}
     given = {_setting(a) for a in (_flag(options, w) for w in words[at:]) if a is not None}
+    path, runs = _given(words), _the_runs(options, words[at:])
+    if path is not None:
+        settings, label = _read(family, _where(family, path), f"--config {path}"), f"--config {path}"
+    elif runs is not None:  # --resume without --config: the run's own settings, under the flags given
+        label = f"{runs} (the run's settings, which --resume reads)"
+        settings = _read(family, runs, label)
+        if settings.get("family", words[at - 1]) != words[at - 1]:
+            return words  # another family's run: --resume names what it found
+        data_flags = [w for w in words[at:] if "data" in options and _flag(options, w) is options["data"]]
+        settings = _for_resume(settings, data_flags, words, options)
+    else:
+        return words
+    kind = settings.pop("family", None)
+    if kind is not None and kind != words[at - 1]:
+        _refuse(family, f"{label}: a recipe of `tformer train {kind}`, not of `train {words[at - 1]}`")
     flags: list[str] = []
     keys: dict[str, str] = {}  # setting -> the file's key for it
     for key, value in settings.items():
@@ -85,16 +97,14 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
         action = options.get(name)
         if action is None or name in _NOT_SETTINGS:
             hint = did_you_mean(name, [n for n in options if n not in _NOT_SETTINGS])
-            _refuse(
-                family, f"--config {path}: {key!r} is not a setting of this command" + (f"; {hint}" if hint else "")
-            )
+            _refuse(family, f"{label}: {key!r} is not a setting of this command" + (f"; {hint}" if hint else ""))
         other = keys.setdefault(_setting(action), str(key))
         if other != str(key):  # no-progress and progress, bf16 and precision, max_steps and max-steps
-            _refuse(family, f"--config {path}: {other!r} and {key!r} set the same setting: give one of them")
+            _refuse(family, f"{label}: {other!r} and {key!r} set the same setting: give one of them")
         if _setting(action) not in given:
-            flags += _as_flags(family, path, name, action, value)
+            flags += _as_flags(family, label, name, action, value)
         elif not _of_the_machine(action):  # the command line's flag wins; the file's value is still checked
-            _as_flags(family, path, name, action, value)
+            _as_flags(family, label, name, action, value)
     return words[:at] + flags + words[at:]
 
 
@@ -174,25 +184,58 @@ def _loader() -> type:
     return Loader
 
 
-def _read(family: argparse.ArgumentParser, path: Path) -> dict:
+def _the_runs(options: dict[str, argparse.Action], words: list[str]) -> Path | None:
+    """``OUT/config.yaml`` when ``words`` (a ``train FAMILY`` command's own) ``--resume`` the run in ``--out OUT``
+    and that run wrote one; else None."""
+    out = None
+    for i, word in enumerate(words):
+        action = _flag(options, word)
+        if action is not None and action.dest == "out_dir":
+            out = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else None)
+    resume = any(a is not None and a.dest == "resume" for a in (_flag(options, w) for w in words))
+    file = Path(out) / CONFIG_NAME if resume and out else None
+    return file if file is not None and file.is_file() else None
+
+
+_HOW_IT_RUNS = {"device", "fsdp", "compile", "fast", "progress"}  # this launch's, not the run's: never resumed
+
+
+def _for_resume(settings: dict, data_flags: list[str], words: list[str], options: dict[str, argparse.Action]) -> dict:
+    """The run's settings a ``--resume`` takes: not how this launch runs (the device, ``--fsdp`` under torchrun,
+    ``--compile``, the kernels, the progress line: a run moves between machines and process counts), and not the
+    tokenizer's kind and size when the data is a prepared folder (the folder decides them; a run made before tformer
+    recorded the folder's wrote its preset's)."""
+    from tformer.data import is_prepared
+
+    dest = lambda key: getattr(options.get(str(key).replace("_", "-")), "dest", None)  # noqa: E731
+    settings = {k: v for k, v in settings.items() if dest(k) not in _HOW_IT_RUNS}
+    data = settings.get("data")
+    for word in data_flags:  # --data given again: that one
+        i = words.index(word)
+        data = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else data)
+    if data is not None and is_prepared(str(data)):
+        return {k: v for k, v in settings.items() if str(k).replace("_", "-") not in ("tokenizer", "vocab-size")}
+    return settings
+
+
+def _read(family: argparse.ArgumentParser, path: Path, label: str) -> dict:
+    """The settings of the YAML file ``path``; a bad one is refused naming ``label`` (``--config FILE``)."""
     import yaml
 
     try:
         settings = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader())
     except FileNotFoundError:
-        _refuse(family, f"--config {path}: no such file")
+        _refuse(family, f"{label}: no such file")
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        _refuse(family, f"--config {path}: not a readable YAML file ({str(err).splitlines()[0]})")
+        _refuse(family, f"{label}: not a readable YAML file ({str(err).splitlines()[0]})")
     if settings is None:
         return {}
     if not isinstance(settings, dict):
-        _refuse(
-            family, f"--config {path}: expected a mapping of settings (max-steps: 100), got {type(settings).__name__}"
-        )
+        _refuse(family, f"{label}: expected a mapping of settings (max-steps: 100), got {type(settings).__name__}")
     return settings
 
 
-def _as_flags(family: argparse.ArgumentParser, path: str, name: str, action: argparse.Action, value: Any) -> list:
+def _as_flags(family: argparse.ArgumentParser, label: str, name: str, action: argparse.Action, value: Any) -> list:
     if value is None:  # null: the default
         return []
     if action.nargs == 0:  # a switch: --compile, --no-progress; false: its opposite, when it has one
@@ -200,19 +243,19 @@ def _as_flags(family: argparse.ArgumentParser, path: str, name: str, action: arg
             quoted = (
                 " (a quoted string: write it without the quotes)" if str(value).lower() in ("true", "false") else ""
             )
-            _refuse(family, f"--config {path}: {name!r} is a switch, give true or false, got {value!r}{quoted}")
+            _refuse(family, f"{label}: {name!r} is a switch, give true or false, got {value!r}{quoted}")
         if value:
             return [f"--{name}"]
         return [action.opposite(f"--{name}")] if isinstance(action, Switch) else []
     if isinstance(value, (dict, list)):
-        _refuse(family, f"--config {path}: {name!r} takes one value, got {value!r}")
+        _refuse(family, f"{label}: {name!r} takes one value, got {value!r}")
     text = str(value).lower() if isinstance(value, bool) else str(value)
     try:  # checked here, so that the error names the file: the flag's own check, and its choices
         read = action.type(text) if callable(action.type) else text
     except (argparse.ArgumentTypeError, TypeError, ValueError) as err:
-        _refuse(family, f"--config {path}: {name}: {err}")
+        _refuse(family, f"{label}: {name}: {err}")
     if action.choices is not None and read not in action.choices:
-        _refuse(family, f"--config {path}: {name}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+        _refuse(family, f"{label}: {name}: {value!r} is not one of {', '.join(map(str, action.choices))}")
     return [f"--{name}={text}"]  # one word: a value that starts with a dash is a value, not a flag
 
 
