@@ -328,3 +328,18 @@ def test_a_diverged_runs_perplexity_is_inf_not_a_300_digit_clamp(tmp_path, capsy
     losses = [r["val_loss"] for r in records if "val_loss" in r]
     assert losses[-1] >= 700  # the loss such a rate reaches: hundreds to thousands of nats, exp() past float64
     assert ", ppl inf," in last and [r["val_ppl"] for r in records if "val_ppl" in r][-1] is None  # JSON null
+
+
+def test_characters_a_character_model_lacks_are_said_not_read_as_unk_in_silence(memorised, tmp_path, capsys):
+    out, tok, _ = memorised
+    assert main(["generate", "--model", str(out), "--prompt", "First €€ ¥", "--greedy", "--max-new-tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "note: --prompt has 2 character(s) the model's vocabulary lacks (€ ¥): it reads each as <unk>" in err
+    (tmp_path / "t.txt").write_text("First € Citizen ¥¥\n", encoding="utf-8")
+    assert main(["evaluate-lm", "--model", str(out), "--data", str(tmp_path / "t.txt")]) == 0
+    assert (
+        "note: 3 character(s) of --data are not in the model's vocabulary: scored as <unk>" in capsys.readouterr().err
+    )
+    (tmp_path / "ok.txt").write_text(TEXT, encoding="utf-8")
+    assert main(["evaluate-lm", "--model", str(out), "--data", str(tmp_path / "ok.txt")]) == 0
+    assert "note" not in capsys.readouterr().err

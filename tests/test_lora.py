@@ -520,6 +520,17 @@ def test_what_init_refuses_is_one_line(bases, sft_file, tmp_path, capsys, args, 
     assert code == 2 and message in err and "Traceback" not in err
 
 
+def test_a_length_past_the_init_models_context_is_refused_before_the_corpus_is_prepared(bases, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("hello world. " * 200)
+    cache = tmp_path / "cache"
+    args = ["--init", str(bases["llama"]), "--data", str(text), "--out", str(tmp_path / "r"), "--max-steps", "2"]
+    assert _train(*args, "--max-len", "4096", "--data-cache", str(cache)) == 2
+    err = capsys.readouterr().err
+    assert "--max-len 4096 exceeds the --init model's context" in err and "prepar" not in err
+    assert not cache.exists() or not any(cache.rglob("manifest.json"))  # nothing tokenized into the cache
+
+
 def test_instruction_data_or_lora_without_init_is_refused(sft_file, tmp_path, capsys):
     assert _train("--data", str(sft_file), "--out", str(tmp_path / "r"), "--max-steps", "2") == 2
     assert "is instruction data" in capsys.readouterr().err

@@ -46,6 +46,9 @@ def run(args) -> int:
         print(f"tformer evaluate-lm: note: --max-len {args.max_len} is past the model's context: scores blocks of "
               f"{context} tokens", file=sys.stderr)  # fmt: skip
     r = lm.evaluate(model, tokenizer, args.data, args.max_len, args.batch_size)
+    if r.get("unknown"):
+        print(f"tformer evaluate-lm: note: {r['unknown']:,} character(s) of --data are not in the model's vocabulary: "
+              "scored as <unk>", file=sys.stderr)  # fmt: skip
     ppl = r["val_ppl"]  # inf past exp(700): 3 digits from 1e6 on, not 300
     bits = f"  bits per {r['unit']} {r['val_bpc']:.4f}" if r["unit"] else ""  # (a Hugging Face tokenizer: no unit)
     print(f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {ppl:{'.3f' if ppl < 1e6 else '.3g'}}{bits}")

@@ -99,6 +99,9 @@ def run(args) -> int:
         print(f"note: --greedy takes the most likely token: {', '.join(unused)} not used", file=sys.stderr)
     out = sys.stdout
     _say_cache(model, tokenizer, args)
+    if unknown := _unknown_characters(tokenizer, args.prompt):  # a character model reads them as <unk>
+        print(f"note: --prompt has {len(unknown)} character(s) the model's vocabulary lacks "
+              f"({' '.join(unknown[:10])}): it reads each as <unk>", file=sys.stderr)  # fmt: skip
 
     def show(text: str) -> None:
         out.write(text)
@@ -122,6 +125,13 @@ def run(args) -> int:
         )
         show("\n")
     return 0
+
+
+def _unknown_characters(tokenizer, text: str) -> list[str]:
+    """The characters of ``text`` a character tokenizer has no id for (each read as ``<unk>``); none for others."""
+    if tokenizer.kind != "char" or not text:
+        return []
+    return [c for c in dict.fromkeys(text) if tokenizer.encode(c) == [tokenizer.unk_id]]
 
 
 def _say_cache(model, tokenizer, args) -> None:

@@ -254,6 +254,14 @@ def setup(
         return make_trainer(model, task, cfg, resume, started)
 
 
+def _block(max_len: int | None, context: int) -> int:
+    """The fine-tuning block: ``--max-len`` (at most the pretrained model's ``context``), else the shorter of the
+    context and :data:`FINE_TUNING_CONTEXT`."""
+    if max_len is not None and max_len > context:
+        raise ValueError(f"--max-len {max_len} exceeds the --init model's context ({context} positions)")
+    return max_len if max_len is not None else min(context, FINE_TUNING_CONTEXT)
+
+
 def _setup_from(
     data: str | Path,
     out_dir: str | Path,
@@ -327,6 +335,7 @@ def _setup_from(
     if not resume:  # before an overwrite deletes anything: a bad --init, target or text is refused first
         loaded = start_from(init, "gpt")
         model, tok = loaded.model, loaded.require_tokenizer()
+        _block(max_len, model.config.max_len)  # a length past its context: refused before the corpus is read
         torch.manual_seed(int(options.get("seed", 0)))  # LoRA's A starts random: seeded, as a new model is
         add_adapters(model, lora, log)
         if conversations is None:
@@ -344,10 +353,7 @@ def _setup_from(
             last = last_dir(out_dir)
             model, tok = GPT.from_pretrained(last), _tokenizer(last)
             model.train()
-        context = model.config.max_len
-        block = max_len if max_len is not None else min(context, FINE_TUNING_CONTEXT)
-        if block > context:
-            raise ValueError(f"--max-len {block} exceeds the --init model's context ({context} positions)")
+        block = _block(max_len, model.config.max_len)
         rows = batch_size or FINE_TUNING_BATCH
         task: LMTask | SFTTask
         if conversations is not None:

@@ -23,15 +23,18 @@ def evaluate(model, tokenizer, data: str | Path, max_len: int | None = None, bat
     """Loss per token, perplexity and (for a known unit) bits per unit of ``model`` on the documents of ``data``:
     a text (a file, a folder of them, JSONL), or a folder ``tformer data prepare lm`` made with this tokenizer (its
     stream scored whole, memory-mapped). ``unit`` says which unit (``"character"``, ``"byte"``; None: a Hugging Face
-    tokenizer's, no bits per unit), ``tokens`` how many were scored. Documents are joined with the tokenizer's end of
+    tokenizer's, no bits per unit), ``tokens`` how many were scored, ``unknown`` (when some) how many characters of
+    the text a character model has no id for (scored as ``<unk>``). Documents are joined with the tokenizer's end of
     text; positions past the end are not scored. ``max_len`` is capped at the model's context."""
     if is_prepared(data):  # checked against this tokenizer: a folder prepared with another one is refused
         ids: torch.Tensor | object = open_tokens(prepare_lm(data, tokenizer, log=lambda _: None))[1]
+        unknown = None  # (not counted in a prepared stream)
     else:
         ids = encode_documents(tokenizer, read_documents(data))  # one text scored: in memory
+        unknown = int((ids == tokenizer.unk_id).sum()) if tokenizer.kind == "char" else None  # read as <unk>
     if len(ids) < 2:  # type: ignore[arg-type]
         raise ValueError(f"--data {str(data)!r} has fewer than 2 tokens")
     block = min(max_len or model.config.max_len, model.config.max_len)
     lengths = torch.tensor(tokenizer.unit_lengths()) if tokenizer.unit is not None else None
     result = evaluate_stream(model, ids, lengths, block, batch_size)  # type: ignore[arg-type]
-    return {**result, "unit": tokenizer.unit}
+    return {**result, "unit": tokenizer.unit, **({"unknown": unknown} if unknown else {})}
