@@ -83,8 +83,7 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
         settings = _read(family, runs, label)
         if settings.get("family", words[at - 1]) != words[at - 1]:
             return words  # another family's run: --resume names what it found
-        data_flags = [w for w in words[at:] if "data" in options and _flag(options, w) is options["data"]]
-        settings = _for_resume(settings, data_flags, words, options)
+        settings = _for_resume(settings, _value(options, words[at:], "data"), options)
     else:
         return words
     kind = settings.pop("family", None)
@@ -187,32 +186,35 @@ def _loader() -> type:
 def _the_runs(options: dict[str, argparse.Action], words: list[str]) -> Path | None:
     """``OUT/config.yaml`` when ``words`` (a ``train FAMILY`` command's own) ``--resume`` the run in ``--out OUT``
     and that run wrote one; else None."""
-    out = None
-    for i, word in enumerate(words):
-        action = _flag(options, word)
-        if action is not None and action.dest == "out_dir":
-            out = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else None)
+    out = _value(options, words, "out_dir")
     resume = any(a is not None and a.dest == "resume" for a in (_flag(options, w) for w in words))
     file = Path(out) / CONFIG_NAME if resume and out else None
     return file if file is not None and file.is_file() else None
 
 
+def _value(options: dict[str, argparse.Action], words: list[str], dest: str) -> str | None:
+    """The value ``words`` give the flag of ``dest`` (``--out X`` or ``--out=X``; the last one), else None."""
+    found = None
+    for i, word in enumerate(words):
+        action = _flag(options, word)
+        if action is not None and action.dest == dest:
+            found = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else None)
+    return found
+
+
 _HOW_IT_RUNS = {"device", "fsdp", "compile", "fast", "progress"}  # this launch's, not the run's: never resumed
 
 
-def _for_resume(settings: dict, data_flags: list[str], words: list[str], options: dict[str, argparse.Action]) -> dict:
+def _for_resume(settings: dict, data: str | None, options: dict[str, argparse.Action]) -> dict:
     """The run's settings a ``--resume`` takes: not how this launch runs (the device, ``--fsdp`` under torchrun,
     ``--compile``, the kernels, the progress line: a run moves between machines and process counts), and not the
     tokenizer's kind and size when the data is a prepared folder (the folder decides them; a run made before tformer
-    recorded the folder's wrote its preset's)."""
+    recorded the folder's wrote its preset's). ``data``: the ``--data`` given again (None: the run's)."""
     from tformer.data import is_prepared
 
     dest = lambda key: getattr(options.get(str(key).replace("_", "-")), "dest", None)  # noqa: E731
     settings = {k: v for k, v in settings.items() if dest(k) not in _HOW_IT_RUNS}
-    data = settings.get("data")
-    for word in data_flags:  # --data given again: that one
-        i = words.index(word)
-        data = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else data)
+    data = data if data is not None else settings.get("data")
     if data is not None and is_prepared(str(data)):
         return {k: v for k, v in settings.items() if str(k).replace("_", "-") not in ("tokenizer", "vocab-size")}
     return settings

@@ -331,9 +331,9 @@ def prepared(
             return directory
         log(f"data cache {directory}: {problem}: preparing it again")
     elif (earlier := _earlier(directory, task, sources, tok_hash)) is not None:
-        changed = _changed_source(read_manifest(earlier)["sources"], sources)  # type: ignore[index]
+        changed = _changed_source(earlier[1]["sources"], sources)
         log(
-            f"data: {changed}: preparing it in a new folder; {earlier}, prepared from the text before, is kept "
+            f"data: {changed}: preparing it in a new folder; {earlier[0]}, prepared from the text before, is kept "
             "(delete it when no run reads it)"
         )
     total = corpus_bytes(files)
@@ -366,9 +366,9 @@ def prepared(
     return directory
 
 
-def _earlier(directory: Path, task: str, sources: list[dict], tok_hash: str) -> Path | None:
+def _earlier(directory: Path, task: str, sources: list[dict], tok_hash: str) -> tuple[Path, dict] | None:
     """The newest folder beside ``directory`` prepared for ``task`` with this tokenizer from the same files, whose
-    text has changed since (None: none)."""
+    text has changed since, with its manifest (None: none)."""
     paths, found = [s["path"] for s in sources], []
     for other in directory.parent.glob(f"{task}-*"):
         manifest = read_manifest(other) or {}
@@ -376,8 +376,8 @@ def _earlier(directory: Path, task: str, sources: list[dict], tok_hash: str) -> 
             manifest.get("tokenizer_sha256") == tok_hash
             and [r.get("path") for r in manifest.get("sources", [])] == paths
         ):
-            found.append((other.stat().st_mtime, other))
-    return max(found)[1] if found else None
+            found.append((other.stat().st_mtime, str(other), other, manifest))
+    return max(found)[2:] if found else None
 
 
 def file_entry(path: Path) -> dict:
