@@ -321,7 +321,19 @@ def test_a_diverged_runs_perplexity_is_inf_not_a_300_digit_clamp(tmp_path, capsy
     text = tmp_path / "t.txt"
     text.write_text("the cat sat on the mat. a dog ran in the fog. " * 100)
     args = ["train", "lm", "--data", str(text), "--preset", "tiny", "--max-len", "16", "--batch-size", "4"]
-    args += ["--lr", "10", "--warmup-steps", "1", "--clip", "0", "--max-steps", "3", "--no-progress"]
+    args += [
+        "--lr",
+        "10",
+        "--warmup-steps",
+        "1",
+        "--clip",
+        "0",
+        "--max-steps",
+        "3",
+        "--no-progress",
+        "--precision",
+        "fp32",
+    ]
     assert main([*args, "--out", str(tmp_path / "r")]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     records = [json.loads(line) for line in (tmp_path / "r" / "log.jsonl").read_text().splitlines()]
