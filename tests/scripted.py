@@ -2,7 +2,8 @@
 
 :class:`ScriptedTask` is the smallest task the Trainer takes whose evaluations say what a test wants: next-token loss
 on fixed rows, each evaluation returning the next of the scores given (then the last again; None: no validation
-data; a dict: all of the evaluation's scores) and keeping a copy of the weights it was given; :func:`straight_and_resumed` trains one run straight through and
+data; a dict: all of the evaluation's scores) and keeping a copy of the weights it was given;
+:func:`straight_and_resumed` trains one run straight through and
 the same run cut and resumed. :data:`PEAK_MB` is the code a child process ends with to print
 its own peak resident memory.
 """

@@ -172,7 +172,8 @@ def test_the_cache_is_used_again_and_prepared_again_saying_why(tmp_path, small_p
     changed = _prepare(data, tok, cache, logs)
     assert changed != first and "corpus.txt changed since it was prepared" in logs[0]
     assert logs[0].endswith(
-        f"preparing it in a new folder; {first}, prepared from the text before, is kept (delete it when no run reads it)"
+        f"preparing it in a new folder; {first}, prepared from the text before, is kept "
+        "(delete it when no run reads it)"
     )
     assert torch.equal(tdata.open_tokens(changed)[1].tensor(), encode_documents(tok, [data.read_text()]))
     assert torch.equal(tdata.open_tokens(first)[1].tensor(), before)

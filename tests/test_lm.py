@@ -344,7 +344,8 @@ def test_a_diverged_runs_perplexity_is_inf_not_a_300_digit_clamp(tmp_path, capsy
 
 def test_characters_a_character_model_lacks_are_said_not_read_as_unk_in_silence(memorised, tmp_path, capsys):
     out, tok, _ = memorised
-    assert main(["generate", "--model", str(out), "--prompt", "First €€ ¥", "--greedy", "--max-new-tokens", "2"]) == 0
+    argv = ["generate", "--model", str(out), "--prompt", "First €€ ¥", "--greedy", "--max-new-tokens", "2"]
+    assert main(argv) == 0
     err = capsys.readouterr().err
     assert "note: --prompt has 2 character(s) the model's vocabulary lacks (€ ¥): it reads each as <unk>" in err
     (tmp_path / "t.txt").write_text("First € Citizen ¥¥\n", encoding="utf-8")

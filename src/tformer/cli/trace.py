@@ -59,7 +59,8 @@ def add_parser(sub) -> None:
         "--json",
         metavar="FILE",
         type=output_file,
-        help="also write the trace as JSON to FILE (a new file): what is printed, --layer, --head and --stage's selection",
+        help="also write the trace as JSON to FILE (a new file): what is printed (--layer, --head and --stage's "
+        "selection)",
     )
     add(p, "--overwrite", overwrite={"flag": "--json"})
     p.set_defaults(func=run)
