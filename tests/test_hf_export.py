@@ -100,7 +100,12 @@ def test_written_files(exported):
     ours, directory, cls, _ = exported
     names = sorted(p.name for p in directory.parent.iterdir())
     assert names == ["hf"]  # no temp directory left beside it
-    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
+    files = ["config.json", "generation_config.json", "model.safetensors"]
+    assert sorted(p.name for p in directory.iterdir()) == [".tformer-output.json", *files]
+    assert json.loads((directory / ".tformer-output.json").read_text()) == {
+        "written_by": "tformer export",
+        "files": files,
+    }
     config = json.loads((directory / "config.json").read_text())
     assert config["architectures"] == [cls]
     special = {"GPT2LMHeadModel": "gpt2", "Gemma3ForCausalLM": "gemma3_text"}

@@ -336,7 +336,9 @@ def test_the_command_exports_a_run_with_its_character_tokenizer(runs, tmp_path, 
     out = tmp_path / "gpt2"
     code, stdout, err = _cli(["export", str(root / "lm"), "--to", "hf", str(out)], capsys)
     assert code == 0, err
-    assert stdout.startswith(f"wrote {out} (GPT2LMHeadModel): config.json, generation_config.json")
+    assert stdout.startswith(
+        f"wrote {out} (GPT2LMHeadModel): .tformer-output.json, config.json, generation_config.json"
+    )
     theirs = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     text = "the cat sat\non the mat ✓"

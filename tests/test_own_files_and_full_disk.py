@@ -104,6 +104,43 @@ def test_export_leaves_the_users_folders_beside_out_as_they_were(model, tmp_path
     assert (out / "model.safetensors").is_file()
 
 
+@pytest.mark.parametrize("command", ["export", "merge", "average"])
+def test_overwrite_replaces_only_a_directory_the_command_wrote_not_a_model_of_the_users(tmp_path, capsys, command):
+    """export, merge and average --overwrite replace a directory only where their ``.tformer-output.json`` lists
+    all it holds: a model of the user's (a Hugging Face directory, a copy of a run's best/, a lone config.json),
+    whose files bear the very names these commands write, is refused and kept byte for byte."""
+    run = tmp_path / "run"
+    train = _lm(tmp_path, str(run), "--max-steps", "2", "--eval-every", "1", "--keep-checkpoints", "2")
+    if command == "merge":  # a LoRA run on the run above
+        assert _run(capsys, _lm(tmp_path, str(tmp_path / "base"), "--max-steps", "1"))["code"] == 0
+        train = [w for w in train if w not in ("--preset", "tiny", "--dropout", "0.1")]
+        train += ["--init", str(tmp_path / "base"), "--lora-r", "2"]
+    assert _run(capsys, train)["code"] == 0
+    argv = {
+        "export": ["export", str(run), "--to", "hf"],
+        "merge": ["merge", str(run)],
+        "average": ["average", str(run), "--last", "2"],
+    }[command]
+    theirs = tmp_path / "theirs"
+    assert _run(capsys, [*argv, str(theirs)])["code"] == 0  # the command's own output: replaced with --overwrite
+    assert json.loads((theirs / ".tformer-output.json").read_text())["written_by"] == f"tformer {command}"
+    assert _run(capsys, [*argv, str(theirs), "--overwrite"])["code"] == 0
+    users = {"copy": tmp_path / "copy", "hf": tmp_path / "hf", "config": tmp_path / "config"}
+    shutil.copytree(run / "best", users["copy"])  # a model of the user's, named as tformer names its files
+    assert _run(capsys, ["export", str(run), "--to", "hf", str(users["hf"])])["code"] == 0
+    (users["hf"] / ".tformer-output.json").unlink()  # as a Hugging Face download would be
+    users["config"].mkdir()
+    (users["config"] / "config.json").write_text("mine")
+    for name, path in users.items():
+        before = _snapshot(path)
+        line = _error(_run(capsys, [*argv, str(path), "--overwrite"]), 2, str(path), "nothing was deleted")
+        assert "is not an output of tformer's" in line, (name, line)
+        assert _snapshot(path) == before, name
+    (theirs / "notes.txt").write_text("mine")  # a file of the user's in the command's output: refused too
+    _error(_run(capsys, [*argv, str(theirs), "--overwrite"]), 2, "notes.txt", "nothing was deleted")
+    assert (theirs / "notes.txt").read_text() == "mine"
+
+
 def test_a_runs_saves_and_resume_leave_the_users_folders_beside_last_and_best(tmp_path, capsys, monkeypatch):
     """A backup the user made as ``.last.old`` (a copy of last/, a saved model), and other folders named as
     earlier versions named their staging, survive the run's saves and ``--resume``'s recovery byte for byte."""

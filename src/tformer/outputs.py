@@ -8,6 +8,7 @@ own inputs is refused before any work, naming the flag; a parent that cannot be 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterable
@@ -15,7 +16,9 @@ from pathlib import Path
 
 from tformer.files import atomic_write, dir_kind
 
-__all__ = ["check_output", "check_output_dir", "check_new_dir", "write_output"]
+__all__ = ["check_output", "check_output_dir", "check_new_dir", "mark_written", "write_output", "WRITTEN"]
+
+WRITTEN = ".tformer-output.json"  # what export, merge and average write beside their files (mark_written)
 
 
 # ----------------------------------------------------------------------------------- outputs a user names
@@ -141,7 +144,6 @@ def check_new_dir(
     flag: str,
     inputs: Iterable[tuple[str, str | os.PathLike | None]] = (),
     overwrite: bool = False,
-    replaceable: Iterable[str] = (),
 ) -> Path:
     """Check a directory a user named for a command to write whole (``tformer export``'s output), before any work;
     returns it as a Path. The command then writes it with :func:`staged_dir`, which replaces it as a whole.
@@ -149,8 +151,9 @@ def check_new_dir(
     Refused, each in one line naming ``flag`` and the path: a symbolic link; a missing parent (a typo makes no new
     directories), a parent this process cannot write into (read-only, or no permission) or a path that is a file; one of ``inputs``, a place inside one or a directory that holds one (the
     whole directory is replaced: the input would go with it); a place inside a model or run directory; a directory
-    that is not empty, unless ``overwrite`` and every entry is one of the ``replaceable`` file names (what an
-    earlier run of the command wrote). The first four even with ``overwrite``.
+    that is not empty, unless ``overwrite`` and tformer wrote it: its :data:`WRITTEN` record (:func:`mark_written`)
+    lists every entry, so a model directory of the user's whose files merely have the same names is never replaced.
+    The first four even with ``overwrite``.
     """
     path = Path(path)
     if path.is_symlink():
@@ -174,16 +177,46 @@ def check_new_dir(
     _refuse_model_or_run(path, flag, resolved.parent)
     entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
     if entries:
-        others = [name for name in entries if name not in set(replaceable) or not (path / name).is_file()]
         if not overwrite:
             raise ValueError(f"{flag} {str(path)!r} is not empty; pass --overwrite to replace it, or name another")
-        if others:
-            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        written = _written(path)
+        if written is None:
             raise ValueError(
-                f"--overwrite: {flag} {str(path)!r} holds {shown}, which this command does not write; nothing was "
-                "deleted: name another directory"
+                f"--overwrite: {flag} {str(path)!r} holds {_shown(entries)} and is not an output of tformer's (export, "
+                f"merge and average write {WRITTEN} beside their files); nothing was deleted: name another directory"
+            )
+        others = [name for name in entries if name not in {*written, WRITTEN} or not (path / name).is_file()]
+        if others:
+            raise ValueError(
+                f"--overwrite: {flag} {str(path)!r} holds {_shown(others)}, which tformer did not write there; "
+                "nothing was deleted: name another directory"
             )
     return path
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def mark_written(directory: str | os.PathLike, command: str) -> None:
+    """Record in ``directory``, an output written whole (in its staged folder, after its last file), that
+    ``tformer COMMAND`` wrote it and which files: all that a later ``--overwrite`` may replace (:func:`check_new_dir`)."""
+    directory = Path(directory)
+    files = sorted(p.name for p in directory.iterdir() if p.is_file())
+    record = {"written_by": f"tformer {command}", "files": files}
+    (directory / WRITTEN).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def _written(directory: Path) -> list[str] | None:
+    """The files :func:`mark_written` recorded in ``directory``; None where there is no readable record."""
+    record = directory / WRITTEN
+    if record.is_symlink() or not record.is_file():
+        return None
+    try:
+        files = json.loads(record.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return None
+    return files if isinstance(files, list) and all(isinstance(f, str) for f in files) else None
 
 
 def _umask() -> int:

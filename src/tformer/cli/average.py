@@ -34,20 +34,23 @@ def add_parser(sub) -> None:
         help="average the K best of the kept checkpoints (the newest --keep-checkpoints) by the run's metric (each "
         "checkpoint holds the trained weights, scored as such: with --ema, not the moving average's score)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it holds an earlier model directory")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUT if tformer wrote it (an earlier average, merge or export: their .tformer-output.json lists "
+        "its files); any other directory is refused even so",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     import json
 
-    from tformer.cli.merge import MODEL_FILES
     from tformer.finetune import adapter_writer
     from tformer.outputs import check_new_dir
     from tformer.training.averaging import ADAPTER_FILES, choose_checkpoints, write_average
 
-    writes = (*MODEL_FILES, *ADAPTER_FILES)  # what --overwrite may replace (a LoRA run's average: its adapter too)
-    out = check_new_dir(args.out, "OUT", [("RUN", args.run)], args.overwrite, writes)  # before any work
+    out = check_new_dir(args.out, "OUT", [("RUN", args.run)], args.overwrite)  # before any work
     chosen = choose_checkpoints(args.run, args.last, args.best)
     adapter = chosen[-1] / ADAPTER_FILES[1]  # a LoRA run's: the average's pairs as a PEFT adapter too
     base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path") if adapter.is_file() else None

@@ -49,18 +49,18 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace OUT if it holds an earlier export (a directory holding other files, a symbolic link, MODEL "
-        "itself or a place inside a model or run directory is refused even so)",
+        help="replace OUT if tformer wrote it (an earlier export, merge or average: their .tformer-output.json lists "
+        "its files); any other directory, one holding other files, a symbolic link, MODEL itself or a place inside a "
+        "model or run directory is refused even so",
     )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from tformer.hf.export import EXPORT_FILES
     from tformer.loader import load
     from tformer.outputs import check_new_dir
 
-    out = check_new_dir(args.out, "OUT", [("MODEL", args.model)], args.overwrite, EXPORT_FILES)  # before any work
+    out = check_new_dir(args.out, "OUT", [("MODEL", args.model)], args.overwrite)  # before any work
     loaded = load(args.model, flag="MODEL")  # any family, any kind of directory (tformer.loader)
     _check_format(loaded, args.tokenizer)
     loaded.export(out, overwrite=args.overwrite)  # with its tokenizers (a translator's source and target)

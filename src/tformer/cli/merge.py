@@ -29,34 +29,19 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace OUT if it holds an earlier model directory (MODEL itself, a symbolic link or a place inside a "
-        "run is refused even so)",
+        help="replace OUT if tformer wrote it (an earlier merge, average or export: their .tformer-output.json lists "
+        "its files); any other directory, MODEL itself, a symbolic link or a place inside a run is refused even so",
     )
     p.set_defaults(func=run)
-
-
-MODEL_FILES = (
-    "config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-    "char_tokenizer.json",
-    "vocab.txt",
-    "src_tokenizer.json",
-    "tgt_tokenizer.json",
-    "decoding.json",
-    "generation_config.json",
-)
 
 
 def run(args) -> int:
     from tformer.files import staged_dir
     from tformer.loader import load
     from tformer.nn.lora import has_lora, lora_layers, merge_lora
-    from tformer.outputs import check_new_dir
+    from tformer.outputs import check_new_dir, mark_written
 
-    out = check_new_dir(args.out, "OUT", [("MODEL", args.model)], args.overwrite, MODEL_FILES)  # before any work
+    out = check_new_dir(args.out, "OUT", [("MODEL", args.model)], args.overwrite)  # before any work
     loaded = load(args.model, flag="MODEL", merge=False, fast=False)
     if not has_lora(loaded.model):
         raise ValueError(f"MODEL {args.model!r} has no LoRA layers to merge ({loaded.kind.describe()})")
@@ -64,5 +49,6 @@ def run(args) -> int:
     merge_lora(loaded.model)
     with staged_dir(out) as tmp:
         loaded.save(tmp)
+        mark_written(tmp, "merge")
     print(f"wrote {out}: {n} LoRA layers merged; {', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0

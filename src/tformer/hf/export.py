@@ -47,21 +47,10 @@ from tformer.fast.quantize import require_float
 from tformer.files import atomic_write, staged_dir
 from tformer.hf import marian, registry
 from tformer.models.seq2seq import Seq2SeqConfig
-from tformer.outputs import check_new_dir
-from tformer.tokenizers.marian import MARIAN_FILES
+from tformer.outputs import check_new_dir, mark_written
 
-__all__ = ["export", "EXPORT_FILES"]
+__all__ = ["export"]
 
-EXPORT_FILES = (
-    "config.json",
-    "model.safetensors",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "target_tokenizer.json",
-    "chat_template.jinja",
-    *MARIAN_FILES,
-)
 _TOKEN_FIELDS = ("bos", "eos", "pad", "unk", "mask", "cls", "sep")  # tformer's names; tokenizer_config adds _token
 
 
@@ -77,15 +66,17 @@ def export(
     ``generation``: decoding settings for ``generation_config.json`` besides the token ids (``length_penalty``,
     ``num_beams``: :func:`tformer.models.checkpoint.read_decoding`'s).
 
-    ``out_dir`` may be missing (its parent must exist) or empty; one holding an earlier export is replaced with
+    ``out_dir`` may be missing (its parent must exist) or empty; one tformer wrote (an earlier export, merge or
+    average: its ``.tformer-output.json`` lists its files) is replaced with
     ``overwrite``, one holding anything else never. Returns ``out_dir``.
     """
     yes_no.check(overwrite, "overwrite")  # "no" is a true string: refused, never taken as leave to replace
     files = _files(model, tokenizer, generation or {})  # every refusal before a file is touched
-    out = check_new_dir(out_dir, "out_dir", overwrite=overwrite, replaceable=EXPORT_FILES)
+    out = check_new_dir(out_dir, "out_dir", overwrite=overwrite)
     with staged_dir(out) as tmp:
         for name, write in files.items():
             write(tmp / name)
+        mark_written(tmp, "export")
     return out
 
 

@@ -31,6 +31,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from tformer.files import atomic_write, staged_dir
+from tformer.outputs import mark_written
 from tformer.training import sharded
 
 __all__ = [
@@ -162,6 +163,7 @@ def write_average(
         model.save_pretrained(tmp)
         for write in also_save:
             write(model, tmp)
+        mark_written(tmp, "average")
     return Path(out)
 
 
