@@ -107,12 +107,55 @@ def test_plot_commands_write_pngs(tmp_path, capsys, argv, size):
     assert f"wrote {out}" in capsys.readouterr().out
 
 
-def test_a_picture_is_written_in_the_format_its_name_says(tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["positional", "curves"])
+def test_a_picture_is_written_in_the_format_its_name_says(tmp_path, capsys, kind):
     """.svg, .pdf and .jpg are written as such (PNG bytes were written under any name); other names as PNG."""
     heads = {"a.svg": b"<?xml", "a.pdf": b"%PDF", "a.JPG": b"\xff\xd8\xff", "a.png": b"\x89PNG", "a": b"\x89PNG"}
+    what = ["positional", "--max-len", "8", "--d-model", "4"] if kind == "positional" else ["curves", "RUN"]
+    what = [str(_write_log(tmp_path / "run")) if w == "RUN" else w for w in what]
     for name, head in heads.items():
-        assert main(["plot", "positional", "--max-len", "8", "--d-model", "4", "--out", str(tmp_path / name)]) == 0
+        assert main(["plot", *what, "--out", str(tmp_path / name)]) == 0
         assert (tmp_path / name).read_bytes().startswith(head), name
+
+
+def test_the_python_api_replaces_a_plain_file_but_never_a_runs_own_files_nor_a_link(tmp_path):
+    """plot_curves, the plots and Trace.to_json write a path as savefig does (a plain file there is replaced), but
+    refuse, as the command line does, the log a picture is drawn from, any file inside a run or model directory, and
+    a symbolic link; the refused file is left as it was."""
+    from tformer import GPT, GPTConfig
+    from tformer.inspection import trace
+
+    run = _write_log(tmp_path / "run")
+    log = (run / "log.jsonl").read_bytes()
+    alone = tmp_path / "alone.jsonl"  # a log outside any run
+    alone.write_bytes(log)
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"an old picture")
+    plot_curves(run, mine)
+    assert _png_size(mine) == (1500, 400)  # replaced, as savefig replaces
+    link = tmp_path / "link.png"
+    link.symlink_to(mine)
+    model = tmp_path / "gpt"
+    GPT(GPTConfig(vocab_size=20, d_model=8, n_heads=2, d_ff=16, n_layers=1, max_len=16)).save_pretrained(model)
+    t = trace(GPT.from_pretrained(model).eval(), torch.tensor([[1, 2, 3]]))
+    refused = {
+        "the log it reads": (lambda: plot_curves(alone, alone), "run_dir_or_jsonl"),
+        "a run's log": (lambda: plot_curves(run, run / "log.jsonl"), "training run directory"),
+        "a run's file": (lambda: plot_curves(run, run / "curves.png"), "training run directory"),
+        "a link": (lambda: plot_positional_encoding(8, 4, link), "symbolic link"),
+        "a model's folder": (lambda: plot_mask(causal_mask(3), model / "mask.png"), "model directory"),
+        "a trace into a run": (lambda: t.to_json(run / "trace.json"), "training run directory"),
+        "a heatmap into a run": (lambda: t.plot_attention(run / "a.png"), "training run directory"),
+    }
+    for name, (write, words) in refused.items():
+        with pytest.raises(ValueError, match=words):
+            write()
+            print(f"not refused: {name}")
+    assert (run / "log.jsonl").read_bytes() == log and sorted(p.name for p in run.iterdir()) == ["log.jsonl"]
+    assert sorted(p.name for p in model.iterdir()) == ["config.json", "model.safetensors"]
+    assert link.is_symlink() and _png_size(mine) == (1500, 400) and alone.read_bytes() == log
+    t.to_json(tmp_path / "trace.json")
+    assert json.loads((tmp_path / "trace.json").read_text())
 
 
 def test_plot_mask_command_draws_the_combined_mask(tmp_path):

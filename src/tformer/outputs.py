@@ -16,7 +16,16 @@ from pathlib import Path
 
 from tformer.files import atomic_write, dir_kind
 
-__all__ = ["check_output", "check_output_dir", "check_new_dir", "mark_written", "write_output", "WRITTEN"]
+__all__ = [
+    "check_output",
+    "check_output_dir",
+    "check_new_dir",
+    "mark_written",
+    "write_output",
+    "write_figure",
+    "save_to",
+    "WRITTEN",
+]
 
 WRITTEN = ".tformer-output.json"  # what export, merge and average write beside their files (mark_written)
 
@@ -200,7 +209,8 @@ def _shown(names: list[str]) -> str:
 
 def mark_written(directory: str | os.PathLike, command: str) -> None:
     """Record in ``directory``, an output written whole (in its staged folder, after its last file), that
-    ``tformer COMMAND`` wrote it and which files: all that a later ``--overwrite`` may replace (:func:`check_new_dir`)."""
+    ``tformer COMMAND`` wrote it and which files: all that a later ``--overwrite`` may replace
+    (:func:`check_new_dir`)."""
     directory = Path(directory)
     files = sorted(p.name for p in directory.iterdir() if p.is_file())
     record = {"written_by": f"tformer {command}", "files": files}
@@ -238,3 +248,22 @@ def write_output(path: str | os.PathLike, write) -> Path:
 
     atomic_write(path, write_with_mode)
     return path
+
+
+# A picture's format, by the suffix of its path (matplotlib's savefig formats); any other suffix: PNG
+FIGURE_FORMATS = {".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg"}
+
+
+def write_figure(fig, path: str | os.PathLike, dpi: int) -> Path:
+    """Write a matplotlib Figure to ``path`` (:func:`write_output`: atomically, keeping the file's mode), in the
+    format its suffix names (:data:`FIGURE_FORMATS`, else PNG). Unchecked: for a path the caller checked, or a
+    picture tformer keeps in its own run (``curves.png``); a path a user names goes through :func:`save_to`."""
+    kind = FIGURE_FORMATS.get(Path(path).suffix.lower(), "png")
+    return write_output(path, lambda tmp: fig.savefig(tmp, format=kind, dpi=dpi))
+
+
+def save_to(path: str | os.PathLike, flag: str, inputs: Iterable[tuple[str, str | os.PathLike | None]] = ()) -> Path:
+    """The check of a file the Python API writes (a picture, a trace's JSON): an existing plain file is replaced,
+    as ``Figure.savefig`` and ``json.dump`` replace it, but a symbolic link, a directory, one of ``inputs`` or a place
+    inside a model or run directory is refused as the command line refuses it (:func:`check_output`)."""
+    return check_output(path, flag, inputs, overwrite=True)

@@ -2,8 +2,9 @@
 
 Everything draws on a bare :class:`matplotlib.figure.Figure` rendered by the Agg canvas, so it
 works headless (CI, servers) and never touches pyplot's global state or a notebook's backend.
-Each function returns the Figure; with ``path`` it also writes a PNG of exactly
-``figsize × dpi`` pixels. The drawn data stays inspectable — for a heatmap,
+Each function returns the Figure; with ``path`` it also writes it (PNG, or the format its suffix names: .svg, .pdf,
+.jpg) of exactly ``figsize × dpi`` pixels, replacing a plain file there (as ``savefig`` does) but never a symbolic
+link, nor a file inside a model or run directory (:func:`tformer.outputs.save_to`). The drawn data stays inspectable — for a heatmap,
 ``fig.axes[i].images[0].get_array()`` is the matrix of head ``i``.
 
 Dimension legend: H heads, Tq query length (rows), Tk key length (columns), T positions, D model dim.
@@ -18,7 +19,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tformer.outputs import write_output
+from tformer.outputs import save_to, write_figure
 
 __all__ = ["plot_attention", "plot_positional_encoding", "plot_mask"]
 
@@ -32,14 +33,9 @@ def _new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-# a picture's format by its file name's extension; any other name is written as PNG
-FORMATS = {".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg"}
-
-
 def _save(fig: Figure, path: str | Path | None) -> Figure:
     if path is not None:  # atomically: a failed drawing leaves the file that was there
-        kind = FORMATS.get(Path(path).suffix.lower(), "png")
-        write_output(path, lambda tmp: fig.savefig(tmp, format=kind, dpi=DPI))
+        write_figure(fig, save_to(path, "path"), DPI)
     return fig
 
 

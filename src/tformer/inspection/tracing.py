@@ -34,7 +34,7 @@ from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.feedforward import FeedForward, GatedFeedForward
 from tformer.nn.layers import AddNorm, Decoder, Encoder
 from tformer.nn.positional import InputEmbedding
-from tformer.outputs import write_output
+from tformer.outputs import save_to, write_output
 from tformer.tokens import TRANSLATION_SOS
 
 __all__ = [
@@ -171,7 +171,7 @@ class Trace:
         """Write the trace as JSON (−∞ is written as the string "-inf"); tensors above ``max_values`` as summaries;
         ``layer``, ``head`` and ``stages`` select as :meth:`to_dict` does."""
         text = json.dumps(self.to_dict(max_values, layer, head, stages), indent=1) + "\n"
-        return write_output(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))  # atomically
+        return write_output(save_to(path, "path"), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
     def plot_attention(
         self, path=None, block: str | None = None, layer: int = 0, kind: str | None = None, head: int | None = None

@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tformer.outputs import write_output
+from tformer.outputs import save_to, write_figure
 from tformer.text import read_lines
 
 __all__ = ["read_log", "plot_curves"]
@@ -62,7 +62,8 @@ def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
 
 
 def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
-    """Training curves: train/val loss vs step, plus a panel each for BLEU and the learning rate if logged."""
+    """Training curves: train/val loss vs step, plus a panel each for BLEU and the learning rate if logged; with
+    ``path``, written there as :func:`tformer.inspection.plots.plot_attention` writes (PNG, or .svg/.pdf/.jpg)."""
     records = read_log(run_dir_or_jsonl)
     panels = [("loss", ("train_loss", "val_loss")), ("BLEU", ("bleu",)), ("learning rate", ("lr",))]
     panels = [(label, keys) for label, keys in panels if any(_series(records, k)[0] for k in keys)]
@@ -80,6 +81,6 @@ def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
         ax.set_title(label)
         ax.grid(alpha=0.3)
         ax.legend()
-    if path is not None:  # atomically: a failed drawing leaves the file that was there
-        write_output(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
+    if path is not None:  # atomically: a failed drawing leaves the file that was there; never the log itself
+        write_figure(fig, save_to(path, "path", [("run_dir_or_jsonl", run_dir_or_jsonl)]), DPI)
     return fig

@@ -420,7 +420,8 @@ class Trainer(BadSteps, RunState, Evaluation):
 
     def _plot(self) -> None:
         try:
-            from tformer.training.curves import plot_curves
+            from tformer.outputs import write_figure
+            from tformer.training.curves import DPI, plot_curves
         except ImportError:  # matplotlib missing: the JSONL log is still there
             return
-        plot_curves(self.out / "log.jsonl", self.out / "curves.png")
+        write_figure(plot_curves(self.out / "log.jsonl"), self.out / "curves.png", DPI)  # the run's own picture

@@ -22,7 +22,8 @@ EXAMPLES = ["I am good.", "She is tired.", "We do not eat bread today.", "Do you
 
 def cross_attention_png(translator: Translator, sentence: str, path: str | Path) -> Path:
     """Heatmap of the last decoder layer's cross-attention (averaged over heads) for one translation."""
-    from tformer.inspection.plots import plot_attention
+    from tformer.inspection.plots import DPI, plot_attention
+    from tformer.outputs import write_figure
 
     src = translator.encode_sources([sentence])
     max_len = translator.model.config.max_len - 1
@@ -37,11 +38,10 @@ def cross_attention_png(translator: Translator, sentence: str, path: str | Path)
 
     src_tokens = [label(translator.src_tokenizer, i) for i in src[0].tolist()]
     tgt_tokens = ["<sos>"] + [label(translator.tgt_tokenizer, i) for i in hyp_ids]
-    plot_attention(
-        weights[last][0].mean(0),
+    fig = plot_attention(
+        weights[last][0].mean(0),  # (H, T, S) -> (T, S)
         src_tokens,
         tgt_tokens,
-        path,  # (H, T, S) -> (T, S)
         title=f"cross-attention, last decoder layer (mean over heads): {sentence}",
     )
-    return Path(path)
+    return write_figure(fig, path, DPI)  # the run's own picture, beside its log (no user's path to check)
