@@ -4,8 +4,8 @@ Everything draws on a bare :class:`matplotlib.figure.Figure` rendered by the Agg
 works headless (CI, servers) and never touches pyplot's global state or a notebook's backend.
 Each function returns the Figure; with ``path`` it also writes it (PNG, or the format its suffix names: .svg, .pdf,
 .jpg) of exactly ``figsize × dpi`` pixels, replacing a plain file there (as ``savefig`` does) but never a symbolic
-link, nor a file inside a model or run directory (:func:`tformer.outputs.save_to`). The drawn data stays inspectable — for a heatmap,
-``fig.axes[i].images[0].get_array()`` is the matrix of head ``i``.
+link, nor a file inside a model or run directory (:func:`tformer.outputs.save_to`). The drawn data stays
+inspectable — for a heatmap, ``fig.axes[i].images[0].get_array()`` is the matrix of head ``i``.
 
 Dimension legend: H heads, Tq query length (rows), Tk key length (columns), T positions, D model dim.
 """
