@@ -190,7 +190,7 @@ def test_read_back_without_transformers_gives_the_same_logits(exported):
 
 
 def test_the_tokenizer_files_encode_as_ours(exported):
-    name, model, tokenizer, out, _, _, _ = exported
+    name, model, tokenizer, out, _, hf_model, _ = exported
     source, target = tokenizer if isinstance(tokenizer, tuple) else (tokenizer, tokenizer)
     theirs = transformers.AutoTokenizer.from_pretrained(out)
     special = isinstance(model, Bert)  # [CLS] … [SEP]: what BERT reads, added by tokenizer.json's post-processor
@@ -199,6 +199,15 @@ def test_the_tokenizer_files_encode_as_ours(exported):
         assert theirs(text)["input_ids"] == ids, text
         assert theirs.decode(ids, skip_special_tokens=True) == source.decode(ids) or name == "bert"
     assert theirs.pad_token_id == source.pad_id
+    if isinstance(model, Bert):  # a pair: BERT's segment ids from the tokenizer, and our logits through them
+        pair = theirs("the dog sat", "on the log.", return_tensors="pt")
+        ids, types = pair["input_ids"], pair["token_type_ids"]  # (1, T)
+        first = int((ids[0] == source.sep_id).nonzero()[0, 0])  # sentence A's [SEP]
+        assert types[0].tolist() == [0] * (first + 1) + [1] * (ids.shape[1] - first - 1)
+        with torch.no_grad():
+            mlm, nsp = model.pretraining_logits(ids, types, pair["attention_mask"].bool())
+            hf = hf_model(**pair)
+        assert _close(mlm, hf.prediction_logits) <= ATOL and _close(nsp, hf.seq_relationship_logits) <= ATOL
     config = json.loads((out / "config.json").read_text())
     generation = json.loads((out / "generation_config.json").read_text())
     if isinstance(model, Seq2SeqTransformer):

@@ -6,7 +6,8 @@
       generation_config.json    bos / eos / pad (and Marian's decoder_start) token ids, as ``generate`` reads them;
                                 a tuned length penalty and its beam width (the model directory's decoding.json)
       tokenizer.json            the model's tokenizer as a ``tokenizers`` JSON (when a tokenizer is given)
-      tokenizer_config.json     PreTrainedTokenizerFast, the special tokens by name, model_max_length
+      tokenizer_config.json     PreTrainedTokenizerFast, the special tokens by name, model_max_length (a BERT's:
+                                model_input_names with token_type_ids, its segment ids)
       chat_template.jinja       a chat model's template (tformer.tokenizers.chat_template), as transformers saves it
       target_tokenizer.json     a translator whose target tokenizer is not its source one: the target side
                                 (transformers' Marian reads one tokenizer; tformer.hf.load's caller reads both)
@@ -112,7 +113,8 @@ def _files(model: nn.Module, tokenizer: Any, generation: dict[str, Any]) -> dict
     if own is not None:
         files |= {name: _bytes(data) for name, data in own.items()}
     elif tokenizer is not None:
-        files |= _tokenizer_files(source, target, config.max_len)
+        segments = getattr(config, "n_segments", 0) > 1  # a BERT's: its sentence pairs' segment ids too
+        files |= _tokenizer_files(source, target, config.max_len, segments)
     return files
 
 
@@ -145,8 +147,10 @@ def _generation(hf: dict[str, Any]) -> dict[str, Any]:
     return {k: hf[k] for k in fields if k in hf and hf[k] is not None}
 
 
-def _tokenizer_files(source: Any, target: Any, max_len: int) -> dict[str, Callable[[Path], None]]:
-    """tokenizer.json (and target_tokenizer.json where a translator's target differs), tokenizer_config.json."""
+def _tokenizer_files(source: Any, target: Any, max_len: int, segments: bool) -> dict[str, Callable[[Path], None]]:
+    """tokenizer.json (and target_tokenizer.json where a translator's target differs), tokenizer_config.json;
+    ``segments``: the tokenizer returns ``token_type_ids`` (transformers 5's generic class leaves them out, and a
+    BERT given a pair without them reads sentence B as sentence A)."""
     text = tokenizer_json(source)
     files = {"tokenizer.json": _text(text)}
     if target is not source and tokenizer_json(target) != text:
@@ -156,6 +160,8 @@ def _tokenizer_files(source: Any, target: Any, max_len: int) -> dict[str, Callab
         "model_max_length": max_len,
         "clean_up_tokenization_spaces": False,
     }
+    if segments:
+        settings["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
     for name, token in source.special_tokens.items():
         settings[f"{name}_token"] = token
     files["tokenizer_config.json"] = _json(settings)
