@@ -84,14 +84,50 @@ def options(words: list[str]) -> dict:
     return out
 
 
+def _at_least(low: int) -> Callable[[str], int]:
+    def number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {low}, got {value}")
+        return value
+
+    return number
+
+
+def _device(text: str) -> str:
+    try:
+        kind = torch.device(text).type
+    except (RuntimeError, ValueError):
+        kind = None
+    if kind not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    return text
+
+
+def _out_dir(text: str) -> str:
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, expected a directory for the reports")
+    return text
+
+
 def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=default_out, help="directory for the JSON and markdown report")
+    p.add_argument("--out", default=default_out, type=_out_dir, help="directory for the JSON and markdown report")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one round: proves the script works (seconds)")
-    p.add_argument("--repeats", type=int, default=7, help="timed rounds per candidate (median over them)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument(
+        "--repeats", type=_at_least(1), default=7, help="timed rounds per candidate (median over them; --quick: 1)"
+    )
+    p.add_argument("--warmup", type=_at_least(0), default=2, help="untimed rounds first (--quick: 0)")
+    p.add_argument(
+        "--threads",
+        type=_at_least(1),
+        default=None,
+        help="torch.set_num_threads (default: torch's choice; --quick: 1)",
+    )
+    p.add_argument("--device", default="cpu", type=_device, help="cpu, cuda or cuda:N")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
     return p

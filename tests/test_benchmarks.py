@@ -319,6 +319,21 @@ def test_listing_and_cli(capfd, tmp_path):
     assert "train_step" in capfd.readouterr().out
     assert cli_main(["bench", "nope"]) == 2  # unknown name: a clean error
     assert "unknown benchmark" in capfd.readouterr().err
+    (tmp_path / "a-file").write_text("mine")
+    bad = {
+        ("--threads", "0"): "--threads: expected a whole number of at least 1, got 0",
+        ("--repeats", "0"): "--repeats: expected a whole number of at least 1, got 0",
+        ("--warmup", "-1"): "--warmup: expected a whole number of at least 0, got -1",
+        ("--repeats", "two"): "--repeats: expected a whole number, got 'two'",
+        ("--device", "foo"): "--device: expected cpu, cuda or cuda:N, got 'foo'",
+        ("--out", str(tmp_path / "a-file")): "is a file, expected a directory for the reports",
+    }
+    for (flag, value), words in bad.items():  # refused before any work, in argparse's one line, no traceback
+        with pytest.raises(SystemExit) as stop:
+            bench_main(["decode_floor", flag, value])
+        err = capfd.readouterr().err
+        assert stop.value.code == 2 and words in err and "Traceback" not in err, (flag, err)
+    assert (tmp_path / "a-file").read_text() == "mine"
 
 
 def test_api_shape_counts_the_cli_the_settings_and_the_module_switches(tmp_path):
