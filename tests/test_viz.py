@@ -79,6 +79,27 @@ def test_training_curves(tmp_path, with_bleu, size):
     )
 
 
+def test_a_value_that_is_not_finite_is_said_on_the_picture_and_by_the_command(tmp_path, capsys):
+    """NaN and Infinity (another program's log) and null (how a run logs a diverged value) cannot be drawn: the panel
+    says which field at which steps, and plot curves says it on stderr; a log of NaN alone is a picture saying so."""
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = ['{"step": 1, "train_loss": 2.0}', '{"step": 2, "train_loss": Infinity}', '{"step": 3, "train_loss": NaN}']
+    lines += ['{"step": 4, "train_loss": 1.0}', '{"step": 4, "val_loss": null}']
+    (run / "log.jsonl").write_text("\n".join(lines) + "\n")
+    fig = plot_curves(run)
+    train = next(line for line in fig.axes[0].get_lines() if line.get_label() == "train_loss")
+    assert list(train.get_xdata()) == [1, 4]
+    assert [t.get_text() for t in fig.axes[0].texts] == [
+        "not finite, not drawn: train_loss at step 2, 3; val_loss at step 4"
+    ]
+    assert main(["plot", "curves", str(run), "--out", str(tmp_path / "c.png")]) == 0
+    err = capsys.readouterr().err
+    assert "note: train_loss is not finite at step 2, 3" in err and "note: val_loss is not finite at step 4" in err
+    (run / "log.jsonl").write_text('{"step": 1, "train_loss": NaN}\n')
+    assert [t.get_text() for t in plot_curves(run).axes[0].texts] == ["not finite, not drawn: train_loss at step 1"]
+
+
 def test_training_curves_errors_name_the_problem(tmp_path):
     with pytest.raises(FileNotFoundError, match="log.jsonl"):
         plot_curves(tmp_path)

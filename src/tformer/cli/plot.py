@@ -11,6 +11,8 @@ Every picture is a PNG drawn headless (matplotlib's Agg canvas).
 
 from __future__ import annotations
 
+import sys
+
 from tformer.cli.flags import add
 from tformer.cli.trace import add_input_args
 from tformer.cli.validate import existing_path, int_in, non_negative_int, output_file
@@ -137,12 +139,20 @@ def run_mask(args) -> int:
 
 
 def run_curves(args) -> int:
-    from tformer.training.curves import plot_curves
+    from tformer.training.curves import not_finite, plot_curves, read_log
 
     run, flag = (args.run, "RUN_DIR") if args.run is not None else (args.model, "--model")
     _check_out(args, [(flag, run)])
     try:
         plot_curves(run, args.out)
+        missing = not_finite(read_log(run))
     except FileNotFoundError as err:  # the library names its parameter: here it is the argument
         raise FileNotFoundError(str(err).replace("run_dir_or_jsonl", flag, 1)) from None
+    for key, steps in missing.items():
+        shown = ", ".join(map(str, steps[:10])) + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
+        print(
+            f"tformer plot curves: note: {key} is not finite at step {shown} (NaN, an infinity or null in the "
+            "log): not drawn, said on the picture",
+            file=sys.stderr,
+        )
     return _done(args.out)

@@ -8,6 +8,7 @@ models or families.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 from tformer.outputs import save_to, write_figure
 from tformer.text import read_lines
 
-__all__ = ["read_log", "plot_curves"]
+__all__ = ["read_log", "plot_curves", "not_finite"]
 
 DPI = 100
 PLOTTED = ("train_loss", "val_loss", "bleu", "lr")  # the fields plot_curves draws against "step"
@@ -57,8 +58,19 @@ def read_log(run_dir_or_jsonl: str | Path) -> list[dict]:
 
 
 def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
-    pairs = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    """The finite values of ``key`` and their steps: what is drawn."""
+    pairs = [(r["step"], r[key]) for r in records if r.get(key) is not None and math.isfinite(r[key])]
     return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def not_finite(records: list[dict]) -> dict[str, list[int]]:
+    """The steps at which each plotted field is not a finite number (null: how a run logs a NaN or an infinity, or
+    NaN/Infinity written by another program): points a picture cannot draw, so it says so instead."""
+    found = {
+        key: [r["step"] for r in records if key in r and (r[key] is None or not math.isfinite(r[key]))]
+        for key in PLOTTED
+    }
+    return {key: steps for key, steps in found.items() if steps}
 
 
 def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
@@ -66,7 +78,8 @@ def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
     ``path``, written there as :func:`tformer.inspection.plots.plot_attention` writes (PNG, or .svg/.pdf/.jpg)."""
     records = read_log(run_dir_or_jsonl)
     panels = [("loss", ("train_loss", "val_loss")), ("BLEU", ("bleu",)), ("learning rate", ("lr",))]
-    panels = [(label, keys) for label, keys in panels if any(_series(records, k)[0] for k in keys)]
+    missing = not_finite(records)
+    panels = [(label, keys) for label, keys in panels if any(_series(records, k)[0] or k in missing for k in keys)]
     if not panels:
         raise ValueError("the log has none of 'train_loss', 'val_loss', 'bleu', 'lr' to plot")
     fig = _new_figure(5.0 * len(panels), 4.0)
@@ -80,7 +93,24 @@ def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
         ax.set_ylabel(label)
         ax.set_title(label)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if any(ax.get_lines()):
+            ax.legend()
+        said = [
+            f"{key} at step {', '.join(map(str, missing[key][:4]))}{' …' * (len(missing[key]) > 4)}"
+            for key in keys
+            if key in missing
+        ]
+        if said:  # a diverged value is said where it would have been drawn, never left out in silence
+            ax.text(
+                0.02,
+                0.02,
+                "not finite, not drawn: " + "; ".join(said),
+                transform=ax.transAxes,
+                fontsize=8,
+                color="tab:red",
+                va="bottom",
+                wrap=True,
+            )
     if path is not None:  # atomically: a failed drawing leaves the file that was there; never the log itself
         write_figure(fig, save_to(path, "path", [("run_dir_or_jsonl", run_dir_or_jsonl)]), DPI)
     return fig
