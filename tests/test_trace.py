@@ -291,6 +291,65 @@ def test_cli_trace_model_dir_with_tokenizers_and_ids(seq2seq, gpt, tmp_path, cap
     assert "--ids" in capsys.readouterr().err
 
 
+@pytest.fixture(scope="module")
+def char_gpt(tmp_path_factory):
+    """A character GPT (context 16) whose tokens include a space and a newline."""
+    from tformer.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("char", ["to be\nor not"])
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=tok.vocab_size, d_model=8, n_heads=2, d_ff=16, n_layers=1, max_len=16, dropout=0.0)
+    directory = GPT(config).save_pretrained(tmp_path_factory.mktemp("char") / "gpt")
+    tok.save(directory)
+    return directory
+
+
+def test_cli_trace_shows_whitespace_tokens_and_says_when_the_context_cut_generation(char_gpt, capsys):
+    """A space, a newline and a tab print as ␣ ↵ ⇥ (as tformer explore shows them): never invisible, never a broken
+    line; generation that the context cuts before --max-new-tokens is said, with the numbers."""
+    assert main(["trace", "--model", str(char_gpt), "--prompt", "to be\nor", "--max-new-tokens", "20"]) == 0
+    captured = capsys.readouterr()
+    assert "decoder tokens: t o ␣ b e ↵ o r" in captured.out
+    grid = next(line for line in captured.out.splitlines() if line.strip().startswith("t ") and "␣" in line)
+    assert grid.split() == ["t", "o", "␣", "b", "e", "↵", "o", "r"]  # the ids grid's header: one column a token
+    steps = [line.split() for line in captured.out.splitlines() if line.startswith("    step ")]
+    assert len(steps) == 8 and all(len(words) == 7 for words in steps[1:])  # "step N: fed X → Y (p=...)": one line
+    generated = next(line for line in captured.out.splitlines() if line.startswith("    generated:"))
+    assert len(generated.split()) == 1 + 8
+    assert "generation stopped after 8 of 20 step(s): the model's context is 16 tokens, the prompt holds 8" in (
+        captured.err
+    )
+    from tformer.inspection.format import shown
+
+    assert [shown(t) for t in (" ", "\n", "\t", "", "a b")] == ["␣", "↵", "⇥", "∅", "a␣b"]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["I am good.", "--prompt", "other"], "TEXT and --prompt were both given"),
+        (["I am good.", "--ids", "5 6"], "TEXT and --ids were both given"),
+        (["--ids", "5", "--target", "x", "--target-ids", "2"], "--target and --target-ids were both given"),
+        (["--toy", "hi"], "--toy traces the notes' 'I am good .', its own input: leave out TEXT"),
+        (["GPT", "--prompt", "to", "--target", "x"], "--target is a translation model's decoder input"),
+        (["BERT", "--ids", "5 6", "--max-new-tokens", "3"], "--max-new-tokens: --model"),
+    ],
+)
+def test_cli_trace_refuses_two_inputs_or_one_its_model_does_not_read(argv, words, char_gpt, tmp_path, capsys):
+    """Given two ways, or to a model that does not read it, an input was used or ignored in silence: refused."""
+    from tformer import Bert, BertConfig
+
+    model = {"GPT": ["--model", str(char_gpt)], "BERT": ["--model", str(tmp_path / "bert")]}
+    if argv[0] == "BERT":
+        Bert(BertConfig(vocab_size=20, d_model=8, n_heads=2, d_ff=16, n_layers=1, max_len=16)).save_pretrained(
+            tmp_path / "bert"
+        )
+    argv = [*model.get(argv[0], [] if argv[0] == "--toy" else ["--toy"]), *argv[1 if argv[0] in model else 0 :]]
+    assert main(["trace", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_the_toy_trains_where_gradients_are_switched_off():
     """The toy trains itself when it is first asked for; a learner's notebook may have switched gradients off
     before that (torch.set_grad_enabled(False), torch.no_grad()). It used to fail there with 'element 0 of tensors

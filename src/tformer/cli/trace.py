@@ -16,6 +16,7 @@ the explorer encode it.
 from __future__ import annotations
 
 import re
+import sys
 
 from tformer.cli.flags import add
 from tformer.cli.validate import Number, non_negative_int, output_file
@@ -111,19 +112,57 @@ def _check_layer(trace, layer: int | None) -> None:
 def build_trace(args):
     """Load the model (or build the toy), tokenize the input and trace it."""
     from tformer.inspection import toy_seq2seq, trace
+    from tformer.tokens import TRANSLATION_EOS
 
     candidates = getattr(args, "candidates", 5)  # plot attention shows no candidates
     steps = getattr(args, "max_new_tokens", 0)  # plot attention: the input alone
     steps = steps if steps is not None else (5 if args.toy else 20)
     if steps < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {steps}")
+    _one_input_each(args)
     if args.toy:
         return toy_seq2seq().trace(k=candidates, max_new_tokens=steps)
     from tformer.loader import load
 
     loaded = load(args.model, flag="--model", strict=False)  # any family and directory, its tokenizers (ids that fit)
+    _for_this_family(args, loaded.family)
     extra = {} if loaded.family == "bert" else {"max_new_tokens": steps}
-    return trace(loaded.model, **_inputs(loaded, args), k=candidates, **extra)
+    inputs = _inputs(loaded, args)
+    result = trace(loaded.model, **inputs, k=candidates, **extra)
+    made, eos = len(result.steps), inputs.get("eos_id")
+    eos = TRANSLATION_EOS if eos is None and loaded.family == "seq2seq" else eos  # greedy_steps' own default
+    if extra and made < steps and not (made and result.steps[-1]["id"] == eos):  # cut by the context, not ended
+        held = f", the prompt holds {len(inputs['ids'])}" if "ids" in inputs else ""
+        print(
+            f"tformer trace: note: generation stopped after {made} of {steps} step(s): the model's context is "
+            f"{loaded.model.config.max_len} tokens{held}",
+            file=sys.stderr,
+        )
+    return result
+
+
+def _given(args, *names: str) -> list[str]:
+    """The input flags among ``names`` that were given (``text`` is TEXT)."""
+    flag = {"text": "TEXT"}
+    return [flag.get(n, "--" + n.replace("_", "-")) for n in names if getattr(args, n, None) is not None]
+
+
+def _one_input_each(args) -> None:
+    """One input, one target, each given once: two of them would have one used and the other ignored in silence."""
+    for group in (("text", "prompt", "ids"), ("target", "target_ids")):
+        given = _given(args, *group)
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)} were both given: give the input one way")
+    if args.toy and (given := _given(args, "text", "prompt", "ids", "target", "target_ids")):
+        raise ValueError(f"--toy traces the notes' 'I am good .', its own input: leave out {', '.join(given)}")
+
+
+def _for_this_family(args, family: str) -> None:
+    """The flags that only a translator (a target) or only a generating model (new tokens) reads."""
+    if family != "seq2seq" and (given := _given(args, "target", "target_ids")):
+        raise ValueError(f"{given[0]} is a translation model's decoder input; --model {args.model!r} is a {family}")
+    if family == "bert" and getattr(args, "max_new_tokens", None) is not None:
+        raise ValueError(f"--max-new-tokens: --model {args.model!r} is a BERT, which does not generate")
 
 
 def _parse_ids(text: str, flag: str) -> list[int]:

@@ -1,6 +1,8 @@
 """Rendering a :class:`~tformer.inspection.tracing.Trace` as text: labelled grids for small tensors, summaries for large ones.
 
-Values that are exactly zero print as ``0`` (a masked weight), −∞ as ``-inf`` (a blocked score).
+Values that are exactly zero print as ``0`` (a masked weight), −∞ as ``-inf`` (a blocked score). A token is printed
+as ``tformer explore`` shows it (:func:`shown`): a space as ␣, a newline as ↵, a tab as ⇥, an empty token as ∅, so
+that a character model's tokens are seen, and never break a line.
 
 Dimension legend: H heads, Tq query length, Tk key length; each entry names its own dims.
 """
@@ -16,7 +18,12 @@ import torch
 Entry = Any  # tformer.inspection.tracing.Entry (trace imports this module, so its classes are not imported back)
 Trace = Any  # tformer.inspection.tracing.Trace
 
-__all__ = ["format_trace", "summary"]
+__all__ = ["format_trace", "summary", "shown"]
+
+
+def shown(token: str) -> str:
+    """A token as printed: whitespace made visible (the explorer's ``shown`` in static/js/format.js)."""
+    return str(token).replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
 
 
 def _fmt(x) -> str:
@@ -51,7 +58,14 @@ def summary(t: torch.Tensor) -> dict:
     return stats
 
 
+def _labels(e: Entry) -> tuple[list[str] | None, list[str] | None]:
+    """An entry's row and column labels as printed: tokens :func:`shown` (a positional table's rows are positions)."""
+    rows = e.rows if e.rows is None or e.stage == "positional" else list(map(shown, e.rows))
+    return rows, None if e.cols is None else list(map(shown, e.cols))
+
+
 def _render(e: Entry, head: int | None, max_full: int) -> list[str]:
+    rows, cols = _labels(e)
     t = e.tensor if not e.tensor.is_floating_point() else e.tensor.float()
     h_axis = e.dims.index("H") if "H" in e.dims else None
     if head is not None and h_axis is not None:
@@ -65,14 +79,14 @@ def _render(e: Entry, head: int | None, max_full: int) -> list[str]:
         first = t[(0,) * (t.dim() - 2)][:4, :6]  # (≤4, ≤6) corner of the first matrix
         corner = f"    corner [{', '.join(f'{n}=0' for n in names)}{', ' if names else ''}:4, :6]"
         return [line + (f"  ({s['n_inf']} entries are -inf)" if s["n_inf"] else ""), corner] + _grid(
-            first, e.rows[:4] if e.rows else None, e.cols[:6] if e.cols else None
+            first, rows[:4] if rows else None, cols[:6] if cols else None
         )
     lines = []
     for idx in itertools.product(*map(range, t.shape[:-2])):
         if any(n > 1 for n in t.shape[:-2]) or (head is not None and h_axis is not None):
             shown = [head if (d == "H" and head is not None) else i for d, i in zip(names, idx)]
             lines.append("    [" + ", ".join(f"{d}={i}" for d, i in zip(names, shown)) + "]")
-        lines += _grid(t[idx], e.rows, e.cols)
+        lines += _grid(t[idx], rows, cols)
     return lines
 
 
@@ -81,12 +95,14 @@ def _most_attended(e: Entry, head: int | None) -> str:
     w = e.tensor[0].float()  # (H, Tq, Tk)
     w = w[head] if head is not None else w.mean(dim=0)  # (Tq, Tk)
     rows, cols = e.rows or list(map(str, range(w.shape[0]))), e.cols or list(map(str, range(w.shape[1])))
-    pairs = ", ".join(f"{rows[i]} → {cols[j]}" for i, j in enumerate(w.argmax(dim=-1).tolist()))
+    pairs = ", ".join(f"{shown(rows[i])} → {shown(cols[j])}" for i, j in enumerate(w.argmax(dim=-1).tolist()))
     return f"most attended source token ({f'head {head}' if head is not None else 'mean over heads'}): {pairs}"
 
 
 def format_trace(tr: Trace, entries: list[Entry], head, stages, layer, max_full: int) -> str:
-    lines = [f"tformer trace · {tr.model_type}"] + [f"  {b} tokens: {' '.join(t)}" for b, t in tr.tokens.items()]
+    lines = [f"tformer trace · {tr.model_type}"] + [
+        f"  {b} tokens: {' '.join(map(shown, t))}" for b, t in tr.tokens.items()
+    ]
     for e in entries:
         place = (
             e.block + (f" layer {e.layer}" if e.layer is not None else "") + (f" {e.kind}-attention" if e.kind else "")
@@ -98,11 +114,12 @@ def format_trace(tr: Trace, entries: list[Entry], head, stages, layer, max_full:
     if tr.top_k and layer is None and (stages is None or "top_k" in stages):
         lines += ["", "── predicted tokens, top-k: logits → softmax (position: input token → candidates)"]
         for item in tr.top_k:
-            cands = ", ".join(f"{tok} {p:.4f}" for tok, _, p in item["candidates"])
-            lines.append(f"    {item['position']}: {item['token']} → {cands}")
+            cands = ", ".join(f"{shown(tok)} {p:.4f}" for tok, _, p in item["candidates"])
+            lines.append(f"    {item['position']}: {shown(item['token'])} → {cands}")
     if tr.steps and layer is None and (stages is None or "generation" in stages):
         lines += ["", "── greedy generation, one token per step with the KV cache"]
         for s in tr.steps:
-            lines.append(f"    step {s['step']}: fed {' '.join(s['fed'])} → {s['token']} (p={s['prob']:.4f})")
-        lines.append("    generated: " + " ".join(s["token"] for s in tr.steps))
+            fed = " ".join(map(shown, s["fed"]))
+            lines.append(f"    step {s['step']}: fed {fed} → {shown(s['token'])} (p={s['prob']:.4f})")
+        lines.append("    generated: " + " ".join(shown(s["token"]) for s in tr.steps))
     return "\n".join(lines)
