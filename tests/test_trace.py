@@ -184,6 +184,17 @@ def test_format_filters_layer_head_and_stage(toy_trace):
         toy_trace.format(head=2)
     with pytest.raises(ValueError, match="stages"):
         toy_trace.format(stages=["attention"])
+    for select in (toy_trace.format, toy_trace.to_dict):  # a layer the model lacks: said, not an empty selection
+        with pytest.raises(ValueError, match=r"layer must be in \[0, 1\) for this model, got 1"):
+            select(layer=1)
+
+
+def test_the_python_api_is_where_the_readme_says_and_refuses_text_for_ids(gpt):
+    import tformer
+
+    assert tformer.inspection.trace is trace  # README: tformer.inspection.trace(model, ...)
+    with pytest.raises(TypeError, match="ids takes token ids, got the text 'to be': encode it first"):
+        tformer.inspection.trace(gpt, "to be")
 
 
 def test_large_tensors_are_summarised(seq2seq):

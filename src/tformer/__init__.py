@@ -5,11 +5,13 @@
 
 ``tformer.load(DIR)`` reads any run, model or Hugging Face directory of any family, with its tokenizer
 (:mod:`tformer.loader`). ``tformer.quantize(model, "int8")`` makes a model's linear layers int8 for inference, and
-``tformer.dequantize(model)`` undoes it (:mod:`tformer.fast.quantize`).
+``tformer.dequantize(model)`` undoes it (:mod:`tformer.fast.quantize`). ``tformer.inspection.trace(model, ids)``
+records every intermediate tensor of one forward pass (:mod:`tformer.inspection`).
 """
 
 __version__ = "0.2.0"
 
+from tformer import inspection
 from tformer.fast.quantize import dequantize, quantize
 from tformer.hf import from_hf
 from tformer.loader import Loaded, detect, load
@@ -28,6 +30,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "KVCache",
     "hooks",
+    "inspection",
     "load",
     "detect",
     "Loaded",

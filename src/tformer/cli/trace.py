@@ -74,7 +74,6 @@ def run(args) -> int:
         check_output(args.json, "--json", [("--model", args.model)], args.overwrite)
     stages = _stages(args.stage)
     trace = build_trace(args)
-    _check_layer(trace, args.layer)
     try:
         text = trace.format(layer=args.layer, head=args.head, stages=stages, max_full=args.max_full)
     except ValueError as err:
@@ -87,7 +86,7 @@ def run(args) -> int:
 
 def flag_words(err: ValueError) -> ValueError:
     """The library's refusal of a trace's ``head`` or ``stages`` in the command line's words: ``--head``, ``--stage``."""
-    return ValueError(re.sub(r"^head\b", "--head", re.sub(r"^stages:", "--stage:", str(err))))
+    return ValueError(re.sub(r"^(head|layer)\b", r"--\1", re.sub(r"^stages:", "--stage:", str(err))))
 
 
 def _stages(given: list[str] | None) -> list[str] | None:
@@ -100,13 +99,6 @@ def _stages(given: list[str] | None) -> list[str] | None:
 
         raise ValueError(f"--stage {','.join(given)!r} names no stage; choose from {', '.join(STAGES)}")
     return stages
-
-
-def _check_layer(trace, layer: int | None) -> None:
-    """``--layer`` must name a layer the model has, as ``--head`` must name a head (else the trace is empty)."""
-    n_layers = max((e.layer for e in trace.entries if e.layer is not None), default=-1) + 1
-    if layer is not None and layer >= n_layers:
-        raise ValueError(f"--layer must be in [0, {n_layers}) for this model, got {layer}")
 
 
 def build_trace(args):

@@ -38,6 +38,11 @@ def token_text(vocab: list[str] | None, i: int) -> str:
 
 
 def as_ids(ids, name: str) -> torch.Tensor:
+    if isinstance(ids, str):
+        raise TypeError(
+            f"{name} takes token ids, got the text {ids[:40]!r}: encode it first (tformer.load(DIR).encode(text), "
+            "or the model's tokenizer)"
+        )
     ids = torch.as_tensor(ids, dtype=torch.long)
     if ids.dim() == 1:
         ids = ids[None]  # (T,) → (1, T)

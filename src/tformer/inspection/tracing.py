@@ -128,16 +128,20 @@ class Trace:
 
     def format(self, layer: int | None = None, head: int | None = None, stages=None, max_full: int = 128) -> str:
         """Readable text: values in full for tensors of at most ``max_full`` elements, else a summary."""
-        self._check_head(head)
+        self._check_head(head, layer)
         return format_trace(self, self.select(layer, stages), head, _check_stages(stages), layer, max_full)
 
     def __str__(self) -> str:
         return self.format()
 
-    def _check_head(self, head: int | None) -> None:
+    def _check_head(self, head: int | None, layer: int | None = None) -> None:
+        """``head`` and ``layer`` must be the model's (else the selection would be empty, said by no one)."""
         n_heads = max((e.tensor.shape[e.dims.index("H")] for e in self.entries if "H" in e.dims), default=0)
         if head is not None and not 0 <= head < n_heads:
             raise ValueError(f"head must be in [0, {n_heads}) for this model, got {head}")
+        n_layers = max((e.layer for e in self.entries if e.layer is not None), default=-1) + 1
+        if layer is not None and not 0 <= layer < n_layers:
+            raise ValueError(f"layer must be in [0, {n_layers}) for this model, got {layer}")
 
     def to_dict(
         self, max_values: int = 100_000, layer: int | None = None, head: int | None = None, stages=None
@@ -145,7 +149,7 @@ class Trace:
         """Plain data: each entry with its dims, labels and values (a summary above ``max_values`` elements); the
         same selection as :meth:`format`'s: that ``layer``'s entries, that ``head`` of each tensor with heads (its H
         axis then of size 1, and the entry says ``"head"``), those ``stages``."""
-        self._check_head(head)
+        self._check_head(head, layer)
         entries = []
         for e in self.select(layer, stages):
             one = head is not None and "H" in e.dims
