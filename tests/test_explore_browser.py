@@ -287,6 +287,9 @@ def test_gpt_greedy_steps_and_sampling_with_a_seed(browser, gpt_dir):
 
         tab(browser, "decode")
         wait_for(browser, "[data-testid=decode-next]", "the greedy steps")
+        hint = find(browser, "#decode-out p.muted")[0].text  # a GPT starts from its prompt: no <sos> said
+        assert "reads the prompt" in hint and "<sos>" not in hint, hint
+        assert find(browser, "#max-len")[0].get_attribute("max") == "256"  # the server's cap, not below its default
         click_through(browser, "decode-next")
         shown = [e.get_attribute("data-id") for e in find(browser, "[data-testid=decode-token]")]
         room = min(20, model.config.max_len - len(prompt))

@@ -61,7 +61,8 @@ function renderGreedy() {
       el("p", { class: "meta" }, `fed this step: ${step.fed.map(shown).join(" ")}   ·   KV cache: ${step.cache_len ?? "?"} positions   ·   pick: `,
         el("b", {}, shown(step.token)), ` (id ${step.id}, p = ${fmt(step.prob)})`),
       bars(step.candidates.map(([token, , p]) => [token, p]), { chosen: step.token })) : el("p", { class: "muted" },
-      "Press next: the decoder starts from <sos> and picks the most probable token at each step."),
+      state.info?.family === "seq2seq" ? "Press next: the decoder starts from <sos> and picks the most probable token at each step."
+        : "Press next: the model reads the prompt and picks the most probable next token at each step."),
     answer.teacher_forced ? teacherForced(answer.teacher_forced) : null,
     el("p", { class: "meta" }, "greedy output: ", el("b", { "data-testid": "decode-output" }, at === steps.length ? answer.output : "…")),
   );
