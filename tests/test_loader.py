@@ -363,6 +363,11 @@ def test_plot_attention_info_and_export_read_every_model(matrix, name, tmp_path,
     info = capsys.readouterr().out
     assert info.splitlines()[0].endswith(f"parameters: {loaded.kind.describe()}")
     assert f"tokenizer          {MATRIX[name][2]}" in info or f"source {MATRIX[name][2]}" in info
+    c = loaded.model.config  # a field whose None follows another says which, and what the model uses
+    if c.n_kv_heads is None:
+        assert f"n_kv_heads         None (= n_heads, {c.n_heads})" in info
+    if getattr(c, "final_norm", False) is None:
+        assert f"final_norm         None (= norm_first, {c.norm_first})" in info
     page = tmp_path / "page.html"
     assert main(["explore", "--model", directory, "--export", str(page)]) == 0, capsys.readouterr().err
     assert f'"family":"{loaded.family}"' in page.read_text(encoding="utf-8")

@@ -31,6 +31,17 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+# What a config field's None means in the model built from it: the field it follows, with its value
+_NONE_MEANS = {
+    "attn_dropout": lambda c: f"dropout, {c.dropout}",
+    "n_kv_heads": lambda c: f"n_heads, {c.n_heads}",
+    "final_norm": lambda c: f"norm_first, {c.norm_first}",
+    "qkv_bias": lambda c: f"bias, {c.bias}",
+    "attn_scale": lambda c: f"1/√head_dim, {c.head_dim**-0.5:.4g}",
+    "rope_local_base": lambda c: f"rope_base, {c.rope_base}",
+}
+
+
 def run(args) -> int:
     if args.system:
         _system()
@@ -47,7 +58,8 @@ def run(args) -> int:
     held = f" ({n_int8:,} of them int8)" if n_int8 else ""
     print(f"{type(model).__name__} ({model.model_type}), {n_params:,} parameters{held}: {loaded.kind.describe()}")
     for field, value in dataclasses.asdict(model.config).items():
-        print(f"  {field:18s} {value}")
+        means = _NONE_MEANS.get(field) if value is None else None
+        print(f"  {field:18s} {value}" + (f" (= {means(model.config)})" if means else ""))
     print(f"  {'tokenizer':18s} {_tokenizers(loaded)}")
     print(f"  {'kernels':18s} {_kernels(model)}")
     lora = _lora(loaded.kind.path)
