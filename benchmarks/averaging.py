@@ -36,13 +36,13 @@ def _scores(model_dir: Path, sources: list[str], refs: list[list[str]], beam: in
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(SHARED / "multi30k"))
-    p.add_argument("--tgt", default="fr")
-    p.add_argument("--minutes", type=float, default=60)
-    p.add_argument("--ema", type=float, default=0.999)
+    p.add_argument("--data", default=str(SHARED / "multi30k"), help="the corpus (default: ../shared/data/multi30k)")
+    p.add_argument("--tgt", default="fr", help="Multi30k's target language (default: fr)")
+    p.add_argument("--minutes", type=float, default=60, help="the training run's time (default: 60)")
+    p.add_argument("--ema", type=float, default=0.999, help="the moving average's decay (default: 0.999)")
     p.add_argument("--keep", type=int, default=5, help="checkpoints kept and averaged (--keep-checkpoints)")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--out", default="runs/bench-averaging")
+    p.add_argument("--beam", type=int, default=5, help="beam width of the BLEU evaluation (default: 5)")
+    p.add_argument("--out", default="runs/bench-averaging", help="the run and averaging.json (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="built-in corpus, tiny preset, 60 steps")
     args = p.parse_args(argv)
     from tformer.cli import main as tformer

@@ -387,7 +387,7 @@ def test_demo_says_when_the_promised_translation_did_not_come(tmp_path, monkeypa
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("note: "))
     assert line.startswith("note: 'I am good.' came out as ") and line.endswith(
-        ", not 'Je vais bien.', after 2 steps; train longer: tformer demo --overwrite --out demo --max-steps 4"
+        ", not 'Je vais bien.', after 2 steps; train longer: tformer demo --overwrite --out demo"  # 800 steps
     )
 
 

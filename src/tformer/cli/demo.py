@@ -120,8 +120,9 @@ def _again(args, steps: int | None = None) -> str:
     words = ["tformer", "demo", "--overwrite", "--out", str(args.out_dir)]
     if args.data != "builtin":
         words += ["--data", str(args.data)]
-    if steps or args.max_steps != STEPS:
-        words += ["--max-steps", str(steps or args.max_steps)]
+    steps = steps or args.max_steps
+    if steps != STEPS:  # (the demo's own target needs no flag)
+        words += ["--max-steps", str(steps)]
     return shlex.join(words)
 
 
@@ -145,7 +146,7 @@ def promise_missed(translations: dict[str, str], step: int, args) -> str | None:
         return None
     return (
         f"note: {source!r} came out as {got!r}, not {target!r}, after {step} steps; "
-        f"train longer: {_again(args, 2 * step)}"
+        f"train longer: {_again(args, max(2 * step, STEPS))}"  # at least the demo's own step target
     )
 
 
