@@ -300,6 +300,12 @@ def test_cli_trace_model_dir_with_tokenizers_and_ids(seq2seq, gpt, tmp_path, cap
     assert "step 2: fed" in capsys.readouterr().out
     assert main(["trace", "--model", str(gpt_dir), "--prompt", "to be"]) == 2
     assert "--ids" in capsys.readouterr().err
+    assert main(["trace", "--model", str(gpt_dir), "--ids", "5 99999"]) == 2  # named by the flag, not the library
+    assert "--ids holds the id 99999, outside the model's vocabulary [0, " in capsys.readouterr().err
+    assert main(["trace", "--model", str(s2s_dir), "--ids", "4 5", "--target-ids", "2 -1", "--stage", "tokens"]) == 2
+    assert "--target-ids holds the id -1, outside the model's vocabulary [0, " in capsys.readouterr().err
+    assert main(["trace", "--model", str(s2s_dir), "--ids", "4 5 6", "--stage", "tokens"]) == 0
+    assert "encoder tokens: I am good" in capsys.readouterr().out  # ids named by the model's tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -197,3 +197,9 @@ def test_plot_errors_name_the_flags_not_the_librarys_parameters(tmp_path, capsys
     (tmp_path / "run").mkdir()
     assert main(["plot", "curves", str(tmp_path / "run"), *out]) == 2
     assert "RUN_DIR: no training log at" in capsys.readouterr().err
+    assert main(["plot", "attention", "--toy", "--block", "encoder", "--kind", "cross", *out]) == 2
+    err = capsys.readouterr().err  # an attention the model lacks: the flags, and the ones it has
+    assert "--block encoder --kind cross: a seq2seq has no such attention; it has --block decoder --kind cross" in err
+    assert main(["plot", "positional", "--d-model", "7", *out]) == 2
+    assert "--d-model must be even (sin and cos columns in pairs), got 7" in capsys.readouterr().err
+    assert not (tmp_path / "a.png").exists()

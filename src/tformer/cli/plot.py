@@ -92,7 +92,12 @@ def run_attention(args) -> int:
     block = args.block or ("encoder" if tr.model_type == "bert" else "decoder")
     kind = args.kind or ("cross" if tr.model_type == "seq2seq" and block == "decoder" else "self")
     layers = sorted({e.layer for e in tr.entries if e.stage == "weights" and e.block == block and e.kind == kind})
-    if layers and args.layer not in layers:  # said by the flags' names (the library names its parameters)
+    if not layers:  # a block or kind this model lacks (a GPT's cross-attention, a BERT's decoder)
+        there = sorted({f"--block {e.block} --kind {e.kind}" for e in tr.entries if e.stage == "weights"})
+        raise ValueError(
+            f"--block {block} --kind {kind}: a {tr.model_type} has no such attention; it has {', '.join(there)}"
+        )
+    if args.layer not in layers:  # said by the flags' names (the library names its parameters)
         raise ValueError(f"--layer must be one of {layers} for the {block}'s {kind} attention, got {args.layer}")
     try:
         tr.plot_attention(args.out, block=block, layer=args.layer, kind=kind, head=args.head)
@@ -105,6 +110,8 @@ def run_positional(args) -> int:
     from tformer.inspection.plots import plot_positional_encoding
 
     _check_out(args)
+    if args.d_model % 2:
+        raise ValueError(f"--d-model must be even (sin and cos columns in pairs), got {args.d_model}")
     plot_positional_encoding(args.max_len, args.d_model, args.out)
     return _done(args.out)
 

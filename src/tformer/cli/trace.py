@@ -157,11 +157,15 @@ def _for_this_family(args, family: str) -> None:
         raise ValueError(f"--max-new-tokens: --model {args.model!r} is a BERT, which does not generate")
 
 
-def _parse_ids(text: str, flag: str) -> list[int]:
+def _parse_ids(text: str, flag: str, vocab_size: int) -> list[int]:
     try:
-        return [int(t) for t in text.split()]
+        ids = [int(t) for t in text.split()]
     except ValueError:
         raise ValueError(f"{flag} must be space-separated integers, got {text!r}") from None
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+        raise ValueError(f"{flag} holds the id {bad[0]}, outside the model's vocabulary [0, {vocab_size})")
+    return ids
 
 
 def _encoded(loaded, text: str | None, target: str | None = None) -> dict[str, list[int]]:
@@ -186,12 +190,14 @@ def _inputs(loaded, args) -> dict:
     vocab = tgt_tok.vocabulary() if tgt_tok is not None else None
     if loaded.family == "seq2seq":
         if args.ids is not None:
-            src_ids, src_tokens = _parse_ids(args.ids, "--ids"), None
+            src_ids = _parse_ids(args.ids, "--ids", loaded.model.config.src_vocab_size)
+            src_tokens = _names(src_tok, src_ids)  # the pieces they stand for, where there is a tokenizer
         else:
             src_ids = _encoded(loaded, text)["src"]
             src_tokens = _names(src_tok, src_ids)
         if args.target_ids is not None:
-            tgt_ids, tgt_tokens = _parse_ids(args.target_ids, "--target-ids"), None
+            tgt_ids = _parse_ids(args.target_ids, "--target-ids", loaded.model.config.tgt_vocab_size)
+            tgt_tokens = _names(tgt_tok, tgt_ids)
         else:
             if args.target is not None and tgt_tok is None:
                 raise ValueError(f"{loaded.missing}: pass --target as space-separated --target-ids")
@@ -200,7 +206,8 @@ def _inputs(loaded, args) -> dict:
         ends = dict(start_id=loaded.start_id, eos_id=None if tgt_tok is None else tgt_tok.eos_id)  # a Marian's too
         return dict(src_ids=src_ids, tgt_ids=tgt_ids, src_tokens=src_tokens, tgt_tokens=tgt_tokens, vocab=vocab, **ends)
     if args.ids is not None:
-        ids, tokens = _parse_ids(args.ids, "--ids"), None
+        ids = _parse_ids(args.ids, "--ids", loaded.model.config.vocab_size)
+        tokens = _names(src_tok, ids)
     else:
         ids = _encoded(loaded, text)["ids"]
         tokens = _names(src_tok, ids)
