@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from tformer.cli.flags import add, defaults
+from tformer.cli.generate import LM_MODEL
 from tformer.cli.validate import existing_path
 
 
@@ -15,15 +16,7 @@ def add_parser(sub) -> None:
     e = sub.add_parser("evaluate-lm", help="loss, perplexity and bits per character/byte of a language model on a text")
     from tformer.lm import run as lm
 
-    add(
-        e,
-        "--model",
-        model={
-            "required": True,
-            "help": "a GPT: a tformer train lm run or model directory, or a Hugging Face one (gpt2, llama, mistral, "
-            "qwen2, qwen3, gemma3)",
-        },
-    )
+    add(e, "--model", model=LM_MODEL)
     e.add_argument(
         "--data",
         required=True,

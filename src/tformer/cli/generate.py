@@ -33,17 +33,17 @@ def stop_text(text: str) -> str:
     return text
 
 
+# --model of the commands that read a language model (generate, evaluate-lm)
+LM_MODEL = {
+    "required": True,
+    "help": "a GPT: a tformer train lm run or model directory, or a Hugging Face one (gpt2, llama, mistral, qwen2, "
+    "qwen3, gemma3)",
+}
+
+
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="continue a prompt with a trained language model (streams to stdout)")
-    add(
-        g,
-        "--model",
-        model={
-            "required": True,
-            "help": "a GPT: a tformer train lm run or model directory, or a Hugging Face one (gpt2, llama, mistral, "
-            "qwen2, qwen3, gemma3)",
-        },
-    )
+    add(g, "--model", model=LM_MODEL)
     g.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
     add(
         g,
