@@ -551,8 +551,10 @@ def test_a_client_that_disconnects_stops_its_generation_and_the_queue_moves_on(l
             target=lambda: server.client().completions.create(model="llama", prompt="wait"), daemon=True
         )
         waiting.start()
-        while server.worker.current is None:
+        deadline = time.monotonic() + 10  # "wait" running (not job "3" still clearing out: then "5" would run first)
+        while fake_work["ran"][-1] != "wait" and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert fake_work["ran"][-1] == "wait"
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{server.url}/completions", json={"model": "llama", "prompt": "5"}, timeout=0.5)
         queued = server.worker.jobs.queue[0]  # the request that gave up, still waiting
@@ -606,7 +608,7 @@ def test_a_full_queue_is_503(llama, fake_work):
             for p in ("wait", "2")
         ]
         threads[0].start()
-        while server.worker.current is None:
+        while "wait" not in fake_work["ran"]:
             time.sleep(0.01)
         threads[1].start()
         while server.worker.waiting < 1:
