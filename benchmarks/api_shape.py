@@ -23,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.common import report_dir, write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ("d_model", "n_heads", "d_ff", "dropout", "max_len", "norm_first", "activation", "bias", "pad_id", "norm_eps")
 
@@ -111,7 +113,12 @@ def gpt_first_token() -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/bench", help="folder for api_shape.json (default: runs/bench)")
+    parser.add_argument(
+        "--out",
+        default="runs/bench",
+        type=report_dir("api_shape.json"),
+        help="folder for api_shape.json (default: runs/bench)",
+    )
     args = parser.parse_args(argv)
     result = {
         "cli_lines": cli_lines(),
@@ -119,9 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
         "translation_text_to_loss": translation_loss(),
         "gpt_prompt_to_first_token": gpt_first_token(),
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "api_shape.json").write_text(json.dumps(result, indent=2))
+    write_text(args.out, "api_shape.json", json.dumps(result, indent=2))
     brief = {
         k: ({kk: vv for kk, vv in v.items() if kk != "module_list"} if isinstance(v, dict) else v)
         for k, v in result.items()

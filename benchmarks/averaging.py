@@ -22,6 +22,8 @@ import json
 import time
 from pathlib import Path
 
+from benchmarks.common import report_dir, write_text
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -42,7 +44,12 @@ def main(argv=None) -> dict:
     p.add_argument("--ema", type=float, default=0.999, help="the moving average's decay (default: 0.999)")
     p.add_argument("--keep", type=int, default=5, help="checkpoints kept and averaged (--keep-checkpoints)")
     p.add_argument("--beam", type=int, default=5, help="beam width of the BLEU evaluation (default: 5)")
-    p.add_argument("--out", default="runs/bench-averaging", help="the run and averaging.json (default: %(default)s)")
+    p.add_argument(
+        "--out",
+        default="runs/bench-averaging",
+        type=report_dir("averaging.json"),
+        help="the run and averaging.json (default: %(default)s)",
+    )
     p.add_argument("--quick", action="store_true", help="built-in corpus, tiny preset, 60 steps")
     args = p.parse_args(argv)
     from tformer.cli import main as tformer
@@ -90,7 +97,7 @@ def main(argv=None) -> dict:
             "greedy": _scores(directory, sources, refs, 1),
             f"beam{args.beam}": _scores(directory, sources, refs, args.beam),
         }
-    (out / "averaging.json").write_text(json.dumps(result, indent=2))
+    write_text(out, "averaging.json", json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return result
 

@@ -58,7 +58,7 @@ def _int8_candidates(ours, batches: list, ours_embed, timed) -> dict:
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "bert_encode.json", "bert_encode.md")
     p.add_argument("--model", default=None, help="sentence-transformers/BERT directory (default: minilm_path())")
     p.add_argument("--sentences", default=str(SHARED_DATA / "multi30k" / "train.en"), help="one sentence per line")
     p.add_argument("--batch-size", type=int, default=32)

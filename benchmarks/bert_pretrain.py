@@ -15,7 +15,7 @@ import collections
 import json
 from pathlib import Path
 
-from benchmarks.common import options
+from benchmarks.common import options, report_dir, write_text
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -37,7 +37,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, nargs="+", default=[10.0])
     p.add_argument("--data", default=str(SHARED / "tinyshakespeare.txt"))
-    p.add_argument("--out", default="runs/bench-bert")
+    p.add_argument("--out", default="runs/bench-bert", type=report_dir("bert_pretrain.json"))
     p.add_argument("--quick", action="store_true")
     p.add_argument(
         "extra",
@@ -74,8 +74,7 @@ def main(argv=None) -> dict:
                 "args": extra,
             }
         )
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    Path(args.out, "bert_pretrain.json").write_text(json.dumps(results, indent=2))
+    write_text(args.out, "bert_pretrain.json", json.dumps(results, indent=2))
     print("| budget | steps | MLM acc (majority baseline) | NSP acc (chance 0.5) |\n|---|---|---|---|")
     for r in results:
         print(

@@ -96,7 +96,7 @@ def _candidate(name: str, model, loss_of, rows: torch.Tensor, steps: int, fp32: 
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "chunked_loss.json", "chunked_loss.md")
     p.add_argument("--layers", type=int, default=2, help="GPT-2's blocks kept (its head and vocabulary are whole)")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--length", type=int, default=512)

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from tformer.outputs import WRITTEN, record_written, written
+
 __all__ = [
     "Candidate",
     "base_parser",
@@ -39,6 +41,8 @@ __all__ = [
     "matmul_peak_gflops",
     "machine_info",
     "write_report",
+    "report_dir",
+    "write_text",
     "SHARED_DATA",
 ]
 
@@ -107,15 +111,46 @@ def _device(text: str) -> str:
     return text
 
 
-def _out_dir(text: str) -> str:
-    if Path(text).exists() and not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a file, expected a directory for the reports")
-    return text
+def report_dir(*reports: str) -> Callable[[str], str]:
+    """``--out``'s check, before any work: a directory (new or not) where each of the file names ``reports`` is
+    absent or a report a benchmark wrote there (:func:`write_text` records them), never a user's file of that name."""
+
+    def directory(text: str) -> str:
+        path = Path(text)
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r} is a file, expected a directory for the reports")
+        theirs = [
+            name for name in reports if (path / name).exists() and Path(name).name not in written((path / name).parent)
+        ]
+        if theirs:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} holds {', '.join(theirs)}, which no benchmark wrote there (its {WRITTEN} does not list "
+                "it): the report would replace it; name another directory, or move the file"
+            )
+        return text
+
+    return directory
 
 
-def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
+def write_text(out: str | Path, name: str, text: str) -> Path:
+    """Write the report ``OUT/NAME`` (making ``OUT``) and record it as a benchmark's own, which a later run may
+    replace; a file of that name that no benchmark wrote is refused (:func:`report_dir` checked it first)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    if path.exists() and name not in written(out):
+        raise FileExistsError(f"{str(path)!r} appeared during the benchmark and is not its report: not replaced")
+    path.write_text(text, encoding="utf-8")
+    record_written(out, name, "benchmarks")
+    return path
+
+
+def base_parser(description: str, default_out: str, *reports: str) -> argparse.ArgumentParser:
+    """The flags every speed benchmark takes; ``reports`` are the file names it writes into ``--out``."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=default_out, type=_out_dir, help="directory for the JSON and markdown report")
+    p.add_argument(
+        "--out", default=default_out, type=report_dir(*reports), help="directory for the JSON and markdown report"
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes, one round: proves the script works (seconds)")
     p.add_argument(
         "--repeats", type=_at_least(1), default=7, help="timed rounds per candidate (median over them; --quick: 1)"
@@ -283,10 +318,8 @@ def markdown_table(results: dict[str, dict[str, dict]], unit: str) -> str:
 
 def write_report(out: str | Path, name: str, payload: dict, unit: str) -> dict:
     """Write ``OUT/<name>.json`` and ``OUT/<name>.md``; print the table; return ``payload``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     table = markdown_table(payload["results"], unit)
-    (out / f"{name}.json").write_text(json.dumps(payload, indent=2))
+    write_text(out, f"{name}.json", json.dumps(payload, indent=2))
     machine = payload["machine"]
     peak = machine.get("matmul_peak_gflops_fp32")
     peak = "" if peak is None else f"; fp32 matmul peak {_fmt(peak, '.1f')} GFLOP/s"  # measured for training only
@@ -294,6 +327,6 @@ def write_report(out: str | Path, name: str, payload: dict, unit: str) -> dict:
         f"# {name}\n\n{payload.get('description', '')}\n\nMachine: {_cpu(machine)}{machine['cpu_count']} CPUs, "
         f"{machine['torch_threads']} torch threads, torch {machine['torch']}, device {machine['device']}{peak}.\n\n"
     )
-    (out / f"{name}.md").write_text(header + table + "\n")
+    write_text(out, f"{name}.md", header + table + "\n")
     print(header + table)
     return payload

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import SHARED_DATA, base_parser
+from benchmarks.common import SHARED_DATA, base_parser, write_text
 
 MB = 10**6
 
@@ -158,7 +158,7 @@ def _median_step(seconds: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = base_parser(__doc__, "benchmarks/results")
+    p = base_parser(__doc__, "benchmarks/results", "data.json", "data.md")
     p.add_argument(
         "--sizes",
         default=None,
@@ -278,9 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ratios": ratios,
         "goals": goals,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "data.json").write_text(json.dumps(payload, indent=2))
+    write_text(args.out, "data.json", json.dumps(payload, indent=2))
     lines = [
         "# data",
         "",
@@ -314,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"| {r['startup_seconds']:.2f} | {r['step_seconds']:.3f} | {r['train_peak_mb']:,.0f} |"
             )
     lines += ["", *(f"- {'met' if ok else 'NOT met'}: {goal}" for goal, ok in goals.items())]
-    (out / "data.md").write_text("\n".join(lines) + "\n")
+    write_text(args.out, "data.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return payload
 

@@ -212,7 +212,7 @@ GROUPS = ("greedy", "beam5", "sample", "gpt")
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "decode.json", "decode.md")
     p.add_argument("--only", choices=GROUPS, action="append", help="run only these groups (repeatable)")
     p.add_argument(
         "--no-uncached",

@@ -121,7 +121,7 @@ def floor_report(model: torch.nn.Module, decoder_only: bool, measured: dict[str,
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "decode_floor.json", "decode_floor.md")
     p.set_defaults(repeats=5, warmup=1)
     args = p.parse_args(argv)
     sizes = QUICK if args.quick else FULL

@@ -118,7 +118,7 @@ def _floor(ours, batch1: dict | None) -> dict:
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "decode_llama.json", "decode_llama.md")
     p.set_defaults(repeats=3, warmup=1)
     p.add_argument("--int8", action="store_true", help="also tformer int8 and HF's dynamic int8 (each a copy)")
     p.add_argument("--batch", type=int, action="append", help="only these batch sizes (repeatable)")

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import Candidate, base_parser, compare, machine_info, session
+from benchmarks.common import Candidate, base_parser, compare, machine_info, session, write_text
 
 PORT = 8765
 GPT_6 = dict(d_model=256, n_heads=4, n_layers=6, d_ff=1024, max_len=320)
@@ -111,7 +111,7 @@ def _candidates(s, text: str) -> list[Candidate]:
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "explore.json", "explore.md", "explore-browser.json", "explore-browser.md")
     p.add_argument("--browser", action="store_true", help="time the page in headless chromium instead of the API")
     p.set_defaults(repeats=5, warmup=1)
     args = p.parse_args(argv)
@@ -140,8 +140,7 @@ def main(argv=None) -> dict:
 
 
 def _write(out: Path, payload: dict) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "explore.json").write_text(json.dumps(payload, indent=2))
+    write_text(out, "explore.json", json.dumps(payload, indent=2))
     lines = ["| model, input | call | median ms | min–max ms |", "|---|---|---:|---:|"]
     for group, stats in payload["results"].items():
         for name, st in stats.items():
@@ -150,7 +149,7 @@ def _write(out: Path, payload: dict) -> dict:
             )
     m = payload["machine"]
     text = f"# explore\n\n{payload['description']}\n\nMachine: {m['cpu_count']} CPUs, torch {m['torch']}.\n\n"
-    (out / "explore.md").write_text(text + "\n".join(lines) + "\n")
+    write_text(out, "explore.md", text + "\n".join(lines) + "\n")
     print(text + "\n".join(lines))
     return payload
 
@@ -314,14 +313,13 @@ def _browser_main(args) -> dict:
         "results": results,
     }
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "explore-browser.json").write_text(json.dumps(payload, indent=2))
+    write_text(out, "explore-browser.json", json.dumps(payload, indent=2))
     lines = ["| model, input | what | median ms | min–max ms | n |", "|---|---|---:|---:|---:|"]
     for group, stats in results.items():
         for name, st in stats.items():
             lines.append(f"| {group} | {name} | {st['median']:.0f} | {st['min']:.0f}–{st['max']:.0f} | {st['n']} |")
     text = f"# explore (browser)\n\n{payload['description']}\n\nMachine: {machine['cpu_count']} CPUs, {version}.\n\n"
-    (out / "explore-browser.md").write_text(text + "\n".join(lines) + "\n")
+    write_text(out, "explore-browser.md", text + "\n".join(lines) + "\n")
     print(text + "\n".join(lines))
     return payload
 

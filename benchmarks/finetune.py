@@ -218,7 +218,7 @@ def main(argv=None) -> dict:
     from benchmarks import finetune_child as child
     from benchmarks.common import base_parser, machine_info
 
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "finetune.json", "finetune.md")
     args = p.parse_args(argv)
     if args.device != "cpu":
         p.error("benchmarks.finetune measures the CPU (--device cpu)")

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import base_parser, machine_info
+from benchmarks.common import base_parser, machine_info, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 MAPPED_FROM = 65536  # glibc's MALLOC_MMAP_THRESHOLD_ for the processes measured (unless --glibc-default)
@@ -71,7 +71,7 @@ def _run(name: str, launcher: list[str], args: list[str], work: Path, mapped: bo
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = base_parser(__doc__.split("\n\n")[0], "runs/benchmarks")
+    p = base_parser(__doc__.split("\n\n")[0], "runs/benchmarks", "fsdp_memory.json", "fsdp_memory.md")
     p.add_argument(
         "--glibc-default",
         action="store_true",
@@ -103,9 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "results": results,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fsdp_memory.json").write_text(json.dumps(report, indent=2))
+    write_text(args.out, "fsdp_memory.json", json.dumps(report, indent=2))
     lines = [
         f"Layers' float32 weights: {weights_mb:,.0f} MB. MB above each process's baseline; ratio to DDP's same rank.",
         "",
@@ -123,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"| {name} | {r['rank']} | {r['setup_peak_mb']:,.0f} | {r['setup_resident_mb']:,.0f} | "
                 f"{r['training_peak_mb']:,.0f} | {r['end_resident_mb']:,.0f} | {ratios} |"
             )
-    (out / "fsdp_memory.md").write_text("\n".join(lines) + "\n")
+    write_text(args.out, "fsdp_memory.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return report
 

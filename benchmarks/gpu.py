@@ -79,7 +79,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import SHARED_DATA, Candidate, base_parser, compare, machine_info, session
+from benchmarks.common import SHARED_DATA, Candidate, base_parser, compare, machine_info, session, write_text
 
 PARTS = ("train", "decode", "multi30k")
 SHARES = {"train": 0.33, "decode": 0.27, "multi30k": 0.40}  # of --budget-s, given as cumulative deadlines
@@ -838,7 +838,7 @@ def markdown(payload: dict) -> str:
 
 
 def _parser():
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "gpu.json", "gpu.md")
     p.add_argument("--only", choices=PARTS, action="append", help="run only these parts (repeatable)")
     p.add_argument("--budget-s", type=float, default=450.0, help="seconds for all parts (see the time budget above)")
     p.add_argument("--decode-repeats", type=int, default=3, help="timed rounds of each decoding candidate")
@@ -928,11 +928,9 @@ def main(argv=None) -> dict:
         "total_s": time.perf_counter() - report.start,
     }
     payload["goals"] = goals(report, args.quick)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu.json").write_text(json.dumps(payload, indent=2, default=str))
+    write_text(args.out, "gpu.json", json.dumps(payload, indent=2, default=str))
     text = markdown(payload)
-    (out / "gpu.md").write_text(text)
+    write_text(args.out, "gpu.md", text)
     print(text)
     return json.loads(json.dumps(payload, default=str))
 

@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.common import report_dir, write_text
 from benchmarks.lm_shakespeare import SHARED, recipe_for
 from tformer.lm import RECIPES
 
@@ -67,7 +68,7 @@ def main(argv=None) -> dict:
     p.add_argument("--minutes", type=float, nargs="+", default=[6.0])
     p.add_argument("--recipes", nargs=2, default=None, help="two recipe names (default: the budget's GELU and SwiGLU)")
     p.add_argument("--data", default=str(SHARED / "tinyshakespeare.txt"))
-    p.add_argument("--out", default="runs/bench-lm-recipes")
+    p.add_argument("--out", default="runs/bench-lm-recipes", type=report_dir("lm_recipes.json"))
     p.add_argument(
         "--set", nargs=2, default=["", ""], metavar=("A", "B"), help="each run's options, KEY=VALUE,... (lm.train's)"
     )
@@ -101,7 +102,7 @@ def main(argv=None) -> dict:
                 raise SystemExit(f"{out}: the training process failed (exit {process.returncode})")
         pair = [json.loads((out / "result.json").read_text()) for out, _ in runs]
         results.append({"minutes": minutes, "side_by_side": not args.sequential, "runs": pair})
-    Path(args.out, "lm_recipes.json").write_text(json.dumps(results, indent=2))
+    write_text(args.out, "lm_recipes.json", json.dumps(results, indent=2))
     print("| budget | recipe | steps | CPU s | val loss |\n|---|---|---:|---:|---:|")
     for r in results:
         for run in r["runs"]:

@@ -21,7 +21,7 @@ import math
 import time
 from pathlib import Path
 
-from benchmarks.common import options
+from benchmarks.common import options, report_dir, write_text
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 NANOGPT_CPU = {"1.5": 1.886, "6": 1.62}  # val loss of nanoGPT's CPU recipe on this machine (issue #4)
@@ -72,7 +72,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, nargs="+", default=[1.5, 6.0])
     p.add_argument("--data", default=str(SHARED / "tinyshakespeare.txt"))
-    p.add_argument("--out", default="runs/bench-lm")
+    p.add_argument("--out", default="runs/bench-lm", type=report_dir("lm_shakespeare.json"))
     p.add_argument("--quick", action="store_true", help="tiny models, a few seconds")
     p.add_argument("--no-anchor", action="store_true", help="train tformer only")
     p.add_argument(
@@ -92,8 +92,7 @@ def main(argv=None) -> dict:
         if not args.no_anchor:
             r["nanogpt_recipe"] = run_anchor(m, Path(args.data), args.quick)
         results.append(r)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    Path(args.out, "lm_shakespeare.json").write_text(json.dumps(results, indent=2))
+    write_text(args.out, "lm_shakespeare.json", json.dumps(results, indent=2))
     print(
         "| budget | tformer steps | tformer val loss | nanoGPT recipe steps | nanoGPT recipe val loss | goal |\n"
         "|---|---|---|---|---|---|"

@@ -85,7 +85,7 @@ def _candidate(name: str, activation: str, fused: bool, shape: dict, steps: int,
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "lm_step.json", "lm_step.md")
     p.add_argument("--recipe", default="shakespeare-char", help="the tformer train lm recipe whose shape is timed")
     p.add_argument("--steps", type=int, default=10, help="training steps per timed call")
     args = p.parse_args(argv)

@@ -226,7 +226,7 @@ def main(argv=None) -> dict:
     from benchmarks.common import base_parser, machine_info
     from benchmarks.memory_models import sizes
 
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", *(f"{n}.{e}" for n in ("memory", "memory_laptop") for e in ("json", "md")))
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="which models to measure")
     p.add_argument("--laptop", action="store_true", help="the SmolLM2-1.7B-shaped Llama instead (not in CI)")
     p.add_argument("--laptop-dir", help="--laptop: where its directories go (~14 GB; default: a temporary one)")
@@ -271,9 +271,9 @@ def main(argv=None) -> dict:
 
 def write(payload: dict, args: argparse.Namespace, name: str, tables: str) -> dict:
     """Write ``OUT/NAME.json`` and ``OUT/NAME.md`` (the machine, the commit, ``tables``); print the markdown."""
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(payload, indent=2))
+    from benchmarks.common import write_text
+
+    write_text(args.out, f"{name}.json", json.dumps(payload, indent=2))
     m, measured = payload["machine"], payload["measured"]
     changed = " (with uncommitted changes in src/)" if measured["src_changed"] else ""
     header = (
@@ -281,7 +281,7 @@ def write(payload: dict, args: argparse.Namespace, name: str, tables: str) -> di
         f"{m['cpu_count']} CPUs, torch {m['torch']}; commit {measured['commit']}{changed}"
         f"{', --quick (tiny shapes)' if args.quick else ''}.\n\n"
     )
-    (out / f"{name}.md").write_text(header + tables + "\n", encoding="utf-8")
+    write_text(args.out, f"{name}.md", header + tables + "\n")
     print(header + tables)
     return payload
 

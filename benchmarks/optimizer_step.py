@@ -47,7 +47,7 @@ def _given_found_inf(optimizer):
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "optimizer_step.json", "optimizer_step.md")
     args = p.parse_args(argv)
     from tformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
     from tformer.training.optimizers import make_optimizer, muon_parameters

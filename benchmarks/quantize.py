@@ -58,6 +58,7 @@ from benchmarks.common import (
     markdown_table,
     session,
     write_report,
+    write_text,
 )
 from benchmarks.quantize_quality import PRECISIONS, at_precision, fill_mask_and_own_text, markdown
 
@@ -348,7 +349,7 @@ def speed(args, sizes: dict, variants: dict, gpt, prompt: list[int], work: Path)
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "quantize.json", "quantize.md")
     p.add_argument("--run", default=None, help="a GPT run or model directory (default: train one here)")
     p.add_argument(
         "--data", default=str(SHARED_DATA / "tinyshakespeare.txt"), help="the GPT's text (validation: last 10%%)"
@@ -397,7 +398,7 @@ def main(argv=None) -> dict:
     md = Path(args.out) / "quantize.md"
     speed_table = markdown_table(results, "tokens or sentences/s")
     text = md.read_text(encoding="utf-8").replace(speed_table, speed_table if results else "Speed: not measured.")
-    md.write_text(text + "\n" + markdown(quality), encoding="utf-8")
+    write_text(args.out, "quantize.md", text + "\n" + markdown(quality))
     print("\n" + markdown(quality))
     if any(math.isnan(quality["logits"][p]["max_abs"]) for p in PRECISIONS[1:]):
         raise RuntimeError(f"NaN logits: {quality['logits']}")

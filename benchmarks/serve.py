@@ -40,7 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from benchmarks.common import base_parser, machine_info, session  # noqa: E402
+from benchmarks.common import base_parser, machine_info, session, write_text  # noqa: E402
 from benchmarks.memory import commit  # noqa: E402
 
 CHATML = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -187,7 +187,7 @@ def question(i: int) -> list[dict]:
 
 
 def main(argv=None) -> dict:
-    args = base_parser(__doc__.splitlines()[0], "runs/bench").parse_args(argv)
+    args = base_parser(__doc__.splitlines()[0], "runs/bench", "serve/serve.json", "serve/serve.md").parse_args(argv)
     with session(args):
         return _measure(args)
 
@@ -262,9 +262,8 @@ def _measure(args) -> dict:
         f"done after {min(r['end_s'] for r in together):.3f}–{max(r['end_s'] for r in together):.3f} s (one worker, a FIFO queue).",
     ]
     out = Path(args.out) / "serve"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "serve.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    (out / "serve.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    write_text(out, "serve.json", json.dumps(result, indent=2) + "\n")
+    write_text(out, "serve.md", "\n".join(md) + "\n")
     print("\n".join(md))
     return result
 

@@ -68,7 +68,7 @@ def _cycle_rounds(batches: list[list[int]], pairs, model, opt, round_sentences: 
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "throughput_multi30k.json", "throughput_multi30k.md")
     p.add_argument("--data", default=str(SHARED_DATA / "multi30k"), help="directory with train.<lang> files")
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="fr")

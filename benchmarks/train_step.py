@@ -392,7 +392,7 @@ def _bf16(candidate: Candidate, device: str) -> Candidate:
 
 
 def main(argv=None) -> dict:
-    p = base_parser(__doc__, "runs/bench")
+    p = base_parser(__doc__, "runs/bench", "train_step.json", "train_step.md")
     p.add_argument("--only", choices=sorted(GROUPS), action="append", help="run only these groups (repeatable)")
     p.add_argument(
         "--bf16", action="store_true", help="also time each candidate under bfloat16 autocast (its name says so)"

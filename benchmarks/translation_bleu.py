@@ -22,6 +22,8 @@ import json
 import time
 from pathlib import Path
 
+from benchmarks.common import report_dir, write_text
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -56,7 +58,7 @@ def main(argv=None) -> dict:
     p.add_argument("--eval-every", type=int, default=300)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--out", default="runs/bench-translation")
+    p.add_argument("--out", default="runs/bench-translation", type=report_dir("bleu.json"))
     p.add_argument("--quick", action="store_true", help="tiny model, a few seconds: proves the script works")
     args = p.parse_args(argv)
     from tformer.training.trainer import TrainConfig, Trainer
@@ -115,7 +117,7 @@ def main(argv=None) -> dict:
             "sentences_per_s": round(len(sources) / seconds, 1),
             "signature": scores["bleu_signature"],
         }
-    Path(args.out, "bleu.json").write_text(json.dumps(result, indent=2))
+    write_text(args.out, "bleu.json", json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return result
 

@@ -18,6 +18,9 @@ sys.path.insert(0, str(ROOT))  # the benchmarks package lives next to src/, not 
 
 pytest.importorskip("transformers")
 
+from benchmarks.common import report_dir  # noqa: E402
+from tformer.outputs import written  # noqa: E402
+
 STAT_KEYS = {"median", "min", "max", "median_seconds", "rounds", "ratio", "peak_memory_mb"}
 OPTIONAL = {"ONNX Runtime float32", "ONNX Runtime int8 (dynamic)"}  # where onnxruntime is installed (not in CI)
 
@@ -154,6 +157,8 @@ def test_benchmark_quick_writes_report(name, tmp_path):
     assert {"benchmark", "machine", "config", "results"} <= set(report)
     assert report["benchmark"] == name and report["machine"]["quick"] is True
     assert set(report["results"]) == set(groups)
+    assert {f"{name}.json", f"{name}.md"} <= set(written(tmp_path))  # recorded as its own: a second run replaces them
+    assert report_dir(f"{name}.json", f"{name}.md")(str(tmp_path)) == str(tmp_path)
     for group, candidates in groups.items():
         stats = report["results"][group]
         assert candidates <= set(stats) and set(stats) - candidates <= OPTIONAL
@@ -327,13 +332,17 @@ def test_listing_and_cli(capfd, tmp_path):
         ("--repeats", "two"): "--repeats: expected a whole number, got 'two'",
         ("--device", "foo"): "--device: expected cpu, cuda or cuda:N, got 'foo'",
         ("--out", str(tmp_path / "a-file")): "is a file, expected a directory for the reports",
+        ("--out", str(tmp_path / "mine")): "holds decode_floor.json, which no benchmark wrote there",
     }
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "decode_floor.json").write_text("my own notes")  # a user's file of the report's name
     for (flag, value), words in bad.items():  # refused before any work, in argparse's one line, no traceback
         with pytest.raises(SystemExit) as stop:
             bench_main(["decode_floor", flag, value])
         err = capfd.readouterr().err
         assert stop.value.code == 2 and words in err and "Traceback" not in err, (flag, err)
     assert (tmp_path / "a-file").read_text() == "mine"
+    assert (tmp_path / "mine" / "decode_floor.json").read_text() == "my own notes"
 
 
 def test_api_shape_counts_the_cli_the_settings_and_the_module_switches(tmp_path):

@@ -21,6 +21,8 @@ __all__ = [
     "check_output_dir",
     "check_new_dir",
     "mark_written",
+    "record_written",
+    "written",
     "write_output",
     "write_figure",
     "save_to",
@@ -188,7 +190,7 @@ def check_new_dir(
     if entries:
         if not overwrite:
             raise ValueError(f"{flag} {str(path)!r} is not empty; pass --overwrite to replace it, or name another")
-        written = _written(path)
+        written = _written_files(path)
         if written is None:
             raise ValueError(
                 f"--overwrite: {flag} {str(path)!r} holds {_shown(entries)} and is not an output of tformer's (export, "
@@ -217,7 +219,23 @@ def mark_written(directory: str | os.PathLike, command: str) -> None:
     (directory / WRITTEN).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
-def _written(directory: Path) -> list[str] | None:
+def record_written(directory: str | os.PathLike, name: str, command: str) -> None:
+    """Add ``name``, a file ``tformer COMMAND`` has just written into ``directory`` beside files that may be the
+    user's (a benchmark's report), to its :data:`WRITTEN` record, which is made if missing."""
+    directory = Path(directory)
+    files = _written_files(directory) or []
+    if name not in files:
+        record = {"written_by": f"tformer {command}", "files": sorted([*files, name])}
+        (directory / WRITTEN).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def written(directory: str | os.PathLike) -> list[str]:
+    """The files tformer recorded as its own in ``directory`` (:func:`mark_written`, :func:`record_written`): those
+    it may replace there; none where there is no readable record."""
+    return _written_files(Path(directory)) or []
+
+
+def _written_files(directory: Path) -> list[str] | None:
     """The files :func:`mark_written` recorded in ``directory``; None where there is no readable record."""
     record = directory / WRITTEN
     if record.is_symlink() or not record.is_file():
