@@ -6,6 +6,7 @@ a c10d rendezvous on this host), and resumed exactly from a run cut in the middl
 
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -102,9 +103,18 @@ def _write_data(tmp_path) -> dict[str, list[str]]:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range (32768 up on Linux): one the kernel hands out (port 0) could be taken by
+    another test's outgoing connection between this check and the rendezvous binding it."""
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32000")
 
 
 def _env() -> dict:

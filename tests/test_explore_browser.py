@@ -96,6 +96,7 @@ def serve(model_dir: Path | None, compare: Path | None = None):
     deadline = time.monotonic() + WAIT
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert server.started, f"the explorer's server did not start within {WAIT} s"
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
