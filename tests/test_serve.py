@@ -556,20 +556,7 @@ def test_a_client_that_disconnects_stops_its_generation_and_the_queue_moves_on(l
         while fake_work["ran"][-1] != "wait" and time.monotonic() < deadline:
             time.sleep(0.01)
         assert fake_work["ran"][-1] == "wait"
-        host, port = server.url.split("/")[2].split(":")
-        body = json.dumps({"model": "llama", "prompt": "5"}).encode()
-        with socket.create_connection((host, int(port)), timeout=10) as raw:  # a client that asks, then gives up
-            head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            raw.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            deadline = time.monotonic() + 10
-            while server.worker.waiting < 1 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert server.worker.waiting == 1
-            queued = server.worker.jobs.queue[0]  # "5", waiting behind "wait"
-        deadline = time.monotonic() + 10  # the connection closed: the waiting request is cancelled
-        while not queued.cancelled.is_set() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert queued.cancelled.is_set()
+        _ask_and_give_up(server, "5")  # waiting behind "wait"
         fake_work["release"].set()
         waiting.join(30)
         assert server.client().completions.create(model="llama", prompt="2").choices[0].text == "xx"
@@ -605,6 +592,58 @@ def test_a_server_that_stops_ends_every_request_at_once_with_a_503_not_cut_off(l
     assert last["error"]["code"] == "server_shutting_down" and set(last["error"]) == ERROR_KEYS
     assert plain[0].status_code == 503 and plain[0].json()["error"]["code"] == "server_shutting_down"
     assert fake_work["ran"] == ["4000"]  # the waiting one never ran
+
+
+def _ask_and_give_up(server, prompt: str) -> None:
+    """A client that asks for ``prompt`` on a raw socket, waits until its request is queued, then goes; returns once
+    the server has cancelled the request."""
+    host, port = server.url.split("/")[2].split(":")
+    body = json.dumps({"model": "llama", "prompt": prompt}).encode()
+    before = server.worker.waiting
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        raw.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        deadline = time.monotonic() + 10
+        while server.worker.waiting == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.worker.waiting == before + 1
+        queued = server.worker.jobs.queue[-1]
+    deadline = time.monotonic() + 10  # the connection closed: the waiting request is cancelled
+    while not queued.cancelled.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queued.cancelled.is_set()
+
+
+def test_a_client_that_gave_up_leaves_its_place_in_a_full_queue(llama, fake_work):
+    """--max-queue counts requests whose clients still wait: one that gave up (a client's timeout, then its retry)
+    does not make the next a 503, and is answered at once, not when the worker reaches it."""
+    with running(llama, max_queue=1) as server:
+        running_one = threading.Thread(
+            target=lambda: server.client().completions.create(model="llama", prompt="wait"), daemon=True
+        )
+        running_one.start()
+        deadline = time.monotonic() + 10
+        while "wait" not in fake_work["ran"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        _ask_and_give_up(server, "5")
+        answers: list = []
+        asked = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(f"{server.url}/completions", json={"model": "llama", "prompt": "2"}, timeout=30)
+            ),
+            daemon=True,
+        )
+        asked.start()
+        deadline = time.monotonic() + 10
+        while not any("client gone" in line for line in server.log) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gone_while_busy = "wait" == fake_work["ran"][-1] and not fake_work["release"].is_set()
+        fake_work["release"].set()
+        asked.join(30)
+        running_one.join(30)
+    assert answers[0].status_code == 200 and answers[0].json()["choices"][0]["text"] == "xx"
+    assert gone_while_busy  # "5" was answered (499) while "wait" still ran
+    assert fake_work["ran"] == ["wait", "2"]
 
 
 def test_a_full_queue_is_503(llama, fake_work):

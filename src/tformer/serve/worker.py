@@ -94,9 +94,16 @@ class Worker:
         self.thread.start()
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; ``queue.Full`` when ``max_queue`` jobs are already waiting."""
+        """Queue ``job``; ``queue.Full`` when ``max_queue`` jobs are already waiting. Jobs whose clients have gone
+        leave the queue first (each answered "cancelled" now): they hold no place a live request could have."""
         if self._closed:
             raise queue.Full
+        with self.jobs.mutex:
+            gone = [waiting for waiting in self.jobs.queue if waiting is not None and waiting.cancelled.is_set()]
+            for waiting in gone:
+                self.jobs.queue.remove(waiting)
+        for waiting in gone:
+            waiting.send("cancelled")
         self.jobs.put_nowait(job)
 
     @property
