@@ -151,3 +151,31 @@ def test_a_nul_the_model_said_is_kept_in_the_conversation_not_refused(dirs):
     assert answer.text is not None
     with pytest.raises(ValueError, match=r"messages\[0\]\['content'\]: holds a NUL"):
         lm.reply(model, tok, [{"role": "user", "content": "H\x00i"}], 3, SamplingConfig(False))
+
+
+def test_a_line_that_is_not_text_is_refused_and_the_chat_goes_on(dirs, monkeypatch, capsys):
+    """Bad UTF-8 on one line: that line is refused naming it, the next is answered (the session does not end)."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"bad \xff byte\nHi\n"), encoding="utf-8"))
+    capsys.readouterr()
+    code = main(["chat", "--model", str(dirs["llama"]), *GREEDY])
+    out, err = capsys.readouterr()
+    assert code == 2 and "<stdin>:1: not valid UTF-8" in err
+    assert out == _replies(dirs["llama"], [["Hi"]])
+
+
+def test_ctrl_c_during_a_reply_stops_it_and_the_chat_goes_on_without_that_turn(dirs, monkeypatch, capsys):
+    expected = _replies(dirs["llama"], [["Hi"]])  # "Hi" begins the conversation anew
+    real, calls = lm.reply, []
+
+    def interrupted_once(*args, **kwargs):
+        calls.append(args[2][-1]["content"])
+        if len(calls) == 1:
+            kwargs["on_text"]("half a rep")
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm, "reply", interrupted_once)
+    code, out, err = _chat(monkeypatch, capsys, dirs["llama"], "Tell me a long story\nHi\n", *GREEDY)
+    assert code == 0 and "the reply was stopped (Ctrl-C)" in err
+    assert out == "half a rep\n" + expected
+    assert calls == ["Tell me a long story", "Hi"]

@@ -9,8 +9,9 @@ Each line read from stdin is a user message; the model's reply, laid out by its 
 commands. Another line of one ``/word`` is refused as an unknown command, not sent to the model (a message that is
 such a word begins with ``//``: ``//usr`` sends ``/usr``). A conversation longer
 than the model's context drops its oldest turns, with one line on stderr saying so. A message the model cannot take
-(longer than the context leaves it) is refused on stderr, the conversation going on without it; the exit status is
-then 2. ``--model`` is any GPT ``tformer.load`` reads whose tokenizer has a chat template (a Hugging Face chat
+(longer than the context leaves it, or a line that is not UTF-8 text) is refused on stderr, the conversation going on
+without it; the exit status is then 2. Ctrl-C during a reply stops that reply, which is not kept, nor is its message;
+Ctrl-C at the prompt ends, as Ctrl-D does. ``--model`` is any GPT ``tformer.load`` reads whose tokenizer has a chat template (a Hugging Face chat
 model's directory); one without is refused in one line.
 """
 
@@ -32,7 +33,15 @@ COMMAND = re.compile(r"/[A-Za-z]\w*")  # a line that is one /word alone: a comma
 
 
 def add_parser(sub) -> None:
-    g = sub.add_parser("chat", help="talk with a chat model: stdin lines in, streamed replies out")
+    g = sub.add_parser(
+        "chat",
+        help="talk with a chat model: stdin lines in, streamed replies out",
+        description="Each line of stdin is a message; the reply streams to stdout and the conversation goes on. "
+        f"Commands: {'; '.join(f'{c} to {what}' for c, what in COMMANDS.items())}; a message that is one /word begins "
+        "with // (//usr sends /usr). A conversation longer than the context drops its oldest turns, saying so on "
+        "stderr; a message too long is refused and the chat goes on (exit status 2 at the end). Ctrl-C stops a "
+        "reply (neither it nor its message is kept); Ctrl-D ends.",
+    )
     add(
         g,
         "--model",
@@ -86,6 +95,10 @@ def run(args) -> int:
         print(f"tformer chat: a context of {context} tokens; {hints}", file=sys.stderr)
     failed, turn = False, 0
     for line in _lines(interactive):
+        if isinstance(line, ValueError):  # a line that is no text: said, and the conversation goes on without it
+            print(f"tformer chat: error: {line}", file=sys.stderr)
+            failed = True
+            continue
         command = line.strip()
         if command == "/exit":
             break
@@ -116,6 +129,13 @@ def run(args) -> int:
             print(f"tformer chat: error: {err}", file=sys.stderr)
             failed = True
             continue
+        except KeyboardInterrupt:  # Ctrl-C stops a reply, not the session (as ollama's and llama.cpp's chats)
+            _show("\n")
+            print(
+                "tformer chat: the reply was stopped (Ctrl-C): neither it nor its message is kept; Ctrl-D or /exit ends",
+                file=sys.stderr,
+            )
+            continue
         _show("\n")
         turn += 1
         if answer.dropped:
@@ -133,9 +153,10 @@ def _show(text: str) -> None:
     sys.stdout.flush()
 
 
-def _lines(interactive: bool) -> Iterator[str]:
+def _lines(interactive: bool) -> Iterator[str | ValueError]:
     """The lines of stdin as they come (not read to the end first: a person types them), strict UTF-8, without the
-    line end; on a terminal after a ``> `` prompt on stderr."""
+    line end; on a terminal after a ``> `` prompt on stderr. A line that is not text (bad UTF-8, a NUL) comes as
+    the ValueError that says why, and the lines after it still come."""
     from tformer.text import check_text
 
     if sys.stdin is None:  # started with stdin closed
@@ -152,4 +173,9 @@ def _lines(interactive: bool) -> Iterator[str]:
         text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
         if n == 1:
             text = text.removeprefix("\ufeff")  # a Windows editor's byte-order mark is no text
-        yield check_text(text.removesuffix("\n").removesuffix("\r"), f"<stdin>:{n}")
+        line: str | ValueError
+        try:
+            line = check_text(text.removesuffix("\n").removesuffix("\r"), f"<stdin>:{n}")
+        except ValueError as err:
+            line = err
+        yield line
