@@ -458,6 +458,7 @@ def test_unknown_routes_methods_hosts_and_origins(llama_server):
     ):
         assert r.status_code == status and set(r.json()["error"]) == ERROR_KEYS
         assert "access-control-allow-origin" not in r.headers
+    assert httpx.get(f"{url}/models", headers={"Host": "LOCALHOST."}, timeout=30).status_code == 200  # as DNS reads it
 
 
 def test_a_body_too_large_is_413(llama_server):
@@ -697,9 +698,14 @@ def test_help_says_one_worker_and_a_fifo_queue(capsys):
 
 def test_a_non_local_host_without_a_key_warns(dirs, monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr("tformer.serve.serve", lambda *args: calls.append(args))
+
+    def serve(*args, sock):
+        calls.append(args)
+        sock.close()
+
+    monkeypatch.setattr("tformer.serve.serve", serve)
     monkeypatch.delenv("TFORMER_API_KEY", raising=False)
-    model = ["serve", "--model", str(dirs["gpt2"]), "--precision", "fp32"]
+    model = ["serve", "--model", str(dirs["gpt2"]), "--precision", "fp32", "--port", "0"]
     assert main([*model, "--host", "0.0.0.0"]) == 0
     assert "warning: --host 0.0.0.0 without an API key" in capsys.readouterr().err
     assert main([*model, "--host", "0.0.0.0", "--api-key", "k"]) == 0
@@ -756,6 +762,29 @@ def test_an_address_that_cannot_be_listened_on_says_which_flag_to_change():
         taken.close()
     with pytest.raises(OSError, match=r"give --host an address of this machine"):
         listen("nonsense.invalid", 0)
+    with pytest.raises(ValueError, match=r"--host '' is empty"):  # not every interface, unsaid
+        listen("", 0)
+
+
+def test_a_taken_port_is_said_before_the_model_loads_and_a_key_a_header_cannot_carry_is_refused(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.delenv("TFORMER_API_KEY", raising=False)
+    taken = listen("127.0.0.1", 0)
+    (tmp_path / "empty").mkdir()
+    missing = ["serve", "--model", str(tmp_path / "empty")]  # no model: loading it would fail, the port is said first
+    try:
+        assert main([*missing, "--port", str(taken.getsockname()[1])]) == 1  # an OSError
+        assert "choose another --port" in capsys.readouterr().err
+    finally:
+        taken.close()
+    assert main([*missing, "--host", ""]) == 2
+    assert "--host '' is empty" in capsys.readouterr().err
+    assert main([*missing, "--api-key", "clé"]) == 2
+    assert "--api-key has 1 character(s) an Authorization header cannot carry ('é')" in capsys.readouterr().err
+    monkeypatch.setenv("TFORMER_API_KEY", "two words")
+    assert main([*missing, "--port", "0"]) == 2
+    assert "$TFORMER_API_KEY has 1 character(s)" in capsys.readouterr().err
 
 
 def test_an_empty_model_name_is_refused_not_replaced(tmp_path, capsys):

@@ -10,7 +10,10 @@ __all__ = ["listen"]
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (0: any free port) and listening; else an OSError saying what to do."""
+    """A socket bound to ``host:port`` (0: any free port) and listening; else an OSError saying what to do. An empty
+    ``host`` (which would bind every interface unsaid) is a ValueError."""
+    if not host.strip():
+        raise ValueError(f"--host {host!r} is empty: give an address (127.0.0.1: this machine only; 0.0.0.0: all)")
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -65,13 +65,24 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from tformer.serve import Served, serve
+    from tformer.serve import Served, listen, serve
     from tformer.serve.app import LOOPBACK
 
     api_key = args.api_key if args.api_key is not None else os.environ.get(KEY_ENV) or None
+    given = "--api-key" if args.api_key is not None else f"${KEY_ENV}"
     if api_key is not None and not api_key.strip():
-        raise ValueError("--api-key is empty: give a key, or leave the flag out to serve without one")
-    served = Served.open(args.model, args.name, args.device, args.precision, args.fast, args.max_new_tokens)
+        raise ValueError(f"{given} is empty: give a key, or leave the flag out to serve without one")
+    if api_key is not None and (odd := [c for c in api_key if not "!" <= c <= "~"]):  # an HTTP header's characters
+        raise ValueError(
+            f"{given} has {len(odd)} character(s) an Authorization header cannot carry ({' '.join(map(repr, odd[:5]))}): "
+            "a key is printable ASCII without spaces"
+        )
+    sock = listen(args.host, args.port)  # before the model loads: a taken port is said at once
+    try:
+        served = Served.open(args.model, args.name, args.device, args.precision, args.fast, args.max_new_tokens)
+    except BaseException:
+        sock.close()
+        raise
     if args.host not in LOOPBACK and api_key is None:
         print(
             f"tformer serve: warning: --host {args.host} without an API key serves the model to other machines: anyone "
@@ -88,6 +99,6 @@ def run(args) -> int:
         key = ", API key required" if api_key else ""
         print(f"tformer serve: {served.name} ({served.describe}) at {url}: {routes}{key} (Ctrl-C stops)", flush=True)
 
-    serve(served, args.host, args.port, api_key, args.max_queue, ready)
+    serve(served, args.host, args.port, api_key, args.max_queue, ready, sock=sock)
     print("tformer serve: stopped", flush=True)
     return 0

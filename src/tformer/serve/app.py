@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import queue
+import socket
 import sys
 import time
 import traceback
@@ -325,7 +326,7 @@ class _Guard:
 
     def refusal(self, headers: dict[str, str]) -> APIError | None:
         host, origin = headers.get("host", ""), headers.get("origin")
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        name = (host.rsplit(":", 1)[0] if not host.endswith("]") else host).lower().removesuffix(".")  # as DNS reads it
         if self.loopback and name not in ("127.0.0.1", "localhost", "[::1]"):
             return APIError(f"Host {host!r} is not this server's (it serves on a loopback address)", 400)
         if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
@@ -405,9 +406,12 @@ def serve(
     max_queue: int = 64,
     on_ready: Callable[[str], None] | None = None,
     log: Callable[[str], None] = _say,
+    sock: socket.socket | None = None,
 ) -> None:
-    """Serve ``served`` on ``host:port`` until Ctrl-C; ``on_ready(base_url)`` once the socket listens."""
-    sock = listen(host, port)
+    """Serve ``served`` on ``host:port`` until Ctrl-C; ``on_ready(base_url)`` once the socket listens. ``sock``: one
+    :func:`listen` made for ``host:port`` already (``tformer serve`` makes it before the model loads: a taken port is
+    said at once, not after a minute of loading)."""
+    sock = listen(host, port) if sock is None else sock
     port = sock.getsockname()[1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
     worker = Worker(max_queue)
