@@ -38,7 +38,7 @@ from tformer.generation import SamplingConfig  # noqa: E402
 from tformer.lm.chat import reply  # noqa: E402
 from tformer.serve import Cancelled, Outcome, Served, Worker, create_app, listen, server_for  # noqa: E402
 from tformer.serve import model as work  # noqa: E402
-from tformer.serve.protocol import MAX_BODY  # noqa: E402
+from tformer.serve.protocol import MAX_BEAM, MAX_BODY, MAX_STOP, MAX_TEXTS  # noqa: E402
 from tformer.tokenizers import train_tokenizer  # noqa: E402
 from tformer.translation import Translator  # noqa: E402
 from tformer.translation.toy_corpus import builtin_pairs  # noqa: E402
@@ -694,6 +694,10 @@ def test_help_says_one_worker_and_a_fifo_queue(capsys):
         main(["serve", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "one worker thread" in out and "in the order they came" in out and "--max-queue" in out
+    limits = (
+        f"a request body of {MAX_BODY >> 20} MiB, {MAX_STOP} stop strings, {MAX_TEXTS} texts and a beam of {MAX_BEAM}"
+    )
+    assert limits in out  # the numbers the server holds to
 
 
 def test_a_non_local_host_without_a_key_warns(dirs, monkeypatch, capsys):

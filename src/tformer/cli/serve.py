@@ -21,7 +21,11 @@ from tformer.cli.validate import int_in
 DESCRIPTION = (
     "Serve one model with OpenAI's HTTP API: GET /v1/models; a GPT: POST /v1/completions and, if its tokenizer has a "
     "chat template, /v1/chat/completions (streaming as server-sent events); a translator: POST /v1/translate. One "
-    "model, one worker thread: requests are answered one at a time, in the order they came (a FIFO queue)."
+    "model, one worker thread: requests are answered one at a time, in the order they came (a FIFO queue). Limits: "
+    "a request body of 1 MiB, 4 stop strings, 128 texts and a beam of 16 per translate request; "
+    "max_tokens at most --max-new-tokens and the room the context leaves (a longer "
+    'request is capped, finish_reason "length"). A client that goes away cancels its request, waiting or generating '
+    "(a translation, once begun, runs to its end)."
 )
 KEY_ENV = "TFORMER_API_KEY"
 
