@@ -796,3 +796,21 @@ def test_an_empty_model_name_is_refused_not_replaced(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["serve", "--model", str(tmp_path), "--name", ""])
     assert exit_.value.code == 2 and "argument --name: must be a non-empty string, got ''" in capsys.readouterr().err
+
+
+def test_characters_a_character_model_lacks_are_said_in_the_log_not_read_as_unk_in_silence(tmp_path):
+    """As tformer generate says it on stderr: a prompt a character model cannot spell is answered, and its log line
+    names the characters read as <unk>."""
+    from tformer import GPT, GPTConfig
+
+    tok = train_tokenizer("char", ["First Citizen: speak, speak."])
+    GPT(GPTConfig.preset("tiny", vocab_size=tok.vocab_size)).save_pretrained(tmp_path / "char")
+    tok.save(tmp_path / "char")
+    with running(Served.open(tmp_path / "char", precision="fp32")) as server:
+        client = server.client()
+        client.completions.create(model="char", prompt="First €€ ¥", max_tokens=2)
+        client.completions.create(model="char", prompt="First", max_tokens=2)
+    unknown = [line for line in server.log if "lacks" in line]
+    assert unknown == [next(line for line in server.log if line.startswith("POST /v1/completions 200"))] and unknown[
+        0
+    ].endswith("the prompt has 2 character(s) the vocabulary lacks (€ ¥): each read as <unk>")

@@ -99,7 +99,7 @@ def run(args) -> int:
         print(f"note: --greedy takes the most likely token: {', '.join(unused)} not used", file=sys.stderr)
     out = sys.stdout
     _say_cache(model, tokenizer, args)
-    if unknown := _unknown_characters(tokenizer, args.prompt):  # a character model reads them as <unk>
+    if unknown := unknown_characters(tokenizer, args.prompt):  # a character model reads them as <unk>
         print(f"note: --prompt has {len(unknown)} character(s) the model's vocabulary lacks "
               f"({' '.join(unknown[:10])}): it reads each as <unk>", file=sys.stderr)  # fmt: skip
 
@@ -127,11 +127,12 @@ def run(args) -> int:
     return 0
 
 
-def _unknown_characters(tokenizer, text: str) -> list[str]:
-    """The characters of ``text`` a character tokenizer has no id for (each read as ``<unk>``); none for others."""
-    if tokenizer.kind != "char" or not text:
-        return []
-    return [c for c in dict.fromkeys(text) if tokenizer.encode(c) == [tokenizer.unk_id]]
+def unknown_characters(tokenizer, text: str) -> list[str]:
+    """The characters of ``text`` a character tokenizer has no id for (each read as ``<unk>``); none for others
+    (a subword or byte vocabulary reads any text)."""
+    from tformer.tokenizers import CharTokenizer
+
+    return tokenizer.lacks(text) if isinstance(tokenizer, CharTokenizer) else []
 
 
 def _say_cache(model, tokenizer, args) -> None:

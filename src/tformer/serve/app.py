@@ -55,6 +55,7 @@ from tformer.serve.protocol import (
     translate_request,
 )
 from tformer.serve.worker import Job, Worker
+from tformer.tokenizers import CharTokenizer
 
 __all__ = ["create_app", "listen", "server_for", "serve", "LOOPBACK"]
 
@@ -259,6 +260,8 @@ def create_app(
         else:
             parsed = completion_request(body, served.name)
             run = partial(work.complete, served, parsed)
+            if isinstance(served.tokenizer, CharTokenizer):  # as tformer generate, the log says what it reads as <unk>
+                _note(request.scope, unknown=served.tokenizer.lacks(parsed.prompt))
         job, options = Job(run, asyncio.get_running_loop()), parsed.options
         return await queued(request, job, options.stream, Answer(served.name, chat, options.include_usage))
 
@@ -380,6 +383,9 @@ class _Logged:
                 line += f" {tokens} tokens {tokens / max(seconds, 1e-9):.1f} tokens/s"
             if state.get("gone"):
                 line += " client gone: its generation stopped"
+            if unknown := state.get("unknown"):
+                line += (f"; note: the prompt has {len(unknown)} character(s) the vocabulary lacks "
+                         f"({' '.join(unknown[:10])}): each read as <unk>")  # fmt: skip
             self.log(line)
 
 

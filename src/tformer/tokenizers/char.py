@@ -66,6 +66,10 @@ class CharTokenizer(Tokenizer):
             out.append(np.where(known, self._point_ids[np.minimum(at, len(self._points))], LM_UNK))
         return out
 
+    def lacks(self, text: str) -> list[str]:
+        """The characters of ``text`` the vocabulary has no id for (each read as ``<unk>``), once each, in order."""
+        return [c for c in dict.fromkeys(text) if self.encode_arrays([c])[0][0] == LM_UNK]
+
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         drop = set(self.special_ids) if skip_special_tokens else {LM_PAD}  # <pad> stands for no text
         bad = next((i for i in ids if not 0 <= i < len(self.itos)), None)
