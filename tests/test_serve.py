@@ -730,7 +730,8 @@ def test_a_bert_is_refused_in_one_line(bert, tmp_path, capsys):
     assert err.startswith("tformer serve: error: --model") and "holds a BERT" in err and "\n" not in err
 
 
-def test_tformer_serve_serves_until_ctrl_c(dirs):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])  # Ctrl-C; a service manager's stop
+def test_tformer_serve_serves_until_ctrl_c_or_sigterm(dirs, stop):
     proc = subprocess.Popen(
         [sys.executable, "-m", "tformer", "serve", "--model", str(dirs["gpt2"]), "--port", "0", "--precision", "fp32"],
         stdout=subprocess.PIPE,
@@ -746,7 +747,7 @@ def test_tformer_serve_serves_until_ctrl_c(dirs):
         assert [m.id for m in client.models.list().data] == ["gpt2"]
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=url, api_key="not-k", max_retries=0, timeout=60).models.list()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         out, errors = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:

@@ -6,7 +6,7 @@
 
 Then any OpenAI client: ``openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="-")``. One model, one worker
 thread: requests are answered one at a time in the order they came (a FIFO queue of at most --max-queue waiting).
-It serves on 127.0.0.1 (a non-loopback --host without an API key prints a warning) and stops on Ctrl-C.
+It serves on 127.0.0.1 (a non-loopback --host without an API key prints a warning) and stops on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations

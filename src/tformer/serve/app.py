@@ -26,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import queue
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, MutableMapping
@@ -404,6 +406,15 @@ def server_for(app: Any, worker: Worker) -> Any:
     return Server(config)
 
 
+class _Terminated(Exception):
+    """SIGTERM, as uvicorn raises it again once it has shut down (else the default action ends the process at once,
+    exit 143, before the worker is closed and the stop is said)."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
 def serve(
     served: Served,
     host: str = "127.0.0.1",
@@ -414,7 +425,8 @@ def serve(
     log: Callable[[str], None] = _say,
     sock: socket.socket | None = None,
 ) -> None:
-    """Serve ``served`` on ``host:port`` until Ctrl-C; ``on_ready(base_url)`` once the socket listens. ``sock``: one
+    """Serve ``served`` on ``host:port`` until Ctrl-C or SIGTERM (either a clean stop: this returns); ``on_ready(base_url)``
+    once the socket listens. ``sock``: one
     :func:`listen` made for ``host:port`` already (``tformer serve`` makes it before the model loads: a taken port is
     said at once, not after a minute of loading)."""
     sock = listen(host, port) if sock is None else sock
@@ -425,10 +437,14 @@ def serve(
     server = server_for(app, worker)
     if on_ready is not None:
         on_ready(f"http://{shown}:{port}/v1")
+    main = threading.current_thread() is threading.main_thread()  # where signal handlers can be set
+    before = signal.signal(signal.SIGTERM, _terminated) if main else None
     try:
         server.run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn shuts down on the first Ctrl-C, then raises it again: that is the stop
+    except (KeyboardInterrupt, _Terminated):  # uvicorn shuts down on the signal, then raises it again: the stop
         pass
     finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
         worker.close()
         sock.close()
