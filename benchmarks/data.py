@@ -32,6 +32,7 @@ run's start-up ≤ 5 s. Writes ``OUT/data.json`` and ``OUT/data.md`` with the ma
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import SHARED_DATA, base_parser, write_text
+from tformer.outputs import WRITTEN
 
 MB = 10**6
 
@@ -157,6 +159,29 @@ def _median_step(seconds: list[float]) -> float:
     return statistics.median(seconds[3:] if len(seconds) > 5 else seconds)
 
 
+WORK = "tformer benchmarks.data --work"  # a --work directory's record: this benchmark may write and delete there
+
+
+def _work_dir(text: str) -> str:
+    """--work: new, empty, or one this benchmark used before (its record says so); never a user's folder, whose
+    ``corpus-1mb.txt`` or ``pc-2000`` it would replace or delete."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, expected a directory")
+    entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+    try:
+        ours = json.loads((path / WRITTEN).read_text(encoding="utf-8")).get("written_by") == WORK
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if entries and not ours:
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} holds {shown}: this benchmark writes and deletes corpora, caches and runs in --work; name a new "
+            "or empty directory"
+        )
+    return text
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = base_parser(__doc__, "benchmarks/results", "data.json", "data.md")
     p.add_argument(
@@ -174,7 +199,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--pairs", default="", help="translation: millions of pairs, comma-separated (e.g. 1,5)")
     p.add_argument("--pairs-preset", default="small", help="the translator's preset")
     p.add_argument("--batch-tokens", type=int, default=2048)
-    p.add_argument("--work", default=None, help="where the corpora and caches go (default: a temporary folder)")
+    p.add_argument(
+        "--work",
+        default=None,
+        type=_work_dir,
+        help="where the corpora, caches and runs go, written and deleted there: a new or empty directory, or one an "
+        "earlier run of this benchmark used (default: a temporary folder)",
+    )
     args = p.parse_args(argv)
     sizes = [int(s) for s in (args.sizes or ("1,2" if args.quick else "10,100,1000")).split(",") if s]
     pair_counts = [2000] if args.quick else [int(float(m) * 1e6) for m in args.pairs.split(",") if m]
@@ -186,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
     cores = os.cpu_count() or 1
     work = Path(args.work or tempfile.mkdtemp(prefix="tformer-bench-data-"))
     work.mkdir(parents=True, exist_ok=True)
+    (work / WRITTEN).write_text(json.dumps({"written_by": WORK, "files": []}) + "\n", encoding="utf-8")
     common = {
         "preset": args.preset,
         "max_len": args.max_len,

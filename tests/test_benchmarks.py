@@ -494,3 +494,24 @@ def test_fsdp_memory_measures_every_process(tmp_path):
             assert r["ratio_to_ddp"]["training_peak_mb"] > 0
     assert all(r["ratio_to_ddp"]["training_peak_mb"] == 1.0 for r in results["DDP, 2 processes"])
     assert "| --fsdp, 2 processes | 1 |" in (tmp_path / "fsdp_memory.md").read_text()
+
+
+def test_data_s_work_directory_is_never_a_users_folder(tmp_path, capfd):
+    """--work gets corpora written and caches deleted by name: a folder holding anything else is refused before any
+    work, its files kept; a new or empty one, or one the benchmark used before, is taken."""
+    from benchmarks.__main__ import main as bench_main
+    from benchmarks.data import _work_dir
+
+    mine = tmp_path / "mine"
+    (mine / "pc-2000").mkdir(parents=True)  # a name the benchmark deletes
+    (mine / "pc-2000" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit) as stop:
+        bench_main(["data", "--quick", "--work", str(mine), "--out", str(tmp_path / "out")])
+    err = capfd.readouterr().err
+    assert stop.value.code == 2 and "holds pc-2000: this benchmark writes and deletes" in err and "Traceback" not in err
+    assert (mine / "pc-2000" / "notes.txt").read_text() == "mine"
+    assert _work_dir(str(tmp_path / "new")) == str(tmp_path / "new")
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / ".tformer-output.json").write_text('{"written_by": "tformer benchmarks.data --work"}')
+    (tmp_path / "used" / "corpus-1mb.txt").write_text("an earlier run's")
+    assert _work_dir(str(tmp_path / "used")) == str(tmp_path / "used")
