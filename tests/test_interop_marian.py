@@ -44,8 +44,9 @@ def _config(**overrides):
     return transformers.MarianConfig(**{**kwargs, **overrides})
 
 
-def _random_marian(config, seed=0, eos_bias=0.0):
-    """Random weights large enough that outputs depend on the source (HF's init gives near-constant outputs).
+def _random_marian(config, seed=0, eos_bias=0.0, logits_bias=0.0):
+    """Random weights large enough that outputs depend on the source (HF's init gives near-constant outputs);
+    ``logits_bias``: the spread of a random ``final_logits_bias`` (OPUS-MT's trained output bias; HF's init: zeros).
 
     ``eos_bias`` points the EOS row of the output layer along the last LayerNorm's shift, so EOS gets about
     that much extra logit and hypotheses end at varied lengths (needs an untied ``lm_head``).
@@ -60,6 +61,7 @@ def _random_marian(config, seed=0, eos_bias=0.0):
                 p.normal_(0, 0.3 if "embed" in name or "shared" in name or "lm_head" in name else 0.2)
             else:
                 p.add_(torch.randn_like(p) * 0.1)
+        model.final_logits_bias.normal_(0, 1).mul_(logits_bias)
         if eos_bias:
             shift = model.model.decoder.layers[-1].final_layer_norm.bias
             model.lm_head.weight[EOS] = eos_bias * shift / shift.norm() ** 2
@@ -92,7 +94,7 @@ def _hf_ids(rows: torch.Tensor) -> list[list[int]]:
     ],
 )
 def test_marian_logits_match(overrides):
-    hf = _random_marian(_config(**overrides))
+    hf = _random_marian(_config(**overrides), logits_bias=2.0)
     ours = from_hf(hf)
     assert isinstance(ours, Seq2SeqTransformer) and not ours.training
     src = _sources(1)
@@ -120,7 +122,7 @@ def test_marian_positions_are_copied_halves_not_interleaved():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_marian_greedy_matches_generate(seed):
-    hf = _random_marian(_config(tie_word_embeddings=False), seed=seed, eos_bias=3.0)
+    hf = _random_marian(_config(tie_word_embeddings=False), seed=seed, eos_bias=3.0, logits_bias=0.5)
     ours = from_hf(hf)
     src = _sources(seed + 10)
     expected = hf.generate(
@@ -167,12 +169,30 @@ def test_marian_beam_test_is_not_vacuous():
     assert len(lengths) >= 2 and min(lengths) < 16
 
 
-def test_marian_nonzero_final_logits_bias_refused():
-    hf = _random_marian(_config())
+def test_marian_final_logits_bias_is_the_output_bias_frozen_and_exported_back(tmp_path):
+    """OPUS-MT's output bias (Marian's decoder_ff_logit_out_b, nonzero in every trained checkpoint): read into
+    ``output.bias`` and written back by an export."""
+    from tformer.hf import export
+
+    hf = _random_marian(_config(), logits_bias=2.0)
+    ours = from_hf(hf)
+    assert ours.config.output_bias
+    torch.testing.assert_close(ours.output.bias, hf.final_logits_bias[0])
+    export(ours, tmp_path / "hf")
+    back = transformers.MarianMTModel.from_pretrained(tmp_path / "hf").eval()
+    torch.testing.assert_close(back.final_logits_bias, hf.final_logits_bias)
+    src, tgt = _sources(3), torch.full((6, 1), PAD)
     with torch.no_grad():
-        hf.final_logits_bias[0, 3] = 1.0
-    with pytest.raises(ValueError, match="final_logits_bias"):
-        from_hf(hf)
+        expected = hf(input_ids=src, attention_mask=(src != PAD).long(), decoder_input_ids=tgt).logits
+        torch.testing.assert_close(
+            back(input_ids=src, attention_mask=(src != PAD).long(), decoder_input_ids=tgt).logits,
+            expected,
+            atol=ATOL,
+            rtol=0,
+        )
+    state = hf.state_dict()
+    del state["final_logits_bias"]  # a file without one: transformers' zeros
+    assert not from_hf(hf.config.to_dict(), state).output.bias.any()
 
 
 def test_marian_unknown_activation_refused():

@@ -15,8 +15,10 @@ Marian is the paper's encoder–decoder with a few fixed choices; they map onto 
   it is Marian's (a model read from Marian): Marian recomputes its table and never stores it;
 * one embedding table shared by encoder, decoder and ``lm_head`` (``share_encoder_decoder_embeddings``,
   ``tie_word_embeddings``); untied variants map to ``share_embeddings=False`` / ``tie_embeddings=False``;
-* ``final_logits_bias`` is added to the logits by Marian; ours has no output bias, so a nonzero one is refused
-  (a freshly built model has zeros, and an export writes zeros);
+* ``final_logits_bias``, added to the logits (OPUS-MT's trained output bias, ``decoder_ff_logit_out_b``), is our
+  ``output.bias`` (``output_bias=True``); a checkpoint without one gets zeros, as transformers gives it. Fine-tuning
+  trains it with every other weight (transformers keeps it fixed, a buffer). An export writes ours, or zeros for a
+  model without one;
 * ``q_proj``, ``k_proj``, ``v_proj`` are concatenated into our fused ``qkv_proj`` (rows Q, K, V);
 * activation ``relu``, ``gelu``, ``gelu_new`` and ``swish``/``silu``;
 * dropouts: ``dropout`` and ``attention_dropout`` map to ours; Marian's ``activation_dropout`` (inside the FFN) is
@@ -117,7 +119,7 @@ CONFIG_NAMES = {  # each Seq2SeqConfig field read from config.json -> that field
     "pad_id": "pad_token_id",
 }
 _PREFIX = [(r"^model\.", "")]
-_IGNORED = re.compile(r"^(model\.shared\.weight|final_logits_bias|model\.(en|de)coder\.embed_positions\.weight)$")
+_IGNORED = re.compile(r"^(model\.shared\.weight|model\.(en|de)coder\.embed_positions\.weight)$")
 _RENAMES = [
     (r"^encoder\.embed_tokens\.", "src_embed.token."),
     (r"^decoder\.embed_tokens\.", "tgt_embed.token."),
@@ -130,6 +132,7 @@ _RENAMES = [
     (r"^encoder\.layers\.(\d+)\.final_layer_norm\.", r"encoder.layers.\1.add_norm2.norm."),
     (r"^decoder\.layers\.(\d+)\.final_layer_norm\.", r"decoder.layers.\1.add_norm3.norm."),
     (r"^lm_head\.", "output."),
+    (r"^final_logits_bias$", "output.bias"),  # (1, V) there, (V,) here: reshaped in state_from_hf
 ]
 _WRITE = [  # ours -> Hugging Face's (the inverse of the renames above)
     (r"^src_embed\.token\.", "model.encoder.embed_tokens."),
@@ -184,6 +187,7 @@ def config_from_hf(hf: Mapping) -> Seq2SeqConfig:
         scale_embeddings=bool(hf.get("scale_embedding", False)),
         share_embeddings=share and hf.get("tie_word_embeddings", True),  # HF ties nothing without the latter
         tie_embeddings=hf.get("tie_word_embeddings", True),
+        output_bias=True,  # MarianMTModel's final_logits_bias
         pad_id=hf["pad_token_id"],
     )
 
@@ -291,19 +295,18 @@ def state_from_hf(
     """Marian weights renamed to our :class:`Seq2SeqTransformer` keys; tied copies are left for :func:`load_state`.
 
     ``model.shared`` is read only where the encoder's table is absent (``save_pretrained`` stores a shared table
-    once, under that name); the position tables are Marian's fixed ones, filled in by :func:`load_state`. A nonzero
-    ``final_logits_bias`` is refused (our output projection has no bias). ``config`` is not needed (the names say it
-    all); ``dtype`` casts floating tensors (None: kept).
+    once, under that name); the position tables are Marian's fixed ones, filled in by :func:`load_state`;
+    ``final_logits_bias`` (1, V) becomes ``output.bias`` (V,). ``config`` is not needed (the names say it all);
+    ``dtype`` casts floating tensors (None: kept).
     """
-    bias = hf_state.get("final_logits_bias")
-    if bias is not None and torch.count_nonzero(bias):
-        raise ValueError("from_hf: Marian's final_logits_bias is nonzero and tformer's output layer has no bias")
     state = {
         rename(key, _PREFIX, _RENAMES, "Marian"): tensor for key, tensor in hf_state.items() if not _IGNORED.match(key)
     }
     shared = hf_state.get("model.shared.weight")
     if shared is not None:
         state.setdefault("src_embed.token.weight", shared)
+    if "output.bias" in state:
+        state["output.bias"] = state["output.bias"].reshape(-1)
     if dtype is not None:
         state = {k: t.to(dtype) if t.is_floating_point() else t for k, t in state.items()}
     return fuse_qkv(state, QKV)
@@ -319,7 +322,10 @@ def load_state(model: Seq2SeqTransformer, state: dict[str, torch.Tensor], owned:
     if config.tie_embeddings:
         tgt_table = "src_embed.token.weight" if config.share_embeddings else "tgt_embed.token.weight"
         tied.append(_drop_tied(state, "output.weight", tgt_table))
-    table = marian_table(config.max_len, config.d_model).to(model.src_embed.token.weight.dtype)
+    dtype = model.src_embed.token.weight.dtype
+    table = marian_table(config.max_len, config.d_model).to(dtype)
+    if config.output_bias and "output.bias" not in state:  # transformers' zeros where the file has none
+        state["output.bias"] = torch.zeros(config.tgt_vocab_size, dtype=dtype)
     # one table each: filled in as they are, one shared tensor would be saved once and read back with one missing
     state.update({"src_embed.position.weight": table, "tgt_embed.position.weight": table.clone()})
     expected = model.state_dict()
@@ -349,6 +355,7 @@ def state_to_hf(state: Mapping[str, torch.Tensor], config: Seq2SeqConfig) -> dic
     module docstring); a learned position table that is not Marian's is refused naming ``positional``."""
     state = dict(state)
     tables = [state.pop(k) for k in ("src_embed.position.weight", "tgt_embed.position.weight") if k in state]
+    bias = state.pop("output.bias", None)  # (V,): along the words, no channel to reorder
     if config.positional == "learned":
         expected = marian_table(config.max_len, config.d_model)
         if any(not torch.allclose(t.float().cpu(), expected, atol=1e-6, rtol=0) for t in tables):
@@ -369,7 +376,8 @@ def state_to_hf(state: Mapping[str, torch.Tensor], config: Seq2SeqConfig) -> dic
     }
     if config.share_embeddings and config.tie_embeddings:  # one table, stored as transformers stores it
         out["model.shared.weight"] = out.pop("model.encoder.embed_tokens.weight")
-    out["final_logits_bias"] = torch.zeros(1, config.tgt_vocab_size, dtype=next(iter(state.values())).dtype)
+    zeros = torch.zeros(config.tgt_vocab_size, dtype=next(iter(state.values())).dtype)
+    out["final_logits_bias"] = (zeros if bias is None else bias).reshape(1, -1)
     return contiguous_copy(out)
 
 

@@ -58,6 +58,7 @@ class Seq2SeqConfig(ModelConfig):  # the shared fields' defaults are ModelConfig
     scale_embeddings: bool = True  # multiply token embeddings by √D (paper)
     share_embeddings: bool = False  # one embedding table for source and target (needs a joint vocabulary)
     tie_embeddings: bool = True  # output projection = target embedding matrix (paper); 0.1's tie_output
+    output_bias: bool = False  # a bias added to the logits (Marian's final_logits_bias); the paper has none
     pad_id: int = 0  # the padding token of both sides (masked out, ignored by the loss)
 
     def validate(self) -> None:
@@ -88,7 +89,7 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
             self.tgt_embed.token.weight = self.src_embed.token.weight
         self.encoder = Encoder(c.layer, c.n_encoder_layers, c.final_norm)
         self.decoder = Decoder(c.layer, c.n_decoder_layers, c.final_norm)
-        self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.output_bias)
         if c.tie_embeddings:
             self.output.weight = self.tgt_embed.token.weight
         self.hook_logits = HookPoint()  # (B, T, V) (tformer.nn.hooks)
@@ -99,6 +100,8 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         for name, p in self.named_parameters():
             if p.dim() > 1 and "embed" not in name and not (self.config.tie_embeddings and name == "output.weight"):
                 nn.init.xavier_uniform_(p)
+        if self.output.bias is not None:
+            nn.init.zeros_(self.output.bias)  # every word equally likely before training, as Marian starts it
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``src`` (B, S) ids → memory (B, S, D). ``src_mask`` defaults to the source padding mask."""
