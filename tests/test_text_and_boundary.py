@@ -162,6 +162,23 @@ def test_evaluate_names_the_file_and_line(models, tmp_path, capsys):
     assert _one_line(err).endswith(f"{bad_ref}:2: not valid UTF-8 (byte 0xc3 at column 1)")
 
 
+def test_a_blank_reference_is_no_reference_not_an_empty_one_that_lifts_bleu_to_100(models, tmp_path, capsys):
+    """sacreBLEU scores an empty string as a reference of length 0: the closest to a short hypothesis, the brevity
+    penalty gone. A blank second reference (a sentence with fewer) changes nothing; a file of blank lines only is
+    refused naming it."""
+    from tformer.translation.translator import corpus_bleu
+
+    hyps = ["the cat sat on the", "a dog runs in the"]
+    refs = ["the cat sat on the mat today and then it left the room", "a dog runs in the park now and it is happy"]
+    alone = corpus_bleu(hyps, [refs])
+    assert alone[0] < 30 and corpus_bleu(hyps, [refs, ["", " "]])[:2] == alone[:2]  # sacreBLEU alone: 100.0
+    assert corpus_bleu(hyps, [[refs[0], ""]])[0] > 0  # no other reference: the sentence's is the empty text
+    src = _write(tmp_path / "src.txt", b"the cat\nthe dog\n")
+    ref = _write(tmp_path / "ref.txt", b"\n \n")
+    code, err = _cli(["evaluate", "--model", str(models["translation"]), "--src", src, "--ref", ref], capsys)
+    assert code == 2 and _one_line(err).endswith(f"--ref {ref} holds only blank lines: nothing to score")
+
+
 def test_evaluate_lm_names_the_file(models, tmp_path, capsys):
     data = _write(tmp_path / "other.txt", TEXT.encode() * 3 + "é ".encode() + b"\xff\n")
     code, err = _cli(["evaluate-lm", "--model", str(models["lm"]), "--data", data], capsys)

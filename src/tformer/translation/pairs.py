@@ -136,7 +136,8 @@ def split_pairs(
 
 def group_references(pairs: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
     """Sources (each once, in first-seen order) and their references, as sacreBLEU wants them:
-    ``refs[k][i]`` is the k-th reference of source i (missing ones are empty strings, which sacreBLEU skips)."""
+    ``refs[k][i]`` is the k-th reference of source i (missing ones are empty strings, which
+    :func:`tformer.translation.translator.corpus_bleu` passes to sacreBLEU as None, skipped)."""
     by_src: dict[str, list[str]] = {}
     for src, tgt in pairs:
         by_src.setdefault(src, []).append(tgt)

@@ -447,4 +447,7 @@ def evaluate_files(
     for path, r in zip(refs, references):
         if len(r) != len(sources):
             raise ValueError(f"--ref {path} has {len(r)} lines, --src {src} has {len(sources)}")
+    for flag, path, lines in [("--src", src, sources), *(("--ref", path, r) for path, r in zip(refs, references))]:
+        if not any(line.strip() for line in lines):  # a file of blank lines only is a mistake, not a test set
+            raise ValueError(f"{flag} {path} holds only blank lines: nothing to score")
     return translator.evaluate(sources, references, beam=beam, max_new_tokens=max_new_tokens, **decoding)

@@ -82,13 +82,21 @@ def load_tokenizers(directory: str | Path) -> tuple[BPETokenizer, BPETokenizer]:
 def corpus_bleu(hypotheses: list[str], references: list[list[str]]) -> tuple[float, float, str, str]:
     """sacreBLEU BLEU and chrF on detokenised text: (bleu, chrf, bleu_signature, chrf_signature).
 
-    ``references[k][i]`` is the k-th reference of sentence i ('' where a sentence has fewer).
+    ``references[k][i]`` is the k-th reference of sentence i ('' or blank where a sentence has fewer than another
+    one: passed to sacreBLEU as None, which it skips; an empty string it would score as a reference of length 0, the
+    closest to a short hypothesis, and the brevity penalty would vanish: BLEU up to 100). A sentence whose every
+    reference is blank keeps one empty reference, as sacreBLEU's own command reads a blank line.
     """
     import sacrebleu
 
+    given: list[list[str | None]] = [list(refs) for refs in references]
+    for i in range(len(hypotheses)):
+        if any(refs[i].strip() for refs in references):
+            for refs in given:
+                refs[i] = refs[i] if (refs[i] or "").strip() else None
     bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
-    b = bleu.corpus_score(hypotheses, references)
-    c = chrf.corpus_score(hypotheses, references)
+    b = bleu.corpus_score(hypotheses, given)  # type: ignore[arg-type]  # None: sacreBLEU's "no k-th reference"
+    c = chrf.corpus_score(hypotheses, given)  # type: ignore[arg-type]
     return b.score, c.score, str(bleu.get_signature()), str(chrf.get_signature())
 
 
