@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import functools
 import io
 import pathlib
 import re
@@ -191,3 +192,37 @@ def test_importing_tformer_registers_no_process_wide_hook():
 
     assert not optimizer_hooks._global_optimizer_pre_hooks and not optimizer_hooks._global_optimizer_post_hooks
     assert not module_hooks._global_forward_hooks and not module_hooks._global_forward_pre_hooks
+
+
+@pytest.mark.parametrize("command", ["evaluate", "translate"])
+def test_a_translators_commands_run_the_kernels_no_fast_asks_for(command, tmp_path, monkeypatch, capsys):
+    """--no-fast: the reference kernels, read off the model that translates; without it the fast ones."""
+    from tformer.cli import main
+    from tformer.fast.kernels import kernels
+    from tformer.tokenizers import train_tokenizer
+    from tformer.translation import Translator
+    from tformer.translation.toy_corpus import builtin_pairs
+
+    pairs = builtin_pairs()[::59][:20]
+    tok = train_tokenizer("bpe", [t for p in pairs for t in p], vocab_size=200, min_frequency=1)
+    cfg = Seq2SeqConfig.preset("tiny", src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, max_len=64)
+    Translator(Seq2SeqTransformer(cfg), tok, tok).save(tmp_path / "m")
+    (tmp_path / "src.txt").write_text("A dog runs.\nTwo men.\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("Un chien court.\nDeux hommes.\n", encoding="utf-8")
+    seen, real = [], Translator.translate
+
+    @functools.wraps(real)  # its signature kept: the commands read their settings off it
+    def translate(self, *args, **kwargs):
+        seen.append(kernels(self.model)["products"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate", translate)
+    words = ["--model", str(tmp_path / "m"), "--max-new-tokens", "3"]
+    words += (
+        ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+        if command == "evaluate"
+        else ["A dog."]
+    )
+    assert main([command, *words, "--no-fast"]) == 0
+    assert main([command, *words]) == 0
+    assert seen == [["reference"], ["fast"]]

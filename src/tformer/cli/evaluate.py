@@ -49,8 +49,8 @@ def run(args) -> int:
     if args.out_hyp:  # before the model is loaded and the test set translated
         inputs = [("--src", args.src), *(("--ref", ref) for ref in args.ref), ("--model", args.model)]
         check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
-    translator = Translator.load(args.model, args.device, flag="--model")  # through tformer.load
-    translator.model = for_inference(translator.model, args.precision, "measuring", args.device)
+    translator = Translator.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
+    translator.model = for_inference(translator.model, args.precision, "measuring", args.device, args.fast)
     if args.tune_length_penalty:
         return _tune(args, translator)
     decoding = dict(beam=args.beam, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
