@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from tformer.cli.flags import FLAGS, add, defaults, options
 
 TRANSLATOR = (
-    "a translator: a tformer train translation / demo run or model directory, or a Marian one from tformer export"
+    "a translator: a tformer train translation / demo run or model directory, or a Hugging Face Marian one (OPUS-MT, "
+    "or tformer export's)"
 )
 COMPILE = (
     "decode on a static KV cache with the one-token step compiled once by torch.compile (on a GPU captured as a CUDA "
@@ -43,6 +44,11 @@ def add_decoding(p) -> None:
             "old": ("--max-len",),
         },
         batch_size={"help": "sentences translated together"},
+        beam={
+            "help": "beam size (1 = greedy; at most the target vocabulary): transformers' generate(num_beams=K, "
+            "early_stopping=True); of a Hugging Face model's generation_config.json only length_penalty is read "
+            "(not its num_beams, bad_words_ids or forced_eos_token_id)"
+        },
     )
 
 
