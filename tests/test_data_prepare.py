@@ -502,3 +502,28 @@ def test_valid_data_too_short_is_refused_unknown_text_said_and_a_change_refused_
     valid.write_text(_text(20, seed=3), encoding="utf-8")
     assert main([*words, "--max-steps", "2", "--valid-data", str(valid), "--resume"]) == 2
     assert "the text of --valid-data (SHA-256)" in capsys.readouterr().err
+
+
+def test_a_folder_prepared_for_one_family_is_refused_by_the_others_naming_both(tmp_path, capsys):
+    """Not a traceback (a translation manifest's tokenizer kind is a dict), not "no tokenizer": the one line that
+    says which family the folder is for."""
+    from tformer.translation.toy_corpus import builtin_pairs
+
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"{a}\t{b}\n" for a, b in builtin_pairs()[:200]), encoding="utf-8")
+    cache = ["--data-cache", str(tmp_path / "c")]
+    assert main(["data", "prepare", "translation", "--data", str(tsv), "--vocab-size", "300", *cache]) == 0
+    folder = capsys.readouterr().out.strip().splitlines()[-1]
+    for argv in (
+        ["train", "lm", "--data", folder, *LM_ARGS, "--out", str(tmp_path / "r"), "--max-steps", "1"],
+        ["train", "bert", "--data", folder, "--preset", "tiny", "--out", str(tmp_path / "r"), "--max-steps", "1"],
+        ["data", "prepare", "lm", "--data", folder, *cache],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        family = argv[2] if argv[0] == "data" else argv[1]
+        assert f"is a folder prepared for 'translation', not '{family}'" in err and "Traceback" not in err, err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(SystemExit) as stop:  # argparse's refusal of --data
+        main(["data", "prepare", "translation", "--data", folder, *cache])
+    assert stop.value.code == 2 and "is prepared already: tformer train translation --data" in capsys.readouterr().err

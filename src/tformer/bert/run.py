@@ -82,7 +82,7 @@ def _pretraining_tokenizer(
     if tokenizer_dir:
         return WordPieceTokenizer.load(model_dir(tokenizer_dir))
     tok: Tokenizer
-    if is_prepared(data):
+    if is_prepared(data, "bert"):
         tok = load_tokenizer(Path(data) / "tokenizer", kinds=["wordpiece"])  # another kind: refused, named
     else:
         tok = sentences_tokenizer(
@@ -96,7 +96,7 @@ def _pretraining_tokenizer(
 def _check_data(data) -> None:
     """``--data`` exists and holds text files (or is a prepared folder): refused in one line before a run's directory
     is touched."""
-    if not is_prepared(data):
+    if not is_prepared(data, "bert"):
         find_sources(data)
 
 

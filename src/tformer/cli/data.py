@@ -219,6 +219,13 @@ def run_prepare_bert(args) -> int:
 
 def pairs_file(text: str) -> str:
     """``data prepare translation --data``: a TSV file; a folder is refused saying what reads it."""
+    from tformer.data.prepare import is_prepared
+
+    try:
+        if is_prepared(text, "translation"):
+            raise argparse.ArgumentTypeError(f"{text!r} is prepared already: tformer train translation --data {text}")
+    except ValueError as err:  # prepared for another family
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--data ")) from None
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(
             f"{text!r} is a folder; this takes a TSV file of source<TAB>target pairs. A Multi30k folder (train.en, "

@@ -71,15 +71,24 @@ def cache_root(given: str | Path | None = None) -> Path:
     return Path(base) / "tformer" / "data"
 
 
-def is_prepared(path: str | Path) -> bool:
-    """Whether ``path`` is a prepared folder (a ``manifest.json`` of tformer's tokens)."""
+def is_prepared(path: str | Path, task: str | None = None) -> bool:
+    """Whether ``path`` is a prepared folder (a ``manifest.json`` of tformer's tokens). ``task`` (lm, translation,
+    bert): the family that would read it; a folder prepared for another is a ValueError naming both, before anything
+    reads its tokenizer or shards."""
     manifest = Path(path) / MANIFEST
     if not manifest.is_file():
         return False
     try:
-        return json.loads(manifest.read_text()).get("kind") == "tformer-tokens"
+        found = json.loads(manifest.read_text())
+        ours = found.get("kind") == "tformer-tokens"
     except (ValueError, OSError, AttributeError):
         return False
+    if ours and task is not None and found.get("task") != task:
+        raise ValueError(
+            f"--data {str(path)!r} is a folder prepared for {found.get('task')!r}, not {task!r}: give it to tformer "
+            f"train {found.get('task')}, or prepare the text for {task} (tformer data prepare {task} --data TEXT)"
+        )
+    return ours
 
 
 def prepared_vocab_size(data, given: int | None, log: Callable[[str], None] = print) -> int | None:
@@ -297,7 +306,7 @@ def prepared(
     name as the prefix (``src_tokenizer.json``).
     """
     tok_hash = tokenizer_hash(tokenizer)
-    if is_prepared(data):
+    if is_prepared(data, task):
         directory = Path(data)
         manifest = read_manifest(directory) or {}
         if manifest.get("format") != FORMAT:

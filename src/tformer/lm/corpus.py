@@ -69,7 +69,7 @@ def check_data(data: str | Path, valid_data: str | Path | None, text_field: str)
     """``--data`` (and ``--valid-data``) exist and hold text: refused in one line before a run's directory is touched."""
     checks.text_field.check(text_field, "text_field")
     for flag, path in (("--data", data), ("--valid-data", valid_data)):
-        if path is not None and not is_prepared(path):
+        if path is not None and not is_prepared(path, "lm"):
             find_sources(path, flag)
 
 
@@ -83,7 +83,7 @@ def folder_tokenizer(
     the run's own values (a run made before this check recorded its preset's), as the run's tokenizer is used."""
     if tokenizer_dir is not None and tokenizer is not None:
         raise ValueError(f"--tokenizer {tokenizer} and --tokenizer-dir {str(tokenizer_dir)!r}: give one of them")
-    if not is_prepared(data):
+    if not is_prepared(data, "lm"):
         return None
     saved = saved_settings(resumed) if resumed and tokenizer is None and vocab_size is None else {}
     if "tokenizer" in saved and "vocab_size" in saved:
@@ -106,7 +106,7 @@ def data_tokenizer(data, tokenizer_dir, kind: str, vocab_size, sample: int, text
         tok = load_tokenizer(model_dir(tokenizer_dir), kinds=["char", "byte_bpe", "hf"])  # a run: its best model's
         log(f"tokenizer: {tok.kind}, {tok.vocab_size:,} ids, from {tokenizer_dir}")
         return tok
-    if is_prepared(data):
+    if is_prepared(data, "lm"):
         return load_tokenizer(Path(data) / "tokenizer")
     return corpus_tokenizer(data, kind, vocab_size, sample=sample, text_field=text_field, cache=cache, log=log)
 

@@ -26,7 +26,7 @@ def evaluate(model, tokenizer, data: str | Path, max_len: int | None = None, bat
     tokenizer's, no bits per unit), ``tokens`` how many were scored, ``unknown`` (when some) how many characters of
     the text a character model has no id for (scored as ``<unk>``). Documents are joined with the tokenizer's end of
     text; positions past the end are not scored. ``max_len`` is capped at the model's context."""
-    if is_prepared(data):  # checked against this tokenizer: a folder prepared with another one is refused
+    if is_prepared(data, "lm"):  # checked against this tokenizer: a folder prepared with another one is refused
         ids: torch.Tensor | object = open_tokens(prepare_lm(data, tokenizer, log=lambda _: None))[1]
         unknown = None  # (not counted in a prepared stream)
     else:

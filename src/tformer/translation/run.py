@@ -320,7 +320,7 @@ def _sharded(data: str | Path | None) -> bool:
     the built-in corpus, a Multi30k-style directory)."""
     if data is None or data == "builtin":
         return False
-    return is_prepared(data) or Path(data).is_file()
+    return is_prepared(data, "translation") or Path(data).is_file()
 
 
 def _pair_tokenizers(
@@ -328,7 +328,7 @@ def _pair_tokenizers(
 ) -> tuple[Tokenizer, Tokenizer]:
     """The tokenizers of a new model on the pairs of ``data``: a prepared folder's own, else BPE trained on the
     training pairs (``hold``: the seed, valid and test that say which; cached: :func:`tformer.data.pairs_tokenizers`)."""
-    if is_prepared(data):
+    if is_prepared(data, "translation"):
         folder = Path(data) / "tokenizer"
         src, tgt = load_tokenizer(folder, prefix="src_"), load_tokenizer(folder, prefix="tgt_")
         same = (folder / "src_tokenizer.json").read_bytes() == (folder / "tgt_tokenizer.json").read_bytes()
@@ -409,7 +409,7 @@ def prepare_data(
         },
         bounds=BOUNDS,
     )
-    if is_prepared(data) or not Path(data).is_file():
+    if is_prepared(data, "translation") or not Path(data).is_file():
         find_sources(data)  # missing: named
         raise ValueError(f"--data {str(data)!r}: translation prepares a TSV file of pairs (source<TAB>target lines)")
     if init is not None:
