@@ -527,3 +527,19 @@ def test_a_folder_prepared_for_one_family_is_refused_by_the_others_naming_both(t
     with pytest.raises(SystemExit) as stop:  # argparse's refusal of --data
         main(["data", "prepare", "translation", "--data", folder, *cache])
     assert stop.value.code == 2 and "is prepared already: tformer train translation --data" in capsys.readouterr().err
+
+
+def test_languages_that_a_tsv_or_the_built_in_corpus_cannot_follow_are_refused_not_trained_the_other_way(
+    tmp_path, capsys
+):
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("I want time.\tJe veux du temps.\nA dog.\tUn chien.\n", encoding="utf-8")
+    for data, said in (
+        (str(tsv), f"{str(tsv)!r} is read as source<TAB>target"),
+        ("builtin", "the built-in corpus is English→French"),
+    ):
+        argv = ["train", "translation", "--data", data, "--src-lang", "fr", "--tgt-lang", "en", "--preset", "tiny"]
+        assert main([*argv, "--out", str(tmp_path / "r"), "--max-steps", "1"]) == 2
+        err = capsys.readouterr().err
+        assert f"--src-lang fr --tgt-lang en: {said}" in err and "leave them out" in err, err
+    assert not (tmp_path / "r").exists()

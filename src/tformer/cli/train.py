@@ -49,8 +49,12 @@ def _add_translation(fam) -> None:
         "validates)",
     )
     add(t, "--tokenizer-sample", "--data-cache", defaults=entry)
-    t.add_argument("--src-lang", default="en", help="source language code (file suffix of a Multi30k directory)")
-    t.add_argument("--tgt-lang", default="fr", help="target language code")
+    t.add_argument(
+        "--src-lang",
+        default="en",
+        help="source language code: the file suffix of a Multi30k directory (train.LANG); a TSV is read as source<TAB>target",
+    )
+    t.add_argument("--tgt-lang", default="fr", help="target language code (the same)")
     add(
         t,
         "--preset",

@@ -14,6 +14,7 @@ its references stay together (multi-reference BLEU).
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from tformer.translation.toy_corpus import builtin_pairs
 __all__ = [
     "normalize",
     "read_tsv",
+    "check_languages",
     "read_aligned",
     "load_corpus",
     "load_splits",
@@ -57,12 +59,34 @@ def _aligned_pair(directory: Path, part: str, src_lang: str, tgt_lang: str) -> t
     return None
 
 
+def check_languages(data: str | os.PathLike | None, src_lang: str, tgt_lang: str) -> None:
+    """``--src-lang`` / ``--tgt-lang`` name a Multi30k directory's files (train.LANG) only: other than en and fr with
+    the built-in corpus, a TSV or a folder prepared from one, which are read as they are (source, then target), they
+    are refused rather than trained the other way."""
+    path = None if data in (None, "builtin") else Path(data)
+    if (path is None or not path.is_dir() or (path / "manifest.json").is_file()) and (src_lang, tgt_lang) != (
+        "en",
+        "fr",
+    ):
+        what = (
+            "the built-in corpus is English→French" if path is None else f"{str(data)!r} is read as source<TAB>target"
+        )
+        raise ValueError(
+            f"--src-lang {src_lang} --tgt-lang {tgt_lang}: {what}, whatever they say; they name a Multi30k directory's "
+            "files (train.LANG): leave them out"
+            + ("" if path is None else ", and swap the columns to go the other way")
+        )
+
+
 def load_corpus(data: str | None, src_lang: str = "en", tgt_lang: str = "fr") -> list[tuple[str, str]]:
     """Pairs from ``data``: ``None``/``"builtin"`` (the built-in corpus), a ``.tsv`` file, or a
-    directory with ``train.<src_lang>`` and ``train.<tgt_lang>`` (Multi30k layout: its training pairs)."""
-    if data in (None, "builtin"):
+    directory with ``train.<src_lang>`` and ``train.<tgt_lang>`` (Multi30k layout: its training pairs). The languages
+    name a directory's files only: other than en and fr with the built-in corpus or a TSV, which are read as they are
+    (source, then target), they are refused rather than trained the other way."""
+    check_languages(data, src_lang, tgt_lang)
+    path = None if data in (None, "builtin") else Path(data)
+    if path is None:
         return builtin_pairs()
-    path = Path(data)
     if path.is_dir():
         train = _aligned_pair(path, "train", src_lang, tgt_lang)
         if train is None:

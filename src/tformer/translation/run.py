@@ -42,7 +42,7 @@ from tformer.training.resume import last_dir, make_trainer, precheck_out_dir, sa
 from tformer.training.sharded import building
 from tformer.training.trainer import TrainConfig, Trainer
 from tformer.translation.batching import EncodedPairs
-from tformer.translation.pairs import Split, load_splits
+from tformer.translation.pairs import Split, check_languages, load_splits
 from tformer.translation.task import TranslationTask
 from tformer.translation.translator import Translator, load_tokenizers
 
@@ -243,7 +243,7 @@ def setup(
         settings.update(
             init=str(init), lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_targets=lora.targets
         )
-    # the data first: a missing or unreadable --data is refused before an overwrite deletes anything
+    check_languages(data, src_lang, tgt_lang)  # the data first: refused before an overwrite deletes anything
     sharded = _sharded(data)
     settings["data_sha256"] = None if data in (None, "builtin") else fingerprint(data)  # changed: resume refused
     split = None
@@ -316,8 +316,7 @@ def setup(
 
 
 def _sharded(data: str | Path | None) -> bool:
-    """Whether ``data`` is read into shards: a TSV file, or a folder prepared from one (else it is read into memory:
-    the built-in corpus, a Multi30k-style directory)."""
+    """Whether ``data`` is read into shards: a TSV, a folder prepared from one (not the built-in corpus, Multi30k)."""
     if data is None or data == "builtin":
         return False
     return is_prepared(data, "translation") or Path(data).is_file()
@@ -441,13 +440,11 @@ def evaluate_files(
     """BLEU and chrF of ``translator`` on a file of source sentences and one or more reference files
     (one sentence a line, aligned); the result also holds the ``hypotheses``. ``decoding``: :meth:`Translator.evaluate`'s
     other settings (``batch_size``, ``length_penalty``)."""
-
     sources = read_lines(src)  # strict UTF-8: a bad byte is refused with its file and line
     references = [read_lines(r) for r in refs]
-    for path, r in zip(refs, references):
-        if len(r) != len(sources):
-            raise ValueError(f"--ref {path} has {len(r)} lines, --src {src} has {len(sources)}")
-    for flag, path, lines in [("--src", src, sources), *(("--ref", path, r) for path, r in zip(refs, references))]:
-        if not any(line.strip() for line in lines):  # a file of blank lines only is a mistake, not a test set
+    for flag, path, lines in [("--src", src, sources), *(("--ref", p, r) for p, r in zip(refs, references))]:
+        if len(lines) != len(sources):
+            raise ValueError(f"--ref {path} has {len(lines)} lines, --src {src} has {len(sources)}")
+        if not any(line.strip() for line in lines):  # blank lines only: a mistake, not a test set
             raise ValueError(f"{flag} {path} holds only blank lines: nothing to score")
     return translator.evaluate(sources, references, beam=beam, max_new_tokens=max_new_tokens, **decoding)
