@@ -543,3 +543,24 @@ def test_languages_that_a_tsv_or_the_built_in_corpus_cannot_follow_are_refused_n
         err = capsys.readouterr().err
         assert f"--src-lang fr --tgt-lang en: {said}" in err and "leave them out" in err, err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_folder_is_read_without_its_hidden_files_or_tformers_own_and_with_its_linked_folders(tmp_path, capsys):
+    """Jupyter's checkpoint copies, .git and a run whose --out lies in --data are not the user's text; a linked
+    folder is (once, however many links lead to it)."""
+    corpus, elsewhere = tmp_path / "proj", tmp_path / "wiki"
+    (corpus / ".ipynb_checkpoints").mkdir(parents=True)
+    (corpus / "a.txt").write_text(_text(20), encoding="utf-8")
+    (corpus / ".ipynb_checkpoints" / "a-checkpoint.txt").write_text("a copy\n", encoding="utf-8")
+    (corpus / ".notes.txt").write_text("hidden\n", encoding="utf-8")
+    elsewhere.mkdir()
+    (elsewhere / "w.txt").write_text(_text(20, seed=1), encoding="utf-8")
+    (corpus / "wiki").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "back").symlink_to(corpus, target_is_directory=True)  # a loop
+    assert [p.relative_to(corpus) for p in sources.find_sources(corpus)] == [Path("a.txt"), Path("wiki/w.txt")]
+    run = ["train", "lm", "--data", str(corpus), *LM_ARGS, "--max-steps", "1", "--data-cache", str(tmp_path / "c")]
+    assert main([*run, "--out", str(corpus / "runs" / "a")]) == 0
+    assert (corpus / "runs" / "a" / "log.jsonl").is_file()
+    assert [p.relative_to(corpus) for p in sources.find_sources(corpus)] == [Path("a.txt"), Path("wiki/w.txt")]
+    assert main([*run, "--out", str(corpus / "runs" / "a"), "--resume", "--max-steps", "2"]) == 0  # the same text
+    capsys.readouterr()

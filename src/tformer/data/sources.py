@@ -23,6 +23,7 @@ This module knows files and text; it knows nothing about tokenizers, models or t
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,15 @@ _ROWS = 1024  # rows of a Parquet or Arrow file read at a time
 
 def find_sources(data: str | Path, flag: str = "--data") -> list[Path]:
     """The files of ``data`` in reading order: the file itself, a saved ``datasets`` dataset's Arrow files, or a
-    folder's :data:`SUFFIXES` files (sorted). Missing or empty: a ``FileNotFoundError`` naming ``flag``."""
+    folder's :data:`SUFFIXES` files (sorted; linked folders followed, once each; hidden files and folders, and
+    tformer's own runs, models and prepared folders inside it, left out: :func:`_folder_files`). Missing or empty: a
+    ``FileNotFoundError`` naming ``flag``."""
     path = Path(data)
     if path.is_dir():
         saved = _saved_dataset(path)
         if saved is not None:
             return saved
-        files = sorted(f for f in path.rglob("*") if f.suffix in SUFFIXES and f.is_file())
+        files = _folder_files(path)
         if not files:
             raise FileNotFoundError(
                 f"{flag} {str(path)!r}: the folder holds no {', '.join(SUFFIXES)} files (nor a dataset saved by "
@@ -65,6 +68,31 @@ def find_sources(data: str | Path, flag: str = "--data") -> list[Path]:
     if not path.is_file():
         raise FileNotFoundError(f"{flag} {str(path)!r}: no such file or folder")
     return [path]
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    """A folder's :data:`SUFFIXES` files, sorted: its linked folders followed (each real folder once: a link back up
+    makes no loop); what is hidden (``.git``, ``.ipynb_checkpoints``, ``.venv``) and what tformer wrote there (a run
+    whose ``--out`` lies in ``--data``, a model, a prepared folder) is not the user's text and is left out."""
+    from tformer.files import dir_kind
+
+    files, seen = [], set()
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        here = Path(root)
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".") and not dir_kind(here / d) and not (here / d / "manifest.json").is_file()
+        ]
+        files += [
+            here / n for n in names if not n.startswith(".") and Path(n).suffix in SUFFIXES and (here / n).is_file()
+        ]
+    return sorted(files)
 
 
 def _saved_dataset(folder: Path) -> list[Path] | None:
