@@ -564,3 +564,20 @@ def test_a_folder_is_read_without_its_hidden_files_or_tformers_own_and_with_its_
     assert [p.relative_to(corpus) for p in sources.find_sources(corpus)] == [Path("a.txt"), Path("wiki/w.txt")]
     assert main([*run, "--out", str(corpus / "runs" / "a"), "--resume", "--max-steps", "2"]) == 0  # the same text
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("kind", ["byte_bpe", "char"])
+def test_pieces_cut_where_a_bpe_reads_the_same_ids_as_from_the_whole_text(tmp_path, small_pieces, kind):
+    """Blank lines, CRLF and trailing spaces make runs of whitespace that a BPE's pre-tokenizer reads whole: a piece
+    ending inside one would read it otherwise. A file of one piece's size is not cut at all."""
+    lines = _text(160, seed=3).split("\n")
+    text = "".join(
+        line + ("  \r\n" if i % 5 == 0 else "\r\n\r\n\n" if i % 7 == 0 else "\n") for i, line in enumerate(lines)
+    )
+    (tmp_path / "ws.txt").write_text(text, encoding="utf-8", newline="")
+    (tmp_path / "small.txt").write_text("hello\n\n\nworld\n", encoding="utf-8", newline="")
+    assert [t for _, t in sources.read_pieces([tmp_path / "small.txt"])] == ["hello\n\n\nworld\n"]
+    tok = train_tokenizer(kind, [text], 400)
+    assert kind == "char" or len(tok.encode("\n\n")) == 1  # whitespace runs are merged: not vacuous
+    directory = tdata.prepare_lm(tmp_path / "ws.txt", tok, cache=tmp_path / "cache", log=lambda _: None)
+    assert torch.equal(tdata.open_tokens(directory)[1].tensor(), encode_documents(tok, [text]))

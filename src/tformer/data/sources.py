@@ -3,7 +3,8 @@
 What ``--data`` may name (:func:`find_sources`):
 
 * a UTF-8 text file: one document (a large one is read in pieces of about :data:`PIECE_BYTES`, cut after a newline
-  that a non-space follows: a byte-level BPE splits its words there anyway, so the ids are those of the whole text;
+  between two non-spaces: a byte-level BPE splits its words there anyway, so its ids and a character tokenizer's are
+  those of the whole text; a ``bpe`` tokenizer (SentencePiece-style ▁) starts each piece as a new word;
   a text with no such newline for :data:`_LONG_LINE` pieces, text8 or a minified file, is cut before a space between
   two non-spaces, where the tokenizers split too, so that memory stays flat whatever its lines);
 * a JSONL file: one document per line, the string field ``text_field`` (``"text"`` unless ``--text-field``);
@@ -174,7 +175,7 @@ def _text_pieces(path: Path) -> Iterator[str]:
         while True:
             block = f.read(PIECE_BYTES)
             data = rest + block
-            if not block:  # the end: what is left is the last piece
+            if not block or not f.peek(1):  # the end: what is left is the last piece (a small file: the only one)
                 if data or first:
                     yield decode_utf8(data, str(path), 1 if first else line)
                 return
@@ -191,14 +192,15 @@ def _text_pieces(path: Path) -> Iterator[str]:
 
 
 def _cut(data: bytes, forced: bool) -> int:
-    """Where a piece of ``data`` ends: after the last newline that a non-space follows; ``forced``: after the last
-    newline, else at the last character boundary; 0: no cut (read on)."""
+    """Where a piece of ``data`` ends: after the last newline between two non-spaces (a BPE's pre-tokenizer reads a
+    run of whitespace whole: a cut inside one, after a blank line, a CRLF or a trailing space, would read it
+    otherwise); ``forced``: after the last newline, else at the last character boundary; 0: no cut (read on)."""
     end = len(data) - 1  # the byte after a newline must be in data
     while True:
         i = data.rfind(b"\n", 0, end)
         if i < 0:
             break
-        if data[i + 1] not in _SPACE_BYTES:
+        if data[i + 1] not in _SPACE_BYTES and i > 0 and data[i - 1] not in _SPACE_BYTES:
             return i + 1
         end = i
     if not forced:
