@@ -118,19 +118,20 @@ class _Deadline:
         )
 
 
+OFFLINE = "without the network, give a copy on disk: tformer data download NAME --from PATH (or a local path)"
+
+
 def _fetch(url: str, dest: BinaryIO, cap: int, deadline: _Deadline) -> int:
     """Stream ``url`` into ``dest``, at most ``cap`` bytes; return the byte count."""
     request = urllib.request.Request(url, headers={"User-Agent": "tformer", "Accept-Encoding": "identity"})
     try:
         response = urllib.request.urlopen(request, timeout=max(min(deadline.left(), 30.0), 0.01))
     except urllib.error.HTTPError as err:
-        raise ConnectionError(
-            f"could not download {url}: HTTP {err.code} {err.reason}; pass a local path instead"
-        ) from None
+        raise ConnectionError(f"could not download {url}: HTTP {err.code} {err.reason}; {OFFLINE}") from None
     except urllib.error.URLError as err:
-        raise ConnectionError(f"could not download {url}: {err.reason}; pass a local path instead") from None
+        raise ConnectionError(f"could not download {url}: {err.reason}; {OFFLINE}") from None
     except (OSError, http.client.HTTPException) as err:
-        raise ConnectionError(f"could not download {url}: {err}; pass a local path instead") from None
+        raise ConnectionError(f"could not download {url}: {err}; {OFFLINE}") from None
     with response:
         length = response.headers.get("Content-Length", "")
         announced = int(length) if length.isdigit() else None
