@@ -305,3 +305,21 @@ def test_each_progress_line_shows_the_values_of_its_own_step(tmp_path, monkeypat
     logged = _run(capsys, _lm(tmp_path, "run", "--max-steps", "4"))
     assert logged["code"] == 0, logged["err"]
     assert losses == [f"{r['train_loss']:.3f}" for r in _records(tmp_path / "run") if "train_loss" in r]
+
+
+def test_a_run_stopped_before_its_first_record_is_a_run_that_overwrite_replaces(tmp_path, monkeypatch, capsys):
+    """Killed (or its output piped to `head`) between OUT/config.yaml and the first log record: --overwrite starts
+    it again; a config.yaml of the user's is not a run's, and stays."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stopped").mkdir()
+    (tmp_path / "stopped" / "config.yaml").write_text(
+        "# tformer train lm: the settings this run resolved\nfamily: lm\n"
+    )
+    result = _run(capsys, _lm(tmp_path, "stopped", "--max-steps", "1"))
+    assert "pass --resume to continue the run in it, or --overwrite" in _error(result)
+    assert _run(capsys, _lm(tmp_path, "stopped", "--max-steps", "1", "--overwrite"))["code"] == 0
+    assert (tmp_path / "stopped" / "log.jsonl").is_file()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.yaml").write_text("batch: 8\n")  # a YAML file of the user's
+    _error(_run(capsys, _lm(tmp_path, "mine", "--max-steps", "1", "--overwrite")), "is not a tformer run")
+    assert (tmp_path / "mine" / "config.yaml").read_text() == "batch: 8\n"

@@ -66,12 +66,15 @@ _TOKENIZER_FILES = {
     "char_tokenizer.json",
     "vocab.txt",
 }
-_MARKERS = (BEST_DIR, "last", "log.jsonl", "data")  # any of these (as a run writes it) makes OUT a run
+# any of these (as a run writes it) makes OUT a run; config.yaml as tformer train writes it, first of all: a run
+# stopped before its first record (killed, its output piped to `head`) is still one that --overwrite may replace
+_MARKERS = (BEST_DIR, "last", "log.jsonl", "data", "config.yaml")
+_CONFIG_HEAD = b"# tformer train "  # the first line of the OUT/config.yaml a run writes (tformer.cli.config)
 
 
 def not_a_run(out: Path, entries: list[str], overwrite: bool = False) -> ValueError:
     return ValueError(
-        f"--out {str(out)!r} is not empty and is not a tformer run (no best/, last/ or log.jsonl as a run writes "
+        f"--out {str(out)!r} is not empty and is not a tformer run (no best/, last/, log.jsonl or config.yaml as a run writes "
         "them; it holds "
         f"{_shown([f for name in entries for f in _named(out, name)])}): give another --out"
         + (" (--overwrite deletes only what a run wrote)" if overwrite else "")
@@ -108,6 +111,12 @@ def _written_by_run(path: Path) -> bool:
         )
     if name in LEGACY_FILES:
         return path.is_file() and _legacy_layout(path.parent)
+    if name == "config.yaml":  # a YAML file of the user's is not the run's (nor deleted by --overwrite)
+        try:
+            with open(path, "rb") as f:
+                return path.is_file() and f.read(len(_CONFIG_HEAD)) == _CONFIG_HEAD
+        except OSError:
+            return False
     if name in RUN_FILES:
         return path.is_file()
     return _cut_short(path)
