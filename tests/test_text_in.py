@@ -16,6 +16,7 @@ import codecs
 import io
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -90,6 +91,16 @@ def test_utf16_is_refused_naming_the_file_and_line(reader, encoding, tmp_path):
         read(path)
     said = "holds a NUL character at column 2" if encoding == "utf-16-le" else "UTF-16 text"
     assert str(err.value).startswith(f"{path}:1: ") and said in str(err.value), err.value
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_gzip_file_is_named_as_one_not_as_a_bad_byte(reader, tmp_path):
+    import gzip
+
+    name, text, read = _readers()[reader]
+    path = _place(tmp_path, name, gzip.compress(text.encode()))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:1: gzip-compressed, not text: unpack it first"):
+        read(path)
 
 
 def test_a_nul_in_the_middle_is_named_by_line_and_column(tmp_path):

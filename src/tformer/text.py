@@ -75,6 +75,8 @@ def decode_utf8(data: bytes, where: str, first_line: int = 1) -> str:
             f"{where}:1: UTF-16 text (it starts with the byte-order mark 0x{data[0]:02x} 0x{data[1]:02x}), not UTF-8: "
             "save it as UTF-8"
         )
+    if data.startswith(b"\x1f\x8b"):  # gzip's magic number
+        raise ValueError(f"{where}:1: gzip-compressed, not text: unpack it first (gunzip {where})")
     try:
         text = data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as err:
