@@ -238,7 +238,7 @@ def test_zip_path_traversal_is_refused(server, tmp_path, name):
     cache = tmp_path / "deep" / "cache"
     absolute = Path(name) if name.startswith("/tmp/") else None
 
-    def stamp():  # the absolute target as it is (a leftover of another run may be there): the download must not touch it
+    def stamp():  # the absolute target as it is (another run may have left one): the download must not touch it
         return absolute.stat().st_mtime_ns if absolute is not None and absolute.exists() else None
 
     before = stamp()

@@ -11,8 +11,8 @@ such a word begins with ``//``: ``//usr`` sends ``/usr``). A conversation longer
 than the model's context drops its oldest turns, with one line on stderr saying so. A message the model cannot take
 (longer than the context leaves it, or a line that is not UTF-8 text) is refused on stderr, the conversation going on
 without it; the exit status is then 2. Ctrl-C during a reply stops that reply, which is not kept, nor is its message;
-Ctrl-C at the prompt ends, as Ctrl-D does. ``--model`` is any GPT ``tformer.load`` reads whose tokenizer has a chat template (a Hugging Face chat
-model's directory); one without is refused in one line.
+Ctrl-C at the prompt ends, as Ctrl-D does. ``--model`` is any GPT ``tformer.load`` reads whose tokenizer has a
+chat template (a Hugging Face chat model's directory); one without is refused in one line.
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ def run(args) -> int:
         except KeyboardInterrupt:  # Ctrl-C stops a reply, not the session (as ollama's and llama.cpp's chats)
             _show("\n")
             print(
-                "tformer chat: the reply was stopped (Ctrl-C): neither it nor its message is kept; Ctrl-D or /exit ends",
+                "tformer chat: the reply was stopped (Ctrl-C): neither it nor its message is kept; "
+                "Ctrl-D or /exit ends",
                 file=sys.stderr,
             )
             continue

@@ -78,8 +78,8 @@ def run(args) -> int:
         raise ValueError(f"{given} is empty: give a key, or leave the flag out to serve without one")
     if api_key is not None and (odd := [c for c in api_key if not "!" <= c <= "~"]):  # an HTTP header's characters
         raise ValueError(
-            f"{given} has {len(odd)} character(s) an Authorization header cannot carry ({' '.join(map(repr, odd[:5]))}): "
-            "a key is printable ASCII without spaces"
+            f"{given} has {len(odd)} character(s) an Authorization header cannot carry "
+            f"({' '.join(map(repr, odd[:5]))}): a key is printable ASCII without spaces"
         )
     sock = listen(args.host, args.port)  # before the model loads: a taken port is said at once
     try:

@@ -52,7 +52,8 @@ def _add_translation(fam) -> None:
     t.add_argument(
         "--src-lang",
         default="en",
-        help="source language code: the file suffix of a Multi30k directory (train.LANG); a TSV is read as source<TAB>target",
+        help="source language code: the file suffix of a Multi30k directory (train.LANG); a TSV is read as "
+        "source<TAB>target",
     )
     t.add_argument("--tgt-lang", default="fr", help="target language code (the same)")
     add(

@@ -425,8 +425,8 @@ def serve(
     log: Callable[[str], None] = _say,
     sock: socket.socket | None = None,
 ) -> None:
-    """Serve ``served`` on ``host:port`` until Ctrl-C or SIGTERM (either a clean stop: this returns); ``on_ready(base_url)``
-    once the socket listens. ``sock``: one
+    """Serve ``served`` on ``host:port`` until Ctrl-C or SIGTERM (either a clean stop: this returns);
+    ``on_ready(base_url)`` once the socket listens. ``sock``: one
     :func:`listen` made for ``host:port`` already (``tformer serve`` makes it before the model loads: a taken port is
     said at once, not after a minute of loading)."""
     sock = listen(host, port) if sock is None else sock

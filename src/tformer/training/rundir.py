@@ -74,8 +74,8 @@ _CONFIG_HEAD = b"# tformer train "  # the first line of the OUT/config.yaml a ru
 
 def not_a_run(out: Path, entries: list[str], overwrite: bool = False) -> ValueError:
     return ValueError(
-        f"--out {str(out)!r} is not empty and is not a tformer run (no best/, last/, log.jsonl or config.yaml as a run writes "
-        "them; it holds "
+        f"--out {str(out)!r} is not empty and is not a tformer run (no best/, last/, log.jsonl or config.yaml as a run "
+        "writes them; it holds "
         f"{_shown([f for name in entries for f in _named(out, name)])}): give another --out"
         + (" (--overwrite deletes only what a run wrote)" if overwrite else "")
     )
