@@ -99,7 +99,7 @@ def run(args) -> int:
         print(f"note: --greedy takes the most likely token: {', '.join(unused)} not used", file=sys.stderr)
     out = sys.stdout
     _say_cache(model, tokenizer, args)
-    if unknown := unknown_characters(tokenizer, args.prompt):  # a character model reads them as <unk>
+    if unknown := tokenizer.lacks(args.prompt):  # a character model reads them as <unk>
         print(f"note: --prompt has {len(unknown)} character(s) the model's vocabulary lacks "
               f"({' '.join(unknown[:10])}): it reads each as <unk>", file=sys.stderr)  # fmt: skip
 
@@ -125,14 +125,6 @@ def run(args) -> int:
         )
         show("\n")
     return 0
-
-
-def unknown_characters(tokenizer, text: str) -> list[str]:
-    """The characters of ``text`` a character tokenizer has no id for (each read as ``<unk>``); none for others
-    (a subword or byte vocabulary reads any text)."""
-    from tformer.tokenizers import CharTokenizer
-
-    return tokenizer.lacks(text) if isinstance(tokenizer, CharTokenizer) else []
 
 
 def _say_cache(model, tokenizer, args) -> None:

@@ -57,7 +57,6 @@ from tformer.serve.protocol import (
     translate_request,
 )
 from tformer.serve.worker import Job, Worker
-from tformer.tokenizers import CharTokenizer
 
 __all__ = ["create_app", "listen", "server_for", "serve", "LOOPBACK"]
 
@@ -262,8 +261,7 @@ def create_app(
         else:
             parsed = completion_request(body, served.name)
             run = partial(work.complete, served, parsed)
-            if isinstance(served.tokenizer, CharTokenizer):  # as tformer generate, the log says what it reads as <unk>
-                _note(request.scope, unknown=served.tokenizer.lacks(parsed.prompt))
+            _note(request.scope, unknown=served.tokenizer.lacks(parsed.prompt))  # read as <unk>: said, as generate does
         job, options = Job(run, asyncio.get_running_loop()), parsed.options
         return await queued(request, job, options.stream, Answer(served.name, chat, options.include_usage))
 

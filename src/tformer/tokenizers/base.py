@@ -160,6 +160,12 @@ class Tokenizer(ABC):
         characters by one lookup, a byte-level BPE with tiktoken where it is installed (:mod:`.bpe`)."""
         return [np.asarray(ids, dtype=np.int64) for ids in self._encode_all(texts, False, None)]
 
+    def lacks(self, text: str) -> list[str]:
+        """The characters of ``text`` this vocabulary has no id for (each read as ``<unk>``), once each, in order:
+        none for a subword or byte vocabulary, which reads any text (:class:`~tformer.tokenizers.CharTokenizer`'s
+        says which)."""
+        return []
+
     def tokens(self, text: str, add_special_tokens: bool = False) -> list[str]:
         """The pieces ``text`` is cut into (the token of each id :meth:`encode` gives)."""
         return [self.id_to_token(i) or "" for i in self.encode(text, add_special_tokens)]
