@@ -35,6 +35,15 @@ def test_read_tsv_two_and_three_columns(tmp_path):
     assert read_tsv(f) == [("Run!", "Cours !"), ("I'm OK.", "Je vais bien.")]
 
 
+def test_a_blank_tsv_line_of_spaces_is_skipped_as_an_empty_one_is_by_both_readers(tmp_path):
+    from tformer.data.pairs import read_pairs
+
+    f = tmp_path / "pairs.tsv"
+    f.write_text("A dog.\tUn chien.\n\n   \n \t \nA cat.\tUn chat.\n", encoding="utf-8")
+    expected = [("A dog.", "Un chien."), ("A cat.", "Un chat.")]
+    assert read_tsv(f) == expected and list(read_pairs([f])) == expected
+
+
 def test_read_tsv_rejects_one_column(tmp_path):
     f = tmp_path / "bad.tsv"
     f.write_text("only one column\n", encoding="utf-8")

@@ -242,9 +242,9 @@ def read_tsv(path: str | Path) -> list[tuple[str, str]]:
     it seems (a tab inside a sentence, another format), and reading it anyway would train on shifted text."""
     pairs = []
     for lineno, line in enumerate(read_lines(path), 1):
-        cols = line.split("\t")
-        if cols == [""]:
+        if not line.strip():  # a blank line, of spaces too, holds no pair
             continue
+        cols = line.split("\t")
         if len(cols) not in TSV_COLUMNS:
             raise ValueError(
                 f"{path}:{lineno}: expected 2 or 3 tab-separated columns (source, target, optional attribution), "

@@ -81,14 +81,14 @@ SHUFFLE_KEPT_FROM = 100_000  # source sentences from which the split's shuffle i
 
 
 def read_pairs(files: list[Path]) -> Iterator[tuple[str, str]]:
-    """The normalised ``(source, target)`` of each non-empty line of the TSV ``files``, read a line at a time; a line
-    of another number of columns is a ``ValueError`` naming ``FILE:LINE`` (as :func:`tformer.text.read_tsv`)."""
+    """The normalised ``(source, target)`` of each line of the TSV ``files`` that is not blank, read a line at a time;
+    a line of another number of columns is a ``ValueError`` naming ``FILE:LINE`` (as :func:`tformer.text.read_tsv`)."""
     for path in files:
         with open(path, "rb") as f:
             for n, raw in enumerate(f, 1):
                 line = decode_utf8(raw, str(path)) if n == 1 else decode_utf8(raw, str(path), n)
                 line = line.removesuffix("\n").removesuffix("\r")
-                if not line:
+                if not line.strip():  # a blank line, of spaces too, holds no pair (as read_tsv skips it)
                     continue
                 cols = line.split("\t")
                 if len(cols) not in TSV_COLUMNS:
