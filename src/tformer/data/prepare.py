@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from tformer.data.sources import corpus_bytes, find_sources, read_pieces, sample_text
+from tformer.data.sources import MANIFEST, corpus_bytes, find_sources, is_prepared, read_pieces, sample_text
 from tformer.files import staged_dir
 from tformer.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 
@@ -56,7 +56,6 @@ __all__ = [
 ]
 
 FORMAT = 1  # the manifest's and the shards' layout; another is prepared again
-MANIFEST = "manifest.json"
 TOKENIZER_SAMPLE = 32 << 20  # bytes of text a BPE or WordPiece is trained on, spread over the corpus
 
 
@@ -69,26 +68,6 @@ def cache_root(given: str | Path | None = None) -> Path:
         return Path(os.environ["TFORMER_CACHE"]) / "data"
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "tformer" / "data"
-
-
-def is_prepared(path: str | Path, task: str | None = None) -> bool:
-    """Whether ``path`` is a prepared folder (a ``manifest.json`` of tformer's tokens). ``task`` (lm, translation,
-    bert): the family that would read it; a folder prepared for another is a ValueError naming both, before anything
-    reads its tokenizer or shards."""
-    manifest = Path(path) / MANIFEST
-    if not manifest.is_file():
-        return False
-    try:
-        found = json.loads(manifest.read_text())
-        ours = found.get("kind") == "tformer-tokens"
-    except (ValueError, OSError, AttributeError):
-        return False
-    if ours and task is not None and found.get("task") != task:
-        raise ValueError(
-            f"--data {str(path)!r} is a folder prepared for {found.get('task')!r}, not {task!r}: give it to tformer "
-            f"train {found.get('task')}, or prepare the text for {task} (tformer data prepare {task} --data TEXT)"
-        )
-    return ours
 
 
 def prepared_vocab_size(data, given: int | None, log: Callable[[str], None] = print) -> int | None:

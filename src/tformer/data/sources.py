@@ -41,6 +41,7 @@ __all__ = [
     "sample_text",
 ]
 
+MANIFEST = "manifest.json"  # a prepared folder's (tformer.data.prepare)
 SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow")  # what a folder's files may be
 PIECE_BYTES = 1 << 18  # a large text file is read in pieces of about this size (256 KiB)
 _LONG_LINE = 4  # pieces: one with no newline to cut after grows to this many PIECE_BYTES, then is cut before a space
@@ -85,15 +86,31 @@ def _folder_files(folder: Path) -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
-        dirs[:] = [
-            d
-            for d in dirs
-            if not d.startswith(".") and not dir_kind(here / d) and not (here / d / "manifest.json").is_file()
-        ]
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not dir_kind(here / d) and not is_prepared(here / d)]
         files += [
             here / n for n in names if not n.startswith(".") and Path(n).suffix in SUFFIXES and (here / n).is_file()
         ]
     return sorted(files)
+
+
+def is_prepared(path: str | Path, task: str | None = None) -> bool:
+    """Whether ``path`` is a prepared folder (a ``manifest.json`` of tformer's tokens). ``task`` (lm, translation,
+    bert): the family that would read it; a folder prepared for another is a ValueError naming both, before anything
+    reads its tokenizer or shards."""
+    manifest = Path(path) / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        found = json.loads(manifest.read_text())
+        ours = found.get("kind") == "tformer-tokens"
+    except (ValueError, OSError, AttributeError):
+        return False
+    if ours and task is not None and found.get("task") != task:
+        raise ValueError(
+            f"--data {str(path)!r} is a folder prepared for {found.get('task')!r}, not {task!r}: give it to tformer "
+            f"train {found.get('task')}, or prepare the text for {task} (tformer data prepare {task} --data TEXT)"
+        )
+    return ours
 
 
 def _saved_dataset(folder: Path) -> list[Path] | None:

@@ -63,11 +63,11 @@ def check_languages(data: str | os.PathLike | None, src_lang: str, tgt_lang: str
     """``--src-lang`` / ``--tgt-lang`` name a Multi30k directory's files (train.LANG) only: other than en and fr with
     the built-in corpus, a TSV or a folder prepared from one, which are read as they are (source, then target), they
     are refused rather than trained the other way."""
+    from tformer.data.prepare import is_prepared
+
     path = None if data in (None, "builtin") else Path(data)
-    if (path is None or not path.is_dir() or (path / "manifest.json").is_file()) and (src_lang, tgt_lang) != (
-        "en",
-        "fr",
-    ):
+    read_as_is = path is None or not path.is_dir() or is_prepared(path)  # not a Multi30k directory
+    if read_as_is and (src_lang, tgt_lang) != ("en", "fr"):
         what = (
             "the built-in corpus is English→French" if path is None else f"{str(data)!r} is read as source<TAB>target"
         )
@@ -80,9 +80,8 @@ def check_languages(data: str | os.PathLike | None, src_lang: str, tgt_lang: str
 
 def load_corpus(data: str | None, src_lang: str = "en", tgt_lang: str = "fr") -> list[tuple[str, str]]:
     """Pairs from ``data``: ``None``/``"builtin"`` (the built-in corpus), a ``.tsv`` file, or a
-    directory with ``train.<src_lang>`` and ``train.<tgt_lang>`` (Multi30k layout: its training pairs). The languages
-    name a directory's files only: other than en and fr with the built-in corpus or a TSV, which are read as they are
-    (source, then target), they are refused rather than trained the other way."""
+    directory with ``train.<src_lang>`` and ``train.<tgt_lang>`` (Multi30k layout: its training pairs); languages the
+    other two cannot follow are refused (:func:`check_languages`)."""
     check_languages(data, src_lang, tgt_lang)
     path = None if data in (None, "builtin") else Path(data)
     if path is None:
