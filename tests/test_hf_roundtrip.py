@@ -284,16 +284,29 @@ def test_a_setting_without_a_hugging_face_equivalent_is_refused_by_name(tmp_path
 
 
 def test_a_marian_model_read_from_hugging_face_exports_again(tmp_path):
-    """A learned table is written when it is Marian's own: a model read from Marian goes back unchanged."""
+    """A model read from Marian keeps Marian's [sin | cos] table as its own fixed one and goes back unchanged; one
+    an earlier tformer read (the table copied into a learned one) goes back while the table is still Marian's."""
+    from tformer.hf.marian import marian_table
+
     tok = _tokenizer("bpe")
     first = export(_randomise(_seq2seq(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size)), tmp_path / "a")
     model = load(first)
-    assert model.config.positional == "learned"
-    second = export(model, tmp_path / "b")
+    assert model.config.positional == "sinusoidal_halves"
     src = torch.randint(4, tok.vocab_size, (2, 6))
     tgt = torch.cat([torch.full((2, 1), TRANSLATION_SOS), src[:, :3]], 1)
     with torch.no_grad():
-        assert _close(load(second)(src, tgt), model(src, tgt)) <= ATOL
+        assert _close(load(export(model, tmp_path / "b"))(src, tgt), model(src, tgt)) <= ATOL
+    old = Seq2SeqTransformer(model.config.replace(positional="learned")).eval()
+    state = model.state_dict()
+    for side in ("src", "tgt"):
+        state[f"{side}_embed.position.weight"] = marian_table(model.config.max_len, model.config.d_model)
+    old.load_state_dict(state)
+    with torch.no_grad():
+        assert _close(old(src, tgt), model(src, tgt)) <= ATOL
+        assert _close(load(export(old, tmp_path / "c"))(src, tgt), model(src, tgt)) <= ATOL
+        old.src_embed.position.weight[3, 0] += 0.1  # trained: no longer the table Marian recomputes
+    with pytest.raises(ValueError, match="^Seq2SeqConfig.positional='learned' has no Hugging Face layout"):
+        export(old, tmp_path / "d")
 
 
 def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path):

@@ -81,6 +81,17 @@ def test_train_translation_from_an_opus_model(opus, tmp_path, capsys):
     assert evals[0]["step"] == 0 and evals[-1]["val_loss"] < evals[0]["val_loss"]
     assert "fine-tuning all" in capsys.readouterr().out
     assert main(["translate", "--model", str(out), "A man is walking."]) == 0  # its own tokenizers
+    # every weight trained, and Marian's fixed positions left fixed: written back, transformers gives our logits
+    assert main(["export", str(out), "--to", "hf", str(tmp_path / "hf")]) == 0
+    theirs = transformers.MarianMTModel.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    ours, base = tformer.load(out, fast=False).model, tformer.load(opus, fast=False).model
+    pad = theirs.config.pad_token_id
+    src, tgt = torch.tensor([[5, 9, 13, 0], [7, 8, 3, 0]]), torch.tensor([[pad, 11, 12, 14], [pad, 20, 21, 22]])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            ours(src, tgt), theirs(input_ids=src, decoder_input_ids=tgt).logits, atol=1e-5, rtol=0
+        )
+        assert (ours(src, tgt) - base(src, tgt)).abs().max() > 1e-3  # it did train
 
 
 def test_a_lora_translator_writes_peft_s_adapter(opus, tmp_path):

@@ -106,13 +106,14 @@ def test_marian_logits_match(overrides):
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
 
 
-def test_marian_positions_are_copied_halves_not_interleaved():
+def test_marian_positions_are_halves_not_interleaved_and_fixed():
     hf = _random_marian(_config())
     ours = from_hf(hf)
+    assert ours.config.positional == "sinusoidal_halves"
     table = hf.model.encoder.embed_positions.weight
-    torch.testing.assert_close(ours.src_embed.position.weight, table)
-    torch.testing.assert_close(ours.tgt_embed.position.weight, table)
-    assert not ours.src_embed.position.weight.requires_grad  # fixed in Marian, fixed here
+    torch.testing.assert_close(ours.src_embed.position.table, table)
+    torch.testing.assert_close(ours.tgt_embed.position.table, table)
+    assert not any("position" in name for name, _ in ours.named_parameters())  # fixed in Marian, fixed here
     half = table.shape[1] // 2  # [sin | cos] halves = our interleaved columns, reordered
     ref = sinusoidal_table(table.shape[0], table.shape[1])
     torch.testing.assert_close(table, torch.cat([ref[:, 0::2], ref[:, 1::2]], dim=1), atol=1e-5, rtol=0)

@@ -55,6 +55,8 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
         scaled = "×" in note
         return "token embedding = E[id] × √d_model" if scaled else "token embedding = E[id] (a row per id)"
     if stage == "positional":
+        if "halves" in note:  # Marian's layout: the sin columns, then the cos ones
+            return "PE(pos, i) = sin(pos / 10000^(2i/d_model)), PE(pos, d_model/2 + i) = cos(pos / 10000^(2i/d_model))"
         if "Sinus" in note:
             return "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))"
         return "positional embedding P[pos]: a learned row per position"

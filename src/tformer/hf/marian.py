@@ -6,13 +6,14 @@ Marian is the paper's encoder–decoder with a few fixed choices; they map onto 
   (Marian has no field for it), biases everywhere, the plain MLP;
 * token embeddings × √D when ``scale_embedding`` is set (real OPUS-MT checkpoints set it; the ``MarianConfig``
   default does not);
-* **sinusoidal positions laid out as halves**, ``[sin(pos·ω₀) … sin(pos·ω_{D/2-1}) | cos(pos·ω₀) …]``, where ours
-  interleaves sin and cos. Reading, the converted model uses ``positional="learned"`` and Marian's own table is
-  copied into the position weights (frozen, ``requires_grad=False``, as Marian keeps it). Writing a
-  ``positional="sinusoidal"`` model, every weight's model-dimension axis is reordered by the same permutation
-  (even channels first, then odd: :func:`channel_order`): LayerNorm, attention and feed-forward commute with it, so
-  Marian's table then lines up with ours and the logits are the same. A ``"learned"`` table is written only when
-  it is Marian's (a model read from Marian): Marian recomputes its table and never stores it;
+* **sinusoidal positions laid out as halves**, ``[sin(pos·ω₀) … sin(pos·ω_{D/2-1}) | cos(pos·ω₀) …]``, where the
+  paper's (our ``"sinusoidal"``) interleaves sin and cos. Reading, the converted model uses
+  ``positional="sinusoidal_halves"``, Marian's table: fixed, a buffer, so that fine-tuning leaves it as Marian does,
+  and the model is written back as it is. Writing a ``positional="sinusoidal"`` model, every weight's
+  model-dimension axis is reordered by one permutation (even channels first, then odd: :func:`channel_order`):
+  LayerNorm, attention and feed-forward commute with it, so Marian's table then lines up with ours and the logits
+  are the same. A ``"learned"`` table (a model read from Marian by an earlier tformer, which copied the table in) is
+  written only while it is still Marian's: Marian recomputes its table and never stores it;
 * one embedding table shared by encoder, decoder and ``lm_head`` (``share_encoder_decoder_embeddings``,
   ``tie_word_embeddings``); untied variants map to ``share_embeddings=False`` / ``tie_embeddings=False``;
 * ``final_logits_bias``, added to the logits (OPUS-MT's trained output bias, ``decoder_ff_logit_out_b``), is our
@@ -183,7 +184,7 @@ def config_from_hf(hf: Mapping) -> Seq2SeqConfig:
         norm_first=False,
         final_norm=False,
         max_len=hf["max_position_embeddings"],
-        positional="learned",  # Marian's [sin | cos] table is copied in (see the module docstring)
+        positional="sinusoidal_halves",  # Marian's [sin | cos] table (see the module docstring)
         scale_embeddings=bool(hf.get("scale_embedding", False)),
         share_embeddings=share and hf.get("tie_word_embeddings", True),  # HF ties nothing without the latter
         tie_embeddings=hf.get("tie_word_embeddings", True),
@@ -279,8 +280,8 @@ def config_to_hf(
 
 
 def marian_table(max_len: int, d_model: int) -> torch.Tensor:
-    """Marian's sinusoidal table (max_len, D): our interleaved table with its columns in :func:`channel_order`."""
-    return sinusoidal_table(max_len, d_model)[:, channel_order(d_model)]
+    """Marian's sinusoidal table (max_len, D): the paper's interleaved table with its columns in :func:`channel_order`."""
+    return sinusoidal_table(max_len, d_model, halves=True)
 
 
 def channel_order(d_model: int) -> torch.Tensor:
@@ -295,7 +296,7 @@ def state_from_hf(
     """Marian weights renamed to our :class:`Seq2SeqTransformer` keys; tied copies are left for :func:`load_state`.
 
     ``model.shared`` is read only where the encoder's table is absent (``save_pretrained`` stores a shared table
-    once, under that name); the position tables are Marian's fixed ones, filled in by :func:`load_state`;
+    once, under that name); the position tables are Marian's fixed ones, the model's own (``"sinusoidal_halves"``);
     ``final_logits_bias`` (1, V) becomes ``output.bias`` (V,). ``config`` is not needed (the names say it all);
     ``dtype`` casts floating tensors (None: kept).
     """
@@ -313,8 +314,8 @@ def state_from_hf(
 
 
 def load_state(model: Seq2SeqTransformer, state: dict[str, torch.Tensor], owned: bool = False) -> Seq2SeqTransformer:
-    """Copy ``state`` (from :func:`state_from_hf`) into ``model`` (in place): tied copies checked and dropped,
-    Marian's position table put in (frozen), every other parameter filled."""
+    """Copy ``state`` (from :func:`state_from_hf`) into ``model`` (in place): tied copies checked and dropped, every
+    parameter filled (Marian's position table is the model's own buffer, ``positional="sinusoidal_halves"``)."""
     config = model.config
     tied = []
     if config.share_embeddings:
@@ -323,11 +324,8 @@ def load_state(model: Seq2SeqTransformer, state: dict[str, torch.Tensor], owned:
         tgt_table = "src_embed.token.weight" if config.share_embeddings else "tgt_embed.token.weight"
         tied.append(_drop_tied(state, "output.weight", tgt_table))
     dtype = model.src_embed.token.weight.dtype
-    table = marian_table(config.max_len, config.d_model).to(dtype)
     if config.output_bias and "output.bias" not in state:  # transformers' zeros where the file has none
         state["output.bias"] = torch.zeros(config.tgt_vocab_size, dtype=dtype)
-    # one table each: filled in as they are, one shared tensor would be saved once and read back with one missing
-    state.update({"src_embed.position.weight": table, "tgt_embed.position.weight": table.clone()})
     expected = model.state_dict()
     missing = sorted(k for k in set(expected) - set(state) if k not in tied)
     unexpected = sorted(set(state) - set(expected))
@@ -338,9 +336,6 @@ def load_state(model: Seq2SeqTransformer, state: dict[str, torch.Tensor], owned:
             f"shapes {[f'{k}: {tuple(state[k].shape)} vs {tuple(expected[k].shape)}' for k in wrong]}"
         )
     fill(model, state, owned)  # each weight dropped from ``state`` once in (owned: no copy)
-    for embed in (model.src_embed, model.tgt_embed):
-        assert embed.position is not None  # positional="learned"
-        embed.position.weight.requires_grad_(False)  # a fixed sinusoidal table in Marian
     return model
 
 
@@ -351,8 +346,8 @@ def _drop_tied(state: dict[str, torch.Tensor], key: str, tied_to: str) -> str:
 
 
 def state_to_hf(state: Mapping[str, torch.Tensor], config: Seq2SeqConfig) -> dict[str, torch.Tensor]:
-    """Our :class:`Seq2SeqTransformer` weights in Marian's names, channels reordered for a sinusoidal model (see the
-    module docstring); a learned position table that is not Marian's is refused naming ``positional``."""
+    """Our :class:`Seq2SeqTransformer` weights in Marian's names, channels reordered for a ``"sinusoidal"`` model (see
+    the module docstring); a learned position table that is not Marian's is refused naming ``positional``."""
     state = dict(state)
     tables = [state.pop(k) for k in ("src_embed.position.weight", "tgt_embed.position.weight") if k in state]
     bias = state.pop("output.bias", None)  # (V,): along the words, no channel to reorder
@@ -365,7 +360,7 @@ def state_to_hf(state: Mapping[str, torch.Tensor], config: Seq2SeqConfig) -> dic
                 "Marian's positions are a fixed sinusoidal table it recomputes, and this model's learned table is "
                 "not that table",
             )
-    else:
+    elif config.positional == "sinusoidal":
         state = _reorder_channels(state, channel_order(config.d_model))
     d = config.d_model
     out = {

@@ -83,7 +83,7 @@ def _check_exportable(config: ModelConfig) -> Any:
             "a BERT's LoRA pairs are not written as a PEFT adapter (its Hugging Face names depend on the head class "
             "PEFT would wrap): merge them into the model (tformer merge) and export that"
         )
-    if module is marian and isinstance(config, Seq2SeqConfig) and config.positional != "learned":
+    if module is marian and isinstance(config, Seq2SeqConfig) and config.positional == "sinusoidal":
         raise ValueError(
             "this translator's channels are reordered when it is written in Marian's layout (a sinusoidal model of "
             "tformer's own), so its LoRA pairs have no PEFT form: merge them (tformer merge) and export that"

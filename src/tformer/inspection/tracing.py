@@ -266,7 +266,9 @@ class _Collector:
             note = "token embedding lookup" + (f" × √D = × {m.scale:.4g}" if m.scale != 1.0 else "")
             add("token_embedding", t, BTD, owner + ".token", note)
         elif point == "hook_position":
-            add("positional", t, ("T", "D"), owner + ".position", f"{type(m.position).__name__}, one row per position")
+            layout = " ([sin | cos] halves)" if getattr(m.position, "halves", False) else ""
+            note = f"{type(m.position).__name__}{layout}, one row per position"
+            add("positional", t, ("T", "D"), owner + ".position", note)
         elif point == "hook_segment":
             add("segment", t, BTD, owner + ".segment", "segment (token-type) embedding")
         elif point == "hook_out":

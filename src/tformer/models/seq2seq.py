@@ -54,7 +54,7 @@ class Seq2SeqConfig(ModelConfig):  # the shared fields' defaults are ModelConfig
     n_encoder_layers: int = 6
     n_decoder_layers: int = 6
     final_norm: bool | None = None  # LayerNorm after each stack; None = only for pre-LN
-    positional: str = "sinusoidal"  # "sinusoidal" (paper) | "learned"
+    positional: str = "sinusoidal"  # "sinusoidal" (paper) | "sinusoidal_halves" ([sin | cos], Marian) | "learned"
     scale_embeddings: bool = True  # multiply token embeddings by √D (paper)
     share_embeddings: bool = False  # one embedding table for source and target (needs a joint vocabulary)
     tie_embeddings: bool = True  # output projection = target embedding matrix (paper); 0.1's tie_output
@@ -62,7 +62,7 @@ class Seq2SeqConfig(ModelConfig):  # the shared fields' defaults are ModelConfig
     pad_id: int = 0  # the padding token of both sides (masked out, ignored by the loss)
 
     def validate(self) -> None:
-        self.check_choice("positional", ("sinusoidal", "learned"))
+        self.check_choice("positional", ("sinusoidal", "sinusoidal_halves", "learned"))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"Seq2SeqConfig.share_embeddings=True needs src_vocab_size == tgt_vocab_size, "

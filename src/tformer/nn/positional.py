@@ -5,7 +5,9 @@
       PE[pos, 2i]   = sin(pos / 10000^(2i/d))
       PE[pos, 2i+1] = cos(pos / 10000^(2i/d))
 
-  (check value, d = 4, pos = 1: [0.84147098, 0.54030231, 0.00999983, 0.99995000]).
+  (check value, d = 4, pos = 1: [0.84147098, 0.54030231, 0.00999983, 0.99995000]); or laid out as halves,
+  ``[sin(pos·ω₀) … sin(pos·ω_{d/2-1}) | cos(pos·ω₀) …]``, as Marian (the OPUS-MT models) and tensor2tensor lay it out
+  (``positional="sinusoidal_halves"``: the same columns in another order).
 * :class:`LearnedPositionalEmbedding` — one trained vector per position (GPT-2, BERT).
 * :func:`rotary_tables` / :func:`apply_rotary` — rotary position embedding (RoPE, Su et al. 2021, as in
   GPT-NeoX and LLaMA): nothing is added to the input; inside self-attention each query and key is rotated
@@ -46,8 +48,9 @@ __all__ = [
 ]
 
 
-def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
-    """The (max_len, d_model) sinusoidal table; even columns sin, odd columns cos."""
+def sinusoidal_table(max_len: int, d_model: int, halves: bool = False) -> torch.Tensor:
+    """The (max_len, d_model) sinusoidal table; even columns sin, odd columns cos (``halves``: the sin columns first,
+    then the cos ones, Marian's layout)."""
     if d_model % 2 != 0:
         raise ValueError(f"sinusoidal positional encoding needs an even d_model, got d_model={d_model}")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (T, 1)
@@ -55,18 +58,20 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(pos * inv_freq)
     table[:, 1::2] = torch.cos(pos * inv_freq)
+    if halves:
+        table = torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
     return table.float()  # (T, D)
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed table lookup; the table is a (non-persistent) buffer, not a parameter."""
+    """Fixed table lookup; the table is a (non-persistent) buffer, not a parameter (``halves``: Marian's layout)."""
 
     table: torch.Tensor  # (max_len, D)
 
-    def __init__(self, max_len: int, d_model: int) -> None:
+    def __init__(self, max_len: int, d_model: int, halves: bool = False) -> None:
         super().__init__()
-        self.max_len = max_len
-        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+        self.max_len, self.halves = max_len, halves
+        self.register_buffer("table", sinusoidal_table(max_len, d_model, halves), persistent=False)
 
     def forward(self, positions: torch.Tensor | slice) -> torch.Tensor:
         """``positions``: a tensor of position ids, or a slice ``start:end`` (consecutive positions: a view, no gather)."""
@@ -229,14 +234,18 @@ class InputEmbedding(nn.Module):
         with torch.no_grad():
             self.token.weight[vocab_size:].zero_()
         self.scale = math.sqrt(d_model) if scale else 1.0
-        if positional == "sinusoidal":
-            self.position: nn.Module | None = SinusoidalPositionalEncoding(max_len, d_model)
+        if positional in ("sinusoidal", "sinusoidal_halves"):
+            self.position: nn.Module | None = SinusoidalPositionalEncoding(
+                max_len, d_model, halves=positional == "sinusoidal_halves"
+            )
         elif positional == "learned":
             self.position = LearnedPositionalEmbedding(max_len, d_model)
         elif positional == "rope":
             self.position = None  # positions enter inside self-attention (rotary_tables / apply_rotary)
         else:
-            raise ValueError(f"positional must be 'sinusoidal', 'learned' or 'rope', got {positional!r}")
+            raise ValueError(
+                f"positional must be 'sinusoidal', 'sinusoidal_halves', 'learned' or 'rope', got {positional!r}"
+            )
         self.segment = nn.Embedding(n_segments, d_model) if n_segments else None
         if self.segment is not None:
             nn.init.normal_(self.segment.weight, std=0.02)
