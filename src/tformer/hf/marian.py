@@ -280,7 +280,7 @@ def config_to_hf(
 
 
 def marian_table(max_len: int, d_model: int) -> torch.Tensor:
-    """Marian's sinusoidal table (max_len, D): the paper's interleaved table with its columns in :func:`channel_order`."""
+    """Marian's sinusoidal table (max_len, D): the paper's table with its columns in :func:`channel_order`."""
     return sinusoidal_table(max_len, d_model, halves=True)
 
 
