@@ -248,6 +248,22 @@ def test_a_cut_source_is_one_warning_line_in_evaluate_too(dirs, tmp_path, capsys
     assert len(lines) == 1 and lines[0].startswith("tformer evaluate: warning: source sentence 1 is longer")
 
 
+def test_cut_translations_are_one_warning_line_in_evaluate(dirs, tmp_path, capsys):
+    """Translations that reach --max-new-tokens without ending are said (BLEU scores them cut): one line, each
+    sentence once however many length penalties --tune-length-penalty tries, named by its --src line."""
+    (tmp_path / "src.txt").write_text("the cat sat.\n\na bird sang.\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("le chat\n\nun oiseau\n", encoding="utf-8")
+    model = shutil.copytree(dirs["translation"], tmp_path / "model")  # the tuned penalty is kept beside the model
+    argv = ["evaluate", "--model", str(model), "--src", str(tmp_path / "src.txt")]
+    said = (
+        "tformer evaluate: warning: translation 1 reached 2 tokens without its end token: cut there "
+        "(--max-new-tokens 2); and 1 more so (--src lines 3)"
+    )
+    for extra in ([], ["--tune-length-penalty", "--beam", "2"]):
+        code, out, err = _run([*argv, "--ref", str(tmp_path / "ref.txt"), "--max-new-tokens", "2", *extra], capsys)
+        assert code == 0 and "BLEU" in out and err.splitlines() == [said], (extra, err)  # an untrained model: all cut
+
+
 def test_a_sampling_flag_that_greedy_decoding_does_not_use_is_said(dirs, capsys):
     """As transformers warns when do_sample is off: --temperature with --greedy, --top-k without --sample."""
     code, _, err = _run(
@@ -264,11 +280,11 @@ def test_a_sampling_flag_that_greedy_decoding_does_not_use_is_said(dirs, capsys)
 
 def test_translate_sample_with_a_tiny_temperature_or_top_p_is_greedy(dirs, capsys):
     model = ["translate", "--model", str(dirs["translation"]), "the cat sat on the mat.", "a bird sang."]
-    code, greedy, err = _run(model, capsys)
-    assert code == 0, err
+    code, greedy, said = _run(model, capsys)
+    assert code == 0, said
     for extreme in (["--temperature", "1e-45"], ["--top-p", "1e-300"]):
         code, out, err = _run([*model, "--sample", "--seed", "3", *extreme], capsys)
-        assert code == 0 and out == greedy and err == "", (extreme, err)
+        assert code == 0 and out == greedy and err == said, (extreme, err)  # the same translations cut, if any
 
 
 def test_the_explorers_sampling_with_a_tiny_top_p_answers(dirs):
@@ -443,9 +459,12 @@ def test_a_one_megabyte_line_is_cut_before_the_tokenizer_sees_it(dirs, monkeypat
     line = "the cat sat on the mat. " * 44_000  # 1,056,000 characters
     code, out, err = _run(["translate", "--model", str(dirs["translation"]), "a bird sang.", line], capsys)
     assert code == 0 and len(out.splitlines()) == 2, err
+    cut = "reached 31 tokens without its end token: cut there (the model's max_len 32 - 1; --max-new-tokens 128"
     assert err == (
         "tformer translate: warning: source sentence 2 is longer than the model reads (1,055,999 characters): "
         "translating its first 32 tokens (max_len=32)\n"  # the fixture's max_len; the text is stripped first
+        f"tformer translate: warning: translation 1 {cut} cannot go past it)\n"  # the fixture's untrained model
+        f"tformer translate: warning: translation 2 {cut} cannot go past it)\n"
     )
     assert max(seen) <= 32 * 64  # max_len · MAX_CHARS_PER_TOKEN
 

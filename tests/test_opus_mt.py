@@ -35,6 +35,7 @@ from tformer.explore.model import load_model  # noqa: E402
 from tformer.tokenizers import MarianTokenizer, load_tokenizer, train_tokenizer  # noqa: E402
 from tformer.translation import Translator  # noqa: E402
 from tformer.translation.toy_corpus import builtin_pairs  # noqa: E402
+from tformer.translation.translator import TranslationCut  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # transformers' own advice
 
@@ -248,11 +249,20 @@ def test_translate_is_generate_token_for_token(opus, beam, capsys):
     batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)["input_ids"]
     assert translator.encode_sources(SENTENCES).tolist() == batch.tolist()  # </s> after each, padded with <pad>
     assert [translator.tgt_tokenizer.decode(ids) for ids in hf_ids] == hf_text
-    assert translator.translate(SENTENCES, beam=beam, max_new_tokens=MAX_NEW) == hf_text
+    with pytest.warns(TranslationCut) as caught:
+        assert translator.translate(SENTENCES, beam=beam, max_new_tokens=MAX_NEW) == hf_text
+    capsys.readouterr()
     assert main(["translate", "--model", str(opus), *SENTENCES, "--beam", str(beam), "--max-new-tokens", "16"]) == 0
-    assert capsys.readouterr().out.split("\n")[: len(SENTENCES)] == hf_text
+    out, err = capsys.readouterr()
+    assert out.split("\n")[: len(SENTENCES)] == hf_text
     lengths = {len(ids) for ids in hf_ids}
     assert len(lengths) >= 3 and min(lengths) < MAX_NEW and any(hf_text)  # not vacuous: some end early, some say
+    # the translations that reached the limit without </s> (transformers' too) are said, each by its place
+    cut = [i + 1 for i, ids in enumerate(hf_ids) if len(ids) == MAX_NEW]
+    said = "reached 16 tokens without its end token: cut there (--max-new-tokens 16)"
+    assert 0 < len(cut) < len(SENTENCES)
+    assert sorted(w.message.number for w in caught) == cut and {w.filename for w in caught} == {__file__}
+    assert err.splitlines() == [f"tformer translate: warning: translation {i} {said}" for i in cut]
 
 
 def test_evaluate_scores_generate_s_translations(opus, tmp_path, capsys):

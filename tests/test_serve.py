@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ from tformer.serve.protocol import MAX_BEAM, MAX_BODY, MAX_STOP, MAX_TEXTS  # no
 from tformer.tokenizers import train_tokenizer  # noqa: E402
 from tformer.translation import Translator  # noqa: E402
 from tformer.translation.toy_corpus import builtin_pairs  # noqa: E402
+from tformer.translation.translator import TranslationCut  # noqa: E402
 from tiny_chat_models import gpt2_dir, llama_chat_dir  # noqa: E402
 
 PROMPT = "The quick brown fox"
@@ -331,7 +333,11 @@ def test_translate(translator_server, dirs):
     with running(small) as server:  # more asked than the server allows: capped, as a completion's max_tokens is
         r = httpx.post(f"{server.url}/translate", json={"text": texts, "max_new_tokens": 50}, timeout=60)
         assert r.status_code == 200, r.text
-        assert r.json()["translations"] == translator.translate(texts, max_new_tokens=2)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", TranslationCut)
+            assert r.json()["translations"] == translator.translate(texts, max_new_tokens=2)
+        cut = [str(w.message) for w in caught if issubclass(w.category, TranslationCut)]
+        assert r.json()["warnings"] == cut and cut  # a translation cut by the limit is said, as a cut source is
 
 
 # -------------------------------------------------------------------------------------- keys and refusals

@@ -312,4 +312,13 @@ def test_a_cut_sentence_is_named_by_its_line_in_the_whole_input(models, monkeypa
         assert main(args) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 17
-    assert err.startswith("tformer translate: warning: source sentence 17 is longer than the model reads"), err
+    said = err.splitlines()
+    assert [line for line in said if "source sentence" in line] == [
+        "tformer translate: warning: source sentence 17 is longer than the model reads (320 tokens): translating its "
+        "first 32 tokens (max_len=32)"
+    ]
+    cut = ": cut there (--max-new-tokens 2)"  # a random model ends no translation within 2 tokens
+    expected = [
+        f"tformer translate: warning: translation {i} reached 2 tokens without its end token{cut}" for i in range(1, 18)
+    ]
+    assert [line for line in said if "source sentence" not in line] == expected

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from tformer.cli.flags import add
@@ -51,16 +55,45 @@ def run(args) -> int:
         check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
     translator = Translator.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
     translator.model = for_inference(translator.model, args.precision, "measuring", args.device, args.fast)
-    if args.tune_length_penalty:
-        return _tune(args, translator)
-    decoding = dict(beam=args.beam, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
-    result = evaluate_files(translator, args.src, args.ref, length_penalty=args.length_penalty, **decoding)
+    with _cuts_summed(args):
+        if args.tune_length_penalty:
+            return _tune(args, translator)
+        decoding = dict(beam=args.beam, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        result = evaluate_files(translator, args.src, args.ref, length_penalty=args.length_penalty, **decoding)
     if args.out_hyp:
         text = "\n".join(result["hypotheses"]) + "\n"
         write_output(args.out_hyp, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     print(f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}")
     print(f"chrF {result['chrf']:.2f}  {result['chrf_signature']}")
     return 0
+
+
+@contextlib.contextmanager
+def _cuts_summed(args) -> Iterator[None]:
+    """Sources longer than the model reads and translations cut by their length limit, one line for each kind: the
+    first one's warning, then how many more and their lines in ``--src`` (each sentence once, however many penalties
+    ``--tune-length-penalty`` tried)."""
+    from tformer.cli.translate import renumbered
+    from tformer.translation.translator import SourceTruncated, TranslationCut
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SourceTruncated)
+        warnings.simplefilter("always", TranslationCut)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if not isinstance(w.message, (SourceTruncated, TranslationCut)):  # as Python shows them
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+            for kind in (SourceTruncated, TranslationCut):
+                seen = {w.message.number: w.message for w in caught if isinstance(w.message, kind)}  # type: ignore
+                if seen:
+                    lines = sorted(seen)
+                    said = str(renumbered(seen[lines[0]], 0, args.max_new_tokens))
+                    if len(lines) > 1:
+                        shown = ", ".join(map(str, lines[1:9])) + (", ..." if len(lines) > 9 else "")
+                        said += f"; and {len(lines) - 1:,} more so (--src lines {shown})"
+                    print(f"tformer evaluate: warning: {said}", file=sys.stderr)
 
 
 def _tune(args, translator) -> int:

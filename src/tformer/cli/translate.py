@@ -7,7 +7,9 @@ or typed at), while a file is read ``--batch-size`` · 16 lines at a time. With 
 first, so that the same input gives the same translations however it arrives.
 
 A sentence longer than the model reads (its ``max_len`` tokens) is translated from its first ``max_len`` tokens,
-with one line on stderr: ``tformer translate: warning: source sentence 3 is longer than the model reads ...``.
+with one line on stderr: ``tformer translate: warning: source sentence 3 is longer than the model reads ...``; a
+translation cut by its length limit is one line too: ``... warning: translation 3 reached 128 tokens without its end
+token: cut there (--max-new-tokens 128)``.
 """
 
 from __future__ import annotations
@@ -110,18 +112,36 @@ READ_BATCHES = 16  # stdin: lines read ahead when they are waiting, in --batch-s
 
 
 def _translated(translator, args, sentences: list[str], sampling, before: int) -> list[str]:
-    """``sentences`` translated, a cut source said in one line naming its place in the whole input (``before``
-    sentences came first)."""
+    """``sentences`` translated, a cut source or translation said in one line naming its place in the whole input
+    (``before`` sentences came first)."""
     from tformer.translation import Translator
-    from tformer.translation.translator import SourceTruncated
+    from tformer.translation.translator import SourceTruncated, TranslationCut
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SourceTruncated)
+        warnings.simplefilter("always", TranslationCut)
         outputs = translator.translate(**options(args, Translator.translate, sentences=sentences, sampling=sampling))
-    for warning in caught:  # a cut sentence: one line each; anything else as Python shows it
-        if isinstance(warning.message, SourceTruncated):
-            said = SourceTruncated(before + warning.message.number, warning.message.detail)
-            print(f"tformer translate: warning: {said}", file=sys.stderr)
+    cuts = []
+    for warning in caught:  # a cut sentence: one line each, in the input's order; anything else as Python shows it
+        said = renumbered(warning.message, before, args.max_new_tokens)
+        if said is not None:
+            cuts.append(said)
         else:
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    for said in sorted(cuts, key=lambda w: w.number):  # type: ignore[attr-defined]  # a source's before its translation
+        print(f"tformer translate: warning: {said}", file=sys.stderr)
     return outputs
+
+
+def renumbered(message, before: int, max_new_tokens: int) -> Warning | None:
+    """A :class:`SourceTruncated` or :class:`TranslationCut` warning numbered in the whole input (``before`` sentences
+    came first), its limit named by its flag; None for any other warning."""
+    from tformer.translation.translator import SourceTruncated, TranslationCut
+
+    if isinstance(message, SourceTruncated):
+        return SourceTruncated(before + message.number, message.detail)
+    if isinstance(message, TranslationCut):
+        flag = f"--max-new-tokens {max_new_tokens}"
+        limit = flag if message.limit.startswith("max_new_tokens") else f"{message.limit}; {flag} cannot go past it"
+        return TranslationCut(before + message.number, message.tokens, limit)
+    return None

@@ -137,13 +137,15 @@ def chat(served: Served, request: ChatRequest, emit: Callable[[str], None]) -> O
 
 def translate(served: Served, request: TranslateRequest, emit: Callable[[str], None]) -> tuple[list[str], list[str]]:
     """POST /v1/translate: the translations of the texts (in one batch call of :meth:`Translator.translate`) and the
-    warnings about texts longer than the model reads (translated from their first tokens)."""
-    from tformer.translation.translator import SourceTruncated
+    warnings about texts longer than the model reads (translated from their first tokens) and translations cut by
+    their length limit."""
+    from tformer.translation.translator import SourceTruncated, TranslationCut
 
     emit("")  # started
     limit = min(request.max_new_tokens or served.max_new_tokens, served.max_new_tokens)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SourceTruncated)
+        warnings.simplefilter("always", TranslationCut)
         out = served.translator.translate(request.texts, beam=request.beam, max_new_tokens=limit)
-    notes = [str(w.message) for w in caught if issubclass(w.category, SourceTruncated)]
+    notes = [str(w.message) for w in caught if issubclass(w.category, (SourceTruncated, TranslationCut))]
     return out, notes

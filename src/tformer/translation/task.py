@@ -12,6 +12,8 @@ Dimension legend: B batch, T target length, V target vocabulary.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -19,7 +21,7 @@ from tformer.fast.chunked_loss import chunk_rows, linear_cross_entropy, plain_he
 from tformer.fast.losses import sequence_cross_entropy  # the training loss: fused CPU backward
 from tformer.translation.batching import Batch, EncodedPairs, budget_batches
 from tformer.translation.pairs import group_references
-from tformer.translation.translator import Translator
+from tformer.translation.translator import TranslationCut, Translator
 
 __all__ = ["TranslationTask"]
 
@@ -120,7 +122,9 @@ class TranslationTask:
             tokens += batch.n_tokens
         result = {"val_loss": total / tokens}
         if self.bleu_sources:
-            scores = self.translator.evaluate(self.bleu_sources, self.bleu_refs, beam=self.beam)
+            with warnings.catch_warnings():  # a model in training may not end its sentences yet: BLEU counts that
+                warnings.simplefilter("ignore", TranslationCut)
+                scores = self.translator.evaluate(self.bleu_sources, self.bleu_refs, beam=self.beam)
             result.update(bleu=scores["bleu"], chrf=scores["chrf"])
         return result
 

@@ -12,7 +12,9 @@ and ``generate`` use them.
 A source longer than the model reads (``max_len`` tokens) is cut to its first ``max_len`` tokens, as training
 cuts its pairs, with a :class:`SourceTruncated` warning that names the sentence and the limit (``tformer
 translate`` prints it as one line). Only the first ``max_len`` · :data:`MAX_CHARS_PER_TOKEN` characters of a
-sentence are tokenized, so a 1 MB line costs what a long sentence costs.
+sentence are tokenized, so a 1 MB line costs what a long sentence costs. A translation that reaches its length limit
+(``max_new_tokens``, or the model's ``max_len - 1``) without its end token is cut there, likely mid-sentence: a
+:class:`TranslationCut` warning names it and the limit.
 
 Dimension legend: B batch, S source length.
 """
@@ -50,6 +52,7 @@ __all__ = [
     "MAX_CHARS_PER_TOKEN",
     "SOURCE_BUCKET",
     "SourceTruncated",
+    "TranslationCut",
     "Translator",
     "load_tokenizers",
     "corpus_bleu",
@@ -71,6 +74,16 @@ class SourceTruncated(UserWarning):
     def __init__(self, number: int, detail: str) -> None:
         super().__init__(f"source sentence {number} {detail}")
         self.number, self.detail = number, detail
+
+
+class TranslationCut(UserWarning):
+    """A translation reached its length limit without its end token: it is cut there, likely mid-sentence.
+    ``number`` is the sentence's (from 1), ``tokens`` the limit, ``limit`` what set it (``max_new_tokens=128``, or
+    ``the model's max_len 64 - 1``)."""
+
+    def __init__(self, number: int, tokens: int, limit: str) -> None:
+        super().__init__(f"translation {number} reached {tokens} tokens without its end token: cut there ({limit})")
+        self.number, self.tokens, self.limit = number, tokens, limit
 
 
 def load_tokenizers(directory: str | Path) -> tuple[BPETokenizer, BPETokenizer]:
@@ -223,6 +236,7 @@ class Translator:
             raise ValueError(f"beam must be at most the target vocabulary size ({vocab} tokens), got {beam}")
         self.model.eval()
         max_len = min(max_new_tokens, self.model.config.max_len - 1)
+        model_cap = f"the model's max_len {self.model.config.max_len} - 1"
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         sos_id, eos_id = self.start_id, self.eos_id
         # a blank sentence translates to "" without decoding: one translation for each sentence, in its place
@@ -262,6 +276,9 @@ class Translator:
                     caches=self.static_caches,
                 )
             for i, row in zip(idx, ids):
+                if eos_id not in row and len(row) >= max_len:  # stopped by the limit, not by the model
+                    cap = f"max_new_tokens={max_new_tokens}" if max_new_tokens <= max_len else model_cap
+                    warnings.warn(TranslationCut(i + 1, max_len, cap), stacklevel=3)  # past torch.no_grad's wrapper
                 out[i] = self.tgt_tokenizer.decode(row[: row.index(eos_id)] if eos_id in row else row)
         return out
 
