@@ -292,6 +292,42 @@ def test_out_in_an_unwritable_place(tmp_path, monkeypatch, capsys):
     assert list(locked.iterdir()) == []  # nothing was written there
 
 
+def test_a_downloaded_corpus_is_found_by_its_name(tmp_path, monkeypatch, capsys):
+    """After `tformer data download NAME`, --data NAME is that download (as load_dataset("name") finds a dataset);
+    before it, the error says how to fetch it; a file or folder of that name here comes first."""
+    from tformer.translation.download import SOURCES
+
+    monkeypatch.setenv("TFORMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    out = ["--out", str(tmp_path / "run")]
+    for argv in (
+        ["train", "lm", "--data", "tinyshakespeare", *out],
+        ["data", "prepare", "translation", "--data", "tatoeba-eng-fra"],
+        ["train", "translation", "--data", "multi30k", *out],
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert (
+            exit_info.value.code == 2
+            and f"fetch it with `tformer data download {argv[argv.index('--data') + 1]}`" in err
+        )
+        assert "argument --data: " in err and str(tmp_path / "cache") in err, err
+    for name in SOURCES:  # as `tformer data download` leaves them
+        for remote in SOURCES[name]:
+            (tmp_path / "cache" / name).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "cache" / name / remote.filename).write_text("A man walks.\tUn homme marche.\n")
+    cache = tmp_path / "cache"
+    assert PARSER.parse_args(["train", "lm", "--data", "tinyshakespeare", *out]).data == str(
+        cache / "tinyshakespeare" / "tinyshakespeare.txt"
+    )
+    assert PARSER.parse_args(["train", "translation", "--data", "multi30k", *out]).data == str(cache / "multi30k")
+    prepare = PARSER.parse_args(["data", "prepare", "translation", "--data", "tatoeba-eng-fra"])
+    assert prepare.data == str(cache / "tatoeba-eng-fra" / "tatoeba-eng-fra.tsv")
+    (tmp_path / "tinyshakespeare").write_text("a file of that name here\n")
+    assert PARSER.parse_args(["train", "lm", "--data", "tinyshakespeare", *out]).data == "tinyshakespeare"
+
+
 def test_an_empty_src_file_for_evaluate(tmp_path, capsys):
     (tmp_path / "src.txt").write_text("")
     (tmp_path / "ref.txt").write_text("bonjour\n")

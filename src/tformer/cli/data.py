@@ -15,9 +15,9 @@ import os
 from tformer.cli.flags import add, defaults
 from tformer.cli.validate import (
     Number,
+    corpus_path,
     count_or_fraction,
     existing_file,
-    existing_path,
     int_at_least,
     output_dir,
     output_file,
@@ -76,7 +76,7 @@ def add_parser(sub) -> None:
     )
     fam = pr.add_subparsers(dest="family", metavar="FAMILY", required=True)
     lm = fam.add_parser("lm", help="a language model's stream of documents (train lm)")
-    lm.add_argument("--data", required=True, type=existing_path, help="the text, as train lm's --data takes it")
+    lm.add_argument("--data", required=True, type=corpus_path, help="the text, as train lm's --data takes it")
     from tformer.lm.recipes import RECIPES
 
     add(
@@ -91,7 +91,7 @@ def add_parser(sub) -> None:
     add(lm, "--vocab-size", "--tokenizer-dir", "--tokenizer-sample", "--init", "--text-field", "--data-cache")
     lm.set_defaults(func=run_prepare_lm)
     bt = fam.add_parser("bert", help="documents of sentences, with a sentence index (train bert)")
-    bt.add_argument("--data", required=True, type=existing_path, help="the text, as train bert's --data takes it")
+    bt.add_argument("--data", required=True, type=corpus_path, help="the text, as train bert's --data takes it")
     add(
         bt,
         "--vocab-size",
@@ -219,8 +219,11 @@ def run_prepare_bert(args) -> int:
 
 def pairs_file(text: str) -> str:
     """``data prepare translation --data``: a TSV file; a folder is refused saying what reads it."""
+    from tformer.cli.validate import downloaded_corpus
     from tformer.data.prepare import is_prepared
 
+    if not os.path.lexists(text):
+        text = downloaded_corpus(text)  # tatoeba-eng-fra: the download's TSV
     try:
         if is_prepared(text, "translation"):
             raise argparse.ArgumentTypeError(f"{text!r} is prepared already: tformer train translation --data {text}")

@@ -27,7 +27,10 @@ DEMO_RESUME = "the demo does not resume: run it again with --overwrite to start 
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="train a small translator on the built-in corpus and show it working")
     p.add_argument(
-        "--data", default="builtin", type=data_source, help="'builtin', a TSV pairs file, or a Multi30k-style directory"
+        "--data",
+        default="builtin",
+        type=data_source,
+        help="'builtin', a TSV pairs file, a Multi30k-style directory, or a downloaded corpus by name",
     )
     add(
         p,

@@ -9,7 +9,7 @@ import sys
 
 from tformer.cli.flags import add, defaults
 from tformer.cli.generate import LM_MODEL
-from tformer.cli.validate import existing_path
+from tformer.cli.validate import corpus_path
 
 
 def add_parser(sub) -> None:
@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
     e.add_argument(
         "--data",
         required=True,
-        type=existing_path,
+        type=corpus_path,
         help="a UTF-8 text file, a folder of .txt files, a JSONL file, or a folder tformer data prepare lm made",
     )
     add(

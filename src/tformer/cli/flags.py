@@ -108,7 +108,7 @@ FLAGS: dict[str, Flag] = {
         "bytes of text, spread over --data, that a BPE or WordPiece tokenizer is trained on", v.positive_int
     ),
     "--valid-data": Flag(
-        "validate on this text (a file or folder, as --data) instead of a part held out from --data", v.existing_path
+        "validate on this text (a file or folder, as --data) instead of a part held out from --data", v.corpus_path
     ),
     # --- starting from a pretrained model (tformer.finetune)
     "--init": Flag(

@@ -14,10 +14,10 @@ from __future__ import annotations
 from tformer.cli.flags import FLAGS, add, add_start, add_training, defaults, options
 from tformer.cli.parser import Switch
 from tformer.cli.validate import (
+    corpus_path,
     count_or_fraction,
     data_source,
     existing_file,
-    existing_path,
     fraction,
     int_at_least,
     non_negative_int,
@@ -45,8 +45,8 @@ def _add_translation(fam) -> None:
         default="builtin",
         type=data_source,
         help="'builtin', a TSV pairs file (tokenized once into shards kept in --data-cache; or a folder `tformer "
-        "data prepare translation` wrote), or a Multi30k-style directory (with val.*: all of train.* trains, val.* "
-        "validates)",
+        "data prepare translation` wrote), a Multi30k-style directory (with val.*: all of train.* trains, val.* "
+        "validates), or the name of a corpus `tformer data download` fetched (multi30k, tatoeba-eng-fra)",
     )
     add(t, "--tokenizer-sample", "--data-cache", defaults=entry)
     t.add_argument(
@@ -132,7 +132,7 @@ def _add_lm(fam) -> None:
     t.add_argument(
         "--data",
         required=True,
-        type=existing_path,
+        type=corpus_path,
         help="a UTF-8 text file, a JSONL file (a 'text' field), a Parquet or Arrow file, a dataset saved by Hugging "
         "Face datasets, a folder of those, or a folder `tformer data prepare` wrote; tokenized once into the cache "
         "(--data-cache); with --init also instruction data: JSONL of {'prompt', 'response'} or {'messages': [...]} "
@@ -241,7 +241,7 @@ def _add_bert(fam) -> None:
     b.add_argument(
         "--data",
         required=True,
-        type=existing_path,
+        type=corpus_path,
         help="text file (blank line = new document, one sentence per line), a .tsv (first column), a folder of text "
         "files, or a folder `tformer data prepare bert` wrote; tokenized once into the cache (--data-cache)",
     )

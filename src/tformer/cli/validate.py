@@ -85,6 +85,7 @@ __all__ = [
     "output_dir",
     "output_file",
     "data_source",
+    "corpus_path",
     "precision",
 ]
 
@@ -110,12 +111,14 @@ def _first_existing(path: Path) -> Path:
 class PathArg:
     """A path of ``kind``: ``file`` (an existing file), ``nonempty_file``, ``dir`` (an existing directory),
     ``path`` (either), ``out_dir`` / ``out_file`` (absent or of that kind, and creatable: the nearest
-    existing parent is a writable directory), ``cache_dir`` (a readable directory, or an ``out_dir``). ``keywords`` are accepted as they are (``builtin``)."""
+    existing parent is a writable directory), ``cache_dir`` (a readable directory, or an ``out_dir``). ``keywords`` are accepted as they are (``builtin``).
+    ``corpora``: a name ``tformer data download`` knows (``multi30k``), where no file or folder has it, is that
+    corpus in the download cache, as Hugging Face's ``load_dataset("name")`` finds a dataset by name."""
 
-    def __init__(self, kind: str, keywords: tuple[str, ...] = ()) -> None:
+    def __init__(self, kind: str, keywords: tuple[str, ...] = (), corpora: bool = False) -> None:
         if kind not in ("file", "nonempty_file", "dir", "path", "out_dir", "out_file", "cache_dir"):
             raise ValueError(f"unknown path kind {kind!r}")
-        self.kind, self.keywords = kind, keywords
+        self.kind, self.keywords, self.corpora = kind, keywords, corpora
         self.__name__ = kind
 
     def __repr__(self) -> str:
@@ -126,6 +129,8 @@ class PathArg:
             return text
         if not text:
             raise argparse.ArgumentTypeError("must be a path, got an empty string")
+        if self.corpora and not os.path.lexists(text):
+            text = downloaded_corpus(text)
         problem = self._problem(Path(text))
         if problem:
             raise argparse.ArgumentTypeError(f"{text!r} {problem}")
@@ -167,6 +172,22 @@ def _not_writable(path: Path, want_dir: bool) -> str | None:
     return None
 
 
+def downloaded_corpus(name: str) -> str:
+    """``name`` itself, or, where it names a corpus ``tformer data download`` fetches, that corpus in the download
+    cache (``$TFORMER_CACHE`` or ``~/.cache/tformer``): an error saying how to fetch it when it is not there."""
+    from tformer.translation.download import SOURCES, default_cache_dir
+
+    if name not in SOURCES:
+        return name
+    remotes, folder = SOURCES[name], default_cache_dir() / name
+    if all((folder / remote.filename).is_file() for remote in remotes):
+        return str(folder / remotes[0].filename if len(remotes) == 1 else folder)
+    raise argparse.ArgumentTypeError(
+        f"{name!r} is neither a file nor a folder here, and the corpus of that name is not in the download cache "
+        f"({str(folder)!r}): fetch it with `tformer data download {name}`, or give its path"
+    )
+
+
 existing_file = PathArg("file")
 nonempty_file = PathArg("nonempty_file")
 existing_dir = PathArg("dir")
@@ -174,7 +195,8 @@ existing_path = PathArg("path")
 output_dir = PathArg("out_dir")
 output_file = PathArg("out_file")
 cache_dir = PathArg("cache_dir")  # an existing folder (read-only too), or one that can be made
-data_source = PathArg("path", keywords=("builtin",))
+data_source = PathArg("path", keywords=("builtin",), corpora=True)
+corpus_path = PathArg("path", corpora=True)  # a text's --data: a file, a folder, or a downloaded corpus by name
 
 
 # ---------------------------------------------------------------------------------------------- device
