@@ -354,6 +354,20 @@ def test_a_read_only_cache_serves_what_it_holds_and_names_what_it_cannot_write(t
     assert "read-only" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "r2").exists()
 
 
+@pytest.mark.parametrize("family", ["lm", "bert", "translation"])
+def test_a_data_cache_inside_out_is_refused_before_any_work(tmp_path, family, capsys):
+    """The corpus prepared there would make --out no run's (and --overwrite would delete it): said at once, before
+    hours of preparing, with nothing written."""
+    text = tmp_path / ("pairs.tsv" if family == "translation" else "t.txt")
+    text.write_text("A man walks.\tUn homme marche.\n" * 50 if family == "translation" else "the cat sat.\n" * 50)
+    for cache in ("run", "run/cache"):
+        argv = ["train", family, "--data", str(text), "--out", str(tmp_path / "run"), "--max-steps", "1"]
+        assert main([*argv, "--data-cache", str(tmp_path / cache)]) == 2
+        err = capsys.readouterr().err
+        assert f"--data-cache {str(tmp_path / cache)!r} lies in --out {str(tmp_path / 'run')!r}" in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == [text.name]
+
+
 def test_a_fraction_held_out_of_a_large_stream_is_capped_and_said(monkeypatch):
     from tformer.lm import corpus
 

@@ -254,7 +254,7 @@ def setup(
     base = _pretrained(init, lora, max_len, cfg.seed, log) if init is not None and not resume else None
     # what makes the run: --resume refuses a change (the tokenizer comes from OUT/last)
     # the corpus prepared (read whole, strict UTF-8) before an --overwrite deletes the old run; a wrong --out first
-    precheck_out_dir(out_dir, resume, cfg.overwrite)
+    precheck_out_dir(out_dir, resume, cfg.overwrite, data_cache)
     model: Bert | None = None
     corpus = None
     if not resume:

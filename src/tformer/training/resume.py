@@ -144,13 +144,22 @@ def check_out_dir(
     return started
 
 
-def precheck_out_dir(out_dir: str | Path, resume: bool = False, overwrite: bool = False) -> None:
+def precheck_out_dir(
+    out_dir: str | Path, resume: bool = False, overwrite: bool = False, cache: str | Path | None = None
+) -> None:
     """What :func:`check_out_dir` would refuse, judged reading only and taking no lock: a family's setup calls it
     before work that takes long and writes nothing in the run (preparing a corpus), so that a wrong ``--out`` is said
-    at once, and that work is done before ``--overwrite`` deletes the old run (bad text is refused with it intact)."""
+    at once, and that work is done before ``--overwrite`` deletes the old run (bad text is refused with it intact).
+    ``cache`` (``--data-cache``) may not lie in ``out_dir``: the corpus prepared there would make it no run's."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {str(out)!r} is a file, not a directory")
+    real, held = Path(os.path.realpath(out)), Path(os.path.realpath(cache)) if cache is not None else None
+    if held is not None and (held == real or real in held.parents):
+        raise ValueError(
+            f"--data-cache {str(cache)!r} lies in --out {str(out)!r}: a run's folder holds what the run writes only "
+            "(and --overwrite would delete the prepared corpus): give a --data-cache outside it"
+        )
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one of them")
     _judge(out, resume)

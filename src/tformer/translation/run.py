@@ -257,7 +257,7 @@ def setup(
         torch.manual_seed(cfg.seed)  # LoRA's A starts random: seeded
         add_adapters(pretrained.model, lora, log if distributed.is_main_process() else lambda _: None)
     # the corpus prepared (read whole, strict UTF-8) before an --overwrite deletes the old run; a wrong --out first
-    precheck_out_dir(out_dir, resume, cfg.overwrite)
+    precheck_out_dir(out_dir, resume, cfg.overwrite, data_cache)
     tokenizers = None
     directory = None
     if not resume:
