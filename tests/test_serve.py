@@ -39,6 +39,7 @@ from tformer.generation import SamplingConfig  # noqa: E402
 from tformer.lm.chat import reply  # noqa: E402
 from tformer.serve import Cancelled, Outcome, Served, Worker, create_app, listen, server_for  # noqa: E402
 from tformer.serve import model as work  # noqa: E402
+from tformer.serve.guard import Guard  # noqa: E402
 from tformer.serve.protocol import MAX_BEAM, MAX_BODY, MAX_STOP, MAX_TEXTS  # noqa: E402
 from tformer.tokenizers import train_tokenizer  # noqa: E402
 from tformer.translation import Translator  # noqa: E402
@@ -467,6 +468,22 @@ def test_unknown_routes_methods_hosts_and_origins(llama_server):
     assert httpx.get(f"{url}/models", headers={"Host": "LOCALHOST."}, timeout=30).status_code == 200  # as DNS reads it
 
 
+def test_allowed_hosts_are_answered_on_a_loopback_address_and_only_there(dirs, monkeypatch, capsys):
+    """--allowed-host: the name a reverse proxy or a container forwards, answered besides this machine's own."""
+    guard = Guard(None, True, None, allowed_hosts=("Proxy.Example.",))
+    for host in ("proxy.example", "PROXY.example:8000", "localhost:8000", "[::1]:8000"):
+        assert guard.refusal({"host": host}) is None, host
+    refused = guard.refusal({"host": "evil.example:8000"})
+    assert refused is not None and refused.status == 400 and "--allowed-host NAME" in str(refused)
+    assert Guard(None, False, None).refusal({"host": "any.example"}) is None  # off a loopback address: any name
+    seen = {}
+    monkeypatch.setattr("tformer.serve.serve", lambda *a, **kw: seen.update(kw))
+    argv = ["serve", "--model", str(dirs["translator"]), "--port", "0", "--allowed-host", "a.example"]
+    assert main([*argv, "--allowed-host", "b.example"]) == 0 and seen["allowed_hosts"] == ("a.example", "b.example")
+    assert main([*argv, "--host", "0.0.0.0"]) == 2  # every name is answered there already: said, not ignored
+    assert "--allowed-host a.example is for a server on a loopback address" in capsys.readouterr().err
+
+
 def test_a_body_too_large_is_413(llama_server):
     url = f"{llama_server.url}/completions"
     big = b'{"model": "llama", "prompt": "' + b"x" * MAX_BODY + b'"}'
@@ -709,7 +726,7 @@ def test_help_says_one_worker_and_a_fifo_queue(capsys):
 def test_a_non_local_host_without_a_key_warns(dirs, monkeypatch, capsys):
     calls = []
 
-    def serve(*args, sock):
+    def serve(*args, sock, **kwargs):
         calls.append(args)
         sock.close()
 

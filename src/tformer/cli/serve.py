@@ -45,6 +45,16 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (127.0.0.1: this machine only)")
     p.add_argument("--port", type=int_in(0, 65535), default=8000, help="port (0 = any free port)")
     p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        type=Text(),
+        help="a Host name the server answers besides localhost, 127.0.0.1 and [::1] when it serves on a loopback "
+        "address (the name a reverse proxy or a container forwards); repeat for more; other names are refused "
+        "against DNS rebinding",
+    )
+    p.add_argument(
         "--api-key",
         help=f"ask every request for Authorization: Bearer KEY (default: ${KEY_ENV}, else no key; the variable keeps "
         "the key out of the process list)",
@@ -70,7 +80,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from tformer.serve import Served, listen, serve
-    from tformer.serve.app import LOOPBACK
+    from tformer.serve.guard import LOOPBACK
 
     api_key = args.api_key if args.api_key is not None else os.environ.get(KEY_ENV) or None
     given = "--api-key" if args.api_key is not None else f"${KEY_ENV}"
@@ -80,6 +90,11 @@ def run(args) -> int:
         raise ValueError(
             f"{given} has {len(odd)} character(s) an Authorization header cannot carry "
             f"({' '.join(map(repr, odd[:5]))}): a key is printable ASCII without spaces"
+        )
+    if args.allowed_host and args.host not in LOOPBACK:
+        raise ValueError(
+            f"--allowed-host {args.allowed_host[0]} is for a server on a loopback address; on --host {args.host} "
+            "every Host name is answered already: leave --allowed-host out"
         )
     sock = listen(args.host, args.port)  # before the model loads: a taken port is said at once
     try:
@@ -103,6 +118,8 @@ def run(args) -> int:
         key = ", API key required" if api_key else ""
         print(f"tformer serve: {served.name} ({served.describe}) at {url}: {routes}{key} (Ctrl-C stops)", flush=True)
 
-    serve(served, args.host, args.port, api_key, args.max_queue, ready, sock=sock)
+    serve(
+        served, args.host, args.port, api_key, args.max_queue, ready, sock=sock, allowed_hosts=tuple(args.allowed_host)
+    )
     print("tformer serve: stopped", flush=True)
     return 0

@@ -13,10 +13,8 @@ generation. Every refusal is OpenAI's error object with its status; an unexpecte
 shape, its traceback on stderr. Each request ends with one line on stderr: method, path, status, seconds, tokens
 and tokens/s.
 
-Safety: served on 127.0.0.1 unless told otherwise; on a loopback address a request whose ``Host`` is not a loopback
-name is refused (a web page cannot reach the server through DNS rebinding), and a browser's cross-origin request
-is refused everywhere (no CORS header is ever sent). ``api_key``: every request must carry
-``Authorization: Bearer KEY``, compared in constant time (``hmac.compare_digest``), else 401.
+Safety: served on 127.0.0.1 unless told otherwise; a foreign ``Host`` (on a loopback address), a cross-origin
+request and a missing or wrong API key are refused before anything runs (:mod:`tformer.serve.guard`).
 
 Dimension legend: none (HTTP).
 """
@@ -24,7 +22,6 @@ Dimension legend: none (HTTP).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import queue
 import signal
 import socket
@@ -45,6 +42,7 @@ from starlette.routing import Route
 from tformer.net import listen
 from tformer.serve import model as work
 from tformer.serve.answers import DONE, Answer, event, model_card, models_list
+from tformer.serve.guard import LOOPBACK, Guard
 from tformer.serve.model import Served
 from tformer.serve.protocol import (
     MAX_BODY,
@@ -60,7 +58,6 @@ from tformer.serve.worker import Job, Worker
 
 __all__ = ["create_app", "listen", "server_for", "serve", "LOOPBACK"]
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 GONE = 499  # the status logged for a client that left before its answer (nginx's "client closed request")
 
 
@@ -183,8 +180,10 @@ def create_app(
     host: str = "127.0.0.1",
     api_key: str | None = None,
     log: Callable[[str], None] = _say,
+    allowed_hosts: tuple[str, ...] = (),
 ) -> Any:
-    """The ASGI app serving ``served`` with ``worker``, bound on ``host`` (its loopback check), behind ``api_key``."""
+    """The ASGI app serving ``served`` with ``worker``, bound on ``host`` (its loopback check, which also accepts
+    ``allowed_hosts``), behind ``api_key``."""
     created = int(time.time())
 
     def offered(endpoint: str) -> None:
@@ -316,43 +315,7 @@ def create_app(
         Route("/v1/translate", endpoint(translate), methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
-    return _Logged(_Guard(app, host in LOOPBACK, api_key), log)
-
-
-class _Guard:
-    """ASGI middleware: refuse a foreign ``Host`` (on a loopback address), a cross-origin request, a missing or
-    wrong API key, before anything else runs."""
-
-    def __init__(self, app: Any, loopback: bool, api_key: str | None) -> None:
-        self.app, self.loopback = app, loopback
-        self.key = api_key.encode("utf-8") if api_key else None
-
-    def refusal(self, headers: dict[str, str]) -> APIError | None:
-        host, origin = headers.get("host", ""), headers.get("origin")
-        name = (host.rsplit(":", 1)[0] if not host.endswith("]") else host).lower().removesuffix(".")  # as DNS reads it
-        if self.loopback and name not in ("127.0.0.1", "localhost", "[::1]"):
-            return APIError(f"Host {host!r} is not this server's (it serves on a loopback address)", 400)
-        if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
-            return APIError(f"Origin {origin!r}: cross-origin requests are refused", 403, code="cross_origin")
-        if self.key is not None:
-            given = headers.get("authorization", "")
-            token = given[7:].strip().encode("utf-8") if given[:7].lower() == "bearer " else b""
-            if not hmac.compare_digest(token, self.key):
-                why = "incorrect API key provided" if token else "no API key provided"
-                return APIError(
-                    f"{why}: send Authorization: Bearer KEY (the server's --api-key)", 401, code="invalid_api_key"
-                )
-        return None
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-            refused = self.refusal(headers)
-            if refused is not None:
-                auth = {"www-authenticate": "Bearer"} if refused.status == 401 else None
-                await _error(refused, auth)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+    return _Logged(Guard(app, host in LOOPBACK, api_key, allowed_hosts), log)
 
 
 class _Logged:
@@ -422,16 +385,17 @@ def serve(
     on_ready: Callable[[str], None] | None = None,
     log: Callable[[str], None] = _say,
     sock: socket.socket | None = None,
+    allowed_hosts: tuple[str, ...] = (),
 ) -> None:
     """Serve ``served`` on ``host:port`` until Ctrl-C or SIGTERM (either a clean stop: this returns);
     ``on_ready(base_url)`` once the socket listens. ``sock``: one
     :func:`listen` made for ``host:port`` already (``tformer serve`` makes it before the model loads: a taken port is
-    said at once, not after a minute of loading)."""
+    said at once, not after a minute of loading). ``allowed_hosts``: names a loopback server answers besides its own."""
     sock = listen(host, port) if sock is None else sock
     port = sock.getsockname()[1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
     worker = Worker(max_queue)
-    app = create_app(served, worker, host, api_key, log)
+    app = create_app(served, worker, host, api_key, log, allowed_hosts)
     server = server_for(app, worker)
     if on_ready is not None:
         on_ready(f"http://{shown}:{port}/v1")
