@@ -234,3 +234,11 @@ def test_classify_with_lora_trains_the_pairs_and_the_new_head(minilm, tmp_path, 
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert any("lora_" in n for n in trainable)
     assert main(["classify", "--model", str(out), "good movie"]) == 0
+    said = capsys.readouterr().out
+    # merged, it is still a classifier with its labels; exported, transformers names them as the run does
+    assert main(["merge", str(out), str(tmp_path / "merged")]) == 0
+    assert main(["classify", "--model", str(tmp_path / "merged"), "good movie"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == said.splitlines()[-1]
+    assert main(["export", str(out), "--to", "hf", str(tmp_path / "hf")]) == 0
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}

@@ -57,13 +57,17 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from tformer.bert.classification import LABELS_FILE, TextClassifier
     from tformer.loader import load
     from tformer.outputs import check_new_dir
 
     out = check_new_dir(args.out, "OUT", [("MODEL", args.model)], args.overwrite)  # before any work
     loaded = load(args.model, flag="MODEL")  # any family, any kind of directory (tformer.loader)
     _check_format(loaded, args.tokenizer)
-    loaded.export(out, overwrite=args.overwrite)  # with its tokenizers (a translator's source and target)
+    labels = None
+    if loaded.family == "bert" and (loaded.directory / LABELS_FILE).is_file():  # a classifier's names, not LABEL_i
+        labels = TextClassifier.from_loaded(loaded).labels
+    loaded.export(out, overwrite=args.overwrite, labels=labels)  # with its tokenizers (a translator's two)
     architecture = json.loads((out / "config.json").read_text(encoding="utf-8"))["architectures"][0]
     files = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"wrote {out} ({architecture}): {files}")

@@ -12,6 +12,9 @@ A model without LoRA layers is refused: there is nothing to merge.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from tformer.cli.validate import existing_dir
 
 
@@ -36,8 +39,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from tformer.bert.classification import LABELS_FILE
     from tformer.files import staged_dir
     from tformer.loader import load
+    from tformer.models.checkpoint import DECODING_FILE, model_dir
     from tformer.nn.lora import has_lora, lora_layers, merge_lora
     from tformer.outputs import check_new_dir, mark_written
 
@@ -49,6 +54,9 @@ def run(args) -> int:
     merge_lora(loaded.model)
     with staged_dir(out) as tmp:
         loaded.save(tmp)
+        for name in (LABELS_FILE, DECODING_FILE):  # a classifier's labels, a translator's tuned length penalty
+            if (model_dir(args.model) / name).is_file():
+                shutil.copy2(model_dir(args.model) / name, Path(tmp) / name)
         mark_written(tmp, "merge")
     print(f"wrote {out}: {n} LoRA layers merged; {', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +61,20 @@ def export(
     tokenizer: Any = None,
     overwrite: bool = False,
     generation: dict[str, Any] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> Path:
     """Write ``model`` (a GPT, Bert or Seq2SeqTransformer) with its ``tokenizer`` (a :class:`tformer.tokenizers.
     Tokenizer`, a translator's ``(source, target)`` pair, or None) as the Hugging Face directory ``out_dir``;
     ``generation``: decoding settings for ``generation_config.json`` besides the token ids (``length_penalty``,
-    ``num_beams``: :func:`tformer.models.checkpoint.read_decoding`'s).
+    ``num_beams``: :func:`tformer.models.checkpoint.read_decoding`'s); ``labels``: a classifier's label names, written
+    as ``id2label`` / ``label2id`` (None: transformers' ``LABEL_0``, ...).
 
     ``out_dir`` may be missing (its parent must exist) or empty; one tformer wrote (an earlier export, merge or
     average: its ``.tformer-output.json`` lists its files) is replaced with
     ``overwrite``, one holding anything else never. Returns ``out_dir``.
     """
     yes_no.check(overwrite, "overwrite")  # "no" is a true string: refused, never taken as leave to replace
-    files = _files(model, tokenizer, generation or {})  # every refusal before a file is touched
+    files = _files(model, tokenizer, generation or {}, labels)  # every refusal before a file is touched
     out = check_new_dir(out_dir, "out_dir", overwrite=overwrite)
     with staged_dir(out) as tmp:
         for name, write in files.items():
@@ -81,7 +83,9 @@ def export(
     return out
 
 
-def _files(model: nn.Module, tokenizer: Any, generation: dict[str, Any]) -> dict[str, Callable[[Path], None]]:
+def _files(
+    model: nn.Module, tokenizer: Any, generation: dict[str, Any], labels: Sequence[str] | None = None
+) -> dict[str, Callable[[Path], None]]:
     """Each file of the export (name → a function writing it), computed in memory."""
     config = getattr(model, "config", None)
     if config is None:
@@ -99,6 +103,13 @@ def _files(model: nn.Module, tokenizer: Any, generation: dict[str, Any]) -> dict
         ends = list(getattr(target, "eos_ids", ()))
         if len(ends) > 1:  # several ids end a generation (a chat turn's end beside the text's): generate stops at each
             hf["eos_token_id"] = ends
+    if labels is not None:
+        if len(labels) != getattr(config, "num_labels", 0):
+            raise ValueError(f"labels: {len(labels)} names for a model of {getattr(config, 'num_labels', 0)} labels")
+        hf |= {
+            "id2label": {str(i): name for i, name in enumerate(labels)},
+            "label2id": {name: i for i, name in enumerate(labels)},
+        }
     if hf.get("pad_token_id") is None and "pad" in ids:
         hf["pad_token_id"] = ids["pad"]
     state = registry.state_to_hf(model.state_dict(), config)
