@@ -392,10 +392,13 @@ def test_a_lora_run_learns_from_the_pretrained_start_and_writes_a_peft_adapter(b
     assert not (tmp_path / "again" / "best" / "adapter_config.json").exists()
 
 
-def test_a_lora_run_resumes_exactly(bases, sft_file, tmp_path):
+def test_a_lora_run_resumes_exactly(bases, sft_file, tmp_path, monkeypatch):
+    """Resumed as `--out RUN --resume` alone, its settings from OUT/config.yaml: an --init given as a relative path
+    is the same directory (the run keeps it absolute)."""
+    monkeypatch.chdir(bases["llama"].parent)
     common = [
         "--init",
-        str(bases["llama"]),
+        bases["llama"].name,
         "--data",
         str(sft_file),
         "--lora-r",
@@ -408,8 +411,9 @@ def test_a_lora_run_resumes_exactly(bases, sft_file, tmp_path):
         "1e-3",
     ]
     assert _train(*common, "--out", str(tmp_path / "a"), "--max-steps", "5") == 0
-    assert _train(*common, "--out", str(tmp_path / "a"), "--max-steps", "10", "--resume") == 0
     assert _train(*common, "--out", str(tmp_path / "b"), "--max-steps", "10") == 0
+    monkeypatch.chdir(tmp_path)  # elsewhere: the relative name would be another directory, or none
+    assert main(["train", "lm", "--out", str(tmp_path / "a"), "--max-steps", "10", "--resume"]) == 0
     a = tformer.load(tmp_path / "a", merge=False).model.state_dict()
     b = tformer.load(tmp_path / "b", merge=False).model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

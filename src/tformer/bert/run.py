@@ -130,7 +130,7 @@ def _check_start(init, lora: LoraSettings, shape: dict, **given) -> LoraSettings
 
 def _start_settings(init, lora: LoraSettings) -> dict:
     return dict(
-        init=str(init),
+        init=str(Path(init).absolute()),  # the directory, whatever the cwd of a --resume
         lora_r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,

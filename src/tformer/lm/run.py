@@ -317,7 +317,7 @@ def _setup_from(
         check_data(data, valid_data, text_field)
     data_sha256 = fingerprint(data) if conversations is None else None
     settings = dict(
-        init=str(init),
+        init=str(Path(init).absolute()),  # the directory, whatever the cwd of a --resume
         lora_r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,

@@ -256,6 +256,8 @@ def _check_settings(cfg: TrainConfig, settings: dict, meta: dict, path: Path) ->
     built = _built_shape(path.parent)
 
     def same(name: str, old: Any, new: Any) -> bool:  # unset (None: the preset's) is the value the model was built with
+        if name == "init" and isinstance(old, str) and isinstance(new, str):  # one directory, however it is spelled
+            return os.path.realpath(old) == os.path.realpath(new)
         return old == new or (name in built and None in (old, new) and built[name] == (new if old is None else old))
 
     def shown(name: str, value: Any) -> str:

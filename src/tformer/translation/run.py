@@ -240,9 +240,8 @@ def setup(
         settings.update(n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers)
     else:
         settings = {k: v for k, v in settings.items() if k not in ("preset", "vocab_size", "dropout", "max_len")}
-        settings.update(
-            init=str(init), lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_targets=lora.targets
-        )
+        lora_settings = dict(lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_targets=lora.targets)
+        settings.update(init=str(Path(init).absolute()), **lora_settings)  # the directory, whatever a --resume's cwd
     check_languages(data, src_lang, tgt_lang)  # the data first: refused before an overwrite deletes anything
     sharded = _sharded(data)
     settings["data_sha256"] = None if data in (None, "builtin") else fingerprint(data)  # changed: resume refused
