@@ -229,7 +229,9 @@ def test_classify_with_lora_trains_the_pairs_and_the_new_head(minilm, tmp_path, 
         "2",
     ]
     assert main(args) == 0
-    assert "and the new classification head" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "and the new classification head" in said and "note: no PEFT adapter is written" in said  # as --help says
+    assert not (out / "best" / "adapter_config.json").exists()
     model = tformer.load(out, merge=False).model
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert any("lora_" in n for n in trainable)

@@ -29,7 +29,21 @@ from tformer.hf.peft import fused_qkv, save_adapter
 from tformer.loader import Loaded, load
 from tformer.nn.lora import LoraConfig, add_lora, target_names
 
-__all__ = ["LoraSettings", "refuse_given", "start_from", "add_adapters", "adapter_writer", "count_parameters"]
+__all__ = [
+    "NO_BERT_ADAPTER",
+    "LoraSettings",
+    "refuse_given",
+    "start_from",
+    "add_adapters",
+    "adapter_writer",
+    "count_parameters",
+]
+
+
+NO_BERT_ADAPTER = (  # what a BERT's LoRA run says (tformer.hf.peft refuses its adapter)
+    "note: no PEFT adapter is written beside the best model: a BERT's Hugging Face names depend on the head class PEFT "
+    "would wrap; `tformer merge RUN OUT` folds the pairs into a plain model"
+)
 
 
 @dataclass(frozen=True)

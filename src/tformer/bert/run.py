@@ -23,7 +23,7 @@ from tformer.bert.pretraining import BertPretrainTask
 from tformer.checks import check_settings
 from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared, prepared_vocab_size
 from tformer.data.sentences import Sentences, held_out_sentences, prepare_sentences, sentences_tokenizer
-from tformer.finetune import LoraSettings, add_adapters, count_parameters, refuse_given, start_from
+from tformer.finetune import NO_BERT_ADAPTER, LoraSettings, add_adapters, count_parameters, refuse_given, start_from
 from tformer.loader import load
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.checkpoint import model_dir
@@ -151,9 +151,8 @@ def _pretrained(
     if add_adapters(model, lora, log) is not None:  # the pretraining heads train in full (new ones start random)
         _train_heads(model, classifier=False)
         trainable, total = count_parameters(model)
-        log(
-            f"and the MLM and NSP heads (the word table tied to them stays frozen): {trainable:,} trainable of {total:,}"
-        )
+        heads = f"and the MLM and NSP heads (the word table tied to them stays frozen): {trainable:,} trainable"
+        log(f"{heads} of {total:,}\n{NO_BERT_ADAPTER}")
     return model, cast(WordPieceTokenizer, loaded.require_tokenizer())  # a BERT's is WordPiece (tformer.loader)
 
 
@@ -437,6 +436,7 @@ def setup_classifier(
                 _train_heads(model, classifier=True)  # the new head trains in full
                 trainable, total = count_parameters(model)
                 log(f"and the new classification head: {trainable:,} trainable parameters of {total:,}")
+                log(NO_BERT_ADAPTER)
         untrained = untrained_mlm(Path(out_dir) / "last") if resume else init is None  # (from scratch: MLM random)
         task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed, untrained)
         return make_trainer(model, task, cfg, resume, started)

@@ -118,7 +118,8 @@ FLAGS: dict[str, Flag] = {
     ),
     "--lora-r": Flag(
         "train LoRA pairs of this rank beside the --lora-targets layers, the model frozen (0: every parameter "
-        "trains); the best model is written with its PEFT adapter beside it",
+        "trains); a GPT's or translator's best model is written with its PEFT adapter beside it (a BERT's pairs have "
+        "no PEFT form: tformer merge folds them in)",
         v.non_negative_int,
         0,
     ),
