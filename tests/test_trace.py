@@ -106,6 +106,24 @@ def test_qk_is_the_unscaled_product_of_the_traced_q_and_k(seq2seq, softcap):
         assert "soft-capped" in tr.get("scores").note and tr.get("scores").tensor.abs().max() < softcap
 
 
+def test_the_notes_say_the_scale_and_heads_the_model_used():
+    """A Gemma-3-like attention (its own scale, a head size apart from D / H, shared K/V heads, QK-norm): the notes and
+    the explorer's formulas say what ran, not the paper's 1/√(D / H)."""
+    from tformer.explore.formulas import formula
+
+    config = GPTConfig.preset("tiny", vocab_size=16, dropout=0.0, attn_scale=0.1, head_dim=24, n_kv_heads=2)
+    tr = trace(GPT(config.replace(qk_norm=True, norm="rmsnorm", positional="rope")).eval(), TGT)
+    q, k, qk, scores = (tr.get(s) for s in ("q", "k", "qk", "scores"))
+    torch.testing.assert_close(scores.tensor, qk.tensor * 0.1, rtol=1e-6, atol=0)
+    assert scores.note == "Q·Kᵀ × 0.1, the model's scale (not 1/√Dh = 0.2041)"
+    assert formula("scores", "decoder", "self", scores.note) == "scores = Q·Kᵀ × s, s = 0.1 (the model's, not 1/√d_k)"
+    assert q.note == "queries Q = x·W_Q, split into 4 heads of Dh = 24, each head RMS-normed (QK-norm)"
+    assert formula("q", "decoder", "self", q.note) == "Q = x·W_Q, split into h heads of d_k = 24 columns (then QK-norm)"
+    assert k.note.endswith("(2 heads, each shared by 2 query heads: shown repeated)") and k.tensor.shape[1] == 4
+    plain = trace(GPT(GPTConfig.preset("tiny", vocab_size=16, dropout=0.0)).eval(), TGT).get("scores").note
+    assert plain == "Q·Kᵀ / √Dh = Q·Kᵀ × 0.25" and formula("scores", "decoder", "self", plain) == "scores = Q·Kᵀ / √d_k"
+
+
 def test_stages_come_in_data_flow_order(seq2seq):
     stages = [(e.block, e.stage) for e in trace(seq2seq, SRC, TGT).entries]
     order = [

@@ -45,15 +45,22 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
     if stage == "ffn_gated":  # W_down's input; the session's note is the kind
         act = "SiLU" if note == "swiglu" else "GELU"
         return f"h = {act}(gate) ⊙ up: each hidden unit's value, scaled by its gate"
+    scaled = "Q·Kᵀ / √d_k"
+    if "the model's scale" in note:  # Gemma's query_pre_attn_scalar^-½ in place of 1/√d_k: the trace's note names it
+        scaled = "Q·Kᵀ × s, s = " + note.split("× ", 1)[1].split(",", 1)[0] + " (the model's, not 1/√d_k)"
     if stage == "scores" and "soft-capped" in note:  # Gemma 2: the trace's note names c
-        return "scores = c·tanh((Q·Kᵀ / √d_k) / c), c = " + note.rsplit("c = ", 1)[-1]
+        return f"scores = c·tanh(({scaled}) / c), c = " + note.rsplit("c = ", 1)[-1]
+    if stage == "scores":
+        return f"scores = {scaled}"
+    if stage == "q" and "Dh = " in note:  # the head size, which is d_model / h unless the model says (Gemma)
+        dh = note.split("Dh = ", 1)[1].split(",", 1)[0]
+        return f"Q = x·W_Q, split into h heads of d_k = {dh} columns" + (" (then QK-norm)" if "QK-norm" in note else "")
     if stage == "final_norm" and "RMSNorm" in note:
         return "RMSNorm(x) = x / √(mean(x²) + ε) · γ, over d_model"
     if stage in _FIXED:
         return _FIXED[stage]
     if stage == "token_embedding":
-        scaled = "×" in note
-        return "token embedding = E[id] × √d_model" if scaled else "token embedding = E[id] (a row per id)"
+        return "token embedding = E[id] × √d_model" if "×" in note else "token embedding = E[id] (a row per id)"
     if stage == "positional":
         if "halves" in note:  # Marian's layout: the sin columns, then the cos ones
             return "PE(pos, i) = sin(pos / 10000^(2i/d_model)), PE(pos, d_model/2 + i) = cos(pos / 10000^(2i/d_model))"

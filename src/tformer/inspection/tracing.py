@@ -302,12 +302,18 @@ class _Collector:
         mask = mask.expand(b, 1, tq, tk)[:, 0].int()  # (B, Tq, Tk) 1 = may attend
         k, v = (t.repeat_interleave(m.n_heads // m.n_kv_heads, dim=1) for t in (r["k"], r["v"]))  # (B, H, Tk, Dh)
         src = " from the encoder output" if kind == "cross" else ""
-        scores_note = "Q·Kᵀ / √Dh" + (
-            f", soft-capped: c·tanh(s / c), c = {m.softcap:g}" if m.softcap is not None else ""
-        )
+        group = m.n_heads // m.n_kv_heads  # query heads per key/value head (grouped-query attention)
+        if group > 1:
+            src += f" ({m.n_kv_heads} heads, each shared by {group} query heads: shown repeated)"
+        normed = ", each head RMS-normed (QK-norm)" if m.q_norm is not None else ""
+        q_note = f"queries Q = x·W_Q, split into {m.n_heads} heads of Dh = {m.head_dim}{normed}"
+        default = 1 / math.sqrt(m.head_dim)
+        scaled = f"Q·Kᵀ / √Dh = Q·Kᵀ × {default:.4g}" if m.scale is None else f"Q·Kᵀ × {m.scale:.4g}, the model's"
+        scaled += "" if m.scale is None else f" scale (not 1/√Dh = {default:.4g})"
+        scores_note = scaled + (f", soft-capped: c·tanh(s / c), c = {m.softcap:g}" if m.softcap is not None else "")
         for stage, t, dims, note, rows, cols in (
-            ("q", r["q"], ("B", "H", "Tq", "Dh"), "queries Q = x·W_Q, split into heads", q_rows, None),
-            ("k", k, ("B", "H", "Tk", "Dh"), "keys K" + src, k_rows, None),
+            ("q", r["q"], ("B", "H", "Tq", "Dh"), q_note, q_rows, None),
+            ("k", k, ("B", "H", "Tk", "Dh"), "keys K" + normed + src, k_rows, None),
             ("v", v, ("B", "H", "Tk", "Dh"), "values V" + src, k_rows, None),
             ("qk", r["raw_scores"], ("B", "H", "Tq", "Tk"), "Q·Kᵀ: one dot product per query and key", q_rows, k_rows),
             ("scores", r["scores"], ("B", "H", "Tq", "Tk"), scores_note, q_rows, k_rows),
