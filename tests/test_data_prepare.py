@@ -368,6 +368,20 @@ def test_a_data_cache_inside_out_is_refused_before_any_work(tmp_path, family, ca
         assert sorted(p.name for p in tmp_path.iterdir()) == [text.name]
 
 
+@pytest.mark.parametrize("family", ["lm", "bert", "translation", "classify"])
+def test_a_data_file_inside_the_run_is_refused_not_deleted_by_overwrite(tmp_path, family, capsys):
+    """A run's own file given as --data (its log.csv, say): --overwrite would delete it, a resume would change it."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "log.jsonl").write_text('{"step": 1, "train_loss": 1.0}\n')  # a run, as a run writes it
+    text = "A man walks.\tUn homme marche.\n" if family in ("translation", "classify") else "the cat sat.\n"
+    (out / "log.csv").write_text(text * 50)
+    argv = ["train", family, "--data", str(out / "log.csv"), "--out", str(out), "--max-steps", "1", "--overwrite"]
+    assert main(argv) == 2
+    assert f"--data {str(out / 'log.csv')!r} lies in --out {str(out)!r}" in capsys.readouterr().err
+    assert (out / "log.csv").read_text() == text * 50 and (out / "log.jsonl").exists()
+
+
 def test_a_fraction_held_out_of_a_large_stream_is_capped_and_said(monkeypatch):
     from tformer.lm import corpus
 

@@ -253,7 +253,7 @@ def setup(
     base = _pretrained(init, lora, max_len, cfg.seed, log) if init is not None and not resume else None
     # what makes the run: --resume refuses a change (the tokenizer comes from OUT/last)
     # the corpus prepared (read whole, strict UTF-8) before an --overwrite deletes the old run; a wrong --out first
-    precheck_out_dir(out_dir, resume, cfg.overwrite, data_cache)
+    precheck_out_dir(out_dir, resume, cfg.overwrite, data_cache, data=data)
     model: Bert | None = None
     corpus = None
     if not resume:
@@ -398,6 +398,7 @@ def setup_classifier(
     cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
     settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)  # the shape; None: the preset's
+    precheck_out_dir(out_dir, resume, cfg.overwrite, data=data)  # a --data in the run --overwrite would delete
     examples = read_labelled_tsv(data)  # before an overwrite deletes anything: a missing --data is refused first
     labels = sorted({y for _, y in examples})
     if len(labels) < 2:

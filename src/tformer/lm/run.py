@@ -211,7 +211,7 @@ def setup(
     settings["data_sha256"] = fingerprint(data)  # what the text was: a resume on a changed one is refused
     settings["valid_data_sha256"] = None if valid_data is None else fingerprint(valid_data)  # (its best/ too)
     # the corpus is prepared (read whole, strict UTF-8) before an --overwrite deletes the old run: a wrong --out first
-    precheck_out_dir(out_dir, resume, cfg.overwrite, data_cache)
+    precheck_out_dir(out_dir, resume, cfg.overwrite, data_cache, data=data, valid_data=valid_data)
     if not resume:
         tok = from_rank0(
             lambda: data_tokenizer(
@@ -330,7 +330,8 @@ def _setup_from(
     )  # what makes the run: --resume refuses a change
     model: GPT | None = None
     device = str(options.get("device", "cpu"))
-    precheck_out_dir(out_dir, resume, bool(options.get("overwrite")), data_cache)  # a wrong --out before long work
+    overwrite = bool(options.get("overwrite"))
+    precheck_out_dir(out_dir, resume, overwrite, data_cache, data=data, valid_data=valid_data)  # before long work
     prepared = None
     if not resume:  # before an overwrite deletes anything: a bad --init, target or text is refused first
         loaded = start_from(init, "gpt")

@@ -145,21 +145,27 @@ def check_out_dir(
 
 
 def precheck_out_dir(
-    out_dir: str | Path, resume: bool = False, overwrite: bool = False, cache: str | Path | None = None
+    out_dir: str | Path, resume: bool = False, overwrite: bool = False, cache: str | Path | None = None, **inputs: Any
 ) -> None:
     """What :func:`check_out_dir` would refuse, judged reading only and taking no lock: a family's setup calls it
     before work that takes long and writes nothing in the run (preparing a corpus), so that a wrong ``--out`` is said
     at once, and that work is done before ``--overwrite`` deletes the old run (bad text is refused with it intact).
-    ``cache`` (``--data-cache``) may not lie in ``out_dir``: the corpus prepared there would make it no run's."""
+    ``cache`` (``--data-cache``) and ``inputs`` (``data=...``, ``valid_data=...``: the flags' names) may not lie in
+    ``out_dir``: a run's folder holds what the run writes, which ``--overwrite`` deletes and a resume changes."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {str(out)!r} is a file, not a directory")
-    real, held = Path(os.path.realpath(out)), Path(os.path.realpath(cache)) if cache is not None else None
-    if held is not None and (held == real or real in held.parents):
-        raise ValueError(
-            f"--data-cache {str(cache)!r} lies in --out {str(out)!r}: a run's folder holds what the run writes only "
-            "(and --overwrite would delete the prepared corpus): give a --data-cache outside it"
-        )
+    real = Path(os.path.realpath(out))
+    for name, path in {"data_cache": cache, **inputs}.items():
+        if not isinstance(path, (str, os.PathLike)) or not os.path.lexists(path) and name != "data_cache":
+            continue  # not given, or a name (--data builtin)
+        held = Path(os.path.realpath(path))
+        if held == real or real in held.parents:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(
+                f"{flag} {str(path)!r} lies in --out {str(out)!r}: a run's folder holds what the run writes only, "
+                f"which --overwrite deletes and a resumed run changes: give a {flag} outside it"
+            )
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one of them")
     _judge(out, resume)

@@ -256,7 +256,7 @@ def setup(
         torch.manual_seed(cfg.seed)  # LoRA's A starts random: seeded
         add_adapters(pretrained.model, lora, log if distributed.is_main_process() else lambda _: None)
     # the corpus prepared (read whole, strict UTF-8) before an --overwrite deletes the old run; a wrong --out first
-    precheck_out_dir(out_dir, resume, cfg.overwrite, data_cache)
+    precheck_out_dir(out_dir, resume, cfg.overwrite, data_cache, data=data)
     tokenizers = None
     directory = None
     if not resume:
