@@ -34,7 +34,7 @@ def test_the_last_k_evaluations_are_kept_with_their_metric(run):
     kept = checkpoints(run)
     assert [d.name for d in kept] == ["step-0000004", "step-0000005", "step-0000006"]  # the older ones removed
     info = json.loads((kept[0] / "checkpoint.json").read_text())
-    assert info == {"step": 4, "metric": "val_loss", "value": 3.5, "higher_is_better": False}
+    assert info == {"step": 4, "metric": "val_loss", "value": 3.5, "higher_is_better": False, "val_loss": 3.5}
     assert not torch.equal(_weights(kept[0])["output.weight"], _weights(kept[1])["output.weight"])
 
 
@@ -52,6 +52,20 @@ def test_best_k_ranks_by_the_run_s_metric(run):
     assert [d.name for d in choose_checkpoints(run, best=1)] == ["step-0000005"]
     with pytest.raises(ValueError, match="--last 4: .* kept 3 checkpoint"):
         choose_checkpoints(run, last=4)
+
+
+def test_best_k_breaks_a_tie_of_the_metric_by_the_loss_as_best_is_chosen(tmp_path):
+    """An accuracy (or a BLEU of 0) tied across evaluations: best/ keeps the lower validation loss, so does --best."""
+    scores = [{"accuracy": 0.4, "val_loss": 0.69}, {"accuracy": 0.45, "val_loss": 0.70}]
+    scores += [{"accuracy": 0.45, "val_loss": 0.69}, {"accuracy": 0.45, "val_loss": 0.71}]
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16))
+    cfg = TrainConfig(out_dir=str(tmp_path), max_steps=4, eval_every=1, lr=1e-2, progress=False, keep_checkpoints=3)
+    trainer = Trainer(model, ScriptedTask(scores, "accuracy", higher_is_better=True), cfg)
+    trainer.fit()
+    assert trainer.best_step == 3
+    assert [d.name for d in choose_checkpoints(tmp_path, best=1)] == ["step-0000003"]
+    assert [d.name for d in choose_checkpoints(tmp_path, best=2)] == ["step-0000002", "step-0000003"]
 
 
 def test_tformer_average_writes_a_model_directory_and_refuses_a_bad_ask(run, tmp_path, capsys):

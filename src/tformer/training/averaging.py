@@ -70,8 +70,9 @@ def checkpoints(run: str | Path) -> list[Path]:
 
 
 def choose_checkpoints(run: str | Path, last: int | None = None, best: int | None = None) -> list[Path]:
-    """The ``last`` newest of a run's checkpoints, or its ``best`` by the metric its ``best/`` is chosen by (ties:
-    the newer); each must exist: asking for more than the run kept is one line saying how many it has."""
+    """The ``last`` newest of a run's checkpoints, or its ``best`` as its ``best/`` is chosen: by the metric, an equal
+    one by the lower validation loss (then the newer); each must exist: asking for more than the run kept is one line
+    saying how many it has."""
     kept = checkpoints(run)
     want = last if last is not None else best
     if not kept:
@@ -86,7 +87,11 @@ def choose_checkpoints(run: str | Path, last: int | None = None, best: int | Non
     if any(i.get("value") is None for i in infos):
         raise ValueError(f"--best {best}: {run}'s checkpoints have no validation metric to rank them (use --last)")
     sign = 1.0 if infos[0]["higher_is_better"] else -1.0
-    ranked = sorted(range(len(kept)), key=lambda i: (sign * infos[i]["value"], infos[i]["step"]), reverse=True)
+
+    def rank(i: int) -> tuple:  # a checkpoint of an earlier version has no val_loss: then ties go by step alone
+        return sign * infos[i]["value"], -(infos[i].get("val_loss") or 0.0), infos[i]["step"]
+
+    ranked = sorted(range(len(kept)), key=rank, reverse=True)
     return sorted((kept[i] for i in ranked[:best]), key=kept.index)
 
 

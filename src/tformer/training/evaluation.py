@@ -104,6 +104,7 @@ class Evaluation:
         if self.cfg.keep_checkpoints:  # each evaluation's model, the newest K kept (for tformer average)
             # the score of the weights it holds, the trained ones (not the moving average's): average --best ranks by it
             info = {"metric": self.task.metric, "value": own, "higher_is_better": self.task.higher_is_better}
+            info["val_loss"] = loss  # an equal metric is ranked by it, as best/ is (_better)
             model = self._whole_model()
             if self.world.is_main:
                 save = lambda directory: self._save_model(directory, model)  # noqa: E731
