@@ -255,6 +255,26 @@ def test_a_second_signal_stops_at_once_and_fit_restores_the_handlers(tmp_path):
     assert again.value.exit_code == 130
 
 
+def test_a_signal_during_an_evaluation_says_the_step_it_stops_at(tmp_path, capfd):
+    """Ctrl-C while the model is evaluated: the run stops after that evaluation, and both lines name its step."""
+    from scripted import VOCAB, ScriptedTask
+    from tformer import GPTConfig
+    from tformer.training.config import TrainConfig
+    from tformer.training.trainer import Trainer, TrainingInterrupted
+
+    class Interrupted(ScriptedTask):
+        def evaluate(self, model) -> dict:
+            if len(self.seen) == 1:  # the second evaluation, at step 4
+                trainer._on_signal(signal.SIGINT, None)
+            return super().evaluate(model)
+
+    cfg = TrainConfig(out_dir=str(tmp_path / "run"), max_steps=10, eval_every=2, lr=1e-3, progress=False)
+    trainer = Trainer(GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16)), Interrupted([1.0]), cfg)
+    with pytest.raises(TrainingInterrupted, match="interrupted by SIGINT at step 4: the state is saved"):
+        trainer.fit()
+    assert "SIGINT: finishing the evaluation of step 4, then saving" in capfd.readouterr().err
+
+
 SIGNAL_IN_SAVE = """
 import os, shutil, signal
 from pathlib import Path

@@ -48,6 +48,7 @@ class Evaluation:
     fsdp: torch.nn.Module | None  # --fsdp: the sharded loss module (the root); None without
     _plain: torch.nn.Module | None  # --fsdp: rank 0's CPU copy, the one written
     _patience_said: bool
+    evaluating: bool = False  # inside evaluate(): what a Ctrl-C now lets finish (Trainer._on_signal)
 
     if TYPE_CHECKING:  # the trainer's own, from its other parts
 
@@ -63,7 +64,11 @@ class Evaluation:
         """Evaluate, log, and keep ``best/`` when better (rank 0; the others go on to the next step, or with ``--fsdp``
         evaluate too); with ``patience``, every process learns how many evaluations in a row were not better."""
         self._settle()
-        record = self._evaluate() if self.world.is_main or self.fsdp is not None else {"step": self.step}
+        self.evaluating = True  # a signal now stops after the evaluation, not after another step (Trainer._on_signal)
+        try:
+            record = self._evaluate() if self.world.is_main or self.fsdp is not None else {"step": self.step}
+        finally:
+            self.evaluating = False
         if self.cfg.patience is not None:
             self.stale_evals = distributed.broadcast_object(self.stale_evals, self.world)
         return record

@@ -195,7 +195,8 @@ class Trainer(BadSteps, RunState, Evaluation):
             )
         self._signal = signum
         if self.world.is_main:  # os.write: a print here could re-enter a print the signal interrupted
-            text = f"\n{name}: finishing step {self.step + 1}, then saving {last} (again to stop at once, unsaved)\n"
+            doing = f"the evaluation of step {self.step}" if self.evaluating else f"step {self.step + 1}"
+            text = f"\n{name}: finishing {doing}, then saving {last} (again to stop at once, unsaved)\n"
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 os.write(sys.stderr.fileno(), text.encode())
 
