@@ -117,3 +117,13 @@ def test_the_cli_writes_log_csv_and_overwrite_deletes_it(tmp_path, capsys):
     assert "log-to: csv" in (out / "config.yaml").read_text()
     main([*words, "--max-steps", "1", "--overwrite", "--no-progress"])
     assert not (out / "log.csv").exists()
+
+
+def test_validation_scores_are_in_the_val_section_as_the_guide_says():
+    """A translator's BLEU and chrF and a classifier's accuracy are logged without val_: TensorBoard files them under
+    val/ (and --ema's under ema/) beside val/loss."""
+    from tformer.training.runlog import _tag
+
+    expected = {"bleu": "val/bleu", "chrf": "val/chrf", "accuracy": "val/accuracy", "ema_bleu": "ema/bleu"}
+    expected |= {"val_loss": "val/loss", "train_loss": "train/loss", "ema_val_loss": "ema/val_loss", "lr": "lr"}
+    assert {name: _tag(name) for name in expected} == expected

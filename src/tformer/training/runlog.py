@@ -27,7 +27,12 @@ def scalars(record: dict) -> dict[str, float | int]:
     return {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+_VALIDATION = ("bleu", "chrf", "accuracy")  # validation scores logged without val_: in the val section too
+
+
 def _tag(name: str) -> str:
+    if name in _VALIDATION or name.startswith("ema_") and name[4:] in _VALIDATION:
+        return f"{'ema' if name.startswith('ema_') else 'val'}/{name.removeprefix('ema_')}"
     for section in _SECTIONS:
         if name.startswith(section) and len(name) > len(section):
             return f"{section[:-1]}/{name[len(section) :]}"
