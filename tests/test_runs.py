@@ -503,3 +503,18 @@ def test_a_save_that_fails_at_any_rename_leaves_the_old_state(tmp_path, monkeypa
     assert _read(dest) == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["last"]  # as it was, no leftovers
     replace_dir(_state(tmp_path / "next", "new"), dest)
     assert _read(dest) == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["last"]
+
+
+def test_a_warmup_longer_than_the_run_is_said(tmp_path, capsys):
+    """nanoGPT-style short runs: --max-steps 3 with the default warmup never reaches --lr; said once at the start."""
+    from tformer import lm
+
+    trainer = lm.setup(_text(tmp_path), tmp_path / "run", "tiny", max_len=16, batch_size=4, max_steps=3,
+                       warmup_steps=100, lr=1e-3, progress=False)  # fmt: skip
+    trainer.fit()
+    said = capsys.readouterr().out
+    assert "note: --warmup-steps 100 is not shorter than --max-steps 3: the learning rate climbs to 3e-05" in said
+    trainer = lm.setup(_text(tmp_path), tmp_path / "two", "tiny", max_len=16, batch_size=4, max_steps=3,
+                       warmup_steps=1, progress=False)  # fmt: skip
+    trainer.fit()
+    assert "--warmup-steps" not in capsys.readouterr().out

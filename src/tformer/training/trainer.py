@@ -333,6 +333,13 @@ class Trainer(BadSteps, RunState, Evaluation):
             distributed.say("float32 matrix products: TF32 on the GPU's tensor cores (for this run)")
         if self.cfg.compile:
             distributed.say("torch.compile: the first steps compile the model (a minute or more), then run compiled")
+        if (steps := self.cfg.max_steps) is not None and self.cfg.warmup_steps >= steps > self.step:  # as nanoGPT's
+            peak = self.cfg.lr * lr_factor(steps - 1, self.cfg)  # warmup is a few % of the run: said, not a stall
+            distributed.say(
+                f"note: --warmup-steps {self.cfg.warmup_steps} is not shorter than --max-steps {steps}: the learning "
+                f"rate climbs to {peak:.3g} at the last step and never reaches --lr {self.cfg.lr:g}; give a smaller "
+                "--warmup-steps for a run this short"
+            )
         progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main)
         self._session = (self.step, self.elapsed)  # for the ETA
         last_eval: dict = {}
