@@ -430,5 +430,5 @@ def test_fill_mask_refuses_a_classifier_whose_mlm_head_never_trained(tmp_path, c
     capsys.readouterr()
     assert main(["fill-mask", "--model", str(tmp_path / "run"), "the [MASK]"]) == 2
     err = capsys.readouterr().err
-    assert "is a classifier trained from scratch (tformer train classify): its MLM head never trained" in err
+    assert "is a classifier (tformer train classify) whose MLM head never trained" in err
     assert json.loads((tmp_path / "run" / "last" / "labels.json").read_text())["untrained_mlm_head"] is True

@@ -232,6 +232,10 @@ def test_classify_with_lora_trains_the_pairs_and_the_new_head(minilm, tmp_path, 
     said = capsys.readouterr().out
     assert "and the new classification head" in said and "note: no PEFT adapter is written" in said  # as --help says
     assert not (out / "best" / "adapter_config.json").exists()
+    # its --init had no MLM head, so the classifier's never trained: fill-mask says so rather than guess
+    assert json.loads((out / "best" / "labels.json").read_text())["untrained_mlm_head"] is True
+    assert main(["fill-mask", "--model", str(out), "good [MASK]"]) == 2
+    assert "whose MLM head never trained" in capsys.readouterr().err
     model = tformer.load(out, merge=False).model
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert any("lora_" in n for n in trainable)
@@ -244,3 +248,35 @@ def test_classify_with_lora_trains_the_pairs_and_the_new_head(minilm, tmp_path, 
     assert main(["export", str(out), "--to", "hf", str(tmp_path / "hf")]) == 0
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}
+
+
+def test_a_bert_without_its_pretraining_heads_is_not_shown_as_if_it_had_them(minilm, tmp_path, capsys):
+    """The MiniLM has no cls.* weights (a sentence-transformers encoder): tformer's heads are at their random init, so
+    trace shows no predictions, the explorer refuses fill-mask and NSP, export leaves them out (a BertModel), and a
+    classifier made from it knows its MLM head never trained."""
+    from safetensors import safe_open
+
+    from tformer.explore import Session
+
+    assert main(["trace", "--model", str(minilm), "the cat sat on the [MASK]."]) == 0
+    out, err = capsys.readouterr()
+    assert "has no MLM head (cls.predictions.*)" in err and "its logits are a random head's" in err
+    assert "predicted" not in out.lower() and "top-" not in out.lower()
+    session = Session.open(minilm)
+    for name, params, said in (
+        ("fill_mask", {"text": "the cat sat on the [MASK]."}, "fill_mask: .* has no MLM head"),
+        ("nsp", {"text": "a cat sat.", "text_b": "it purred."}, "nsp: .* has no NSP head"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            session.call(name, params)
+    assert main(["export", str(minilm), "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert "has no MLM head (cls.predictions.*)" in capsys.readouterr().err
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    with safe_open(str(tmp_path / "hf" / "model.safetensors"), framework="pt") as f:
+        names = set(f.keys())
+    assert config["architectures"] == ["BertModel"] and not any(n.startswith("cls.") for n in names)
+    theirs = transformers.AutoModel.from_pretrained(tmp_path / "hf").eval()
+    original = transformers.AutoModel.from_pretrained(minilm).eval()
+    ids = torch.tensor([[101, 1996, 4937, 2938, 102]])
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(ids).last_hidden_state, original(ids).last_hidden_state, atol=1e-5, rtol=0)

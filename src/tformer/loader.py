@@ -190,15 +190,22 @@ class Loaded:
             self.tokenizer.save(directory)
         return directory
 
-    def export(self, out_dir: str | os.PathLike, overwrite: bool = False, labels: Sequence[str] | None = None) -> Path:
+    def export(
+        self,
+        out_dir: str | os.PathLike,
+        overwrite: bool = False,
+        labels: Sequence[str] | None = None,
+        untrained: Sequence[str] = (),
+    ) -> Path:
         """The model and its tokenizers (none when one is missing) as a Hugging Face directory that ``transformers``
-        loads with its own classes (:func:`tformer.hf.export`); ``labels``: a classifier's names. Returns it."""
+        loads with its own classes (:func:`tformer.hf.export`); ``labels``: a classifier's names; ``untrained``: a
+        BERT's heads that never trained, left out. Returns it."""
         require_float(self.model, "a Hugging Face export", repr(str(self.directory)))
         tokenizer: Any = None
         if self.missing is None:
             pair = (self.tokenizer, self.target_tokenizer)
             tokenizer = pair if self.family == "seq2seq" else self.tokenizer
-        return hf_export(self.model, out_dir, tokenizer, overwrite, read_decoding(self.directory), labels)
+        return hf_export(self.model, out_dir, tokenizer, overwrite, read_decoding(self.directory), labels, untrained)
 
 
 # ---------------------------------------------------------------------------------------------------- detect

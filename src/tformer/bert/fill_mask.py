@@ -16,16 +16,17 @@ from pathlib import Path
 from typing import cast
 
 import torch
-from safetensors import safe_open
 
 from tformer.bert.classification import untrained_mlm
 from tformer.checks import candidates
+from tformer.hf.bert import HEAD_PREFIXES
+from tformer.hf.directory import weight_names
 from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
 from tformer.text import check_text
 from tformer.tokenizers import WordPieceTokenizer
 
-__all__ = ["load_masked_lm", "masked_lm", "fill_mask"]
+__all__ = ["load_masked_lm", "masked_lm", "fill_mask", "untrained_heads"]
 
 
 def load_masked_lm(directory: str | Path, flag: str | None = None) -> tuple[Bert, WordPieceTokenizer]:
@@ -38,21 +39,32 @@ def masked_lm(loaded: Loaded) -> tuple[Bert, WordPieceTokenizer]:
     """The BERT and WordPiece tokenizer of a BERT :func:`tformer.load` read, checked to have a trained MLM head (a
     Hugging Face directory without ``cls.predictions.*``, e.g. a sentence-transformers encoder, has none)."""
     tokenizer = loaded.require_tokenizer()
-    if loaded.kind.source == "hf":
-        weights = loaded.directory / "model.safetensors"
-        with safe_open(str(weights), framework="pt") as f:  # the names only: the header
-            if not any(k.startswith("cls.predictions.") for k in f.keys()):
-                raise ValueError(
-                    f"{str(loaded.directory)!r} has no MLM head (cls.predictions.*), e.g. a sentence-transformers "
-                    "encoder: fill-mask needs BertForMaskedLM or BertForPreTraining weights"
-                )
-    if untrained_mlm(loaded.directory):
-        raise ValueError(
-            f"{str(loaded.directory)!r} is a classifier trained from scratch (tformer train classify): its MLM head "
-            "never trained, so its guesses would be noise; fill-mask needs a `train bert` model or a pretrained BERT"
-        )
+    if "mlm_head" in untrained_heads(loaded):
+        raise ValueError(no_head(loaded, "mlm_head") + ": fill-mask needs a `train bert` model or a pretrained BERT")
     assert isinstance(loaded.model, Bert)
     return loaded.model, cast(WordPieceTokenizer, tokenizer)  # a BERT's is WordPiece (tformer.loader)
+
+
+def untrained_heads(loaded: Loaded) -> tuple[str, ...]:
+    """The pretraining heads (``mlm_head``, ``nsp_head``) of a BERT :func:`tformer.load` read that never trained: a
+    Hugging Face checkpoint without their weights (a sentence-transformers encoder, a classifier: tformer's Bert has
+    them, at their random init), or a ``train classify`` model whose ``labels.json`` says its MLM head never trained
+    (and so neither did its NSP head). What they compute is noise: fill-mask, trace, the explorer and export say so."""
+    if loaded.family != "bert":
+        return ()
+    if loaded.kind.source == "hf":
+        names = weight_names(loaded.directory)
+        return tuple(head for head, prefix in HEAD_PREFIXES.items() if not any(n.startswith(prefix) for n in names))
+    return tuple(HEAD_PREFIXES) if untrained_mlm(loaded.directory) else ()
+
+
+def no_head(loaded: Loaded, head: str) -> str:
+    """One line saying that ``loaded``'s ``head`` (``mlm_head``, ``nsp_head``) never trained, and why."""
+    what = {"mlm_head": "MLM head (cls.predictions.*)", "nsp_head": "NSP head (cls.seq_relationship.*)"}[head]
+    if loaded.kind.source == "hf":
+        return f"{str(loaded.directory)!r} has no {what}, e.g. a sentence-transformers encoder or a classifier"
+    name = what.split(" (")[0]
+    return f"{str(loaded.directory)!r} is a classifier (tformer train classify) whose {name} never trained: noise"
 
 
 @torch.no_grad()

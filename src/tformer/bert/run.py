@@ -19,6 +19,7 @@ import torch
 
 from tformer import checks
 from tformer.bert.classification import ClassifyTask, label_note, read_labelled_tsv, split_examples, untrained_mlm
+from tformer.bert.fill_mask import untrained_heads
 from tformer.bert.pretraining import BertPretrainTask
 from tformer.checks import check_settings
 from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared, prepared_vocab_size
@@ -150,9 +151,8 @@ def _pretrained(
     torch.manual_seed(seed)  # LoRA's A starts random: seeded
     if add_adapters(model, lora, log) is not None:  # the pretraining heads train in full (new ones start random)
         _train_heads(model, classifier=False)
-        trainable, total = count_parameters(model)
-        heads = f"and the MLM and NSP heads (the word table tied to them stays frozen): {trainable:,} trainable"
-        log(f"{heads} of {total:,}\n{NO_BERT_ADAPTER}")
+        trainable, total = count_parameters(model)  # (the word table tied to the MLM head stays frozen)
+        log(f"and the MLM and NSP heads: {trainable:,} trainable of {total:,}\n{NO_BERT_ADAPTER}")
     return model, cast(WordPieceTokenizer, loaded.require_tokenizer())  # a BERT's is WordPiece (tformer.loader)
 
 
@@ -438,7 +438,7 @@ def setup_classifier(
                 trainable, total = count_parameters(model)
                 log(f"and the new classification head: {trainable:,} trainable parameters of {total:,}")
                 log(NO_BERT_ADAPTER)
-        untrained = untrained_mlm(Path(out_dir) / "last") if resume else init is None  # (from scratch: MLM random)
+        untrained = untrained_mlm(Path(out_dir) / "last") if resume else not base or "mlm_head" in untrained_heads(base)
         task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed, untrained)
         return make_trainer(model, task, cfg, resume, started)
 

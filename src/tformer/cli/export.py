@@ -58,6 +58,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from tformer.bert.classification import LABELS_FILE, TextClassifier
+    from tformer.bert.fill_mask import no_head, untrained_heads
     from tformer.loader import load
     from tformer.outputs import check_new_dir
 
@@ -67,12 +68,16 @@ def run(args) -> int:
     labels = None
     if loaded.family == "bert" and (loaded.directory / LABELS_FILE).is_file():  # a classifier's names, not LABEL_i
         labels = TextClassifier.from_loaded(loaded).labels
-    loaded.export(out, overwrite=args.overwrite, labels=labels)  # with its tokenizers (a translator's two)
+    untrained = untrained_heads(loaded)  # a BERT's heads that never trained: left out, and said
+    loaded.export(out, overwrite=args.overwrite, labels=labels, untrained=untrained)  # with its tokenizers
     architecture = json.loads((out / "config.json").read_text(encoding="utf-8"))["architectures"][0]
     files = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"wrote {out} ({architecture}): {files}")
     if loaded.missing:
         print(f"tformer export: note: {loaded.missing}, so OUT has no tokenizer.json", file=sys.stderr)
+    for head in untrained if not getattr(loaded.config, "num_labels", 0) else ():
+        print(f"tformer export: note: {no_head(loaded, head)}; not written (transformers starts it at random)",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 

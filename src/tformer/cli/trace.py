@@ -114,6 +114,7 @@ def build_trace(args):
     _one_input_each(args)
     if args.toy:
         return toy_seq2seq().trace(k=candidates, max_new_tokens=steps)
+    from tformer.bert.fill_mask import no_head, untrained_heads
     from tformer.loader import load
 
     loaded = load(args.model, flag="--model", strict=False)  # any family and directory, its tokenizers (ids that fit)
@@ -121,6 +122,9 @@ def build_trace(args):
     extra = {} if loaded.family == "bert" else {"max_new_tokens": steps}
     inputs = _inputs(loaded, args)
     result = trace(loaded.model, **inputs, k=candidates, **extra)
+    if "mlm_head" in untrained_heads(loaded):  # its logits are a random head's: no predictions shown as if real
+        result.top_k = []
+        print(f"tformer trace: note: {no_head(loaded, 'mlm_head')}; its logits are a random head's", file=sys.stderr)
     made, eos = len(result.steps), inputs.get("eos_id")
     eos = TRANSLATION_EOS if eos is None and loaded.family == "seq2seq" else eos  # greedy_steps' own default
     if extra and made < steps and not (made and result.steps[-1]["id"] == eos):  # cut by the context, not ended

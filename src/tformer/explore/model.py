@@ -6,7 +6,7 @@ Dimension legend: none (ids and strings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,6 +39,7 @@ class Model:
     precision: str = "fp32"  # the weights the numbers come from (tformer.fast.precision; the page says it)
     start_id: int = TRANSLATION_SOS  # seq2seq: what the decoder starts from (a Marian's <pad>) and what ends it
     eos_id: int = TRANSLATION_EOS
+    untrained: dict[str, str] = field(default_factory=dict)  # a BERT's heads that never trained -> why (refused)
 
     @property
     def config(self) -> Any:
@@ -77,6 +78,7 @@ def load_model(directory: str | Path | None, flag: str = "--model") -> Model:
             "I am good.",
             "Je vais bien",
         )
+    from tformer.bert.fill_mask import no_head, untrained_heads
     from tformer.loader import load
 
     loaded = load(directory, flag=flag)  # any family, any kind of directory (tformer.loader)
@@ -94,6 +96,7 @@ def load_model(directory: str | Path | None, flag: str = "--model") -> Model:
     wordpiece = cast(WordPieceTokenizer, tok)  # a BERT's tokenizer is WordPiece (tformer.loader)
     m = Model(kind, name, str(directory), model, WordPieceCodec(wordpiece), None, DEFAULT_TEXT[kind])
     m.default_text_b = "it was a sunny day."
+    m.untrained = {head: no_head(loaded, head) for head in untrained_heads(loaded)}  # fill-mask, NSP: refused
     return m
 
 

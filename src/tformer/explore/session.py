@@ -356,14 +356,16 @@ class Session:
         return decoding.sample(self.m, p)
 
     # ------------------------------------------------------------------------------------------- BERT
-    def _need(self, family: str, what: str) -> None:
+    def _need(self, family: str, what: str, head: str | None = None) -> None:
         if self.m.family != family:
             raise ValueError(f"{what} needs a {family} model; this one is {self.m.family}")
+        if head in self.m.untrained:  # a random head's answer would be shown as the model's
+            raise ValueError(f"{what}: {self.m.untrained[head]}")
 
     def fill_mask(self, p: Params) -> dict:
         from tformer.bert import fill_mask
 
-        self._need("bert", "fill_mask")
+        self._need("bert", "fill_mask", "mlm_head")
         text, top_k = p.text("text"), p.integer("top_k", 5, lo=1, hi=50)
         p.done()
         ids, _ = self._bert_layout({"text": text})
@@ -376,7 +378,7 @@ class Session:
         )
 
     def nsp(self, p: Params) -> dict:
-        self._need("bert", "nsp")
+        self._need("bert", "nsp", "nsp_head")
         inputs = {"text": p.text("text"), "text_b": p.text("text_b")}
         p.done()
         ids, types = self._bert_layout(inputs)

@@ -46,6 +46,8 @@ from tformer.models.bert import Bert, BertConfig
 
 __all__ = [
     "ARCHITECTURES",
+    "HEAD_PREFIXES",
+    "WITHOUT",
     "FIELDS",
     "IGNORED",
     "config_from_hf",
@@ -58,6 +60,11 @@ __all__ = [
 
 ARCHITECTURES = {"bert": "BertForPreTraining"}  # with a classifier: BertForSequenceClassification
 CLASSIFIER = "BertForSequenceClassification"
+# each pretraining head of our Bert, and the prefix of its weights in Hugging Face's names (a checkpoint without them,
+# a sentence-transformers encoder, leaves ours at their init: tformer.bert.fill_mask.untrained_heads)
+HEAD_PREFIXES = {"mlm_head": "cls.predictions.", "nsp_head": "cls.seq_relationship."}
+# what a BERT is exported as when a head never trained (its weights left out): by the heads that did
+WITHOUT = {("mlm_head",): "BertModel", ("nsp_head",): "BertForMaskedLM", ("mlm_head", "nsp_head"): "BertModel"}
 REQUIRED = (  # what config_from_hf reads from a Hugging Face BERT config.json
     "vocab_size",
     "hidden_size",

@@ -48,6 +48,7 @@ __all__ = [
     "read_hf_config",
     "read_hf_weights",
     "check_hf_sizes",
+    "weight_names",
     "load_hf_model",
     "load_hf_dir",
     "read_hf_bert_dir",
@@ -122,6 +123,13 @@ def read_hf_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tenso
         _lacks(shard, names, read_header(shard)[0], source)  # before a tensor is read
         state.update(_floating(read_tensors(shard, names), shard))  # empty, truncated, NaN: one line naming it
     return state, source
+
+
+def weight_names(directory: str | os.PathLike) -> set[str]:
+    """The names of the weights a Hugging Face directory holds (safetensors headers, or the index's ``weight_map``),
+    read without a tensor: which heads a checkpoint has (a sentence-transformers BERT has no ``cls.*``)."""
+    _, files = _weight_files(Path(directory))
+    return {name for file, names in files.items() for name in (safetensors_shapes(file) if names is None else names)}
 
 
 def check_hf_sizes(directory: str | os.PathLike, hf: Mapping[str, Any], shapes: sizes.Shapes | None = None) -> None:

@@ -46,7 +46,7 @@ from torch import nn
 from tformer.checks import yes_no
 from tformer.fast.quantize import require_float
 from tformer.files import atomic_write, staged_dir
-from tformer.hf import marian, registry
+from tformer.hf import bert, marian, registry
 from tformer.models.seq2seq import Seq2SeqConfig
 from tformer.outputs import check_new_dir, mark_written
 
@@ -62,19 +62,23 @@ def export(
     overwrite: bool = False,
     generation: dict[str, Any] | None = None,
     labels: Sequence[str] | None = None,
+    untrained: Sequence[str] = (),
 ) -> Path:
     """Write ``model`` (a GPT, Bert or Seq2SeqTransformer) with its ``tokenizer`` (a :class:`tformer.tokenizers.
     Tokenizer`, a translator's ``(source, target)`` pair, or None) as the Hugging Face directory ``out_dir``;
     ``generation``: decoding settings for ``generation_config.json`` besides the token ids (``length_penalty``,
     ``num_beams``: :func:`tformer.models.checkpoint.read_decoding`'s); ``labels``: a classifier's label names, written
-    as ``id2label`` / ``label2id`` (None: transformers' ``LABEL_0``, ...).
+    as ``id2label`` / ``label2id`` (None: transformers' ``LABEL_0``, ...); ``untrained``: a BERT's pretraining heads
+    that never trained (``mlm_head``, ``nsp_head``): left out, the class chosen by the heads it has (``BertModel``).
 
     ``out_dir`` may be missing (its parent must exist) or empty; one tformer wrote (an earlier export, merge or
     average: its ``.tformer-output.json`` lists its files) is replaced with
     ``overwrite``, one holding anything else never. Returns ``out_dir``.
     """
     yes_no.check(overwrite, "overwrite")  # "no" is a true string: refused, never taken as leave to replace
-    files = _files(model, tokenizer, generation or {}, labels)  # every refusal before a file is touched
+    files = _files(
+        model, tokenizer, generation or {}, labels, tuple(untrained)
+    )  # every refusal before a file is touched
     out = check_new_dir(out_dir, "out_dir", overwrite=overwrite)
     with staged_dir(out) as tmp:
         for name, write in files.items():
@@ -84,7 +88,11 @@ def export(
 
 
 def _files(
-    model: nn.Module, tokenizer: Any, generation: dict[str, Any], labels: Sequence[str] | None = None
+    model: nn.Module,
+    tokenizer: Any,
+    generation: dict[str, Any],
+    labels: Sequence[str] | None = None,
+    untrained: tuple[str, ...] = (),
 ) -> dict[str, Callable[[Path], None]]:
     """Each file of the export (name → a function writing it), computed in memory."""
     config = getattr(model, "config", None)
@@ -113,6 +121,10 @@ def _files(
     if hf.get("pad_token_id") is None and "pad" in ids:
         hf["pad_token_id"] = ids["pad"]
     state = registry.state_to_hf(model.state_dict(), config)
+    if untrained and not getattr(config, "num_labels", 0):  # random heads are not written as a checkpoint's own
+        prefixes = tuple(bert.HEAD_PREFIXES[head] for head in untrained)
+        state = {name: t for name, t in state.items() if not name.startswith(prefixes)}
+        hf["architectures"] = [bert.WITHOUT[tuple(h for h in bert.HEAD_PREFIXES if h in untrained)]]
     files: dict[str, Callable[[Path], None]] = {
         "config.json": _json(hf),
         "model.safetensors": lambda path: atomic_write(
