@@ -134,3 +134,30 @@ def test_what_best_holds_is_said_when_it_is_the_moving_average(tmp_path, scores,
     line = describe_run(tmp_path)
     assert "at step 2 (best/, the model above" in line
     assert ("the moving average of the weights, --ema 0.5" in line) == best_ema, line
+
+
+def test_a_tuned_length_penalty_is_not_dropped_in_silence_when_best_is_replaced(tmp_path, capsys):
+    """evaluate --tune-length-penalty keeps its penalty in best/; a resumed run that finds a better model replaces
+    best/ whole, so the penalty (tuned for the model before) goes with it, and the run says so."""
+    torch.manual_seed(0)
+    cfg = dict(out_dir=str(tmp_path), eval_every=1, lr=1e-3, progress=False)
+    Trainer(
+        GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16)),
+        ScriptedTask([2.0]),
+        TrainConfig(max_steps=2, **cfg),
+    ).fit()
+    (tmp_path / "best" / "decoding.json").write_text('{"length_penalty": 1.2}\n')
+    capsys.readouterr()
+    again = Trainer(
+        GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16)),
+        ScriptedTask([1.0]),
+        TrainConfig(max_steps=4, **cfg),
+    )
+    again.resume()
+    again.fit()
+    said = capsys.readouterr()
+    assert (
+        "best/ is now step 3's model: the length penalty tuned for the one before (decoding.json)"
+        in said.out + said.err
+    )
+    assert not (tmp_path / "best" / "decoding.json").exists()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tformer.models.checkpoint import BEST_DIR
+from tformer.models.checkpoint import BEST_DIR, DECODING_FILE
 from tformer.training import distributed, sharded
 from tformer.training.averaging import keep_checkpoint
 from tformer.training.config import TrainConfig
@@ -104,8 +104,15 @@ class Evaluation:
             with self.ema.swapped() if use_ema else contextlib.nullcontext():  # (written while it is in the model)
                 model = self._whole_model()
                 if self.world.is_main:
+                    tuned = (self.out / BEST_DIR / DECODING_FILE).is_file()  # evaluate --tune-length-penalty's
                     with self._saving(self.out / BEST_DIR) as tmp:
                         self._save_model(tmp, model)
+                    if tuned:  # tuned for the model replaced: not carried over, and not dropped in silence
+                        self._warn(
+                            f"note: best/ is now step {self.step}'s model: the length penalty tuned for the one before "
+                            f"({DECODING_FILE}) is dropped with it; tune it again: tformer evaluate "
+                            "--tune-length-penalty"
+                        )
         if self.cfg.keep_checkpoints:  # each evaluation's model, the newest K kept (for tformer average)
             # the score of the weights it holds, the trained ones (not the moving average's): average --best ranks by it
             info = {"metric": self.task.metric, "value": own, "higher_is_better": self.task.higher_is_better}
