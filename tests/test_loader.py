@@ -275,6 +275,7 @@ def test_a_directory_tformer_does_not_read_is_one_line(tmp_path, capsys, kind, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"tformer {command[0]}: error: ") and words in err, err
     assert not (tmp_path / "page.html").exists()
+    assert "--model" in err, err  # the argument that named it
 
 
 # ------------------------------------------------------------------------------------------------ the matrix

@@ -246,9 +246,10 @@ def detect(path: str | os.PathLike, flag: str | None = None) -> Kind:
     if known and not declares_hf(config) and model_type in FAMILIES:
         return Kind("run" if run else "model", model_type, model_type, path, files)
     shown = repr(model_type) if len(repr(model_type)) <= 60 else repr(model_type)[:60] + "…"
+    given = f"{flag}: " if flag else ""  # the argument that named it (--init, --model)
     raise ValueError(
-        f"model config {str(config_path)!r} has model_type={shown}; tformer reads its own seq2seq, gpt and bert and "
-        f"the Hugging Face types {', '.join(sorted(MODULES))}"
+        f"{given}model config {str(config_path)!r} has model_type={shown}; tformer reads its own seq2seq, gpt and "
+        f"bert and the Hugging Face types {', '.join(sorted(MODULES))}"
     )
 
 

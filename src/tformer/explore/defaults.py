@@ -48,9 +48,9 @@ def requests(m: Model, text: str | None, nsp: tuple[str, str] | None, comparing:
         top_k = min(50, len(m.tgt.vocab))  # a small vocabulary (a character GPT) has fewer than 50
         steps = min(20, decoding.MAX_STEPS, room)
         out["sample"] = {"text": text, "temperature": 0.8, "top_k": top_k, "top_p": 0.95, "seed": 0, "steps": steps}
-    if m.family == "bert" and "[MASK]" in text:
+    if m.family == "bert" and "[MASK]" in text and "mlm_head" not in m.untrained:  # a random head's: not asked
         out["fill_mask"] = {"text": text, "top_k": 5}
-    if nsp is not None:
+    if nsp is not None and "nsp_head" not in m.untrained:
         out["nsp"] = {"text": nsp[0], "text_b": nsp[1]}
     if comparing:
         out["compare"] = {"text": text, "other": "model"}

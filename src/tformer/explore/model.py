@@ -96,7 +96,8 @@ def load_model(directory: str | Path | None, flag: str = "--model") -> Model:
     wordpiece = cast(WordPieceTokenizer, tok)  # a BERT's tokenizer is WordPiece (tformer.loader)
     m = Model(kind, name, str(directory), model, WordPieceCodec(wordpiece), None, DEFAULT_TEXT[kind])
     m.default_text_b = "it was a sunny day."
-    m.untrained = {head: no_head(loaded, head) for head in untrained_heads(loaded)}  # fill-mask, NSP: refused
+    random = ": its answers would be a random head's, so none is shown"  # fill-mask, NSP: refused, said why
+    m.untrained = {head: no_head(loaded, head) + random for head in untrained_heads(loaded)}
     return m
 
 

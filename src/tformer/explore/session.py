@@ -119,6 +119,7 @@ class Session:
                 if self.other is not None
                 else None
             ),
+            untrained=m.untrained,  # a BERT's heads that never trained -> why: the page shows why, not their noise
             defaults=self.default_requests(),
         )
 

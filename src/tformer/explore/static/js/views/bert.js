@@ -41,6 +41,10 @@ async function toggleMask(i) {
 
 async function runFillMask() {
   const out = $("#fill-out");
+  if (state.info.untrained?.mlm_head) { // a random head's guesses are not shown as the model's
+    fill(out, el("p", { class: "muted", "data-testid": "fill-untrained" }, state.info.untrained.mlm_head));
+    return;
+  }
   if (!state.masked.size && !state.text.includes("[MASK]")) {
     fill(out, el("p", { class: "muted" }, "no [MASK] yet: click a token above"));
     return;
@@ -55,6 +59,10 @@ async function runFillMask() {
 
 /** Sentence A and B with their segment ids, and P(B follows A) from the NSP head. */
 async function runNsp() {
+  if (state.info.untrained?.nsp_head) {
+    fill($("#nsp-out"), el("p", { class: "muted", "data-testid": "nsp-untrained" }, state.info.untrained.nsp_head));
+    return;
+  }
   const params = { text: $("#nsp-a").value.trim(), text_b: $("#nsp-b").value.trim() };
   const answer = await api("nsp", params);
   fill($("#nsp-out"),
