@@ -162,8 +162,15 @@ def test_overwrite_refuses_a_run_that_also_holds_other_files_naming_them(run3, c
 def test_resuming_a_run_of_another_family_names_the_kind_it_found(run3, capsys, family):
     _text(run3.parent)
     before = _snapshot(run3)
-    line = _error(_run(capsys, [*family, "--out", "run", "--max-steps", "5", "--resume"]), "'run'")
-    assert "holds a `tformer train lm` run" in line and f"not a `train {family[1]}` one" in line
+    # with the family's flags, or --out RUN --resume alone (its settings from its config.yaml): said at once, before
+    # "--data is required", as a command-line error (argparse's exit status 2)
+    for argv in ([*family, "--out", "run", "--max-steps", "5", "--resume"], [*family[:2], "--out", "run", "--resume"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        line = capsys.readouterr().err
+        assert exit_info.value.code == 2 and line.count("\n") == 1 and "holds a `tformer train lm` run" in line, line
+        assert f"not a `train {family[1]}` one: resume it with tformer train lm --out run --resume" in line
+        assert _snapshot(run3) == before
     assert _snapshot(run3) == before
 
 

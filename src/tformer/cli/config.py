@@ -81,8 +81,13 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
     elif runs is not None:  # --resume without --config: the run's own settings, under the flags given
         label = f"{runs} (the run's settings, which --resume reads)"
         settings = _read(family, runs, label)
-        if settings.get("family", words[at - 1]) != words[at - 1]:
-            return words  # another family's run: --resume names what it found
+        if (kind := settings.get("family", words[at - 1])) != words[at - 1]:  # said before --data is asked for
+            out = str(runs.parent)
+            _refuse(
+                family,
+                f"--resume: {out!r} holds a `tformer train {kind}` run, not a `train {words[at - 1]}` one: resume it "
+                f"with tformer train {kind} --out {out} --resume",
+            )
         settings = _for_resume(settings, _value(options, words[at:], "data"), options)
     else:
         return words
