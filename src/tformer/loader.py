@@ -190,13 +190,8 @@ class Loaded:
             self.tokenizer.save(directory)
         return directory
 
-    def export(
-        self,
-        out_dir: str | os.PathLike,
-        overwrite: bool = False,
-        labels: Sequence[str] | None = None,
-        untrained: Sequence[str] = (),
-    ) -> Path:
+    def export(self, out_dir: str | os.PathLike, overwrite: bool = False, labels: Sequence[str] | None = None,
+               untrained: Sequence[str] = ()) -> Path:  # fmt: skip
         """The model and its tokenizers (none when one is missing) as a Hugging Face directory that ``transformers``
         loads with its own classes (:func:`tformer.hf.export`); ``labels``: a classifier's names; ``untrained``: a
         BERT's heads that never trained, left out. Returns it."""

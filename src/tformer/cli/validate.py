@@ -111,7 +111,8 @@ def _first_existing(path: Path) -> Path:
 class PathArg:
     """A path of ``kind``: ``file`` (an existing file), ``nonempty_file``, ``dir`` (an existing directory),
     ``path`` (either), ``out_dir`` / ``out_file`` (absent or of that kind, and creatable: the nearest
-    existing parent is a writable directory), ``cache_dir`` (a readable directory, or an ``out_dir``). ``keywords`` are accepted as they are (``builtin``).
+    existing parent is a writable directory), ``cache_dir`` (a readable directory, or an ``out_dir``). ``keywords``
+    are accepted as they are (``builtin``).
     ``corpora``: a name ``tformer data download`` knows (``multi30k``), where no file or folder has it, is that
     corpus in the download cache, as Hugging Face's ``load_dataset("name")`` finds a dataset by name."""
 
