@@ -277,7 +277,7 @@ def test_seq2seq_from_dict_maps_the_old_tie_output_name():
 @pytest.mark.parametrize(
     "config_class, field, value, allowed",
     [
-        (Seq2SeqConfig, "positional", "rope", "'sinusoidal', 'learned'"),
+        (Seq2SeqConfig, "positional", "rope", "'sinusoidal', 'sinusoidal_halves', 'learned'"),
         (GPTConfig, "positional", "rotary", "'sinusoidal', 'learned', 'rope'"),
         (BertConfig, "activation", "tanh", "'gelu'"),
     ],

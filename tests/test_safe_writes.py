@@ -288,7 +288,7 @@ def test_a_full_disk_says_so_names_the_file_and_leaves_the_old_one(command, inpu
     out = tmp_path / "mine.txt"
     out.write_bytes(OLD)
     code, err = _run([*COMMANDS[command](inputs, str(out)), "--overwrite"], capsys)
-    lines = err.strip().splitlines()
+    lines = [line for line in err.strip().splitlines() if "without its end token" not in line]  # an untrained model's
     assert code == 1 and len(lines) == 1 and ": error: " in lines[0], err
     assert f"could not write {str(out)!r}: the disk is full (No space left on device)" in lines[0], lines[0]
     assert "left as it was" in lines[0] and ".mine.txt." not in lines[0]

@@ -402,7 +402,7 @@ def test_demo_says_when_the_promised_translation_did_not_come(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     assert main(["demo", "--out", "demo", "--max-steps", "2", "--no-progress", "I am good."]) == 0
     out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if x.startswith("note: "))
+    line = next(x for x in out.splitlines() if x.startswith("note: 'I am good.'"))  # (a warmup note comes first)
     assert line.startswith("note: 'I am good.' came out as ") and line.endswith(
         ", not 'Je vais bien.', after 2 steps; train longer: tformer demo --overwrite --out demo"  # 800 steps
     )
