@@ -60,10 +60,10 @@ def untrained_heads(loaded: Loaded) -> tuple[str, ...]:
 
 def no_head(loaded: Loaded, head: str) -> str:
     """One line saying that ``loaded``'s ``head`` (``mlm_head``, ``nsp_head``) never trained, and why."""
-    what = {"mlm_head": "MLM head (cls.predictions.*)", "nsp_head": "NSP head (cls.seq_relationship.*)"}[head]
+    name = {"mlm_head": "MLM head", "nsp_head": "NSP head"}[head]
     if loaded.kind.source == "hf":
-        return f"{str(loaded.directory)!r} has no {what}, e.g. a sentence-transformers encoder or a classifier"
-    name = what.split(" (")[0]
+        where = f"{name} ({HEAD_PREFIXES[head]}*)"
+        return f"{str(loaded.directory)!r} has no {where}, e.g. a sentence-transformers encoder or a classifier"
     return f"{str(loaded.directory)!r} is a classifier (tformer train classify) whose {name} never trained: noise"
 
 

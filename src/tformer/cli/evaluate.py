@@ -74,18 +74,16 @@ def _cuts_summed(args) -> Iterator[None]:
     first one's warning, then how many more and their lines in ``--src`` (each sentence once, however many penalties
     ``--tune-length-penalty`` tried)."""
     from tformer.cli.translate import renumbered
-    from tformer.translation.translator import SourceTruncated, TranslationCut
+    from tformer.translation.translator import CUTS, recording_cuts
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SourceTruncated)
-        warnings.simplefilter("always", TranslationCut)
+    with recording_cuts() as caught:
         try:
             yield
         finally:
             for w in caught:
-                if not isinstance(w.message, (SourceTruncated, TranslationCut)):  # as Python shows them
+                if not isinstance(w.message, CUTS):  # as Python shows them
                     warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-            for kind in (SourceTruncated, TranslationCut):
+            for kind in CUTS:
                 seen = {w.message.number: w.message for w in caught if isinstance(w.message, kind)}  # type: ignore
                 if seen:
                     lines = sorted(seen)

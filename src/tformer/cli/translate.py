@@ -115,11 +115,9 @@ def _translated(translator, args, sentences: list[str], sampling, before: int) -
     """``sentences`` translated, a cut source or translation said in one line naming its place in the whole input
     (``before`` sentences came first)."""
     from tformer.translation import Translator
-    from tformer.translation.translator import SourceTruncated, TranslationCut
+    from tformer.translation.translator import recording_cuts
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SourceTruncated)
-        warnings.simplefilter("always", TranslationCut)
+    with recording_cuts() as caught:
         outputs = translator.translate(**options(args, Translator.translate, sentences=sentences, sampling=sampling))
     cuts = []
     for warning in caught:  # a cut sentence: one line each, in the input's order; anything else as Python shows it

@@ -15,7 +15,6 @@ Dimension legend: none (text and counts).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,13 +138,11 @@ def translate(served: Served, request: TranslateRequest, emit: Callable[[str], N
     """POST /v1/translate: the translations of the texts (in one batch call of :meth:`Translator.translate`) and the
     warnings about texts longer than the model reads (translated from their first tokens) and translations cut by
     their length limit."""
-    from tformer.translation.translator import SourceTruncated, TranslationCut
+    from tformer.translation.translator import CUTS, recording_cuts
 
     emit("")  # started
     limit = min(request.max_new_tokens or served.max_new_tokens, served.max_new_tokens)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SourceTruncated)
-        warnings.simplefilter("always", TranslationCut)
+    with recording_cuts() as caught:
         out = served.translator.translate(request.texts, beam=request.beam, max_new_tokens=limit)
-    notes = [str(w.message) for w in caught if issubclass(w.category, (SourceTruncated, TranslationCut))]
+    notes = [str(w.message) for w in caught if issubclass(w.category, CUTS)]
     return out, notes

@@ -21,8 +21,10 @@ Dimension legend: B batch, S source length.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +55,8 @@ __all__ = [
     "SOURCE_BUCKET",
     "SourceTruncated",
     "TranslationCut",
+    "CUTS",
+    "recording_cuts",
     "Translator",
     "load_tokenizers",
     "corpus_bleu",
@@ -84,6 +88,19 @@ class TranslationCut(UserWarning):
     def __init__(self, number: int, tokens: int, limit: str) -> None:
         super().__init__(f"translation {number} reached {tokens} tokens without its end token: cut there ({limit})")
         self.number, self.tokens, self.limit = number, tokens, limit
+
+
+CUTS = (SourceTruncated, TranslationCut)  # the warnings that name a sentence cut by a length limit
+
+
+@contextlib.contextmanager
+def recording_cuts() -> Iterator[list[warnings.WarningMessage]]:
+    """Every warning raised inside, each cut source and cut translation among them (:data:`CUTS`), however many
+    (Python's default shows one per place): the commands say them in their own words."""
+    with warnings.catch_warnings(record=True) as caught:
+        for kind in CUTS:
+            warnings.simplefilter("always", kind)
+        yield caught
 
 
 def load_tokenizers(directory: str | Path) -> tuple[BPETokenizer, BPETokenizer]:
