@@ -124,6 +124,26 @@ def test_the_notes_say_the_scale_and_heads_the_model_used():
     assert plain == "Q·Kᵀ / √Dh = Q·Kᵀ × 0.25" and formula("scores", "decoder", "self", plain) == "scores = Q·Kᵀ / √d_k"
 
 
+def test_each_add_and_norm_names_the_sub_layer_it_follows(seq2seq, gpt):
+    """A GPT layer has no cross-attention: its second add & norm (add_norm3) says so instead of leaving a gap."""
+    notes = [e.note.split(" [")[1] for e in trace(gpt, TGT).select(layer=0, stages=["add_norm"])]
+    assert notes == [
+        "add_norm1, after self-attention]",
+        "add_norm3, after the feed-forward; no cross-attention here, so no add_norm2]",
+    ]
+    decoder = trace(seq2seq, SRC, TGT).select(layer=0, stages=["add_norm"], block="decoder")
+    assert [e.note.split(" [")[1] for e in decoder] == [
+        "add_norm1, after self-attention]",
+        "add_norm2, after cross-attention]",
+        "add_norm3, after the feed-forward]",
+    ]
+    encoder = trace(seq2seq, SRC, TGT).select(layer=0, stages=["add_norm"], block="encoder")
+    assert [e.note.split(" [")[1] for e in encoder] == [
+        "add_norm1, after self-attention]",
+        "add_norm2, after the feed-forward]",
+    ]
+
+
 def test_stages_come_in_data_flow_order(seq2seq):
     stages = [(e.block, e.stage) for e in trace(seq2seq, SRC, TGT).entries]
     order = [

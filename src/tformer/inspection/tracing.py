@@ -247,7 +247,7 @@ class _Collector:
             formula = f"x + sublayer({norm}(x))" if m.norm_first else f"{norm}(x + sublayer(x))"
             if m.post_norm is not None:  # sandwich (Gemma 2/3): the sub-layer's output is normed too
                 formula = f"x + {norm}(sublayer({norm}(x)))"
-            add("add_norm", t, BTD, owner, f"{formula} [{owner.rsplit('.', 1)[-1]}]")
+            add("add_norm", t, BTD, owner, f"{formula} [{self._sublayer(owner)}]")
         elif isinstance(m, FeedForward) and point == "hook_out":
             add("ffn", t, BTD, owner, "Linear(D, F) → activation → Linear(F, D)")
         elif isinstance(m, GatedFeedForward):
@@ -275,6 +275,18 @@ class _Collector:
             extra = " + segment" * (m.segment is not None) + " → LayerNorm" * (m.norm is not None)
             position = "position" if m.position is not None else "no position (RoPE rotates q and k in self-attention)"
             add("embedding", t, BTD, owner, f"token + {position}{extra} → dropout")
+
+    def _sublayer(self, owner: str) -> str:
+        """``owner``'s name and the sub-layer it wraps: a GPT layer has no cross-attention, so no add_norm2."""
+        parent, name = owner.rsplit(".", 1)
+        layer = self.modules[parent]
+        if name == "add_norm1":
+            return f"{name}, after self-attention"
+        if name == "add_norm2" and getattr(layer, "cross_attn", None) is not None:
+            return f"{name}, after cross-attention"
+        if name == "add_norm3" and getattr(layer, "cross_attn", "") is None:
+            return f"{name}, after the feed-forward; no cross-attention here, so no add_norm2"
+        return f"{name}, after the feed-forward"
 
     def _locate(self, name: str) -> tuple[str, int | None]:
         parts = name.split(".")
