@@ -8,7 +8,7 @@ import { matrixOf } from "explore/draw/table.js";
 
 export const STAGE_NAMES = {
   tokens: "pieces → ids", token_embedding: "token embedding", positional: "positional encoding",
-  segment: "segment embedding", embedding: "embedding sum", q: "Q", k: "K", v: "V", qk: "Q·Kᵀ", scores: "scaled Q·Kᵀ/√Dh",
+  segment: "segment embedding", embedding: "embedding sum", q: "Q", k: "K", v: "V", qk: "Q·Kᵀ", scores: "scaled Q·Kᵀ",
   mask: "mask", masked_scores: "masked scores", weights: "softmax → weights", context: "weights · V",
   attn_output: "concat → W_O", add_norm: "add & norm", ffn_hidden: "FFN: x·W₁ + b₁", ffn_activation: "FFN: activation",
   ffn_gate: "FFN: gate x·W_gate", ffn_up: "FFN: up x·W_up", ffn_gated: "FFN: act(gate) ⊙ up",
