@@ -140,6 +140,6 @@ def renumbered(message, before: int, max_new_tokens: int) -> Warning | None:
         return SourceTruncated(before + message.number, message.detail)
     if isinstance(message, TranslationCut):
         flag = f"--max-new-tokens {max_new_tokens}"
-        limit = flag if message.limit.startswith("max_new_tokens") else f"{message.limit}; {flag} cannot go past it"
-        return TranslationCut(before + message.number, message.tokens, limit)
+        limit = f"{message.limit}; {flag} cannot go past it" if message.by_model else flag
+        return TranslationCut(before + message.number, message.tokens, limit, by_model=message.by_model)
     return None

@@ -83,11 +83,11 @@ class SourceTruncated(UserWarning):
 class TranslationCut(UserWarning):
     """A translation reached its length limit without its end token: it is cut there, likely mid-sentence.
     ``number`` is the sentence's (from 1), ``tokens`` the limit, ``limit`` what set it (``max_new_tokens=128``, or
-    ``the model's max_len 64 - 1``)."""
+    ``the model's max_len 64 - 1``), ``by_model`` whether the model's length set it (no ``max_new_tokens`` goes past)."""
 
-    def __init__(self, number: int, tokens: int, limit: str) -> None:
+    def __init__(self, number: int, tokens: int, limit: str, *, by_model: bool = False) -> None:
         super().__init__(f"translation {number} reached {tokens} tokens without its end token: cut there ({limit})")
-        self.number, self.tokens, self.limit = number, tokens, limit
+        self.number, self.tokens, self.limit, self.by_model = number, tokens, limit, by_model
 
 
 CUTS = (SourceTruncated, TranslationCut)  # the warnings that name a sentence cut by a length limit
@@ -294,8 +294,10 @@ class Translator:
                 )
             for i, row in zip(idx, ids):
                 if eos_id not in row and len(row) >= max_len:  # stopped by the limit, not by the model
-                    cap = f"max_new_tokens={max_new_tokens}" if max_new_tokens <= max_len else model_cap
-                    warnings.warn(TranslationCut(i + 1, max_len, cap), stacklevel=3)  # past torch.no_grad's wrapper
+                    by_model = max_new_tokens > max_len
+                    cap = model_cap if by_model else f"max_new_tokens={max_new_tokens}"
+                    cut = TranslationCut(i + 1, max_len, cap, by_model=by_model)
+                    warnings.warn(cut, stacklevel=3)  # past torch.no_grad's wrapper
                 out[i] = self.tgt_tokenizer.decode(row[: row.index(eos_id)] if eos_id in row else row)
         return out
 
