@@ -53,7 +53,8 @@ def test_a_config_file_sets_flags_the_command_line_wins_and_the_run_writes_what_
         ("no-progress: maybe\n", ["'no-progress' is a switch, give true or false"]),
         ('no-fast: "false"\n', ["got 'false' (a quoted string: write it without the quotes)"]),
         ("- max-steps\n", ["expected a mapping of settings"]),
-        ("overwrite: true\n", ["'overwrite' is not a setting"]),
+        ("overwrite: true\n", ["'overwrite' is not a setting of a run but what this launch does: give --overwrite"]),
+        ("learning_rate: 0.1\n", ["'learning_rate' is not a setting of this command; tformer calls it 'lr'"]),
         ("max-steps: [1, 2]\n", ["'max-steps' takes one value"]),
         ("lr: 0.001\nlr: 0.002\n", ["not a readable YAML file ('lr' is given twice)"]),
         ("no-progress: true\nprogress: true\n", ["'no-progress' and 'progress' set the same setting"]),
@@ -75,6 +76,12 @@ def test_a_missing_config_file_is_named(tmp_path, text, capsys):
     with pytest.raises(SystemExit):
         main(["train", "lm", "--data", str(text), "--out", str(tmp_path / "r"), "--config", str(tmp_path / "no.yaml")])
     assert "no.yaml: no such file" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("max-steps: 3\n")
+    with pytest.raises(SystemExit):  # a run's folder where its config.yaml was meant
+        main(["train", "lm", "--data", str(text), "--out", str(tmp_path / "r"), "--config", str(tmp_path / "run")])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith(f"run: a folder, not a YAML file; its run settings are {tmp_path / 'run' / 'config.yaml'}")
 
 
 def test_the_written_paths_are_absolute_so_the_file_repeats_from_anywhere(tmp_path, text, monkeypatch):

@@ -114,3 +114,14 @@ def test_a_flag_of_another_command_is_said_to_be_so(words_txt, tmp_path, capsys)
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert "--mlm-prob is a flag of tformer train bert, not of tformer train lm" in last and "minutes" not in last
+
+
+def test_a_flag_named_as_other_tools_name_it_gets_tformers_name(words_txt, tmp_path, capsys):
+    """--learning-rate (Hugging Face's Trainer) and --n-embd (nanoGPT) are not near --lr and --d-model by spelling."""
+    with pytest.raises(SystemExit):
+        main(["train", "lm", "--learning_rate", "1e-3", "--n-embd", "64", "--data", str(words_txt)])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith("(--learning_rate: tformer calls it --lr; --n-embd: tformer calls it --d-model)"), last
+    with pytest.raises(SystemExit):  # an OpenAI client's name, not "a flag of train translation" (its old spelling)
+        main(["generate", "--max-tokens", "5"])
+    assert capsys.readouterr().err.strip().endswith("(--max-tokens: tformer calls it --max-new-tokens)")

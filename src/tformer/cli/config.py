@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tformer.checks import did_you_mean
-from tformer.cli.parser import Switch
+from tformer.cli.parser import Switch, other_name
 from tformer.cli.validate import PathArg, device
 
 __all__ = ["CONFIG_NAME", "expand", "shipped", "write_resolved"]
@@ -99,8 +99,12 @@ def expand(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
     for key, value in settings.items():
         name = str(key).replace("_", "-")
         action = options.get(name)
+        if name in _NOT_SETTINGS and name != "help":
+            _refuse(family, f"{label}: {key!r} is not a setting of a run but what this launch does: give --{name} here")
         if action is None or name in _NOT_SETTINGS:
-            hint = did_you_mean(name, [n for n in options if n not in _NOT_SETTINGS])
+            names = [n for n in options if n not in _NOT_SETTINGS]
+            same = other_name(name, ["--" + n for n in names])
+            hint = f"tformer calls it {same[2:]!r}" if same else did_you_mean(name, names)
             _refuse(family, f"{label}: {key!r} is not a setting of this command" + (f"; {hint}" if hint else ""))
         other = keys.setdefault(_setting(action), str(key))
         if other != str(key):  # no-progress and progress, bf16 and precision, max_steps and max-steps
@@ -233,6 +237,9 @@ def _read(family: argparse.ArgumentParser, path: Path, label: str) -> dict:
         settings = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader())
     except FileNotFoundError:
         _refuse(family, f"{label}: no such file")
+    except IsADirectoryError:
+        inside = path / "config.yaml"  # a run's folder: its settings are in it
+        _refuse(family, f"{label}: a folder, not a YAML file" + (f"; its run settings are {inside}" * inside.is_file()))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         _refuse(family, f"{label}: not a readable YAML file ({str(err).splitlines()[0]})")
     if settings is None:

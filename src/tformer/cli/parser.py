@@ -37,7 +37,38 @@ class HelpFormatter(argparse.HelpFormatter):
         return text
 
 
+# Flags other tools spell their own way (Hugging Face's Trainer, nanoGPT), by tformer's name for the same setting:
+# a "did you mean" by spelling alone would not find --lr for --learning-rate.
+OTHER_NAMES = {
+    "--lr": ("--learning-rate", "--learning-rate-init"),
+    "--epochs": ("--num-train-epochs", "--num-epochs", "--n-epochs"),
+    "--max-steps": ("--max-iters", "--num-steps", "--train-steps", "--iterations"),
+    "--warmup-steps": ("--warmup", "--warmup-iters", "--num-warmup-steps"),
+    "--clip": ("--grad-clip", "--max-grad-norm", "--clip-grad-norm", "--gradient-clipping"),
+    "--accum-steps": ("--gradient-accumulation-steps", "--grad-accum", "--grad-accum-steps"),
+    "--out": ("--output-dir", "--out-dir", "--output"),
+    "--init": ("--model-name-or-path", "--pretrained", "--from-pretrained"),
+    "--batch-size": ("--per-device-train-batch-size", "--train-batch-size"),
+    "--n-layers": ("--n-layer", "--num-layers", "--num-hidden-layers"),
+    "--n-heads": ("--n-head", "--num-heads", "--num-attention-heads"),
+    "--d-model": ("--n-embd", "--hidden-size", "--dim"),
+    "--d-ff": ("--intermediate-size", "--ffn-dim"),
+    "--eval-every": ("--eval-interval", "--eval-steps"),
+    "--log-every": ("--log-interval", "--logging-steps"),
+    "--max-new-tokens": ("--max-tokens", "--max-length"),
+}
+
+
+def other_name(word: str, candidates: list[str]) -> str | None:
+    """The flag among ``candidates`` that another tool calls ``word`` (``--learning_rate`` → ``--lr``), or None."""
+    spelled = "--" + word.lstrip("-").replace("_", "-")
+    return next((f for f, names in OTHER_NAMES.items() if spelled in names and f in candidates), None)
+
+
 def _suggest(word: str, candidates: list[str]) -> str:
+    same = other_name(word, candidates)
+    if same:
+        return f"{word}: tformer calls it {same}"
     close = closest(word, candidates, n=1)
     return f"{word}: did you mean {close[0]}?" if close else ""
 
@@ -84,7 +115,9 @@ class Parser(argparse.ArgumentParser):
 
     def _hint(self, word: str, known: list[str]) -> str:
         """A flag another command has is said so (``--init`` on ``train lm``: not "did you mean --minutes?");
-        else the nearest flag this command has."""
+        else the nearest flag this command has. A name another tool gives one of this command's flags comes first."""
+        if other_name(word, known):
+            return _suggest(word, known)
         elsewhere = sorted(
             prog
             for prog, parser in self.commands.items()
