@@ -36,6 +36,10 @@ def test_the_run_stops_after_patience_flat_evaluations_and_keeps_the_best(tmp_pa
     assert all(torch.equal(best[k], v) for k, v in task.seen[1].items())  # step 2's model, not the last one
     assert not all(torch.equal(best[k], v) for k, v in task.seen[-1].items())
     assert json.loads((tmp_path / "last" / "state.json").read_text())["stale_evals"] == 3
+    from tformer.cli.info import describe_run  # tformer info says why the run ended before its --max-steps
+
+    said = describe_run(tmp_path)
+    assert "step 5 of 30 (last/)" in said and "stopped at --patience 3 (3 evaluations in a row" in said, said
 
 
 def test_a_resumed_run_keeps_the_count_and_a_stopped_one_needs_more_patience(tmp_path, capsys):

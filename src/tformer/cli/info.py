@@ -108,6 +108,9 @@ def describe_run(out: Path) -> str:
         config = state.get("train_config") or {}
         total = f" of {config['max_steps']}" if config.get("max_steps") else ""
         parts.append(f"step {state['step']}{total} (last/), {float(state['elapsed']):.1f} s of training")
+        stop = _stopped_early(state)
+        if stop:
+            parts[-1] += f", stopped at {stop}"
         best = state.get("best")
     except FileNotFoundError:
         parts.append("no last/ state (the run saved none)")
@@ -125,6 +128,22 @@ def describe_run(out: Path) -> str:
     elif best is not None:
         parts.append(f"best {best:.4f} (best/, the model above)")
     return "; ".join(parts)
+
+
+def _stopped_early(state: dict) -> str | None:
+    """The limit other than ``--max-steps`` that ended the run of ``state`` (``--patience 3 (3 evaluations in a row
+    without a better one)``, ``--minutes``, ``--epochs``), in the CLI's words; None when none did."""
+    from tformer.training.config import TrainConfig, budget_reached, patience_spent
+
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    try:
+        cfg = TrainConfig(**{k: v for k, v in state["train_config"].items() if k in names})
+        reached = patience_spent(cfg, int(state.get("stale_evals", 0))) or budget_reached(
+            cfg, int(state["step"]), int(state.get("epoch", 0)), float(state["elapsed"])
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return None if reached is None or reached.startswith("--max-steps") else reached
 
 
 def _best_record(log: Path, best: float) -> tuple[str, int, bool] | None:
