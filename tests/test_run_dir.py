@@ -229,6 +229,8 @@ def test_the_time_budget_counts_the_optimizer_step(tmp_path, monkeypatch, capsys
     # 1.8 s of 0.5 s steps, and one more: a step's optimizer time is on the clock with the next step's forward
     assert 2 <= len(steps) <= 6, [r["step"] for r in steps]
     assert steps[-1]["elapsed_s"] >= 0.5 * (len(steps) - 1)
+    done = result["out"].strip().splitlines()[-1]  # the last line says which limit ended it
+    assert done.startswith(f"done: step {len(steps)} (--minutes 0.03 reached: it has trained 0."), done
 
 
 # ------------------------------------------------------------------------------------------ damaged run files

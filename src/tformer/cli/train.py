@@ -293,10 +293,13 @@ NO_VALIDATION = "no validation data (the model kept is the latest)"
 def _done(trainer, scores: str, out: str) -> None:
     """The run's last line, every family's: the step, the last evaluation's ``scores``, and what ``best/`` holds (its
     score and step, and whether it is ``--ema``'s moving average)."""
+    from tformer.training.config import budget_reached
     from tformer.training.distributed import say
 
     best = f"; best/: {trainer.best_text()}" if scores and trainer.best is not None else ""
-    say(f"done: step {trainer.step}, {scores or NO_VALIDATION}{best} -> {out}")
+    reached = budget_reached(trainer.cfg, trainer.step, trainer.epoch, trainer.elapsed) or ""
+    at = f" ({reached.replace(' (', ' reached: ', 1)}" if reached and not reached.startswith("--max-steps") else ""
+    say(f"done: step {trainer.step}{at}, {scores or NO_VALIDATION}{best} -> {out}")
 
 
 def _report(trainer, result: dict, out: str) -> None:
