@@ -214,6 +214,7 @@ def test_the_written_config_holds_what_the_preset_chose_and_repeats_the_run_bit_
     resolved = yaml.safe_load((first / "config.yaml").read_text())
     assert (resolved["d-model"], resolved["n-heads"], resolved["d-ff"], resolved["n-layers"]) == (64, 4, 256, 2)
     assert resolved["dropout"] == 0.1 and resolved["lr"] is not None and resolved["warmup-steps"] is not None
+    assert resolved.get("pad-vocab") == (64 if family == "lm" else None)  # the table's rows: a multiple of 64
     assert main(["train", family, "--config", str(first / "config.yaml"), "--out", str(again)]) == 0
     assert yaml.safe_load((again / "config.yaml").read_text()) == {**resolved, "out": str(again)}
     assert resolved["data"] == str(text) and Path(resolved["data"]).is_absolute()

@@ -299,7 +299,12 @@ def _built_shape(last: Path) -> dict[str, Any]:
         config = json.loads((last / CONFIG_NAME).read_text())
     except (OSError, ValueError):
         return {}
-    return {k: config[k] for k in SHAPE_SETTINGS if isinstance(config, dict) and k in config}
+    if not isinstance(config, dict):
+        return {}
+    built = {k: config[k] for k in SHAPE_SETTINGS if k in config}
+    if "vocab_multiple" in config:  # a GPT's table rows, rounded up to a multiple of --pad-vocab
+        built["pad_vocab"] = config["vocab_multiple"]
+    return built
 
 
 def _resume_line(cfg: TrainConfig, meta: dict) -> str:
