@@ -267,11 +267,14 @@ def test_cut_translations_are_one_warning_line_in_evaluate(dirs, tmp_path, capsy
 def test_a_sampling_flag_that_greedy_decoding_does_not_use_is_said(dirs, capsys):
     """As transformers warns when do_sample is off: --temperature with --greedy, --top-k without --sample."""
     code, _, err = _run(
-        ["generate", "--model", str(dirs["lm_char"]), *GENERATE, "--greedy", "--temperature", "2"], capsys
+        ["generate", "--model", str(dirs["lm_char"]), *GENERATE, "--greedy", "--temperature", "2", "--seed", "3"],
+        capsys,
     )
-    assert code == 0 and "note: --greedy takes the most likely token: --temperature not used" in err
-    code, _, err = _run(["translate", "--model", str(dirs["translation"]), "the cat.", "--top-k", "3"], capsys)
-    assert code == 0 and "note: --top-k shape sampling only (--sample): not used" in err
+    assert code == 0 and "note: --greedy takes the most likely token: --temperature, --seed not used" in err
+    code, _, err = _run(
+        ["translate", "--model", str(dirs["translation"]), "the cat.", "--top-k", "3", "--seed", "1"], capsys
+    )
+    assert code == 0 and "note: --top-k, --seed shape sampling only (--sample): not used" in err
     code, _, err = _run(
         ["translate", "--model", str(dirs["translation"]), "the cat.", "--top-k", "3", "--sample"], capsys
     )

@@ -94,7 +94,8 @@ def run(args) -> int:
     model, tokenizer = lm.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
     model = for_inference(model, args.precision, "decoding", args.device, args.fast)
     sampling = sampling_config(args)
-    unused = [f"--{k.replace('_', '-')}" for k in ("temperature", "top_k", "top_p") if getattr(args, k) != SAMPLING[k]]
+    settings = ("temperature", "top_k", "top_p", "seed")  # sampling's alone: greedy decoding draws nothing
+    unused = [f"--{k.replace('_', '-')}" for k in settings if getattr(args, k) != SAMPLING[k]]
     if args.greedy and unused:  # as transformers warns when do_sample is off
         print(f"note: --greedy takes the most likely token: {', '.join(unused)} not used", file=sys.stderr)
     out = sys.stdout

@@ -86,6 +86,7 @@ def run(args) -> int:
     sampling = SamplingConfig(True, args.temperature, args.top_k or None, top_p) if args.sample else None
     flags = ("--temperature", "--top-k", "--top-p")
     unused = [f for f in flags if getattr(args, f[2:].replace("-", "_")) != FLAGS[f].default]  # set: for sampling
+    unused += ["--seed"] * (args.seed is not None)  # (beam search and greedy decoding draw nothing)
     if unused and not args.sample:  # as transformers warns when do_sample is off
         print(f"tformer translate: note: {', '.join(unused)} shape sampling only (--sample): not used", file=sys.stderr)
     # stdin: each line translated as soon as no more wait (a filter, as fairseq-interactive is), a file in batches
