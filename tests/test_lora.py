@@ -556,3 +556,18 @@ def test_a_lora_setting_without_a_rank_is_refused_not_ignored(tmp_path, capsys, 
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"{flag} {value} is a LoRA setting" in line and "give --lora-r R" in line
     assert not (tmp_path / "r").exists()
+
+
+def test_a_rank_too_large_for_the_width_is_said_and_the_count_is_of_projections():
+    """r·(in + out) ≥ in·out: the pairs cost what the weights do (a 64-wide model, r 64 on its attention), said
+    with both counts; r 4 is not. The count is of adapted projections (2 per block here: the fused W_Q W_K W_V, and
+    W_O), not of the model's layers."""
+    from tformer import GPT, GPTConfig
+    from tformer.finetune import LoraSettings, add_adapters
+
+    for r, noted in ((64, True), (4, False)):
+        said: list[str] = []
+        add_adapters(GPT(GPTConfig.preset("tiny", vocab_size=16)), LoraSettings(r=r), said.append)
+        assert said[0].startswith(f"LoRA r {r}, alpha {2 * r}, dropout 0.05 on 4 projections (attn.")
+        assert any(line.startswith(f"note: --lora-r {r} is too large") for line in said) == noted, said
+    assert said == said[:1]

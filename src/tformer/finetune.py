@@ -27,7 +27,7 @@ from torch import nn
 
 from tformer.hf.peft import fused_qkv, save_adapter
 from tformer.loader import Loaded, load
-from tformer.nn.lora import LoraConfig, add_lora, target_names
+from tformer.nn.lora import LoraConfig, add_lora, lora_layers, target_names
 
 __all__ = [
     "NO_BERT_ADAPTER",
@@ -122,10 +122,20 @@ def add_adapters(model: nn.Module, settings: LoraSettings, log: Callable[[str], 
     lora = add_lora(model, settings.config(fused))
     trainable, total = count_parameters(model)
     log(
-        f"LoRA r {lora.r}, alpha {lora.alpha:g}, dropout {lora.dropout:g} on {len(lora.layers)} layers "
+        f"LoRA r {lora.r}, alpha {lora.alpha:g}, dropout {lora.dropout:g} on {len(lora.layers)} projections "
         f"({', '.join(sorted({t for t in target_names(model, fused) if _chosen(t, lora.targets)}))}): "
         f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / max(total, 1):.2f}%)"
     )
+    pairs = adapted = 0
+    for layer in lora_layers(model).values():
+        pairs += sum(p.numel() for p in (*layer.lora_A.values(), *layer.lora_B.values()))
+        adapted += sum(layer.in_features * (end - start) for start, end in layer.parts.values())
+    if pairs >= adapted:  # r·(in + out) ≥ in·out: no saving left
+        log(
+            f"note: --lora-r {lora.r} is too large for this model's width: its pairs have {pairs:,} parameters, the "
+            f"weights they adapt {adapted:,}; a smaller --lora-r (8 to 64 is usual for a large model), or --lora-r 0 "
+            "to train those weights themselves"
+        )
     return lora
 
 
