@@ -351,7 +351,7 @@ def test_a_lora_run_learns_from_the_pretrained_start_and_writes_a_peft_adapter(b
         == 0
     )
     err = capsys.readouterr().out
-    assert "LoRA r 4, alpha 8" in err and "trainable parameters of" in err
+    assert "LoRA r 4, alpha 8" in err and "trainable parameters of" in err and "a tformer model" not in err
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     evals = [r for r in records if "val_loss" in r]
     assert evals[0]["step"] == 0 and evals[-1]["val_loss"] < evals[0]["val_loss"]  # lower than the pretrained start
@@ -390,6 +390,13 @@ def test_a_lora_run_learns_from_the_pretrained_start_and_writes_a_peft_adapter(b
     assert "no PEFT adapter is written beside the best model: it started from the PEFT adapter" in said
     assert "merge that adapter into its base first" in said
     assert not (tmp_path / "again" / "best" / "adapter_config.json").exists()
+    # LoRA on tformer's own model (the merged one): its adapter is written, and said to be tformer's alone to load
+    merged = ["--init", str(tmp_path / "merged"), "--data", str(sft_file), "--lora-r", "2", "--max-steps", "1"]
+    assert _train(*merged, "--out", str(tmp_path / "on-merged")) == 0
+    said = capsys.readouterr().out
+    assert f"names {tmp_path / 'merged'} as its base, a tformer model: tformer loads it; for PEFT" in said, said
+    assert (tmp_path / "on-merged" / "best" / "adapter_config.json").is_file()
+    assert tformer.load(tmp_path / "on-merged" / "best").model is not None
 
 
 def test_a_lora_run_resumes_exactly(bases, sft_file, tmp_path, monkeypatch):

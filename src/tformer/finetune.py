@@ -25,6 +25,7 @@ from typing import Any
 
 from torch import nn
 
+from tformer.hf.directory import is_hf_dir
 from tformer.hf.peft import fused_qkv, save_adapter
 from tformer.loader import Loaded, load
 from tformer.nn.lora import LoraConfig, add_lora, lora_layers, target_names
@@ -143,9 +144,18 @@ def _chosen(name: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in patterns)
 
 
-def adapter_writer(base: str | os.PathLike) -> Callable[[nn.Module, Path], None]:
-    """What the Trainer calls with each best model it saves: the PEFT adapter beside it (base: ``base``, absolute)."""
+def adapter_writer(
+    base: str | os.PathLike, log: Callable[[str], None] | None = None
+) -> Callable[[nn.Module, Path], None]:
+    """What the Trainer calls with each best model it saves: the PEFT adapter beside it (base: ``base``, absolute).
+    A base of tformer's own (a run, not a Hugging Face directory) is said to ``log``: PEFT cannot load it."""
     where = str(Path(base).resolve())
+    if log is not None and not is_hf_dir(where):
+        log(
+            f"note: the PEFT adapter written beside best/ names {where} as its base, a tformer model: tformer loads "
+            f"it; for PEFT and transformers, export that base (tformer export {base} DIR) and put the adapter on DIR, "
+            "or merge the two (tformer merge)"
+        )
 
     def write(model: nn.Module, directory: Path) -> None:
         save_adapter(model, directory, where)

@@ -374,7 +374,7 @@ def _setup_from(
         if lora.r:
             problem = exportable(model.config, init)
             if problem is None:
-                writers.append(adapter_writer(init))
+                writers.append(adapter_writer(init, log))
             else:
                 log(f"note: no PEFT adapter is written beside the best model: {problem}")
         torch.manual_seed(cfg.seed)

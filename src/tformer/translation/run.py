@@ -306,7 +306,7 @@ def setup(
         if lora.r and init is not None:
             problem = exportable(translator.model.config, init)
             if problem is None:
-                writers.append(adapter_writer(init))
+                writers.append(adapter_writer(init, log if distributed.is_main_process() else None))
             elif distributed.is_main_process():
                 log(f"note: no PEFT adapter is written beside the best model: {problem}")
         return make_trainer(
