@@ -379,8 +379,18 @@ def test_a_lora_run_learns_from_the_pretrained_start_and_writes_a_peft_adapter(b
     capsys.readouterr()
     assert main(["info", str(out)]) == 0  # info says the run is LoRA's, and where its adapter is
     lora = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("lora ")]
-    assert len(lora) == 1 and "rank 4" in lora[0] and "PEFT adapter:" in lora[0], lora
+    assert (
+        len(lora) == 1 and "rank 4" in lora[0] and "0.05, 8 pairs (merged" in lora[0] and "PEFT adapter:" in lora[0]
+    ), lora
     assert main(["info", str(tmp_path / "merged")]) == 0 and "  lora " not in capsys.readouterr().out
+    adapter = tmp_path / "adapter"  # the PEFT adapter alone, as a user downloads one: info says it is one
+    adapter.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (adapter / name).write_bytes((out / "best" / name).read_bytes())
+    assert main(["info", str(adapter)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("PEFT LoRA adapter: rank 4, alpha 8.0, dropout 0.05 on k_proj, o_proj, q_proj, v_proj, on")
+    assert first.endswith(f"on the base {bases['llama'].resolve()}; that base with the pairs merged into it:"), first
     # LoRA again from that adapter: its pairs are in the new run's base weights, which PEFT would not put under the
     # new pairs (it loads base_model_name_or_path alone), so no adapter is written, and the note says what to do
     capsys.readouterr()
@@ -565,9 +575,9 @@ def test_a_lora_setting_without_a_rank_is_refused_not_ignored(tmp_path, capsys, 
     assert not (tmp_path / "r").exists()
 
 
-def test_a_rank_too_large_for_the_width_is_said_and_the_count_is_of_projections():
+def test_a_rank_too_large_for_the_width_is_said_and_the_count_is_of_pairs():
     """r·(in + out) ≥ in·out: the pairs cost what the weights do (a 64-wide model, r 64 on its attention), said
-    with both counts; r 4 is not. The count is of adapted projections (2 per block here: the fused W_Q W_K W_V, and
+    with both counts; r 4 is not. The count is of pairs (2 per block here: one on the fused W_Q W_K W_V, one on
     W_O), not of the model's layers."""
     from tformer import GPT, GPTConfig
     from tformer.finetune import LoraSettings, add_adapters
@@ -575,6 +585,6 @@ def test_a_rank_too_large_for_the_width_is_said_and_the_count_is_of_projections(
     for r, noted in ((64, True), (4, False)):
         said: list[str] = []
         add_adapters(GPT(GPTConfig.preset("tiny", vocab_size=16)), LoraSettings(r=r), said.append)
-        assert said[0].startswith(f"LoRA r {r}, alpha {2 * r}, dropout 0.05 on 4 projections (attn.")
+        assert said[0].startswith(f"LoRA r {r}, alpha {2 * r}, dropout 0.05: 4 pairs (attn.")
         assert any(line.startswith(f"note: --lora-r {r} is too large") for line in said) == noted, said
     assert said == said[:1]

@@ -123,8 +123,8 @@ def add_adapters(model: nn.Module, settings: LoraSettings, log: Callable[[str], 
     lora = add_lora(model, settings.config(fused))
     trainable, total = count_parameters(model)
     log(
-        f"LoRA r {lora.r}, alpha {lora.alpha:g}, dropout {lora.dropout:g} on {len(lora.layers)} projections "
-        f"({', '.join(sorted({t for t in target_names(model, fused) if _chosen(t, lora.targets)}))}): "
+        f"LoRA r {lora.r}, alpha {lora.alpha:g}, dropout {lora.dropout:g}: {sum(map(len, lora.layers.values()))} "
+        f"pairs ({', '.join(sorted({t for t in target_names(model, fused) if _chosen(t, lora.targets)}))}): "
         f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / max(total, 1):.2f}%)"
     )
     pairs = adapted = 0

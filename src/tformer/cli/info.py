@@ -54,6 +54,9 @@ def run(args) -> int:
 
     loaded = load(directory, flag=flag, strict=False)  # what the directory holds, even a tokenizer of another run
     model = loaded.model
+    adapter = _peft_adapter(directory)
+    if adapter:
+        print(adapter)
     n_params, n_int8 = count_parameters(model)
     held = f" ({n_int8:,} of them int8)" if n_int8 else ""
     print(f"{type(model).__name__} ({model.model_type}), {n_params:,} parameters{held}: {loaded.kind.describe()}")
@@ -86,9 +89,33 @@ def _lora(path) -> str | None:
         return None
     adapter = directory / ADAPTER_WEIGHTS
     return (
-        f"rank {record.get('r')}, alpha {record.get('alpha')}, dropout {record.get('dropout')}, on "
-        f"{len(record.get('layers') or {})} layers (merged into the weights when loaded; tformer merge writes them so)"
-        + (f"; PEFT adapter: {adapter}" if adapter.is_file() else "")
+        f"rank {record.get('r')}, alpha {record.get('alpha')}, dropout {record.get('dropout')}, "
+        f"{sum(len(p) for p in (record.get('layers') or {}).values())} pairs (merged into the weights when loaded; "
+        "tformer merge writes them so)" + (f"; PEFT adapter: {adapter}" if adapter.is_file() else "")
+    )
+
+
+def _peft_adapter(path) -> str | None:
+    """What a PEFT adapter directory (no config.json of its own) is, for the line above its base's description:
+    ``PEFT LoRA adapter: rank 2, alpha 4, dropout 0.05 on k_proj, q_proj, on the base /models/llama; merged:``.
+    None for any other directory."""
+    from tformer.hf.peft import ADAPTER_CONFIG
+    from tformer.models.checkpoint import CONFIG_NAME
+    from tformer.readers import read_json_object
+
+    directory = Path(path)
+    if not (directory / ADAPTER_CONFIG).is_file() or (directory / CONFIG_NAME).is_file():
+        return None
+    try:
+        adapter = read_json_object(directory / ADAPTER_CONFIG, "PEFT adapter config")
+    except (OSError, ValueError):
+        return None
+    targets = adapter.get("target_modules")
+    on = ", ".join(sorted(targets)) if isinstance(targets, list) else str(targets)
+    return (
+        f"PEFT {str(adapter.get('peft_type')).replace('LORA', 'LoRA')} adapter: rank {adapter.get('r')}, alpha {adapter.get('lora_alpha')}, "
+        f"dropout {adapter.get('lora_dropout')} on {on}, on the base {adapter.get('base_model_name_or_path')}; "
+        "that base with the pairs merged into it:"
     )
 
 
