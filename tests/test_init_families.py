@@ -267,8 +267,13 @@ def test_a_bert_without_its_pretraining_heads_is_not_shown_as_if_it_had_them(min
         ("fill_mask", {"text": "the cat sat on the [MASK]."}, "fill_mask: .* has no MLM head"),
         ("nsp", {"text": "a cat sat.", "text_b": "it purred."}, "nsp: .* has no NSP head"),
     ):
-        with pytest.raises(ValueError, match=said):
+        with pytest.raises(ValueError, match=said + r".*: its answers would be a random head's, so none is shown$"):
             session.call(name, params)
+    traced = session.call("trace", {"text": "the cat sat on the [MASK]."})  # the forward view: its numbers, said so
+    assert traced["top_k"] == []
+    logits = [s for s in traced["steps"] if s["stage"] in ("logits", "probs")]
+    assert logits and all("(untrained: " in s["formula"] and "random head's numbers" in s["formula"] for s in logits)
+    assert not any("untrained" in s["formula"] for s in traced["steps"] if s["stage"] not in ("logits", "probs"))
     assert main(["export", str(minilm), "--to", "hf", str(tmp_path / "hf")]) == 0
     assert "has no MLM head (cls.predictions.*)" in capsys.readouterr().err
     config = json.loads((tmp_path / "hf" / "config.json").read_text())

@@ -41,6 +41,10 @@ class Model:
     eos_id: int = TRANSLATION_EOS
     untrained: dict[str, str] = field(default_factory=dict)  # a BERT's heads that never trained -> why (refused)
 
+    def untrained_text(self, head: str) -> str:
+        """Why ``head`` (one of :attr:`untrained`) gives no answer: what the page and a refusal say."""
+        return f"{self.untrained[head]}: its answers would be a random head's, so none is shown"
+
     @property
     def config(self) -> Any:
         return self.model.config
@@ -96,8 +100,7 @@ def load_model(directory: str | Path | None, flag: str = "--model") -> Model:
     wordpiece = cast(WordPieceTokenizer, tok)  # a BERT's tokenizer is WordPiece (tformer.loader)
     m = Model(kind, name, str(directory), model, WordPieceCodec(wordpiece), None, DEFAULT_TEXT[kind])
     m.default_text_b = "it was a sunny day."
-    random = ": its answers would be a random head's, so none is shown"  # fill-mask, NSP: refused, said why
-    m.untrained = {head: no_head(loaded, head) + random for head in untrained_heads(loaded)}
+    m.untrained = {head: no_head(loaded, head) for head in untrained_heads(loaded)}  # fill-mask, NSP: refused
     return m
 
 

@@ -119,7 +119,7 @@ class Session:
                 if self.other is not None
                 else None
             ),
-            untrained=m.untrained,  # a BERT's heads that never trained -> why: the page shows why, not their noise
+            untrained={h: m.untrained_text(h) for h in m.untrained},  # the page shows why, not the heads' noise
             defaults=self.default_requests(),
         )
 
@@ -158,6 +158,7 @@ class Session:
         answer["top_k"] = [
             dict(position=t["position"], token=t["token"], candidates=[list(c) for c in t["candidates"]])
             for t in tr.top_k
+            if "mlm_head" not in self.m.untrained  # a random head's guesses are not the model's predictions
         ]
         return answer
 
@@ -221,9 +222,13 @@ class Session:
 
     def _steps(self, traced: _Traced) -> list[dict]:
         activation = str(self.m.config.activation)
+        random = self.m.untrained.get("mlm_head")  # a BERT without its MLM head: its logits are noise, said so
         out = []
         for i, e in enumerate(traced.entries):
             lo, hi = value_range(e.tensor)
+            said = formula(e.stage, e.block, e.kind, e.note, activation)
+            if random and e.stage in ("logits", "probs"):
+                said += f" (untrained: {random}; these are a random head's numbers)"
             out.append(
                 dict(
                     id=i,
@@ -234,7 +239,7 @@ class Session:
                     where=e.where,
                     dims=list(e.dims),
                     shape=list(e.tensor.shape),
-                    formula=formula(e.stage, e.block, e.kind, e.note, activation),
+                    formula=said,
                     note=e.note,
                     min=lo,
                     max=hi,
@@ -361,7 +366,7 @@ class Session:
         if self.m.family != family:
             raise ValueError(f"{what} needs a {family} model; this one is {self.m.family}")
         if head in self.m.untrained:  # a random head's answer would be shown as the model's
-            raise ValueError(f"{what}: {self.m.untrained[head]}")
+            raise ValueError(f"{what}: {self.m.untrained_text(head)}")
 
     def fill_mask(self, p: Params) -> dict:
         from tformer.bert import fill_mask
