@@ -293,8 +293,7 @@ def _from_run(trainer: Any, args: argparse.Namespace) -> dict[str, Any]:
         sources.append(settings)
         config = getattr(getattr(trainer, "model", None), "config", None)
         sources.append({k: getattr(config, k) for k in SHAPE_SETTINGS if hasattr(config, k)})  # not null
-        if hasattr(config, "vocab_multiple"):  # a GPT's table rounded up (--pad-vocab)
-            sources.append({"pad_vocab": config.vocab_multiple})
+        sources.append({"pad_vocab": getattr(config, "vocab_multiple", None)})  # a GPT's table rounded up
     found: dict[str, Any] = {}
     for source in sources:  # the first that has a value
         found.update({k: v for k, v in source.items() if v is not None and k not in found})
