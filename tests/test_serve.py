@@ -255,6 +255,20 @@ def test_a_reply_sent_back_as_the_client_dumps_it_and_openais_other_fields_are_t
         text(MESSAGES, reasoning_effort="high")
     with pytest.raises(openai.BadRequestError, match="messages\\[0\\] has 'tool_calls'"):
         text([{**MESSAGES[0], "tool_calls": [{"id": "x"}]}])
+    # what agent frameworks send: tool_calls: [] (none made), tools turned off by tool_choice "none", top_p 0 (greedy,
+    # as OpenAI takes it), and newer SDKs' stream option include_obfuscation
+    assert text([*MESSAGES[:-1], {**MESSAGES[-1], "tool_calls": []}]) == text(MESSAGES)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    assert text(MESSAGES, tools=[tool], tool_choice="none") == text(MESSAGES)
+    with pytest.raises(openai.BadRequestError, match="tools .* not supported"):
+        text(MESSAGES, tools=[tool], tool_choice="auto")
+    sampled = client.chat.completions.create(model="llama", messages=MESSAGES, max_tokens=8, top_p=0, seed=1)
+    assert sampled.choices[0].message.content == text(MESSAGES)
+    streamed = client.chat.completions.create(
+        model="llama", messages=MESSAGES, max_tokens=8, temperature=0, stream=True,
+        stream_options={"include_usage": True, "include_obfuscation": False},
+    )  # fmt: skip
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == text(MESSAGES)
 
 
 def test_a_seed_gives_the_same_text_again(llama_server, llama):
@@ -288,8 +302,13 @@ def test_stop_strings_end_the_text_before_them(llama_server):
 
 
 def test_max_tokens_is_capped_by_the_server_and_by_the_context(llama_server, llama):
+    """max_tokens past the room the context leaves is a 400, as OpenAI's and vLLM's (a client asking for 16 tokens
+    would otherwise get 1, told "length"); left out, it is that room (chat) at most."""
     client = llama_server.client()
-    answer = client.chat.completions.create(model="llama", messages=MESSAGES, max_tokens=100_000, temperature=0)
+    with pytest.raises(openai.BadRequestError, match="max_tokens asks for 100000 more: ask for at most") as refused:
+        client.chat.completions.create(model="llama", messages=MESSAGES, max_tokens=100_000, temperature=0)
+    assert refused.value.code == "context_length_exceeded"
+    answer = client.chat.completions.create(model="llama", messages=MESSAGES, temperature=0)
     room = llama.context - answer.usage.prompt_tokens  # < the server's 512
     assert answer.usage.completion_tokens <= room
     if answer.choices[0].finish_reason == "length":
@@ -369,7 +388,14 @@ BAD = [  # (endpoint, body (bytes: as they are), status, param, code)
     ("completions", {"model": "gpt-4", "prompt": "x"}, 404, "model", "model_not_found"),
     ("completions", {"model": "llama", "prompt": "x", "temperature": 3}, 400, "temperature", None),
     ("completions", {"model": "llama", "prompt": "x", "temperature": "hot"}, 400, "temperature", None),
-    ("completions", {"model": "llama", "prompt": "x", "top_p": 0}, 400, "top_p", None),
+    ("completions", {"model": "llama", "prompt": "x", "top_p": -0.1}, 400, "top_p", None),
+    (
+        "completions",
+        {"model": "llama", "prompt": "x", "max_tokens": 10**6},
+        400,
+        "max_tokens",
+        "context_length_exceeded",
+    ),
     ("completions", {"model": "llama", "prompt": "x", "max_tokens": 0}, 400, "max_tokens", None),
     ("completions", {"model": "llama", "prompt": "x", "max_tokens": True}, 400, "max_tokens", None),
     ("completions", {"model": "llama", "prompt": "x", "seed": 2**64}, 400, "seed", None),

@@ -23,8 +23,9 @@ DESCRIPTION = (
     "chat template, /v1/chat/completions (streaming as server-sent events); a translator: POST /v1/translate. One "
     "model, one worker thread: requests are answered one at a time, in the order they came (a FIFO queue). Limits: "
     "a request body of 1 MiB, 4 stop strings, 128 texts and a beam of 16 per translate request; "
-    "max_tokens at most --max-new-tokens and the room the context leaves (a longer "
-    'request is capped, finish_reason "length"). A client that goes away cancels its request, waiting or generating '
+    'max_tokens at most --max-new-tokens (a longer request is capped, finish_reason "length"), and at most the room '
+    "the context leaves after the prompt (more is refused: context_length_exceeded). A client that goes away cancels "
+    "its request, waiting or generating "
     "(a translation, once begun, runs to its end)."
 )
 KEY_ENV = "TFORMER_API_KEY"
@@ -64,8 +65,8 @@ def add_parser(sub) -> None:
         "--max-new-tokens",
         max_new_tokens={
             "default": 512,
-            "help": "the most tokens one request may generate: a request's max_tokens is capped at this and at the "
-            "room the model's context leaves after the prompt",
+            "help": "the most tokens one request may generate: a request's max_tokens is capped at this (one past "
+            "the room the model's context leaves after the prompt is refused, as OpenAI's)",
         },
     )
     p.add_argument(

@@ -7,8 +7,8 @@
 Each function runs in the worker thread (:mod:`tformer.serve.worker`), the only thread that touches the model and
 the tokenizer, and calls the library: :func:`tformer.lm.stream.stream_ids` (what :func:`tformer.lm.generate` runs),
 :func:`tformer.lm.chat.reply`, :meth:`tformer.translation.Translator.translate`. The limits are applied here, where the tokenizer is: the prompt
-must leave room for a new token in the model's context, and ``max_tokens`` is capped by the server's limit and by
-the room the context leaves (``finish_reason`` "length" says the cap was reached).
+must leave room for a new token in the model's context, ``max_tokens`` must fit the room it leaves, and is capped by
+the server's limit (``finish_reason`` "length" says the cap was reached).
 
 Dimension legend: none (text and counts).
 """
@@ -94,13 +94,16 @@ class Outcome:
 
 def _budget(served: Served, prompt_tokens: int, asked: int | None, default: int, param: str) -> int:
     """The tokens a request may generate: what it asked (else ``default``), at most the server's limit and the room
-    the context leaves after the prompt; a prompt that leaves no room is a 400."""
+    the context leaves after the prompt. A prompt that leaves no room is a 400, and so is a ``max_tokens`` asked past
+    that room, as OpenAI's and vLLM's (a default is fitted to it)."""
     room = served.context - prompt_tokens
-    if room < 1:
+    if room < 1 or (asked is not None and asked > room):
+        more = f" and max_tokens asks for {asked} more" if room >= 1 else ""
+        fix = f"ask for at most {room} tokens, or shorten the prompt" if room >= 1 else "shorten the prompt"
         raise APIError(
-            f"the prompt is {prompt_tokens} tokens long; this model's context is {served.context} tokens, prompt and "
-            "completion together: shorten the prompt",
-            param=param,
+            f"this model's context is {served.context} tokens, prompt and completion together; the prompt is "
+            f"{prompt_tokens} tokens long{more}: {fix}",
+            param=param if room < 1 else "max_tokens",
             code="context_length_exceeded",
         )
     return min(asked or default, served.max_new_tokens, room)

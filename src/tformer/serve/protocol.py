@@ -149,6 +149,9 @@ def check_model(fields: _Fields, model_id: str, required: bool = True) -> None:
         )
 
 
+STREAM_OPTIONS = {"include_usage", "include_obfuscation"}
+
+
 @dataclass(frozen=True)
 class Options:
     """What a completion or a chat completion asks of the generation: its length, sampling, stops and shape."""
@@ -162,7 +165,7 @@ class Options:
     include_usage: bool  # stream_options.include_usage: a last chunk with the usage
 
     def sampling(self) -> SamplingConfig:
-        if self.temperature == 0:
+        if self.temperature == 0 or self.top_p == 0:  # OpenAI takes top_p 0: the most likely token alone
             return SamplingConfig()  # greedy: argmax
         return SamplingConfig(True, self.temperature, None, self.top_p if self.top_p < 1 else None)
 
@@ -173,8 +176,6 @@ def _options(fields: _Fields, max_tokens_names: tuple[str, ...]) -> Options:
         max_tokens = fields.number(name, max_tokens, 1, whole=True)  # then capped (tformer.serve.model)
     temperature = fields.number("temperature", 1.0, 0, 2)
     top_p = fields.number("top_p", 1.0, 0, 1)
-    if top_p == 0:
-        raise APIError("top_p must be in (0, 1], got 0", param="top_p")
     # OpenAI takes any 64-bit integer; tformer's generators take --seed's 32 bits: the seed modulo 2**32 (the same
     # text for the same seed, and a seed below 2**32 gives what tformer generate --seed gives)
     seed = fields.number("seed", None, -(2**63), 2**64 - 1, whole=True)
@@ -192,7 +193,8 @@ def _options(fields: _Fields, max_tokens_names: tuple[str, ...]) -> Options:
     include_usage = False
     stream_options = fields.take("stream_options")
     if stream_options is not None:
-        if not stream or not isinstance(stream_options, dict) or set(stream_options) - {"include_usage"}:
+        # include_obfuscation (newer SDKs): padding against a side channel over the network, nothing to do here
+        if not stream or not isinstance(stream_options, dict) or set(stream_options) - STREAM_OPTIONS:
             raise APIError(
                 f'stream_options must be {{"include_usage": bool}} with stream true, got {_shown(stream_options)}',
                 param="stream_options",
@@ -236,8 +238,8 @@ def completion_request(body: dict[str, Any], model_id: str) -> CompletionRequest
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, list):
-        why = "token ids are not taken: send the text" if prompt and not isinstance(prompt[0], str) else "one prompt"
-        raise APIError(f"prompt must be a string ({why} per request), got {_shown(prompt)}", param="prompt")
+        why = "send the text: token ids are not taken" if prompt and not isinstance(prompt[0], str) else "one prompt"
+        raise APIError(f"prompt must be a string, got {_shown(prompt)} ({why} per request)", param="prompt")
     prompt = fields.text("" if prompt is None else prompt, "prompt")
     options = _options(fields, ("max_tokens",))
     fields.only("echo", (False,), "the prompt is not echoed")
@@ -279,7 +281,7 @@ def chat_request(body: dict[str, Any], model_id: str) -> ChatRequest:
                 param="messages",
             )
         # null = absent, as OpenAI reads it: a reply sent back as the client library dumps it ("refusal": null, ...)
-        extra = sorted(k for k in set(message) - {"role", "content", "name"} if message[k] is not None)
+        extra = sorted(k for k in set(message) - {"role", "content", "name"} if message[k] not in (None, []))
         if extra:
             raise APIError(f"messages[{i}] has {extra[0]!r}, which this server does not take", param="messages")
         role = "system" if message["role"] == "developer" else message["role"]
@@ -290,8 +292,12 @@ def chat_request(body: dict[str, Any], model_id: str) -> ChatRequest:
             }
         )
     options = _options(fields, ("max_tokens", "max_completion_tokens"))
+    off = "none" in (fields.body.get("tool_choice"), fields.body.get("function_call"))  # tools sent, turned off
     for name in ("tools", "functions"):
-        fields.only(name, ([],), "tool calls are not implemented")
+        if off:
+            fields.take(name)
+        else:
+            fields.only(name, ([],), "tool calls are not implemented")
     for name in ("tool_choice", "function_call"):
         fields.only(name, ("none",), "tool calls are not implemented")
     fields.only("response_format", ({"type": "text"},), "the answer is plain text")
