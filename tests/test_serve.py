@@ -775,8 +775,9 @@ def test_a_non_local_host_without_a_key_warns(dirs, monkeypatch, capsys):
 def test_a_bert_is_refused_in_one_line(bert, tmp_path, capsys):
     bert.save_pretrained(tmp_path / "bert")
     assert main(["serve", "--model", str(tmp_path / "bert")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("tformer serve: error: --model") and "holds a BERT" in err and "\n" not in err
+    loading, err = capsys.readouterr().err.strip().split("\n")  # the error: one line, after the loading line
+    assert loading.startswith("tformer serve: loading ")
+    assert err.startswith("tformer serve: error: --model") and "holds a BERT" in err
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])  # Ctrl-C; a service manager's stop
@@ -791,7 +792,8 @@ def test_tformer_serve_serves_until_ctrl_c_or_sigterm(dirs, stop):
     try:
         line = proc.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/v1", line)[0]
-        assert "gpt2" in line and "/v1/completions" in line and "API key required" in line
+        assert line.startswith("tformer serve: a GPT (a Hugging Face gpt2 directory), served as model 'gpt2', at http")
+        assert "/v1/completions" in line and "API key required" in line
         client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=60)
         assert [m.id for m in client.models.list().data] == ["gpt2"]
         with pytest.raises(openai.AuthenticationError):
@@ -804,6 +806,7 @@ def test_tformer_serve_serves_until_ctrl_c_or_sigterm(dirs, stop):
     assert proc.returncode == 0, errors
     assert out.strip().splitlines()[-1] == "tformer serve: stopped" and "Traceback" not in errors
     assert "GET /v1/models 200" in errors and "GET /v1/models 401" in errors
+    assert errors.startswith(f"tformer serve: loading {dirs['gpt2']} ...\n")  # said before the model loads
 
 
 def test_an_address_that_cannot_be_listened_on_says_which_flag_to_change():
@@ -854,9 +857,9 @@ def test_characters_a_character_model_lacks_are_said_in_the_log_not_read_as_unk_
     from tformer import GPT, GPTConfig
 
     tok = train_tokenizer("char", ["First Citizen: speak, speak."])
-    GPT(GPTConfig.preset("tiny", vocab_size=tok.vocab_size)).save_pretrained(tmp_path / "char")
-    tok.save(tmp_path / "char")
-    with running(Served.open(tmp_path / "char", precision="fp32")) as server:
+    GPT(GPTConfig.preset("tiny", vocab_size=tok.vocab_size)).save_pretrained(tmp_path / "char" / "best")
+    tok.save(tmp_path / "char" / "best")
+    with running(Served.open(tmp_path / "char" / "best", precision="fp32")) as server:  # a run's best/: the run's name
         client = server.client()
         client.completions.create(model="char", prompt="First €€ ¥", max_tokens=2)
         client.completions.create(model="char", prompt="First", max_tokens=2)

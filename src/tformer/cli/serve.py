@@ -98,6 +98,7 @@ def run(args) -> int:
             "every Host name is answered already: leave --allowed-host out"
         )
     sock = listen(args.host, args.port)  # before the model loads: a taken port is said at once
+    print(f"tformer serve: loading {args.model} ...", file=sys.stderr, flush=True)  # (a large model takes a while)
     try:
         served = Served.open(args.model, args.name, args.device, args.precision, args.fast, args.max_new_tokens)
     except BaseException:
@@ -117,7 +118,9 @@ def run(args) -> int:
 
     def ready(url: str) -> None:
         key = ", API key required" if api_key else ""
-        print(f"tformer serve: {served.name} ({served.describe}) at {url}: {routes}{key} (Ctrl-C stops)", flush=True)
+        every = " (on every address of this machine: from another, use its name)" * (args.host in ("0.0.0.0", "::"))
+        said = f"{served.describe}, served as model {served.name!r}, at {url}{every}: {routes}{key} (Ctrl-C stops)"
+        print(f"tformer serve: {said}", flush=True)
 
     serve(
         served, args.host, args.port, api_key, args.max_queue, ready, sock=sock, allowed_hosts=tuple(args.allowed_host)

@@ -54,7 +54,8 @@ class Served:
         from tformer.loader import FAMILIES, detect
 
         kind = detect(directory, "--model")
-        name = name or Path(directory).resolve().name
+        where = Path(directory).resolve()  # a run's best/ or last/ is served by the run's name
+        name = name or (where.parent.name if where.name in ("best", "last") else where.name)
         if kind.family == "gpt":
             from tformer import lm
 
