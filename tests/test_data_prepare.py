@@ -208,6 +208,42 @@ def test_a_failed_preparation_leaves_no_half_cache(tmp_path, monkeypatch):
     assert tdata.open_tokens(directory)[0]["tokens"] == len(data.read_text())
 
 
+def test_what_a_killed_preparation_left_is_removed_by_the_next_one(tmp_path):
+    """A SIGKILL runs no clean-up: its half-written folder (.NAME.tformer-XXXXXXXX, marked with its pid) stays. The next
+    preparation of that folder removes it once its writer is dead; a live writer's (another process preparing the
+    same corpus now) and an earlier version's, whose writer cannot be told, are left alone."""
+    import os
+    import signal
+
+    from tformer import files
+
+    data = tmp_path / "corpus.txt"
+    data.write_text(_text(50), encoding="utf-8")
+    tok = train_tokenizer("char", [data.read_text()])
+    directory = tdata.prepare_lm(data, tok, cache=tmp_path / "cache", log=lambda _: None)
+    killed = f"""
+import os, signal
+from tformer.files import staged_dir
+with staged_dir({str(directory)!r}) as work:
+    (work / "shard-00000.bin").write_bytes(bytes(1000))
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+    done = subprocess.run([sys.executable, "-c", killed], capture_output=True)
+    assert done.returncode == -signal.SIGKILL
+    (dead,) = [p for p in directory.parent.iterdir() if p.name.startswith(f".{directory.name}.tformer-")]
+    assert (dead / "writing" / "shard-00000.bin").is_file() and files.leftover_of(dead) == directory.name
+    alive, earlier = (
+        directory.parent / f".{directory.name}.tformer-alive000",
+        directory.parent / f".{directory.name}.tformer-earlier0",
+    )
+    for work, mark in ((alive, {"pid": os.getpid(), "host": os.uname().nodename}), (earlier, {})):
+        work.mkdir()
+        (work / files.MARK).write_text(json.dumps({"saving": directory.name, **mark}))
+    with files.staged_dir(directory) as work:  # the next preparation of that folder (a change of its source, say)
+        (work / "manifest.json").write_text("{}")
+    assert not dead.exists() and alive.is_dir() and earlier.is_dir()
+
+
 def test_a_bpe_is_trained_on_a_sample_spread_over_the_corpus_and_kept(tmp_path, small_pieces):
     data = tmp_path / "corpus.txt"
     data.write_text(_text(3000), encoding="utf-8")

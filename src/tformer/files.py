@@ -52,6 +52,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -73,7 +74,7 @@ __all__ = [
     "MARK",
 ]
 
-MARK = "tformer-save.json"  # in a save's work directory: {"saving": NAME}; what makes a leftover tformer's
+MARK = "tformer-save.json"  # in a save's work directory: {"saving": NAME, "pid", "host"}; a leftover is tformer's by it
 _OURS = ".tformer-"  # .NAME.tformer-<random>: a save's work directory; .NAME.tformer-<random>.tmp: a file's
 
 # The refusals that are the machine's situation, not a bug: each errno and the words a message says it in.
@@ -208,7 +209,8 @@ def _new_work(dest: Path) -> Path:
     """A work directory ``.NAME.tformer-<random>`` next to ``dest``, made for this save alone, marked as tformer's."""
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_OURS}", dir=dest.parent))
     try:
-        (work / MARK).write_text(json.dumps({"saving": dest.name}) + "\n", encoding="utf-8")
+        mark = {"saving": dest.name, "pid": os.getpid(), "host": socket.gethostname()}  # whose: swept once it died
+        (work / MARK).write_text(json.dumps(mark) + "\n", encoding="utf-8")
         _fsync_file(work / MARK)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -261,6 +263,9 @@ def staged_dir(dest: str | os.PathLike) -> Iterator[Path]:
     dest = Path(dest)
     with machine_errors(dest):
         dest.parent.mkdir(parents=True, exist_ok=True)
+        for stale in _works(dest):  # what a killed writer of dest left (a SIGKILL runs no clean-up): never used
+            if _dead_writer(stale) and not (stale / "old").exists():
+                shutil.rmtree(stale, ignore_errors=True)
         work = _new_work(dest)
         try:
             writing = work / "writing"
@@ -300,9 +305,29 @@ _SAVED = re.compile(
 def _marked(work: Path, name: str) -> bool:
     """Whether ``work`` holds tformer's :data:`MARK` for a save of ``name``."""
     try:
-        return json.loads((work / MARK).read_text(encoding="utf-8")) == {"saving": name}
+        mark = json.loads((work / MARK).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
+    return isinstance(mark, dict) and mark.get("saving") == name
+
+
+def _dead_writer(work: Path) -> bool:
+    """Whether the process that made ``work`` (its :data:`MARK`'s pid, on this host) has ended: its save can never
+    finish. False where that cannot be told (an earlier version's mark, another host's, a pid alive again)."""
+    try:
+        mark = json.loads((work / MARK).read_text(encoding="utf-8"))
+        pid, host = mark["pid"], mark["host"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
 
 
 def _saved_file(path: Path) -> bool:
