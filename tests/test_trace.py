@@ -117,8 +117,12 @@ def test_the_notes_say_the_scale_and_heads_the_model_used():
     torch.testing.assert_close(scores.tensor, qk.tensor * 0.1, rtol=1e-6, atol=0)
     assert scores.note == "Q·Kᵀ × 0.1, the model's scale (not 1/√Dh = 0.2041)"
     assert formula("scores", "decoder", "self", scores.note) == "scores = Q·Kᵀ × s, s = 0.1 (the model's, not 1/√d_k)"
-    assert q.note == "queries Q = x·W_Q, split into 4 heads of Dh = 24, each head RMS-normed (QK-norm)"
-    assert formula("q", "decoder", "self", q.note) == "Q = x·W_Q, split into h heads of d_k = 24 columns (then QK-norm)"
+    rope = ", then rotated by RoPE (its position's angles)"  # the Q and K traced are those the scores used
+    assert q.note == f"queries Q = RMSNorm(x)·W_Q, split into 4 heads of Dh = 24, each head RMS-normed (QK-norm){rope}"
+    assert formula("q", "decoder", "self", q.note) == (
+        "Q = RMSNorm(x)·W_Q, split into h heads of d_k = 24 columns (then QK-norm), then rotated by RoPE"
+    )
+    assert k.note.startswith(f"keys K = RMSNorm(x)·W_K, each head RMS-normed (QK-norm){rope}")
     assert k.note.endswith("(2 heads, each shared by 2 query heads: shown repeated)") and k.tensor.shape[1] == 4
     plain = trace(GPT(GPTConfig.preset("tiny", vocab_size=16, dropout=0.0)).eval(), TGT).get("scores").note
     assert plain == "Q·Kᵀ / √Dh = Q·Kᵀ × 0.25" and formula("scores", "decoder", "self", plain) == "scores = Q·Kᵀ / √d_k"
@@ -142,6 +146,23 @@ def test_each_add_and_norm_names_the_sub_layer_it_follows(seq2seq, gpt):
         "add_norm1, after self-attention]",
         "add_norm2, after the feed-forward]",
     ]
+
+
+def test_q_is_what_its_note_says_it_is(seq2seq, gpt):
+    """Post-LN (the notes' model): Q = x·W_Q of the layer's input; pre-LN (GPT-2): Q = LayerNorm(x)·W_Q, the norm
+    first. A learner who multiplies the traced input by the weights gets the traced Q."""
+    for model, tr, block, norm in (
+        (seq2seq, trace(seq2seq, SRC, TGT), "encoder", False),
+        (gpt, trace(gpt, TGT), "decoder", True),
+    ):
+        q, x = tr.get("q", block=block, layer=0), tr.get("embedding", block=block)
+        layer = getattr(model, block).layers[0]
+        assert q.note.startswith("queries Q = LayerNorm(x)·W_Q" if norm else "queries Q = x·W_Q"), q.note
+        attn, h = layer.self_attn, layer.self_attn.n_heads
+        with torch.no_grad():
+            inp = layer.add_norm1.norm(x.tensor) if norm else x.tensor
+            mine = attn.qkv_proj(inp)[..., : attn.q_dim].unflatten(-1, (h, -1)).transpose(1, 2)
+        torch.testing.assert_close(q.tensor, mine, atol=1e-6, rtol=0)
 
 
 def test_stages_come_in_data_flow_order(seq2seq):

@@ -52,9 +52,11 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
         return f"scores = c·tanh(({scaled}) / c), c = " + note.rsplit("c = ", 1)[-1]
     if stage == "scores":
         return f"scores = {scaled}"
+    x = next((f"{n}(x)" for n in ("RMSNorm", "LayerNorm") if f"= {n}(x)·W_" in note), "x")  # pre-LN: normed first
+    after = " (then QK-norm)" * ("QK-norm" in note) + ", then rotated by RoPE" * ("RoPE" in note)
     if stage == "q" and "Dh = " in note:  # the head size, which is d_model / h unless the model says (Gemma)
         dh = note.split("Dh = ", 1)[1].split(",", 1)[0]
-        return f"Q = x·W_Q, split into h heads of d_k = {dh} columns" + (" (then QK-norm)" if "QK-norm" in note else "")
+        return f"Q = {x}·W_Q, split into h heads of d_k = {dh} columns{after}"
     if stage == "final_norm" and "RMSNorm" in note:
         return "RMSNorm(x) = x / √(mean(x²) + ε) · γ, over d_model"
     if stage in _FIXED:
@@ -71,8 +73,8 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
         return f"x = {note}"
     if stage in ("k", "v"):
         name = stage.upper()
-        source = "memory (the encoder output)" if kind == "cross" else "x"
-        return f"{name} = {source}·W_{name}, split into h heads of d_k columns"
+        source = "memory (the encoder output)" if kind == "cross" else x
+        return f"{name} = {source}·W_{name}, split into h heads of d_k columns" + (after if stage == "k" else "")
     if stage == "mask":
         return _MASKS.get((block, kind), "mask: 1 = may attend, 0 = blocked")
     if stage == "add_norm":
