@@ -308,6 +308,15 @@ def test_a_run_resumed_across_shard_boundaries_equals_the_uninterrupted_one(tmp_
     assert [s for s, _ in full] == list(range(1, 13)) and cut == full  # bit for bit
 
 
+def test_an_empty_text_is_refused_by_data_prepare_lm_as_by_bert(tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    assert (
+        main(["data", "prepare", "lm", "--data", str(tmp_path / "empty.txt"), "--data-cache", str(tmp_path / "c")]) == 2
+    )
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith("empty.txt: the text is empty: no tokens to train on"), last
+
+
 def test_data_prepare_then_train_starts_from_the_cache(tmp_path, capsys):
     data = tmp_path / "corpus.jsonl"
     data.write_text("".join(json.dumps({"body": _text(20, seed=s)}) + "\n" for s in range(10)), encoding="utf-8")
