@@ -315,7 +315,16 @@ def test_data_prepare_translation_then_train_on_the_folder(tmp_path, capsys):
     assert "prepared before, checked" in out and "tokenizer:" not in out  # the tokenizer and pairs from the cache
     args = ARGS + ["--data", str(folder), "--out", str(tmp_path / "run2"), "--max-steps", "1"]
     assert main(args) == 0  # the prepared folder itself as --data
-    assert "split into" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "split into" in out and "tokenizer learned from" not in out  # the split its tokenizer was trained on
+    assert json.loads((folder / "manifest.json").read_text())["tokenizer_split"] == {
+        "seed": 0,
+        "valid": 0.1,
+        "test": 0.05,
+    }
+    assert main([*args[:-4], "--out", str(tmp_path / "seed1"), "--max-steps", "1", "--seed", "1"]) == 0
+    said = f"note: {folder}'s tokenizer learned from the training pairs of --seed 0 --valid 0.1 --test 0.05; this run"
+    assert said in capsys.readouterr().out
     ids = json.loads((folder / "manifest.json").read_text())["vocab_size"]["src"]
     assert yaml.safe_load((tmp_path / "run2" / "config.yaml").read_text())["vocab-size"] == ids  # the folder's
     other = [a if a != "300" else str(ids - 1) for a in ARGS]  # --vocab-size: fewer ids than the folder's tokenizer

@@ -264,12 +264,14 @@ def prepare_pairs(
     max_chars: int = MAX_CHARS,
     cache: str | Path | None = None,
     shard_tokens: int | None = None,
+    tokenizer_split: dict | None = None,
     log: Callable[[str], None] = print,
 ) -> Path:
     """The folder of the TSV ``data``'s pairs in the tokenizers' ids (see the module): found in the cache and checked,
     else prepared. The source is encoded as the model reads it (``add_special_tokens=True``: an Opus-MT source ends
     with ``</s>``), the target bare. ``data`` may be a prepared folder itself (then checked, never rebuilt).
-    ``shard_tokens``: ids per shard (default :data:`tformer.data.shards.SHARD_TOKENS`)."""
+    ``shard_tokens``: ids per shard (default :data:`tformer.data.shards.SHARD_TOKENS`). ``tokenizer_split``: the
+    ``seed``, ``valid`` and ``test`` whose training pairs the tokenizers were trained on, kept in the manifest."""
     tokenizers = {"src": src_tokenizer, "tgt": tgt_tokenizer}
     # the specials translate() reads a source with, added to the bare pieces of encode_arrays
     probe = "a b"
@@ -341,6 +343,7 @@ def prepare_pairs(
             "tokens": writer.count,
             "shards": shards,
             "files": shards + written,
+            **({"tokenizer_split": tokenizer_split} if tokenizer_split else {}),
         }
 
     key = {"max_chars": max_chars, "source_specials": specials, "layout": "pairs-2"}

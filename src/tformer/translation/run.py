@@ -22,7 +22,7 @@ import torch
 
 from tformer import checks
 from tformer.checks import check_settings
-from tformer.data import TOKENIZER_SAMPLE, find_sources, fingerprint, is_prepared, prepared_vocab_size
+from tformer.data import TOKENIZER_SAMPLE, find_sources, fingerprint, is_prepared, prepared_vocab_size, read_manifest
 from tformer.data.pairs import PairShards, held_out_positions, open_pairs, pairs_tokenizers, prepare_pairs
 from tformer.files import atomic_write
 from tformer.finetune import LoraSettings, adapter_writer, add_adapters, refuse_given, start_from
@@ -333,20 +333,15 @@ def _pair_tokenizers(
         if joint and not same:
             raise ValueError(f"--data {str(data)!r} was prepared with separate vocabularies: give --separate-vocab")
         log(f"tokenizer: {src.kind}, {src.vocab_size:,} ids, from {data}")
+        split = (read_manifest(Path(data)) or {}).get("tokenizer_split")  # the pairs its BPE was trained on
+        if isinstance(split, dict) and (split.get("seed"), split.get("valid"), split.get("test")) != tuple(hold):
+            said = " ".join(f"--{k} {split.get(k)}" for k in ("seed", "valid", "test"))
+            log(f"note: {data}'s tokenizer learned from the training pairs of {said}; this run holds out others, some "
+                "of which it saw: give those flags to keep the held-out pairs unseen")  # fmt: skip
         return (src, src) if joint else (src, tgt)
     seed, valid, test = hold
-    return pairs_tokenizers(
-        data,
-        vocab_size,
-        joint,
-        seed=seed,
-        valid=valid,
-        test=test,
-        valid_cap=VALID_CAP,
-        sample=sample,
-        cache=cache,
-        log=log,
-    )
+    held = dict(seed=seed, valid=valid, test=test, valid_cap=VALID_CAP)
+    return pairs_tokenizers(data, vocab_size, joint, **held, sample=sample, cache=cache, log=log)
 
 
 def _shard_split(
@@ -417,7 +412,8 @@ def prepare_data(
     else:
         hold = (seed, valid, test)
         tokenizers = _pair_tokenizers(data, vocab_size or 8000, joint, hold, tokenizer_sample, data_cache, log)
-    return prepare_pairs(data, *tokenizers, cache=data_cache, log=log)
+    split = dict(seed=seed, valid=valid, test=test) if init is None else None  # what its BPE was trained on
+    return prepare_pairs(data, *tokenizers, cache=data_cache, tokenizer_split=split, log=log)
 
 
 def train(data: str | None = "builtin", out_dir: str | Path = "runs/translation", **options) -> tuple[Trainer, dict]:
