@@ -179,3 +179,45 @@ def test_ctrl_c_during_a_reply_stops_it_and_the_chat_goes_on_without_that_turn(d
     assert code == 0 and "the reply was stopped (Ctrl-C)" in err
     assert out == "half a rep\n" + expected
     assert calls == ["Tell me a long story", "Hi"]
+
+
+def test_ctrl_c_at_the_prompt_ends_the_chat_as_the_end_of_input_does(dirs, monkeypatch, capsys):
+    expected = _replies(dirs["llama"], [["Hi"]])
+
+    class Typed:  # a person's stdin: "Hi", then Ctrl-C while the next line is read
+        lines = [b"Hi\n"]
+
+        def readline(self):
+            if self.lines:
+                return self.lines.pop(0)
+            raise KeyboardInterrupt
+
+        def isatty(self):
+            return False
+
+    monkeypatch.setattr(sys, "stdin", Typed())
+    capsys.readouterr()
+    code = main(["chat", "--model", str(dirs["llama"]), *GREEDY])
+    out, err = capsys.readouterr()
+    assert (code, out) == (0, expected) and "error" not in err and "interrupted" not in err
+
+
+def test_a_system_message_the_template_refuses_is_said_once_at_the_start(dirs, tmp_path, monkeypatch, capsys):
+    """Mistral's template takes no system role (it raises): --system is refused before any message, not each one."""
+    import json
+    import shutil
+
+    mistral = tmp_path / "mistral"
+    shutil.copytree(dirs["llama"], mistral)
+    (mistral / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((mistral / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        "{% for m in messages %}{{ '[' + m['role'] + '] ' + m['content'] + '\n' }}{% endfor %}"
+    )
+    (mistral / "tokenizer_config.json").write_text(json.dumps(config))
+    code, out, err = _chat(monkeypatch, capsys, mistral, "hi\nhello\n", *GREEDY, "--system", "Be brief")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "--system: this model's chat template refuses a system message" in err and "System role not supported" in err
+    code, out, _ = _chat(monkeypatch, capsys, mistral, "hi\n", *GREEDY)  # without --system it chats
+    assert code == 0 and out.endswith("\n")

@@ -88,11 +88,27 @@ def run(args) -> int:
     model = for_inference(model, args.precision, "decoding", args.device, args.fast)
     sampling = sampling_config(args)
     system = [{"role": "system", "content": args.system}] if args.system else []
-    history: list[dict[str, str]] = []
+    if system:  # a template that takes no system message (Mistral's) would refuse every message: said once, now
+        try:
+            tokenizer.apply_chat_template([*system, {"role": "user", "content": "hi"}], add_generation_prompt=True)
+        except ValueError as err:
+            raise ValueError(f"--system: this model's chat template refuses a system message ({err})") from None
     interactive = sys.stdin is not None and sys.stdin.isatty()
     hints = ", ".join(f"{c} to {what}" for c, what in COMMANDS.items())
     if interactive:
         print(f"tformer chat: a context of {context} tokens; {hints}", file=sys.stderr)
+    try:
+        return _talk(args, model, tokenizer, sampling, system, interactive, hints, context)
+    except KeyboardInterrupt:  # Ctrl-C at the prompt ends the session, as Ctrl-D does (during a reply: that reply)
+        print(file=sys.stderr)
+        return 0
+
+
+def _talk(args, model, tokenizer, sampling, system, interactive: bool, hints: str, context: int) -> int:
+    """The conversation, a line of stdin at a time; 2 when a line of piped input was refused (a script's error)."""
+    from tformer import lm
+
+    history: list[dict[str, str]] = []
     failed, turn = False, 0
     for line in _lines(interactive):
         if isinstance(line, ValueError):  # a line that is no text: said, and the conversation goes on without it
@@ -146,7 +162,7 @@ def run(args) -> int:
                 file=sys.stderr,
             )
         history = [*history[answer.dropped :], messages[-1], {"role": "assistant", "content": answer.text}]
-    return 2 if failed else 0
+    return 2 if failed and not interactive else 0  # at a prompt, a refused line was said there and the talk went on
 
 
 def _show(text: str) -> None:
@@ -169,6 +185,8 @@ def _lines(interactive: bool) -> Iterator[str | ValueError]:
             print("> ", end="", file=sys.stderr, flush=True)
         raw = source.readline()
         if not raw:
+            if interactive:  # Ctrl-D: the shell's prompt on a line of its own
+                print(file=sys.stderr)
             return
         n += 1
         text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
