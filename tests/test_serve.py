@@ -179,7 +179,10 @@ def test_a_greedy_completion_is_tformer_generate_greedy(name, dirs, request, cap
     assert answer.choices[0].finish_reason == ("length" if usage.completion_tokens == 12 else "stop")
     assert answer.model == name and answer.object == "text_completion" and answer.id.startswith("cmpl-")
     line = server.log[-1]
-    assert re.fullmatch(rf"POST /v1/completions 200 [\d.]+ s {usage.completion_tokens} tokens [\d.]+ tokens/s", line)
+    said = (
+        rf"POST /v1/completions 200 [\d.]+ s \([\d.]+ s generating\) {usage.completion_tokens} tokens [\d.]+ tokens/s"
+    )
+    assert re.fullmatch(said, line), line
 
 
 def test_a_chat_completion_is_tformer_lm_chat_reply(llama_server, llama):
@@ -612,6 +615,26 @@ def test_a_client_that_disconnects_stops_its_generation_and_the_queue_moves_on(l
         assert server.client().completions.create(model="llama", prompt="2").choices[0].text == "xx"
     assert fake_work["ran"] == ["4000", "3", "wait", "2"]
     assert any(line.startswith("POST /v1/completions 200") and "client gone" in line for line in server.log)
+
+
+def test_the_log_gives_the_rate_of_the_generation_not_of_its_wait_in_the_queue(llama, fake_work):
+    with running(llama) as server:
+        first = threading.Thread(target=lambda: server.client().completions.create(model="llama", prompt="wait"))
+        first.start()
+        deadline = time.monotonic() + 10
+        while fake_work["ran"][-1:] != ["wait"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        behind = threading.Thread(target=lambda: server.client().completions.create(model="llama", prompt="20"))
+        behind.start()  # 20 tokens, 5 ms each, after a second in the queue
+        time.sleep(1.0)
+        fake_work["release"].set()
+        first.join(30)
+        behind.join(30)
+    (line,) = [x for x in server.log if " 20 tokens " in x]
+    total, generating, rate = map(
+        float, re.fullmatch(r".* 200 ([\d.]+) s \(([\d.]+) s generating\) 20 tokens ([\d.]+) tokens/s", line).groups()
+    )
+    assert total >= 0.9 and generating < 0.6 and rate == pytest.approx(20 / generating, rel=0.05, abs=0.2), line
 
 
 def test_a_server_that_stops_ends_every_request_at_once_with_a_503_not_cut_off(llama, fake_work):

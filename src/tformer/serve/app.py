@@ -128,7 +128,7 @@ async def _watch(receive: Callable, job: Job) -> None:
 
 
 def _note(scope: MutableMapping[str, Any], **values: Any) -> None:
-    """What the request's log line says besides its status: ``tokens``, ``gone`` (the client left)."""
+    """What the request's log line says besides its status: ``tokens``, ``generating`` (their seconds), ``gone``."""
     scope.setdefault("state", {}).update(values)
 
 
@@ -158,7 +158,7 @@ class _EventStream(Response):
                 yield event(answer.chunk(value))
             kind, value = await self.job.events.get()
         if kind == "end":
-            _note(scope, tokens=value.completion_tokens)
+            _note(scope, tokens=value.completion_tokens, generating=self.job.seconds)
             yield event(answer.chunk(None, value.finish_reason))
             if answer.include_usage:
                 yield event(answer.usage_chunk(value))
@@ -242,7 +242,7 @@ def create_app(
                 return _error(refused) if refused is not None else _bug(value)
             if answer is None:
                 return value
-            _note(request.scope, tokens=value.completion_tokens)
+            _note(request.scope, tokens=value.completion_tokens, generating=job.seconds)
             return JSONResponse(answer.whole(value))
         finally:
             if not handed:
@@ -341,9 +341,11 @@ class _Logged:
         finally:
             seconds = time.perf_counter() - start
             line = f"{scope['method']} {scope['path']} {status[0]} {seconds:.2f} s"
-            tokens = state.get("tokens")
-            if tokens is not None:
-                line += f" {tokens} tokens {tokens / max(seconds, 1e-9):.1f} tokens/s"
+            tokens, generating = state.get("tokens"), state.get("generating") or seconds
+            if tokens is not None:  # the rate of the generation, not of its wait in the queue
+                line += (
+                    f" ({generating:.2f} s generating) {tokens} tokens {tokens / max(generating, 1e-9):.1f} tokens/s"
+                )
             if state.get("gone"):
                 line += " client gone: its generation stopped"
             if unknown := state.get("unknown"):

@@ -27,6 +27,7 @@ import asyncio
 import queue
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,7 @@ class Job:
         self.work, self.loop = work, loop
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()  # read by the request's coroutine only
         self.cancelled = threading.Event()
+        self.seconds: float | None = None  # how long the work ran, once it has
 
     def cancel(self) -> None:
         """The client has gone: skip the work, or stop it at its next token."""
@@ -70,8 +72,10 @@ class Job:
         if self.cancelled.is_set():
             self.send("cancelled")
             return
+        start = time.perf_counter()
         try:
             outcome = self.work(self.emit)
+            self.seconds = time.perf_counter() - start  # the generation's own time, not the wait in the queue
         except Cancelled:
             self.send("cancelled")
         except Exception as err:  # the request's coroutine answers it (a 400 for a ValueError, else a 500)
