@@ -160,6 +160,8 @@ def test_models_lists_the_one_model_by_its_directory_name(llama_server, gpt2):
     assert client.models.retrieve("llama").owned_by == "tformer"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("gpt-4")
+    listed = httpx.get(f"{llama_server.url}/models/", timeout=30)  # a trailing slash: the list, not a model named ''
+    assert listed.status_code == 200 and [m["id"] for m in listed.json()["data"]] == ["llama"]
     assert Served(name="mine", family="gpt", describe="", max_new_tokens=1).name == "mine"  # --name
 
 

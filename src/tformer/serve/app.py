@@ -279,6 +279,8 @@ def create_app(
 
     async def one_model(request: Request) -> Response:
         name = request.path_params["name"]
+        if not name:  # /v1/models/: the list, as /v1/models
+            return await models(request)
         if name != served.name:
             raise APIError(
                 f"the model {name!r} does not exist: this server serves {served.name!r}",
