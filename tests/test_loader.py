@@ -247,6 +247,9 @@ def _unknown(kind: str, directory: Path) -> str:
     if kind == "no config.json":
         (directory / "notes.txt").write_text("not a model")
         return "holds no model: it has no config.json"
+    if kind == "prepared data":  # tformer data prepare's folder: said so, where it is taken
+        (directory / "manifest.json").write_text(json.dumps({"kind": "tformer-prepared", "task": "lm"}))
+        return "holds no model: it has no config.json (tformer reads its own run and model directories and Hugging Face ones); it is data tformer data prepare made: give it as --data"
     if kind == "unknown model_type":
         (directory / "config.json").write_text(json.dumps({"model_type": "t5", "architectures": ["T5Model"]}))
         return (
@@ -261,7 +264,8 @@ def _unknown(kind: str, directory: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    "kind", ["no config.json", "unknown model_type", "tformer config, unknown model_type", "no best yet"]
+    "kind",
+    ["no config.json", "prepared data", "unknown model_type", "tformer config, unknown model_type", "no best yet"],
 )
 @pytest.mark.parametrize(
     "command", [["trace", "x"], ["info"], ["explore", "--export", "PAGE"], ["generate"], ["embed", "x"]]

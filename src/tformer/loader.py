@@ -228,9 +228,10 @@ def detect(path: str | os.PathLike, flag: str | None = None) -> Kind:
                 f"{where} is a training run with no best model yet (no evaluation has finished); its latest state is "
                 f"in {str(path / 'last')!r}"
             )
+        data = "; it is data tformer data prepare made: give it as --data" * (path / "manifest.json").is_file()
         raise FileNotFoundError(
             f"{where} holds no model: it has no {CONFIG_NAME} (tformer reads its own run and model directories and "
-            "Hugging Face ones)"
+            f"Hugging Face ones){data}"
         )
     config = read_json_object(config_path, "model config")  # not an object: one line naming the file
     model_type = config.get("model_type")
