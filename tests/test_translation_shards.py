@@ -339,9 +339,21 @@ def test_data_prepare_translation_then_train_on_the_folder(tmp_path, capsys):
     at = ARGS.index("--vocab-size")
     no_size = ARGS[:at] + ARGS[at + 2 :]
     assert main(no_size + ["--data", str(folder), "--out", str(tmp_path / "run2"), "--max-steps", "2", "--resume"]) == 0
+    multi30k = tmp_path / "multi30k"
+    multi30k.mkdir()
+    with pytest.raises(SystemExit):  # an empty folder: a TSV file is what it takes
+        main(["data", "prepare", "translation", "--data", str(multi30k)])
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"{str(multi30k)!r} is a folder; this takes a TSV file of source<TAB>target pairs")
+    )
+    (multi30k / "train.en").write_text("a cat.\n")
     with pytest.raises(SystemExit):  # a Multi30k folder is read by train translation as it is, not prepared
-        main(["data", "prepare", "translation", "--data", str(tmp_path)])
-    assert f"{str(tmp_path)!r} is a folder; this takes a TSV file" in capsys.readouterr().err
+        main(["data", "prepare", "translation", "--data", str(multi30k)])
+    assert (
+        f"is not prepared: `tformer train translation --data {multi30k}` reads it as it is" in capsys.readouterr().err
+    )
 
 
 def test_the_split_shuffle_is_python_s_and_kept_in_the_cache(tmp_path, monkeypatch):

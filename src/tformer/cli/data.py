@@ -234,6 +234,8 @@ def pairs_file(text: str) -> str:
     except ValueError as err:  # prepared for another family
         raise argparse.ArgumentTypeError(str(err).removeprefix("--data ")) from None
     if os.path.isdir(text):
+        if not any(name.startswith("train.") for name in os.listdir(text)):  # not a Multi30k-like folder either
+            raise argparse.ArgumentTypeError(f"{text!r} is a folder; this takes a TSV file of source<TAB>target pairs")
         raise argparse.ArgumentTypeError(
             f"{text!r} is a folder; this takes a TSV file of source<TAB>target pairs. A Multi30k folder (train.en, "
             f"train.fr, ...) is not prepared: `tformer train translation --data {text}` reads it as it is"
