@@ -141,6 +141,7 @@ def test_each_add_and_norm_names_the_sub_layer_it_follows(seq2seq, gpt):
         "add_norm2, after cross-attention]",
         "add_norm3, after the feed-forward]",
     ]
+    assert trace(gpt, TGT).get("ffn", layer=0).note == f"Linear(D, F) → {gpt.config.activation} → Linear(F, D)"
     encoder = trace(seq2seq, SRC, TGT).select(layer=0, stages=["add_norm"], block="encoder")
     assert [e.note.split(" [")[1] for e in encoder] == [
         "add_norm1, after self-attention]",

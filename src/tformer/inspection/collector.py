@@ -81,7 +81,8 @@ class Collector:
                 formula = f"x + {norm}(sublayer({norm}(x)))"
             add("add_norm", t, BTD, owner, f"{formula} [{self._sublayer(owner)}]")
         elif isinstance(m, FeedForward) and point == "hook_out":
-            add("ffn", t, BTD, owner, "Linear(D, F) → activation → Linear(F, D)")
+            act = getattr(getattr(self.modules[""], "config", None), "activation", None) or "activation"  # the model's
+            add("ffn", t, BTD, owner, f"Linear(D, F) → {act} → Linear(F, D)")
         elif isinstance(m, GatedFeedForward):
             act = "SiLU" if m.kind == "swiglu" else "GELU"
             if point == "hook_gate":
