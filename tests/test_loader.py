@@ -249,7 +249,10 @@ def _unknown(kind: str, directory: Path) -> str:
         return "holds no model: it has no config.json"
     if kind == "prepared data":  # tformer data prepare's folder: said so, where it is taken
         (directory / "manifest.json").write_text(json.dumps({"kind": "tformer-prepared", "task": "lm"}))
-        return "holds no model: it has no config.json (tformer reads its own run and model directories and Hugging Face ones); it is data tformer data prepare made: give it as --data"
+        read = "tformer reads its own run and model directories and Hugging Face ones"
+        return (
+            f"holds no model: it has no config.json ({read}); it is data tformer data prepare made: give it as --data"
+        )
     if kind == "unknown model_type":
         (directory / "config.json").write_text(json.dumps({"model_type": "t5", "architectures": ["T5Model"]}))
         return (

@@ -113,7 +113,8 @@ def _peft_adapter(path) -> str | None:
     targets = adapter.get("target_modules")
     on = ", ".join(sorted(targets)) if isinstance(targets, list) else str(targets)
     return (
-        f"PEFT {str(adapter.get('peft_type')).replace('LORA', 'LoRA')} adapter: rank {adapter.get('r')}, alpha {adapter.get('lora_alpha')}, "
+        f"PEFT {str(adapter.get('peft_type')).replace('LORA', 'LoRA')} adapter: rank {adapter.get('r')}, "
+        f"alpha {adapter.get('lora_alpha')}, "
         f"dropout {adapter.get('lora_dropout')} on {on}, on the base {adapter.get('base_model_name_or_path')}; "
         "that base with the pairs merged into it:"
     )

@@ -83,7 +83,8 @@ class SourceTruncated(UserWarning):
 class TranslationCut(UserWarning):
     """A translation reached its length limit without its end token: it is cut there, likely mid-sentence.
     ``number`` is the sentence's (from 1), ``tokens`` the limit, ``limit`` what set it (``max_new_tokens=128``, or
-    ``the model's max_len 64 - 1``), ``by_model`` whether the model's length set it (no ``max_new_tokens`` goes past)."""
+    ``the model's max_len 64 - 1``), ``by_model`` whether the model's length set it (``max_new_tokens`` cannot go
+    past it)."""
 
     def __init__(self, number: int, tokens: int, limit: str, *, by_model: bool = False) -> None:
         super().__init__(f"translation {number} reached {tokens} tokens without its end token: cut there ({limit})")
