@@ -128,7 +128,7 @@ def test_the_notes_say_the_scale_and_heads_the_model_used():
     assert plain == "Q·Kᵀ / √Dh = Q·Kᵀ × 0.25" and formula("scores", "decoder", "self", plain) == "scores = Q·Kᵀ / √d_k"
 
 
-def test_each_add_and_norm_names_the_sub_layer_it_follows(seq2seq, gpt):
+def test_each_add_and_norm_names_the_sub_layer_it_follows(seq2seq, gpt, bert):
     """A GPT layer has no cross-attention: its second add & norm (add_norm3) says so instead of leaving a gap."""
     notes = [e.note.split(" [")[1] for e in trace(gpt, TGT).select(layer=0, stages=["add_norm"])]
     assert notes == [
@@ -142,6 +142,12 @@ def test_each_add_and_norm_names_the_sub_layer_it_follows(seq2seq, gpt):
         "add_norm3, after the feed-forward]",
     ]
     assert trace(gpt, TGT).get("ffn", layer=0).note == f"Linear(D, F) → {gpt.config.activation} → Linear(F, D)"
+    act = bert.config.activation  # a BERT's output head is more than one Linear: said as it runs
+    assert (
+        trace(bert, SRC).get("logits").note
+        == f"MLM head: dense → {act} → LayerNorm → Linear (tied to the token embedding) → logits"
+    )
+    assert trace(gpt, TGT).get("logits").note == "output head → logits"
     encoder = trace(seq2seq, SRC, TGT).select(layer=0, stages=["add_norm"], block="encoder")
     assert [e.note.split(" [")[1] for e in encoder] == [
         "add_norm1, after self-attention]",

@@ -69,7 +69,10 @@ class Collector:
 
         if owner == "":  # the model's own: the output head's logits
             if point == "hook_logits":
-                self._add("logits", t, ("B", "T", "V"), "output", None, "output", "output head → logits")
+                head = self.modules.get("mlm_head")  # a BERT's: more than one Linear, said as it runs
+                act = getattr(getattr(self.modules[""], "config", None), "activation", "activation")
+                said = f"MLM head: dense → {act} → LayerNorm → Linear (tied to the token embedding)" if head else ""
+                self._add("logits", t, ("B", "T", "V"), "output", None, "output", f"{said or 'output head'} → logits")
         elif isinstance(m, InputEmbedding):
             self._embedding(m, owner, point, t, add)
         elif isinstance(m, MultiHeadAttention) and point == "hook_out":
