@@ -51,6 +51,9 @@ class Collector:
         self.entries: list[Entry] = []
         self.labels, self.vocab = labels, vocab
         self.modules = dict(model.named_modules())
+        config = getattr(model, "config", None)  # what the notes name: the model's activation, its positions
+        self.activation = getattr(config, "activation", None) or "activation"
+        self.rope = getattr(config, "positional", None) == "rope"
         self.embed_block = "decoder" if model.model_type == "gpt" else "encoder"
 
     def collect(self, captured: dict[str, torch.Tensor]) -> list[Entry]:
@@ -70,8 +73,11 @@ class Collector:
         if owner == "":  # the model's own: the output head's logits
             if point == "hook_logits":
                 head = self.modules.get("mlm_head")  # a BERT's: more than one Linear, said as it runs
-                act = getattr(getattr(self.modules[""], "config", None), "activation", "activation")
-                said = f"MLM head: dense → {act} → LayerNorm → Linear (tied to the token embedding)" if head else ""
+                said = (
+                    f"MLM head: dense → {self.activation} → LayerNorm → Linear (tied to the token embedding)"
+                    if head
+                    else ""
+                )
                 self._add("logits", t, ("B", "T", "V"), "output", None, "output", f"{said or 'output head'} → logits")
         elif isinstance(m, InputEmbedding):
             self._embedding(m, owner, point, t, add)
@@ -84,8 +90,7 @@ class Collector:
                 formula = f"x + {norm}(sublayer({norm}(x)))"
             add("add_norm", t, BTD, owner, f"{formula} [{self._sublayer(owner)}]")
         elif isinstance(m, FeedForward) and point == "hook_out":
-            act = getattr(getattr(self.modules[""], "config", None), "activation", None) or "activation"  # the model's
-            add("ffn", t, BTD, owner, f"Linear(D, F) → {act} → Linear(F, D)")
+            add("ffn", t, BTD, owner, f"Linear(D, F) → {self.activation} → Linear(F, D)")
         elif isinstance(m, GatedFeedForward):
             act = "SiLU" if m.kind == "swiglu" else "GELU"
             if point == "hook_gate":
@@ -189,5 +194,4 @@ class Collector:
         parent = self.modules[name.rsplit(".", 1)[0]]
         add_norm = getattr(parent, "add_norm1" if kind == "self" else "add_norm2", None)
         x = f"{type(add_norm.norm).__name__}(x)" if isinstance(add_norm, AddNorm) and add_norm.norm_first else "x"
-        rope = getattr(getattr(self.modules[""], "config", None), "positional", None) == "rope" and kind == "self"
-        return x, ", then rotated by RoPE (its position's angles)" if rope else ""
+        return x, ", then rotated by RoPE (its position's angles)" if self.rope and kind == "self" else ""
