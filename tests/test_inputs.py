@@ -225,8 +225,8 @@ def test_messages_name_the_flag_the_value_and_what_is_allowed(capsys):
             ".",
             "--temperature",
             "0",
-        ): "argument --temperature: must be a number in (0, 100] (greedy decoding, --greedy, takes the"
-        " most likely token), got 0",
+        ): "argument --temperature: must be a number in (0, 100] (0 would be greedy decoding, the most likely token: "
+        "--greedy, or translate without --sample), got 0",
         ("generate", "--model", ".", "--top-k", "-3"): "argument --top-k: must be an integer in [0, 1000000] (0 = off)",
         ("generate", "--model", ".", "--num-samples", "0"): "argument --num-samples: must be an integer in [1, 1000]",
         ("generate", "--model", ".", "--max-new-tokens", "0"): "argument --max-new-tokens: must be an integer in [1,",

@@ -47,6 +47,7 @@ from tformer.generation import (
     process_logits,
 )
 from tformer.hf import export
+from tformer.translation import Translator
 
 # ------------------------------------------------------------------------------------------------ helpers
 
@@ -279,6 +280,25 @@ def test_a_sampling_flag_that_greedy_decoding_does_not_use_is_said(dirs, capsys)
         ["translate", "--model", str(dirs["translation"]), "the cat.", "--top-k", "3", "--sample"], capsys
     )
     assert code == 0 and "note:" not in err
+
+
+def test_sampling_with_beams_is_refused_and_a_length_penalty_without_beams_is_said(dirs, tmp_path, capsys):
+    """--sample with --beam 3 is not transformers' sampled beams: refused (it was beam search, the flag dropped);
+    --length-penalty with --beam 1 ranks nothing: said, as transformers warns of it with num_beams=1."""
+    model = ["--model", str(dirs["translation"])]
+    code, out, err = _run(["translate", *model, "the cat.", "--sample", "--beam", "3", "--seed", "1"], capsys)
+    assert code == 2 and not out and "--sample with --beam 3: beam search keeps the likeliest beams" in err
+    with pytest.raises(ValueError, match="sampling with beam=3"):
+        Translator.load(dirs["translation"]).translate(["the cat."], beam=3, sampling=SamplingConfig(True))
+    note = "note: --length-penalty ranks the beams of beam search (--beam 2 or more): not used with --beam 1"
+    (tmp_path / "src.txt").write_text("the cat.\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("le chat.\n", encoding="utf-8")
+    files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt"), "--max-new-tokens", "3"]
+    for argv in (["translate", *model, "the cat.", "--max-new-tokens", "3"], ["evaluate", *model, *files]):
+        code, _, err = _run([*argv, "--length-penalty", "0.6"], capsys)
+        assert code == 0 and note in err, (argv, err)
+        code, _, err = _run([*argv, "--length-penalty", "0.6", "--beam", "2"], capsys)
+        assert code == 0 and "--length-penalty" not in err, (argv, err)
 
 
 def test_translate_sample_with_a_tiny_temperature_or_top_p_is_greedy(dirs, capsys):

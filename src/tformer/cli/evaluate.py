@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tformer.cli.flags import add
-from tformer.cli.translate import add_decoding
+from tformer.cli.translate import add_decoding, unused_length_penalty
 from tformer.cli.validate import nonempty_file, output_file
 
 
@@ -55,6 +55,7 @@ def run(args) -> int:
         check_output(args.out_hyp, "--out-hyp", inputs, args.overwrite)
     translator = Translator.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
     translator.model = for_inference(translator.model, args.precision, "measuring", args.device, args.fast)
+    unused_length_penalty(args, "evaluate")
     with _cuts_summed(args):
         if args.tune_length_penalty:
             return _tune(args, translator)

@@ -206,7 +206,7 @@ FLAGS: dict[str, Flag] = {
     ),
     # --- decoding
     "--max-new-tokens": Flag("tokens generated at most", v.max_new_tokens),
-    "--beam": Flag("beam size (1 = greedy; at most the target vocabulary)", v.beam_size, 1),
+    "--beam": Flag("beam size, 1 to 64 (1 = greedy; at most the target vocabulary)", v.beam_size, 1),
     "--length-penalty": Flag(
         "beam search ranks by score / length ** this (default: the model's, from evaluate --tune-length-penalty; "
         "else 1.0)",

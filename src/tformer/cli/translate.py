@@ -47,7 +47,7 @@ def add_decoding(p) -> None:
         },
         batch_size={"help": "sentences translated together"},
         beam={
-            "help": "beam size (1 = greedy; at most the target vocabulary): transformers' generate(num_beams=K, "
+            "help": "beam size, 1 to 64 (1 = greedy; at most the target vocabulary): transformers' generate(num_beams=K, "
             "early_stopping=True); of a Hugging Face model's generation_config.json only length_penalty is read "
             "(not its num_beams, bad_words_ids or forced_eos_token_id)"
         },
@@ -78,8 +78,14 @@ def run(args) -> int:
     from tformer.text import read_stdin_lines, stdin_line_batches
     from tformer.translation import Translator
 
+    if args.sample and args.beam > 1:  # transformers would sample beams (beam_sample); this beam search draws nothing
+        raise ValueError(
+            f"--sample with --beam {args.beam}: beam search keeps the likeliest beams and draws nothing; give --beam 1 "
+            "to sample, or drop --sample for beam search"
+        )
     translator = Translator.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
     translator.model = for_inference(translator.model, args.precision, "decoding", args.device, args.fast)
+    unused_length_penalty(args, "translate")
     if args.sentences and not any(s.strip() for s in args.sentences):
         raise ValueError(_NONE.format(where="the arguments are all empty"))
     top_p = args.top_p if args.top_p < 1 else None
@@ -106,6 +112,17 @@ def run(args) -> int:
     if not done:
         raise ValueError(_NONE.format(where="stdin held only empty lines"))
     return 0
+
+
+def unused_length_penalty(args, command: str) -> None:
+    """``--length-penalty`` with greedy decoding (``--beam 1``), where no beams are ranked: said, as transformers
+    warns of a length_penalty with num_beams=1."""
+    if args.length_penalty is not None and args.beam == 1:
+        print(
+            f"tformer {command}: note: --length-penalty ranks the beams of beam search (--beam 2 or more): not used "
+            "with --beam 1",
+            file=sys.stderr,
+        )
 
 
 _NONE = "no sentences: {where} (one sentence a line, pass them as arguments or pipe them in)"

@@ -249,6 +249,8 @@ class Translator:
         length_penalty = self.length_penalty if length_penalty is None else length_penalty  # None: the model's
         checks.length_penalty.check(length_penalty, "length_penalty")
         check_sampling(sampling, seed)
+        if beam > 1 and sampling is not None and sampling.do_sample:  # not transformers' sampled beams: refused
+            raise ValueError(f"sampling with beam={beam}: beam search keeps the likeliest beams and draws nothing")
         vocab = self.model.config.tgt_vocab_size
         if beam > vocab:  # more beams than continuations: each step would rank the same tokens again
             raise ValueError(f"beam must be at most the target vocabulary size ({vocab} tokens), got {beam}")
