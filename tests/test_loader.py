@@ -361,13 +361,25 @@ def test_trace_encodes_as_the_model_reads_and_as_every_other_path(matrix, name, 
 
 
 @pytest.mark.parametrize("name", MATRIX)
-def test_plot_attention_info_and_export_read_every_model(matrix, name, tmp_path, capsys):
+def test_plot_attention_info_and_export_read_every_model(matrix, name, tmp_path, capsys, monkeypatch):
+    """A translator given no --target is drawn reading its own greedy translation (said), not <sos> alone."""
+    import tformer.inspection.plots as plots
+
     directory = str(matrix[name])
     loaded = tformer.load(directory)
     png = tmp_path / "attn.png"
+    drawn, plot = [], plots.plot_attention  # the rows (queries) each picture is drawn with
+    monkeypatch.setattr(
+        plots, "plot_attention", lambda w, cols, rows, *a: drawn.append(rows) or plot(w, cols, rows, *a)
+    )
     assert main(["plot", "attention", "--model", directory, TEXT, "--out", str(png)]) == 0, capsys.readouterr().err
     assert png.read_bytes()[:4] == b"\x89PNG"
-    capsys.readouterr()
+    err = capsys.readouterr().err
+    if loaded.family == "seq2seq":
+        translator = tformer.translation.Translator.load(directory)
+        (own,) = translator.translate([TEXT], max_new_tokens=loaded.model.config.max_len - 1)
+        assert f"the decoder reads the model's own translation, {own!r}" in err
+        assert len(drawn[0]) > 1 and drawn[0][0] == translator.tgt_tokenizer.id_to_token(translator.start_id)
     assert main(["info", directory]) == 0
     info = capsys.readouterr().out
     assert info.splitlines()[0].endswith(f"parameters: {loaded.kind.describe()}")

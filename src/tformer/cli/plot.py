@@ -88,7 +88,7 @@ def run_attention(args) -> int:
     from tformer.cli.trace import build_trace, flag_words
 
     _check_out(args, [("--model", args.model)])
-    tr = build_trace(args)
+    tr = build_trace(args, own_target=True)
     block = args.block or ("encoder" if tr.model_type == "bert" else "decoder")
     kind = args.kind or ("cross" if tr.model_type == "seq2seq" and block == "decoder" else "self")
     layers = sorted({e.layer for e in tr.entries if e.stage == "weights" and e.block == block and e.kind == kind})

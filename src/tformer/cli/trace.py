@@ -29,7 +29,11 @@ def add_input_args(p) -> None:
     src.add_argument("--toy", action="store_true", help="the notes' d_model = 4 translator of 'I am good .'")
     p.add_argument("text", nargs="?", help="input text: the source sentence (seq2seq), prompt (GPT) or text (BERT)")
     p.add_argument("--prompt", help="the same as TEXT (reads better for GPT)")
-    p.add_argument("--target", help="seq2seq: target text fed to the decoder after <sos> (teacher forcing)")
+    p.add_argument(
+        "--target",
+        help="seq2seq: target text fed to the decoder after <sos> (teacher forcing); plot attention's default: the "
+        "model's own greedy translation",
+    )
     p.add_argument("--ids", help="space-separated input ids, when the model directory has no tokenizer")
     p.add_argument("--target-ids", help="seq2seq: space-separated decoder input ids (default: its start, <sos> = 2)")
 
@@ -101,8 +105,9 @@ def _stages(given: list[str] | None) -> list[str] | None:
     return stages
 
 
-def build_trace(args):
-    """Load the model (or build the toy), tokenize the input and trace it."""
+def build_trace(args, own_target: bool = False):
+    """Load the model (or build the toy), tokenize the input and trace it. ``own_target``: a translator given no
+    target reads its own greedy translation (``plot attention``: cross-attention rows for the words it wrote)."""
     from tformer.inspection import toy_seq2seq, trace
     from tformer.tokens import TRANSLATION_EOS
 
@@ -121,6 +126,8 @@ def build_trace(args):
     _for_this_family(args, loaded.family)
     extra = {} if loaded.family == "bert" else {"max_new_tokens": steps}
     inputs = _inputs(loaded, args)
+    if own_target and loaded.family == "seq2seq" and not _given(args, "target", "target_ids"):
+        inputs.update(_own_translation(loaded, inputs))
     result = trace(loaded.model, **inputs, k=candidates, **extra)
     if "mlm_head" in untrained_heads(loaded):  # its logits are a random head's: no predictions shown as if real
         result.top_k = []
@@ -135,6 +142,27 @@ def build_trace(args):
             file=sys.stderr,
         )
     return result
+
+
+def _own_translation(loaded, inputs: dict) -> dict:
+    """The decoder's input for a translator given no target: its start and its own greedy translation (the end token
+    left out: the last row is the query that wrote it), said on stderr."""
+    from tformer.inspection.decoding import greedy_steps
+    from tformer.tokens import TRANSLATION_EOS
+
+    start, eos = inputs["tgt_ids"][0], inputs["eos_id"]
+    steps = greedy_steps(
+        loaded.model, inputs["src_ids"], loaded.model.config.max_len - 1, k=1, eos_id=eos, start_id=start
+    )
+    ids = [step["id"] for step in steps]
+    ids = ids[:-1] if ids and ids[-1] == (TRANSLATION_EOS if eos is None else eos) else ids
+    tgt = loaded.target_tokenizer
+    said = tgt.decode(ids) if tgt is not None else " ".join(map(str, ids))
+    print(
+        f"tformer plot attention: note: no --target: the decoder reads the model's own translation, {said!r}",
+        file=sys.stderr,
+    )
+    return dict(tgt_ids=[start, *ids], tgt_tokens=_names(tgt, [start, *ids]))
 
 
 def _given(args, *names: str) -> list[str]:
