@@ -1,5 +1,6 @@
 """BERT workflows: WordPiece layout, NSP pairs, the MLM collator, pretraining, fill-mask, classification."""
 
+import io
 import json
 import re
 from pathlib import Path
@@ -354,7 +355,7 @@ def test_language_identification_beats_chance(tmp_path, capsys):
     assert all(0.5 < float(p) <= 1 for _, p, _ in lines)
 
 
-def test_classify_from_a_pretrained_bert(pretrained, tmp_path):
+def test_classify_from_a_pretrained_bert(pretrained, tmp_path, capsys, monkeypatch):
     data = tmp_path / "animals.tsv"
     write_tsv([(s, "animal" if any(w in s for w in ("cat", "dog", "bird")) else "person") for s in SENTENCES * 5], data)
     out = tmp_path / "cls"
@@ -370,6 +371,18 @@ def test_classify_from_a_pretrained_bert(pretrained, tmp_path):
     for name, tensor in classifier.model.state_dict().items():  # every pretrained weight carried over, plus a new head
         assert name.startswith("classifier.") or torch.equal(tensor, base[name]), name
     assert len(classifier.predict(["the cat sat on the mat."])) == 1
+    two, _ = ["the cat sat on the mat.", "the man read a book."], capsys.readouterr()
+    assert main(["classify", "--model", str(out), *two]) == 0
+    lines = capsys.readouterr().out
+    assert [line.split("\t")[2] for line in lines.splitlines()] == two
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{two[0]}\n\n{two[1]}\n"))  # stdin's lines, as embed reads them
+    assert main(["classify", "--model", str(out)]) == 0 and capsys.readouterr().out == lines
+    assert main(["classify", "--model", str(out), two[0], " "]) == 2  # a label for nothing: refused
+    assert "texts: text 2 is empty: nothing to label" in capsys.readouterr().err
+    long = " ".join(["cat"] * 40)  # max_len 32: cut, as transformers' pipeline cuts it, and said
+    assert main(["classify", "--model", str(out), two[0], long]) == 0
+    said = "note: text 2 (42 tokens) is longer than the model reads (32 tokens with [CLS] and [SEP]): it is read"
+    assert said in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag, value", [("--preset", "small"), ("--vocab-size", "8000"), ("--tokenizer-dir", ".")])

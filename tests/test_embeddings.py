@@ -111,6 +111,15 @@ def test_cli_embed_reads_stdin(encoder, capsys, monkeypatch):
     assert (printed - encoder.similarity([FOOD1, BABY])).abs().max().item() <= 5e-5
 
 
+def test_cli_embed_says_which_sentences_it_cut(encoder, capsys):
+    """Past max_seq_length (256) a sentence is read from its first tokens, as sentence-transformers reads it: said."""
+    long = " ".join(["food"] * 300)
+    assert main(["embed", FOOD1, long, BABY, long]) == 0
+    err = capsys.readouterr().err
+    assert "note: texts 2 (302 tokens), 4 (302 tokens) are longer than the model reads (256 tokens" in err
+    assert main(["embed", FOOD1, BABY]) == 0 and "note" not in capsys.readouterr().err
+
+
 def test_cli_embed_bad_model_dir(tmp_path, capsys):
     assert main(["embed", "--model", str(tmp_path), "x"]) == 2
     assert "config.json" in capsys.readouterr().err
