@@ -364,3 +364,9 @@ def test_a_tuned_length_penalty_goes_to_hugging_face_and_back(overfit, tmp_path)
     generation = GenerationConfig.from_pretrained(tmp_path / "hf")  # as transformers' generate reads it
     assert generation.length_penalty == 1.2 and generation.num_beams == 4
     assert Translator.load(tmp_path / "hf").length_penalty == 1.2  # and tformer, from the Hugging Face directory
+    # tuned again in the Hugging Face directory: kept where transformers reads it, one setting, not two that disagree
+    assert save_length_penalty(tmp_path / "hf", 0.8, beam=4) == tmp_path / "hf" / "generation_config.json"
+    assert not (tmp_path / "hf" / "decoding.json").exists()
+    assert GenerationConfig.from_pretrained(tmp_path / "hf").length_penalty == 0.8
+    assert Translator.load(tmp_path / "hf").length_penalty == 0.8
+    assert main(["export", str(model), "--to", "hf", str(tmp_path / "hf"), "--overwrite"]) == 0  # still tformer's

@@ -39,6 +39,7 @@ from tformer.generation.static_cache import StaticCaches
 from tformer.loader import Loaded, load
 from tformer.models.checkpoint import DECODING_FILE, model_dir, read_decoding
 from tformer.models.seq2seq import Seq2SeqTransformer
+from tformer.readers import read_json_object
 from tformer.text import check_texts, normalize
 from tformer.tokenizers import BPETokenizer, Tokenizer
 from tformer.tokens import TRANSLATION_EOS as EOS
@@ -357,11 +358,18 @@ def tune_length_penalty(
 
 
 def save_length_penalty(directory: str | Path, length_penalty: float, **tuned_on) -> Path:
-    """``directory/decoding.json``: the length penalty the model's beam search uses unless told another."""
-    path = Path(directory) / DECODING_FILE
+    """``directory/decoding.json``: the length penalty the model's beam search uses unless told another. In a Hugging
+    Face directory, its ``generation_config.json``'s (the one transformers reads: one setting, not two that
+    disagree), and ``decoding.json`` only where an earlier tuning left one, which tformer would read first."""
+    own, hf = Path(directory) / DECODING_FILE, Path(directory) / "generation_config.json"
+    if hf.is_file():
+        config = {**read_json_object(hf, "generation config"), "length_penalty": length_penalty}
+        atomic_write(hf, lambda tmp: Path(tmp).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8"))
+        if not own.is_file():
+            return hf
     text = json.dumps({"length_penalty": length_penalty, "tuned_on": tuned_on}, indent=1)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-    return path
+    atomic_write(own, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return hf if hf.is_file() else own
 
 
 def _bucketed(src: torch.Tensor, limit: int, pad: int) -> torch.Tensor:
