@@ -72,6 +72,8 @@ def test_tformer_average_writes_a_model_directory_and_refuses_a_bad_ask(run, tmp
     out = tmp_path / "avg"
     assert main(["average", str(run), str(out), "--last", "2"]) == 0
     assert "the average of 2 checkpoints (step-0000005, step-0000006)" in capsys.readouterr().out
+    assert main(["average", str(run), str(tmp_path / "one"), "--last", "1"]) == 0
+    assert "the average of 1 checkpoint (step-0000006)" in capsys.readouterr().out
     model = load(out, fast=False).model
     expected = average_models(choose_checkpoints(run, last=2)).state_dict()
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
@@ -161,3 +163,13 @@ def test_a_tuned_length_penalty_is_not_dropped_in_silence_when_best_is_replaced(
         in said.out + said.err
     )
     assert not (tmp_path / "best" / "decoding.json").exists()
+
+
+def test_best_bleu_is_said_to_sacrebleus_two_decimals(tmp_path):
+    """The run's last line gives BLEU to 2 decimals, as sacreBLEU and tformer evaluate do: best/'s too."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16))
+    cfg = TrainConfig(out_dir=str(tmp_path), max_steps=1, eval_every=1, progress=False)
+    trainer = Trainer(model, ScriptedTask([0.36561], "bleu", higher_is_better=True), cfg)
+    trainer.fit()
+    assert trainer.best_text() == "BLEU 0.37 at step 1"

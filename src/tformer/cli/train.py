@@ -343,10 +343,10 @@ def run_translation(args) -> int:
     trainer, result = _train(args, translation.setup)
     scores = ""
     if "val_loss" in result:
-        scores = f"val_loss {result['val_loss']:.3f}" + (f", BLEU {result['bleu']:.1f}" if "bleu" in result else "")
+        scores = f"val_loss {result['val_loss']:.3f}" + (f", BLEU {result['bleu']:.2f}" if "bleu" in result else "")
     if "ema_val_loss" in result:  # --ema: the moving average's too, as bert's and classify's lines list them
         scores += f"; EMA val_loss {result['ema_val_loss']:.3f}"
-        scores += f", BLEU {result['ema_bleu']:.1f}" if "ema_bleu" in result else ""
+        scores += f", BLEU {result['ema_bleu']:.2f}" if "ema_bleu" in result else ""
     _done(trainer, scores, args.out_dir)
     return 0
 

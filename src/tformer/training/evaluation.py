@@ -130,8 +130,9 @@ class Evaluation:
             return f"no {self.task.metric} was finite"
         where = "" if self.best_step is None else f" at step {self.best_step}"
         kind = f" (the moving average, --ema {self.cfg.ema:g})" if self.best_ema else ""
-        metric = "BLEU" if self.task.metric == "bleu" else self.task.metric  # as the log lines name it
-        return f"{metric} {self.best:.4g}{where}{kind}"
+        if self.task.metric == "bleu":  # as the log lines name it, to sacreBLEU's 2 decimals
+            return f"BLEU {self.best:.2f}{where}{kind}"
+        return f"{self.task.metric} {self.best:.4g}{where}{kind}"
 
     def _scores(self) -> tuple[dict, dict]:
         """The task's evaluation of the model, and with ``--ema`` of the moving average (else empty)."""
