@@ -19,6 +19,7 @@ from tformer.bert import (
     read_sentence_documents,
 )
 from tformer.bert.classification import read_labelled_tsv, write_tsv
+from tformer.bert.embeddings import minilm_path
 from tformer.bert.pretraining import IGNORE, collate, split_documents
 from tformer.cli import main
 from tformer.tokenizers import WordPieceTokenizer, train_tokenizer
@@ -377,6 +378,11 @@ def test_classify_from_a_pretrained_bert(pretrained, tmp_path, capsys, monkeypat
     assert [line.split("\t")[2] for line in lines.splitlines()] == two
     monkeypatch.setattr("sys.stdin", io.StringIO(f"{two[0]}\n\n{two[1]}\n"))  # stdin's lines, as embed reads them
     assert main(["classify", "--model", str(out)]) == 0 and capsys.readouterr().out == lines
+    assert main(["export", str(out), "--to", "hf", str(tmp_path / "hf")]) == 0  # BertForSequenceClassification
+    capsys.readouterr()  # its labels are config.json's id2label: the same answers from the Hugging Face directory
+    assert main(["classify", "--model", str(tmp_path / "hf"), *two]) == 0 and capsys.readouterr().out == lines
+    assert main(["classify", "--model", str(minilm_path()), two[0]]) == 2  # an encoder: no classifier to label with
+    assert "has no classifier.* weights: not a sequence classifier" in capsys.readouterr().err
     assert main(["classify", "--model", str(out), two[0], " "]) == 2  # a label for nothing: refused
     assert "texts: text 2 is empty: nothing to label" in capsys.readouterr().err
     long = " ".join(["cat"] * 40)  # max_len 32: cut, as transformers' pipeline cuts it, and said

@@ -189,14 +189,18 @@ class TextClassifier:
 
     @classmethod
     def from_loaded(cls, loaded: Loaded) -> TextClassifier:
-        """A :class:`TextClassifier` of a BERT :func:`tformer.load` read, with the labels of its ``labels.json``."""
+        """A :class:`TextClassifier` of a BERT :func:`tformer.load` read, with the labels of its ``labels.json`` (a
+        Hugging Face sequence classifier: its ``config.json``'s ``id2label``)."""
         directory = loaded.directory
         path = directory / LABELS_FILE
-        if not path.is_file():
+        if not path.is_file() and loaded.kind.source == "hf":  # transformers' BertForSequenceClassification
+            path, labels = directory / "config.json", _hf_labels(loaded)
+        elif not path.is_file():
             raise FileNotFoundError(
                 f"{str(path)!r} is missing: {str(loaded.kind.path)!r} is not a `tformer train classify` model"
             )
-        labels = read_json_object(path, "labels file").get("labels")
+        else:
+            labels = read_json_object(path, "labels file").get("labels")
         if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
             raise ValueError(f"labels file {str(path)!r} must hold {{'labels': [...]}}, a non-empty list of strings")
         model, tokenizer = loaded.model, cast(WordPieceTokenizer, loaded.require_tokenizer())  # a BERT's: WordPiece
@@ -218,6 +222,26 @@ class TextClassifier:
         probs = self.model.classify(batch.ids, batch.token_type_ids, batch.attention_mask).float().softmax(-1)  # (B, L)
         best = probs.max(-1)
         return [(self.labels[i], p) for i, p in zip(best.indices.tolist(), best.values.tolist())]
+
+
+def _hf_labels(loaded: Loaded) -> list:
+    """A Hugging Face sequence classifier's labels: its ``config.json``'s ``id2label``, in id order; a directory without
+    ``classifier.*`` weights (an encoder, a pretraining checkpoint) has no trained head to label with: one line."""
+    from tformer.hf.directory import weight_names
+
+    where = str(loaded.kind.path)
+    if not any(name.startswith("classifier.") for name in weight_names(loaded.directory)):
+        raise ValueError(
+            f"{where!r} has no classifier.* weights: not a sequence classifier (BertForSequenceClassification)"
+        )
+    config = loaded.directory / "config.json"
+    id2label = read_json_object(config, "config file").get("id2label")
+    labels = [id2label.get(str(i)) for i in range(len(id2label))] if isinstance(id2label, dict) else []
+    if not labels or not all(isinstance(x, str) for x in labels):
+        raise ValueError(
+            f"config file {str(config)!r}: id2label must name the labels of ids 0, 1, ..., got {id2label!r}"
+        )
+    return labels
 
 
 def langid_examples(tatoeba: str | Path, n: int = 20000, seed: int = 0) -> list[tuple[str, str]]:

@@ -55,7 +55,9 @@ def run(args) -> int:
     adapter = chosen[-1] / ADAPTER_FILES[1]  # a LoRA run's: the average's pairs as a PEFT adapter too
     base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path") if adapter.is_file() else None
     write_average(chosen, out, [adapter_writer(base)] if base else [])
-    print(f"wrote {out}: the average of {len(chosen)} checkpoint{'s' * (len(chosen) > 1)} ({', '.join(d.name for d in chosen)})")
+    print(
+        f"wrote {out}: the average of {len(chosen)} checkpoint{'s' * (len(chosen) > 1)} ({', '.join(d.name for d in chosen)})"
+    )
     if base:
         print(
             f"  LoRA: their pairs side by side (rank {len(chosen)} x r: the mean of their updates), and its PEFT adapter"
