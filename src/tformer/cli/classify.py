@@ -10,7 +10,14 @@ def add_parser(sub) -> None:
     c = sub.add_parser("classify", help="label texts with a `tformer train classify` model")
     c.add_argument("texts", nargs="*", help="texts to label (default: the non-empty lines of stdin)")
     add(c, "--precision")
-    add(c, "--model", model={"required": True, "help": "a `tformer train classify` run or model directory"})
+    add(
+        c,
+        "--model",
+        model={
+            "required": True,
+            "help": "a `tformer train classify` run or model directory, or a Hugging Face BertForSequenceClassification one",
+        },
+    )
     c.set_defaults(func=run)
 
 
