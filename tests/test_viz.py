@@ -79,6 +79,17 @@ def test_training_curves(tmp_path, with_bleu, size):
     )
 
 
+@pytest.mark.parametrize("metrics", [("accuracy",), ("mlm_acc", "nsp_acc")])
+def test_the_accuracy_a_classifier_or_bert_logs_has_its_panel(tmp_path, metrics):
+    """classify picks best/ by accuracy, BERT logs its MLM and NSP accuracies: each drawn beside the loss."""
+    run = _write_log(tmp_path / "run", with_bleu=False)
+    with (run / "log.jsonl").open("a") as log:
+        log.write(json.dumps(dict(step=5, val_loss=1.4, **{m: 0.75 for m in metrics})) + "\n")
+    fig = plot_curves(run)
+    assert [ax.get_title() for ax in fig.axes] == ["loss", "accuracy", "learning rate"]
+    assert [line.get_label() for line in fig.axes[1].get_lines()] == list(metrics)
+
+
 def test_a_value_that_is_not_finite_is_said_on_the_picture_and_by_the_command(tmp_path, capsys):
     """NaN and Infinity (another program's log) and null (how a run logs a diverged value) cannot be drawn: the panel
     says which field at which steps, and plot curves says it on stderr; a log of NaN alone is a picture saying so."""

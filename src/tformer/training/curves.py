@@ -20,7 +20,13 @@ from tformer.text import read_lines
 __all__ = ["read_log", "plot_curves", "not_finite"]
 
 DPI = 100
-PLOTTED = ("train_loss", "val_loss", "bleu", "lr")  # the fields plot_curves draws against "step"
+PLOTTED = ("train_loss", "val_loss", "bleu", "accuracy", "mlm_acc", "nsp_acc", "lr")  # drawn against "step"
+PANELS = (  # each panel's title and the fields drawn in it: a run's metric beside its loss, as it picks best/
+    ("loss", ("train_loss", "val_loss")),
+    ("BLEU", ("bleu",)),
+    ("accuracy", ("accuracy", "mlm_acc", "nsp_acc")),
+    ("learning rate", ("lr",)),
+)
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -74,14 +80,14 @@ def not_finite(records: list[dict]) -> dict[str, list[int]]:
 
 
 def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
-    """Training curves: train/val loss vs step, plus a panel each for BLEU and the learning rate if logged; with
+    """Training curves: train/val loss vs step, plus a panel each for BLEU, accuracy (a classifier's; BERT's MLM and
+    NSP) and the learning rate where logged; with
     ``path``, written there as :func:`tformer.inspection.plots.plot_attention` writes (PNG, or .svg/.pdf/.jpg)."""
     records = read_log(run_dir_or_jsonl)
-    panels = [("loss", ("train_loss", "val_loss")), ("BLEU", ("bleu",)), ("learning rate", ("lr",))]
     missing = not_finite(records)
-    panels = [(label, keys) for label, keys in panels if any(_series(records, k)[0] or k in missing for k in keys)]
+    panels = [(label, keys) for label, keys in PANELS if any(_series(records, k)[0] or k in missing for k in keys)]
     if not panels:
-        raise ValueError("the log has none of 'train_loss', 'val_loss', 'bleu', 'lr' to plot")
+        raise ValueError(f"the log has none of {', '.join(map(repr, PLOTTED))} to plot")
     fig = _new_figure(5.0 * len(panels), 4.0)
     for i, (label, keys) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
