@@ -2,6 +2,7 @@
 parity with transformers and sentence-transformers, the BERT tokenizer check value, the CLI."""
 
 import os
+import re
 import shutil
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -123,3 +124,15 @@ def test_cli_embed_says_which_sentences_it_cut(encoder, capsys):
 def test_cli_embed_bad_model_dir(tmp_path, capsys):
     assert main(["embed", "--model", str(tmp_path), "x"]) == 2
     assert "config.json" in capsys.readouterr().err
+
+
+def test_info_counts_the_heads_the_encoder_lacks_apart(capsys):
+    """tformer's Bert always has the MLM and NSP heads; MiniLM's directory has neither: info says how many of its
+    parameters they are, so the rest is transformers' own count of the directory."""
+    import transformers
+
+    hf = transformers.BertModel.from_pretrained(minilm_path()).num_parameters()
+    assert main(["info", str(minilm_path())]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    total, lacking = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) (?:parameters|of them)", first))
+    assert total - lacking == hf and "in the mlm_head and nsp_head the directory lacks, at their random init" in first

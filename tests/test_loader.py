@@ -382,7 +382,7 @@ def test_plot_attention_info_and_export_read_every_model(matrix, name, tmp_path,
         assert len(drawn[0]) > 1 and drawn[0][0] == translator.tgt_tokenizer.id_to_token(translator.start_id)
     assert main(["info", directory]) == 0
     info = capsys.readouterr().out
-    assert info.splitlines()[0].endswith(f"parameters: {loaded.kind.describe()}")
+    assert info.splitlines()[0].endswith(f": {loaded.kind.describe()}") and " parameters" in info.splitlines()[0]
     assert f"tokenizer          {MATRIX[name][2]}" in info or f"source {MATRIX[name][2]}" in info
     c = loaded.model.config  # a field whose None follows another says which, and what the model uses
     if c.n_kv_heads is None:

@@ -59,6 +59,7 @@ def run(args) -> int:
         print(adapter)
     n_params, n_int8 = count_parameters(model)
     held = f" ({n_int8:,} of them int8)" if n_int8 else ""
+    held += _untrained(loaded)
     print(f"{type(model).__name__} ({model.model_type}), {n_params:,} parameters{held}: {loaded.kind.describe()}")
     for field, value in dataclasses.asdict(model.config).items():
         means = _NONE_MEANS.get(field) if value is None else None
@@ -190,6 +191,21 @@ def _best_record(log: Path, best: float) -> tuple[str, int, bool] | None:
                 if isinstance(record, dict) and record.get("ema_" * ema + metric) == best and "step" in record:
                     return metric, record["step"], ema
     return None
+
+
+def _untrained(loaded) -> str:
+    """How many of a BERT's parameters are pretraining heads that never trained: a Hugging Face directory's that it
+    lacks (a sentence-transformers encoder, a classifier; transformers' own count leaves them out), a classifier's."""
+    from tformer.bert.fill_mask import untrained_heads
+
+    heads = untrained_heads(loaded)
+    if not heads:
+        return ""
+    model = loaded.model
+    others = {id(p) for name, p in model.named_parameters() if not name.startswith(heads)}  # tied: the embedding's
+    own = {id(p): p.numel() for head in heads for p in getattr(model, head).parameters() if id(p) not in others}
+    why = "the directory lacks, at their random init" if loaded.kind.source == "hf" else "that never trained"
+    return f" ({sum(own.values()):,} of them in the {' and '.join(heads)} {why})"
 
 
 def count_parameters(model) -> tuple[int, int]:
