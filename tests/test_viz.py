@@ -214,3 +214,11 @@ def test_plot_errors_name_the_flags_not_the_librarys_parameters(tmp_path, capsys
     assert main(["plot", "positional", "--d-model", "7", *out]) == 2
     assert "--d-model must be even (sin and cos columns in pairs), got 7" in capsys.readouterr().err
     assert not (tmp_path / "a.png").exists()
+
+
+def test_a_space_token_is_labelled_as_the_explorer_shows_it(tmp_path):
+    """A character model's space, newline and tab label their row and column visibly (␣ ↵ ⇥), never a blank."""
+    fig = plot_attention(np.eye(4), ["a", " ", "\n", "\t"], ["a", " ", "\n", "\t"], tmp_path / "a.png")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [t.get_text() for t in ax.get_yticklabels()]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "␣", "↵", "⇥"]

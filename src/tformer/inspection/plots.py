@@ -19,6 +19,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tformer.inspection.format import shown
 from tformer.outputs import save_to, write_figure
 
 __all__ = ["plot_attention", "plot_positional_encoding", "plot_mask"]
@@ -58,7 +59,7 @@ def _label_axes(ax, x_labels, y_labels, shape: tuple[int, int]) -> None:
         if len(labels) != n:
             raise ValueError(f"{name} has {len(labels)} labels, the matrix has {n} along that axis")
         set_ticks(range(n))
-        set_labels([str(t) for t in labels], rotation=90 if set_ticks == ax.set_xticks else 0)
+        set_labels([shown(t) for t in labels], rotation=90 if set_ticks == ax.set_xticks else 0)  # a space: ␣
 
 
 def _annotate(ax, matrix: np.ndarray, fmt: str = "{:.2f}") -> None:
