@@ -266,9 +266,12 @@ def test_tiny_model_overfits_fill_mask(pretrained, text, word):
     assert top[0] == word
 
 
-def test_cli_fill_mask(pretrained, capsys):
+def test_cli_fill_mask(pretrained, capsys, monkeypatch):
     assert main(["fill-mask", "--model", str(pretrained), "--candidates", "2", "the cat sat on the [MASK]."]) == 0
-    out = capsys.readouterr().out.splitlines()
+    said = capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO("\nthe cat sat on the [MASK].\n"))  # stdin's lines, as embed's
+    assert main(["fill-mask", "--model", str(pretrained), "--candidates", "2"]) == 0 and capsys.readouterr().out == said
+    out = said.splitlines()
     assert out[0] == "the cat sat on the [MASK]."
     assert out[1].startswith("  [MASK] 1: mat 0.") and len(out[1].split()) == 2 + 2 * 2
     assert main(["fill-mask", "--model", str(pretrained), "no mask here"]) == 2
