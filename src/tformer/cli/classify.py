@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from tformer.bert import TextClassifier
-    from tformer.cli.embed import note_cut, texts_in
+    from tformer.cli.texts import note_cut, texts_in
     from tformer.fast.precision import for_inference
 
     blank = [i + 1 for i, text in enumerate(args.texts) if not text.strip()]

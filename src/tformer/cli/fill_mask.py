@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from tformer.bert import fill_mask, load_masked_lm
-    from tformer.cli.embed import texts_in
+    from tformer.cli.texts import texts_in
     from tformer.fast.precision import for_inference
 
     texts = texts_in(args.texts, "texts")  # else the non-empty lines of stdin, as classify and embed read them
