@@ -192,7 +192,7 @@ class TextClassifier:
         """A :class:`TextClassifier` of a BERT :func:`tformer.load` read, with the labels of its ``labels.json`` (a
         Hugging Face sequence classifier: its ``config.json``'s ``id2label``)."""
         directory = loaded.directory
-        path = directory / LABELS_FILE
+        path, labels = directory / LABELS_FILE, None
         if not path.is_file() and loaded.kind.source == "hf":  # transformers' BertForSequenceClassification
             path, labels = directory / "config.json", _hf_labels(loaded)
         elif not path.is_file():
@@ -224,7 +224,7 @@ class TextClassifier:
         return [(self.labels[i], p) for i, p in zip(best.indices.tolist(), best.values.tolist())]
 
 
-def _hf_labels(loaded: Loaded) -> list:
+def _hf_labels(loaded: Loaded) -> list[str]:
     """A Hugging Face sequence classifier's labels: its ``config.json``'s ``id2label``, in id order; a directory without
     ``classifier.*`` weights (an encoder, a pretraining checkpoint) has no trained head to label with: one line."""
     from tformer.hf.directory import weight_names
@@ -237,11 +237,11 @@ def _hf_labels(loaded: Loaded) -> list:
     config = loaded.directory / "config.json"
     id2label = read_json_object(config, "config file").get("id2label")
     labels = [id2label.get(str(i)) for i in range(len(id2label))] if isinstance(id2label, dict) else []
-    if not labels or not all(isinstance(x, str) for x in labels):
+    if not labels or not all(isinstance(x, str) for x in labels):  # (transformers writes ids as strings)
         raise ValueError(
             f"config file {str(config)!r}: id2label must name the labels of ids 0, 1, ..., got {id2label!r}"
         )
-    return labels
+    return [str(x) for x in labels]
 
 
 def langid_examples(tatoeba: str | Path, n: int = 20000, seed: int = 0) -> list[tuple[str, str]]:
