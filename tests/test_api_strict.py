@@ -160,6 +160,7 @@ CALLS = {
         a["models"]["translation"], **kw
     ),
     "tformer.loader.Loaded.export": lambda a, kw: tformer.load(a["models"]["lm"]).export(a["tmp"] / "export", **kw),
+    "tformer.loader.Loaded.save": lambda a, kw: tformer.load(a["models"]["lm"]).save(a["tmp"] / "saved", **kw),
     "tformer.hf.export.export": lambda a, kw: tformer.hf.export(a["gpt"], a["tmp"] / "export", a["char"], **kw),
     "tformer.fast.quantize.quantize": lambda a, kw: tformer.quantize(_tiny_gpt(), "int8", **kw),
     "tformer.fast.speed_up": lambda a, kw: tformer.fast.speed_up(_tiny_gpt(), **kw),

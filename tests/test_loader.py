@@ -476,3 +476,27 @@ def test_loaded_is_one_shape_encode_run_save_export(matrix, name, tmp_path):
         torch.testing.assert_close(exported.model(**exported.encode(TEXT)), out, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="needs a BERT" if loaded.family != "bert" else "needs a GPT"):
         tformer.load(matrix[name], family="bert" if loaded.family != "bert" else "gpt")
+
+
+def test_save_costs_no_other_file(ours, tmp_path):
+    """Loaded.save writes a directory whole, as tformer merge does: never into a run (whose --overwrite would then
+    delete what it saved), a model it reads or a folder of the user's; again only with overwrite=True (the
+    parameter named, not the flag), and only over a directory it wrote."""
+    loaded = tformer.load(ours["byte-BPE GPT model"])
+    run = shutil.copytree(ours["char GPT run (0.1)"], tmp_path / "run")
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    for target in (run, run / "best", tmp_path):  # a run, a model inside one, a folder holding one
+        with pytest.raises(ValueError):
+            loaded.save(target, overwrite=True)
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not empty; pass overwrite=True"):
+        loaded.save(tmp_path / "mine")
+    with pytest.raises(ValueError, match="notes.txt"):
+        loaded.save(tmp_path / "mine", overwrite=True)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+    saved = loaded.save(tmp_path / "saved")
+    with pytest.raises(ValueError, match="not empty; pass overwrite=True"):
+        loaded.save(saved)
+    assert tformer.load(loaded.save(saved, overwrite=True)).kind.source == "model"

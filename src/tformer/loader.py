@@ -8,8 +8,7 @@ loaders (``Translator.load``, ``lm.load``, ``load_masked_lm``, ``TextClassifier.
     out = m.model(**m.encode("To be"))      # the text as the model read its training data
     tformer.load("runs/lm", family="bert")  # ValueError: 'runs/lm' holds a GPT (a tformer train lm run); ...
 
-The kinds, from what the files declare (never from a guess on field names: ``hidden_size`` is Llama's as much as
-BERT's):
+The kinds, from what the files declare (never a guess on field names: ``hidden_size`` is Llama's and BERT's):
 
     run     a tformer training run: best/, last/ or log.jsonl; the model is in best/ (tformer 0.1: at the top)
     model   a tformer model directory: config.json whose model_type is tformer's own (seq2seq, gpt, bert)
@@ -18,13 +17,9 @@ BERT's):
             tformer.hf's registry reads (gpt2, llama, mistral, qwen2, qwen3, gemma3_text → a GPT; bert; marian →
             a translator)
 
-The family comes from the model_type alone. The tokenizers come from the files beside the model, of whatever kind
-(:func:`tformer.tokenizers.load_tokenizer`): a translator's ``src_`` / ``tgt_`` pair (a Hugging Face Marian's
-tokenizer.json / target_tokenizer.json, or an Opus-MT's source.spm / target.spm + vocab.json), a GPT's
-char_tokenizer.json or tokenizer.json, a BERT's WordPiece
-(tokenizer.json or vocab.txt), a Hugging Face decoder's tokenizer.json with its special tokens. A directory without
-one still loads (``tformer trace --ids`` reads such a model); what needs text asks :meth:`Loaded.require_tokenizer`,
-which says in one line what is missing.
+The family comes from the model_type alone; the tokenizers from the files beside the model, of whatever kind
+(:func:`tformer.tokenizers.load_tokenizer`). A directory without one still loads (``tformer trace --ids`` reads it);
+what needs text asks :meth:`Loaded.require_tokenizer`, which says in one line what is missing.
 
 This module knows the directory layouts, the models' loaders and the tokenizer room; it knows nothing about
 training, the families' tasks or the command line (``flag`` only names the argument in a message).
@@ -45,13 +40,14 @@ from tformer.checks import BadValue, check_device, check_yes_no
 from tformer.fast import speed_up, use_reference
 from tformer.fast.linear import inference_layout
 from tformer.fast.quantize import is_quantized, require_float
-from tformer.files import current_dir
+from tformer.files import current_dir, staged_dir
 from tformer.hf.directory import declares_hf, load_hf_dir
 from tformer.hf.export import export as hf_export
 from tformer.hf.peft import ADAPTER_CONFIG, is_adapter_dir, load_adapter
 from tformer.hf.registry import DECODER_TYPES, MODULES, hf_field
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir, read_decoding
 from tformer.nn.lora import has_lora, merge_lora
+from tformer.outputs import check_new_dir, mark_written
 from tformer.readers import read_json_object
 from tformer.text import check_text, normalize
 from tformer.tokenizers import HFTokenizer, MarianTokenizer, Tokenizer, WordPieceTokenizer, load_tokenizer
@@ -179,9 +175,18 @@ class Loaded:
             raise ValueError(f"the {what} has {len(ids)} tokens; this model reads at most {self.config.max_len}")
         return torch.tensor([ids], device=next(self.model.parameters()).device)  # (1, T)
 
-    def save(self, directory: str | os.PathLike) -> Path:
-        """The model and its tokenizers as a tformer model directory (config.json, model.safetensors, the tokenizer
-        files; a translator's as src_ / tgt_), which :func:`load` reads back. Returns it."""
+    def save(self, directory: str | os.PathLike, overwrite: bool = False) -> Path:
+        """The model and its tokenizers as a tformer model directory, which :func:`load` reads back; returns it. Written
+        whole: a directory not empty is refused unless ``overwrite`` and tformer wrote it, one in a run always."""
+        check_yes_no(overwrite=overwrite)  # "no" is a true string: refused
+        out = check_new_dir(directory, "directory", [("model", self.directory)], overwrite)
+        with staged_dir(out) as tmp:
+            self.write_files(tmp)
+            mark_written(tmp, "save")
+        return out
+
+    def write_files(self, directory: str | os.PathLike) -> Path:
+        """:meth:`save`'s files, into ``directory`` as it is, without its checks (``tformer merge`` stages them)."""
         directory = Path(self.model.save_pretrained(directory))
         if self.family == "seq2seq" and self.tokenizer is not None and self.target_tokenizer is not None:
             self.tokenizer.save(directory, "src_")
@@ -249,7 +254,7 @@ def detect(path: str | os.PathLike, flag: str | None = None) -> Kind:
     )
 
 
-def _where(path: str | os.PathLike, flag: str | None) -> str:
+def _where(path: str | os.PathLike, flag: str | None) -> str:  # how messages name the directory
     return f"{flag} {str(path)!r}" if flag else repr(str(path))
 
 
@@ -270,25 +275,20 @@ def load(
     """The model of the directory ``path`` (in eval mode, on ``device``, in ``dtype``; None: as stored) with its
     tokenizers, whatever its kind (:func:`detect`).
 
-    ``family`` (one or several of "seq2seq", "gpt", "bert"): what the caller can use; a directory of another family
-    is one line saying what it holds and what is needed, before anything is read. ``flag`` names the argument in
-    messages (``--model``). Files that do not fit together are one line naming both: a tokenizer with more ids than
-    the model has rows, and (``strict``) one of tformer's own directories whose tokenizer and model differ in size
-    (files from two runs) or whose tokenizer is of a kind its family never trains; ``strict=False`` lets ``trace``
-    and ``info`` read a model with a hand-made tokenizer whose ids fit.
+    ``family`` (one or several of "seq2seq", "gpt", "bert"): what the caller can use; another family is one line,
+    before anything is read. ``flag`` names the argument in messages (``--model``). Files that do not fit together
+    are one line naming both: a tokenizer with more ids than the model has rows, and (``strict``) a tformer directory
+    whose tokenizer and model differ in size or whose tokenizer its family never trains (``strict=False``: ``trace``).
 
-    An int8 directory (a model saved after :func:`tformer.quantize`) gives the int8 model; ``float_weights``: the
-    caller needs float weights (fine-tuning, conversion), and such a directory is one line saying so.
+    An int8 directory (saved after :func:`tformer.quantize`) gives the int8 model, or with ``float_weights`` one line.
 
-    ``fast``: the model runs tformer's fast kernels, chosen here (:func:`tformer.fast.speed_up` with
-    ``inference=True``: its weights stored in the layout decoding reads); False: the reference kernels, plain PyTorch
-    (:func:`tformer.fast.use_reference`), what ``--no-fast`` loads.
+    ``fast``: tformer's fast kernels, chosen here (:func:`tformer.fast.speed_up`, ``inference=True``); False: the
+    reference kernels, plain PyTorch (:func:`tformer.fast.use_reference`), what ``--no-fast`` loads.
 
     A model trained with LoRA (``config.json`` records its layers, :mod:`tformer.nn.lora`) comes with each low-rank
     pair folded into its weight (``merge``): plain linear layers, the same function, as fast as the base model;
-    ``merge=False`` keeps the pairs apart (an adapter to export, training to continue). A Hugging Face PEFT LoRA
-    adapter directory (``adapter_config.json`` without a config.json) loads its base model, named by
-    ``base_model_name_or_path`` (a local directory), with the adapter's pairs (:mod:`tformer.hf.peft`).
+    ``merge=False`` keeps the pairs apart. A PEFT LoRA adapter directory loads its base model (its
+    ``base_model_name_or_path``, a local directory) with the adapter's pairs (:mod:`tformer.hf.peft`).
     """
     wanted = _families(family)  # the arguments first: a typo is named before a file is read
     check_device(device)

@@ -136,7 +136,9 @@ def check_output(
     _refuse_model_or_run(path, flag, resolved.parent)
     _refuse_inputs(path, flag, resolved, read, inside=True)
     if path.exists() and not overwrite:
-        raise ValueError(f"{flag} {str(path)!r} already exists; pass --overwrite to replace it, or name another file")
+        raise ValueError(
+            f"{flag} {str(path)!r} already exists; pass {_switch(flag)} to replace it, or name another file"
+        )
     return path
 
 
@@ -189,20 +191,26 @@ def check_new_dir(
     entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
     if entries:
         if not overwrite:
-            raise ValueError(f"{flag} {str(path)!r} is not empty; pass --overwrite to replace it, or name another")
+            raise ValueError(f"{flag} {str(path)!r} is not empty; pass {_switch(flag)} to replace it, or name another")
         written = _written_files(path)
         if written is None:
             raise ValueError(
-                f"--overwrite: {flag} {str(path)!r} holds {_shown(entries)} and is not an output of tformer's (export, "
+                f"{_switch(flag)}: {flag} {str(path)!r} holds {_shown(entries)} and is not an output of tformer's (export, "
                 f"merge and average write {WRITTEN} beside their files); nothing was deleted: name another directory"
             )
         others = [name for name in entries if name not in {*written, WRITTEN} or not (path / name).is_file()]
         if others:
             raise ValueError(
-                f"--overwrite: {flag} {str(path)!r} holds {_shown(others)}, which tformer did not write there; "
+                f"{_switch(flag)}: {flag} {str(path)!r} holds {_shown(others)}, which tformer did not write there; "
                 "nothing was deleted: name another directory"
             )
     return path
+
+
+def _switch(flag: str) -> str:
+    """How the caller asks to replace: the command line's ``--overwrite`` where ``flag`` is a flag or an argument
+    (``--out``, ``OUT``), the Python parameter ``overwrite=True`` where it is a parameter (``out_dir``)."""
+    return "--overwrite" if flag.startswith("-") or flag.isupper() else "overwrite=True"
 
 
 def _shown(names: list[str]) -> str:

@@ -53,7 +53,7 @@ def run(args) -> int:
     n = len(lora_layers(loaded.model))
     merge_lora(loaded.model)
     with staged_dir(out) as tmp:
-        loaded.save(tmp)
+        loaded.write_files(tmp)
         for name in (LABELS_FILE, DECODING_FILE):  # a classifier's labels, a translator's tuned length penalty
             if (model_dir(args.model) / name).is_file():
                 shutil.copy2(model_dir(args.model) / name, Path(tmp) / name)
