@@ -69,3 +69,17 @@ def test_the_readme_layout_names_every_package():
     layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
     missing = [name for name in _packages_and_modules() if name.endswith("/") and f"`{name}`" not in layout]
     assert not missing, f"the README's Layout section does not name: {missing}"
+
+
+def test_a_plain_import_tformer_reaches_the_families():
+    """The README's ``import tformer; tformer.translation.train(...)``: each family (and the other subpackages) is
+    imported when first named, in a fresh interpreter where nothing imported it before; a typo is an AttributeError."""
+    code = (
+        "import sys, tformer\n"
+        "assert 'tformer.translation' not in sys.modules\n"
+        "print(tformer.translation.train.__name__, tformer.lm.setup.__name__, tformer.bert.TextClassifier.__name__)\n"
+        "try:\n    tformer.translatoin\nexcept AttributeError as err:\n    print(err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["train setup TextClassifier", "module 'tformer' has no attribute 'translatoin'"]

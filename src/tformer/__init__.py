@@ -54,3 +54,15 @@ __all__ = [
     "BertConfig",
     "Bert",
 ]
+
+# The families and the other subpackages, imported when first named (``tformer.translation.train(...)`` after a plain
+# ``import tformer``, as ``torch.distributions`` is), so that ``import tformer`` stays as light as it is
+_SUBPACKAGES = ("translation", "lm", "bert", "generation", "training", "data", "tokenizers", "fast", "serve", "explore")
+
+
+def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f"tformer.{name}")
+    raise AttributeError(f"module 'tformer' has no attribute {name!r}")
