@@ -144,6 +144,7 @@ def test_default_format_is_tformers_own(tmp_path):
     "fields, field",
     [
         (dict(positional="sinusoidal"), "positional"),
+        (dict(positional="rope"), "positional"),  # shakespeare-char-6min's: said to export in Llama's layout
         (dict(norm_first=False), "norm_first"),
         (dict(qkv_bias=False), "qkv_bias"),  # GPT-2's c_attn has a bias
         (dict(n_kv_heads=2), "n_kv_heads"),
@@ -162,9 +163,11 @@ def test_default_format_is_tformers_own(tmp_path):
 def test_config_without_hf_layout_refused(tmp_path, fields, field):
     model = GPT(GPTConfig(**BASE, **fields))
     target = tmp_path / "out"
-    with pytest.raises(ValueError, match=f"GPTConfig.{field}=.*has no Hugging Face layout"):
+    with pytest.raises(ValueError, match=f"GPTConfig.{field}=.*has no Hugging Face layout") as err:
         export(model, target)
     assert not target.exists()  # refused before anything is written
+    if fields == dict(positional="rope"):
+        assert "Llama's, which has RoPE, needs norm='rmsnorm', ffn='swiglu', bias=False" in str(err.value)
 
 
 @pytest.mark.parametrize(
