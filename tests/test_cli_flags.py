@@ -241,3 +241,21 @@ def test_the_shared_model_fields_are_declared_once():
         @dataclasses.dataclass(frozen=True, kw_only=True)
         class Broken(ModelConfig, defaults={"vocab": 3}):
             pass
+
+
+def test_a_long_commands_error_is_two_lines_and_a_missing_corpus_says_how_to_fetch_it(tmp_path, capsys):
+    """A training command's usage is 20-odd lines of flags: before an error it is one line saying where they are, so
+    the error stays what the user reads; a missing path named as a corpus tformer fetches says the command."""
+    for argv, said in (
+        (["train", "translation", "--data", str(tmp_path / "multi30k"), "--out", "o"], "data download multi30k`"),
+        (["train", "lm", "--data", str(tmp_path / "tinyshakespeare.txt"), "--out", "o"], "download tinyshakespeare`"),
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+        usage, error = capsys.readouterr().err.splitlines()
+        command = " ".join(argv[:2])
+        assert usage == f"usage: tformer {command} [options] ... (tformer {command} --help lists them)"
+        assert error.startswith(f"tformer {command}: error: argument --data: ") and said in error, error
+    with pytest.raises(SystemExit):
+        main(["plot", "mask", "--kind", "nope"])  # a short usage is shown whole, as argparse shows it
+    assert capsys.readouterr().err.startswith("usage: tformer plot mask [-h]")

@@ -73,6 +73,9 @@ def _suggest(word: str, candidates: list[str]) -> str:
     return f"{word}: did you mean {close[0]}?" if close else ""
 
 
+USAGE_LINES = 6  # a longer usage is shown as one line before an error (the error is what the user must read)
+
+
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` (every subcommand's too) that says "did you mean" and shows defaults.
 
@@ -137,7 +140,11 @@ class Parser(argparse.ArgumentParser):
         if choice:
             hints = [_suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))]
         hint = "; ".join(h for h in hints if h)
-        super().error(f"{message} ({hint})" if hint else message)
+        usage = self.format_usage()
+        if usage.count("\n") > USAGE_LINES:  # a training command's every flag would bury the one line that matters
+            usage = f"usage: {self.prog} [options] ... ({self.prog} --help lists them)\n"
+        self._print_message(usage, sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message} ({hint})\n" if hint else f"{self.prog}: error: {message}\n")
 
 
 class Switch(argparse.Action):

@@ -144,7 +144,7 @@ class PathArg:
             return _not_writable(path, want_dir=self.kind != "out_file")
         if not path.exists():
             also = f" (or one of {', '.join(map(repr, self.keywords))})" if self.keywords else ""
-            return f"does not exist{also}"
+            return f"does not exist{also}{_fetch_hint(path) if self.corpora else ''}"
         if self.kind == "dir" and not path.is_dir():
             return "is not a directory"
         if self.kind in ("file", "nonempty_file") and not path.is_file():
@@ -171,6 +171,15 @@ def _not_writable(path: Path, want_dir: bool) -> str | None:
     if not os.access(base, os.W_OK | os.X_OK):
         return f"cannot be created: {str(base)!r} is not writable (permission denied)"
     return None
+
+
+def _fetch_hint(path: Path) -> str:
+    """How to get a missing path that names a corpus ``tformer data download`` fetches (``../shared/data/multi30k``,
+    ``tinyshakespeare.txt``): the command, its name then standing for it."""
+    from tformer.translation.download import SOURCES
+
+    name = next((n for n, remotes in SOURCES.items() if path.name in (n, remotes[0].filename)), None)
+    return f"; `tformer data download {name}` fetches it, then --data {name} finds it" if name else ""
 
 
 def downloaded_corpus(name: str) -> str:
