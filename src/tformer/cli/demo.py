@@ -19,6 +19,7 @@ from tformer.cli.validate import data_source, int_at_least
 # The tiny preset on the built-in corpus (seeds 0, 1, 2) translated all five examples right from step 400-500 on
 # (held-out BLEU 98.9-100): the demo trains twice that by default, whatever the machine's speed or load.
 STEPS = 800
+WARMUP = 200  # steps of linear warmup: a quarter of STEPS
 PROMISE = ("I am good.", "Je vais bien.")  # what the README promises the built-in corpus teaches
 # after an interrupt: the demo has no --resume (its run is minutes long), so it names the flag it has
 DEMO_RESUME = "the demo does not resume: run it again with --overwrite to start anew"
@@ -38,13 +39,14 @@ def add_parser(sub) -> None:
         "--overwrite",
         "--max-steps",
         "--minutes",
+        "--warmup-steps",
         "--preset",
         "--vocab-size",
         "--seed",
         "--precision",
         "--no-progress",
         "--compile",
-        defaults=dict(out_dir="runs/demo", max_steps=STEPS, preset="tiny", vocab_size=1000),
+        defaults=dict(out_dir="runs/demo", max_steps=STEPS, preset="tiny", vocab_size=1000, warmup_steps=WARMUP),
         precision=training_precision(),  # training's; int8 is for inference
         overwrite={"help": "delete the earlier run in a non-empty --out and start anew"},
         max_steps={
@@ -78,7 +80,7 @@ def run(args) -> int:
         batch_tokens=2048,
         bleu_sentences=200,
         lr=1e-3,
-        warmup_steps=200,
+        warmup_steps=args.warmup_steps,
         max_steps=args.max_steps,
         minutes=args.minutes,
         eval_every=200,
@@ -126,6 +128,8 @@ def _again(args, steps: int | None = None) -> str:
     steps = steps or args.max_steps
     if steps != STEPS:  # (the demo's own target needs no flag)
         words += ["--max-steps", str(steps)]
+    if args.warmup_steps != WARMUP:
+        words += ["--warmup-steps", str(args.warmup_steps)]
     return shlex.join(words)
 
 

@@ -236,7 +236,7 @@ def add(p, *names: str, defaults: Mapping[str, Any] | None = None, **changes: An
         spellings = (name, flag.off) if flag.off else (name,)
         if flag.off:  # the switch and its opposite, one action
             kwargs.update(action=Switch, default=flag.action == "store_false")
-            kwargs["help"] += f"; {flag.off} undoes it (a --config file's)"
+            kwargs["help"] += f"; {flag.off} undoes it (the last one given wins)"
         elif flag.action:
             kwargs["action"] = flag.action
         else:
