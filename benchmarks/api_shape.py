@@ -112,7 +112,7 @@ def gpt_first_token() -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))  # its first paragraph
     parser.add_argument(
         "--out",
         default="runs/bench",

@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "bench",
         help="run a benchmark (train_step, decode, throughput_multi30k, bert_encode, ...)",
-        description=__doc__,
+        description=(__doc__ or "").replace("``", "`"),  # the docstring's reST quotes, as a terminal reads them
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", nargs="?", help="benchmark name; none: list them")

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     from tformer.bert import run as bert_run
     from tformer.translation import run as translation_run
 
-    p = sub.add_parser("data", help="fetch corpora (everything also accepts local paths)")
+    p = sub.add_parser("data", help="fetch and prepare corpora (everything also accepts local paths)")
     sp = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     d = sp.add_parser("download", help="download a corpus into the cache directory")
     d.add_argument("name", help="tatoeba-eng-fra, multi30k or tinyshakespeare")
