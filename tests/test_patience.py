@@ -70,7 +70,7 @@ def test_a_tie_of_the_metric_is_broken_by_the_validation_loss(tmp_path, capsys):
     trainer = Trainer(_model(), task, _config(tmp_path, patience=2))
     trainer.fit()
     assert trainer.step == 7 and (trainer.best, trainer.best_step, trainer.best_loss) == (2.0, 5, 2.4)
-    assert "best/ holds the best model (BLEU 2 at step 5)" in capsys.readouterr().out
+    assert "best/ holds the best model (BLEU 2.00 at step 5)" in capsys.readouterr().out
     best = GPT.from_pretrained(tmp_path / "best").state_dict()
     assert all(torch.equal(best[k], v) for k, v in task.seen[4].items())
     state = json.loads((tmp_path / "last" / "state.json").read_text())
