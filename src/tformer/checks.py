@@ -231,7 +231,8 @@ count_or_fraction = Number(
 
 # decoding: the bounds of tformer.generation (MAX_BEAM, MAX_LENGTH_PENALTY, MAX_NEW_TOKENS);
 # tests/test_limits_and_values.py keeps them equal
-GREEDY = "0 would be greedy decoding, the most likely token: --greedy, or translate without --sample"  # what a temperature of 0 would be
+# what a temperature of 0 would be
+GREEDY = "0 would be greedy decoding, the most likely token: --greedy, or translate without --sample"
 temperature = Number(float, 0, 100, low_open=True, allowed=f"a number in (0, 100] ({GREEDY})")
 repetition_penalty = Number(float, 0.01, 100, allowed="a number in [0.01, 100] (1 = off)")
 top_k = Number(int, 0, 1_000_000, allowed="an integer in [0, 1000000] (0 = off)")

@@ -195,7 +195,8 @@ def check_new_dir(
         written = _written_files(path)
         if written is None:
             raise ValueError(
-                f"{_switch(flag)}: {flag} {str(path)!r} holds {_shown(entries)} and is not an output of tformer's (export, "
+                f"{_switch(flag)}: {flag} {str(path)!r} holds {_shown(entries)} and is not an output of tformer's "
+                "(export, "
                 f"merge and average write {WRITTEN} beside their files); nothing was deleted: name another directory"
             )
         others = [name for name in entries if name not in {*written, WRITTEN} or not (path / name).is_file()]

@@ -56,7 +56,8 @@ def run(args) -> int:
     base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path") if adapter.is_file() else None
     write_average(chosen, out, [adapter_writer(base)] if base else [])
     print(
-        f"wrote {out}: the average of {len(chosen)} checkpoint{'s' * (len(chosen) > 1)} ({', '.join(d.name for d in chosen)})"
+        f"wrote {out}: the average of {len(chosen)} checkpoint{'s' * (len(chosen) > 1)} "
+        f"({', '.join(d.name for d in chosen)})"
     )
     if base:
         print(

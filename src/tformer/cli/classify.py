@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
         "--model",
         model={
             "required": True,
-            "help": "a `tformer train classify` run or model directory, or a Hugging Face BertForSequenceClassification one",
+            "help": "a `tformer train classify` run or model directory, or a Hugging Face "
+            "BertForSequenceClassification one",
         },
     )
     c.set_defaults(func=run)

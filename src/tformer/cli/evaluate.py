@@ -30,7 +30,8 @@ def add_parser(sub) -> None:
         "--tune-length-penalty",
         action="store_true",
         help="try the length penalties 0.6, 0.8, 1.0, 1.2, 1.4 with --beam on --src/--ref (a validation set, never the "
-        "test set), and keep the best as the model's default (decoding.json in its directory; a Hugging Face directory's generation_config.json)",
+        "test set), and keep the best as the model's default (decoding.json in its directory; a Hugging Face "
+        "directory's generation_config.json)",
     )
     e.set_defaults(func=run)
 

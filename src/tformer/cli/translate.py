@@ -47,7 +47,8 @@ def add_decoding(p) -> None:
         },
         batch_size={"help": "sentences translated together"},
         beam={
-            "help": "beam size, 1 to 64 (1 = greedy; at most the target vocabulary): transformers' generate(num_beams=K, "
+            "help": "beam size, 1 to 64 (1 = greedy; at most the target vocabulary): transformers' "
+            "generate(num_beams=K, "
             "early_stopping=True); of a Hugging Face model's generation_config.json only length_penalty is read "
             "(not its num_beams, bad_words_ids or forced_eos_token_id)"
         },
