@@ -333,9 +333,10 @@ class Trainer(BadSteps, RunState, Evaluation):
             distributed.say("float32 matrix products: TF32 on the GPU's tensor cores (for this run)")
         if self.cfg.compile:
             distributed.say("torch.compile: the first steps compile the model (a minute or more), then run compiled")
-        steps = self.cfg.max_steps  # warmup is a few % of the run (as nanoGPT's): one that never ends is said
-        peak = self.cfg.lr * lr_factor(steps - 1, self.cfg) if steps is not None else self.cfg.lr
-        if steps is not None and self.cfg.warmup_steps >= steps > self.step and peak < self.cfg.lr * (1 - 1e-6):
+        steps = self.cfg.max_steps or 0  # warmup is a few % of the run (as nanoGPT's): one that never ends is said
+        short = self.cfg.warmup_steps >= steps > self.step  # (max_steps 0 or None: no last step to look at)
+        peak = self.cfg.lr * lr_factor(steps - 1, self.cfg) if short else self.cfg.lr
+        if peak < self.cfg.lr * (1 - 1e-6):
             distributed.say(
                 f"note: --warmup-steps {self.cfg.warmup_steps} is not shorter than --max-steps {steps}: the learning "
                 f"rate climbs to {peak:.3g} at the last step and never reaches --lr {self.cfg.lr:g}; give a smaller "
