@@ -153,7 +153,7 @@ def test_demo_refuses_a_second_run_naming_its_own_flag_and_overwrite_runs_withou
     demo = ["demo", "--out", "demo", "--minutes", "0.01", "--vocab-size", "60", "--no-progress", "I eat."]
     (first,) = _cli(tmp_path, [*demo, "--data", "pairs.tsv", "--max-steps", "6", "--warmup-steps", "2"])
     assert first["code"] == 0, first["err"]
-    assert "--warmup-steps" not in first["out"]  # the note's advice is a flag the demo has, taken here
+    assert "note: --warmup-steps" not in first["out"]  # the note's advice is a flag the demo has, taken here
     assert "validation: loss" in first["out"]
     out = tmp_path / "demo"
     before = _snapshot(out)
