@@ -316,6 +316,38 @@ def test_each_progress_line_shows_the_values_of_its_own_step(tmp_path, monkeypat
     assert losses == [f"{r['train_loss']:.3f}" for r in _records(tmp_path / "run") if "train_loss" in r]
 
 
+def test_the_eta_is_wall_time_evaluations_included_and_the_log_says_what_each_took(tmp_path, monkeypatch, capsys):
+    """--minutes counts training only, so an ETA from the training clock alone said 0:00 while a translation run's
+    evaluations still had minutes to go: the time left is scaled by the session's wall time per training second."""
+    from tformer.training import evaluation, trainer
+
+    assert progress.seconds_left(None, 2.0, 5, 60.0, 0, 0.0) == 60.0  # the budget's minute left, on its clock
+    assert progress.seconds_left(None, 2.0, 5, 60.0, 0, 0.0, wall=180.0) == 180.0  # 2 wall seconds per trained one
+    assert progress.seconds_left(10, None, 5, 10.0, 0, 0.0, wall=15.0) == pytest.approx(15.0)  # 5 steps of 2 s × 1.5
+    assert progress.seconds_left(10, None, 5, 10.0, 0, 0.0, wall=5.0) == pytest.approx(10.0)  # never below training
+    walls, scores = [], evaluation.Evaluation._scores
+
+    def slow_scores(self):
+        time.sleep(0.4)
+        return scores(self)
+
+    def seen(*args, **kwargs):
+        walls.append((args[2], args[-1], args[3] - args[5]))  # step, wall, trained seconds
+        return progress_left(*args, **kwargs)
+
+    progress_left = trainer.seconds_left
+    monkeypatch.setattr(evaluation.Evaluation, "_scores", slow_scores)
+    monkeypatch.setattr(trainer, "seconds_left", seen)
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+    monkeypatch.chdir(tmp_path)
+    argv = [a for a in _lm(tmp_path, "run", "--max-steps", "3", "--eval-every", "1") if a != "--no-progress"]
+    assert _run(capsys, argv)["code"] == 0
+    after_two = [(wall, trained) for step, wall, trained in walls if step == 3]
+    assert after_two and all(wall >= trained + 0.8 for wall, trained in after_two)  # the two evaluations' 0.4 s
+    evals = [r for r in _records(tmp_path / "run") if "val_loss" in r]
+    assert len(evals) == 3 and all(r["eval_s"] >= 0.4 for r in evals)
+
+
 def test_a_run_stopped_before_its_first_record_is_a_run_that_overwrite_replaces(tmp_path, monkeypatch, capsys):
     """Killed (or its output piped to `head`) between OUT/config.yaml and the first log record: --overwrite starts
     it again; a config.yaml of the user's is not a run's, and stays."""

@@ -146,7 +146,10 @@ FLAGS: dict[str, Flag] = {
     "--accum-steps": Flag("batches accumulated per optimizer step", v.positive_int),
     "--epochs": Flag("epochs in all (a resumed run counts the ones it trained)", v.positive_int),
     "--max-steps": Flag("optimizer steps in all (a resumed run counts its steps)", v.positive_int),
-    "--minutes": Flag("training time budget in all (a resumed run counts its time)", v.positive_float),
+    "--minutes": Flag(
+        "training time budget in all, evaluations and saves not counted (a resumed run counts its time)",
+        v.positive_float,
+    ),
     "--eval-every": Flag("optimizer steps between evaluations (default: every epoch)", v.positive_int),
     "--log-every": Flag("optimizer steps between progress lines and log records", v.positive_int),
     "--precision": Flag(

@@ -54,7 +54,7 @@ class TrainConfig:
     accum_steps: int = 1
     epochs: int | None = None
     max_steps: int | None = None
-    minutes: float | None = None  # time budget
+    minutes: float | None = None  # time budget: training steps only, evaluations and saves not counted
     eval_every: int | None = None  # optimizer steps between evaluations; None = every epoch
     log_every: int = 10
     seed: int = 0

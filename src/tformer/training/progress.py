@@ -81,16 +81,27 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 def seconds_left(
-    max_steps: int | None, minutes: float | None, step: int, elapsed: float, step0: int, elapsed0: float
+    max_steps: int | None,
+    minutes: float | None,
+    step: int,
+    elapsed: float,
+    step0: int,
+    elapsed0: float,
+    wall: float | None = None,
 ) -> float | None:
-    """Time to the end of a run at ``step`` after ``elapsed`` seconds: the rest of its ``minutes``, or the steps left
-    to ``max_steps`` at the pace since this session started (at ``step0``, ``elapsed0``), whichever ends first."""
+    """Time to the end of a run at ``step`` after ``elapsed`` seconds of training: the rest of its ``minutes``, or the
+    steps left to ``max_steps`` at the pace since this session started (at ``step0``, ``elapsed0``), whichever ends
+    first. ``wall``, the seconds since the session started: the budget counts training only, so the time left is
+    scaled by this session's wall time per training second (its evaluations and saves, on the clock a person reads)."""
     left = []
     if minutes is not None:
         left.append(max(minutes * 60 - elapsed, 0.0))
     if max_steps is not None and step > step0:
         left.append((max_steps - step) * (elapsed - elapsed0) / (step - step0))
-    return min(left) if left else None
+    if not left:
+        return None
+    trained = elapsed - elapsed0
+    return min(left) * (max(wall / trained, 1.0) if wall is not None and trained > 0 else 1.0)
 
 
 def step_text(epoch: int, loss: float, lr: float, rate: float, left: float | None, unit: str = "tok") -> str:

@@ -343,7 +343,7 @@ class Trainer(BadSteps, RunState, Evaluation):
                 "--warmup-steps for a run this short"
             )
         progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main)
-        self._session = (self.step, self.elapsed)  # for the ETA
+        self._session = (self.step, self.elapsed, time.perf_counter())  # for the ETA
         last_eval: dict = {}
         if self.evaluate_start and self.step == 0:
             last_eval = self.evaluate()
@@ -424,8 +424,9 @@ class Trainer(BadSteps, RunState, Evaluation):
         """The progress line's values of the step just made (its loss read from the device now, if not yet)."""
         self._settle()
         loss = self._shown_loss
-        step0, elapsed0 = getattr(self, "_session", (0, 0.0))  # this session's pace gives the ETA
-        left = seconds_left(self.cfg.max_steps, self.cfg.minutes, self.step, self.elapsed, step0, elapsed0)
+        step0, elapsed0, wall0 = getattr(self, "_session", (0, 0.0, None))  # this session's pace gives the ETA
+        wall = None if wall0 is None else time.perf_counter() - wall0
+        left = seconds_left(self.cfg.max_steps, self.cfg.minutes, self.step, self.elapsed, step0, elapsed0, wall)
         return step_text(self.epoch, loss, lr, rate, left, getattr(self.task, "rate_unit", "tok"))
 
     def _plot(self) -> None:
