@@ -299,6 +299,22 @@ def test_rank0_results_and_different_models_across_processes(tmp_path):
     assert "rank 1: process 1 and process 0 built different models" in proc.stdout
 
 
+def test_an_interrupt_under_torchrun_is_said_once_by_rank_0(monkeypatch, capsys):
+    """Every rank stops with the same TrainingInterrupted: rank 0 says where the state is saved, the others only exit
+    with its status (the message was printed once per process)."""
+    import tformer.cli
+    from tformer.training.trainer import TrainingInterrupted
+
+    def interrupted(args):
+        raise TrainingInterrupted("interrupted by SIGINT at step 3: the state is saved in run/last", 130)
+
+    monkeypatch.setattr(tformer.cli, "_run", interrupted)
+    for rank, said in (("1", 0), ("0", 1)):
+        monkeypatch.setenv("RANK", rank)
+        assert tformer.cli.main(["info", "."]) == 130
+        assert capsys.readouterr().err.count("error: interrupted by SIGINT at step 3") == said
+
+
 def test_shutdown_leaves_the_process_group(tmp_path):
     from tformer.training import distributed
 

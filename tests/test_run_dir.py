@@ -316,7 +316,9 @@ def test_each_progress_line_shows_the_values_of_its_own_step(tmp_path, monkeypat
     assert losses == [f"{r['train_loss']:.3f}" for r in _records(tmp_path / "run") if "train_loss" in r]
 
 
-def test_the_eta_is_wall_time_evaluations_included_and_the_log_says_what_each_took(tmp_path, monkeypatch, capsys):
+def test_the_eta_is_wall_time_and_tokens_per_s_training_time_and_the_log_says_what_each_evaluation_took(
+    tmp_path, monkeypatch, capsys
+):
     """--minutes counts training only, so an ETA from the training clock alone said 0:00 while a translation run's
     evaluations still had minutes to go: the time left is scaled by the session's wall time per training second."""
     from tformer.training import evaluation, trainer
@@ -344,8 +346,24 @@ def test_the_eta_is_wall_time_evaluations_included_and_the_log_says_what_each_to
     assert _run(capsys, argv)["code"] == 0
     after_two = [(wall, trained) for step, wall, trained in walls if step == 3]
     assert after_two and all(wall >= trained + 0.8 for wall, trained in after_two)  # the two evaluations' 0.4 s
-    evals = [r for r in _records(tmp_path / "run") if "val_loss" in r]
+    records = _records(tmp_path / "run")
+    evals = [r for r in records if "val_loss" in r]
     assert len(evals) == 3 and all(r["eval_s"] >= 0.4 for r in evals)
+    # and tokens/s is training's: a step of 4 × 16 tokens after a 0.4 s evaluation still reads as one step's pace
+    assert all(r["tokens_per_s"] > 64 / 0.2 for r in records if "train_loss" in r and r["step"] > 1)
+
+
+def test_an_accumulation_longer_than_an_epoch_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """A step never spans two epochs: --accum-steps 8 over an epoch of 3 batches trained steps of 3, in silence."""
+    monkeypatch.chdir(tmp_path)
+    result = _run(capsys, _lm(tmp_path, "run", "--max-steps", "3", "--batches-per-epoch", "3", "--accum-steps", "8"))
+    assert result["code"] == 2 and "Traceback" not in result["err"]
+    assert "--accum-steps 8 makes a step of 8 batches, but an epoch of this run's training data has 3" in result["err"]
+    assert not (tmp_path / "run").exists()  # the same command, fixed, runs without --overwrite
+    assert (
+        _run(capsys, _lm(tmp_path, "run", "--max-steps", "3", "--batches-per-epoch", "3", "--accum-steps", "3"))["code"]
+        == 0
+    )
 
 
 def test_a_run_stopped_before_its_first_record_is_a_run_that_overwrite_replaces(tmp_path, monkeypatch, capsys):

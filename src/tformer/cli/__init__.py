@@ -197,7 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as err:  # training's TrainingInterrupted says what was saved, and its status (130 / 143)
         if args.debug:
             raise
-        return _fail(args, str(err) or "interrupted (Ctrl-C)", getattr(err, "exit_code", 130))
+        code = getattr(err, "exit_code", 130)
+        if hasattr(err, "exit_code") and "torch.distributed" in sys.modules:  # (torchrun: every rank has it)
+            from tformer.training.distributed import is_main_process
+
+            if not is_main_process():  # rank 0 says where the state is saved, once
+                return code
+        return _fail(args, str(err) or "interrupted (Ctrl-C)", code)
     except Exception as err:
         failure = _expected(err)
         if failure is None:

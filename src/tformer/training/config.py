@@ -28,6 +28,7 @@ __all__ = [
     "gpu_batch_note",
     "budget_reached",
     "budget_spent_message",
+    "check_accumulation",
     "patience_spent",
     "lr_factor",
     "make_optimizer",
@@ -152,6 +153,21 @@ def gpu_batch_note(device: str, tokens_per_step: int, batch: str, instead: str) 
     return (
         f"note: {batch} is {tokens_per_step:,} tokens a step, a CPU recipe's batch: a GPU runs that mostly idle "
         f"(launch-bound). For a GPU: {instead}"
+    )
+
+
+def check_accumulation(accum_steps: int, processes: int, count: int) -> None:
+    """A step never spans two epochs: ``accum_steps`` on ``processes`` asking for more batches than an epoch has
+    (``count``) is refused before anything is written, not cut to the epoch's batches in silence."""
+    per_step = accum_steps * processes
+    if count >= per_step or count == 0:
+        return
+    procs = f" on {processes} processes" if processes > 1 else ""
+    raise ValueError(
+        f"--accum-steps {accum_steps}{procs} makes a step of {per_step} batches, but an epoch of this run's training "
+        f"data has {count}: a step never spans two epochs, so each would be cut to {count}; give --accum-steps "
+        f"{max(count // processes, 1)} or less, or more batches an epoch (a larger --batches-per-epoch, a smaller "
+        "--batch-size or --batch-tokens, more data)"
     )
 
 

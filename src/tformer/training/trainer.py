@@ -80,6 +80,7 @@ from tformer.training.config import (
     TrainConfig,
     budget_reached,
     budget_spent_message,
+    check_accumulation,
     lr_factor,
     make_optimizer,
     patience_spent,
@@ -116,6 +117,8 @@ class Trainer(BadSteps, RunState, Evaluation):
         # --fsdp: whole on rank 0's CPU (on the meta device elsewhere: sharded.building) until it is sharded
         self.model: PretrainedMixin = model if cfg.fsdp else model.to(device)
         self.task, self.cfg, self.device = task, cfg, device
+        if cfg.accum_steps * self.world.size > 1:  # (the epoch's batches seeded by the epoch: no RNG is used)
+            check_accumulation(cfg.accum_steps, self.world.size, len(task.train_batches(0)))
         self.precision = choose(cfg.precision, "training", model, str(device))  # bf16/fp16: autocast in _step
         self.scaler = gradient_scaler(self.precision, str(device))  # fp16: scales the loss; else None
         self.tf32 = torch.device(device).type == "cuda"  # float32 products on the tensor cores, in fit() only
@@ -389,14 +392,14 @@ class Trainer(BadSteps, RunState, Evaluation):
                                     self.step, functools.partial(self._postfix, float(lr), rate)
                                 )  # read if shown
                                 if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
-                                    last_eval = self.evaluate()
-                                    self.save_last()
+                                    last_eval, paused = self._evaluate_and_save()
+                                    window_start += paused  # tokens/s counts training only
                             self._check_stop()
                     if self.batch_index >= len(batches):
                         self.epoch, self.batch_index = self.epoch + 1, 0
                         if not self.cfg.eval_every:
-                            last_eval = self.evaluate()
-                            self.save_last()
+                            last_eval, paused = self._evaluate_and_save()
+                            window_start += paused
                         self._check_stop()
                 if not last_eval or last_eval["step"] != self.step:
                     last_eval = self.evaluate()
@@ -415,6 +418,13 @@ class Trainer(BadSteps, RunState, Evaluation):
             (last_eval, self.best, self.best_step, self.best_ema), self.world
         )
         return last_eval
+
+    def _evaluate_and_save(self) -> tuple[dict, float]:
+        """An evaluation and ``last/`` saved: the evaluation's record and the seconds both took."""
+        start = time.perf_counter()
+        record = self.evaluate()
+        self.save_last()
+        return record, time.perf_counter() - start
 
     def _feed(self, batches: list) -> Feed:
         """The epoch's batches, read ahead in a thread when the task reads its data per batch (``fetch``)."""
