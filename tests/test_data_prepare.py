@@ -637,6 +637,10 @@ def test_a_folder_is_read_without_its_hidden_files_or_tformers_own_and_with_its_
     assert [p.relative_to(corpus) for p in sources.find_sources(corpus)] == [Path("a.txt"), Path("wiki/w.txt")]
     assert main([*run, "--out", str(corpus / "runs" / "a"), "--resume", "--max-steps", "2"]) == 0  # the same text
     capsys.readouterr()
+    for given, kind in ((corpus / "runs" / "a", "training run directory"), (corpus / "runs" / "a" / "best", "model")):
+        argv = ["train", "lm", "--data", str(given), *LM_ARGS, "--max-steps", "1", "--out", str(tmp_path / "b")]
+        assert main(argv) == 2  # its log.jsonl was read as a corpus: "no field 'text'"
+        assert f"--data {str(given)!r} is a tformer {kind}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["byte_bpe", "char"])

@@ -57,6 +57,11 @@ def find_sources(data: str | Path, flag: str = "--data") -> list[Path]:
     ``FileNotFoundError`` naming ``flag``."""
     path = Path(data)
     if path.is_dir():
+        from tformer.files import dir_kind
+
+        kind = dir_kind(path)  # its log.jsonl or a tokenizer's JSON would be read as text
+        if kind is not None:
+            raise ValueError(f"{flag} {str(path)!r} is a tformer {kind}, not training data")
         saved = _saved_dataset(path)
         if saved is not None:
             return saved
