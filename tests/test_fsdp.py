@@ -124,6 +124,7 @@ def test_fsdp_resumes_exactly_and_writes_whole_files(tmp_path):
     )
     assert alone.returncode == 0, alone.stderr[-3000:]  # one process, unsharded, from the sharded run's files
     assert "the run used 2 process(es), this one has 1" in alone.stdout
+    assert "changed: --max-steps 6 (was 4), --fsdp off (was on)" in alone.stdout  # not dropped in silence
     assert len(ddp._losses(tmp_path / "cut")) == 6
     state = json.loads((last / "state.json").read_text())
     assert state["step"] == 6 and state["train_config"]["fsdp"] is False

@@ -63,7 +63,15 @@ __all__ = [
 FIXED_FIELDS = ("lr", "schedule", "warmup_steps", "min_lr_ratio", "weight_decay", "optimizer", "betas", "clip",
                 "accum_steps", "seed", "ema")  # fmt: skip
 _BUDGET = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "device", "precision")
-REPORTED_FIELDS: tuple[str, ...] = (*_BUDGET, "max_bad_steps", "patience", "keep_checkpoints", "log_to")
+REPORTED_FIELDS: tuple[str, ...] = (
+    *_BUDGET,
+    "max_bad_steps",
+    "patience",
+    "keep_checkpoints",
+    "log_to",
+    "fsdp",
+    "compile",
+)
 _NO_FLAG = ("min_lr_ratio", "betas")
 
 
