@@ -254,6 +254,7 @@ def test_torchrun_resume_continues_exactly(tmp_path):
     )
     assert alone.returncode == 0, alone.stderr[-3000:]  # another number of processes goes on, and says how
     assert "the run used 2 process(es), this one has 1" in alone.stdout and "not the exact continuation" in alone.stdout
+    assert "a step now takes 1 batch (--accum-steps 1 on each process; it took 2)" in alone.stdout
     cut = _losses(tmp_path / "cut")
     assert len(cut) == 6 and cut[:4] == pytest.approx(_losses(tmp_path / "straight"), abs=1e-6)
 

@@ -338,11 +338,12 @@ class RunState:
                 torch.cuda.set_rng_state(mine["cuda_rng"], self.device)
         else:  # another number of processes: the run goes on, its dropout's draws from new seeds, and it says so
             torch.manual_seed(self.cfg.seed + 1000 * self.world.rank + meta["step"])
+            used, accum, now = len(state["rng"]), self.cfg.accum_steps, self.cfg.accum_steps * self.world.size
             distributed.say(
-                f"--resume: the run used {len(state['rng'])} process(es), this one has {self.world.size}: the weights, "
-                "optimizer, schedule and data position go on; a step's global batch is now "
-                f"{self.cfg.accum_steps} x {self.world.size} batches, and dropout draws from new seeds (not the "
-                "exact continuation)"
+                f"--resume: the run used {used} process(es), this one has {self.world.size}: the weights, optimizer, "
+                f"schedule and data position go on; a step now takes {now} batch{'es' * (now != 1)} (--accum-steps "
+                f"{accum} on each process; it took {accum * used}), and dropout draws from new seeds (not the exact "
+                "continuation)"
             )
         self.step, self.epoch, self.batch_index = meta["step"], meta["epoch"], meta["batch_index"]
         self.elapsed, self.best = float(meta["elapsed"]), meta["best"]
