@@ -8,6 +8,7 @@ of an error, and what is on disk.
 
 import json
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -314,6 +315,29 @@ def test_each_progress_line_shows_the_values_of_its_own_step(tmp_path, monkeypat
     logged = _run(capsys, _lm(tmp_path, "run", "--max-steps", "4"))
     assert logged["code"] == 0, logged["err"]
     assert losses == [f"{r['train_loss']:.3f}" for r in _records(tmp_path / "run") if "train_loss" in r]
+
+
+def test_the_bar_shows_each_count_with_its_own_steps_values(monkeypatch):
+    """On a terminal the bar's values are asked for every BAR_EVERY_S: its count waits for them, so "2/4" never
+    shows step 1's loss (it did: the count moved at every step, the values twice a second)."""
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(progress, "BAR_EVERY_S", 0.3)
+    stream = Terminal()
+    bar = progress.Progress(4, 0, True, stream)
+    for step in (1, 2, 3, 4):
+        bar.update(step, f"loss of step {step}")
+        time.sleep(0.2)  # tqdm draws (every 0.1 s) between the bar's values (every 0.3 s)
+    bar.close()
+    frames = [f for f in stream.getvalue().split("\r") if "/4" in f and " 0/4 " not in f]  # (the empty bar first)
+    shown = [(re.search(r" (\d)/4 ", f), re.search(r"loss of step (\d)", f)) for f in frames]
+    assert len(shown) >= 2 and all(count and values for count, values in shown), frames
+    assert all(count.group(1) == values.group(1) for count, values in shown), frames
+    assert "4/4" in frames[-1] and "loss of step 4" in frames[-1]
 
 
 def test_the_eta_is_wall_time_and_tokens_per_s_training_time_and_the_log_says_what_each_evaluation_took(

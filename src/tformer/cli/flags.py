@@ -18,6 +18,7 @@ from typing import Any
 
 from tformer.cli import validate as v
 from tformer.cli.parser import Switch, renamed
+from tformer.training.progress import PLAIN_EVERY_S
 
 __all__ = ["Flag", "FLAGS", "add", "add_training", "defaults", "options"]
 
@@ -151,7 +152,11 @@ FLAGS: dict[str, Flag] = {
         v.positive_float,
     ),
     "--eval-every": Flag("optimizer steps between evaluations (default: every epoch)", v.positive_int),
-    "--log-every": Flag("optimizer steps between progress lines and log records", v.positive_int),
+    "--log-every": Flag(
+        f"optimizer steps between log records (OUT/log.jsonl); the progress bar, or off a terminal a line every "
+        f"{PLAIN_EVERY_S:g} s, shows the latest step",
+        v.positive_int,
+    ),
     "--precision": Flag(
         "number format: auto (picks per machine class and kind of work, and says what and why), fp32, bf16, fp16 "
         "(GPUs), int8 (inference)",
@@ -193,7 +198,10 @@ FLAGS: dict[str, Flag] = {
         v.log_sinks,
     ),
     "--no-progress": Flag(
-        "no progress bar (the log lines stay)", action="store_false", dest="progress", off="--progress"
+        "no progress bar or lines (OUT/log.jsonl is written as always)",
+        action="store_false",
+        dest="progress",
+        off="--progress",
     ),
     "--compile": Flag(
         "torch.compile the model for the training steps: slower to start (the first steps compile), faster after, "

@@ -27,7 +27,8 @@ class Progress:
     """``update(step, text)`` after every optimizer step, with that step's own values; ``close()`` at the end.
 
     Each line shows the text given with its step: a line printed on time (every ``PLAIN_EVERY_S`` seconds)
-    between two log steps never shows the loss, learning rate or tokens/s of an earlier step. The text may be a
+    between two log steps never shows the loss, learning rate or tokens/s of an earlier step; nor does the bar, whose
+    count moves (every ``BAR_EVERY_S``) with the values of the step it shows. The text may be a
     function, called only when a line or the bar will show it: the Trainer reads the loss from the device for it
     (:mod:`tformer.training.tally`), so a step that is not shown reads nothing."""
 
@@ -46,11 +47,11 @@ class Progress:
     def update(self, step: int, text: str | Callable[[], str] = "") -> None:
         """Optimizer step ``step`` is done; ``text`` holds its values (loss, learning rate, tokens/s, ETA), or is a
         function that makes them, called only if they are shown."""
-        done, self.step, self.pending = step - self.step, step, text
+        self.step, self.pending = step, text
         if self.bar is not None:
-            if time.monotonic() - self.asked_at >= BAR_EVERY_S:
-                self.bar.set_postfix_str(self._text(), refresh=False)  # drawn with the step count, at tqdm's own pace
-            self.bar.update(done)
+            if time.monotonic() - self.asked_at >= BAR_EVERY_S:  # the count moves with its own step's values
+                self.bar.set_postfix_str(self._text(), refresh=False)
+                self.bar.update(step - self.bar.n)  # drawn at tqdm's own pace
         elif self.plain and (time.monotonic() - self.printed_at >= PLAIN_EVERY_S):
             self._line()
 
@@ -68,6 +69,7 @@ class Progress:
         if self.bar is not None:
             with contextlib.suppress(Exception):  # the last step's values (a run stopped by an error: its own)
                 self.bar.set_postfix_str(self._text(), refresh=False)
+            self.bar.update(self.step - self.bar.n)
             self.bar.close()
         elif self.plain and self.printed_step != self.step:
             self._line()
