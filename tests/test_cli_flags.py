@@ -243,7 +243,9 @@ def test_the_shared_model_fields_are_declared_once():
             pass
 
 
-def test_a_long_commands_error_is_two_lines_and_a_missing_corpus_says_how_to_fetch_it(tmp_path, capsys):
+def test_a_long_commands_error_or_a_refused_value_is_two_lines_and_a_missing_corpus_says_how_to_fetch_it(
+    tmp_path, capsys
+):
     """A training command's usage is 20-odd lines of flags: before an error it is one line saying where they are, so
     the error stays what the user reads; a missing path named as a corpus tformer fetches says the command."""
     for argv, said in (
@@ -257,5 +259,10 @@ def test_a_long_commands_error_is_two_lines_and_a_missing_corpus_says_how_to_fet
         assert usage == f"usage: tformer {command} [options] ... (tformer {command} --help lists them)"
         assert error.startswith(f"tformer {command}: error: argument --data: ") and said in error, error
     with pytest.raises(SystemExit):
-        main(["plot", "mask", "--kind", "nope"])  # a short usage is shown whole, as argparse shows it
+        main(["plot", "mask", "--nope"])  # a short usage is shown whole, as argparse shows it
     assert capsys.readouterr().err.startswith("usage: tformer plot mask [-h]")
+    with pytest.raises(SystemExit):  # but not above a value refused: the error says what it takes
+        main(["plot", "mask", "--kind", "nope"])
+    usage, error = capsys.readouterr().err.splitlines()
+    assert usage == "usage: tformer plot mask [options] ... (tformer plot mask --help lists them)"
+    assert error.startswith("tformer plot mask: error: argument --kind: invalid choice: 'nope' (choose from")

@@ -73,7 +73,8 @@ def _suggest(word: str, candidates: list[str]) -> str:
     return f"{word}: did you mean {close[0]}?" if close else ""
 
 
-USAGE_LINES = 6  # a longer usage is shown as one line before an error (the error is what the user must read)
+USAGE_LINES = 6  # a longer usage is one line before an error (the error is what the user must read); so is any
+# usage before the refusal of a value given (`argument --beam: ...`)
 
 
 class Parser(argparse.ArgumentParser):
@@ -141,7 +142,8 @@ class Parser(argparse.ArgumentParser):
             hints = [_suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))]
         hint = "; ".join(h for h in hints if h)
         usage = self.format_usage()
-        if usage.count("\n") > USAGE_LINES:  # a training command's every flag would bury the one line that matters
+        # a training command's every flag would bury the one line that matters, as would any usage above a bad value
+        if usage.count("\n") > USAGE_LINES or message.startswith("argument "):
             usage = f"usage: {self.prog} [options] ... ({self.prog} --help lists them)\n"
         self._print_message(usage, sys.stderr)
         self.exit(2, f"{self.prog}: error: {message} ({hint})\n" if hint else f"{self.prog}: error: {message}\n")
