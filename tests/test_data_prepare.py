@@ -313,8 +313,10 @@ def test_an_empty_text_is_refused_by_data_prepare_lm_as_by_bert(tmp_path, capsys
     assert (
         main(["data", "prepare", "lm", "--data", str(tmp_path / "empty.txt"), "--data-cache", str(tmp_path / "c")]) == 2
     )
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    said = capsys.readouterr()
+    last = said.err.strip().splitlines()[-1]
     assert last.endswith("empty.txt: the text is empty: no tokens to train on"), last
+    assert "prepared:" not in said.out and not list((tmp_path / "c").glob("lm-*"))  # no "0 ids", no empty folder
 
 
 def test_data_prepare_then_train_starts_from_the_cache(tmp_path, capsys):

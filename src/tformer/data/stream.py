@@ -78,6 +78,8 @@ def prepare_lm(
                     log(progress_line(done, total, now - start, writer.count))
         flush()
         shards = writer.close()
+        if not writer.count:  # refused before "prepared:" is said, and no folder kept (as bert's and translation's)
+            raise ValueError(f"--data {data}: the text is empty: no tokens to train on")
         log(f"prepared: {documents:,} document(s), {writer.count:,} ids in {len(shards)} {dtype} shard(s)")
         return {"dtype": dtype, "documents": documents, "tokens": writer.count, "shards": shards, "files": shards}
 
