@@ -1,4 +1,4 @@
-"""Llama, Mistral, Qwen2 and Qwen3 from Hugging Face: small random models (no download) converted by ``from_hf``
+"""Llama, Mistral, Qwen2, Qwen3 and GPT-NeoX (sequential) from Hugging Face: small random models (no download) converted by ``from_hf``
 give transformers' own logits on a left-padded batch, the same logits when decoded token by token through our
 KV cache, and the same greedy continuations as ``generate``. Then the refusals: what GPTConfig cannot express
 is one ValueError naming the config field."""
@@ -48,6 +48,12 @@ CASES = {
         "Qwen2Config",
         "Qwen2ForCausalLM",
         dict(num_key_value_heads=1, use_sliding_window=True, sliding_window=3, max_window_layers=0),
+    ),
+    # GPT-NeoX's sequential block (tformer's RoPE GPT with an MLP, as shakespeare-char-6min): heads grouped Q, K, V
+    "gpt-neox-sequential": (
+        "GPTNeoXConfig",
+        "GPTNeoXForCausalLM",
+        dict(use_parallel_residual=False, rotary_pct=1.0, rotary_emb_base=5e3, tie_word_embeddings=False),
     ),
     "qwen3-qk-norm-head-dim": (
         "Qwen3Config",
@@ -104,8 +110,9 @@ def test_config_maps_the_family(pair):
     name, hf, ours = pair
     assert isinstance(ours, GPT) and not ours.training
     c, h = ours.config, hf.config
-    assert (c.norm, c.ffn, c.positional) == ("rmsnorm", "swiglu", "rope")
-    assert (c.n_kv_heads or c.n_heads) == h.num_key_value_heads
+    neox = name.startswith("gpt-neox")  # LayerNorm and GPT-2's MLP (exact GELU), biases everywhere
+    assert (c.norm, c.ffn, c.positional) == (("layernorm", "mlp") if neox else ("rmsnorm", "swiglu")) + ("rope",)
+    assert (c.n_kv_heads or c.n_heads) == getattr(h, "num_key_value_heads", h.num_attention_heads)
     assert c.head_dim == getattr(h, "head_dim", None) or h.hidden_size // h.num_attention_heads
     assert c.tie_embeddings == h.tie_word_embeddings
     assert c.qk_norm == name.startswith("qwen3")
@@ -314,6 +321,9 @@ def test_qkv_rows_are_q_then_k_then_v():
         ("qwen2-window", dict(layer_types=["full_attention", "sliding_attention"]), "max_window_layers"),
         ("qwen3-qk-norm-head-dim", dict(layer_types=["chunked_attention"] * 2), "layer_types"),
         ("mistral-window", dict(dtype="float64"), None),  # read by dtype_from_hf only: the config still maps
+        ("gpt-neox-sequential", dict(use_parallel_residual=True), "use_parallel_residual"),  # Pythia's block
+        ("gpt-neox-sequential", dict(rope_parameters=dict(partial_rotary_factor=0.25)), "partial_rotary_factor"),
+        ("gpt-neox-sequential", dict(attention_bias=False), "attention_bias"),
     ],
 )
 def test_unsupported_config_refused(name, changes, field):

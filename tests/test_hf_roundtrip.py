@@ -40,6 +40,11 @@ CASES = {
         lambda v: GPT(GPTConfig(vocab_size=v, n_layers=1, tie_embeddings=False, **SMALL)),
         "GPT2LMHeadModel",
     ),
+    "gpt-neox-char": (  # shakespeare-char-6min's block: RoPE with GPT-2's MLP (exact GELU), a character vocabulary
+        "char",
+        lambda v: GPT(GPTConfig(vocab_size=v, n_layers=2, positional="rope", activation="gelu", **SMALL)),
+        "GPTNeoXForCausalLM",
+    ),
     "llama-gqa": (
         "byte_bpe",
         lambda v: GPT(GPTConfig(vocab_size=v, n_layers=2, n_kv_heads=2, tie_embeddings=False, **SMALL, **LLAMA)),

@@ -23,7 +23,7 @@ from tformer.hf.peft import fused_qkv, load_adapter, save_adapter  # noqa: E402
 from tformer.lm.sft import IGNORE, encode_conversation, read_conversations  # noqa: E402
 from tformer.nn.lora import LoraConfig, LoRALinear, add_lora, has_lora, lora_layers, merge_lora, target_names  # noqa: E402
 
-MAKERS = {"llama": tiny.llama_chat_dir, "qwen2": tiny.qwen_chat_dir, "gpt2": tiny.gpt2_dir}
+MAKERS = {"llama": tiny.llama_chat_dir, "qwen2": tiny.qwen_chat_dir, "gpt2": tiny.gpt2_dir, "neox": tiny.gpt_neox_dir}
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,12 @@ def test_target_names_follow_the_hugging_face_layout(bases):
 
 @pytest.mark.parametrize(
     "name, targets",
-    [("llama", ("attn.q_proj", "attn.v_proj", "ffn.*")), ("qwen2", ("*",)), ("gpt2", ("attn.*", "ffn.linear1"))],
+    [
+        ("llama", ("attn.q_proj", "attn.v_proj", "ffn.*")),
+        ("qwen2", ("*",)),
+        ("gpt2", ("attn.*", "ffn.linear1")),
+        ("neox", ("attn.qkv_proj", "ffn.linear2")),  # query_key_value's rows grouped by head: B's are regrouped
+    ],
 )
 def test_the_adapter_is_peft_s_and_gives_peft_s_logits(bases, tmp_path, name, targets):
     base = bases[name]

@@ -148,3 +148,27 @@ def gpt2_dir(path: str | Path, seed: int = 0) -> Path:
     eot = "<|endoftext|>"
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=eot, eos_token=eot).save_pretrained(path)
     return path
+
+
+def gpt_neox_dir(path: str | Path, seed: int = 0) -> Path:
+    """A tiny GPT-NeoX with the sequential block (tformer's RoPE GPT with an MLP; no chat template)."""
+    path = Path(path)
+    tok = byte_bpe(["<|endoftext|>"])
+    torch.manual_seed(seed)
+    config = transformers.GPTNeoXConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+        use_parallel_residual=False,
+        rotary_pct=1.0,
+        initializer_range=0.2,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    transformers.GPTNeoXForCausalLM(config).save_pretrained(path)
+    eot = "<|endoftext|>"
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=eot, eos_token=eot).save_pretrained(path)
+    return path

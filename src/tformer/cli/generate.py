@@ -36,8 +36,8 @@ def stop_text(text: str) -> str:
 # --model of the commands that read a language model (generate, evaluate-lm)
 LM_MODEL = {
     "required": True,
-    "help": "a GPT: a tformer train lm run or model directory, or a Hugging Face one (gpt2, llama, mistral, qwen2, "
-    "qwen3, gemma3)",
+    "help": "a GPT: a tformer train lm run or model directory, or a Hugging Face one (gpt2, gpt_neox, llama, mistral, "
+    "qwen2, qwen3, gemma3)",
 }
 
 

@@ -2,7 +2,7 @@
 without ``transformers``.
 
     SmolLM2-135M/
-      config.json                      model_type (gpt2, llama, mistral, qwen2, qwen3, gemma3_text, bert, marian)
+      config.json                      model_type (gpt2, gpt_neox, llama, mistral, qwen2, qwen3, gemma3_text, bert, marian)
       model.safetensors                the weights; or, sharded:
       model.safetensors.index.json     {"weight_map": {HF name: shard file}} + the shards it names
       tokenizer.json, ...              the tokenizer (read by the tokenizer room, not here)
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tformer.hf import bert, common, gpt2, llama, registry, sizes
+from tformer.hf import bert, common, gpt2, gpt_neox, llama, registry, sizes
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.config import ModelConfig
 from tformer.models.gpt import GPT, GPTConfig
@@ -61,7 +61,12 @@ __all__ = [
 
 CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 HF_MODEL_TYPES = registry.DECODER_TYPES  # the decoder-only model_types read as a GPT
-_NOT_WEIGHTS = (gpt2.IGNORED, llama.IGNORED, bert.IGNORED)  # buffers a converter skips: their dtype is not checked
+_NOT_WEIGHTS = (
+    gpt2.IGNORED,
+    gpt_neox.IGNORED,
+    llama.IGNORED,
+    bert.IGNORED,
+)  # buffers a converter skips: their dtype is not checked
 
 
 def declares_hf(config: Mapping[str, Any]) -> bool:

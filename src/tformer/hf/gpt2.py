@@ -156,10 +156,8 @@ def check(config: GPTConfig) -> None:
     """Refuse, naming the field, a GPTConfig that GPT-2's block cannot hold."""
     check_decoder(config)
     wanted = dict(ffn="mlp", positional="learned", norm="layernorm", bias=True, qk_norm=False, sliding_window=None)
-    if config.positional == "rope":  # GPT-2 has learned positions; the layout with RoPE is Llama's
-        why = "GPT-2's layout (ffn='mlp') needs learned positions, and Llama's, which has RoPE, needs norm='rmsnorm', "
-        why += "ffn='swiglu', bias=False (as the presets shakespeare-char-30min and shakespeare-char-6min-llama have)"
-        raise refuse(config, "positional", why)
+    if config.positional == "rope":  # (registry.module_for gives such a GPT GPT-NeoX's layout)
+        raise refuse(config, "positional", "GPT-2 has learned positions; a GPT with RoPE and an MLP is GPT-NeoX's")
     require(config, wanted, "GPT-2 (ffn='mlp')")
     qkv_bias = config.bias if config.qkv_bias is None else config.qkv_bias
     if not qkv_bias or (config.n_kv_heads or config.n_heads) != config.n_heads:

@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from tformer.files import atomic_write
-from tformer.hf import gemma3, gpt2, llama, marian, registry
+from tformer.hf import gemma3, gpt2, gpt_neox, llama, marian, registry
 from tformer.hf.common import rename, translate
 from tformer.models.config import ModelConfig
 from tformer.models.seq2seq import Seq2SeqConfig
@@ -56,9 +56,9 @@ def is_adapter_dir(path: str | os.PathLike) -> bool:
 
 
 def fused_qkv(config: ModelConfig) -> bool:
-    """True where the model's Hugging Face layout keeps W_Q, W_K, W_V as one matrix (GPT-2's ``c_attn``): a LoRA
-    pair then covers the three, as PEFT's does; elsewhere each has its own."""
-    return registry.module_for(config) is gpt2
+    """True where the model's Hugging Face layout keeps W_Q, W_K, W_V as one matrix (GPT-2's ``c_attn``, GPT-NeoX's
+    ``query_key_value``): a LoRA pair then covers the three, as PEFT's does; elsewhere each has its own."""
+    return registry.module_for(config) in (gpt2, gpt_neox)
 
 
 def exportable(config: ModelConfig, base: str | os.PathLike | None = None) -> str | None:
@@ -100,7 +100,8 @@ def _hf_layer(module: Any, layer: str, part: str) -> str:
     if module is marian:
         name: str | None = rename(key, [], marian._WRITE, "Marian", to_ours=False)
     else:
-        name = translate(key, {gpt2: gpt2.NAMES, llama: llama.NAMES, gemma3: gemma3.NAMES}[module], to_ours=False)
+        names = {gpt2: gpt2.NAMES, gpt_neox: gpt_neox.NAMES, llama: llama.NAMES, gemma3: gemma3.NAMES}[module]
+        name = translate(key, names, to_ours=False)
     if name is None:
         raise ValueError(f"LoRA layer {layer!r} has no place in the Hugging Face layout")
     return name.removesuffix(".weight")
@@ -143,7 +144,10 @@ def save_adapter(model: nn.Module, directory: str | os.PathLike, base_model: str
             hf = _hf_layer(module, name, part)
             chosen.add(hf)
             state[f"{PREFIX}{hf}.lora_A.weight"] = layer.lora_A[part].detach().cpu().contiguous().clone()
-            state[f"{PREFIX}{hf}.lora_B.weight"] = layer.lora_B[part].detach().cpu().contiguous().clone()
+            lora_b = layer.lora_B[part].detach().cpu()  # (out, r): GPT-NeoX groups W_Q, W_K, W_V's rows by head
+            regroup = module is gpt_neox and name.endswith("qkv_proj")
+            lora_b = gpt_neox.regroup_qkv(lora_b, config.n_heads, to_ours=False) if regroup else lora_b
+            state[f"{PREFIX}{hf}.lora_B.weight"] = lora_b.contiguous().clone()
     adapter = {
         "peft_type": "LORA",
         "task_type": "SEQ_2_SEQ_LM" if module is marian else "CAUSAL_LM",
@@ -215,6 +219,8 @@ def load_adapter(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
         if hf not in where:
             raise ValueError(f"{str(weights)!r}: {key!r} names no projection of this model")
         layer, part = where[hf]
+        if half == "lora_B" and module is gpt_neox and layer.endswith("qkv_proj"):  # its rows grouped by head
+            tensor = gpt_neox.regroup_qkv(tensor, config.n_heads, to_ours=True)
         found.setdefault(layer, {}).setdefault(part, {})[half] = tensor
     if not found:
         raise ValueError(f"{str(weights)!r} holds no LoRA pairs")

@@ -1,7 +1,7 @@
 """Which file converts what: Hugging Face ``model_type`` → architecture module, tformer config → the module that
 writes it, and the four conversions dispatched through them.
 
-Every architecture module (:mod:`.gpt2`, :mod:`.llama`, :mod:`.gemma3`, :mod:`.bert`, :mod:`.marian`) has the same
+Every architecture module (:mod:`.gpt2`, :mod:`.gpt_neox`, :mod:`.llama`, :mod:`.gemma3`, :mod:`.bert`, :mod:`.marian`) has the same
 four functions on plain dicts and tensors: ``config_from_hf``, ``config_to_hf``, ``state_from_hf``,
 ``state_to_hf``, and an ``ARCHITECTURES`` table (``model_type`` → the ``transformers`` class that loads it). This
 module is the one place that lists them; :mod:`tformer.hf` and :mod:`tformer.hf.directory` go through it.
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tformer.hf import bert, common, gemma3, gpt2, llama, marian
+from tformer.hf import bert, common, gemma3, gpt2, gpt_neox, llama, marian
 from tformer.hf.sizes import Shapes
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.config import ModelConfig
@@ -43,17 +43,20 @@ __all__ = [
 ]
 
 MODULES: dict[str, ModuleType] = {  # Hugging Face model_type -> the module that reads and writes it
-    model_type: module for module in (gpt2, llama, gemma3, bert, marian) for model_type in module.ARCHITECTURES
+    model_type: module
+    for module in (gpt2, gpt_neox, llama, gemma3, bert, marian)
+    for model_type in module.ARCHITECTURES
 }
 ARCHITECTURES: dict[str, str] = {  # model_type -> the transformers class an export names
     model_type: cls
-    for module in (gpt2, llama, gemma3, bert, marian)
+    for module in (gpt2, gpt_neox, llama, gemma3, bert, marian)
     for model_type, cls in module.ARCHITECTURES.items()
 }
-DECODER_TYPES = (*gpt2.ARCHITECTURES, *llama.ARCHITECTURES, *gemma3.ARCHITECTURES)  # read as a GPT
+DECODER_TYPES = (*gpt2.ARCHITECTURES, *gpt_neox.ARCHITECTURES, *llama.ARCHITECTURES, *gemma3.ARCHITECTURES)  # a GPT
 CLASSES = (  # the transformers classes from_hf converts (by name: tformer.hf never imports transformers)
     "GPT2LMHeadModel",
     "GPT2Model",
+    "GPTNeoXForCausalLM",
     "LlamaForCausalLM",
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
@@ -76,10 +79,13 @@ def module_for_hf(hf: Mapping) -> ModuleType:
 
 
 def module_for(config: ModelConfig) -> ModuleType:
-    """The module that writes a tformer config: a GPT goes to GPT-2 (plain MLP), Gemma 3 (sandwich norms) or the
-    Llama family (the rest); each refuses, naming the field, what its layout cannot hold."""
+    """The module that writes a tformer config: a GPT goes to GPT-2 (plain MLP), GPT-NeoX (plain MLP with RoPE),
+    Gemma 3 (sandwich norms) or the Llama family (the rest); each refuses, naming the field, what its layout cannot
+    hold."""
     if isinstance(config, GPTConfig):
-        return gpt2 if config.ffn == "mlp" else gemma3 if config.sandwich_norm else llama
+        if config.ffn == "mlp":
+            return gpt_neox if config.positional == "rope" else gpt2
+        return gemma3 if config.sandwich_norm else llama
     if isinstance(config, BertConfig):
         return bert
     if isinstance(config, Seq2SeqConfig):
