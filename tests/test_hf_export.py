@@ -170,7 +170,7 @@ def test_default_format_is_tformers_own(tmp_path):
 def test_config_without_hf_layout_refused(tmp_path, fields, field):
     model = GPT(GPTConfig(**BASE, **fields))
     target = tmp_path / "out"
-    with pytest.raises(ValueError, match=f"GPTConfig.{field}=.*has no Hugging Face layout") as err:
+    with pytest.raises(ValueError, match=f"GPTConfig.{field}=.*has no Hugging Face layout"):
         export(model, target)
     assert not target.exists()  # refused before anything is written
 

@@ -292,7 +292,8 @@ def test_the_demo_takes_the_training_precision_flag(tmp_path, capsys):
     argv = ["demo", "--out", str(out), "--max-steps", "2", "--vocab-size", "300", "--no-progress"]
     assert main([*argv, "--precision", "fp32"]) == 0
     assert "precision: fp32 (as asked)" in capsys.readouterr().out
-    assert json.loads((out / "log.jsonl").read_text().splitlines()[0])["precision"] == "fp32"
+    first = json.loads((out / "log.jsonl").read_text().splitlines()[0])
+    assert first["precision"] == "fp32" and first["label_smoothing"] == 0.1  # what train_loss is (the curves say it)
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--overwrite", "--precision", "int8"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -79,6 +79,17 @@ def test_training_curves(tmp_path, with_bleu, size):
     )
 
 
+def test_a_label_smoothed_train_loss_says_so_beside_the_plain_val_loss(tmp_path):
+    """A translation run's train_loss is label-smoothed (0.1), its val_loss the plain cross-entropy: drawn side by side
+    unnamed, the gap read as overfitting. The session's first record says the smoothing; the legend names it."""
+    run = _write_log(tmp_path / "run")
+    lines = (run / "log.jsonl").read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "label_smoothing": 0.1})
+    (run / "log.jsonl").write_text("\n".join(lines) + "\n")
+    labels = [line.get_label() for line in plot_curves(run).axes[0].get_lines()]
+    assert labels == ["train_loss (label-smoothed, ε=0.1)", "val_loss"]
+
+
 @pytest.mark.parametrize("metrics", [("accuracy",), ("mlm_acc", "nsp_acc")])
 def test_the_accuracy_a_classifier_or_bert_logs_has_its_panel(tmp_path, metrics):
     """classify picks best/ by accuracy, BERT logs its MLM and NSP accuracies: each drawn beside the loss."""

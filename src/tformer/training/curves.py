@@ -79,6 +79,13 @@ def not_finite(records: list[dict]) -> dict[str, list[int]]:
     return {key: steps for key, steps in found.items() if steps}
 
 
+def _legend(records: list[dict], key: str) -> str:
+    """A field's name in the legend; a label-smoothed ``train_loss`` says so (it stays above the plain cross-entropy
+    that ``val_loss`` is: the gap between them is not all overfitting)."""
+    smoothing = next((r["label_smoothing"] for r in reversed(records) if "label_smoothing" in r), None)
+    return f"{key} (label-smoothed, ε={smoothing:g})" if key == "train_loss" and smoothing else key
+
+
 def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
     """Training curves: train/val loss vs step, plus a panel each for BLEU, accuracy (a classifier's; BERT's MLM and
     NSP) and the learning rate where logged; with
@@ -94,7 +101,9 @@ def plot_curves(run_dir_or_jsonl, path=None) -> Figure:
         for key in keys:
             steps, values = _series(records, key)
             if steps:
-                ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=key)
+                ax.plot(
+                    steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=_legend(records, key)
+                )
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.set_title(label)

@@ -97,8 +97,11 @@ class _TensorBoard:
 class RunLog:
     """Appends records to ``out/log.jsonl`` (rank 0 only: ``main``); a full disk is one line naming the file."""
 
-    def __init__(self, out: Path, main: bool, device: object, precision: str, log_to: str | tuple = ()) -> None:
+    def __init__(
+        self, out: Path, main: bool, device: object, precision: str, log_to: str | tuple = (), about: dict | None = None
+    ) -> None:
         self.path, self.main, self.device, self.precision = out / "log.jsonl", main, device, precision
+        self.about = about or {}  # what the session's first record says of the losses (the label smoothing)
         self.log_to = log_sinks.names(log_to, "log_to")  # TrainConfig's, checked
         self._machine_logged = False
         self._sinks: list[Any] | None = None  # made at the first record (a resumed run's log is cut back by then)
@@ -109,7 +112,7 @@ class RunLog:
         line = record
         if not self._machine_logged:
             machine = {**describe().to_dict(), "device": str(self.device)}
-            line = {**record, "machine": machine, "precision": self.precision}
+            line = {**record, "machine": machine, "precision": self.precision, **self.about}
             self._machine_logged = True
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

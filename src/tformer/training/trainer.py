@@ -180,7 +180,9 @@ class Trainer(BadSteps, RunState, Evaluation):
         # evaluate (and keep as the best so far) the model as it starts, before step 1: a run from a pretrained model
         # (--init) shows where fine-tuning starts, and never keeps a model worse than that start
         self.evaluate_start = False
-        self.run_log = RunLog(self.out, self.world.is_main, device, self.precision.precision, cfg.log_to)
+        smoothing = getattr(task, "label_smoothing", 0.0)  # train_loss is then above the plain cross-entropy
+        about = {"label_smoothing": smoothing} if smoothing else {}
+        self.run_log = RunLog(self.out, self.world.is_main, device, self.precision.precision, cfg.log_to, about)
         torch.manual_seed(cfg.seed + 1000 * self.world.rank)  # dropout differs between processes
 
     # ---------------------------------------------------------------- state: save_last(), resume() (RunState)
