@@ -47,6 +47,8 @@ def listing() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) > 1:  # the process's own command line: argparse's usage names it as typed
+        sys.argv[0] = f"python -m benchmarks {sys.argv[1]}"  # (not "__main__.py")
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "list"):
         print(listing())

@@ -312,7 +312,7 @@ def test_gpu_published_peaks_and_flops():
     assert flops == 6 * n * tokens + 12 * c["layers"] * c["d"] * c["ctx"] * tokens
 
 
-def test_listing_and_cli(capfd, tmp_path):
+def test_listing_and_cli(capfd, tmp_path, monkeypatch):
     from benchmarks.__main__ import BENCHMARKS
     from benchmarks.__main__ import main as bench_main
     from tformer.cli import main as cli_main
@@ -343,6 +343,10 @@ def test_listing_and_cli(capfd, tmp_path):
         assert stop.value.code == 2 and words in err and "Traceback" not in err, (flag, err)
     assert (tmp_path / "a-file").read_text() == "mine"
     assert (tmp_path / "mine" / "decode_floor.json").read_text() == "my own notes"
+    monkeypatch.setattr(sys, "argv", ["/x/benchmarks/__main__.py", "decode_floor", "--help"])
+    with pytest.raises(SystemExit):  # the usage names the command as typed, not "__main__.py"
+        bench_main()
+    assert capfd.readouterr().out.startswith("usage: python -m benchmarks decode_floor [-h]")
 
 
 def test_api_shape_counts_the_cli_the_settings_and_the_module_switches(tmp_path):
