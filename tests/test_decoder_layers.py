@@ -13,7 +13,7 @@ import torch
 from tformer import GPT, GPTConfig
 from tformer.nn.attention import reference_attention, scaled_dot_product_attention
 from tformer.nn.layers import AddNorm, LayerConfig
-from tformer.nn.positional import rope_frequencies, rotary_tables
+from tformer.nn.positional import apply_rotary, rope_frequencies, rotary_tables
 
 VOCAB = 40
 LLAMA3 = dict(
@@ -127,6 +127,10 @@ def test_head_dim_follows_d_model_and_n_heads_unless_set_apart():
         (dict(sandwich_norm=True, norm_first=False), "sandwich_norm needs norm_first=True"),
         (dict(rope_local_base=0.0), "rope_local_base must be None or > 0"),
         (dict(attn_scale=-1.0), "attn_scale must be None or > 0"),
+        (dict(parallel_residual=True, norm_first=False), "parallel_residual needs norm_first=True"),
+        (dict(positional="rope", rope_dim=3), "rope_dim must be None or an even number of dims in"),
+        (dict(positional="rope", rope_dim=18), r"rope_dim must be None or an even number of dims in \[2, head_dim=16"),
+        (dict(rope_dim=4), "rope_dim .* with positional='rope'"),
     ],
 )
 def test_the_config_names_the_field(change, message):
@@ -186,6 +190,25 @@ def test_sandwich_norm_norms_the_sublayer_output_before_the_residual():
 
     expected = x + rms(sublayer(rms(x, add_norm.norm.weight)), add_norm.post_norm.weight)
     assert torch.allclose(add_norm(x, sublayer), expected, atol=1e-6)
+
+
+def test_a_parallel_residual_adds_attention_and_feed_forward_of_the_same_input():
+    """GPT-NeoX's (Pythia's) block: x + attn(norm1(x)) + ff(norm3(x)), the feed-forward reading the layer's input
+    rather than x + attention; and a partial rotary turns the first rope_dim dims of each head, the rest pass."""
+    model = _gpt(positional="rope", parallel_residual=True, rope_dim=4)
+    layer = model.decoder.layers[0]
+    x = torch.randn(2, 5, 64)
+    rotary = model._rotary(torch.arange(5), (model.rope_inv_freq[0], 1.0))
+    assert rotary[0].shape[-1] == 4  # the tables cover the turned dims only
+    with torch.no_grad():
+        got = layer(x, causal=True, rotary=rotary)
+        attn = layer.self_attn(layer.add_norm1.norm(x), causal=True, rotary=rotary)
+        alone = layer.ff(layer.add_norm3.norm(x))
+    torch.testing.assert_close(got, x + attn + alone, rtol=1e-5, atol=1e-5)
+    q = torch.randn(1, 2, 5, 16)
+    turned = apply_rotary(q, *rotary)
+    assert torch.equal(turned[..., 4:], q[..., 4:]) and not torch.allclose(turned[..., 1:4], q[..., 1:4])
+    torch.testing.assert_close(turned[..., :4], apply_rotary(q[..., :4], *rotary))
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])

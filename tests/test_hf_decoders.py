@@ -55,6 +55,8 @@ CASES = {
         "GPTNeoXForCausalLM",
         dict(use_parallel_residual=False, rotary_pct=1.0, rotary_emb_base=5e3, tie_word_embeddings=False),
     ),
+    # Pythia's block (EleutherAI): attention and MLP side by side, a quarter of each head turned by RoPE
+    "gpt-neox-pythia": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(tie_word_embeddings=False)),
     "qwen3-qk-norm-head-dim": (
         "Qwen3Config",
         "Qwen3ForCausalLM",
@@ -268,6 +270,27 @@ PUBLISHED = {
         ),
         dict(n_kv_heads=8, head_dim=128, qk_norm=True, bias=False, qkv_bias=None, rope_base=1e6),
     ),
+    "pythia-70m": (  # EleutherAI's: GPT-NeoX's parallel block, a quarter of each head of 64 turned
+        dict(
+            model_type="gpt_neox",
+            bos_token_id=0,
+            eos_token_id=0,
+            hidden_act="gelu",
+            hidden_size=512,
+            intermediate_size=2048,
+            layer_norm_eps=1e-05,
+            max_position_embeddings=2048,
+            num_attention_heads=8,
+            num_hidden_layers=6,
+            rotary_emb_base=10000,
+            rotary_pct=0.25,
+            tie_word_embeddings=False,
+            torch_dtype="float16",
+            use_parallel_residual=True,
+            vocab_size=50304,
+        ),
+        dict(parallel_residual=True, rope_dim=16, head_dim=64, norm="layernorm", ffn="mlp", tie_embeddings=False),
+    ),
 }
 
 
@@ -276,7 +299,7 @@ def test_published_configs_map(name):
     hf, expected = PUBLISHED[name]
     config = config_from_hf(hf)
     assert {k: getattr(config, k) for k in expected} == expected
-    assert dtype_from_hf(hf) is torch.bfloat16
+    assert dtype_from_hf(hf) is getattr(torch, hf["torch_dtype"])
     # transformers reads the same file into its own (v5) config: that maps to the same GPTConfig
     theirs = transformers.AutoConfig.for_model(**hf)
     assert config_from_hf(theirs.to_dict()) == config
@@ -321,8 +344,7 @@ def test_qkv_rows_are_q_then_k_then_v():
         ("qwen2-window", dict(layer_types=["full_attention", "sliding_attention"]), "max_window_layers"),
         ("qwen3-qk-norm-head-dim", dict(layer_types=["chunked_attention"] * 2), "layer_types"),
         ("mistral-window", dict(dtype="float64"), None),  # read by dtype_from_hf only: the config still maps
-        ("gpt-neox-sequential", dict(use_parallel_residual=True), "use_parallel_residual"),  # Pythia's block
-        ("gpt-neox-sequential", dict(rope_parameters=dict(partial_rotary_factor=0.25)), "partial_rotary_factor"),
+        ("gpt-neox-sequential", dict(rope_parameters=dict(partial_rotary_factor=1.5)), "partial_rotary_factor"),
         ("gpt-neox-sequential", dict(attention_bias=False), "attention_bias"),
     ],
 )

@@ -61,6 +61,10 @@ CASES = {
     # RoPE with GPT-2's MLP (the presets shakespeare-char-6min and -30min-gelu): GPT-NeoX's sequential block
     "gpt-neox-tied": (dict(positional="rope", activation="gelu", rope_base=5e3), "GPTNeoXForCausalLM"),
     "gpt-neox-untied": (dict(positional="rope", tie_embeddings=False, attn_dropout=0.1), "GPTNeoXForCausalLM"),
+    "gpt-neox-pythia": (  # Pythia's block: a parallel residual, a quarter of each head turned
+        dict(positional="rope", parallel_residual=True, rope_dim=4, tie_embeddings=False),
+        "GPTNeoXForCausalLM",
+    ),
     # a table and head padded to 192 rows (--pad-vocab 64): written with the 151 words' rows only
     "gpt2-padded": (dict(vocab_multiple=64), "GPT2LMHeadModel"),
     "llama-padded-untied": (LLAMA | dict(vocab_multiple=64, tie_embeddings=False), "LlamaForCausalLM"),
@@ -152,6 +156,8 @@ def test_default_format_is_tformers_own(tmp_path):
         (dict(positional="rope", qkv_bias=False), "qkv_bias"),  # GPT-NeoX's query_key_value has a bias
         (dict(positional="rope", rope_scaling=dict(rope_type="linear", factor=2.0)), "rope_scaling"),
         (dict(positional="rope", norm="rmsnorm"), "norm"),  # RMSNorm with an MLP: neither GPT-NeoX nor Llama
+        (LLAMA | dict(parallel_residual=True), "parallel_residual"),  # GPT-NeoX's alone
+        (LLAMA | dict(rope_dim=8), "rope_dim"),
         (dict(norm_first=False), "norm_first"),
         (dict(qkv_bias=False), "qkv_bias"),  # GPT-2's c_attn has a bias
         (dict(n_kv_heads=2), "n_kv_heads"),

@@ -2,7 +2,7 @@
 mapping, in and out.
 
     gpt2.py      GPT2LMHeadModel                       ↔ GPT (learned positions, LayerNorm, MLP)
-    gpt_neox.py  GPTNeoXForCausalLM (sequential)       ↔ GPT (RoPE, LayerNorm, MLP)
+    gpt_neox.py  GPTNeoXForCausalLM (Pythia)           ↔ GPT (RoPE, LayerNorm, MLP, parallel residual)
     llama.py     Llama, Mistral, Qwen2, Qwen3          ↔ GPT (RMSNorm, SwiGLU, RoPE, GQA, ...)
     gemma3.py    Gemma3ForCausalLM                     ↔ GPT (sandwich norms, GeGLU, local/global layers)
     bert.py      BertForPreTraining / MaskedLM / ...   ↔ Bert

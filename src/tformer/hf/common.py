@@ -45,6 +45,7 @@ __all__ = [
     "require",
     "check_decoder",
     "GEMMA_FIELDS",
+    "NEOX_FIELDS",
 ]
 
 # Hugging Face ``hidden_act`` / ``activation_function`` name -> ours (and back: the first name of each of ours)
@@ -319,10 +320,17 @@ GEMMA_FIELDS = (
 )
 
 
-def check_decoder(config: Any, gemma: bool = False) -> None:
+# GPTConfig fields of GPT-NeoX's block (tformer.hf.gpt_neox): no other layout has them
+NEOX_FIELDS = ("parallel_residual", "rope_dim")
+
+
+def check_decoder(config: Any, gemma: bool = False, neox: bool = False) -> None:
     """What every decoder layout needs of a GPTConfig: pre-LN with a final norm, RoPE scaling only with RoPE, and
-    (unless ``gemma``) Gemma's fields at their defaults."""
+    (unless ``gemma``) Gemma's fields at their defaults, (unless ``neox``) GPT-NeoX's."""
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for field in () if neox else NEOX_FIELDS:
+        if field in defaults and getattr(config, field) != defaults[field]:
+            raise refuse(config, field, f"only GPT-NeoX's block (RoPE with an MLP) has it; only {defaults[field]!r}")
     if not gemma:
         for field in GEMMA_FIELDS:
             if field in defaults and getattr(config, field) != defaults[field]:

@@ -1,19 +1,18 @@
 """GPT-NeoX (``GPTNeoXForCausalLM``, ``model_type="gpt_neox"``) ↔ :class:`~tformer.models.gpt.GPT`, both directions.
 
-GPT-NeoX's block with ``use_parallel_residual=False`` is tformer's GPT block with rotary positions: pre-LN with a
-final LayerNorm, RoPE on the whole head (``rotary_pct=1.0``, "rotate half" as tformer's), a plain MLP, biases
-everywhere. It is the Hugging Face layout of the presets ``shakespeare-char-6min`` and ``shakespeare-char-30min-gelu``
-(RoPE with GPT-2's MLP), which neither GPT-2 (learned positions) nor Llama (RMSNorm, SwiGLU) holds. What changes on
-the way:
+GPT-NeoX's block is tformer's GPT block with rotary positions: pre-LN with a final LayerNorm, RoPE ("rotate half",
+as tformer's), a plain MLP, biases everywhere. With ``use_parallel_residual=False`` and ``rotary_pct=1.0`` it is the
+Hugging Face layout of the presets ``shakespeare-char-6min`` and ``shakespeare-char-30min-gelu`` (RoPE with GPT-2's
+MLP), which neither GPT-2 (learned positions) nor Llama (RMSNorm, SwiGLU) holds; Pythia's (EleutherAI) parallel block
+and quarter-head rotary are ``GPTConfig.parallel_residual`` and ``rope_dim``. What changes on the way:
 
 * ``query_key_value`` is the fused (Q, K, V) projection with its rows grouped by head (H × (Q, K, V) × Dh); tformer's
   ``qkv_proj`` holds all of Q, then K, then V. The rows are regrouped both ways;
 * the head is ``embed_out`` (transformers v4's name, which v5 reads as ``lm_head``); both are read;
 * ``hidden_dropout`` is tformer's residual dropout, ``attention_dropout`` its attention dropout (training only).
 
-Refused (one ``ValueError`` naming the field): ``use_parallel_residual=True`` (Pythia's and GPT-NeoX-20B's block,
-attention and MLP side by side), a partial rotary (``rotary_pct`` below 1.0), ``attention_bias=False``; in the other
-direction, a GPTConfig that is not this block (see :func:`check`).
+Refused (one ``ValueError`` naming the field): ``attention_bias=False``, RoPE scaling; in the other direction, a
+GPTConfig that is not this block (see :func:`check`).
 
 Dimension legend: D model dim, H heads, Dh head dim, F feed-forward width, V vocabulary size.
 """
@@ -114,11 +113,6 @@ IGNORED = re.compile(r"\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)$|\.r
 def config_from_hf(hf: Mapping) -> GPTConfig:
     """Our :class:`GPTConfig` from a GPT-NeoX config dict; refuses what our GPT cannot express, naming the field."""
     check_fields(hf, FIELDS)
-    if hf.get("use_parallel_residual", True):  # (transformers' default)
-        raise ValueError(
-            "gpt_neox config use_parallel_residual=True (Pythia's block: attention and MLP side by side, added "
-            "together) is not supported, only False: tformer's GPT adds them one after the other"
-        )
     if not hf.get("attention_bias", True):
         raise ValueError(
             "gpt_neox config attention_bias=False is not supported, only True: tformer's GPT has one bias flag for "
@@ -126,8 +120,12 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
         )
     params = dict(hf.get("rope_parameters") or {})  # v5; v4 writes rotary_emb_base and rotary_pct
     params.setdefault("rope_theta", hf.get("rotary_emb_base", 10000.0))
-    params.setdefault("partial_rotary_factor", hf.get("rotary_pct", 0.25))  # (transformers' default)
-    theta, scaling = rope_from_hf({**hf, "rope_parameters": params})
+    factor = params.pop("partial_rotary_factor", hf.get("rotary_pct", 0.25))  # (transformers' default)
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not 0 < factor <= 1:
+        raise ValueError(f"gpt_neox config partial_rotary_factor={factor!r} must be a number in (0, 1]")
+    theta, scaling = rope_from_hf({**hf, "rope_parameters": params, "partial_rotary_factor": 1.0})
+    head_dim = hf["hidden_size"] // hf["num_attention_heads"]
+    rope_dim = int(head_dim * factor)  # as transformers counts it
     return make_config(
         GPTConfig,
         hf,
@@ -147,6 +145,8 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
         norm_eps=hf["layer_norm_eps"],
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         pad_id=pad_id(hf),
+        parallel_residual=bool(hf.get("use_parallel_residual", True)),  # (transformers' default)
+        rope_dim=None if rope_dim == head_dim else rope_dim,
     )
 
 
@@ -170,8 +170,8 @@ def shapes(hf: Mapping) -> Shapes:
 
 
 def check(config: GPTConfig) -> None:
-    """Refuse, naming the field, a GPTConfig that GPT-NeoX's sequential block cannot hold."""
-    check_decoder(config)
+    """Refuse, naming the field, a GPTConfig that GPT-NeoX's block cannot hold."""
+    check_decoder(config, neox=True)
     wanted = dict(ffn="mlp", positional="rope", norm="layernorm", bias=True, qk_norm=False, sliding_window=None)
     require(config, wanted, "GPT-NeoX (RoPE with an MLP)")
     if config.rope_scaling is not None:
@@ -184,6 +184,17 @@ def check(config: GPTConfig) -> None:
         raise refuse(config, "head_dim", "GPT-NeoX's head width is hidden_size / num_attention_heads")
     if hf_activation(config.activation) is None:
         raise refuse(config, "activation", f"GPT-NeoX allows {sorted(set(ACTIVATIONS.values()))}")
+    if config.rope_dim is not None and int(_head_dim(config) * _fraction(config)) != config.rope_dim:
+        raise refuse(config, "rope_dim", "its fraction of head_dim does not give it back as transformers counts it")
+
+
+def _head_dim(config: GPTConfig) -> int:
+    return int(config.head_dim or config.d_model // config.n_heads)
+
+
+def _fraction(config: GPTConfig) -> float:
+    """``rotary_pct``: the part of each head that turns."""
+    return 1.0 if config.rope_dim is None else config.rope_dim / _head_dim(config)
 
 
 def config_to_hf(config: GPTConfig, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
@@ -210,10 +221,14 @@ def config_to_hf(config: GPTConfig, dtype: torch.dtype = torch.float32) -> dict[
         "layer_norm_eps": config.norm_eps,
         "hidden_dropout": config.dropout,
         "attention_dropout": config.dropout if config.attn_dropout is None else config.attn_dropout,
-        "use_parallel_residual": False,
+        "use_parallel_residual": config.parallel_residual,
         "attention_bias": True,
-        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_base, "partial_rotary_factor": 1.0},
-        "rotary_pct": 1.0,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": config.rope_base,
+            "partial_rotary_factor": _fraction(config),
+        },
+        "rotary_pct": _fraction(config),
         "rotary_emb_base": config.rope_base,
     }
 

@@ -54,6 +54,8 @@ class Collector:
         config = getattr(model, "config", None)  # what the notes name: the model's activation, its positions
         self.activation = getattr(config, "activation", None) or "activation"
         self.rope = getattr(config, "positional", None) == "rope"
+        rope_dim = getattr(config, "rope_dim", None)  # a partial rotary (Pythia): the first rope_dim dims turn
+        self.turned = f"its first {rope_dim} of {getattr(config, 'head_dim', None)} dims " if rope_dim else ""
         self.embed_block = "decoder" if model.model_type == "gpt" else "encoder"
 
     def collect(self, captured: dict[str, torch.Tensor]) -> list[Entry]:
@@ -88,6 +90,9 @@ class Collector:
             formula = f"x + sublayer({norm}(x))" if m.norm_first else f"{norm}(x + sublayer(x))"
             if m.post_norm is not None:  # sandwich (Gemma 2/3): the sub-layer's output is normed too
                 formula = f"x + {norm}(sublayer({norm}(x)))"
+            parent = self.modules.get(owner.rsplit(".", 1)[0])
+            if getattr(parent, "parallel", False) and owner.endswith("add_norm3"):  # GPT-NeoX's parallel residual
+                formula = f"x + sublayer({norm}(the layer's input)), x = add_norm1's sum"
             add("add_norm", t, BTD, owner, f"{formula} [{self._sublayer(owner)}]")
         elif isinstance(m, FeedForward) and point == "hook_out":
             add("ffn", t, BTD, owner, f"Linear(D, F) → {self.activation} → Linear(F, D)")
@@ -194,4 +199,4 @@ class Collector:
         parent = self.modules[name.rsplit(".", 1)[0]]
         add_norm = getattr(parent, "add_norm1" if kind == "self" else "add_norm2", None)
         x = f"{type(add_norm.norm).__name__}(x)" if isinstance(add_norm, AddNorm) and add_norm.norm_first else "x"
-        return x, ", then rotated by RoPE (its position's angles)" if self.rope and kind == "self" else ""
+        return x, f", then {self.turned}rotated by RoPE (its position's angles)" if self.rope and kind == "self" else ""

@@ -95,6 +95,8 @@ class GPTConfig(ModelConfig, defaults=GPT2):
     sandwich_norm: bool = False  # a second norm on each sub-layer's output, before the residual add (Gemma 2/3)
     embed_scale: bool = False  # token embeddings × √d_model (Gemma)
     attn_scale: float | None = None  # the scores' factor; None = 1/√head_dim (Gemma 3: query_pre_attn_scalar^−½)
+    parallel_residual: bool = False  # x + attn(norm1(x)) + ff(norm3(x)): GPT-NeoX's and Pythia's block
+    rope_dim: int | None = None  # RoPE turns the first rope_dim dims of each head, the rest pass (Pythia: Dh / 4)
 
     def __post_init__(self) -> None:
         # head_dim is filled in before the shared checks, so ``config.head_dim`` is always the width in use
@@ -129,6 +131,14 @@ class GPTConfig(ModelConfig, defaults=GPT2):
                 f"got d_model={self.d_model}, n_heads={self.n_heads}"
             )
         self.check_choice("positional", ("sinusoidal", "learned", "rope"))
+        rope_dim = self.rope_dim
+        if rope_dim is not None and not (
+            self.positional == "rope" and 0 < rope_dim <= self.head_dim and rope_dim % 2 == 0
+        ):
+            raise ValueError(
+                f"GPTConfig.rope_dim must be None or an even number of dims in [2, head_dim={self.head_dim}] with "
+                f"positional='rope', got {rope_dim!r} (positional={self.positional!r})"
+            )
         self._check_rope_scaling()
         if self.sliding_window_pattern is not None and (self.sliding_window is None or self.sliding_window_pattern < 1):
             raise ValueError(
@@ -237,9 +247,10 @@ class GPT(PretrainedMixin, nn.Module):
         """RoPE's inverse frequencies (n, Dh/2), float32, and factors: the global layers' (, the sliding layers')."""
         c = self.config
         assert c.head_dim is not None  # filled in by GPTConfig.__post_init__
-        pairs = [rope_frequencies(c.head_dim, c.rope_base, c.rope_scaling)]
+        width = c.rope_dim or c.head_dim  # the dims that turn: all, or the first rope_dim (apply_rotary)
+        pairs = [rope_frequencies(width, c.rope_base, c.rope_scaling)]
         if c.rope_local_base is not None:
-            pairs.append(rope_frequencies(c.head_dim, c.rope_local_base))
+            pairs.append(rope_frequencies(width, c.rope_local_base))
         return torch.stack([f.float() for f, _ in pairs]), tuple(factor for _, factor in pairs)
 
     def _apply(self, fn, recurse: bool = True):

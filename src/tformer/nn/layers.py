@@ -10,7 +10,8 @@ scale and shift are learned parameters; ``LayerConfig.norm="rmsnorm"`` puts an R
 Encoder layer:  self-attention → add & norm → feed-forward → add & norm.
 Decoder layer:  masked self-attention → add & norm → cross-attention (Q from the decoder, K/V from
 the encoder output) → add & norm → feed-forward → add & norm. ``cross_attention=False`` drops the
-middle block: that is the GPT block. ``LayerConfig.ffn`` picks the paper's MLP or a gated one (SwiGLU, GeGLU),
+middle block: that is the GPT block; with ``parallel_residual`` its feed-forward reads the layer's input, not the
+attention's sum (``x + attn(norm1(x)) + ff(norm3(x))``: GPT-J, GPT-NeoX, Pythia). ``LayerConfig.ffn`` picks the paper's MLP or a gated one (SwiGLU, GeGLU),
 both in :mod:`tformer.nn.feedforward`; the attention options of today's decoders (grouped-query, ``head_dim``,
 QK-norm, Q/K/V bias) are described in :class:`MultiHeadAttention`.
 
@@ -77,6 +78,7 @@ LAYER_OPTIONS = {
     "attn_softcap": _positive_or_none,
     "sandwich_norm": None,  # (pre-LN only: check_layer_options)
     "attn_scale": _positive_or_none,
+    "parallel_residual": None,  # (pre-LN only: check_layer_options)
 }
 
 
@@ -97,6 +99,10 @@ def check_layer_options(options, n_heads: int, norm_first: bool, name=lambda fie
     if options.get("sandwich_norm") and not norm_first:
         raise ValueError(
             f"{name('sandwich_norm')} needs norm_first=True (pre-LN): the post-LN layer already norms the sum"
+        )
+    if options.get("parallel_residual") and not norm_first:
+        raise ValueError(
+            f"{name('parallel_residual')} needs norm_first=True (pre-LN): both sub-layers read the layer's input"
         )
 
 
@@ -126,6 +132,9 @@ class LayerConfig:
     norm_scale: bool = True  # False: the norms learn no scale (nor shift)
     sandwich_norm: bool = False  # pre-LN plus a norm on each sub-layer's output before the residual (Gemma 2/3)
     attn_scale: float | None = None  # the scores' factor; None = 1/√head_dim
+    # the feed-forward reads the layer's input, not the attention's sum: x + attn(norm1(x)) + ff(norm3(x)) (GPT-J,
+    # GPT-NeoX, Pythia); a decoder layer without cross-attention only
+    parallel_residual: bool = False
 
     def __post_init__(self) -> None:
         check_yes_no_fields(self)  # bias="no" is a true string: refused, not a layer with biases
@@ -197,13 +206,17 @@ class AddNorm(nn.Module):
             self.hook_post_norm = HookPoint()
         keep_at_hand(self)
 
-    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, sublayer, source: torch.Tensor | None = None) -> torch.Tensor:
+        """``x + dropout(sublayer(norm(x)))`` (pre-LN); ``source``: what the sub-layer reads instead of ``x``
+        (normed), its output still added to ``x`` (a parallel residual: :class:`DecoderLayer`)."""
         if not self.norm_first:  # post-LN (the paper): norm(x + dropout(sublayer(x)))
             h = sublayer(x)
             if self.training:  # dropout is the identity in evaluation: decoding skips even the call
                 h = self.dropout(h)
             return self.hook_norm(self.norm(self.hook_residual(x + h)))
-        h = sublayer(self.hook_norm(self.norm(x)))  # pre-LN: x + dropout(sublayer(norm(x)))
+        h = sublayer(
+            self.hook_norm(self.norm(x if source is None else source))
+        )  # pre-LN: x + dropout(sublayer(norm(x)))
         if self.post_norm is not None:  # sandwich (Gemma 2/3): the sub-layer's output is normed too
             h = self.hook_post_norm(self.post_norm(h))
         if self.training:
@@ -237,6 +250,9 @@ class DecoderLayer(nn.Module):
         self.add_norm2 = AddNorm(cfg) if cross_attention else None
         self.ff = cfg.feed_forward()
         self.add_norm3 = AddNorm(cfg)
+        if cfg.parallel_residual and cross_attention:
+            raise ValueError("parallel_residual is a decoder-only layer's (no cross-attention)")
+        self.parallel = cfg.parallel_residual  # the feed-forward reads x, not x + attention (GPT-NeoX)
 
     def forward(
         self,
@@ -251,7 +267,10 @@ class DecoderLayer(nn.Module):
         """``x`` (B, T, D) decoder states; ``memory`` (B, S, D) encoder output; returns (B, T, D).
 
         ``rotary``: cos/sin of the positions for rotary self-attention (GPT with ``positional="rope"``)."""
+        source = x  # what the feed-forward reads with a parallel residual
         x = self.add_norm1(x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache, rotary=rotary))
+        if self.parallel:  # x + attn(norm1(x)) + ff(norm3(x))
+            return self.add_norm3(x, self.ff, source=source)
         cross_attn, add_norm2 = self.cross_attn, self.add_norm2
         if cross_attn is not None and add_norm2 is not None:
             if memory is None:

@@ -199,6 +199,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     queries and keys stay bfloat16 like its values."""
     if cos.dtype != x.dtype:
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    width = cos.shape[-1]
+    if width != x.shape[-1]:  # a partial rotary (GPT-NeoX's rotary_pct): the first ``width`` dims turn, the rest pass
+        return torch.cat([apply_rotary(x[..., :width], cos, sin), x[..., width:]], dim=-1)
     first, second = x.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
     return x * cos + torch.cat([-second, first], dim=-1) * sin
 
