@@ -1,7 +1,7 @@
-"""Llama, Mistral, Qwen2, Qwen3 and GPT-NeoX (sequential) from Hugging Face: small random models (no download) converted by ``from_hf``
-give transformers' own logits on a left-padded batch, the same logits when decoded token by token through our
-KV cache, and the same greedy continuations as ``generate``. Then the refusals: what GPTConfig cannot express
-is one ValueError naming the config field."""
+"""Llama, Mistral, Qwen2, Qwen3 and GPT-NeoX (Pythia's block and the sequential one) from Hugging Face: small random
+models (no download) converted by ``from_hf`` give transformers' own logits on a left-padded batch, the same logits
+when decoded token by token through our KV cache, and the same greedy continuations as ``generate``. Then the
+refusals: what GPTConfig cannot express is one ValueError naming the config field."""
 
 import os
 

@@ -14,8 +14,8 @@ The kinds, from what the files declare (never a guess on field names: ``hidden_s
     model   a tformer model directory: config.json whose model_type is tformer's own (seq2seq, gpt, bert)
     hf      a Hugging Face directory: config.json that says so (:func:`tformer.hf.directory.declares_hf`:
             ``architectures``, ``transformers_version``, or a model_type only Hugging Face writes) with a model_type
-            tformer.hf's registry reads (gpt2, gpt_neox, llama, mistral, qwen2, qwen3, gemma3_text → a GPT; bert; marian →
-            a translator)
+            tformer.hf's registry reads (gpt2, gpt_neox, llama, mistral, qwen2, qwen3, gemma3_text → a GPT; bert;
+            marian → a translator)
 
 The family comes from the model_type alone; the tokenizers from the files beside the model, of whatever kind
 (:func:`tformer.tokenizers.load_tokenizer`). A directory without one still loads (``tformer trace --ids`` reads it);

@@ -2,7 +2,8 @@
 without ``transformers``.
 
     SmolLM2-135M/
-      config.json                      model_type (gpt2, gpt_neox, llama, mistral, qwen2, qwen3, gemma3_text, bert, marian)
+      config.json                      model_type (gpt2, gpt_neox, llama, mistral, qwen2, qwen3, gemma3_text, bert,
+                                       marian)
       model.safetensors                the weights; or, sharded:
       model.safetensors.index.json     {"weight_map": {HF name: shard file}} + the shards it names
       tokenizer.json, ...              the tokenizer (read by the tokenizer room, not here)

@@ -1,10 +1,10 @@
 """Which file converts what: Hugging Face ``model_type`` → architecture module, tformer config → the module that
 writes it, and the four conversions dispatched through them.
 
-Every architecture module (:mod:`.gpt2`, :mod:`.gpt_neox`, :mod:`.llama`, :mod:`.gemma3`, :mod:`.bert`, :mod:`.marian`) has the same
-four functions on plain dicts and tensors: ``config_from_hf``, ``config_to_hf``, ``state_from_hf``,
-``state_to_hf``, and an ``ARCHITECTURES`` table (``model_type`` → the ``transformers`` class that loads it). This
-module is the one place that lists them; :mod:`tformer.hf` and :mod:`tformer.hf.directory` go through it.
+Every architecture module (:mod:`.gpt2`, :mod:`.gpt_neox`, :mod:`.llama`, :mod:`.gemma3`, :mod:`.bert`, :mod:`.marian`)
+has the same four functions on plain dicts and tensors: ``config_from_hf``, ``config_to_hf``, ``state_from_hf``,
+``state_to_hf``, and an ``ARCHITECTURES`` table (``model_type`` → the ``transformers`` class that loads it). This module
+is the one place that lists them; :mod:`tformer.hf` and :mod:`tformer.hf.directory` go through it.
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ scale and shift are learned parameters; ``LayerConfig.norm="rmsnorm"`` puts an R
 * pre-LN  (GPT-2,     ``norm_first=True``):   ``x = x + dropout(sublayer(norm(x)))``
 
 Encoder layer:  self-attention → add & norm → feed-forward → add & norm.
-Decoder layer:  masked self-attention → add & norm → cross-attention (Q from the decoder, K/V from
-the encoder output) → add & norm → feed-forward → add & norm. ``cross_attention=False`` drops the
-middle block: that is the GPT block; with ``parallel_residual`` its feed-forward reads the layer's input, not the
-attention's sum (``x + attn(norm1(x)) + ff(norm3(x))``: GPT-J, GPT-NeoX, Pythia). ``LayerConfig.ffn`` picks the paper's MLP or a gated one (SwiGLU, GeGLU),
-both in :mod:`tformer.nn.feedforward`; the attention options of today's decoders (grouped-query, ``head_dim``,
-QK-norm, Q/K/V bias) are described in :class:`MultiHeadAttention`.
+Decoder layer:  masked self-attention → add & norm → cross-attention (Q from the decoder, K/V from the encoder output) →
+add & norm → feed-forward → add & norm. ``cross_attention=False`` drops the middle block: that is the GPT block; with
+``parallel_residual`` its feed-forward reads the layer's input, not the attention's sum (``x + attn(norm1(x)) +
+ff(norm3(x))``: GPT-J, GPT-NeoX, Pythia). ``LayerConfig.ffn`` picks the paper's MLP or a gated one (SwiGLU, GeGLU), both
+in :mod:`tformer.nn.feedforward`; the attention options of today's decoders (grouped-query, ``head_dim``, QK-norm, Q/K/V
+bias) are described in :class:`MultiHeadAttention`.
 
 Hook points (:mod:`tformer.nn.hooks`), each (B, T, D): an :class:`AddNorm`'s ``hook_norm`` (its norm's output: the
 sub-layer's input in pre-LN, the block's output in post-LN), ``hook_residual`` (x + sublayer: the output in pre-LN)
