@@ -345,6 +345,7 @@ def test_qkv_rows_are_q_then_k_then_v():
         ("qwen3-qk-norm-head-dim", dict(layer_types=["chunked_attention"] * 2), "layer_types"),
         ("mistral-window", dict(dtype="float64"), None),  # read by dtype_from_hf only: the config still maps
         ("gpt-neox-sequential", dict(rope_parameters=dict(partial_rotary_factor=1.5)), "partial_rotary_factor"),
+        ("gpt-neox-sequential", dict(rope_parameters=dict(partial_rotary_factor=0.35)), "rotary_pct"),  # 5 of 16
         ("gpt-neox-sequential", dict(attention_bias=False), "attention_bias"),
     ],
 )

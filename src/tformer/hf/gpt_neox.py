@@ -94,6 +94,8 @@ CONFIG_NAMES = {  # each GPTConfig field read from config.json -> that field (me
     "rope_base": "rotary_emb_base",
     "tie_embeddings": "tie_word_embeddings",
     "pad_id": "pad_token_id",
+    "parallel_residual": "use_parallel_residual",
+    "rope_dim": "rotary_pct",  # (its fraction of the head: rotary_pct × hidden_size / num_attention_heads)
 }
 NAMES: Names = [
     ("gpt_neox.embed_in.", "embed.token."),
