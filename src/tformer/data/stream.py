@@ -37,10 +37,12 @@ def prepare_lm(
     cache: str | Path | None = None,
     shard_tokens: int | None = None,
     log: Callable[[str], None] = print,
+    flag: str | None = None,
 ) -> Path:
     """The folder of ``data``'s language-model stream in ``tokenizer``'s ids: found in the cache and checked, else
     prepared (see the module). ``data`` may be a prepared folder itself (then checked, never rebuilt).
-    ``shard_tokens``: ids per shard (default :data:`tformer.data.shards.SHARD_TOKENS`)."""
+    ``shard_tokens``: ids per shard (default :data:`tformer.data.shards.SHARD_TOKENS`). ``flag``: the argument an
+    empty text is refused under while it is prepared, with no folder kept (None: an empty text is prepared as such)."""
     eos = tokenizer.eos_id
     if eos is None:
         raise ValueError(f"this {tokenizer.kind} tokenizer has no end-of-text token to join the documents with")
@@ -78,8 +80,8 @@ def prepare_lm(
                     log(progress_line(done, total, now - start, writer.count))
         flush()
         shards = writer.close()
-        if not writer.count:  # refused before "prepared:" is said, and no folder kept (as bert's and translation's)
-            raise ValueError(f"--data {data}: the text is empty: no tokens to train on")
+        if not writer.count and flag is not None:  # refused before "prepared:" is said, no folder kept
+            raise ValueError(f"{flag} {data}: the text is empty: no tokens to train on")
         log(f"prepared: {documents:,} document(s), {writer.count:,} ids in {len(shards)} {dtype} shard(s)")
         return {"dtype": dtype, "documents": documents, "tokens": writer.count, "shards": shards, "files": shards}
 

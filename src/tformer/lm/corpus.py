@@ -117,14 +117,16 @@ def streams(
     """The training and validation streams, memory-mapped from the prepared shards (prepared first when they are not
     in the cache; by the first process alone under torchrun), and what they hold, in words."""
 
-    def prepared(path) -> TokenStream:
-        directory = from_rank0(lambda: prepare_lm(path, tok, text_field=text_field, cache=cache, log=log), device)
+    def prepared(path, flag: str | None = None) -> TokenStream:
+        directory = from_rank0(
+            lambda: prepare_lm(path, tok, text_field=text_field, cache=cache, log=log, flag=flag), device
+        )
         manifest, stream = open_tokens(directory)
         counts.append(manifest["documents"])
         return stream
 
     counts: list[int] = []
-    stream = prepared(data)
+    stream = prepared(data, "--data")  # (--valid-data's too few tokens are said below)
     if valid_data is not None:
         train, val = stream, prepared(valid_data)
         if len(val) < 2:  # a token and the next: the least a loss is computed on
@@ -203,4 +205,4 @@ def prepare(
         r = resolve(preset or "tiny", tokenizer=tokenizer, vocab_size=vocab_size)
         kind = TOKENIZER_KINDS[r["tokenizer"]]
         tok = data_tokenizer(data, tokenizer_dir, kind, r["vocab_size"], tokenizer_sample, text_field, data_cache, log)
-    return prepare_lm(data, tok, text_field=text_field, cache=data_cache, log=log)
+    return prepare_lm(data, tok, text_field=text_field, cache=data_cache, log=log, flag="--data")
