@@ -79,6 +79,11 @@ def dirs(tmp_path_factory):
         root / "gemma_like"
     )
     char.save(root / "gemma_like")
+    pythia_like = dict(positional="rope", parallel_residual=True, rope_dim=8, activation="gelu")  # GPT-NeoX's block
+    GPT(GPTConfig.preset("tiny", vocab_size=char.vocab_size, dropout=0.0, max_len=64, **pythia_like)).save_pretrained(
+        root / "pythia_like"
+    )
+    char.save(root / "pythia_like")
     wp = train_tokenizer("wordpiece", SENTENCES * 3, vocab_size=120, min_frequency=1)
     Bert(BertConfig.preset("tiny", vocab_size=wp.vocab_size, dropout=0.0, max_len=32)).save_pretrained(root / "bert")
     wp.save(root / "bert")
@@ -213,6 +218,25 @@ def test_a_gated_feed_forward_shows_gate_up_and_their_product(dirs):
     assert ffn[2]["formula"].startswith("h = GELU(gate) ⊙ up") and "GELU" in ffn[0]["formula"]
     norms = [s["formula"] for s in answer["steps"] if s["stage"] == "add_norm"]
     assert norms and all("a norm before and after" in f for f in norms)
+
+
+def test_a_parallel_residual_and_a_partial_rotary_say_so_on_the_page(dirs):
+    """Pythia's block: the second add & norm's feed-forward reads the layer's input (not add_norm1's sum), and RoPE
+    turns the first rope_dim dims of each head; the page's formulas say both, and its numbers are the model's."""
+    session = _session("pythia_like", dirs)
+    client, model = _client(session), session.m.model
+    answer = _post(client, "trace", text="I am good.")
+    expected = trace(model, session.m.tgt.tokenizer.encode("I am good."))
+    steps = [s for s in answer["steps"] if s["stage"] not in ("ffn_hidden", "ffn_activation")]
+    assert [(s["stage"], s["where"]) for s in steps] == [(e.stage, e.where) for e in expected.entries]
+    norms = [s for s in answer["steps"] if s["stage"] == "add_norm"]
+    assert [s["formula"].endswith("(parallel residual)") for s in norms] == [False, True] * model.config.n_layers
+    q = next(s for s in answer["steps"] if s["stage"] == "q")
+    assert "its first 8 of 16 dims rotated by RoPE" in q["formula"], q["formula"]
+    second = norms[1]  # layer 0's output: x + attn(norm1(x)) + ff(norm3(x)), x the layer's input
+    got = torch.tensor(_array(_post(client, "tensor", trace_id=answer["trace_id"], id=second["id"])["values"]))
+    layer_out = [e for e in expected.entries if e.stage == "add_norm" and e.layer == 0][1].tensor[0]
+    assert torch.allclose(got.float(), layer_out, rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------ decoding

@@ -360,6 +360,31 @@ def test_a_gemma_like_gpt_shows_its_gate_up_and_their_product_with_the_models_nu
         assert console_errors(browser) == []
 
 
+def test_a_pythia_like_gpt_says_its_parallel_residual_and_partial_rotary(browser, tmp_path):
+    """GPT-NeoX's block on the page: the layer's second add & norm says its feed-forward read the layer's input, and
+    the queries say which of their dims RoPE turned."""
+    tokenizer = CharTokenizer(string.ascii_letters + string.digits + " ,.:;!?'-\n")
+    tokenizer.save(tmp_path)
+    torch.manual_seed(5)
+    options = dict(positional="rope", parallel_residual=True, rope_dim=8, activation="gelu")
+    GPT(GPTConfig.preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0, max_len=48, **options)).save_pretrained(
+        tmp_path
+    )
+    with serve(tmp_path) as url:
+        open_page(browser, url)
+        find(browser, "[data-testid=step][data-stage=q]")[0].click()
+        wait(browser, lambda d: "RoPE" in d.find_element("css selector", "#step-detail .formula").text, "Q's formula")
+        assert "its first 8 of 16 dims rotated by RoPE" in find(browser, "#step-detail .formula")[0].text
+        second = find(browser, "[data-testid=step][data-stage=add_norm]")[1]
+        second.click()
+        wait(
+            browser, lambda d: "parallel" in d.find_element("css selector", "#step-detail .formula").text, "add & norm"
+        )
+        assert "FFN(LayerNorm(the layer's input))" in find(browser, "#step-detail .formula")[0].text
+        shot(browser, "pythia-like-parallel-residual")
+        assert console_errors(browser) == []
+
+
 def test_a_tensor_too_big_for_one_answer_shows_some_rows(browser, gpt_dir, monkeypatch):
     from tformer import lm
     from tformer.explore import session

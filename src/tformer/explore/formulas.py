@@ -53,7 +53,9 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
     if stage == "scores":
         return f"scores = {scaled}"
     x = next((f"{n}(x)" for n in ("RMSNorm", "LayerNorm") if f"= {n}(x)·W_" in note), "x")  # pre-LN: normed first
-    after = " (then QK-norm)" * ("QK-norm" in note) + ", then rotated by RoPE" * ("RoPE" in note)
+    turned = note.split("then its first ", 1)[1].split(" rotated", 1)[0] if "then its first " in note else ""
+    rope = f", then its first {turned} rotated by RoPE" if turned else ", then rotated by RoPE"  # (partial: Pythia)
+    after = " (then QK-norm)" * ("QK-norm" in note) + rope * ("RoPE" in note)
     if stage == "q" and "Dh = " in note:  # the head size, which is d_model / h unless the model says (Gemma)
         dh = note.split("Dh = ", 1)[1].split(",", 1)[0]
         return f"Q = {x}·W_Q, split into h heads of d_k = {dh} columns{after}"
@@ -81,6 +83,8 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
         norm = "RMSNorm" if "RMSNorm" in note else "LayerNorm"
         if note.startswith(f"x + {norm}(sublayer("):  # sandwich (Gemma 2/3)
             return f"x + Dropout({norm}(sublayer({norm}(x)))) (a norm before and after the sub-layer)"
+        if "the layer's input" in note:  # GPT-NeoX's parallel residual: the feed-forward reads what attention read
+            return f"x + Dropout(FFN({norm}(the layer's input))), x = add_norm1's sum (parallel residual)"
         if note.startswith("x + sublayer("):  # pre-LN (GPT-2)
             return f"x + Dropout(sublayer({norm}(x))) (pre-LN: the norm comes first)"
         return f"x + Dropout(sublayer(x)), then {norm}"
