@@ -214,9 +214,8 @@ class AddNorm(nn.Module):
             if self.training:  # dropout is the identity in evaluation: decoding skips even the call
                 h = self.dropout(h)
             return self.hook_norm(self.norm(self.hook_residual(x + h)))
-        h = sublayer(
-            self.hook_norm(self.norm(x if source is None else source))
-        )  # pre-LN: x + dropout(sublayer(norm(x)))
+        read = x if source is None else source
+        h = sublayer(self.hook_norm(self.norm(read)))  # pre-LN: x + dropout(sublayer(norm(x)))
         if self.post_norm is not None:  # sandwich (Gemma 2/3): the sub-layer's output is normed too
             h = self.hook_post_norm(self.post_norm(h))
         if self.training:
@@ -267,10 +266,12 @@ class DecoderLayer(nn.Module):
         """``x`` (B, T, D) decoder states; ``memory`` (B, S, D) encoder output; returns (B, T, D).
 
         ``rotary``: cos/sin of the positions for rotary self-attention (GPT with ``positional="rope"``)."""
-        source = x  # what the feed-forward reads with a parallel residual
-        x = self.add_norm1(x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache, rotary=rotary))
-        if self.parallel:  # x + attn(norm1(x)) + ff(norm3(x))
-            return self.add_norm3(x, self.ff, source=source)
+        attended = self.add_norm1(
+            x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache, rotary=rotary)
+        )
+        if self.parallel:  # x + attn(norm1(x)) + ff(norm3(x)): the feed-forward reads the layer's input
+            return self.add_norm3(attended, self.ff, source=x)
+        x = attended
         cross_attn, add_norm2 = self.cross_attn, self.add_norm2
         if cross_attn is not None and add_norm2 is not None:
             if memory is None:
