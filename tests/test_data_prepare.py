@@ -659,4 +659,33 @@ def test_pieces_cut_where_a_bpe_reads_the_same_ids_as_from_the_whole_text(tmp_pa
     tok = train_tokenizer(kind, [text], 400)
     assert kind == "char" or len(tok.encode("\n\n")) == 1  # whitespace runs are merged: not vacuous
     directory = tdata.prepare_lm(tmp_path / "ws.txt", tok, cache=tmp_path / "cache", log=lambda _: None)
-    assert torch.equal(tdata.open_tokens(directory)[1].tensor(), encode_documents(tok, [text]))
+    read = text.replace("\r\n", "\n")  # universal newlines
+    assert torch.equal(tdata.open_tokens(directory)[1].tensor(), encode_documents(tok, [read]))
+
+
+def test_a_text_saved_on_windows_reads_as_on_linux_as_python_and_datasets_read_it(tmp_path, small_pieces):
+    """CR LF and a lone CR (old Mac) read as LF, as ``open(path)`` and ``datasets``' text loader read them: the
+    same ids and the same character vocabulary, whatever the editor; JSONL's strings are read as they are."""
+    unix = _text(120, seed=5)
+    for name, text in (("lf", unix), ("crlf", unix.replace("\n", "\r\n")), ("cr", unix.replace("\n", "\r"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "t.txt").write_text(text, encoding="utf-8", newline="")
+        assert "".join(t for _, t in sources.read_pieces([tmp_path / name / "t.txt"])) == unix, name
+    with open(tmp_path / "crlf" / "t.txt", encoding="utf-8") as f:
+        assert f.read() == unix  # what Python reads
+    tok = tdata.corpus_tokenizer(tmp_path / "crlf", "char", None, cache=tmp_path / "cache", log=lambda _: None)
+    assert tok.lacks("\r") and not tok.lacks("\n")  # no CR in the vocabulary
+    streams = [
+        tdata.open_tokens(tdata.prepare_lm(tmp_path / n, tok, cache=tmp_path / "cache", log=lambda _: None))[1]
+        for n in ("lf", "crlf", "cr")
+    ]
+    assert all(torch.equal(s.tensor(), encode_documents(tok, [unix])) for s in streams)
+    (tmp_path / "d.jsonl").write_text(json.dumps({"text": "a\r\nb"}) + "\r\n", encoding="utf-8", newline="")
+    assert tdata.read_documents(tmp_path / "d.jsonl") == ["a\r\nb"]  # a string's own CR, as datasets keeps it
+
+
+def test_a_piece_forced_to_end_inside_a_line_keeps_a_cr_with_its_lf():
+    """A line longer than the largest piece is cut at any character: never between a CR and the LF after it,
+    which would read as two line ends."""
+    assert sources._cut(b"abc\r", True) == 3 and sources._cut(b"ab\xc3\xa9", True) == 2  # (é may go on)
+    assert sources._cut(b"abcd", True) == 4 and sources._cut(b"ab\ncd\r", True) == 3

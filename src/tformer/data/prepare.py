@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from tformer.data.sources import MANIFEST, corpus_bytes, find_sources, is_prepared, read_pieces, sample_text
+from tformer.data.sources import MANIFEST, NEWLINES, corpus_bytes, find_sources, is_prepared, read_pieces, sample_text
 from tformer.files import staged_dir
 from tformer.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 
@@ -223,6 +223,7 @@ def corpus_tokenizer(
         format=FORMAT,
         sources=[s["path"] for s in sources],
         text_field=text_field,
+        newlines=NEWLINES,
         kind=kind,
         vocab_size=vocab_size,
         sample=None if kind == "char" else sample,

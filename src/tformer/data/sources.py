@@ -2,9 +2,10 @@
 
 What ``--data`` may name (:func:`find_sources`):
 
-* a UTF-8 text file: one document (a large one is read in pieces of about :data:`PIECE_BYTES`, cut after a newline
-  between two non-spaces: a byte-level BPE splits its words there anyway, so its ids and a character tokenizer's are
-  those of the whole text; a ``bpe`` tokenizer (SentencePiece-style ▁) starts each piece as a new word;
+* a UTF-8 text file: one document, read with universal newlines as Python's ``open`` and ``datasets`` read text (a
+  CR LF or a lone CR is read as LF: a file saved on Windows gives the ids it gives on Linux). A large one is read in
+  pieces of about :data:`PIECE_BYTES`, cut after a newline between two non-spaces: a byte-level BPE splits its words
+  there anyway, so its ids and a character tokenizer's are those of the whole text; a ``bpe`` tokenizer (SentencePiece-style ▁) starts each piece as a new word;
   a text with no such newline for :data:`_LONG_LINE` pieces, text8 or a minified file, is cut before a space between
   two non-spaces, where the tokenizers split too, so that memory stays flat whatever its lines);
 * a JSONL file: one document per line, the string field ``text_field`` (``"text"`` unless ``--text-field``);
@@ -39,6 +40,7 @@ __all__ = [
     "read_pieces",
     "read_documents",
     "sample_text",
+    "NEWLINES",
 ]
 
 MANIFEST = "manifest.json"  # a prepared folder's (tformer.data.prepare)
@@ -47,6 +49,7 @@ PIECE_BYTES = 1 << 18  # a large text file is read in pieces of about this size 
 _LONG_LINE = 4  # pieces: one with no newline to cut after grows to this many PIECE_BYTES, then is cut before a space
 _MAX_PIECE = 64 << 20  # a piece with no clean cut grows to this, then is cut at any newline (or character)
 _SPACE_BYTES = frozenset(b" \t\r\n\x0b\x0c")
+NEWLINES = "universal"  # how a text file's line ends are read; in the cache keys of what is made from them
 _ROWS = 1024  # rows of a Parquet or Arrow file read at a time
 
 
@@ -199,7 +202,7 @@ def _text_pieces(path: Path) -> Iterator[str]:
             data = rest + block
             if not block or not f.peek(1):  # the end: what is left is the last piece (a small file: the only one)
                 if data or first:
-                    yield decode_utf8(data, str(path), 1 if first else line)
+                    yield _universal(decode_utf8(data, str(path), 1 if first else line))
                 return
             cut = _cut(data, len(data) >= _MAX_PIECE)
             if cut == 0 and len(data) >= _LONG_LINE * PIECE_BYTES:  # a long line: cut before a space instead
@@ -208,9 +211,14 @@ def _text_pieces(path: Path) -> Iterator[str]:
                 rest = data
                 continue
             piece, rest = data[:cut], data[cut:]
-            yield decode_utf8(piece, str(path), 1 if first else line)
+            yield _universal(decode_utf8(piece, str(path), 1 if first else line))
             line += piece.count(b"\n")
             first = False
+
+
+def _universal(text: str) -> str:
+    """``text`` with each CR LF and each lone CR read as LF (a piece ends after an LF, never between a CR and its LF)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _cut(data: bytes, forced: bool) -> int:
@@ -233,7 +241,8 @@ def _cut(data: bytes, forced: bool) -> int:
     i = len(data)
     while i > 1 and (data[i - 1] & 0xC0) == 0x80:  # back over a character's continuation bytes
         i -= 1
-    return i - 1 if data[i - 1] >= 0xC0 else len(data)  # before a character that may be incomplete
+    cut = i - 1 if data[i - 1] >= 0xC0 else len(data)  # before a character that may be incomplete
+    return cut - 1 if cut > 1 and data[cut - 1] == 0x0D else cut  # a CR kept with the LF that may follow it
 
 
 def _space_cut(data: bytes) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from tformer.data import shards as shards_module
 from tformer.data.prepare import MANIFEST, prepared, progress_line, read_manifest
 from tformer.data.shards import ShardWriter, TokenStream, token_dtype
-from tformer.data.sources import corpus_bytes, read_pieces
+from tformer.data.sources import NEWLINES, corpus_bytes, read_pieces
 from tformer.tokenizers import Tokenizer
 
 __all__ = ["prepare_lm", "open_tokens"]
@@ -85,7 +85,9 @@ def prepare_lm(
         log(f"prepared: {documents:,} document(s), {writer.count:,} ids in {len(shards)} {dtype} shard(s)")
         return {"dtype": dtype, "documents": documents, "tokens": writer.count, "shards": shards, "files": shards}
 
-    return prepared("lm", data, tokenizer, build, key={"text_field": text_field}, cache=cache, log=log)
+    return prepared(
+        "lm", data, tokenizer, build, key={"text_field": text_field, "newlines": NEWLINES}, cache=cache, log=log
+    )
 
 
 def open_tokens(directory: str | Path) -> tuple[dict, TokenStream]:
