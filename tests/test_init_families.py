@@ -248,6 +248,8 @@ def test_classify_with_lora_trains_the_pairs_and_the_new_head(minilm, tmp_path, 
     assert main(["export", str(out), "--to", "hf", str(tmp_path / "hf")]) == 0
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}
+    tformer.load(out).export(tmp_path / "py")  # the Python API writes what the command writes: not LABEL_0
+    assert json.loads((tmp_path / "py" / "config.json").read_text())["id2label"] == config["id2label"]
 
 
 def test_a_bert_without_its_pretraining_heads_is_not_shown_as_if_it_had_them(minilm, tmp_path, capsys):
@@ -280,6 +282,12 @@ def test_a_bert_without_its_pretraining_heads_is_not_shown_as_if_it_had_them(min
     with safe_open(str(tmp_path / "hf" / "model.safetensors"), framework="pt") as f:
         names = set(f.keys())
     assert config["architectures"] == ["BertModel"] and not any(n.startswith("cls.") for n in names)
+    tformer.load(minilm).export(tmp_path / "py")  # the Python API, as the command: random heads are not written
+    assert json.loads((tmp_path / "py" / "config.json").read_text())["architectures"] == ["BertModel"]
+    with safe_open(str(tmp_path / "py" / "model.safetensors"), framework="pt") as f:
+        assert set(f.keys()) == names
+    tformer.load(minilm).export(tmp_path / "all", untrained=())  # asked for: every head, as BertForPreTraining
+    assert json.loads((tmp_path / "all" / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
     theirs = transformers.AutoModel.from_pretrained(tmp_path / "hf").eval()
     original = transformers.AutoModel.from_pretrained(minilm).eval()
     ids = torch.tensor([[101, 1996, 4937, 2938, 102]])

@@ -43,6 +43,7 @@ from tformer.fast.quantize import is_quantized, require_float
 from tformer.files import current_dir, staged_dir
 from tformer.hf.directory import declares_hf, load_hf_dir
 from tformer.hf.export import export as hf_export
+from tformer.hf.heads import saved_labels, untrained_heads
 from tformer.hf.peft import ADAPTER_CONFIG, is_adapter_dir, load_adapter
 from tformer.hf.registry import DECODER_TYPES, MODULES, hf_field
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, check_vocab, load_pretrained, model_dir, read_decoding
@@ -196,16 +197,22 @@ class Loaded:
         return directory
 
     def export(self, out_dir: str | os.PathLike, overwrite: bool = False, labels: Sequence[str] | None = None,
-               untrained: Sequence[str] = ()) -> Path:  # fmt: skip
+               untrained: Sequence[str] | None = None) -> Path:  # fmt: skip
         """The model and its tokenizers (none when one is missing) as a Hugging Face directory that ``transformers``
-        loads with its own classes (:func:`tformer.hf.export`); ``labels``: a classifier's names; ``untrained``: a
-        BERT's heads that never trained, left out. Returns it."""
+        loads with its own classes (:func:`tformer.hf.export`); returns it. As ``tformer export`` writes it: a BERT
+        classifier's ``labels`` (None: its labels.json's), a BERT's ``untrained`` heads left out (None: those that
+        never trained, :func:`tformer.hf.heads.untrained_heads`; ``()``: every head written)."""
         require_float(self.model, "a Hugging Face export", repr(str(self.directory)))
+        if self.family == "bert":
+            labels = saved_labels(self.directory) if labels is None else labels
+            untrained = untrained_heads(self.directory, self.kind.source == "hf") if untrained is None else untrained
         tokenizer: Any = None
         if self.missing is None:
             pair = (self.tokenizer, self.target_tokenizer)
             tokenizer = pair if self.family == "seq2seq" else self.tokenizer
-        return hf_export(self.model, out_dir, tokenizer, overwrite, read_decoding(self.directory), labels, untrained)
+        return hf_export(
+            self.model, out_dir, tokenizer, overwrite, read_decoding(self.directory), labels, untrained or ()
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- detect
@@ -325,17 +332,8 @@ def load(
     return Loaded(kind.family, model, source, target, kind, start, missing)
 
 
-def _load_adapter(
-    path: str | os.PathLike,
-    device: str | torch.device,
-    dtype: torch.dtype | None,
-    family: list[str],
-    flag: str | None,
-    strict: bool,
-    float_weights: bool,
-    fast: bool,
-    merge: bool,
-) -> Loaded:
+def _load_adapter(path: str | os.PathLike, device: str | torch.device, dtype: torch.dtype | None, family: list[str],
+                  flag: str | None, strict: bool, float_weights: bool, fast: bool, merge: bool) -> Loaded:  # fmt: skip
     """A Hugging Face PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors, no config.json):
     the base model its ``base_model_name_or_path`` names (a local directory), with the adapter's pairs on it."""
     config_path = Path(path) / ADAPTER_CONFIG

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from tformer.bert.pretraining import BertBatch, collate
 from tformer.files import atomic_write
+from tformer.hf.heads import LABELS_FILE, UNTRAINED_MLM, saved_labels
 from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
 from tformer.outputs import write_output
@@ -42,18 +43,6 @@ __all__ = [
     "langid_examples",
     "write_tsv",
 ]
-
-LABELS_FILE = "labels.json"
-UNTRAINED_MLM = "untrained_mlm_head"  # labels.json's key: the classifier was made from scratch, its MLM head random
-
-
-def untrained_mlm(directory: str | Path) -> bool:
-    """Whether the classifier in ``directory`` says its MLM head never trained (a ``train classify`` from scratch)."""
-    path = Path(directory) / LABELS_FILE
-    try:
-        return bool(path.is_file() and json.loads(path.read_text(encoding="utf-8")).get(UNTRAINED_MLM))
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def read_labelled_tsv(path: str | Path) -> list[tuple[str, str]]:
@@ -200,9 +189,7 @@ class TextClassifier:
                 f"{str(path)!r} is missing: {str(loaded.kind.path)!r} is not a `tformer train classify` model"
             )
         else:
-            labels = read_json_object(path, "labels file").get("labels")
-        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
-            raise ValueError(f"labels file {str(path)!r} must hold {{'labels': [...]}}, a non-empty list of strings")
+            labels = saved_labels(directory)
         model, tokenizer = loaded.model, cast(WordPieceTokenizer, loaded.require_tokenizer())  # a BERT's: WordPiece
         assert isinstance(model, Bert)
         if len(labels) != model.config.num_labels:

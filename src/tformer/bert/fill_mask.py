@@ -17,10 +17,9 @@ from typing import cast
 
 import torch
 
-from tformer.bert.classification import untrained_mlm
 from tformer.checks import candidates
 from tformer.hf.bert import HEAD_PREFIXES
-from tformer.hf.directory import weight_names
+from tformer.hf.heads import untrained_heads as untrained_heads_in
 from tformer.loader import Loaded, load
 from tformer.models.bert import Bert
 from tformer.text import check_text
@@ -50,12 +49,7 @@ def untrained_heads(loaded: Loaded) -> tuple[str, ...]:
     Hugging Face checkpoint without their weights (a sentence-transformers encoder, a classifier: tformer's Bert has
     them, at their random init), or a ``train classify`` model whose ``labels.json`` says its MLM head never trained
     (and so neither did its NSP head). What they compute is noise: fill-mask, trace, the explorer and export say so."""
-    if loaded.family != "bert":
-        return ()
-    if loaded.kind.source == "hf":
-        names = weight_names(loaded.directory)
-        return tuple(head for head, prefix in HEAD_PREFIXES.items() if not any(n.startswith(prefix) for n in names))
-    return tuple(HEAD_PREFIXES) if untrained_mlm(loaded.directory) else ()
+    return untrained_heads_in(loaded.directory, loaded.kind.source == "hf") if loaded.family == "bert" else ()
 
 
 def no_head(loaded: Loaded, head: str) -> str:

@@ -18,13 +18,14 @@ from typing import cast
 import torch
 
 from tformer import checks
-from tformer.bert.classification import ClassifyTask, label_note, read_labelled_tsv, split_examples, untrained_mlm
+from tformer.bert.classification import ClassifyTask, label_note, read_labelled_tsv, split_examples
 from tformer.bert.fill_mask import untrained_heads
 from tformer.bert.pretraining import BertPretrainTask
 from tformer.checks import check_settings
 from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared, prepared_vocab_size
 from tformer.data.sentences import Sentences, held_out_sentences, prepare_sentences, sentences_tokenizer
 from tformer.finetune import NO_BERT_ADAPTER, LoraSettings, add_adapters, count_parameters, refuse_given, start_from
+from tformer.hf.heads import untrained_mlm
 from tformer.loader import load
 from tformer.models.bert import Bert, BertConfig
 from tformer.models.checkpoint import model_dir

@@ -57,7 +57,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from tformer.bert.classification import LABELS_FILE, TextClassifier
     from tformer.bert.fill_mask import no_head, untrained_heads
     from tformer.loader import load
     from tformer.outputs import check_new_dir
@@ -65,11 +64,8 @@ def run(args) -> int:
     out = check_new_dir(args.out, "OUT", [("MODEL", args.model)], args.overwrite)  # before any work
     loaded = load(args.model, flag="MODEL")  # any family, any kind of directory (tformer.loader)
     _check_format(loaded, args.tokenizer)
-    labels = None
-    if loaded.family == "bert" and (loaded.directory / LABELS_FILE).is_file():  # a classifier's names, not LABEL_i
-        labels = TextClassifier.from_loaded(loaded).labels
-    untrained = untrained_heads(loaded)  # a BERT's heads that never trained: left out, and said
-    loaded.export(out, overwrite=args.overwrite, labels=labels, untrained=untrained)  # with its tokenizers
+    untrained = untrained_heads(loaded)  # a BERT's heads that never trained: left out (as export does), and said
+    loaded.export(out, overwrite=args.overwrite)  # with its tokenizers, a classifier's label names
     architecture = json.loads((out / "config.json").read_text(encoding="utf-8"))["architectures"][0]
     files = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"wrote {out} ({architecture}): {files}")
