@@ -71,6 +71,11 @@ def test_is_causal_equals_the_explicit_look_ahead_mask(reference):
     assert (flagged - explicit).abs().max() <= 1e-6
     with pytest.raises(ValueError, match="either mask or is_causal"):
         scaled_dot_product_attention(q, k, v, causal_mask(6), is_causal=True)
+    # fewer queries than keys: PyTorch's fused kernel aligns them at the start, causal_mask at the end; neither is
+    # guessed, in either path (they gave different numbers)
+    q3, k6, v6 = _qkv(tq=3, tk=6)
+    with pytest.raises(ValueError, match=r"is_causal=True needs as many queries as keys, got 3 queries and 6 keys: pass mask=tformer.nn.masks.causal_mask\(3, 6\)"):  # fmt: skip
+        scaled_dot_product_attention(q3, k6, v6, is_causal=True, return_details=reference)
 
 
 def test_mask_must_be_boolean():

@@ -134,7 +134,7 @@ def scaled_dot_product_attention(
         return attention.scaled_dot_product_attention(
             q, k, v, mask, dropout_p, return_details, is_causal, scale, enable_gqa
         )
-    attention.check_attention_mask(mask, is_causal)
+    attention.check_attention_mask(mask, is_causal, q.shape[-2], k.shape[-2])
     if enable_gqa and k.shape[1] != q.shape[1]:  # the reference path needs every query head's own K/V
         k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
     if is_causal:  # the reference path spells the look-ahead mask out

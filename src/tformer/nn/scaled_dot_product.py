@@ -70,11 +70,11 @@ def scaled_dot_product_attention(
     ``mask`` is boolean (``True`` = may attend) and broadcasts to (B, H, Tq, Tk). ``dropout_p`` is
     applied to the weights (pass 0 in eval mode). With ``return_details=True`` the readable reference
     path runs and returns ``(context, AttentionDetails)``; otherwise the fused kernel runs and only
-    the context (B, H, Tq, Dh) is returned. ``is_causal=True`` (only without ``mask``) is the look-ahead
-    mask for Tq = Tk, applied inside the fused kernel without building a (Tq, Tk) tensor. ``scale`` replaces
+    the context (B, H, Tq, Dh) is returned. ``is_causal=True`` (only without ``mask``, and only for Tq = Tk) is
+    the look-ahead mask, applied inside the fused kernel without building a (Tq, Tk) tensor. ``scale`` replaces
     1/√Dh (Gemma's ``query_pre_attn_scalar`` ^ −½).
     """
-    check_attention_mask(mask, is_causal)
+    check_attention_mask(mask, is_causal, q.shape[-2], k.shape[-2])
     grouped = enable_gqa and k.shape[1] != q.shape[1]
     if grouped and return_details:  # the reference path repeats them; the fused kernel pairs the groups itself
         k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
@@ -134,13 +134,21 @@ def _as_is(_step: str, t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def check_attention_mask(mask: torch.Tensor | None, is_causal: bool) -> None:
-    """The attention functions take a boolean ``mask`` or ``is_causal=True``, not both."""
+def check_attention_mask(mask: torch.Tensor | None, is_causal: bool, tq: int = 0, tk: int = 0) -> None:
+    """The attention functions take a boolean ``mask`` or ``is_causal=True``, not both; ``is_causal`` for as many
+    queries as keys (``tq``, ``tk``): else where the queries sit among the keys is the caller's to say, by a mask
+    (PyTorch's fused kernel would put the first query at the first key; :func:`~tformer.nn.masks.causal_mask`
+    puts the last at the last, as a query after cached keys is)."""
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
     if is_causal and mask is not None:
         raise ValueError(
             "pass either mask or is_causal=True, not both (combine them with tformer.nn.masks.combine_masks)"
+        )
+    if is_causal and tq != tk:
+        raise ValueError(
+            f"is_causal=True needs as many queries as keys, got {tq} queries and {tk} keys: pass "
+            f"mask=tformer.nn.masks.causal_mask({tq}, {tk}) (the last query at the last key) instead"
         )
 
 
