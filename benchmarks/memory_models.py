@@ -259,7 +259,9 @@ def _bert_loss(lib: str, model, s: dict) -> Callable[[], torch.Tensor]:
             return model(
                 input_ids=ids, attention_mask=mask, token_type_ids=segments, labels=labels, next_sentence_label=nsp
             ).loss
-        mlm, nsp_logits = model.pretraining_heads(model(ids, segments, mask.bool()), picked)  # (N, V), (B, 2)
+        mlm, nsp_logits = model.pretraining_heads(
+            model(ids, token_type_ids=segments, attention_mask=mask.bool()), picked
+        )  # (N, V), (B, 2)
         return sequence_cross_entropy(mlm[None], labels[picked][None]) + F.cross_entropy(nsp_logits, nsp)
 
     return loss

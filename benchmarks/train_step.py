@@ -354,7 +354,7 @@ def bert_candidates(c: dict, device: str) -> list[Candidate]:
 
     def loss_of(model, reference=False):
         def loss():
-            mlm, nsp = model.pretraining_logits(ids, segments, mask)
+            mlm, nsp = model.pretraining_logits(ids, token_type_ids=segments, attention_mask=mask)
             return _loss(mlm, mlm_labels, reference) + F.cross_entropy(nsp, nsp_labels)
 
         return loss

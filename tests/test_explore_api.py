@@ -398,7 +398,9 @@ def test_fill_mask_and_nsp_are_the_models(dirs, capsys):
     ids, types = wp.pair(wp.encode("the cat sat."), wp.encode("a bird sang."), 32)
     assert nsp["token_type_ids"] == types and nsp["tokens"][0] == "[CLS]"
     with torch.no_grad():
-        want = session.m.model.pretraining_logits(torch.tensor([ids]), torch.tensor([types]))[1].softmax(-1)[0, 0]
+        want = session.m.model.pretraining_logits(torch.tensor([ids]), token_type_ids=torch.tensor([types]))[1].softmax(
+            -1
+        )[0, 0]
     assert nsp["is_next_prob"] == pytest.approx(float(want), abs=1e-7)
 
 

@@ -669,7 +669,7 @@ def test_nsp_probability_shown_is_the_softmax_of_pretraining_logits(browser, ber
         (prob,) = find(browser, "[data-testid=nsp-prob]")
         ids, types = wp.pair(wp.encode(a), wp.encode(b), 32)
         with torch.no_grad():
-            nsp = model.pretraining_logits(torch.tensor([ids]), torch.tensor([types]))[1]  # (1, 2)
+            nsp = model.pretraining_logits(torch.tensor([ids]), token_type_ids=torch.tensor([types]))[1]  # (1, 2)
         want = float(nsp.softmax(-1)[0, 0])  # class 0: B follows A
         assert float(prob.get_attribute("data-value")) == pytest.approx(want, rel=1e-6)
         assert prob.text == f"{100 * want:.{1 if want >= 0.1 else 2}f}%"

@@ -137,7 +137,7 @@ def _ours(model, tokenizer):
         args = dict(input_ids=ids, attention_mask=mask.long(), token_type_ids=types)
 
         def mine(m):
-            mlm, nsp = m.pretraining_logits(ids, types, mask)
+            mlm, nsp = m.pretraining_logits(ids, token_type_ids=types, attention_mask=mask)
             return torch.cat([mlm.flatten(), nsp.flatten()])
 
         def theirs(hf):
@@ -210,7 +210,7 @@ def test_the_tokenizer_files_encode_as_ours(exported):
         first = int((ids[0] == source.sep_id).nonzero()[0, 0])  # sentence A's [SEP]
         assert types[0].tolist() == [0] * (first + 1) + [1] * (ids.shape[1] - first - 1)
         with torch.no_grad():
-            mlm, nsp = model.pretraining_logits(ids, types, pair["attention_mask"].bool())
+            mlm, nsp = model.pretraining_logits(ids, token_type_ids=types, attention_mask=pair["attention_mask"].bool())
             hf = hf_model(**pair)
         assert _close(mlm, hf.prediction_logits) <= ATOL and _close(nsp, hf.seq_relationship_logits) <= ATOL
     config = json.loads((out / "config.json").read_text())
@@ -251,9 +251,9 @@ def test_a_classifier_exports_as_sequence_classification(tmp_path):
     assert type(theirs).__name__ == "BertForSequenceClassification" and not info["missing_keys"]
     ids, mask = _batch(tok, TEXTS_IN, tok.pad_id, 12)
     with torch.no_grad():
-        ours = model.classify(ids, None, mask)
+        ours = model.classify(ids, attention_mask=mask)
         assert _close(ours, theirs.eval()(input_ids=ids, attention_mask=mask.long()).logits) <= ATOL
-        assert _close(load(out).classify(ids, None, mask), ours) <= ATOL
+        assert _close(load(out).classify(ids, attention_mask=mask), ours) <= ATOL
 
 
 # ---------------------------------------------------------------------------------------------- refusals

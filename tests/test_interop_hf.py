@@ -153,8 +153,8 @@ def test_bert_pretraining_matches(bert_pretraining, bert_batch):
     assert isinstance(ours, Bert)
     with torch.no_grad():
         out = bert_pretraining(ids, attention_mask=mask, token_type_ids=token_type_ids, output_hidden_states=True)
-        hidden = ours(ids, token_type_ids, mask)
-        mlm, nsp = ours.pretraining_logits(ids, token_type_ids, mask)
+        hidden = ours(ids, token_type_ids=token_type_ids, attention_mask=mask)
+        mlm, nsp = ours.pretraining_logits(ids, token_type_ids=token_type_ids, attention_mask=mask)
     assert (out.hidden_states[-1] - hidden).abs().max().item() <= ATOL
     assert (out.prediction_logits - mlm).abs().max().item() <= ATOL
     assert (out.seq_relationship_logits - nsp).abs().max().item() <= ATOL
@@ -169,7 +169,7 @@ def test_bert_sequence_classification_matches(bert_batch):
         diff = (
             (
                 model(ids, attention_mask=mask, token_type_ids=token_type_ids).logits
-                - ours.classify(ids, token_type_ids, mask)
+                - ours.classify(ids, token_type_ids=token_type_ids, attention_mask=mask)
             )
             .abs()
             .max()
@@ -186,9 +186,13 @@ def test_bert_without_some_heads_converts(cls, bert_batch):
     assert ours.classifier is None
     with torch.no_grad():
         out = model(ids, attention_mask=mask, token_type_ids=token_type_ids, output_hidden_states=True)
-        assert (out.hidden_states[-1] - ours(ids, token_type_ids, mask)).abs().max().item() <= ATOL
+        assert (
+            out.hidden_states[-1] - ours(ids, token_type_ids=token_type_ids, attention_mask=mask)
+        ).abs().max().item() <= ATOL
         if cls == "BertForMaskedLM":
-            assert (out.logits - ours.mlm_head(ours(ids, token_type_ids, mask))).abs().max().item() <= ATOL
+            assert (
+                out.logits - ours.mlm_head(ours(ids, token_type_ids=token_type_ids, attention_mask=mask))
+            ).abs().max().item() <= ATOL
 
 
 def test_bert_relative_positions_refused():

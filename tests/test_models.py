@@ -41,6 +41,12 @@ def test_bert_shapes(bert):
     torch.manual_seed(0)
     classifier = Bert(bert.config.replace(num_labels=3)).eval()
     assert classifier.classify(SRC).shape == (2, 3)
+    # segments and mask by name: Hugging Face's BertModel(input_ids, attention_mask, ...) order, called here, would
+    # read a mask of 0s and 1s as segments
+    mask = SRC != 0
+    for call in (bert, bert.pretraining_logits, classifier.classify):
+        with pytest.raises(TypeError, match="positional argument"):
+            call(SRC, mask)
 
 
 # --- attention weights --------------------------------------------------------------------------

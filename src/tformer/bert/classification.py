@@ -139,7 +139,9 @@ class ClassifyTask:
 
     def loss(self, model, batch: BertBatch) -> tuple[torch.Tensor, int]:
         batch = batch.to(next(model.parameters()).device)
-        hidden = model(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, T, D): the model, maybe compiled
+        hidden = model(
+            batch.ids, token_type_ids=batch.token_type_ids, attention_mask=batch.attention_mask
+        )  # (B, T, D): the model, maybe compiled
         logits = model.classifier(model.pool(hidden))  # (B, L), as model.classify
         return F.cross_entropy(logits.float(), batch.labels, reduction="sum"), len(batch.labels)
 
@@ -151,7 +153,9 @@ class ClassifyTask:
         total = right = n = 0.0
         for batch in self.valid_batches:
             batch = batch.to(device)
-            logits = model.classify(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, L)
+            logits = model.classify(
+                batch.ids, token_type_ids=batch.token_type_ids, attention_mask=batch.attention_mask
+            )  # (B, L)
             total += float(F.cross_entropy(logits.float(), batch.labels, reduction="sum"))
             right += float((logits.argmax(-1) == batch.labels).sum())
             n += len(batch.labels)
@@ -181,15 +185,13 @@ class TextClassifier:
         """A :class:`TextClassifier` of a BERT :func:`tformer.load` read, with the labels of its ``labels.json`` (a
         Hugging Face sequence classifier: its ``config.json``'s ``id2label``)."""
         directory = loaded.directory
-        path, labels = directory / LABELS_FILE, None
-        if not path.is_file() and loaded.kind.source == "hf":  # transformers' BertForSequenceClassification
+        path, labels = directory / LABELS_FILE, saved_labels(directory)
+        if labels is None and loaded.kind.source == "hf":  # transformers' BertForSequenceClassification
             path, labels = directory / "config.json", _hf_labels(loaded)
-        elif not path.is_file():
+        elif labels is None:
             raise FileNotFoundError(
                 f"{str(path)!r} is missing: {str(loaded.kind.path)!r} is not a `tformer train classify` model"
             )
-        else:
-            labels = saved_labels(directory)
         model, tokenizer = loaded.model, cast(WordPieceTokenizer, loaded.require_tokenizer())  # a BERT's: WordPiece
         assert isinstance(model, Bert)
         if len(labels) != model.config.num_labels:
@@ -206,7 +208,11 @@ class TextClassifier:
         self.model.eval()
         batch = _batch(self.tokenizer, texts, [0] * len(texts), self.model.config.max_len)
         batch = batch.to(next(self.model.parameters()).device)
-        probs = self.model.classify(batch.ids, batch.token_type_ids, batch.attention_mask).float().softmax(-1)  # (B, L)
+        probs = (
+            self.model.classify(batch.ids, token_type_ids=batch.token_type_ids, attention_mask=batch.attention_mask)
+            .float()
+            .softmax(-1)
+        )  # (B, L)
         best = probs.max(-1)
         return [(self.labels[i], p) for i, p in zip(best.indices.tolist(), best.values.tolist())]
 

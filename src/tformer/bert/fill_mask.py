@@ -75,7 +75,7 @@ def fill_mask(model: Bert, tokenizer: WordPieceTokenizer, text: str, top_k: int 
         raise ValueError(f"no [MASK] token in {text!r} (within the first {model.config.max_len - 2} tokens)")
     model.eval()
     device = next(model.parameters()).device
-    hidden = model(torch.tensor([ids], device=device), torch.tensor([types], device=device))  # (1, T, D)
+    hidden = model(torch.tensor([ids], device=device), token_type_ids=torch.tensor([types], device=device))  # (1, T, D)
     probs = model.mlm_head(hidden[0, positions]).float().softmax(-1)  # (M, D) -> (M, V)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (M, K)
     return [

@@ -369,7 +369,9 @@ class BertPretrainTask:
         """MLM logits at the picked positions only (N, V), their labels (N,), NSP logits (B, 2)."""
         labels = _mlm_labels(batch)  # (B, T)
         picked = labels != IGNORE  # (B, T)
-        hidden = model(batch.ids, batch.token_type_ids, batch.attention_mask)  # (B, T, D): the model, maybe compiled
+        hidden = model(
+            batch.ids, token_type_ids=batch.token_type_ids, attention_mask=batch.attention_mask
+        )  # (B, T, D): the model, maybe compiled
         mlm_logits, nsp_logits = model.pretraining_heads(hidden, picked)
         return mlm_logits, labels[picked], nsp_logits  # (N, V), (N,), (B, 2)
 

@@ -388,7 +388,7 @@ class Session:
         inputs = {"text": p.text("text"), "text_b": p.text("text_b")}
         p.done()
         ids, types = self._bert_layout(inputs)
-        _, nsp = self.m.model.pretraining_logits(torch.tensor([ids]), torch.tensor([types]))  # (1, 2)
+        _, nsp = self.m.model.pretraining_logits(torch.tensor([ids]), token_type_ids=torch.tensor([types]))  # (1, 2)
         return dict(
             tokens=[self.m.tgt.vocab[i] for i in ids],
             token_type_ids=types,

@@ -280,7 +280,7 @@ def trace_bert(
     ids = as_ids(ids, "ids")
     labels = {"encoder": _labels(ids, tokens, vocab, "tokens")}
     types = None if token_type_ids is None else as_ids(token_type_ids, "token_type_ids")
-    tr = _run(model, labels, {"encoder": ids}, vocab, lambda: model.pretraining_logits(ids, types))
+    tr = _run(model, labels, {"encoder": ids}, vocab, lambda: model.pretraining_logits(ids, token_type_ids=types))
     positions = [i for i, t in enumerate(labels["encoder"]) if t == mask_token] or list(range(ids.shape[1]))
     _add_top_k(tr, vocab, k, positions)
     return tr

@@ -122,13 +122,16 @@ class Bert(PretrainedMixin, nn.Module):
     def forward(
         self,
         ids: torch.Tensor,
+        *,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``ids`` (B, T) → hidden states (B, T, D).
 
         ``token_type_ids`` (B, T): 0 for sentence A, 1 for sentence B. ``attention_mask`` (B, T):
-        1/``True`` = real token; defaults to ``ids != pad_id``.
+        1/``True`` = real token; defaults to ``ids != pad_id``. Both by name (here, in :meth:`classify` and
+        :meth:`pretraining_logits`): Hugging Face's ``BertModel`` takes ``attention_mask`` second, and a mask of 0s
+        and 1s read as segments would give other numbers without a word.
         ``return_attention=True`` returns ``(hidden, weights)`` (weights by module name).
         """
         check_ids(ids, "ids", self.config.vocab_size)
@@ -151,6 +154,7 @@ class Bert(PretrainedMixin, nn.Module):
     def pretraining_logits(
         self,
         ids: torch.Tensor,
+        *,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         mlm_positions: torch.Tensor | None = None,
@@ -161,7 +165,8 @@ class Bert(PretrainedMixin, nn.Module):
         those N positions only, (N, V) in row-major order — what pretraining needs, at a fraction of
         the cost of the vocabulary projection at every position.
         """
-        return self.pretraining_heads(self(ids, token_type_ids, attention_mask), mlm_positions)
+        hidden = self(ids, token_type_ids=token_type_ids, attention_mask=attention_mask)  # (B, T, D)
+        return self.pretraining_heads(hidden, mlm_positions)
 
     def pretraining_heads(
         self, hidden: torch.Tensor, mlm_positions: torch.Tensor | None = None
@@ -172,8 +177,15 @@ class Bert(PretrainedMixin, nn.Module):
         picked = hidden if mlm_positions is None else hidden[mlm_positions]  # (B, T, D) or (N, D)
         return self.hook_logits(self.mlm_head(picked)), self.nsp_head(self.pool(hidden))
 
-    def classify(self, ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+    def classify(
+        self,
+        ids: torch.Tensor,
+        *,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Sequence-classification logits (B, num_labels) from the pooled [CLS] vector."""
         if self.classifier is None:
             raise ValueError("this model has no classification head: build it with BertConfig(num_labels=N)")
-        return self.classifier(self.pool(self(ids, token_type_ids, attention_mask)))
+        hidden = self(ids, token_type_ids=token_type_ids, attention_mask=attention_mask)  # (B, T, D)
+        return self.classifier(self.pool(hidden))
