@@ -290,7 +290,8 @@ def load(
     An int8 directory (saved after :func:`tformer.quantize`) gives the int8 model, or with ``float_weights`` one line.
 
     ``fast``: tformer's fast kernels, chosen here (:func:`tformer.fast.speed_up`, ``inference=True``); False: the
-    reference kernels, plain PyTorch (:func:`tformer.fast.use_reference`), what ``--no-fast`` loads.
+    reference kernels, plain PyTorch (:func:`tformer.fast.use_reference`), what ``--no-fast`` loads, in PyTorch's own
+    layout (fast: a linear weight column-major, as decoding reads it; its state-dict tensor is then not contiguous).
 
     A model trained with LoRA (``config.json`` records its layers, :mod:`tformer.nn.lora`) comes with each low-rank
     pair folded into its weight (``merge``): plain linear layers, the same function, as fast as the base model;

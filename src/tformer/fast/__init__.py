@@ -1,8 +1,8 @@
 """CPU fast paths, applied as swaps onto a plain model (in the spirit of gpt-fast's ``quantize.py`` / ``tp.py``).
 
 :mod:`tformer.nn` is the readable reference, in plain PyTorch. What exists only for speed lives here, and
-:func:`speed_up` puts it into a model built from those parts, in place, without changing its parameters, its
-state dict or (beyond float rounding) its numbers:
+:func:`speed_up` puts it into a model built from those parts, in place, without changing its parameters' values,
+its state dict's names or (beyond float rounding) its numbers:
 
 ================================  ===================================  ==================================================
 swap                              reference it replaces                faster where
@@ -36,7 +36,10 @@ Each keeps its reference and a parity test (``tests/test_fast.py``); ``python -m
 ``python -m benchmarks.decode`` time them. :func:`speed_up` is the one call that chooses them: the
 :class:`~tformer.training.Trainer` (``TrainConfig.fast``, default True) applies it to the model it trains, and
 :func:`tformer.load` (``fast=True``, the default) to the model it loads, with ``inference=True``: the weights stored
-in the layout decoding reads (:func:`linear.inference_layout`). A model built in Python (``GPT(config)``,
+in the layout decoding reads (:func:`linear.inference_layout`: the same values under the same names, but a linear
+weight column-major, so ``model.state_dict()``'s tensors are not all contiguous: ``safetensors`` asks for
+``.contiguous()`` first, as ``save_pretrained`` and :meth:`tformer.loader.Loaded.save` do; ``tformer.load(...,
+fast=False)`` or :func:`linear.training_layout` gives PyTorch's own layout). A model built in Python (``GPT(config)``,
 ``from_hf``) runs the reference kernels until ``speed_up`` is applied to it. :func:`tformer.fast.kernels.kernels` reads the
 choice off a model, and ``tformer info`` prints it. The decoding functions of :mod:`tformer.generation` run the
 kernels the model has; what a decoding call keeps for speed (the layouts of the weights its steps read, its KV
