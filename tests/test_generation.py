@@ -174,6 +174,28 @@ def test_a_tensor_of_prompts_works_like_the_lists_and_a_bad_shape_is_named(gpt):
         generate_lm(gpt, torch.tensor([5, 9, 3]), 6)
 
 
+def test_a_padded_tensor_of_prompts_reads_its_attention_mask_as_hugging_face_does(gpt):
+    """Left- or right-padded, a batch with its attention_mask continues each prompt as its own list of ids; the
+    pads read as prompt tokens (without the mask) give other tokens, so the mask is not vacuous."""
+    padded = torch.tensor([[0, 0, 5, 9], [3, 14, 15, 7], [6, 2, 0, 0]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]])
+    lists = [[5, 9], [3, 14, 15, 7], [6, 2]]
+    expected = generate_lm(gpt, lists, 6)
+    assert generate_lm(gpt, padded, 6, attention_mask=mask) == expected
+    assert generate_lm(gpt, padded, 6, attention_mask=mask.bool()) == expected
+    assert generate_lm(gpt, padded, 6) != expected
+    for bad, said in (
+        (mask[:, :3], r"attention_mask must have the prompts' shape \(3, 4\), got \(3, 3\)"),
+        (mask * 2, r"attention_mask must hold 1 \(a token\) or 0 \(padding\)"),
+        (mask.float(), r"attention_mask must hold 1"),
+        (torch.tensor([[0, 0, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]), r"attention_mask\[1\] marks no token"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            generate_lm(gpt, padded, 6, attention_mask=bad)
+    with pytest.raises(TypeError, match="attention_mask is for prompts given as a \\(B, T\\) tensor"):
+        generate_lm(gpt, lists, 6, attention_mask=mask)
+
+
 @pytest.mark.parametrize("bad", [0, -1, 2.5])
 def test_a_length_that_is_not_a_positive_integer_is_named(gpt, bad):
     with pytest.raises(ValueError, match=rf"max_new_tokens must be an integer in \[1, 100000\], got {bad!r}"):

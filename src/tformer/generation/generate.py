@@ -109,8 +109,13 @@ def generate_lm(
     compile: bool | Compile = False,
     decoding: DecodingWeights | None = None,
     caches: StaticCaches | None = None,
+    attention_mask: torch.Tensor | None = None,
 ) -> list[list[int]]:
     """Continue each prompt of a decoder-only model; returns the new ids (up to the stopping token, included).
+
+    ``prompts``: lists of ids, or a (B, T) tensor, every id of which is read as the prompt's unless
+    ``attention_mask`` (B, T) says which (1/``True``: a token; 0: padding, on either side), as Hugging Face's
+    ``generate(input_ids, attention_mask=...)`` reads a padded batch.
 
     Prompts are left-padded into one batch (:class:`~tformer.generation.loop.LMDecoder`), so a batch gives the same
     tokens as one prompt at a time (while the text fits the model's context); past the context the window slides.
@@ -139,7 +144,7 @@ def generate_lm(
     if eos_id is not None:  # a negative one is no token: the rows run to max_new_tokens (what benchmarks ask)
         _ANY_ID.check(eos_id, "eos_id")
     checks.non_negative_int.check(pad_id, "pad_id")
-    prompts = _prompt_lists(prompts, model.config.vocab_size)
+    prompts = _prompt_lists(prompts, model.config.vocab_size, attention_mask)
     longest = max(len(p) for p in prompts)
     what = f"{len(prompts)} prompt(s) of up to {longest} tokens + max_new_tokens={max_new_tokens}"
     static = bool(compile)  # a static cache keeps its whole capacity in every layer (tformer.generation.cache_size)
@@ -165,14 +170,30 @@ def generate_lm(
     return decode_n(decoder, state, logits, max_new_tokens, sampler(sampling, generator), ends)
 
 
-def _prompt_lists(prompts: list[list[int]] | torch.Tensor, vocab_size: int) -> list[list[int]]:
-    """The prompts as lists of ids: a (B, T) tensor (as Hugging Face's ``input_ids``) or a list of non-empty lists,
-    each id in [0, ``vocab_size``); anything else (a text: ids come from a tokenizer) is a ``ValueError`` naming it."""
+def _prompt_lists(
+    prompts: list[list[int]] | torch.Tensor, vocab_size: int, mask: torch.Tensor | None = None
+) -> list[list[int]]:
+    """The prompts as lists of ids: a (B, T) tensor (as Hugging Face's ``input_ids``; ``mask``, its
+    ``attention_mask``, keeps the ids it marks) or a list of non-empty lists, each id in [0, ``vocab_size``);
+    anything else (a text: ids come from a tokenizer) is a ``ValueError`` naming it."""
+    if mask is not None and not isinstance(prompts, torch.Tensor):
+        raise TypeError("attention_mask is for prompts given as a (B, T) tensor; lists of ids need none")
     if isinstance(prompts, torch.Tensor):
         if prompts.dim() != 2:
             raise ValueError(f"prompts as a tensor must have shape (B, T), got {tuple(prompts.shape)}")
         checks.check_ids(prompts, "prompts", vocab_size)  # integer ids in the vocabulary
-        return prompts.tolist()
+        if mask is None:
+            return prompts.tolist()
+        if not isinstance(mask, torch.Tensor) or mask.shape != prompts.shape:
+            got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise ValueError(f"attention_mask must have the prompts' shape {tuple(prompts.shape)}, got {got}")
+        if mask.is_floating_point() or not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("attention_mask must hold 1 (a token) or 0 (padding), as integers or booleans")
+        kept = [[t for t, m in zip(row, keep) if m] for row, keep in zip(prompts.tolist(), mask.tolist())]
+        empty = next((i for i, row in enumerate(kept) if not row), None)
+        if empty is not None:
+            raise checks.BadValue(f"attention_mask[{empty}] marks no token: each prompt needs at least one")
+        return kept
     if isinstance(prompts, str) or (isinstance(prompts, list) and any(isinstance(p, str) for p in prompts)):
         raise TypeError(
             f"prompts must be token ids (a list of lists of ints, or a (B, T) tensor), got text {prompts!r:.40}: "
