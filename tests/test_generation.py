@@ -1,6 +1,7 @@
 """Decoder-only generation: cache vs recomputation, batched vs one-by-one, the logit filters on hand-made inputs."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -200,3 +201,17 @@ def test_a_padded_tensor_of_prompts_reads_its_attention_mask_as_hugging_face_doe
 def test_a_length_that_is_not_a_positive_integer_is_named(gpt, bad):
     with pytest.raises(ValueError, match=rf"max_new_tokens must be an integer in \[1, 100000\], got {bad!r}"):
         generate_lm(gpt, [[5, 9, 3]], bad)
+
+
+def test_a_prompt_longer_than_the_context_is_read_from_its_end_and_said(gpt):
+    """As the command line notes it: the library warns, naming the prompt, rather than cut in silence."""
+    from tformer.generation import PromptCut
+
+    context = gpt.config.max_len
+    long = [[(i % 40) + 3 for i in range(context + 8)], [5, 9]]
+    with pytest.warns(PromptCut, match=rf"prompts\[0\] has {context + 8} tokens, more than the model's context of {context}: it is read from its last {context - 1}"):  # fmt: skip
+        cut = generate_lm(gpt, long, 3)
+    assert cut[0] == generate_lm(gpt, [long[0][-(context - 1) :]], 3)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        generate_lm(gpt, [long[0][: context - 1]], 1)  # it fits with one new token: nothing said

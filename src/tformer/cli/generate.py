@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from tformer.cli.flags import add
 from tformer.cli.validate import Number, repetition_penalty
@@ -90,6 +91,7 @@ def run(args) -> int:
         )
     from tformer import lm
     from tformer.fast.precision import for_inference
+    from tformer.generation import PromptCut
 
     model, tokenizer = lm.load(args.model, args.device, flag="--model", fast=args.fast)  # through tformer.load
     model = for_inference(model, args.precision, "decoding", args.device, args.fast)
@@ -108,6 +110,7 @@ def run(args) -> int:
         out.write(text)
         out.flush()
 
+    warnings.filterwarnings("ignore", category=PromptCut)  # _say_cache said it, naming --prompt (for this command)
     for i in range(args.num_samples):
         if i:
             out.write("\n" + "-" * 40 + "\n")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from tformer.fast.linear import DecodingWeights
 from tformer.generation.beam import MAX_BEAM, MAX_LENGTH_PENALTY, BeamCandidate, beam_search
-from tformer.generation.generate import MAX_NEW_TOKENS, generate_lm, seeded, translate_ids
+from tformer.generation.generate import MAX_NEW_TOKENS, PromptCut, generate_lm, seeded, translate_ids
 from tformer.generation.loop import LMDecoder, Seq2SeqDecoder, decode_n, decode_one, until
 from tformer.generation.samplers import (
     MAX_TEMPERATURE,
@@ -70,4 +70,5 @@ __all__ = [
     "BeamCandidate",
     "beam_search",
     "generate_lm",
+    "PromptCut",
 ]

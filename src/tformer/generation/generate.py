@@ -9,6 +9,7 @@ Dimension legend: B batch, R rows still running, S source length, T prompt lengt
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import cast
 
@@ -31,9 +32,14 @@ from tformer.generation.static import (
 )
 from tformer.generation.static_cache import StaticCaches
 
-__all__ = ["MAX_NEW_TOKENS", "generate_lm", "translate_ids", "seeded"]
+__all__ = ["MAX_NEW_TOKENS", "PromptCut", "generate_lm", "translate_ids", "seeded"]
 
 MAX_NEW_TOKENS = 100_000  # generate_lm: past the context the window slides, so only this bounds a run
+
+
+class PromptCut(UserWarning):
+    """A prompt longer than the model's context holds with a new token: it is read from its last ``max_len − 1``
+    tokens, as the window slides (``tformer generate`` says so in its own words)."""
 
 
 def seeded(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
@@ -149,6 +155,10 @@ def generate_lm(
     what = f"{len(prompts)} prompt(s) of up to {longest} tokens + max_new_tokens={max_new_tokens}"
     static = bool(compile)  # a static cache keeps its whole capacity in every layer (tformer.generation.cache_size)
     limit = getattr(model.config, "max_len", None) or 1 << 30
+    if longest >= limit:  # (LMDecoder.prefill keeps the last limit - 1: room for one new token)
+        i = next(i for i, p in enumerate(prompts) if len(p) == longest)
+        said = f"prompts[{i}] has {longest} tokens, more than the model's context of {limit}"
+        warnings.warn(PromptCut(f"{said}: it is read from its last {limit - 1} (room for one new token)"), stacklevel=3)
     positions = lm_capacity(longest, max_new_tokens, limit) if static else longest + max_new_tokens
     check_kv_cache(model, len(prompts), positions, what, static=static)  # before anything is allocated
     decoder: Decoder = (
