@@ -66,6 +66,8 @@ def yes_no_parameters() -> set[str]:
             for fn in _functions(getattr(module, export)):
                 if not callable(fn) or not (inspect.isclass(fn) or inspect.isfunction(fn)):
                     continue
+                if inspect.isclass(fn) and issubclass(fn, BaseException):  # a warning's class: no settings
+                    continue
                 for p in inspect.signature(fn).parameters.values():
                     kinds = (
                         [p.annotation.__name__] if isinstance(p.annotation, type) else str(p.annotation).split(" | ")

@@ -277,3 +277,26 @@ def test_translator_translate_keeps_one_decoding_context_for_all_its_batches(mon
     monkeypatch.setattr(translator, "translate_ids", lambda *a, **k: seen.append(k["decoding"]) or real(*a, **k))
     Translator(fast.speed_up(Seq2SeqTransformer(config).eval()), tok, tok).translate(texts[:5], batch_size=2)
     assert len(seen) == 3 and all(d is seen[0] for d in seen) and seen[0]._layouts  # three batches, one context
+
+
+@pytest.mark.parametrize("decode", ["greedy", "beam"])
+def test_a_translation_call_is_checked_before_it_decodes_naming_the_argument(decode):
+    """max_len past the decoder's positions failed only after 32 tokens, and only for sources that never ended, in
+    the words of the positional table; a start id past the vocabulary, as "tgt contains token id 999"."""
+    model = _seq2seq()
+    src = _ids(2, 5)
+
+    def call(src=src, sos_id=SOS, max_len=8):
+        if decode == "beam":
+            return beam_search(model, src, sos_id, NEVER, beam_size=2, max_len=max_len)
+        return translate_ids(model, src, sos_id, NEVER, max_len)
+
+    assert [len(row) for row in call(max_len=32)] == [32, 32]  # the whole of the target's positions
+    for kwargs, said in (
+        ({"max_len": 33}, r"max_len=33 new tokens is more than this model decodes: at most 32 \(its config's max_len"),
+        ({"sos_id": VOCAB}, rf"sos_id must be a target token id in \[0, {VOCAB}\), got {VOCAB}"),
+        ({"src": src[0]}, r"src must be a \(B, S\) tensor of token ids \(one row per source\), got shape \(5,\)"),
+        ({"src": src.tolist()}, r"src must be a \(B, S\) tensor of token ids .*, got list"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            call(**kwargs)

@@ -20,7 +20,7 @@ import torch
 from tformer.checks import check_positive_int, compile_option
 from tformer.fast.linear import DecodingWeights
 from tformer.generation.cache_size import check_kv_cache
-from tformer.generation.loop import Seq2SeqDecoder, check_decoding, decode_one
+from tformer.generation.loop import Seq2SeqDecoder, check_decoding, check_translation, decode_one
 from tformer.generation.samplers import is_finite_number
 from tformer.generation.static import Compile, StaticSeq2SeqDecoder
 from tformer.generation.static_cache import StaticCaches
@@ -92,6 +92,7 @@ def beam_search(
     :func:`~tformer.generation.generate.generate_lm`'s.
     """
     _check(beam_size, max_len, length_penalty, compile)
+    check_translation(model, src, sos_id, max_len)
     check_decoding(decoding)
     b, k, device = src.shape[0], beam_size, src.device
     what = f"{b} source(s) x beam_size={k} x {max_len} new tokens"

@@ -20,7 +20,16 @@ from tformer.checks import check_positive_int
 from tformer.fast.linear import DecodingWeights
 from tformer.generation import on_device
 from tformer.generation.cache_size import check_kv_cache
-from tformer.generation.loop import Decoder, Ends, LMDecoder, Seq2SeqDecoder, check_decoding, decode_n, until
+from tformer.generation.loop import (
+    Decoder,
+    Ends,
+    LMDecoder,
+    Seq2SeqDecoder,
+    check_decoding,
+    check_translation,
+    decode_n,
+    until,
+)
 from tformer.generation.samplers import GREEDY, SamplingConfig, check_sampling, sampler
 from tformer.generation.static import (
     Compile,
@@ -72,6 +81,7 @@ def translate_ids(
     from the same distribution with other random numbers than the uncompiled loop's for the same generator.
     """
     check_positive_int(max_len, "max_len")
+    check_translation(model, src, sos_id, max_len)
     checks.compile_option.check(compile, "compile")
     check_decoding(decoding)
     rows, length = src.shape[0], src.shape[1]

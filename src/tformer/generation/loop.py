@@ -265,6 +265,23 @@ class Seq2SeqDecoder:
         return self.model.decode(ids[:, None], state.memory, state.memory_mask, state.cache)[:, -1]
 
 
+def check_translation(model: nn.Module, src: object, sos_id: object, max_len: int) -> None:
+    """A translator's decoding call, before anything runs: ``src`` a (B, S) tensor of ids, ``sos_id`` a target id,
+    ``max_len`` no more new tokens than the decoder has positions (else it failed there, mid-way, in other words)."""
+    config: Any = model.config
+    if not isinstance(src, torch.Tensor) or src.dim() != 2:
+        got = f"shape {tuple(src.shape)}" if isinstance(src, torch.Tensor) else type(src).__name__
+        raise ValueError(f"src must be a (B, S) tensor of token ids (one row per source), got {got}")
+    vocab, positions = getattr(config, "tgt_vocab_size", 1 << 62), getattr(config, "max_len", 1 << 62)  # (toys)
+    if not isinstance(sos_id, int) or isinstance(sos_id, bool) or not 0 <= sos_id < vocab:
+        raise ValueError(f"sos_id must be a target token id in [0, {vocab}), got {sos_id!r}")
+    if max_len > positions:
+        raise ValueError(
+            f"max_len={max_len} new tokens is more than this model decodes: at most {config.max_len} (its config's "
+            "max_len, the target's positions)"
+        )
+
+
 def source_mask(src: torch.Tensor, pad_id: int) -> torch.Tensor | None:
     """The source padding mask, or None when it hides nothing (then no layer checks it again at every step)."""
     return unless_all_real(padding_mask(src, pad_id))  # (B, 1, 1, S)
