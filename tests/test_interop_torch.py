@@ -109,6 +109,17 @@ def test_encoder_layer(norm_first, activation, no_grad):
     _assert_close_at_real(expected, got, SRC_LENS, True)
 
 
+def test_a_tanh_gelu_layer_keeps_its_approximation():
+    """torch flags every nn.GELU alike (activation_relu_or_gelu == 2): read off the module, the tanh approximation
+    stays tanh (exact GELU was 1.2e-4 away on inputs x3). (With grad on: torch's own no-grad fast path computes the
+    exact GELU for either.)"""
+    theirs = nn.TransformerEncoderLayer(D, H, F, dropout=0.0, activation=nn.GELU("tanh"), batch_first=True).eval()
+    ours = from_torch(theirs)
+    assert ours.ff.activation.__name__ == "gelu_tanh"
+    src = _inputs(True)[0] * 3
+    torch.testing.assert_close(ours(src), theirs(src), atol=2e-6, rtol=0)
+
+
 @LAYER_OPTIONS
 def test_decoder_layer(norm_first, activation):
     theirs = nn.TransformerDecoderLayer(

@@ -104,7 +104,8 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
             nn.init.zeros_(self.output.bias)  # every word equally likely before training, as Marian starts it
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``src`` (B, S) ids → memory (B, S, D). ``src_mask`` defaults to the source padding mask."""
+        """``src`` (B, S) ids → memory (B, S, D). ``src_mask`` defaults to the source padding mask, which
+        :meth:`decode` needs too (its ``memory_mask``): ``decode(tgt, memory, padding_mask(src, pad_id))``."""
         if src_mask is None:
             src_mask = unless_all_real(padding_mask(src, self.config.pad_id))  # (B, 1, 1, S); None: nothing padded
         return self._encode(src, src_mask)
@@ -129,7 +130,9 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
 
         With a ``cache``, ``tgt`` holds only the new positions; their positions start after the
         cached ones (:mod:`tformer.nn.cache`'s protocol; a static cache counts them on the device). ``memory_mask`` is
-        the source padding mask (B, 1, 1, S). ``memory`` and its mask may
+        the source padding mask (B, 1, 1, S), ``tformer.nn.masks.padding_mask(src, config.pad_id)`` as :meth:`forward`
+        builds it; None: every source position is attended to, a pad too (as ``nn.Transformer``'s decoder without
+        ``memory_key_padding_mask``), so pass it whenever ``src`` has padding. ``memory`` and its mask may
         have B / G rows, each serving G consecutive rows of ``tgt`` (beam search's G beams of one source).
         ``tgt_padded``: whether a row of ``tgt`` after its first position is padding, where the caller knows it (a
         batch made on the host); None: read off ``tgt`` (one read of the device).

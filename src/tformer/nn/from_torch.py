@@ -5,11 +5,14 @@
 ``nn.Transformer`` and returns ``MultiHeadAttention``, ``EncoderLayer``, ``DecoderLayer``,
 ``Encoder``, ``Decoder`` and ``EncoderDecoder`` respectively, in eval mode.
 
-Two boundary differences to remember when feeding both:
+Three boundary differences to remember when feeding both:
 
 * tformer modules are always batch-first: transpose inputs of a ``batch_first=False`` module;
 * masks: tformer uses ``True`` = may attend; convert PyTorch masks with
-  :func:`tformer.nn.masks.from_torch` and reshape key-padding masks (B, S) to (B, 1, 1, S).
+  :func:`tformer.nn.masks.from_torch` and reshape key-padding masks (B, S) to (B, 1, 1, S);
+* a decoder is causal unless told otherwise: ``DecoderLayer``, ``Decoder`` and ``EncoderDecoder`` hide the future
+  by default (``causal=True``), where PyTorch's modules hide nothing without a ``tgt_mask``
+  (``nn.Transformer.generate_square_subsequent_mask``); pass ``causal=False`` to compare with a call that has none.
 """
 
 from __future__ import annotations
@@ -47,16 +50,15 @@ def _check_attention(mha: nn.MultiheadAttention) -> None:
 
 
 def _activation(layer: nn.Module) -> str:
-    kind = getattr(layer, "activation_relu_or_gelu", 0)
-    if kind == 1:
-        return "relu"
-    if kind == 2:
-        return "gelu"
+    """The layer's activation, read off the module itself (torch's ``activation_relu_or_gelu`` flag says 2 for any
+    ``nn.GELU``, the tanh approximation too)."""
     act = layer.activation
     if act is torch.nn.functional.relu or isinstance(act, nn.ReLU):
         return "relu"
     if act is torch.nn.functional.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
         return "gelu"
+    if isinstance(act, nn.GELU) and act.approximate == "tanh":
+        return "gelu_tanh"
     raise ValueError(f"from_torch: activation {act!r} is not supported (use ReLU or GELU)")
 
 
