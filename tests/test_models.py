@@ -397,3 +397,24 @@ def test_bert_attention_mask_overrides_pad_id(bert):
     assert (keep_all - bert(ids)).abs().max() <= TOL
     assert (drop_last[:, :3] - bert(ids[:, :3])).abs().max() <= TOL
     assert (drop_last[:, :3] - keep_all[:, :3]).abs().max() > 1e-3
+
+
+def test_a_gpts_positions_are_checked_and_named(gpt):
+    """A negative position read the learned table from its end (0.45 off, silently); past the table, a float or a
+    shape of no T was an IndexError or a broadcast error. Good positions still give the model's numbers."""
+    ids = torch.tensor([[5, 9, 3, 4], [7, 1, 2, 8]])
+    torch.testing.assert_close(gpt(ids, positions=torch.arange(4)), gpt(ids), atol=0, rtol=0)
+    assert gpt(ids, positions=torch.tensor([[0, 1, 2, 3], [0, 0, 1, 2]])).shape == (2, 4, VOCAB)
+    for positions, error, said in (
+        (torch.full((2, 4), -1), ValueError, r"positions holds -1, outside \[0, 64\) \(the model's max_len\)"),
+        (torch.full((2, 4), 500), ValueError, r"positions holds 500, outside \[0, 64\)"),
+        (torch.zeros(2, 4), TypeError, r"positions must hold integer positions, got dtype torch.float32"),
+        (
+            torch.zeros(2, 3, dtype=torch.long),
+            ValueError,
+            r"positions must have shape \(T,\) = \(4,\) or \(B, T\) = \(2, 4\), got \(2, 3\)",
+        ),  # fmt: skip
+        ([0, 1, 2, 3], TypeError, r"positions must be a tensor of integer positions, got list"),
+    ):
+        with pytest.raises(error, match=said):
+            gpt(ids, positions=positions)

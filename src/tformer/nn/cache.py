@@ -87,6 +87,8 @@ def open_positions(
     b, t = ids.shape
     if max_len is not None:
         check_length(start + t, max_len, name)
+    if positions is not None:
+        check_positions(positions, b, t, max_len)
     where = positions if positions is not None else torch.arange(start, start + t, device=ids.device)  # (T,)
     if attention_mask is None:
         return where, None
@@ -95,6 +97,34 @@ def open_positions(
             f"attention_mask must have shape (B, cached + T) = {(b, start + t)}, got {tuple(attention_mask.shape)}"
         )
     return where, unless_all_real(attention_mask.bool()[:, None, None, :])  # (B, 1, 1, Tk), None: nothing padded
+
+
+def check_positions(positions: object, b: int, t: int, max_len: int | None) -> None:
+    """``positions`` given for ``ids`` (B, T): integers, (T,) or (B, T), each in [0, ``max_len``) (a learned table's
+    rows, RoPE's angles); else one line naming it, not an index error (a negative one read the table from its end).
+    The values are checked by the device, as :func:`tformer.checks.check_ids` checks ids (none while compiling)."""
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions must be a tensor of integer positions, got {type(positions).__name__}")
+    if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
+        raise TypeError(f"positions must hold integer positions, got dtype {positions.dtype}")
+    if tuple(positions.shape) not in ((t,), (b, t)):
+        raise ValueError(
+            f"positions must have shape (T,) = ({t},) or (B, T) = ({b}, {t}), got {tuple(positions.shape)}"
+        )
+    if max_len is None or torch.compiler.is_compiling():
+        return
+    if positions.device.type in ("cpu", "cuda"):  # checked by the device: the host does not wait for it
+        try:
+            torch._assert_async(
+                (positions >= 0).logical_and_(positions < max_len).all(), "position outside [0, max_len)"
+            )
+        except RuntimeError:  # on a CPU, at once: say which (on a GPU, a device-side assertion stops the process)
+            pass
+        else:
+            return
+    lo, hi = torch.stack(torch.aminmax(positions)).tolist()  # one read of the device
+    if lo < 0 or hi >= max_len:
+        raise ValueError(f"positions holds {hi if hi >= max_len else lo}, outside [0, {max_len}) (the model's max_len)")
 
 
 class LayerKV:
