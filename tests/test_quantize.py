@@ -217,6 +217,27 @@ def test_dequantize_gives_back_exactly_the_float_weights(family):
 
 
 @pytest.mark.parametrize("family", MODELS)
+def test_the_float_layers_kept_follow_to_and_give_way_to_loaded_values(family):
+    """The float modules quantize keeps are not submodules (not in the state dict): ``.to(dtype)`` reached only the
+    int8 ones, so dequantize mixed dtypes (a forward error), and after load_state_dict it gave back the weights from
+    before the load beside the loaded norms (close to neither model)."""
+    model = MODELS[family]().eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    back = tformer.dequantize(tformer.quantize(copy.deepcopy(model), "int8").to(torch.float64))
+    assert {p.dtype for p in back.parameters()} == {torch.float64}
+    assert all(torch.equal(v, before[k].double()) for k, v in back.state_dict().items() if v.is_floating_point())
+    other = MODELS[family]().eval()
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p))
+    loaded = tformer.quantize(copy.deepcopy(model), "int8")
+    loaded.load_state_dict(tformer.quantize(copy.deepcopy(other), "int8").state_dict())
+    expected = tformer.dequantize(tformer.quantize(copy.deepcopy(other), "int8", keep_float=False))  # q · s
+    got = tformer.dequantize(loaded).state_dict()
+    assert all(torch.equal(got[k], v) for k, v in expected.state_dict().items())
+
+
+@pytest.mark.parametrize("family", MODELS)
 def test_an_int8_model_saves_a_quarter_and_loads_back_through_tformer_load(family, tmp_path):
     f32 = MODELS[family]().eval()
     f32.save_pretrained(tmp_path / "fp32")

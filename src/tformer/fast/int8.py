@@ -177,7 +177,7 @@ class Int8Linear(nn.Module):
         self._buffers["weight_int8"] = torch.zeros(out_features, in_features, dtype=torch.int8, device=device)
         self.register_buffer("weight_scale", torch.ones(out_features, device=device))
         self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
-        self.__dict__.update(original=None, packed_only=packed_only, shares_values=False, exact=False)
+        self.__dict__.update(original=None, packed_only=packed_only, shares_values=False, exact=False, stale=False)
 
     @classmethod
     def from_linear(
@@ -257,8 +257,11 @@ class Int8Linear(nn.Module):
         super()._save_to_state_dict(destination, prefix, keep_vars)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        """Loading fills the ``weight_int8`` buffer (back for the purpose); the next product packs it again."""
+        """Loading fills the ``weight_int8`` buffer (back for the purpose); the next product packs it again. The
+        float layer kept is no longer what these values are (``stale``: :func:`~tformer.fast.quantize.dequantize`
+        gives q · s, unless that layer's weight is one the model holds, which the load filled: a tied head's)."""
         self._restore()
+        self.__dict__["stale"] = True
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _apply(self, fn, recurse: bool = True):
@@ -267,6 +270,8 @@ class Int8Linear(nn.Module):
         probe = torch.empty(0, dtype=torch.int8)
         if self._buffers.get("weight_int8") is None and fn(probe) is not probe:
             self._restore()
+        if self.original is not None:  # the float layer kept goes along (dequantize gives it in the new dtype)
+            self.original._apply(fn, recurse)
         return super()._apply(fn, recurse)
 
     def _restore(self) -> None:

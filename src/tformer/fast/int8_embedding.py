@@ -49,7 +49,7 @@ class Int8Embedding(nn.Module):
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         self.register_buffer("weight_int8", torch.zeros(num_embeddings, embedding_dim, dtype=torch.int8, device=device))
         self.register_buffer("weight_scale", torch.ones(num_embeddings, device=device))
-        self.__dict__["original"] = None
+        self.__dict__.update(original=None, stale=False)
 
     @classmethod
     def from_embedding(
@@ -86,6 +86,17 @@ class Int8Embedding(nn.Module):
         """``ids`` (...) → (..., D): the int8 rows times their scales."""
         rows = self.weight_int8[ids].to(self.weight_scale.dtype)  # (..., D)
         return rows.mul_(self.weight_scale[ids].unsqueeze(-1))
+
+    def _apply(self, fn, recurse: bool = True):
+        """``.to()``, ``.half()``, ...: the float table kept goes along (dequantize gives it in the new dtype)."""
+        if self.original is not None:
+            self.original._apply(fn, recurse)
+        return super()._apply(fn, recurse)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """The float table kept is no longer what loaded values are (``stale``: dequantize then gives q · s)."""
+        self.__dict__["stale"] = True
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"

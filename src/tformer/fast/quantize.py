@@ -29,7 +29,7 @@ Dimension legend: none (modules only).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -116,13 +116,23 @@ def dequantize(model: nn.Module) -> nn.Module:
     ``nn.Linear`` or ``nn.Embedding`` holding ``q · s`` (a model read from an int8 directory has no other float
     weights to give), and modules that held one int8 table (a tied head, shared tables) hold one float weight."""
     floats: dict[int, torch.Tensor] = {}  # id(int8 table) -> the float weight given back for it
+    held = {id(p) for p in model.parameters()}  # float weights the model holds itself (a load filled them)
+
+    def kept(m: Int8Linear | Int8Embedding) -> nn.Module | None:
+        """The float module quantize kept, unless a load has given the int8 one other values since (then q · s);
+        a head whose weight is a float table of the model's own (tied) took the load with it."""
+        fresh = m.original is not None and (
+            not getattr(m, "stale", False) or id(getattr(m.original, "weight", None)) in held
+        )
+        return m.original if fresh else None
 
     def float_table(m: nn.Module) -> nn.Module | None:
         if not isinstance(m, Int8Embedding):
             return None
-        table = m.original or m.to_embedding()
+        original = kept(m)
+        table = original or m.to_embedding()
         assert isinstance(table, nn.Embedding)
-        if m.original is None and id(m.weight_int8) in floats:
+        if original is None and id(m.weight_int8) in floats:
             table.weight = floats[id(m.weight_int8)]  # tied again
         floats.setdefault(id(m.weight_int8), table.weight)
         return table
@@ -130,8 +140,11 @@ def dequantize(model: nn.Module) -> nn.Module:
     def float_linear(m: nn.Module) -> nn.Module | None:
         if not isinstance(m, Int8Linear):
             return None
-        if m.original is not None:
-            return m.original
+        if (original := kept(m)) is not None:
+            if m.stale and m.bias is not None:  # a tied head after a load: its weight followed, its bias is here
+                with torch.no_grad():
+                    cast(torch.Tensor, original.bias).copy_(m.bias)
+            return original
         linear = m.to_linear()
         if m.shares_values and id(m.weight_int8) in floats:
             linear.weight = floats[id(m.weight_int8)]  # a head tied to its embedding again
