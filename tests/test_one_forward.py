@@ -141,10 +141,16 @@ def test_the_kernels_are_read_off_the_model_and_info_prints_what_runs(tmp_path, 
     model = GPT(GPTConfig.preset("tiny", vocab_size=40, norm="rmsnorm")).eval()
     reference = {"attention": ["reference"], "products": ["reference"], "norms": ["reference"]}
     assert {k: v for k, v in kernels(model).items() if k in reference} == reference
+    shown = repr(model)  # print(model) says it too: the attention's kernel by name, no fast class
+    assert "kernel=tformer.nn.scaled_dot_product.attend" in shown and ", fast" not in shown
     assert kernels(quantize(copy.deepcopy(model)))["products"] == ["int8"]
     model.save_pretrained(tmp_path / "m")
     fast = kernels(tformer.fast.speed_up(model))  # the one call that chooses them
     assert fast["attention"] == fast["products"] == fast["norms"] == ["fast"]
+    shown = repr(model)
+    assert "kernel=tformer.fast.attention.attend" in shown and "kernel=tformer.nn" not in shown
+    assert "Linear(in_features=64, out_features=192, bias=True, fast)" in shown and "eps=1e-05, weight_offset" in shown
+    assert "RMSNorm(64, eps=1e-05, weight_offset=0.0, scale=True, fast)" in shown
     assert kernels(tformer.load(tmp_path / "m").model) == fast  # the load chooses them too
     assert kernels(tformer.load(tmp_path / "m", fast=False).model)["attention"] == ["reference"]
     assert main(["info", str(tmp_path / "m")]) == 0

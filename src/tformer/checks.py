@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -377,12 +377,9 @@ def check_device(value: Any, name: str = "device") -> Any:
 
 
 def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
-    """``ids`` must be a non-empty (B, T) integer tensor with values in [0, vocab_size).
-
-    The values are checked by the device itself (``torch._assert_async``), so that a forward never makes the host wait
-    for the device: on a CPU a bad id is named at once (``ValueError``); on a CUDA GPU it stops the process with a
-    device-side assertion at the next synchronisation, as an out-of-range id in ``nn.Embedding`` does there
-    (``CUDA_LAUNCH_BLOCKING=1`` points at the call). Other devices are read (one synchronisation)."""
+    """``ids`` must be a non-empty (B, T) integer tensor with values in [0, vocab_size), checked by the device itself
+    (``torch._assert_async``: a forward never makes the host wait; a CPU names a bad id at once, a CUDA GPU stops the
+    process with a device-side assertion, as ``nn.Embedding`` does there; another device is read once)."""
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype in (torch.bool,) or ids.is_floating_point() or ids.is_complex():
@@ -391,19 +388,23 @@ def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
         raise ValueError(f"{name} must have shape (batch, length), got shape {tuple(ids.shape)}")
     if ids.shape[0] == 0 or ids.shape[1] == 0:
         raise ValueError(f"{name} is empty (shape {tuple(ids.shape)}): need at least one sequence of one token")
-    if torch.compiler.is_compiling():  # value checks would break the compiled graph; shapes were checked
+    check_below(ids, vocab_size, lambda bad: f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")  # fmt: skip
+
+
+def check_below(values: torch.Tensor, limit: int, said: Callable[[int], str]) -> None:
+    """Every one of the integer ``values`` in [0, ``limit``), else a ``ValueError`` of ``said(the bad value)``: checked
+    by the device (see :func:`check_ids`); not while compiling (the shapes were checked, the graph stays whole)."""
+    if torch.compiler.is_compiling():
         return
-    if ids.device.type in ("cpu", "cuda"):  # the device checks, the host does not wait for it (issue 48)
-        try:
-            torch._assert_async((ids >= 0).logical_and_(ids < vocab_size).all(), f"{name}: token id outside [0, vocab)")
-        except RuntimeError:  # on a CPU, at once: say which id (on a GPU, a device-side assertion stops the process)
-            pass
-        else:
+    if values.device.type in ("cpu", "cuda"):  # the device checks, the host does not wait for it (issue 48)
+        try:  # on a CPU, a bad value raises at once (named below); on a GPU, a device-side assertion stops the process
+            torch._assert_async((values >= 0).logical_and_(values < limit).all(), f"a value outside [0, {limit})")
             return
-    lo, hi = torch.stack(torch.aminmax(ids)).tolist()  # one read of the device
-    if lo < 0 or hi >= vocab_size:
-        bad = hi if hi >= vocab_size else lo
-        raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
+        except RuntimeError:
+            pass
+    lo, hi = torch.stack(torch.aminmax(values)).tolist()  # one read of the device
+    if lo < 0 or hi >= limit:
+        raise ValueError(said(hi if hi >= limit else lo))
 
 
 def unless_all_real(mask: torch.Tensor | None, padded: bool | None = None) -> torch.Tensor | None:

@@ -111,6 +111,9 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
 class Dropout(nn.Dropout):
     """``nn.Dropout`` (same argument, same state dict: none) with the fast CPU mask in training."""
 
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, fast"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.inplace:
             return super().forward(x)

@@ -201,6 +201,9 @@ class Linear(nn.Linear):
     """``y = x Wᵀ + b``, exactly ``nn.Linear``; inside a decoding step, in the layouts of the step's
     :class:`DecodingWeights` (see the module docstring)."""
 
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, fast"  # (nn.Linear's repr otherwise: print(model) says which runs)
+
     @classmethod
     def from_linear(cls, plain: nn.Linear) -> Linear:
         """A :class:`Linear` holding the very ``weight`` and ``bias`` Parameters of ``plain`` (tied weights stay

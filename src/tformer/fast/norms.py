@@ -25,6 +25,9 @@ __all__ = ["RMSNorm", "swap_norms", "to_plain_norms"]
 class RMSNorm(norms.RMSNorm):
     """:class:`tformer.nn.norms.RMSNorm` through ``F.rms_norm`` where the numbers are the same (see the module)."""
 
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, fast"
+
     @classmethod
     def from_norm(cls, norm: norms.RMSNorm) -> RMSNorm:
         """A fast norm holding ``norm``'s weight Parameter itself (the state dict and training are unchanged)."""

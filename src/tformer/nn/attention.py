@@ -153,6 +153,12 @@ class MultiHeadAttention(nn.Module):
             self.hook_weights,
         )
 
+    def extra_repr(self) -> str:  # its sizes, and the kernel chosen for it by qualified name: print(model) says it
+        kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.n_heads else ""
+        more = "".join(f", {k}={v}" for k, v in {"sliding_window": self.sliding_window, "softcap": self.softcap}.items() if v)  # fmt: skip
+        kernel = f"{getattr(self.kernel, '__module__', '?')}.{getattr(self.kernel, '__qualname__', self.kernel)}"
+        return f"d_model={self.d_model}, n_heads={self.n_heads}{kv}, head_dim={self.head_dim}, dropout={self.dropout}{more}, kernel={kernel}"  # fmt: skip
+
     def forward(
         self,
         x: torch.Tensor,

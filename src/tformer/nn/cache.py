@@ -33,7 +33,7 @@ from typing import Protocol
 
 import torch
 
-from tformer.checks import check_length, unless_all_real
+from tformer.checks import check_below, check_length, unless_all_real
 
 __all__ = ["LayerCache", "Cache", "LayerKV", "KVCache", "open_positions"]
 
@@ -101,8 +101,8 @@ def open_positions(
 
 def check_positions(positions: object, b: int, t: int, max_len: int | None) -> None:
     """``positions`` given for ``ids`` (B, T): integers, (T,) or (B, T), each in [0, ``max_len``) (a learned table's
-    rows, RoPE's angles); else one line naming it, not an index error (a negative one read the table from its end).
-    The values are checked by the device, as :func:`tformer.checks.check_ids` checks ids (none while compiling)."""
+    rows, RoPE's angles); else one line naming it, not an index error. The values are checked by the device, as
+    :func:`tformer.checks.check_ids` checks ids."""
     if not isinstance(positions, torch.Tensor):
         raise TypeError(f"positions must be a tensor of integer positions, got {type(positions).__name__}")
     if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
@@ -111,20 +111,10 @@ def check_positions(positions: object, b: int, t: int, max_len: int | None) -> N
         raise ValueError(
             f"positions must have shape (T,) = ({t},) or (B, T) = ({b}, {t}), got {tuple(positions.shape)}"
         )
-    if max_len is None or torch.compiler.is_compiling():
-        return
-    if positions.device.type in ("cpu", "cuda"):  # checked by the device: the host does not wait for it
-        try:
-            torch._assert_async(
-                (positions >= 0).logical_and_(positions < max_len).all(), "position outside [0, max_len)"
-            )
-        except RuntimeError:  # on a CPU, at once: say which (on a GPU, a device-side assertion stops the process)
-            pass
-        else:
-            return
-    lo, hi = torch.stack(torch.aminmax(positions)).tolist()  # one read of the device
-    if lo < 0 or hi >= max_len:
-        raise ValueError(f"positions holds {hi if hi >= max_len else lo}, outside [0, {max_len}) (the model's max_len)")
+    if max_len is not None:  # (a negative one would read the learned table from its end)
+        check_below(
+            positions, max_len, lambda bad: f"positions holds {bad}, outside [0, {max_len}) (the model's max_len)"
+        )
 
 
 class LayerKV:
