@@ -62,6 +62,12 @@ def test_traced_weights_applied_to_traced_v_give_the_traced_context(family, requ
     model = request.getfixturevalue(family)
     weights = tr.select(stages=["weights"])
     assert len(weights) == {"seq2seq": 6, "gpt": 2, "bert": 2}[family]  # one per attention module
+    # a layer or block the trace lacks is said, with what it has (an empty list read as "nothing happened there")
+    for kwargs, said in (({"layer": 7}, r"layer=7: this trace has no such layer; it has \[0, 1\]"),
+                         ({"block": "encoderr"}, r"block='encoderr': this trace has no such block; it has \["),
+                         ({"layer": lambda e: True}, r"layer=<function")):  # fmt: skip
+        with pytest.raises(ValueError, match=said):
+            tr.select(**kwargs)
     for w in weights:
         v, ctx, out = (tr.get(s, w.block, w.layer, w.kind) for s in ("v", "context", "attn_output"))
         torch.testing.assert_close(w.tensor @ v.tensor, ctx.tensor, atol=1e-6, rtol=0)

@@ -82,6 +82,11 @@ class MLMHead(nn.Module):
 
 
 class Bert(PretrainedMixin, nn.Module):
+    """An encoder-only model (BERT): token, position and segment embeddings, a stack of encoder layers, and its heads
+    (masked language modelling, next-sentence prediction, the pooler; a classifier with ``num_labels``).
+    ``model(ids, token_type_ids=..., attention_mask=...)`` gives the hidden states (B, T, D);
+    :meth:`pretraining_logits` and :meth:`classify` the heads' logits."""
+
     model_type = "bert"
     config_class = BertConfig
     stacks = {"encoder.layers.{i}": "n_layers"}

@@ -216,6 +216,11 @@ def _head(d_model: int, vocab_size: int, rows: int) -> nn.Linear:
 
 
 class GPT(PretrainedMixin, nn.Module):
+    """A decoder-only language model: token (and position) embeddings, a stack of causal decoder layers, a final norm
+    and the vocabulary head (tied to the token table unless the config says otherwise). ``GPT(GPTConfig(...))``
+    builds it; ``model(ids)`` gives the next-token logits (B, T, V); ``new_cache()`` is its KV cache for decoding;
+    ``save_pretrained`` / ``from_pretrained`` write and read it (``tformer.load`` reads any GPT directory)."""
+
     model_type = "gpt"
     config_class = GPTConfig
     config: GPTConfig

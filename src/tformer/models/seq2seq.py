@@ -72,6 +72,10 @@ class Seq2SeqConfig(ModelConfig):  # the shared fields' defaults are ModelConfig
 
 
 class Seq2SeqTransformer(PretrainedMixin, nn.Module):
+    """The encoder–decoder Transformer of "Attention Is All You Need" (translation): source and target embeddings
+    with positions, the encoder and decoder stacks, the output head. ``model(src, tgt)`` is the teacher-forced pass
+    (logits (B, T, V)); :meth:`encode` and :meth:`decode` are its halves, as decoding calls them."""
+
     model_type = "seq2seq"
     config_class = Seq2SeqConfig
     config: Seq2SeqConfig
