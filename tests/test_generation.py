@@ -45,6 +45,15 @@ def test_cached_logits_equal_full_logits_step_by_step(request, model):
     torch.testing.assert_close(torch.cat([first, *steps], 1), full, atol=1e-5, rtol=0)
 
 
+def test_a_cache_given_another_batch_says_so(gpt):
+    """A cache filled by a batch of 2, then fed a batch of 3: one line naming the rows, not torch's size mismatch."""
+    cache = gpt.new_cache()
+    gpt(torch.tensor([[5, 9, 3], [3, 14, 15]]), cache=cache)
+    assert repr(cache) == "KVCache(2 layers, 3 positions stored, 2 batch rows)"
+    with pytest.raises(ValueError, match=r"this KV cache holds 2 batch row\(s\), got 3: a cache serves the batch"):
+        gpt(torch.tensor([[1], [2], [3]]), cache=cache)
+
+
 @pytest.mark.parametrize("model", ["gpt", "gpt_rope"])
 @pytest.mark.parametrize("penalty", [1.0, 1.3])
 def test_batched_prompts_of_different_lengths_equal_one_by_one(request, model, penalty):

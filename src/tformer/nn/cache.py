@@ -149,6 +149,11 @@ class LayerKV:
             capacity = end if end > 1 else max(self.max_len, end)  # a prompt: its own length for now
             keys = k.new_empty(k.shape[0], k.shape[1], capacity, k.shape[3])  # (B, H, capacity, Dh)
             values = v.new_empty(v.shape[0], v.shape[1], capacity, v.shape[3])
+        elif keys.shape[0] != k.shape[0]:  # (beam search's reorder changes the rows it holds, with the batch's)
+            raise ValueError(
+                f"this KV cache holds {keys.shape[0]} batch row(s), got {k.shape[0]}: a cache serves the batch that "
+                "filled it (model.new_cache() for another)"
+            )
         elif end > keys.shape[2]:  # to max_len in one step, past it by doubling
             target = self.max_len if self.max_len > keys.shape[2] else 2 * keys.shape[2]
             grow = max(end, target) - keys.shape[2]
@@ -262,3 +267,7 @@ class KVCache:
 
     def __len__(self) -> int:
         return len(self.layers)
+
+    def __repr__(self) -> str:
+        rows = self.layers[0].k.shape[0] if self.layers and self.layers[0].k is not None else 0
+        return f"KVCache({len(self.layers)} layers, {self.length} positions stored, {rows} batch rows)"
