@@ -37,7 +37,11 @@ def test_sinusoidal_needs_even_width():
 
 
 def test_table_is_a_non_persistent_buffer():
-    module = SinusoidalPositionalEncoding(16, 8)
+    module = SinusoidalPositionalEncoding(max_len=16, d_model=8)
+    with pytest.raises(TypeError):  # by name: PyTorch's tutorial orders them (d_model, max_len)
+        SinusoidalPositionalEncoding(8, 16)  # type: ignore[misc]
+    with pytest.raises(TypeError, match=r"positions must be integer position ids .* got dtype torch.float32"):
+        module(torch.zeros(2, 5, 8))  # the embeddings in their place
     assert list(module.parameters()) == []
     assert "table" in dict(module.named_buffers())
     assert module.state_dict() == {}

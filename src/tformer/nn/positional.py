@@ -68,20 +68,22 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     table: torch.Tensor  # (max_len, D)
 
-    def __init__(self, max_len: int, d_model: int, halves: bool = False) -> None:
+    def __init__(self, *, max_len: int, d_model: int, halves: bool = False) -> None:
+        """By name: PyTorch's tutorial takes ``(d_model, max_len)``, the table here is (``max_len``, ``d_model``)."""
         super().__init__()
         self.max_len, self.halves = max_len, halves
         self.register_buffer("table", sinusoidal_table(max_len, d_model, halves), persistent=False)
 
     def forward(self, positions: torch.Tensor | slice) -> torch.Tensor:
-        """``positions``: a tensor of position ids, or a slice ``start:end`` (consecutive positions: a view, no gather)."""
-        return self.table[positions]  # (..., D)
+        """``positions``: a tensor of position ids, or a slice ``start:end`` (consecutive positions: a view, no gather);
+        returns their rows (..., D), which the caller adds to the embeddings (not the embeddings plus them)."""
+        return self.table[_position_ids(positions)]  # (..., D)
 
 
 class LearnedPositionalEmbedding(nn.Module):
     """One trained vector per position."""
 
-    def __init__(self, max_len: int, d_model: int) -> None:
+    def __init__(self, *, max_len: int, d_model: int) -> None:
         super().__init__()
         self.max_len = max_len
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
@@ -89,7 +91,17 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def forward(self, positions: torch.Tensor | slice) -> torch.Tensor:
         """``positions``: a tensor of position ids, or a slice ``start:end`` (consecutive positions: a view, no gather)."""
-        return self.weight[positions]  # (..., D)
+        return self.weight[_position_ids(positions)]  # (..., D)
+
+
+def _position_ids(positions: torch.Tensor | slice) -> torch.Tensor | slice:
+    """Position ids as a table reads them; embeddings given in their place are one line, not an indexing error."""
+    if isinstance(positions, torch.Tensor) and (positions.is_floating_point() or positions.dtype == torch.bool):
+        raise TypeError(
+            f"positions must be integer position ids (T,) or (B, T), got dtype {positions.dtype}: the table gives "
+            "their rows, which are added to the embeddings"
+        )
+    return positions
 
 
 # the keys each RoPE scaling takes (Hugging Face's names); the first group is required
@@ -239,10 +251,10 @@ class InputEmbedding(nn.Module):
         self.scale = math.sqrt(d_model) if scale else 1.0
         if positional in ("sinusoidal", "sinusoidal_halves"):
             self.position: nn.Module | None = SinusoidalPositionalEncoding(
-                max_len, d_model, halves=positional == "sinusoidal_halves"
+                max_len=max_len, d_model=d_model, halves=positional == "sinusoidal_halves"
             )
         elif positional == "learned":
-            self.position = LearnedPositionalEmbedding(max_len, d_model)
+            self.position = LearnedPositionalEmbedding(max_len=max_len, d_model=d_model)
         elif positional == "rope":
             self.position = None  # positions enter inside self-attention (rotary_tables / apply_rotary)
         else:
