@@ -31,7 +31,7 @@ from tformer.models.config import ModelConfig
 from tformer.nn.cache import Cache, KVCache, open_positions
 from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.layers import Decoder, Encoder
-from tformer.nn.masks import padding_mask
+from tformer.nn.masks import check_mask, padding_mask
 from tformer.nn.positional import InputEmbedding
 
 __all__ = ["Seq2SeqConfig", "Seq2SeqTransformer"]
@@ -112,6 +112,8 @@ class Seq2SeqTransformer(PretrainedMixin, nn.Module):
         :meth:`decode` needs too (its ``memory_mask``): ``decode(tgt, memory, padding_mask(src, pad_id))``."""
         if src_mask is None:
             src_mask = unless_all_real(padding_mask(src, self.config.pad_id))  # (B, 1, 1, S); None: nothing padded
+        else:  # named here, not as a layer's mask (a (B, S) key-padding mask: padding_mask's shape is (B, 1, 1, S))
+            check_mask(src_mask, "src_mask", src.shape[0], src.shape[1], src.shape[1])
         return self._encode(src, src_mask)
 
     def _encode(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
