@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 
 from tformer.cli import main
@@ -406,3 +407,41 @@ def test_a_run_stopped_before_its_first_record_is_a_run_that_overwrite_replaces(
     (tmp_path / "mine" / "config.yaml").write_text("batch: 8\n")  # a YAML file of the user's
     _error(_run(capsys, _lm(tmp_path, "mine", "--max-steps", "1", "--overwrite")), "is not a tformer run")
     assert (tmp_path / "mine" / "config.yaml").read_text() == "batch: 8\n"
+
+
+def test_a_trainer_built_directly_judges_its_folder_as_every_run_does(tmp_path):
+    """Trainer(model, task, TrainConfig(out_dir=D)).fit() took only the lock: a folder of the user's lost the files in
+    its best/ and last/ when the saves replaced them, and a second run over the first one's folder mixed two runs in
+    one log. Now it is judged as the commands judge it: a user's folder refused untouched, a run's needing resume()
+    (or overwrite), the same trainer fitted again going on from its own saves."""
+    from scripted import VOCAB, ScriptedTask
+    from tformer import GPT, GPTConfig
+    from tformer.training.config import TrainConfig
+    from tformer.training.trainer import Trainer
+
+    def trainer(out, scores=(3.0, 2.0), **changes):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig.preset("tiny", vocab_size=VOCAB, max_len=16))
+        options = dict(out_dir=str(out), max_steps=len(scores), eval_every=1, warmup_steps=1, progress=False)
+        return Trainer(model, ScriptedTask(list(scores)), TrainConfig(**{**options, **changes}))
+
+    mine = tmp_path / "mine"
+    (mine / "best").mkdir(parents=True)
+    (mine / "best" / "my_model.bin").write_text("precious")
+    (mine / "notes.txt").write_text("my notes")
+    before = sorted(str(p.relative_to(mine)) for p in mine.rglob("*"))
+    with pytest.raises(ValueError, match=r"--out .*mine' is not empty"):
+        trainer(mine).fit()
+    assert sorted(str(p.relative_to(mine)) for p in mine.rglob("*")) == before  # nothing written, nothing deleted
+    run = tmp_path / "run"
+    first = trainer(run)
+    first.fit()
+    with pytest.raises(ValueError, match=r"is not empty .*pass --resume to continue the run in it, or --overwrite"):
+        trainer(run).fit()
+    first.cfg = TrainConfig(**{**first.cfg.__dict__, "max_steps": 3})  # the same trainer, a longer budget
+    first.task.scores.append(1.5)
+    first.fit()
+    steps = [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 3  # one run's log
+    trainer(run, (9.0,), overwrite=True).fit()  # asked for: a new run in its place
+    assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()][-1] == 1

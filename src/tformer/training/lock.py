@@ -20,7 +20,7 @@ only if it is a regular file holding a lock's JSON as tformer writes it (:func:`
 before the mark, too); anything else there (a symbolic link, a folder, a file of other content, an empty file
 that no run fills) is refused, naming it (:func:`foreign_lock`), and neither written, followed nor deleted. The
 lock file is deleted at the end only if it is still the file this run locked. A run takes the lock only in a
-directory already judged empty or a run's (``check_out_dir`` in :mod:`tformer.training.resume`).
+directory already judged empty or a run's (``check_out_dir`` in :mod:`tformer.training.rundir`).
 
 Under torchrun only rank 0 takes the lock (:func:`tformer.training.resume.start_run`). On a system without
 ``fcntl`` (Windows) or a file system that refuses locks, runs are not locked, with a warning for the latter.

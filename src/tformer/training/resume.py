@@ -30,18 +30,17 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tformer.files import atomic_write, current_dir, recover_dir
-from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME
+from tformer.files import atomic_write, current_dir
+from tformer.models.checkpoint import CONFIG_NAME
 from tformer.settings import renamed
 from tformer.training import distributed
-from tformer.training.lock import LOCK_NAME, RunLock, RunLocked, foreign_lock, foreign_message, in_use, running
-from tformer.training.rundir import RUN_FILES, clear, clearable, is_run, kept_by_user, listing, not_a_run
+from tformer.training.lock import RunLocked, in_use, running
+from tformer.training.rundir import RUN_FILES, StartedRun, check_out_dir, clearable, judge
 from tformer.training.state import STATE_NAME, convert_legacy, dumps, read_meta
 from tformer.training.trainer import TrainConfig, Trainer, budget_reached, budget_spent_message
 
@@ -75,29 +74,6 @@ REPORTED_FIELDS: tuple[str, ...] = (
 _NO_FLAG = ("min_lr_ratio", "betas")
 
 
-@dataclass
-class StartedRun:
-    """A run directory this process has judged and locked (rank 0; on the other ranks ``lock`` is None), handed from
-    :func:`start_run` to :func:`make_trainer` by the caller. Used as ``with start_run(...) as started:`` around the
-    setup between them, it releases the lock if the setup fails (a trainer made from it holds it instead)."""
-
-    lock: RunLock | None
-    run: dict | None = None  # {"kind": ..., "settings": ...}, saved into state.json
-
-    def release(self) -> None:
-        """Give the lock back (nothing if it was handed to a trainer or given back already)."""
-        lock, self.lock = self.lock, None
-        if lock is not None:
-            lock.release()
-
-    def __enter__(self) -> StartedRun:
-        return self
-
-    def __exit__(self, kind, _value, _traceback) -> None:
-        if kind is not None:
-            self.release()
-
-
 def last_dir(out_dir: str | Path) -> Path:
     """``OUT/last``: where a run keeps its latest full state."""
     return current_dir(Path(out_dir) / "last")
@@ -124,34 +100,6 @@ def start_run(cfg: TrainConfig, resume: bool, kind: str | None = None, settings:
     return held[0] if held else StartedRun(None)
 
 
-def check_out_dir(
-    out_dir: str | Path, resume: bool = False, overwrite: bool = False, resumable: bool = True
-) -> StartedRun:
-    """What :func:`start_run` does first, in this process: judge ``out_dir`` (reading only: it must be empty or
-    a run, and its ``.lock`` tformer's); take its lock (returned, for the trainer); refuse a non-empty ``out_dir`` for
-    a new run without ``overwrite`` (else delete the old run's files, and only those); repair ``OUT/last`` and check
-    that it holds a state for ``resume``. Any error releases the lock.
-
-    ``resumable=False``: the command has no ``--resume`` (``tformer demo``), so the refusal names ``--overwrite`` only.
-    """
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"--out {str(out)!r} is a file, not a directory")
-    if resume and overwrite:
-        raise ValueError("--resume and --overwrite contradict each other: give one of them")
-    _judge(out, resume)  # before the lock: nothing is written into a folder that is not a run's
-    lock = RunLock(out).acquire()
-    if lock.stale:
-        print(f"note: took over {str(lock.path)!r}, a lock left by a run that is no longer running: {lock.stale}",
-              file=sys.stderr)  # fmt: skip
-    with StartedRun(lock) as started:  # released if a check fails
-        if resume:
-            _check_resumable(out)
-        else:
-            clear(out, overwrite, resumable)
-    return started
-
-
 def precheck_out_dir(
     out_dir: str | Path, resume: bool = False, overwrite: bool = False, cache: str | Path | None = None, **inputs: Any
 ) -> None:
@@ -176,46 +124,12 @@ def precheck_out_dir(
             )
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one of them")
-    _judge(out, resume)
+    judge(out, resume)
     holder = running(out)
     if holder is not None:  # said first: "not empty, pass --resume" would be refused by the lock anyway
         raise RunLocked(in_use(out, holder))
     if not resume:
         clearable(out, overwrite, True)
-
-
-def _judge(out: Path, resume: bool) -> None:
-    """Refuse, reading only, an ``out`` that is neither missing, empty nor a run (all it holds named), or whose
-    ``.lock`` tformer did not write (a link, a file of the user's: naming it); the lock is taken only after."""
-    entries = listing(out)
-    if not is_run(out, entries):
-        if [name for name in entries if name != LOCK_NAME]:
-            raise _no_state(out) if resume else not_a_run(out, entries)
-        if resume and not os.path.lexists(out / LOCK_NAME):  # with a lock, a run may be starting: the lock tells
-            raise _no_state(out)
-    what = foreign_lock(out)
-    if what is not None:
-        raise ValueError(foreign_message(out, what))
-
-
-def _no_state(out: Path) -> FileNotFoundError:
-    last = out / "last"
-    return FileNotFoundError(
-        f"--resume: {str(last)!r} holds no training state to resume from; train without --resume first"
-    )
-
-
-def _check_resumable(out: Path) -> None:
-    for name in (BEST_DIR, "last"):
-        recover_dir(out / name)
-    if not (out / "last" / STATE_NAME).is_file():
-        raise _no_state(out)
-    kept = kept_by_user(out)
-    if kept:  # the next save of best/ or last/ replaces the folder whole: a file of the user's there would be lost
-        raise ValueError(
-            f"--resume: {str(out)!r} holds {', '.join(kept[:5])}{' ...' if kept[5:] else ''}, which no tformer run "
-            "writes, in a folder that every save replaces whole; nothing was changed: move them out first"
-        )
 
 
 def _prepare_resume(cfg: TrainConfig, kind: str | None, settings: dict) -> None:

@@ -8,20 +8,25 @@ with that file named and nothing deleted (:func:`clearable`), as a save replaces
 * :func:`listing` — what ``OUT`` holds, hidden names included;
 * :func:`is_run` — whether those make ``OUT`` a run's;
 * :func:`foreign` / :func:`kept_by_user` — what a save folder holds that no save writes there;
-* :func:`clearable` / :func:`clear` — what a new run in ``OUT`` deletes (refusing a folder it must not touch).
+* :func:`clearable` / :func:`clear` — what a new run in ``OUT`` deletes (refusing a folder it must not touch);
+* :func:`check_out_dir` — all of it before a run writes: ``OUT`` judged, locked, cleared or checked for a resume (the
+  :class:`StartedRun` it returns holds the lock); every run goes through it, a Trainer built directly too.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from tformer.files import earlier_name, leftover_of
+from tformer.files import earlier_name, leftover_of, recover_dir
 from tformer.models.checkpoint import BEST_DIR, CONFIG_NAME, DECODING_FILE, WEIGHTS_NAME
 from tformer.tokenizers.hf import GENERATION
 from tformer.tokenizers.marian import MARIAN_FILES
 from tformer.training.averaging import ADAPTER_FILES, CHECKPOINTS, EMA_NAME, INFO
-from tformer.training.lock import LOCK_NAME, foreign_lock
+from tformer.training.lock import LOCK_NAME, RunLock, foreign_lock, foreign_message
 from tformer.training.meta import STATE_NAME
 from tformer.training.runlog import CSV_NAME, TENSORBOARD_DIR
 from tformer.training.state import JSON_NAME, LEGACY_NAME, TENSORS_NAME
@@ -36,6 +41,8 @@ __all__ = [
     "kept_by_user",
     "clearable",
     "clear",
+    "StartedRun",
+    "check_out_dir",
 ]
 
 # What a run writes into OUT, and all that --overwrite deletes: the best model, the last state, the log and its
@@ -215,3 +222,93 @@ def clearable(out: Path, overwrite: bool, resumable: bool) -> list[str]:
             + ", or give another --out"
         )
     return ours
+
+
+@dataclass
+class StartedRun:
+    """A run directory this process has judged and locked (rank 0; on the other ranks ``lock`` is None), handed from
+    :func:`start_run` to :func:`make_trainer` by the caller. Used as ``with start_run(...) as started:`` around the
+    setup between them, it releases the lock if the setup fails (a trainer made from it holds it instead)."""
+
+    lock: RunLock | None
+    run: dict | None = None  # {"kind": ..., "settings": ...}, saved into state.json
+
+    def hand_over(self) -> RunLock | None:
+        """The lock, now the caller's (a trainer's, which releases it when its ``fit()`` ends), no longer this."""
+        lock, self.lock = self.lock, None
+        return lock
+
+    def release(self) -> None:
+        """Give the lock back (nothing if it was handed to a trainer or given back already)."""
+        lock, self.lock = self.lock, None
+        if lock is not None:
+            lock.release()
+
+    def __enter__(self) -> StartedRun:
+        return self
+
+    def __exit__(self, kind, _value, _traceback) -> None:
+        if kind is not None:
+            self.release()
+
+
+def check_out_dir(
+    out_dir: str | Path, resume: bool = False, overwrite: bool = False, resumable: bool = True
+) -> StartedRun:
+    """What :func:`start_run` does first, in this process: judge ``out_dir`` (reading only: it must be empty or
+    a run, and its ``.lock`` tformer's); take its lock (returned, for the trainer); refuse a non-empty ``out_dir`` for
+    a new run without ``overwrite`` (else delete the old run's files, and only those); repair ``OUT/last`` and check
+    that it holds a state for ``resume``. Any error releases the lock.
+
+    ``resumable=False``: the command has no ``--resume`` (``tformer demo``), so the refusal names ``--overwrite`` only.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {str(out)!r} is a file, not a directory")
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other: give one of them")
+    judge(out, resume)  # before the lock: nothing is written into a folder that is not a run's
+    lock = RunLock(out).acquire()
+    if lock.stale:
+        print(f"note: took over {str(lock.path)!r}, a lock left by a run that is no longer running: {lock.stale}",
+              file=sys.stderr)  # fmt: skip
+    with StartedRun(lock) as started:  # released if a check fails
+        if resume:
+            check_resumable(out)
+        else:
+            clear(out, overwrite, resumable)
+    return started
+
+
+def judge(out: Path, resume: bool) -> None:
+    """Refuse, reading only, an ``out`` that is neither missing, empty nor a run (all it holds named), or whose
+    ``.lock`` tformer did not write (a link, a file of the user's: naming it); the lock is taken only after."""
+    entries = listing(out)
+    if not is_run(out, entries):
+        if [name for name in entries if name != LOCK_NAME]:
+            raise no_state(out) if resume else not_a_run(out, entries)
+        if resume and not os.path.lexists(out / LOCK_NAME):  # with a lock, a run may be starting: the lock tells
+            raise no_state(out)
+    what = foreign_lock(out)
+    if what is not None:
+        raise ValueError(foreign_message(out, what))
+
+
+def no_state(out: Path) -> FileNotFoundError:
+    last = out / "last"
+    return FileNotFoundError(
+        f"--resume: {str(last)!r} holds no training state to resume from; train without --resume first"
+    )
+
+
+def check_resumable(out: Path) -> None:
+    for name in (BEST_DIR, "last"):
+        recover_dir(out / name)
+    if not (out / "last" / STATE_NAME).is_file():
+        raise no_state(out)
+    kept = kept_by_user(out)
+    if kept:  # the next save of best/ or last/ replaces the folder whole: a file of the user's there would be lost
+        raise ValueError(
+            f"--resume: {str(out)!r} holds {', '.join(kept[:5])}{' ...' if kept[5:] else ''}, which no tformer run "
+            "writes, in a folder that every save replaces whole; nothing was changed: move them out first"
+        )

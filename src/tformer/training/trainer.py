@@ -87,8 +87,8 @@ from tformer.training.config import (
 )
 from tformer.training.evaluation import Evaluation
 from tformer.training.feed import Feed
-from tformer.training.lock import RunLock
 from tformer.training.progress import Progress, seconds_left, step_text
+from tformer.training.rundir import RunLock, check_out_dir
 from tformer.training.runlog import RunLog
 from tformer.training.signals import TrainingInterrupted, stop_signals
 from tformer.training.state import RunState
@@ -322,8 +322,8 @@ class Trainer(BadSteps, RunState, Evaluation):
         reached = budget_reached(self.cfg, self.step, self.epoch, self.elapsed) or self._patience_spent()
         if reached and self._saved_step == self.step:
             raise ValueError(budget_spent_message(self.out, reached))
-        if self.world.is_main and self.lock is None:  # a Trainer built directly, not by make_trainer
-            self.lock = RunLock(self.out).acquire()
+        if self.world.is_main and self.lock is None:  # built directly: OUT judged as every run's (never a user's files)
+            self.lock = check_out_dir(self.out, self._saved_step is not None, self.cfg.overwrite).hand_over()
         try:
             with tf32_matmuls(str(self.device)):  # a GPU's TF32, set for the run, the process's own put back after
                 return self._fit()
