@@ -454,3 +454,28 @@ def test_fill_mask_refuses_a_classifier_whose_mlm_head_never_trained(tmp_path, c
     err = capsys.readouterr().err
     assert "is a classifier (tformer train classify) whose MLM head never trained" in err
     assert json.loads((tmp_path / "run" / "last" / "labels.json").read_text())["untrained_mlm_head"] is True
+
+
+def test_a_resume_on_changed_examples_or_text_is_refused_as_lm_and_translation_refuse_it(tmp_path, capsys):
+    """A classifier resumed on other examples trained on and rewrote labels.json with the new names (the head's
+    rows meaning other labels), a third label was an IndexError inside fit(); BERT pretraining resumed on another
+    text compared its best/ across two held-out sets. Both record their data's SHA-256, as lm and translation do."""
+    data = tmp_path / "labels.tsv"
+    data.write_text("".join(f"sentence number {i}\t{y}\n" for i, y in enumerate(["en", "fr"] * 10)), encoding="utf-8")
+    argv = ["train", "classify", "--data", str(data), "--preset", "tiny", "--vocab-size", "60", "--no-progress"]
+    assert main([*argv, "--max-steps", "1", "--out", str(tmp_path / "cls")]) == 0
+    assert main([*argv, "--max-steps", "2", "--out", str(tmp_path / "cls"), "--resume"]) == 0  # the same: goes on
+    data.write_text(data.read_text(encoding="utf-8").replace("\ten", "\tEnglish"), encoding="utf-8")
+    capsys.readouterr()
+    assert main([*argv, "--max-steps", "3", "--out", str(tmp_path / "cls"), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume: the text of --data (SHA-256)" in err and "(the run: " in err and "Traceback" not in err
+    assert json.loads((tmp_path / "cls" / "best" / "labels.json").read_text())["labels"] == ["en", "fr"]
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"the cat number {i} sat on the mat.\nit was happy.\n\n" for i in range(30)))
+    bert = ["train", "bert", "--data", str(text), "--preset", "tiny", "--vocab-size", "80", "--no-progress"]
+    assert main([*bert, "--max-steps", "1", "--out", str(tmp_path / "bert")]) == 0
+    text.write_text(text.read_text() + "a dog ran.\nit barked.\n")
+    capsys.readouterr()
+    assert main([*bert, "--max-steps", "2", "--out", str(tmp_path / "bert"), "--resume"]) == 2
+    assert "--resume: the text of --data (SHA-256)" in capsys.readouterr().err

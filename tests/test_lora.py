@@ -439,6 +439,12 @@ def test_a_lora_run_resumes_exactly(bases, sft_file, tmp_path, monkeypatch):
     a = tformer.load(tmp_path / "a", merge=False).model.state_dict()
     b = tformer.load(tmp_path / "b", merge=False).model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # other conversations: refused, as a changed text is (they went on in silence)
+    other = tmp_path / "other.jsonl"
+    other.write_text(sft_file.read_text(encoding="utf-8").replace("plus", "and"), encoding="utf-8")
+    swap = {str(sft_file): str(other), bases["llama"].name: str(bases["llama"])}  # (the cwd is another one now)
+    moved = [swap.get(word, word) for word in common]
+    assert _train(*moved, "--out", str(tmp_path / "a"), "--max-steps", "12", "--resume") == 2
 
 
 def test_averaging_a_lora_run_averages_its_updates_and_writes_their_adapter(bases, sft_file, tmp_path, capsys):

@@ -22,7 +22,7 @@ from tformer.bert.classification import ClassifyTask, label_note, read_labelled_
 from tformer.bert.fill_mask import untrained_heads
 from tformer.bert.pretraining import BertPretrainTask
 from tformer.checks import check_settings
-from tformer.data import TOKENIZER_SAMPLE, find_sources, is_prepared, prepared_vocab_size
+from tformer.data import TOKENIZER_SAMPLE, find_sources, fingerprint, is_prepared, prepared_vocab_size
 from tformer.data.sentences import Sentences, held_out_sentences, prepare_sentences, sentences_tokenizer
 from tformer.finetune import NO_BERT_ADAPTER, LoraSettings, add_adapters, count_parameters, refuse_given, start_from
 from tformer.hf.heads import untrained_mlm
@@ -261,21 +261,13 @@ def setup(
         if base is not None:
             model, tokenizer = base
         else:
-            tokenizer = from_rank0(
-                lambda: _pretraining_tokenizer(
-                    data, tokenizer_dir, vocab_size, valid, tokenizer_sample, data_cache, log
-                ),
-                cfg.device,
-            )
-            config = BertConfig.preset(
-                preset,
-                vocab_size=tokenizer.vocab_size,
-                max_len=max_len,
-                pad_id=tokenizer.pad_id,
-                **_overrides(dropout, shape),
-            )
+            made = (data, tokenizer_dir, vocab_size, valid, tokenizer_sample, data_cache, log)
+            tokenizer = from_rank0(lambda: _pretraining_tokenizer(*made), cfg.device)  # rank 0 trains, the rest read
+            sizes = dict(vocab_size=tokenizer.vocab_size, max_len=max_len, pad_id=tokenizer.pad_id)
+            config = BertConfig.preset(preset, **sizes, **_overrides(dropout, shape))
         corpus = _corpus(data, tokenizer, valid, data_cache, cfg.device, log)
-    with start_run(cfg, resume, "bert", {**settings, "valid": valid, "mlm_prob": mlm_prob}) as started:
+    settings.update(valid=valid, mlm_prob=mlm_prob, data_sha256=fingerprint(data))  # the text: a changed one refused
+    with start_run(cfg, resume, "bert", settings) as started:
         if resume and init is not None:  # the run's model whole (its LoRA layers from config.json)
             model, tokenizer = _resumed(out_dir)
         elif resume:
@@ -411,7 +403,8 @@ def setup_classifier(
         settings = {k: v for k, v in settings.items() if k not in ("preset", "vocab_size")}
     if lora.r:
         settings.update(_start_settings(init, lora))
-    with start_run(cfg, resume, "classify", {**settings, "valid": valid}) as started:
+    settings.update(valid=valid, data_sha256=fingerprint(data))  # a resume on other examples (labels) is refused
+    with start_run(cfg, resume, "classify", settings) as started:
         train_part, valid_part = split_examples(examples, valid, cfg.seed)
         none = "" if valid_part else " (no validation data)"
         log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples{none}, labels {labels}")

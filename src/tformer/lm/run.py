@@ -315,7 +315,7 @@ def _setup_from(
     conversations = read_conversations(data, text_field)  # --data next: a bad one is named before anything is loaded
     if conversations is None:
         check_data(data, valid_data, text_field)
-    data_sha256 = fingerprint(data) if conversations is None else None
+    data_sha256 = fingerprint(data) if conversations is None else None  # (conversations: their own key, below)
     settings = dict(
         init=str(Path(init).absolute()),  # the directory, whatever the cwd of a --resume
         lora_r=lora.r,
@@ -328,6 +328,8 @@ def _setup_from(
         valid=valid,
         data_sha256=data_sha256,
     )  # what makes the run: --resume refuses a change
+    if conversations is not None:  # (a key of its own: runs before it saved data_sha256=None, and still resume)
+        settings["conversations_sha256"] = fingerprint(data)
     model: GPT | None = None
     device = str(options.get("device", "cpu"))
     overwrite = bool(options.get("overwrite"))

@@ -157,8 +157,8 @@ def _plain(value: Any) -> Any:
 
 
 def _flag(name: str) -> str:
-    if name in ("data_sha256", "valid_data_sha256"):  # the text's content (tformer.data.fingerprint), not a flag
-        return f"the text of --{'valid-' * (name != 'data_sha256')}data (SHA-256)"
+    if name.endswith("_sha256"):  # the text's content (tformer.data.fingerprint), not a flag
+        return f"the text of --{'valid-' * name.startswith('valid')}data (SHA-256)"
     return f"TrainConfig.{name}" if name in _NO_FLAG else "--" + name.replace("_", "-")
 
 
