@@ -230,3 +230,23 @@ def test_the_lock_is_handed_to_the_trainer_by_the_caller_and_a_failed_setup_give
     assert trainer.lock is not None and (out / ".lock").exists()  # the trainer holds it, until fit() ends
     trainer.fit()
     assert trainer.lock is None and not (out / ".lock").exists()
+
+
+def test_a_trainer_that_setup_made_gives_its_lock_back_on_close_and_says_it_is_this_process(tmp_path):
+    """A notebook runs setup() and, changing its mind, runs the cell again: the folder was locked by "another
+    training run" (its own pid) until the kernel restarted. The refusal now says it is this process and how to give
+    the lock back; close() and a with block give it back."""
+    from tformer import lm
+
+    data = tmp_path / "text.txt"
+    data.write_text("the cat sat on the mat.\n" * 40, encoding="utf-8")
+    kw = dict(preset="tiny", max_len=16, batch_size=2, max_steps=1, batches_per_epoch=1, progress=False)
+    first = lm.setup(data, tmp_path / "run", **kw)
+    with pytest.raises(RunLocked, match=rf"this process \(pid {os.getpid()}\): a trainer made here holds it until its fit\(\) ends or its close\(\)"):  # fmt: skip
+        lm.setup(data, tmp_path / "run", **kw)
+    first.close()
+    first.close()  # (twice: nothing more)
+    with lm.setup(data, tmp_path / "run", **kw) as trainer:
+        assert (tmp_path / "run" / ".lock").exists()
+    assert trainer.lock is None and not (tmp_path / "run" / ".lock").exists()
+    lm.setup(data, tmp_path / "run", **kw).fit()  # and a run takes the folder as it is

@@ -106,6 +106,11 @@ def describe_holder(text: str) -> str:
         return "a process that has not written who it is yet"
     info = json.loads(text)
     where = f" on host {info['host']}" if info.get("host") not in (None, socket.gethostname()) else ""
+    if not where and info.get("pid") == os.getpid():  # (a notebook that ran setup() twice)
+        return (
+            f"this process (pid {info['pid']}): a trainer made here holds it until its fit() ends or its close() "
+            "is called (trainer.close(), or `with setup(...) as trainer:`)"
+        )
     return f"pid {info.get('pid')}{where}, started {info.get('started')}, running `{info.get('command')}`"
 
 

@@ -234,10 +234,25 @@ class RunState:
     run_info: dict | None
     _saved_step: int | None
     fsdp: torch.nn.Module | None  # --fsdp: the sharded loss module; None without
+    lock: Any  # OUT/.lock (tformer.training.lock.RunLock) while this trainer holds the run's folder; None after
 
     if TYPE_CHECKING:
 
         def _whole_model(self) -> Any: ...  # (Evaluation: the model to write, gathered whole with --fsdp)
+
+    def close(self) -> None:
+        """Give back the run folder's lock without training: a trainer that ``setup()`` made and never fitted holds
+        it (the folder refuses another run) until this, the end of a ``with`` block, or the process ends. ``fit()``
+        gives it back itself when it ends."""
+        lock, self.lock = self.lock, None
+        if lock is not None:
+            lock.release()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def _warn(self, text: str) -> None:
         if self.world.is_main:
