@@ -167,7 +167,7 @@ def test_runlock_creates_a_marked_lock_refuses_a_second_and_a_foreign_one_and_de
     lock = RunLock(out).acquire()
     info = json.loads((out / ".lock").read_text())
     assert info["pid"] == os.getpid() and info["tformer_lock"] == 1 and lock.stale is None
-    with pytest.raises(RunLocked, match=f"in use by another training run: pid {os.getpid()}"):
+    with pytest.raises(RunLocked, match=rf"is held by this process \(pid {os.getpid()}\)"):  # (not another run)
         RunLock(out).acquire()
     os.replace(_users_file(tmp_path / "mine", "the user's file now\n"), out / ".lock")  # put there by the user
     lock.release()

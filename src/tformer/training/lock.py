@@ -158,6 +158,8 @@ def _read(fd: int) -> str:
 def in_use(out_dir: str | os.PathLike, holder: str) -> str:
     """The refusal of a directory where another run trains (``holder``: :func:`describe_holder`'s words)."""
     lock = Path(out_dir) / LOCK_NAME
+    if holder.startswith("this process"):  # not another run to wait for
+        return f"--out {str(out_dir)!r} is held by {holder} (its lock: {str(lock)!r})"
     return (
         f"--out {str(out_dir)!r} is in use by another training run: {holder} (its lock: {str(lock)!r}); wait for it "
         "to end or stop it, or give another --out"
