@@ -227,3 +227,29 @@ def test_a_bad_flag_and_a_bad_parameter_say_the_same_words(models, capsys):
     with pytest.raises(ValueError) as raised:
         Translator.load(models["translation"]).translate(["the cat"], batch_size=0)
     assert str(raised.value) == f"batch_size {said}", (flag, raised.value)
+
+
+def test_data_and_out_dir_given_as_something_else_than_a_path_are_named(tmp_path):
+    """``lm.train(["a text", ...], out)``: pathlib's "expected str, bytes or os.PathLike object, not list" from inside
+    tformer, naming no parameter; ``out_dir=None`` the same. The parameter is named, before anything is read."""
+    from tformer import bert, lm, translation
+
+    for call, said in (
+        (
+            lambda: lm.train(["some text"] * 10, tmp_path / "a", max_steps=1),
+            r"^data must be a path \(a str or os.PathLike\), got \['some text'",
+        ),  # fmt: skip
+        (lambda: translation.train([("a", "b")] * 10, tmp_path / "b", max_steps=1), r"^data must be a path"),
+        (lambda: bert.train_classifier({"a": "x"}, tmp_path / "c", max_steps=1), r"^data must be a path"),
+        (
+            lambda: lm.train(tmp_path / "no.txt", None, max_steps=1),
+            r"^out_dir must be a path \(a str or os.PathLike\), got None",
+        ),  # fmt: skip
+        (
+            lambda: lm.train(tmp_path / "no.txt", tmp_path / "d", max_steps=1, valid_data=3),
+            r"^valid_data must be a path",
+        ),  # fmt: skip
+    ):
+        with pytest.raises(ValueError, match=said):
+            call()
+    assert list(tmp_path.iterdir()) == []  # nothing written

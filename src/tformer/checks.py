@@ -9,30 +9,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 
-__all__ = [
-    "BadValue",
-    "Number",
-    "YesNo",
-    "Choice",
-    "Text",
-    "device",
-    "check_device",
-    "SETTINGS",
-    "check_settings",
-    "check_yes_no",
-    "check_yes_no_fields",
-    "check_ids",
-    "check_length",
-    "unless_all_real",
-    "check_positive",
-    "check_positive_int",
-]
+__all__ = ["BadValue", "Number", "YesNo", "Choice", "Text", "device", "check_device", "SETTINGS", "check_settings",
+           "check_yes_no", "check_yes_no_fields", "check_ids", "check_length", "unless_all_real", "check_positive",
+           "check_positive_int", "check_below"]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ numbers
@@ -156,9 +142,11 @@ class Choice:
 
 
 class Text:
-    """A non-empty string (a language code, a name): ``src_lang must be a non-empty string, got 5``."""
+    """A non-empty string (a language code, a name): ``src_lang must be a non-empty string, got 5``; ``path``: or an
+    ``os.PathLike`` (a file or folder: ``data must be a path (a str or os.PathLike), got list``)."""
 
-    allowed = "a non-empty string"
+    def __init__(self, path: bool = False) -> None:
+        self.path, self.allowed = path, "a path (a str or os.PathLike)" if path else "a non-empty string"
 
     def __call__(self, text: str) -> str:
         """A flag's ``text`` (argparse's ``type=``); an empty one is :class:`BadValue` in the library's words."""
@@ -167,7 +155,7 @@ class Text:
         return text
 
     def check(self, value: Any, name: str) -> Any:
-        if not isinstance(value, str) or not value.strip():
+        if not (self.path and isinstance(value, os.PathLike)) and (not isinstance(value, str) or not value.strip()):
             raise BadValue(f"{name} must be {self.allowed}, got {value!r:.60}")
         return value
 
@@ -314,6 +302,8 @@ SETTINGS: dict[str, Check] = {
     "text_field": text_field,
     "tokenizer_sample": positive_int,  # bytes
 }
+# the settings that name a file or folder: a path (the flags check that it exists; the library where it reads it)
+PATHS = dict.fromkeys(("data", "valid_data", "out_dir", "init", "tokenizer_dir", "data_cache"), Text(path=True))
 
 
 def check_yes_no(**values: Any) -> None:
@@ -335,10 +325,11 @@ def check_settings(*options: Mapping[str, Any], bounds: Mapping[str, Check] | No
     """Every setting of ``options`` (name → value; several mappings: an entry point's parameters and its
     ``**train_options``) that :data:`SETTINGS` or the entry point's own ``bounds`` (first) bound, unless None (the
     default), checked there: ``batch_size must be a positive integer, got 0``, the words ``--batch-size`` has."""
-    table = {**SETTINGS, **(bounds or {})}
+    table = {**PATHS, **SETTINGS, **(bounds or {})}
     for mapping in options:
         for name, value in mapping.items():
-            if name in table and (value is not None or isinstance(table[name], YesNo)):  # None: the default
+            required = isinstance(table.get(name), YesNo) or name == "out_dir"  # None: the default (not for these)
+            if name in table and (value is not None or required):
                 table[name].check(value, name)
 
 
