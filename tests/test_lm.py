@@ -356,3 +356,19 @@ def test_characters_a_character_model_lacks_are_said_not_read_as_unk_in_silence(
     (tmp_path / "ok.txt").write_text(TEXT, encoding="utf-8")
     assert main(["evaluate-lm", "--model", str(out), "--data", str(tmp_path / "ok.txt")]) == 0
     assert "note" not in capsys.readouterr().err
+
+
+def test_a_setups_log_takes_every_line_of_the_run_so_a_caller_can_silence_it(tmp_path, capsys):
+    """``log=`` took the setup's lines, but the trainer printed its own (the precision, notes, the resume) to stdout:
+    the only way to silence a run from Python was redirect_stdout. Now all of it goes where ``log`` says."""
+    from tformer import lm
+
+    data = tmp_path / "text.txt"
+    data.write_text("the cat sat on the mat.\n" * 60, encoding="utf-8")
+    kw = dict(preset="tiny", max_len=16, batch_size=2, batches_per_epoch=2, warmup_steps=5, progress=False)
+    got: list[str] = []
+    lm.train(data, tmp_path / "run", max_steps=2, log=got.append, **kw)
+    lm.train(data, tmp_path / "run", max_steps=4, log=got.append, resume=True, **kw)
+    assert capsys.readouterr().out == ""
+    said = "\n".join(got)
+    assert "precision: " in said and "--warmup-steps 5" in said and "resuming " in said, said

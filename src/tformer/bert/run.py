@@ -267,7 +267,7 @@ def setup(
             config = BertConfig.preset(preset, **sizes, **_overrides(dropout, shape))
         corpus = _corpus(data, tokenizer, valid, data_cache, cfg.device, log)
     settings.update(valid=valid, mlm_prob=mlm_prob, data_sha256=fingerprint(data))  # the text: a changed one refused
-    with start_run(cfg, resume, "bert", settings) as started:
+    with start_run(cfg, resume, "bert", settings, log) as started:
         if resume and init is not None:  # the run's model whole (its LoRA layers from config.json)
             model, tokenizer = _resumed(out_dir)
         elif resume:
@@ -281,7 +281,7 @@ def setup(
         if model is None:
             with building(cfg.fsdp):  # --fsdp: whole on rank 0 alone
                 model = Bert(config)
-        return make_trainer(model, task, cfg, resume, started, evaluate_start=init is not None)
+        return make_trainer(model, task, cfg, resume, started, evaluate_start=init is not None, log=log)
 
 
 def prepare(
@@ -404,7 +404,7 @@ def setup_classifier(
     if lora.r:
         settings.update(_start_settings(init, lora))
     settings.update(valid=valid, data_sha256=fingerprint(data))  # a resume on other examples (labels) is refused
-    with start_run(cfg, resume, "classify", settings) as started:
+    with start_run(cfg, resume, "classify", settings, log) as started:
         train_part, valid_part = split_examples(examples, valid, cfg.seed)
         none = "" if valid_part else " (no validation data)"
         log(f"data: {len(train_part)} training / {len(valid_part)} held-out examples{none}, labels {labels}")
@@ -434,7 +434,7 @@ def setup_classifier(
                 log(NO_BERT_ADAPTER)
         untrained = untrained_mlm(Path(out_dir) / "last") if resume else not base or "mlm_head" in untrained_heads(base)
         task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed, untrained)
-        return make_trainer(model, task, cfg, resume, started)
+        return make_trainer(model, task, cfg, resume, started, log=log)
 
 
 def train_classifier(data: str | Path, out_dir: str | Path, **options) -> tuple[Trainer, dict]:

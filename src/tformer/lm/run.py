@@ -231,7 +231,7 @@ def setup(
             r["base"], vocab_size=tok.vocab_size, vocab_multiple=multiple, pad_id=tok.pad_id, **r["model"]
         )
         prepared = streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
-    with start_run(cfg, resume, "lm", settings) as started:  # a non-empty out_dir needs resume or overwrite
+    with start_run(cfg, resume, "lm", settings, log) as started:  # a non-empty out_dir needs resume or overwrite
         if resume:  # the run's own tokenizer and config; the weights come back in trainer.resume()
             config, tok = saved_run(out_dir, GPT, _tokenizer)
             prepared = streams(data, valid_data, tok, valid, text_field, data_cache, cfg.device, log)
@@ -251,7 +251,7 @@ def setup(
         task = LMTask(
             tok, train_ids, val_ids, config.max_len, r["batch_size"], batches_per_epoch, eval_blocks, cfg.seed
         )
-        return make_trainer(model, task, cfg, resume, started)
+        return make_trainer(model, task, cfg, resume, started, log=log)
 
 
 def _block(max_len: int | None, context: int) -> int:
@@ -351,6 +351,7 @@ def _setup_from(
         resume,
         "lm",
         settings,
+        log,
     ) as started:
         if model is None:  # --resume: the run's own tokenizer and model (its LoRA layers from config.json)
             last = last_dir(out_dir)
@@ -380,7 +381,7 @@ def _setup_from(
             else:
                 log(f"note: no PEFT adapter is written beside the best model: {problem}")
         torch.manual_seed(cfg.seed)
-        return make_trainer(model, task, cfg, resume, started, also_save=writers, evaluate_start=True)
+        return make_trainer(model, task, cfg, resume, started, also_save=writers, evaluate_start=True, log=log)
 
 
 def train(data: str | Path, out_dir: str | Path, preset: str | None = None, **options) -> tuple[Trainer, dict]:

@@ -79,7 +79,9 @@ def last_dir(out_dir: str | Path) -> Path:
     return current_dir(Path(out_dir) / "last")
 
 
-def start_run(cfg: TrainConfig, resume: bool, kind: str | None = None, settings: dict | None = None) -> StartedRun:
+def start_run(
+    cfg: TrainConfig, resume: bool, kind: str | None = None, settings: dict | None = None, log: Callable | None = None
+) -> StartedRun:
     """Lock, check and prepare ``cfg.out_dir`` before a run reads or writes anything (rank 0 does it; its error
     reaches all); returns the :class:`StartedRun` to hand to :func:`make_trainer`. ``kind`` (``"lm"``,
     ``"translation"``, ...) and ``settings`` (the family's options that make the run, by flag name) are saved with
@@ -92,7 +94,7 @@ def start_run(cfg: TrainConfig, resume: bool, kind: str | None = None, settings:
         started = check_out_dir(cfg.out_dir, resume, cfg.overwrite)
         with started:  # released if what follows fails
             if resume:
-                _prepare_resume(cfg, kind, settings or {})
+                _prepare_resume(cfg, kind, settings or {}, log or distributed.say)
             started.run = {"kind": kind, "settings": _plain(settings or {})} if kind else None
         held.append(started)
 
@@ -132,7 +134,7 @@ def precheck_out_dir(
         clearable(out, overwrite, True)
 
 
-def _prepare_resume(cfg: TrainConfig, kind: str | None, settings: dict) -> None:
+def _prepare_resume(cfg: TrainConfig, kind: str | None, settings: dict, log: Callable[[str], None]) -> None:
     """Check that ``OUT/last`` can be resumed with ``cfg`` and ``settings``, then convert it and cut the log."""
     out, last = Path(cfg.out_dir), Path(cfg.out_dir) / "last"
     meta = read_meta(last)
@@ -148,7 +150,7 @@ def _prepare_resume(cfg: TrainConfig, kind: str | None, settings: dict) -> None:
         raise ValueError("--resume: " + budget_spent_message(out, reached))
     convert_legacy(last)
     _cut_log(out / "log.jsonl", meta["step"])
-    distributed.say(_resume_line(cfg, meta))
+    log(_resume_line(cfg, meta))
 
 
 def _plain(value: Any) -> Any:
@@ -302,15 +304,17 @@ def make_trainer(
     started: StartedRun | None = None,
     also_save: list | None = None,
     evaluate_start: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> Trainer:
     """A :class:`Trainer` of ``model`` on ``task``, restored from ``OUT/last`` when ``resume``; it holds the lock
     of ``started`` (:func:`start_run`) until its ``fit()`` ends (without one, ``fit()`` takes the lock itself).
     ``also_save``: functions ``(model, directory)`` that write more files beside each best model (a LoRA run's
-    PEFT adapter); ``evaluate_start``: evaluate the model before the first step (a run from a pretrained model)."""
+    PEFT adapter); ``evaluate_start``: evaluate the model before the first step (a run from a pretrained model);
+    ``log``: where the trainer's report goes (the setup's ``log``; None: stdout)."""
     with started or StartedRun(None):  # released if the trainer cannot be made
         trainer = Trainer(model, task, cfg)
         trainer.also_save = list(also_save or [])
-        trainer.evaluate_start = evaluate_start
+        trainer.evaluate_start, trainer.log = evaluate_start, log
         if started is not None:
             trainer.lock, trainer.run_info = started.lock, started.run
         if resume:

@@ -29,7 +29,7 @@ import json
 import math
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -235,10 +235,16 @@ class RunState:
     _saved_step: int | None
     fsdp: torch.nn.Module | None  # --fsdp: the sharded loss module; None without
     lock: Any  # OUT/.lock (tformer.training.lock.RunLock) while this trainer holds the run's folder; None after
+    log: Callable[[str], None] | None = None  # where its report's lines go (rank 0's): the setup's log; None: stdout
 
     if TYPE_CHECKING:
 
         def _whole_model(self) -> Any: ...  # (Evaluation: the model to write, gathered whole with --fsdp)
+
+    def say(self, text: str) -> None:
+        """A line of the run's report (the precision, a note, the resume), once, from rank 0: to :attr:`log`."""
+        if self.world.is_main:
+            (self.log or _line)(text)
 
     def close(self) -> None:
         """Give back the run folder's lock without training: a trainer that ``setup()`` made and never fitted holds
@@ -354,7 +360,7 @@ class RunState:
         else:  # another number of processes: the run goes on, its dropout's draws from new seeds, and it says so
             torch.manual_seed(self.cfg.seed + 1000 * self.world.rank + meta["step"])
             used, accum, now = len(state["rng"]), self.cfg.accum_steps, self.cfg.accum_steps * self.world.size
-            distributed.say(
+            self.say(
                 f"--resume: the run used {used} process(es), this one has {self.world.size}: the weights, optimizer, "
                 f"schedule and data position go on; a step now takes {now} batch{'es' * (now != 1)} (--accum-steps "
                 f"{accum} on each process; it took {accum * used}), and dropout draws from new seeds (not the exact "
@@ -430,3 +436,7 @@ class RunState:
             raise ValueError(
                 f"{str(path)!r} does not fit this model: {what} could not be restored ({reason})"
             ) from None
+
+
+def _line(text: str) -> None:
+    print(text, flush=True)

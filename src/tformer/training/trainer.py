@@ -333,16 +333,16 @@ class Trainer(BadSteps, RunState, Evaluation):
                 self.lock = None
 
     def _fit(self) -> dict:
-        distributed.say(str(self.precision))  # what runs, and why (auto's choice for this machine)
+        self.say(str(self.precision))  # what runs, and why (auto's choice for this machine)
         if self.tf32:
-            distributed.say("float32 matrix products: TF32 on the GPU's tensor cores (for this run)")
+            self.say("float32 matrix products: TF32 on the GPU's tensor cores (for this run)")
         if self.cfg.compile:
-            distributed.say("torch.compile: the first steps compile the model (a minute or more), then run compiled")
+            self.say("torch.compile: the first steps compile the model (a minute or more), then run compiled")
         steps = self.cfg.max_steps or 0  # warmup is a few % of the run (as nanoGPT's): one that never ends is said
         short = self.cfg.warmup_steps >= steps > self.step  # (max_steps 0 or None: no last step to look at)
         peak = self.cfg.lr * lr_factor(steps - 1, self.cfg) if short else self.cfg.lr
         if peak < self.cfg.lr * (1 - 1e-6):
-            distributed.say(
+            self.say(
                 f"note: --warmup-steps {self.cfg.warmup_steps} is not shorter than --max-steps {steps}: the learning "
                 f"rate climbs to {peak:.3g} at the last step and never reaches --lr {self.cfg.lr:g}; give a smaller "
                 "--warmup-steps for a run this short"
@@ -353,7 +353,7 @@ class Trainer(BadSteps, RunState, Evaluation):
         if self.evaluate_start and self.step == 0:
             last_eval = self.evaluate()
             scores = ", ".join(f"{k} {v:.4f}" for k, v in last_eval.items() if isinstance(v, float))
-            distributed.say(f"step 0 (the model it starts from): {scores or 'no validation data'}")
+            self.say(f"step 0 (the model it starts from): {scores or 'no validation data'}")
         window_tokens, window_start = 0, time.perf_counter()
         try:
             with stop_signals(self._on_signal):  # SIGINT / SIGTERM: stop after this step
@@ -409,9 +409,7 @@ class Trainer(BadSteps, RunState, Evaluation):
         finally:
             progress.close()
         if stopped := self._patience_spent():
-            distributed.say(
-                f"stopped early at step {self.step}: {stopped}; best/ holds the best model ({self.best_text()})"
-            )
+            self.say(f"stopped early at step {self.step}: {stopped}; best/ holds the best model ({self.best_text()})")
         if self.world.is_main:
             self.run_log.close()
             self._plot()

@@ -273,7 +273,7 @@ def setup(
         if sharded:
             assert data is not None
             directory = from_rank0(lambda: prepare_pairs(data, *tokenizers, cache=data_cache, log=log), cfg.device)
-    with start_run(cfg, resume, "translation", settings) as started:  # a non-empty out_dir: resume or overwrite
+    with start_run(cfg, resume, "translation", settings, log) as started:  # a non-empty out_dir: resume or overwrite
         overrides: dict = {"max_len": max_len, **shape}
         if dropout is not None:
             overrides["dropout"] = dropout
@@ -310,7 +310,7 @@ def setup(
             elif distributed.is_main_process():
                 log(f"note: no PEFT adapter is written beside the best model: {problem}")
         return make_trainer(
-            translator.model, task, cfg, resume, started, also_save=writers, evaluate_start=init is not None
+            translator.model, task, cfg, resume, started, also_save=writers, evaluate_start=init is not None, log=log
         )
 
 
