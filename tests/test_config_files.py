@@ -263,3 +263,25 @@ def test_resume_reads_the_runs_settings_from_its_config_yaml_and_a_flag_given_wi
         f"tformer train lm: error: {out / 'config.yaml'} (the run's settings, which --resume reads): batch-size: "
         "must be a positive integer, got 'lots'"
     )
+
+
+def test_a_resume_from_python_keeps_the_runs_config_yaml_to_its_budget(tmp_path, capsys):
+    """A command-line run resumed from Python to 4 steps kept a config.yaml that said 2: a later `--out OUT --resume`
+    read that and said the run had 'already reached --max-steps 2 (it is at step 4)'."""
+    import yaml
+
+    from tformer import lm
+
+    data = tmp_path / "text.txt"
+    data.write_text("the cat sat on the mat.\n" * 60, encoding="utf-8")
+    out = tmp_path / "run"
+    words = ["--preset", "tiny", "--max-len", "16", "--batch-size", "2", "--batches-per-epoch", "2", "--no-progress"]
+    assert main(["train", "lm", "--data", str(data), "--out", str(out), *words, "--max-steps", "2"]) == 0
+    lm.train(data, out, preset="tiny", max_len=16, batch_size=2, batches_per_epoch=2, progress=False, max_steps=4,
+             resume=True, log=lambda _: None)  # fmt: skip
+    text = (out / "config.yaml").read_text(encoding="utf-8")
+    assert text.startswith("# tformer train lm: ") and yaml.safe_load(text)["max-steps"] == 4
+    capsys.readouterr()
+    assert main(["train", "lm", "--out", str(out), "--resume"]) == 2  # its own budget, said as it is
+    assert "--max-steps 4 (it is at step 4)" in capsys.readouterr().err
+    assert main(["train", "lm", "--out", str(out), "--resume", "--max-steps", "6"]) == 0

@@ -150,6 +150,7 @@ def _prepare_resume(cfg: TrainConfig, kind: str | None, settings: dict, log: Cal
         raise ValueError("--resume: " + budget_spent_message(out, reached))
     convert_legacy(last)
     _cut_log(out / "log.jsonl", meta["step"])
+    _refresh_config(out / "config.yaml", cfg)
     log(_resume_line(cfg, meta))
 
 
@@ -245,6 +246,30 @@ def _resume_line(cfg: TrainConfig, meta: dict) -> str:
         f"{meta['elapsed'] / 60:.2f} min trained), until {' or '.join(limits)} in all; "
         + (f"changed: {', '.join(changed)}" if changed else "every other setting as the run had it")
     )
+
+
+def _refresh_config(path: Path, cfg: TrainConfig) -> None:
+    """``OUT/config.yaml`` (the settings a command-line run resolved, by flag name) with the budget this resume gives
+    (``--max-steps``, ``--epochs``, ``--patience``, ...: the numbers that may change), so that the run's record is what it
+    trains to: a resume from Python left it saying the old budget, which a later ``--out OUT --resume`` then read.
+    (The command line writes the whole file again after its own resume.) No such file: nothing to do."""
+    if not path.is_file():
+        return
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+    head = text.split("\n", 1)[0] + "\n" if text.startswith("#") else ""
+    settings = yaml.safe_load(text)
+    if not isinstance(settings, dict):
+        return
+    fields = asdict(cfg)
+    numbers = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "max_bad_steps", "patience", "keep_checkpoints")  # fmt: skip
+    now = {k: fields[k.replace("-", "_")] for k in settings if k.replace("-", "_") in numbers}
+    if all(settings[k] == v for k, v in now.items()):
+        return
+    settings.update(now)
+    body = yaml.safe_dump(settings, sort_keys=False, allow_unicode=True)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(head + body, encoding="utf-8"))
 
 
 def _cut_log(path: Path, step: int) -> None:
