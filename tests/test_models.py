@@ -24,7 +24,8 @@ def test_seq2seq_shapes(seq2seq):
     assert seq2seq(SRC, TGT).shape == (2, 5, VOCAB + 7)
     memory = seq2seq.encode(SRC)
     assert memory.shape == (2, 6, 64)
-    with pytest.raises(ValueError, match=r"^src_mask must broadcast to \(B, H, Tq, Tk\) = \(2, 1, 6, 6\), got shape \(2, 6\)"):  # fmt: skip
+    said = r"^src_mask must broadcast to \(B, H, Tq, Tk\) = \(2, 1, 6, 6\), got shape \(2, 6\)"
+    with pytest.raises(ValueError, match=said):
         seq2seq.encode(SRC, SRC != 0)  # a (B, S) key-padding mask, as nn.Transformer takes it
     assert seq2seq.decode(TGT, memory).shape == (2, 5, VOCAB + 7)
 

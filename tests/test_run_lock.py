@@ -242,7 +242,8 @@ def test_a_trainer_that_setup_made_gives_its_lock_back_on_close_and_says_it_is_t
     data.write_text("the cat sat on the mat.\n" * 40, encoding="utf-8")
     kw = dict(preset="tiny", max_len=16, batch_size=2, max_steps=1, batches_per_epoch=1, progress=False)
     first = lm.setup(data, tmp_path / "run", **kw)
-    with pytest.raises(RunLocked, match=rf"this process \(pid {os.getpid()}\): a trainer made here holds it until its fit\(\) ends or its close\(\)"):  # fmt: skip
+    said = rf"this process \(pid {os.getpid()}\): a trainer made here holds it until its fit\(\) ends or its close\(\)"
+    with pytest.raises(RunLocked, match=said):
         lm.setup(data, tmp_path / "run", **kw)
     first.close()
     first.close()  # (twice: nothing more)

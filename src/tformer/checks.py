@@ -379,7 +379,8 @@ def check_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
         raise ValueError(f"{name} must have shape (batch, length), got shape {tuple(ids.shape)}")
     if ids.shape[0] == 0 or ids.shape[1] == 0:
         raise ValueError(f"{name} is empty (shape {tuple(ids.shape)}): need at least one sequence of one token")
-    check_below(ids, vocab_size, lambda bad: f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")  # fmt: skip
+    said = f"{name} contains token id {{}}, outside the vocabulary [0, {vocab_size})"
+    check_below(ids, vocab_size, said.format)
 
 
 def check_below(values: torch.Tensor, limit: int, said: Callable[[int], str]) -> None:

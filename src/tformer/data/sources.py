@@ -5,9 +5,10 @@ What ``--data`` may name (:func:`find_sources`):
 * a UTF-8 text file: one document, read with universal newlines as Python's ``open`` and ``datasets`` read text (a
   CR LF or a lone CR is read as LF: a file saved on Windows gives the ids it gives on Linux). A large one is read in
   pieces of about :data:`PIECE_BYTES`, cut after a newline between two non-spaces: a byte-level BPE splits its words
-  there anyway, so its ids and a character tokenizer's are those of the whole text; a ``bpe`` tokenizer (SentencePiece-style ▁) starts each piece as a new word;
-  a text with no such newline for :data:`_LONG_LINE` pieces, text8 or a minified file, is cut before a space between
-  two non-spaces, where the tokenizers split too, so that memory stays flat whatever its lines);
+  there anyway, so its ids and a character tokenizer's are those of the whole text; a ``bpe`` tokenizer
+  (SentencePiece-style ▁) starts each piece as a new word; a text with no such newline for :data:`_LONG_LINE`
+  pieces, text8 or a minified file, is cut before a space between two non-spaces, where the tokenizers split too, so
+  that memory stays flat whatever its lines);
 * a JSONL file: one document per line, the string field ``text_field`` (``"text"`` unless ``--text-field``);
 * a Parquet file (``.parquet``) or an Arrow file (``.arrow``, the IPC file or stream format): one document per row of
   the string column ``text_field`` (read with ``pyarrow``, the optional extra ``tformer[data]``);
@@ -217,7 +218,7 @@ def _text_pieces(path: Path) -> Iterator[str]:
 
 
 def _universal(text: str) -> str:
-    """``text`` with each CR LF and each lone CR read as LF (a piece ends after an LF, never between a CR and its LF)."""
+    """``text`` with each CR LF and each lone CR read as LF (a piece ends after an LF, not between a CR and its LF)."""
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 

@@ -85,7 +85,8 @@ class Trace:
         """Entries of that ``layer`` (entries outside the layers are dropped), ``stages`` and ``block``. A layer or
         block the trace does not have is a ``ValueError`` saying which it has (not an empty list)."""
         stages = _check_stages(stages)
-        for name, value, have in (("layer", layer, {e.layer for e in self.entries}), ("block", block, {e.block for e in self.entries})):  # fmt: skip
+        for name, value in (("layer", layer), ("block", block)):
+            have = {getattr(e, name) for e in self.entries}
             if value is not None and value not in have:
                 held = sorted(h for h in have if h is not None)
                 raise ValueError(f"{name}={value!r}: this trace has no such {name}; it has {held}")

@@ -154,10 +154,10 @@ class MultiHeadAttention(nn.Module):
         )
 
     def extra_repr(self) -> str:  # its sizes, and the kernel chosen for it by qualified name: print(model) says it
-        kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.n_heads else ""
-        more = "".join(f", {k}={v}" for k, v in {"sliding_window": self.sliding_window, "softcap": self.softcap}.items() if v)  # fmt: skip
+        more = "".join(f", {k}={getattr(self, k)}" for k in ("sliding_window", "softcap") if getattr(self, k))
         kernel = f"{getattr(self.kernel, '__module__', '?')}.{getattr(self.kernel, '__qualname__', self.kernel)}"
-        return f"d_model={self.d_model}, n_heads={self.n_heads}{kv}, head_dim={self.head_dim}, dropout={self.dropout}{more}, kernel={kernel}"  # fmt: skip
+        dims = f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}"
+        return f"{dims}, dropout={self.dropout}{more}, kernel={kernel}"
 
     def forward(
         self,

@@ -250,9 +250,9 @@ def _resume_line(cfg: TrainConfig, meta: dict) -> str:
 
 def _refresh_config(path: Path, cfg: TrainConfig) -> None:
     """``OUT/config.yaml`` (the settings a command-line run resolved, by flag name) with the budget this resume gives
-    (``--max-steps``, ``--epochs``, ``--patience``, ...: the numbers that may change), so that the run's record is what it
-    trains to: a resume from Python left it saying the old budget, which a later ``--out OUT --resume`` then read.
-    (The command line writes the whole file again after its own resume.) No such file: nothing to do."""
+    (``--max-steps``, ``--epochs``, ``--patience``, ...: the numbers that may change), so that the run's record is
+    what it trains to: a resume from Python left it saying the old budget, which a later ``--out OUT --resume`` then
+    read. (The command line writes the whole file again after its own resume.) No such file: nothing to do."""
     if not path.is_file():
         return
     import yaml
@@ -263,7 +263,7 @@ def _refresh_config(path: Path, cfg: TrainConfig) -> None:
     if not isinstance(settings, dict):
         return
     fields = asdict(cfg)
-    numbers = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "max_bad_steps", "patience", "keep_checkpoints")  # fmt: skip
+    numbers = (*_BUDGET[:5], "max_bad_steps", "patience", "keep_checkpoints")  # (max_steps ... log_every)
     now = {k: fields[k.replace("-", "_")] for k in settings if k.replace("-", "_") in numbers}
     if all(settings[k] == v for k, v in now.items()):
         return
