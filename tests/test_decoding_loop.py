@@ -282,7 +282,8 @@ def test_translator_translate_keeps_one_decoding_context_for_all_its_batches(mon
 @pytest.mark.parametrize("decode", ["greedy", "beam"])
 def test_a_translation_call_is_checked_before_it_decodes_naming_the_argument(decode):
     """max_len past the decoder's positions failed only after 32 tokens, and only for sources that never ended, in
-    the words of the positional table; a start id past the vocabulary, as "tgt contains token id 999"."""
+    the words of the positional table: it is a bound, kept within them; a start id past the vocabulary was said as
+    "tgt contains token id 999", a 1-D src as an IndexError."""
     model = _seq2seq()
     src = _ids(2, 5)
 
@@ -292,8 +293,8 @@ def test_a_translation_call_is_checked_before_it_decodes_naming_the_argument(dec
         return translate_ids(model, src, sos_id, NEVER, max_len)
 
     assert [len(row) for row in call(max_len=32)] == [32, 32]  # the whole of the target's positions
+    assert [len(row) for row in call(max_len=200)] == [32, 32]  # a bound: no further than the positions go
     for kwargs, said in (
-        ({"max_len": 33}, r"max_len=33 new tokens is more than this model decodes: at most 32 \(its config's max_len"),
         ({"sos_id": VOCAB}, rf"sos_id must be a target token id in \[0, {VOCAB}\), got {VOCAB}"),
         ({"src": src[0]}, r"src must be a \(B, S\) tensor of token ids \(one row per source\), got shape \(5,\)"),
         ({"src": src.tolist()}, r"src must be a \(B, S\) tensor of token ids .*, got list"),

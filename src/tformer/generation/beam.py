@@ -92,7 +92,7 @@ def beam_search(
     :func:`~tformer.generation.generate.generate_lm`'s.
     """
     _check(beam_size, max_len, length_penalty, compile)
-    check_translation(model, src, sos_id, max_len)
+    max_len = check_translation(model, src, sos_id, max_len)
     check_decoding(decoding)
     b, k, device = src.shape[0], beam_size, src.device
     what = f"{b} source(s) x beam_size={k} x {max_len} new tokens"

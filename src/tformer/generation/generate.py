@@ -69,7 +69,8 @@ def translate_ids(
     decoding: DecodingWeights | None = None,
     caches: StaticCaches | None = None,
 ) -> list[list[int]]:
-    """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>.
+    """Greedy (or sampled) decoding for a batch of sources ``src`` (B, S); returns ids without <sos>/<eos>, at most
+    ``max_len`` of them per source, and no more than the model's target positions (``config.max_len``).
 
     A source leaves the batch when it reaches <eos>: later steps decode, and keep in the cache, only the
     sources still running. The model decodes with its own kernels; ``decoding``: the weight layouts of an earlier call
@@ -81,7 +82,7 @@ def translate_ids(
     from the same distribution with other random numbers than the uncompiled loop's for the same generator.
     """
     check_positive_int(max_len, "max_len")
-    check_translation(model, src, sos_id, max_len)
+    max_len = check_translation(model, src, sos_id, max_len)
     checks.compile_option.check(compile, "compile")
     check_decoding(decoding)
     rows, length = src.shape[0], src.shape[1]

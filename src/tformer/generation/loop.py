@@ -265,9 +265,10 @@ class Seq2SeqDecoder:
         return self.model.decode(ids[:, None], state.memory, state.memory_mask, state.cache)[:, -1]
 
 
-def check_translation(model: nn.Module, src: object, sos_id: object, max_len: int) -> None:
-    """A translator's decoding call, before anything runs: ``src`` a (B, S) tensor of ids, ``sos_id`` a target id,
-    ``max_len`` no more new tokens than the decoder has positions (else it failed there, mid-way, in other words)."""
+def check_translation(model: nn.Module, src: object, sos_id: object, max_len: int) -> int:
+    """A translator's decoding call, before anything runs: ``src`` a (B, S) tensor of ids, ``sos_id`` a target id;
+    returns ``max_len`` within the decoder's positions (a longer one failed there, mid-way, naming the positional
+    table; as a bound on tokens that usually end sooner, it stays one)."""
     config: Any = model.config
     if not isinstance(src, torch.Tensor) or src.dim() != 2:
         got = f"shape {tuple(src.shape)}" if isinstance(src, torch.Tensor) else type(src).__name__
@@ -275,11 +276,7 @@ def check_translation(model: nn.Module, src: object, sos_id: object, max_len: in
     vocab, positions = getattr(config, "tgt_vocab_size", 1 << 62), getattr(config, "max_len", 1 << 62)  # (toys)
     if not isinstance(sos_id, int) or isinstance(sos_id, bool) or not 0 <= sos_id < vocab:
         raise ValueError(f"sos_id must be a target token id in [0, {vocab}), got {sos_id!r}")
-    if max_len > positions:
-        raise ValueError(
-            f"max_len={max_len} new tokens is more than this model decodes: at most {config.max_len} (its config's "
-            "max_len, the target's positions)"
-        )
+    return min(max_len, positions)
 
 
 def source_mask(src: torch.Tensor, pad_id: int) -> torch.Tensor | None:

@@ -150,7 +150,6 @@ def _prepare_resume(cfg: TrainConfig, kind: str | None, settings: dict, log: Cal
         raise ValueError("--resume: " + budget_spent_message(out, reached))
     convert_legacy(last)
     _cut_log(out / "log.jsonl", meta["step"])
-    _refresh_config(out / "config.yaml", cfg)
     log(_resume_line(cfg, meta))
 
 
@@ -344,6 +343,8 @@ def make_trainer(
             trainer.lock, trainer.run_info = started.lock, started.run
         if resume:
             trainer.resume()
+            if trainer.world.is_main:  # (resumed whole: a refusal above leaves the file as it was)
+                _refresh_config(Path(cfg.out_dir) / "config.yaml", cfg)
     if started is not None:
         started.lock = None  # the trainer's now
     return trainer

@@ -253,7 +253,7 @@ class StartedRun:
 
 
 def check_out_dir(
-    out_dir: str | Path, resume: bool = False, overwrite: bool = False, resumable: bool = True
+    out_dir: str | Path, resume: bool = False, overwrite: bool = False, resumable: bool = True, prepared: bool = False
 ) -> StartedRun:
     """What :func:`start_run` does first, in this process: judge ``out_dir`` (reading only: it must be empty or
     a run, and its ``.lock`` tformer's); take its lock (returned, for the trainer); refuse a non-empty ``out_dir`` for
@@ -261,6 +261,8 @@ def check_out_dir(
     that it holds a state for ``resume``. Any error releases the lock.
 
     ``resumable=False``: the command has no ``--resume`` (``tformer demo``), so the refusal names ``--overwrite`` only.
+    ``prepared``: what the run's preparation wrote there is its own (a Trainer built directly, after
+    ``translation.prepare`` wrote ``OUT/data``): only a previous run's state (``best/``, ``last/``, the log) is refused.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -275,7 +277,7 @@ def check_out_dir(
     with StartedRun(lock) as started:  # released if a check fails
         if resume:
             check_resumable(out)
-        else:
+        elif not prepared or any(os.path.lexists(out / name) for name in (BEST_DIR, "last", "log.jsonl", CHECKPOINTS)):
             clear(out, overwrite, resumable)
     return started
 

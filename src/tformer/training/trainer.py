@@ -323,7 +323,9 @@ class Trainer(BadSteps, RunState, Evaluation):
         if reached and self._saved_step == self.step:
             raise ValueError(budget_spent_message(self.out, reached))
         if self.world.is_main and self.lock is None:  # built directly: OUT judged as every run's (never a user's files)
-            self.lock = check_out_dir(self.out, self._saved_step is not None, self.cfg.overwrite).hand_over()
+            self.lock = check_out_dir(
+                self.out, self._saved_step is not None, self.cfg.overwrite, prepared=True
+            ).hand_over()
         try:
             with tf32_matmuls(str(self.device)):  # a GPU's TF32, set for the run, the process's own put back after
                 return self._fit()
