@@ -65,7 +65,7 @@ def run(args) -> int:
     loaded = load(args.model, flag="MODEL")  # any family, any kind of directory (tformer.loader)
     _check_format(loaded, args.tokenizer)
     untrained = untrained_heads(loaded)  # a BERT's heads that never trained: left out (as export does), and said
-    loaded.export(out, overwrite=args.overwrite)  # with its tokenizers, a classifier's label names
+    loaded.export(out, overwrite=args.overwrite, untrained=untrained)  # with its tokenizers, a classifier's labels
     architecture = json.loads((out / "config.json").read_text(encoding="utf-8"))["architectures"][0]
     files = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"wrote {out} ({architecture}): {files}")

@@ -72,6 +72,9 @@ REPORTED_FIELDS: tuple[str, ...] = (
     "compile",
 )
 _NO_FLAG = ("min_lr_ratio", "betas")
+# the budget a resume may change, as numbers: what it writes into OUT/config.yaml (_refresh_config)
+_BUDGET_NUMBERS = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "max_bad_steps", "patience",
+                   "keep_checkpoints")  # fmt: skip
 
 
 def last_dir(out_dir: str | Path) -> Path:
@@ -262,8 +265,7 @@ def _refresh_config(path: Path, cfg: TrainConfig) -> None:
     if not isinstance(settings, dict):
         return
     fields = asdict(cfg)
-    numbers = (*_BUDGET[:5], "max_bad_steps", "patience", "keep_checkpoints")  # (max_steps ... log_every)
-    now = {k: fields[k.replace("-", "_")] for k in settings if k.replace("-", "_") in numbers}
+    now = {k: fields[k.replace("-", "_")] for k in settings if k.replace("-", "_") in _BUDGET_NUMBERS}
     if all(settings[k] == v for k, v in now.items()):
         return
     settings.update(now)
