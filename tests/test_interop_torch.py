@@ -117,7 +117,7 @@ def test_a_tanh_gelu_layer_keeps_its_approximation():
     ours = from_torch(theirs)
     assert ours.ff.activation.__name__ == "gelu_tanh"
     src = _inputs(True)[0] * 3
-    torch.testing.assert_close(ours(src), theirs(src), atol=2e-6, rtol=0)
+    torch.testing.assert_close(ours(src), theirs(src), atol=TOL, rtol=0)  # (0.0 measured on avx2; exact GELU: 1.2e-4)
 
 
 @LAYER_OPTIONS
