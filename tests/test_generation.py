@@ -222,6 +222,9 @@ def test_a_prompt_longer_than_the_context_is_read_from_its_end_and_said(gpt):
     with pytest.warns(PromptCut, match=rf"{said} last {context - 1}"):
         cut = generate_lm(gpt, long, 3)
     assert cut[0] == generate_lm(gpt, [long[0][-(context - 1) :]], 3)[0]
+    full = rf"prompts\[0\] has {context} tokens, as many as the model's context of {context}: it is read from its last"
+    with pytest.warns(PromptCut, match=full):  # a prompt that fills the context is not "more than" it
+        generate_lm(gpt, [long[0][:context]], 1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         generate_lm(gpt, [long[0][: context - 1]], 1)  # it fits with one new token: nothing said

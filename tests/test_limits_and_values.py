@@ -235,6 +235,10 @@ def test_a_prompt_longer_than_the_context_is_said_to_be_cut(dirs, capsys):
     code, _, err = _run([*model, "--prompt", "the " * 20], capsys)  # 80 characters, a context of 32
     assert code == 0 and "note: --prompt is 81 tokens, more than the model's context of 32: it reads the last 31" in err
     assert "warning" not in err  # said once, in the command's words (the library's PromptCut is for Python)
+    code, _, err = _run([*model, "--prompt", "the " * 7 + "the"], capsys)  # 31 characters: 32 tokens, the context
+    assert (
+        code == 0 and "note: --prompt is 32 tokens, as many as the model's context of 32: it reads the last 31" in err
+    )
     code, _, err = _run([*model, "--prompt", "the"], capsys)
     assert code == 0 and "note: --prompt" not in err
 

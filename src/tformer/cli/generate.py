@@ -147,7 +147,8 @@ def _say_cache(model, tokenizer, args) -> None:
     context = model.config.max_len
     if prompt >= context:  # the model reads its context's worth: the prompt's start is cut, as a window slides
         print(
-            f"note: --prompt is {prompt:,} tokens, more than the model's context of {context:,}: it reads the last "
+            f"note: --prompt is {prompt:,} tokens, {'as many as' if prompt == context else 'more than'} the model's "
+            f"context of {context:,}: it reads the last "
             f"{context - 1:,} (room for one new token)",
             file=sys.stderr,
         )

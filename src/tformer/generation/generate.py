@@ -168,7 +168,8 @@ def generate_lm(
     limit = getattr(model.config, "max_len", None) or 1 << 30
     if longest >= limit:  # (LMDecoder.prefill keeps the last limit - 1: room for one new token)
         i = next(i for i, p in enumerate(prompts) if len(p) == longest)
-        said = f"prompts[{i}] has {longest} tokens, more than the model's context of {limit}"
+        than = "as many as" if longest == limit else "more than"
+        said = f"prompts[{i}] has {longest} tokens, {than} the model's context of {limit}"
         warnings.warn(PromptCut(f"{said}: it is read from its last {limit - 1} (room for one new token)"), stacklevel=3)
     positions = lm_capacity(longest, max_new_tokens, limit) if static else longest + max_new_tokens
     check_kv_cache(model, len(prompts), positions, what, static=static)  # before anything is allocated
