@@ -141,9 +141,8 @@ def dequantize(model: nn.Module) -> nn.Module:
         if not isinstance(m, Int8Linear):
             return None
         if (original := kept(m)) is not None:
-            if (
-                getattr(m, "stale", False) and m.bias is not None
-            ):  # a tied head after a load: its weight followed, its bias is here
+            # a tied head after a load: its weight followed, its bias is here
+            if getattr(m, "stale", False) and m.bias is not None:
                 with torch.no_grad():
                     cast(torch.Tensor, original.bias).copy_(m.bias)
             return original
