@@ -18,6 +18,7 @@ BENCHMARKS = {
     "averaging": "one Multi30k recipe run: BLEU of the trained weights vs their EMA and the mean of the last K checkpoints",
     "chunked_loss": "a GPT-2-vocabulary LM step: logits whole vs a chunk at a time (tokens/s, peak MB) vs HF GPT-2",
     "optimizer_step": "one optimizer step of the Multi30k hour's model: fused AdamW vs --optimizer muon (Muon + AdamW)",
+    "attention_precision": "a bf16 training step of the char LM recipes: attention in float32 vs PyTorch's bf16 kernel",
     "lm_step": "Tiny Shakespeare recipe's training step: tanh vs exact GELU, Python-loop vs fused AdamW",
     "lm_shakespeare": "Tiny Shakespeare char-level validation loss within 1.5 / 6 / 30 minutes (vs nanoGPT's CPU recipe)",
     "lm_recipes": "two Tiny Shakespeare recipes side by side at equal CPU time (today's vs the Llama-style options)",

@@ -96,6 +96,18 @@ CASES = {
             }
         },
     ),
+    "attention_precision": (
+        [],
+        None,
+        {
+            recipe: {
+                "bf16 autocast, attention in bfloat16 (PyTorch's fused kernel)",
+                "bf16 autocast, attention in float32",
+                "float32",
+            }
+            for recipe in ("shakespeare-char-6min", "shakespeare-char-30min")
+        },
+    ),
     "lm_step": (
         [],
         None,

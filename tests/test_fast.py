@@ -355,9 +355,11 @@ def test_the_trainer_applies_the_fast_paths_unless_told_not_to(tmp_path, use_fas
         assert all("_CrossEntropy" not in name for name in task.grad_fns)
 
 
-def test_the_plain_trainer_and_the_fast_one_train_the_same_model_without_dropout(tmp_path):
+@pytest.mark.parametrize("precision, rel", [("fp32", 1e-5), ("bf16", 1e-3)])
+def test_the_plain_trainer_and_the_fast_one_train_the_same_model_without_dropout(tmp_path, precision, rel):
     """The same losses step after step (not the same weights: Adam turns the float noise of a gradient that is 0 in
-    exact arithmetic, such as W_K's bias's, into full-size steps of either sign; they change no output)."""
+    exact arithmetic, such as W_K's bias's, into full-size steps of either sign; they change no output). In bfloat16
+    to bfloat16's rounding: the fast kernel's attention runs in float32 there, the reference's in bfloat16."""
     losses_of = []
     for use_fast in (True, False):
         cfg = TrainConfig(
@@ -367,12 +369,13 @@ def test_the_plain_trainer_and_the_fast_one_train_the_same_model_without_dropout
             log_every=1,
             progress=False,
             fast=use_fast,
+            precision=precision,
         )
         trainer = Trainer(_gpt(), _LMTask(), cfg)
         trainer.fit()
         losses_of.append([r["train_loss"] for r in trainer.history if "train_loss" in r])
     assert len(losses_of[0]) == 4
-    assert losses_of[0] == pytest.approx(losses_of[1], rel=1e-5)
+    assert losses_of[0] == pytest.approx(losses_of[1], rel=rel)
 
 
 # ------------------------------------------------------------------------------------------------- layering
@@ -466,6 +469,39 @@ def test_the_swapped_attention_trains_as_the_plain_one():
         grads.append({n: p.grad for n, p in mha.named_parameters()})
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _bf16_qkv(requires_grad: bool) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(14)
+    return [torch.randn(3, 4, 20, 16, generator=g).bfloat16().requires_grad_(requires_grad) for _ in range(3)]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_bfloat16_training_step_on_the_cpu_runs_the_fused_kernel_in_float32(causal):
+    """Autocast hands the kernel bfloat16 Q, K, V; while autograd records them on the CPU the fused kernel runs in
+    float32 (faster there, docs/benchmarks.md) and its context comes back in bfloat16, with gradients for all three."""
+    q, k, v = _bf16_qkv(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = fast_attention.attend(q, k, v, causal=causal)
+    assert fast_attention.fused_in_float32(q) and out.dtype == torch.bfloat16
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal).bfloat16()
+    assert torch.equal(out, expected)
+    in_bf16 = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # what autocast alone would run
+    assert not torch.equal(out, in_bf16)  # (so the comparison above tells the two apart)
+    out.float().square().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 for t in (q, k, v))
+
+
+def test_decoding_and_evaluation_keep_the_bfloat16_kernel():
+    """Without autograd (decoding, evaluation) and in float32 the kernel runs in the inputs' own dtype."""
+    q, k, v = _bf16_qkv(False)
+    with torch.no_grad():
+        assert not fast_attention.fused_in_float32(q)
+        out = fast_attention.attend(q, k, v, causal=True)
+        assert torch.equal(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    with torch.no_grad():
+        assert not fast_attention.fused_in_float32(_bf16_qkv(True)[0])
+    assert not fast_attention.fused_in_float32(torch.randn(2, 2, requires_grad=True))
 
 
 def test_speed_up_chooses_the_fast_kernel_everywhere_and_a_hook_inside_one_sends_it_down_the_reference_path(
