@@ -367,7 +367,8 @@ def test_classify_from_a_pretrained_bert(pretrained, tmp_path, capsys, monkeypat
     # refuses --max-steps 0 (tests/test_inputs.py)
     from tformer.bert import train_classifier
 
-    train_classifier(data, out, init=pretrained, max_len=32, max_steps=0, batch_size=8, valid=4, progress=False)
+    # no max_len: the pretrained model's 32 positions (a new model's 128 would exceed them)
+    train_classifier(data, out, init=pretrained, max_steps=0, batch_size=8, valid=4, progress=False)
     classifier = TextClassifier.load(out)
     assert classifier.labels == ["animal", "person"] and classifier.model.config.num_labels == 2
     assert (out / "best" / "tokenizer.json").read_text() == (pretrained / "best" / "tokenizer.json").read_text()
@@ -392,6 +393,17 @@ def test_classify_from_a_pretrained_bert(pretrained, tmp_path, capsys, monkeypat
     assert main(["classify", "--model", str(out), two[0], long]) == 0
     said = "note: text 2 (42 tokens) is longer than the model reads (32 tokens with [CLS] and [SEP]): it is read"
     assert said in capsys.readouterr().err
+
+
+def test_pretraining_from_a_bert_of_32_positions_reads_32_unless_told(pretrained, tmp_path, capsys):
+    """``train bert --init`` without --max-len: the model's 32 positions, where a new model's default 128 would exceed
+    them; a --max-len above them is refused, naming both."""
+    docs = tmp_path / "docs.txt"
+    docs.write_text("\n\n".join("\n".join(SENTENCES) for _ in range(4)) + "\n", encoding="utf-8")
+    common = ["train", "bert", "--init", str(pretrained), "--data", str(docs), "--max-steps", "1", "--no-progress"]
+    assert main([*common, "--out", str(tmp_path / "a"), "--batch-size", "4"]) == 0
+    assert main([*common, "--out", str(tmp_path / "b"), "--max-len", "64"]) == 2
+    assert "--max-len 64 exceeds the --init model's max_len 32" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag, value", [("--preset", "small"), ("--vocab-size", "8000"), ("--tokenizer-dir", ".")])

@@ -56,6 +56,7 @@ TRAINING = {"lr": 5e-4, "warmup_steps": 400, "schedule": "inverse_sqrt"}
 FINE_TUNING = {"lr": 5e-5, "warmup_steps": 50}
 FINE_TUNING_LORA = {"lr": 5e-4, "warmup_steps": 50, "weight_decay": 0.0}
 CLASSIFIER_TRAINING = {"lr": 3e-4, "warmup_steps": 100, "schedule": "inverse_sqrt"}
+MAX_LEN = 128  # --max-len of a new model; with --init the model's positions, up to this
 # Where these entry points bound a setting otherwise than tformer.checks.SETTINGS (as `tformer train bert` and
 # `train classify`'s flags do: tests/test_api_strict.py keeps them equal)
 BOUNDS: dict[str, checks.Check] = {
@@ -141,13 +142,13 @@ def _start_settings(init, lora: LoraSettings) -> dict:
 
 
 def _pretrained(
-    init, lora: LoraSettings, max_len: int, seed: int, log: Callable[[str], None]
+    init, lora: LoraSettings, max_len: int | None, seed: int, log: Callable[[str], None]
 ) -> tuple[Bert, WordPieceTokenizer]:
     """The BERT of ``init`` with its WordPiece, LoRA pairs beside it when asked; ``max_len`` within its positions."""
     loaded = start_from(init, "bert")
     model = loaded.model
     assert isinstance(model, Bert)
-    if max_len > model.config.max_len:
+    if (max_len or 0) > model.config.max_len:
         raise ValueError(f"--max-len {max_len} exceeds the --init model's max_len {model.config.max_len}")
     torch.manual_seed(seed)  # LoRA's A starts random: seeded
     if add_adapters(model, lora, log) is not None:  # the pretraining heads train in full (new ones start random)
@@ -194,7 +195,7 @@ def setup(
     preset: str | None = None,
     tokenizer_dir: str | Path | None = None,
     vocab_size: int | None = None,
-    max_len: int = 128,
+    max_len: int | None = None,
     batch_size: int = 32,
     dropout: float | None = None,
     d_model: int | None = None,
@@ -222,7 +223,7 @@ def setup(
 
     ``init``: continue the pretraining of this BERT (a tformer run or model, a Hugging Face BERT directory) with its
     own WordPiece (``preset``, ``tokenizer_dir``, ``vocab_size`` and ``dropout`` are then refused; ``max_len`` at most
-    its positions; heads it lacks start new); ``lora_r`` > 0 trains LoRA pairs beside ``lora_targets`` only.
+    its positions, by default its own up to :data:`MAX_LEN`; heads it lacks start new); ``lora_r`` > 0 trains LoRA pairs beside ``lora_targets`` only.
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings({**locals(), "preset": preset or "small"}, known_train_options(train_options, setup), bounds=BOUNDS)
@@ -240,6 +241,7 @@ def setup(
         train_options = {**(FINE_TUNING_LORA if lora.r else FINE_TUNING), **train_options}
     folder_vocab = prepared_vocab_size(data, vocab_size, log)  # a prepared folder's: its own WordPiece's (or None)
     preset, vocab_size = preset or "small", folder_vocab or vocab_size or 8000
+    max_len = max_len if init is not None else max_len or MAX_LEN
     cfg = TrainConfig(out_dir=str(out_dir), **{**TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
     if resume and folder_vocab:  # the run's WordPiece, which is the folder's (checked); an older run: 8000
@@ -277,6 +279,7 @@ def setup(
         train_part, held, said = corpus
         log(f"data: {said}")
         torch.manual_seed(cfg.seed)
+        max_len = max_len or min(MAX_LEN, cast(Bert, model).config.max_len)  # None: --init's, up to MAX_LEN
         task = BertPretrainTask(tokenizer, train_part, held, max_len, batch_size, cfg.seed, mlm_prob)
         if model is None:
             with building(cfg.fsdp):  # --fsdp: whole on rank 0 alone
@@ -322,7 +325,7 @@ def _classifier(
     preset: str,
     tokenizer: WordPieceTokenizer,
     n_labels: int,
-    max_len: int,
+    max_len: int | None,
     dropout: float | None,
     shape: dict[str, int],
 ) -> Bert:
@@ -337,7 +340,7 @@ def _classifier(
             **_overrides(dropout, shape),
         )
         return Bert(config)
-    if max_len > base.config.max_len:
+    if (max_len or 0) > base.config.max_len:
         raise ValueError(f"--max-len {max_len} exceeds the --init model's max_len {base.config.max_len}")
     model = Bert(base.config.replace(num_labels=n_labels, **_overrides(dropout, {})))
     state = {k: v for k, v in base.state_dict().items() if not k.startswith("classifier.")}
@@ -357,7 +360,7 @@ def setup_classifier(
     preset: str | None = None,
     tokenizer_dir: str | Path | None = None,
     vocab_size: int | None = None,
-    max_len: int = 128,
+    max_len: int | None = None,
     batch_size: int = 32,
     dropout: float | None = None,
     d_model: int | None = None,
@@ -371,9 +374,9 @@ def setup_classifier(
 ) -> Trainer:
     """A :class:`Trainer` of sequence classification on the ``text<TAB>label`` lines of ``data``.
 
-    ``init``: start from this pretrained model (its tokenizer and weights, a new head); else a new model of
-    ``preset`` (default small), with the WordPiece of ``tokenizer_dir`` or one of ``vocab_size`` ids (default 8000)
-    trained on the training texts. ``valid``: the
+    ``init``: start from this pretrained model (its tokenizer and weights, a new head; ``max_len`` by default its
+    positions, up to :data:`MAX_LEN`); else a new model of ``preset`` (default small), with the WordPiece of
+    ``tokenizer_dir`` or one of ``vocab_size`` ids (default 8000) trained on the training texts. ``valid``: the
     held-out examples (a fraction, or a count when >= 1). ``train_options``: the other :class:`TrainConfig`
     fields (:data:`CLASSIFIER_TRAINING` unless given). ``lora_r`` > 0 (with ``init``): LoRA pairs beside
     ``lora_targets`` and the new head train, the rest of the model frozen.
@@ -386,6 +389,7 @@ def setup_classifier(
     lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)
     _check_start(init, lora, shape, preset=preset, tokenizer_dir=tokenizer_dir, vocab_size=vocab_size)
     preset, vocab_size = preset or "small", vocab_size or 8000  # (not given with --init: its model's, unused)
+    max_len = max_len if init is not None else max_len or MAX_LEN
     if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything
         BertConfig.preset(preset, vocab_size=vocab_size, max_len=max_len, **_overrides(dropout, shape))
     cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
@@ -433,6 +437,7 @@ def setup_classifier(
                 log(f"and the new classification head: {trainable:,} trainable parameters of {total:,}")
                 log(NO_BERT_ADAPTER)
         untrained = untrained_mlm(Path(out_dir) / "last") if resume else not base or "mlm_head" in untrained_heads(base)
+        max_len = max_len or min(MAX_LEN, model.config.max_len)  # None: --init's, up to MAX_LEN
         task = ClassifyTask(tokenizer, labels, train_part, valid_part, max_len, batch_size, cfg.seed, untrained)
         return make_trainer(model, task, cfg, resume, started, log=log)
 

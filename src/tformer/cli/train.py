@@ -228,7 +228,8 @@ def _bert_model_flags(p, entry: dict) -> None:
         },
         max_len={
             "type": int_at_least(3, " ([CLS] A [SEP] B [SEP] needs 3)"),
-            "help": "longest sequence in tokens, [CLS]/[SEP] included",
+            "help": "longest sequence in tokens, [CLS]/[SEP] included (default 128; with --init the model's "
+            "positions, up to 128)",
         },
     )
 
