@@ -15,6 +15,11 @@ optimizer step), the CPU fast paths of ``tformer.fast.speed_up`` in every one:
 * ``bf16 autocast, attention in float32`` — the model as ``tformer train lm`` builds it;
 * ``float32`` — no autocast at all, for scale.
 
+Then the attention alone (``--shapes``, B × H × T × Dh): one call = forward and backward of a causal self-attention
+under bfloat16 autocast, PyTorch's fused kernel in bfloat16 (``bf16_attend``) against the same in float32
+(``float32_attend``), whatever the length (the fast kernel casts up for at most
+``tformer.fast.attention.FLOAT32_MAX_KEYS`` keys, chosen from these rows); its throughput is query positions per second.
+
 Throughput is trained tokens per second. Writes ``OUT/attention_precision.json`` and ``OUT/attention_precision.md``.
 """
 
@@ -37,6 +42,30 @@ def bf16_attend(q, k, v, mask=None, causal=False, window=None, dropout_p=0.0, sc
 
     mask, is_causal = fast_mask(mask, causal, window, q, k)
     return scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal=is_causal, scale=scale)
+
+
+SHAPES = ("32x4x32x32", "32x4x32x64", "16x4x128x32", "16x4x128x64", "8x4x256x32", "8x4x256x64", "4x4x512x32")
+
+
+def _attention_candidate(name: str, kernel, shape: tuple[int, ...], calls: int, seed: int) -> Candidate:
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(shape, generator=g).bfloat16().requires_grad_() for _ in range(3))  # (B, H, T, Dh)
+    grad = torch.randn(shape, generator=g).bfloat16()
+
+    def run() -> float:
+        for _ in range(calls):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = kernel(q, k, v, causal=True)  # (B, H, T, Dh)
+            out.backward(grad)
+        return calls * shape[0] * shape[2]
+
+    return Candidate(name, run, extra={"shape": list(shape)})
+
+
+def float32_attend(q, k, v, mask=None, causal=False, window=None, dropout_p=0.0, scale=None):
+    """The same in float32 whatever the key length (tformer's kernel does this for up to FLOAT32_MAX_KEYS keys)."""
+    with torch.autocast("cpu", enabled=False):
+        return bf16_attend(q.float(), k.float(), v.float(), mask, causal, window, dropout_p, scale).to(q.dtype)
 
 
 def _model(recipe_name: str, quick: bool):
@@ -81,7 +110,11 @@ def main(argv=None) -> dict:
     p = base_parser(__doc__, "runs/bench", "attention_precision.json", "attention_precision.md")
     p.add_argument("--recipes", nargs="+", default=list(RECIPES), help="tformer.lm recipes whose shape is timed")
     p.add_argument("--steps", type=int, default=10, help="training steps per timed call")
+    p.add_argument("--shapes", nargs="*", default=list(SHAPES), help="attention shapes BxHxTxDh timed alone")
     args = p.parse_args(argv)
+    for text in args.shapes:
+        if len(text.split("x")) != 4 or not all(n.isdigit() and int(n) > 0 for n in text.split("x")):
+            p.error(f"--shapes takes B x H x T x Dh as four positive integers, like 16x4x128x32; got {text!r}")
     steps = 1 if args.quick else args.steps
     results, anchor = {}, "bf16 autocast, attention in bfloat16 (PyTorch's fused kernel)"
     with session(args):
@@ -101,12 +134,26 @@ def main(argv=None) -> dict:
             results[name] = compare(
                 candidates, args.repeats, args.warmup, args.device, memory=not args.no_memory, anchor=anchor
             )
+        for text in ["2x2x8x8"] if args.quick else args.shapes:
+            shape = tuple(int(n) for n in text.split("x"))  # (B, H, T, Dh)
+            kernels = [
+                ("bfloat16 (PyTorch's fused kernel)", bf16_attend),
+                ("float32, cast up and back", float32_attend),
+            ]
+            calls = 1 if args.quick else 5
+            candidates = [_attention_candidate(n, kernel, shape, calls, args.seed) for n, kernel in kernels]
+            results[f"attention {text}, forward + backward"] = compare(
+                candidates, args.repeats, args.warmup, args.device, memory=not args.no_memory
+            )
         machine = machine_info(args, None)
     payload = {
         "benchmark": "attention_precision",
-        "description": f"Training tokens/s of the character LM recipes under bf16 autocast ({steps} steps per call)",
+        "description": (
+            f"Training tokens/s of the character LM recipes under bf16 autocast ({steps} steps per call); "
+            "for the attention alone, query positions/s of its forward and backward"
+        ),
         "machine": machine,
-        "config": {"recipes": args.recipes, "steps_per_call": steps},
+        "config": {"recipes": args.recipes, "steps_per_call": steps, "attention_shapes": args.shapes},
         "results": results,
     }
     return write_report(args.out, "attention_precision", payload, "tokens/s")

@@ -182,6 +182,22 @@ def test_cross_attention_refuses_causal(mha):
         mha(torch.randn(1, 3, 16), torch.randn(1, 3, 16), causal=True)
 
 
+def test_inputs_of_another_width_are_refused_naming_the_layers_width(mha):
+    """Not torch's "mat1 and mat2 shapes cannot be multiplied": the argument, its shape and the width it needs."""
+    from tformer.nn.feedforward import FeedForward, GatedFeedForward
+
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, 16\), got \(1, 3, 8\)"):
+        mha(torch.randn(1, 3, 8))
+    with pytest.raises(ValueError, match=r"memory must have shape \(B, T, 16\), got \(1, 5, 32\)"):
+        mha(torch.randn(1, 3, 16), torch.randn(1, 5, 32))
+    for ff in (FeedForward(16, 64), GatedFeedForward(16, 64, "swiglu")):
+        assert ff(torch.randn(2, 3, 16)).shape == (2, 3, 16)
+        with pytest.raises(
+            ValueError, match=r"x must have shape \(\.\.\., 16\), the layer's d_model, got \(2, 3, 32\)"
+        ):
+            ff(torch.randn(2, 3, 32))
+
+
 def test_cross_attention_refuses_query_varying_mask(mha):
     with pytest.raises(ValueError, match="cross-attention"):
         mha(torch.randn(1, 4, 16), torch.randn(1, 4, 16), mask=causal_mask(4))

@@ -106,6 +106,12 @@ CASES = {
                 "float32",
             }
             for recipe in ("shakespeare-char-6min", "shakespeare-char-30min")
+        }
+        | {
+            "attention 2x2x8x8, forward + backward": {
+                "bfloat16 (PyTorch's fused kernel)",
+                "float32, cast up and back",
+            }
         },
     ),
     "lm_step": (

@@ -118,7 +118,7 @@ def test_config_with_fewer_layers_than_weights(bert, tmp_path):
     "changes, message",
     [
         (dict(model_type="llama"), "model_type"),
-        (dict(colour="blue"), "unknown config fields"),
+        (dict(colour="blue"), "GPTConfig has no field 'colour'"),
         (dict(n_heads=5), "n_heads"),
     ],
 )

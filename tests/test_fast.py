@@ -483,7 +483,7 @@ def test_a_bfloat16_training_step_on_the_cpu_runs_the_fused_kernel_in_float32(ca
     q, k, v = _bf16_qkv(True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = fast_attention.attend(q, k, v, causal=causal)
-    assert fast_attention.fused_in_float32(q) and out.dtype == torch.bfloat16
+    assert fast_attention.fused_in_float32(q, k) and out.dtype == torch.bfloat16
     expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal).bfloat16()
     assert torch.equal(out, expected)
     in_bf16 = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # what autocast alone would run
@@ -493,15 +493,20 @@ def test_a_bfloat16_training_step_on_the_cpu_runs_the_fused_kernel_in_float32(ca
 
 
 def test_decoding_and_evaluation_keep_the_bfloat16_kernel():
-    """Without autograd (decoding, evaluation) and in float32 the kernel runs in the inputs' own dtype."""
+    """Without autograd (decoding, evaluation), in float32 and past FLOAT32_MAX_KEYS keys the kernel runs in the
+    inputs' own dtype."""
     q, k, v = _bf16_qkv(False)
     with torch.no_grad():
-        assert not fast_attention.fused_in_float32(q)
+        assert not fast_attention.fused_in_float32(q, k)
         out = fast_attention.attend(q, k, v, causal=True)
         assert torch.equal(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
     with torch.no_grad():
-        assert not fast_attention.fused_in_float32(_bf16_qkv(True)[0])
-    assert not fast_attention.fused_in_float32(torch.randn(2, 2, requires_grad=True))
+        assert not fast_attention.fused_in_float32(*_bf16_qkv(True)[:2])
+    fp32 = torch.randn(1, 1, 4, 8, requires_grad=True)
+    assert not fast_attention.fused_in_float32(fp32, fp32)
+    long_keys = torch.zeros(1, 1, fast_attention.FLOAT32_MAX_KEYS + 1, 8, dtype=torch.bfloat16)  # level there: kept
+    q, k, _ = _bf16_qkv(True)
+    assert fast_attention.fused_in_float32(q, k) and not fast_attention.fused_in_float32(q, long_keys)
 
 
 def test_speed_up_chooses_the_fast_kernel_everywhere_and_a_hook_inside_one_sends_it_down_the_reference_path(

@@ -272,8 +272,33 @@ def test_config_base_dict_round_trip_and_replace(config_class, vocab):
     assert (config.layer.d_model, config.layer.n_heads, config.head_dim) == (64, 4, 16)
     with pytest.raises(ValueError, match="n_heads"):
         config.replace(n_heads=5)
-    with pytest.raises(ValueError, match="unknown config fields.*colour"):
+    with pytest.raises(ValueError, match="has no field 'colour' \\(its fields: activation, "):
         config_class.from_dict({**config.to_dict(), "colour": "blue"})
+
+
+@pytest.mark.parametrize(
+    "config_class, fields, said",
+    [
+        (
+            GPTConfig,
+            dict(n_embd=384, n_head=6),
+            "GPTConfig has no field 'n_embd': its name here is 'd_model'; 'n_head'",
+        ),
+        (GPTConfig, dict(block_size=256), "GPTConfig has no field 'block_size': its name here is 'max_len'"),
+        (BertConfig, dict(hidden_size=384), "BertConfig has no field 'hidden_size': its name here is 'd_model'"),
+        (BertConfig, dict(d_modle=64), "BertConfig has no field 'd_modle': its name here is 'd_model'"),
+        (Seq2SeqConfig, dict(n_layer=3), "'n_layer': its names here are 'n_encoder_layers' and 'n_decoder_layers'"),
+    ],
+)
+def test_a_field_the_family_lacks_is_refused_with_the_name_it_has_here(config_class, fields, said):
+    """nanoGPT's and Hugging Face's names, and misspellings, name tformer's field rather than Python's bare
+    ``__init__() got an unexpected keyword argument``; still a TypeError, as that was."""
+    with pytest.raises(TypeError) as caught:
+        config_class(
+            **{"src_vocab_size": 9, "tgt_vocab_size": 9} if config_class is Seq2SeqConfig else {"vocab_size": 9},
+            **fields,
+        )
+    assert said in str(caught.value) and "its fields" not in str(caught.value)
 
 
 def test_seq2seq_from_dict_maps_the_old_tie_output_name():

@@ -14,11 +14,12 @@ numbers (to float rounding) faster:
   attend to its keys and values as G·Tq query positions of one row, (B/G, H, G·Tq, Dh), so nothing is repeated;
 * **the cheaper CPU dropout mask** on the weights in training (:func:`tformer.fast.dropout.scaled_dot_product_attention`);
 * **float32 for a bfloat16 or float16 training step on the CPU** (:func:`fused_in_float32`; autocast gives the kernel
-  bfloat16 inputs): PyTorch's fused CPU kernel, forward and backward, took ~7-11 ms in bfloat16 against ~2-7 ms in
-  float32 on the shapes of the character LM recipes (context 32-256, head 32-64), so the inputs are cast up and the
-  context back down. The numbers are float32's, closer to the float32 model's than bfloat16's own. Measured on the
-  avx512_bf16 class (docs/benchmarks.md, "Attention in float32 for a bfloat16 training step"); weights dropped in
-  training take the dropout mask's path above instead, and decoding and evaluation keep their dtype.
+  bfloat16 inputs): PyTorch's fused CPU kernel, forward and backward, ran 1.2-3.2x faster in float32 than in
+  bfloat16 on 32-256 keys (the character LM recipes' step: 1.3-1.4x), so for up to :data:`FLOAT32_MAX_KEYS` keys the
+  inputs are cast up and the context back down. The numbers are float32's, closer to the float32 model's than
+  bfloat16's own. Measured on the avx512_bf16 class (``python -m benchmarks.attention_precision``; docs/benchmarks.md,
+  "Attention in float32 for a bfloat16 training step"); weights dropped in training take the dropout mask's path
+  above instead, and decoding and evaluation keep their dtype.
 
 A layer with a hook on a step inside the attention, or a soft-capped one, takes the reference path whatever its
 kernel (:meth:`~tformer.nn.attention.MultiHeadAttention._attend`); inside :func:`reference` this kernel runs the
@@ -38,7 +39,7 @@ from tformer.nn import scaled_dot_product
 from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.masks import causal_mask, combine_masks, sliding_window_mask
 
-__all__ = ["attend", "fast_mask", "fused_in_float32", "swap_attention", "use_reference_attention"]
+__all__ = ["FLOAT32_MAX_KEYS", "attend", "fast_mask", "fused_in_float32", "swap_attention", "use_reference_attention"]
 
 
 def attend(
@@ -61,7 +62,7 @@ def attend(
         return dropout.scaled_dot_product_attention(  # type: ignore[return-value]
             q, k, v, mask, dropout_p, is_causal=is_causal, scale=scale, enable_gqa=grouped
         )
-    if fused_in_float32(q):  # outside autocast, which would cast the float32 inputs back to q's dtype
+    if fused_in_float32(q, k):  # outside autocast, which would cast the float32 inputs back to q's dtype
         with torch.autocast(q.device.type, enabled=False):
             out = scaled_dot_product.scaled_dot_product_attention(
                 q.float(), k.float(), v.float(), mask, is_causal=is_causal, scale=scale, enable_gqa=grouped
@@ -72,14 +73,20 @@ def attend(
     )
 
 
-def fused_in_float32(q: torch.Tensor) -> bool:
-    """Whether the fused kernel runs in float32 for these bfloat16 or float16 queries (and their keys and values):
-    on the CPU while autograd records them (training), where PyTorch's fused CPU kernel forward and backward in
-    bfloat16 measured 1.3-3.5x slower than in float32 on the small shapes of this project's models (see the module
-    docstring). Not inside a compiled graph, whose compiler chooses its own kernel."""
+# the longest key sequence whose fused kernel runs in float32 in a bfloat16 training step: up to 256 keys it measured
+# 1.2-3.2x faster than in bfloat16; at 256 keys of 64 dimensions and at 512 the two were level (0.96-0.98x), where
+# float32's copies of Q, K and V would cost memory for nothing
+FLOAT32_MAX_KEYS = 256
+
+
+def fused_in_float32(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether the fused kernel runs in float32 for these bfloat16 or float16 queries and keys (and values): on the
+    CPU while autograd records them (training), for up to :data:`FLOAT32_MAX_KEYS` keys (see the module docstring).
+    Not inside a compiled graph, whose compiler chooses its own kernel."""
     return (
         q.device.type == "cpu"
         and q.dtype in (torch.bfloat16, torch.float16)
+        and k.shape[-2] <= FLOAT32_MAX_KEYS
         and q.requires_grad
         and torch.is_grad_enabled()
         and not torch.compiler.is_compiling()

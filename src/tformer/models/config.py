@@ -29,6 +29,7 @@ The same idea has the same field name in every family: ``d_model``, ``n_heads``,
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
@@ -92,6 +93,14 @@ class ModelConfig:
             annotations[name] = shared[name].type
             setattr(cls, name, value)
         cls.__annotations__ = annotations
+
+    def __new__(cls, *args: Any, **fields: Any) -> ModelConfig:
+        """Refuse a field the family does not have before the dataclass's ``__init__`` would, saying what the field
+        is called here: ``GPTConfig(n_embd=384)`` (nanoGPT's name) is told ``d_model``, a misspelling its nearest."""
+        unknown = [name for name in fields if name not in {f.name for f in dataclasses.fields(cls)}]
+        if unknown:
+            raise TypeError(unknown_fields(cls, unknown))
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         self.check_types()
@@ -243,8 +252,42 @@ class ModelConfig:
         fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(data) - fields)
         if unknown:
-            raise ValueError(f"unknown config fields {unknown} for {cls.__name__}")
+            raise ValueError(unknown_fields(cls, unknown))
         return cls(**data)
+
+
+# other libraries' names for tformer's fields (nanoGPT's GPTConfig, Hugging Face's config.json): named in the error
+# a config given them raises, not taken for them (a GPT-2 config.json goes through tformer.hf, which maps it whole)
+OTHER_NAMES = {
+    "n_embd": "d_model",
+    "hidden_size": "d_model",
+    "n_head": "n_heads",
+    "num_attention_heads": "n_heads",
+    "n_layer": "n_layers",
+    "num_hidden_layers": "n_layers",
+    "n_inner": "d_ff",
+    "intermediate_size": "d_ff",
+    "block_size": "max_len",
+    "n_positions": "max_len",
+    "max_position_embeddings": "max_len",
+}
+
+
+def unknown_fields(cls: type, unknown: list[str]) -> str:
+    """``GPTConfig has no field 'n_embd': its name here is 'd_model'``, one clause per unknown name (the family's
+    fields listed where a name has no near one)."""
+    fields = sorted(f.name for f in dataclasses.fields(cls))
+    said, lost = [], False
+    for name in unknown:
+        mapped = OTHER_NAMES.get(name)
+        if mapped == "n_layers" and mapped not in fields:  # an encoder-decoder's two stacks
+            said.append(f"{name!r}: its names here are 'n_encoder_layers' and 'n_decoder_layers'")
+            continue
+        close = [mapped] if mapped in fields else difflib.get_close_matches(name, fields, 1)
+        said.append(f"{name!r}: its name here is {close[0]!r}" if close else repr(name))
+        lost = lost or not close
+    listed = f" (its fields: {', '.join(fields)})" if lost else ""
+    return f"{cls.__name__} has no field {'; '.join(said)}{listed}"
 
 
 def shape_given(**fields: int | None) -> dict[str, int]:

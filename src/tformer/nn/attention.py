@@ -194,8 +194,9 @@ class MultiHeadAttention(nn.Module):
 
     # ---------------------------------------------------------------- the steps of forward, in order
     def _check_inputs(self, x: torch.Tensor, memory: torch.Tensor | None, causal: bool, rotary) -> None:
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have shape (B, T, {self.d_model}), got {tuple(x.shape)}")
+        for name, t in (("x", x), ("memory", memory)):  # (B, T, D) and (B, Tk, D): not torch's mat1 / mat2 error
+            if t is not None and (t.dim() != 3 or t.shape[-1] != self.d_model):
+                raise ValueError(f"{name} must have shape (B, T, {self.d_model}), got {tuple(t.shape)}")
         if memory is not None and causal:
             raise ValueError("causal=True is not allowed in cross-attention: the decoder may see the whole source")
         if memory is not None and rotary is not None:

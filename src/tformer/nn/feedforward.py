@@ -59,6 +59,12 @@ GATED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+def check_width(x: torch.Tensor, d_model: int) -> None:
+    """A feed-forward layer reads vectors of ``d_model`` numbers: another width is refused, naming both."""
+    if x.dim() == 0 or x.shape[-1] != d_model:
+        raise ValueError(f"x must have shape (..., {d_model}), the layer's d_model, got {tuple(x.shape)}")
+
+
 class FeedForward(nn.Module):
     """The paper's position-wise feed-forward: Linear(D, F) → activation → dropout → Linear(F, D)."""
 
@@ -66,6 +72,7 @@ class FeedForward(nn.Module):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.d_model = d_model
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.activation = ACTIVATIONS[activation]
@@ -74,6 +81,7 @@ class FeedForward(nn.Module):
         keep_at_hand(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_width(x, self.d_model)
         h = self.hook_hidden(self.linear1(x))  # (B, T, D) -> (B, T, F)
         h = self.hook_activation(self.activation(h))
         if self.training:  # dropout is the identity in evaluation: decoding skips even the call
@@ -89,6 +97,7 @@ class GatedFeedForward(nn.Module):
         if kind not in GATED:
             raise ValueError(f"ffn must be one of {', '.join(map(repr, ['mlp', *GATED]))}, got {kind!r}")
         self.kind = kind
+        self.d_model = d_model
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
@@ -99,6 +108,7 @@ class GatedFeedForward(nn.Module):
         keep_at_hand(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_width(x, self.d_model)
         gate, up = self.hook_gate(self.gate_proj(x)), self.hook_up(self.up_proj(x))  # (B, T, D) -> (B, T, F) each
         h = self.hook_activation(self.activation(gate) * up)  # (B, T, F)
         if self.training:  # as FeedForward: dropout on the hidden layer, skipped in evaluation
