@@ -223,7 +223,8 @@ def setup(
 
     ``init``: continue the pretraining of this BERT (a tformer run or model, a Hugging Face BERT directory) with its
     own WordPiece (``preset``, ``tokenizer_dir``, ``vocab_size`` and ``dropout`` are then refused; ``max_len`` at most
-    its positions, by default its own up to :data:`MAX_LEN`; heads it lacks start new); ``lora_r`` > 0 trains LoRA pairs beside ``lora_targets`` only.
+    its positions, by default its own up to :data:`MAX_LEN`; heads it lacks start new); ``lora_r`` > 0 trains LoRA pairs
+    beside ``lora_targets`` only.
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings({**locals(), "preset": preset or "small"}, known_train_options(train_options, setup), bounds=BOUNDS)

@@ -12,7 +12,8 @@ numbers (to float rounding) faster:
   the kernel takes its unmasked path;
 * **beams that share a source** (beam search: K/V with B / G rows for B rows of queries): the G beams of a source
   attend to its keys and values as G·Tq query positions of one row, (B/G, H, G·Tq, Dh), so nothing is repeated;
-* **the cheaper CPU dropout mask** on the weights in training (:func:`tformer.fast.dropout.scaled_dot_product_attention`);
+* **the cheaper CPU dropout mask** on the weights in training
+  (:func:`tformer.fast.dropout.scaled_dot_product_attention`);
 * **float32 for a bfloat16 or float16 training step on the CPU** (:func:`fused_in_float32`; autocast gives the kernel
   bfloat16 inputs): PyTorch's fused CPU kernel, forward and backward, ran 1.2-3.2x faster in float32 than in
   bfloat16 on 32-256 keys (the character LM recipes' step: 1.3-1.4x), so for up to :data:`FLOAT32_MAX_KEYS` keys the
