@@ -15,8 +15,8 @@ numbers (to float rounding) faster:
 * **the cheaper CPU dropout mask** on the weights in training
   (:func:`tformer.fast.dropout.scaled_dot_product_attention`);
 * **float32 for a bfloat16 or float16 training step on the CPU** (:func:`fused_in_float32`; autocast gives the kernel
-  bfloat16 inputs): PyTorch's fused CPU kernel, forward and backward, ran 1.2-3.2x faster in float32 than in
-  bfloat16 on 32-256 keys (the character LM recipes' step: 1.3-1.4x), so for up to :data:`FLOAT32_MAX_KEYS` keys the
+  bfloat16 inputs): PyTorch's fused CPU kernel, forward and backward, ran 1.5-3.2x faster in float32 than in
+  bfloat16 on 32-128 keys (the character LM recipes' step: 1.3-1.4x), so for up to :data:`FLOAT32_MAX_KEYS` keys the
   inputs are cast up and the context back down. The numbers are float32's, closer to the float32 model's than
   bfloat16's own. Measured on the avx512_bf16 class (``python -m benchmarks.attention_precision``; docs/benchmarks.md,
   "Attention in float32 for a bfloat16 training step"); weights dropped in training take the dropout mask's path
@@ -74,9 +74,9 @@ def attend(
     )
 
 
-# the longest key sequence whose fused kernel runs in float32 in a bfloat16 training step: up to 256 keys it measured
-# 1.2-3.2x faster than in bfloat16; at 256 keys of 64 dimensions and at 512 the two were level (0.96-0.98x), where
-# float32's copies of Q, K and V would cost memory for nothing
+# the longest key sequence whose fused kernel runs in float32 in a bfloat16 training step: on 32-128 keys it measured
+# 1.5-3.2x faster than in bfloat16, on 256 keys 1.20x (32 dimensions a head) and 0.96x (64); on 512 level (0.98x),
+# where float32's copies of Q, K and V (3-4x the call's memory) would buy nothing
 FLOAT32_MAX_KEYS = 256
 
 
