@@ -52,8 +52,22 @@ MAX_TABLE_POSITIONS = 1 << 20
 C = TypeVar("C", bound="ModelConfig")
 
 
+class _NamesItsFields:
+    """Refuses a field the family does not have before the dataclass's ``__init__`` would, saying what the field is
+    called here: ``GPTConfig(n_embd=384)`` (nanoGPT's name) is told ``d_model``, a misspelling its nearest. A base
+    of :class:`ModelConfig` rather than its own method, so that ``inspect.signature`` of every config (help, the
+    API's checks) still reads the dataclass's ``__init__``."""
+
+    def __new__(cls, *args: Any, **fields: Any):
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = [name for name in fields if name not in known]
+        if unknown:
+            raise TypeError(unknown_fields(cls, unknown))
+        return super().__new__(cls)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ModelConfig:
+class ModelConfig(_NamesItsFields):
     """Base of the three family configs: the fields every family has, declared here once.
 
     Their defaults are the paper's; a family states its own in one table, as a class keyword
@@ -93,14 +107,6 @@ class ModelConfig:
             annotations[name] = shared[name].type
             setattr(cls, name, value)
         cls.__annotations__ = annotations
-
-    def __new__(cls, *args: Any, **fields: Any) -> ModelConfig:
-        """Refuse a field the family does not have before the dataclass's ``__init__`` would, saying what the field
-        is called here: ``GPTConfig(n_embd=384)`` (nanoGPT's name) is told ``d_model``, a misspelling its nearest."""
-        unknown = [name for name in fields if name not in {f.name for f in dataclasses.fields(cls)}]
-        if unknown:
-            raise TypeError(unknown_fields(cls, unknown))
-        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         self.check_types()
