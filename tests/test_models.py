@@ -299,6 +299,8 @@ def test_a_field_the_family_lacks_is_refused_with_the_name_it_has_here(config_cl
             **fields,
         )
     assert said in str(caught.value) and "its fields" not in str(caught.value)
+    for cls in (config_class, ModelConfig):  # the check is no constructor of theirs: help() reads their fields
+        assert "d_model" in inspect.signature(cls).parameters
 
 
 def test_seq2seq_from_dict_maps_the_old_tie_output_name():
