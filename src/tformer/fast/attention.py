@@ -16,7 +16,7 @@ numbers (to float rounding) faster:
   (:func:`tformer.fast.dropout.scaled_dot_product_attention`);
 * **float32 for a bfloat16 or float16 training step on the CPU** (:func:`fused_in_float32`; autocast gives the kernel
   bfloat16 inputs): PyTorch's fused CPU kernel, forward and backward, ran 1.5-3.2x faster in float32 than in
-  bfloat16 on 32-128 keys (the character LM recipes' step: 1.3-1.4x), so for up to :data:`FLOAT32_MAX_KEYS` keys the
+  bfloat16 on 32-128 keys (the character LM recipes' step: 1.26-1.41x), so for up to :data:`FLOAT32_MAX_KEYS` keys the
   inputs are cast up and the context back down. The numbers are float32's, closer to the float32 model's than
   bfloat16's own. Measured on the avx512_bf16 class (``python -m benchmarks.attention_precision``; docs/benchmarks.md,
   "Attention in float32 for a bfloat16 training step"); weights dropped in training take the dropout mask's path
