@@ -30,9 +30,10 @@ import copy
 import torch
 
 from benchmarks.common import Candidate, base_parser, compare, machine_info, session, write_report
+from benchmarks.lm_step import PAD, VOCAB  # Tiny Shakespeare's 68 ids; <pad> = 1
 
-VOCAB, PAD = 68, 1  # Tiny Shakespeare's characters after the three special tokens; <pad> = 1
 RECIPES = ("shakespeare-char-6min", "shakespeare-char-30min")
+SHAPES = ("32x4x32x32", "32x4x32x64", "16x4x128x32", "16x4x128x64", "8x4x256x32", "8x4x256x64", "4x4x512x32")
 
 
 def bf16_attend(q, k, v, mask=None, causal=False, window=None, dropout_p=0.0, scale=None):
@@ -44,7 +45,10 @@ def bf16_attend(q, k, v, mask=None, causal=False, window=None, dropout_p=0.0, sc
     return scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal=is_causal, scale=scale)
 
 
-SHAPES = ("32x4x32x32", "32x4x32x64", "16x4x128x32", "16x4x128x64", "8x4x256x32", "8x4x256x64", "4x4x512x32")
+def float32_attend(q, k, v, mask=None, causal=False, window=None, dropout_p=0.0, scale=None):
+    """The same in float32 whatever the key length (tformer's kernel does this for up to FLOAT32_MAX_KEYS keys)."""
+    with torch.autocast("cpu", enabled=False):
+        return bf16_attend(q.float(), k.float(), v.float(), mask, causal, window, dropout_p, scale).to(q.dtype)
 
 
 def _attention_candidate(name: str, kernel, shape: tuple[int, ...], calls: int, seed: int) -> Candidate:
@@ -60,12 +64,6 @@ def _attention_candidate(name: str, kernel, shape: tuple[int, ...], calls: int, 
         return calls * shape[0] * shape[2]
 
     return Candidate(name, run, extra={"shape": list(shape)})
-
-
-def float32_attend(q, k, v, mask=None, causal=False, window=None, dropout_p=0.0, scale=None):
-    """The same in float32 whatever the key length (tformer's kernel does this for up to FLOAT32_MAX_KEYS keys)."""
-    with torch.autocast("cpu", enabled=False):
-        return bf16_attend(q.float(), k.float(), v.float(), mask, causal, window, dropout_p, scale).to(q.dtype)
 
 
 def _model(recipe_name: str, quick: bool):
