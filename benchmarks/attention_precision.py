@@ -17,8 +17,9 @@ optimizer step), the CPU fast paths of ``tformer.fast.speed_up`` in every one:
 
 Then the attention alone (``--shapes``, B × H × T × Dh): one call = forward and backward of a causal self-attention
 under bfloat16 autocast, PyTorch's fused kernel in bfloat16 (``bf16_attend``) against the same in float32
-(``float32_attend``), whatever the length (the fast kernel casts up for at most
-``tformer.fast.attention.FLOAT32_MAX_KEYS`` keys, chosen from these rows); its throughput is query positions per second.
+(``float32_attend``), whatever the size (the fast kernel casts up where keys x head dim is at most
+``tformer.fast.attention.FLOAT32_MAX_KEY_ELEMENTS``, chosen from these rows); its throughput is query positions per
+second.
 
 Throughput is trained tokens per second. Writes ``OUT/attention_precision.json`` and ``OUT/attention_precision.md``.
 """
@@ -34,6 +35,7 @@ from benchmarks.lm_step import PAD, VOCAB  # Tiny Shakespeare's 68 ids; <pad> = 
 
 RECIPES = ("shakespeare-char-6min", "shakespeare-char-30min")
 SHAPES = ("32x4x32x32", "32x4x32x64", "16x4x128x32", "16x4x128x64", "8x4x256x32", "8x4x256x64", "4x4x512x32")
+SHAPES += ("32x4x64x128", "16x4x128x128", "8x4x256x128")  # 128 dims a head: on each side of the limit
 
 
 def bf16_attend(q, k, v, mask=None, causal=False, window=None, dropout_p=0.0, scale=None):
@@ -46,7 +48,7 @@ def bf16_attend(q, k, v, mask=None, causal=False, window=None, dropout_p=0.0, sc
 
 
 def float32_attend(q, k, v, mask=None, causal=False, window=None, dropout_p=0.0, scale=None):
-    """The same in float32 whatever the key length (tformer's kernel does this for up to FLOAT32_MAX_KEYS keys)."""
+    """The same in float32 whatever the size (tformer's kernel does this up to FLOAT32_MAX_KEY_ELEMENTS)."""
     with torch.autocast("cpu", enabled=False):
         return bf16_attend(q.float(), k.float(), v.float(), mask, causal, window, dropout_p, scale).to(q.dtype)
 

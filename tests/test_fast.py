@@ -493,8 +493,8 @@ def test_a_bfloat16_training_step_on_the_cpu_runs_the_fused_kernel_in_float32(ca
 
 
 def test_decoding_and_evaluation_keep_the_bfloat16_kernel():
-    """Without autograd (decoding, evaluation), in float32 and past FLOAT32_MAX_KEYS keys the kernel runs in the
-    inputs' own dtype."""
+    """Without autograd (decoding, evaluation), in float32 and where keys x head dim passes FLOAT32_MAX_KEY_ELEMENTS
+    the kernel runs in the inputs' own dtype."""
     q, k, v = _bf16_qkv(False)
     with torch.no_grad():
         assert not fast_attention.fused_in_float32(q, k)
@@ -504,9 +504,19 @@ def test_decoding_and_evaluation_keep_the_bfloat16_kernel():
         assert not fast_attention.fused_in_float32(*_bf16_qkv(True)[:2])
     fp32 = torch.randn(1, 1, 4, 8, requires_grad=True)
     assert not fast_attention.fused_in_float32(fp32, fp32)
-    long_keys = torch.zeros(1, 1, fast_attention.FLOAT32_MAX_KEYS + 1, 8, dtype=torch.bfloat16)  # level there: kept
     q, k, _ = _bf16_qkv(True)
-    assert fast_attention.fused_in_float32(q, k) and not fast_attention.fused_in_float32(q, long_keys)
+    assert fast_attention.fused_in_float32(q, k)
+    limit = fast_attention.FLOAT32_MAX_KEY_ELEMENTS  # keys x head dim: level or slower past it, so kept in bf16
+
+    def keys(t: int, dh: int) -> torch.Tensor:
+        return torch.zeros(1, 1, t, dh, dtype=torch.bfloat16)
+
+    def query(dh: int) -> torch.Tensor:
+        return torch.zeros(1, 1, 1, dh, dtype=torch.bfloat16, requires_grad=True)
+
+    assert fast_attention.fused_in_float32(query(32), keys(limit // 32, 32))  # 256 keys of 32: 1.2-1.4x in float32
+    assert not fast_attention.fused_in_float32(query(32), keys(limit // 32 + 1, 32))
+    assert not fast_attention.fused_in_float32(query(128), keys(128, 128))  # 128 keys, but of 128 dims: level
 
 
 def test_speed_up_chooses_the_fast_kernel_everywhere_and_a_hook_inside_one_sends_it_down_the_reference_path(

@@ -15,12 +15,12 @@ numbers (to float rounding) faster:
 * **the cheaper CPU dropout mask** on the weights in training
   (:func:`tformer.fast.dropout.scaled_dot_product_attention`);
 * **float32 for a bfloat16 or float16 training step on the CPU** (:func:`fused_in_float32`; autocast gives the kernel
-  bfloat16 inputs): PyTorch's fused CPU kernel, forward and backward, ran 1.5-3.2x faster in float32 than in
-  bfloat16 on 32-128 keys (the character LM recipes' step: 1.26-1.41x), so for up to :data:`FLOAT32_MAX_KEYS` keys the
-  inputs are cast up and the context back down. The numbers are float32's, closer to the float32 model's than
-  bfloat16's own. Measured on the avx512_bf16 class (``python -m benchmarks.attention_precision``; docs/benchmarks.md,
-  "Attention in float32 for a bfloat16 training step"); weights dropped in training take the dropout mask's path
-  above instead, and decoding and evaluation keep their dtype.
+  bfloat16 inputs): PyTorch's fused CPU kernel, forward and backward, ran 1.1-4.9x faster in float32 than in
+  bfloat16 where a head's keys hold at most :data:`FLOAT32_MAX_KEY_ELEMENTS` numbers (keys x head dim; the character
+  LM recipes' step: 1.26-1.51x), so there the inputs are cast up and the context back down. The numbers are float32's,
+  closer to the float32 model's than bfloat16's own. Measured on the avx512_bf16 and amx classes (``python -m
+  benchmarks.attention_precision``; docs/benchmarks.md, "Attention in float32 for a bfloat16 training step"); weights
+  dropped in training take the dropout mask's path above instead, and decoding and evaluation keep their dtype.
 
 A layer with a hook on a step inside the attention, or a soft-capped one, takes the reference path whatever its
 kernel (:meth:`~tformer.nn.attention.MultiHeadAttention._attend`); inside :func:`reference` this kernel runs the
@@ -40,7 +40,14 @@ from tformer.nn import scaled_dot_product
 from tformer.nn.attention import MultiHeadAttention
 from tformer.nn.masks import causal_mask, combine_masks, sliding_window_mask
 
-__all__ = ["FLOAT32_MAX_KEYS", "attend", "fast_mask", "fused_in_float32", "swap_attention", "use_reference_attention"]
+__all__ = [
+    "FLOAT32_MAX_KEY_ELEMENTS",
+    "attend",
+    "fast_mask",
+    "fused_in_float32",
+    "swap_attention",
+    "use_reference_attention",
+]
 
 
 def attend(
@@ -74,20 +81,21 @@ def attend(
     )
 
 
-# the longest key sequence whose fused kernel runs in float32 in a bfloat16 training step: on 32-128 keys it measured
-# 1.5-3.2x faster than in bfloat16, on 256 keys 1.20x (32 dimensions a head) and 0.96x (64); on 512 level (0.98x),
-# where float32's copies of Q, K and V (3-4x the call's memory) would buy nothing
-FLOAT32_MAX_KEYS = 256
+# the most numbers a head's keys may hold (keys x head dim) for the fused kernel to run in float32 in a bfloat16
+# training step. Against bfloat16 it measured 1.1-4.9x at up to 8,192 (32-256 keys x 32 dims, 32-128 x 64, 64 x 128;
+# avx512_bf16 and amx classes), level at 16,384 (0.93-1.07x: 256 x 64, 512 x 32, 128 x 128) and 0.67x at 32,768
+# (256 x 128, amx); past the limit float32's copies of Q, K and V (3-4x the call's memory) buy nothing
+FLOAT32_MAX_KEY_ELEMENTS = 8192
 
 
 def fused_in_float32(q: torch.Tensor, k: torch.Tensor) -> bool:
     """Whether the fused kernel runs in float32 for these bfloat16 or float16 queries and keys (and values): on the
-    CPU while autograd records them (training), for up to :data:`FLOAT32_MAX_KEYS` keys (see the module docstring).
-    Not inside a compiled graph, whose compiler chooses its own kernel."""
+    CPU while autograd records them (training), where keys x head dim is at most :data:`FLOAT32_MAX_KEY_ELEMENTS` (see
+    the module docstring). Not inside a compiled graph, whose compiler chooses its own kernel."""
     return (
         q.device.type == "cpu"
         and q.dtype in (torch.bfloat16, torch.float16)
-        and k.shape[-2] <= FLOAT32_MAX_KEYS
+        and k.shape[-2] * k.shape[-1] <= FLOAT32_MAX_KEY_ELEMENTS
         and q.requires_grad
         and torch.is_grad_enabled()
         and not torch.compiler.is_compiling()
