@@ -241,6 +241,46 @@ def test_sigint_and_sigterm_save_and_resume_gives_the_uninterrupted_losses(tmp_p
         assert torch.equal(tensor, load_file(str(tmp_path / "straight" / "last" / "model.safetensors"))[name])
 
 
+# a progress line after every step, so that the next one meets the closed pipe
+EVERY_STEP = "import sys, tformer.training.progress as p; p.PLAIN_EVERY_S = 0.0; from tformer.cli import main; "
+EVERY_STEP += "sys.exit(main(sys.argv[1:]))"
+
+
+@pytest.mark.parametrize("closed", ["stderr", "stdout"])
+def test_a_pipe_closed_under_a_run_loses_nothing_and_gives_status_141(tmp_path, closed):
+    """``tformer train ... 2>&1 | head`` once head has its lines, or a ``tee`` killed with its terminal: the run's
+    next progress line (stderr) meets a closed pipe. It stops after that step with ``last/`` saved (as on SIGPIPE,
+    status 141), not mid-step with a BrokenPipeError, nothing saved and status 0; ``--resume`` then trains on as if
+    never stopped. Its report (stdout) has no line until the end: it trains to the end, and the unwritten last line
+    gives 141 too."""
+    steps = ["--max-steps", "40"]
+    (straight,) = _cli(tmp_path, _lm_args(tmp_path, "straight", *steps, "--no-progress"))
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", EVERY_STEP, *_lm_args(tmp_path, "cut", *steps)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not (cut / "log.jsonl").exists():
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before its pipe could be closed"
+    reader, other = (proc.stderr, proc.stdout) if closed == "stderr" else (proc.stdout, proc.stderr)
+    reader.close()  # type: ignore[union-attr]
+    said = other.read().decode()  # type: ignore[union-attr]
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in said and "Error" not in said, said
+    at = json.loads((cut / "last" / "state.json").read_text())["step"]
+    assert [s for s, _ in _losses(cut)] == list(range(1, at + 1))
+    if closed == "stdout":
+        assert at == 40 and "step 40/40" in said  # stderr open: its progress to the end
+        return
+    assert 1 <= at < 40
+    (rest,) = _cli(tmp_path, _lm_args(tmp_path, "cut", *steps, "--resume", "--no-progress"))
+    assert rest["code"] == 0, rest["err"]
+    assert _losses(cut) == _losses(tmp_path / "straight")  # every step once, every loss bit for bit
+
+
 def test_a_second_signal_stops_at_once_and_fit_restores_the_handlers(tmp_path):
     from tformer import lm
     from tformer.training.trainer import TrainingInterrupted

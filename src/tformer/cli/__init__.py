@@ -9,9 +9,11 @@ that imports it back."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import os
+import signal
 import sys
 import warnings
 
@@ -93,8 +95,17 @@ def _out_of_memory(err: BaseException) -> bool:
 
 
 def _fail(args, message: str, code: int) -> int:
-    print(f"tformer {_command(args)}: error: {message}", file=sys.stderr)
+    with contextlib.suppress(BrokenPipeError):  # stderr's reader gone too: the status still says it
+        print(f"tformer {_command(args)}: error: {message}", file=sys.stderr)
     return code
+
+
+def _closed_pipe() -> int:
+    """Status 141 (128 + SIGPIPE, as a Unix tool killed by it): the reader of the output is gone, so what was not
+    written is lost; stdout's unwritten rest goes to /dev/null, not into an error at exit."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def _missing_package(err: BaseException) -> bool:
@@ -170,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     Expected failures (:func:`_expected`) print one line ``tformer CMD: error: ...`` and give a non-zero exit
     status: bad input (``ValueError``, status 2), a missing file (``FileNotFoundError``, status 2), permission,
     disk full and other ``OSError`` (status 1), out of memory (status 1), a missing optional package (status 1),
-    Ctrl-C outside training (status 130). Anything else is a bug: it shows its traceback and a line asking for a
+    Ctrl-C outside training (status 130), output whose reader is gone (``| head`` done: status 141, as SIGPIPE; a
+    training run saves ``last/`` first). Anything else is a bug: it shows its traceback and a line asking for a
     report. ``tformer --debug CMD`` shows the traceback of every error. Bad flags never get here: their ``type=``
     validators (:mod:`tformer.cli.validate`) make argparse exit with status 2.
     """
@@ -191,9 +203,8 @@ def main(argv: list[str] | None = None) -> int:
 
             shutdown()
         return code
-    except BrokenPipeError:  # output piped into `head` and closed early: not an error
-        sys.stdout = open(os.devnull, "w")
-        return 0
+    except BrokenPipeError:  # output piped into `head`, which closed it: the rest unwritten
+        return _closed_pipe()
     except KeyboardInterrupt as err:  # training's TrainingInterrupted says what was saved, and its status (130 / 143)
         if args.debug:
             raise
@@ -203,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
 
             if not is_main_process():  # rank 0 says where the state is saved, once
                 return code
-        return _fail(args, str(err) or "interrupted (Ctrl-C)", code)
+        code = _fail(args, str(err) or "interrupted (Ctrl-C)", code)
+        return _closed_pipe() if code == 128 + signal.SIGPIPE else code  # (training: stopped, saved, by a closed pipe)
     except Exception as err:
         failure = _expected(err)
         if failure is None:

@@ -17,6 +17,8 @@ from typing import TextIO
 
 from tqdm.auto import tqdm
 
+from tformer.training.signals import Pipes
+
 __all__ = ["Progress", "PLAIN_EVERY_S", "seconds_left", "step_text"]
 
 PLAIN_EVERY_S = 5.0
@@ -32,8 +34,11 @@ class Progress:
     function, called only when a line or the bar will show it: the Trainer reads the loss from the device for it
     (:mod:`tformer.training.tally`), so a step that is not shown reads nothing."""
 
-    def __init__(self, total: int | None, initial: int, enabled: bool, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, total: int | None, initial: int, enabled: bool, stream: TextIO | None = None, pipes: Pipes | None = None
+    ) -> None:
         self.stream = stream if stream is not None else sys.stderr
+        self.pipes = pipes  # a run's (tformer.training.signals.Pipes): a closed pipe stops it, saved, not mid-step
         self.total, self.step, self.text = total, initial, ""
         self.enabled = enabled
         self.plain = enabled and not _is_terminal(self.stream)
@@ -62,7 +67,11 @@ class Progress:
 
     def _line(self) -> None:
         total = f"/{self.total}" if self.total else ""
-        print(f"step {self.step}{total} | {self._text()}".rstrip(" |"), file=self.stream, flush=True)
+        line = f"step {self.step}{total} | {self._text()}".rstrip(" |")
+        if self.pipes is None:
+            print(line, file=self.stream, flush=True)
+        else:
+            self.pipes.write(lambda text: print(text, file=self.stream, flush=True), line, "stderr")
         self.printed_at, self.printed_step = time.monotonic(), self.step
 
     def close(self) -> None:

@@ -236,6 +236,7 @@ class RunState:
     fsdp: torch.nn.Module | None  # --fsdp: the sharded loss module; None without
     lock: Any  # OUT/.lock (tformer.training.lock.RunLock) while this trainer holds the run's folder; None after
     log: Callable[[str], None] | None = None  # where its report's lines go (rank 0's): the setup's log; None: stdout
+    pipes: Any  # tformer.training.signals.Pipes: say() and _warn() write through it
 
     if TYPE_CHECKING:
 
@@ -244,7 +245,7 @@ class RunState:
     def say(self, text: str) -> None:
         """A line of the run's report (the precision, a note, the resume), once, from rank 0: to :attr:`log`."""
         if self.world.is_main:
-            (self.log or _line)(text)
+            self.pipes.write(self.log or _line, text, "stdout")
 
     def close(self) -> None:
         """Give back the run folder's lock without training: a trainer that ``setup()`` made and never fitted holds
@@ -262,7 +263,7 @@ class RunState:
 
     def _warn(self, text: str) -> None:
         if self.world.is_main:
-            print(text, file=sys.stderr, flush=True)
+            self.pipes.write(_warning, text, "stderr")
 
     @contextlib.contextmanager
     def _saving(self, dest: Path) -> Iterator[Path]:
@@ -440,3 +441,7 @@ class RunState:
 
 def _line(text: str) -> None:
     print(text, flush=True)
+
+
+def _warning(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

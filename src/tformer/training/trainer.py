@@ -90,7 +90,7 @@ from tformer.training.feed import Feed
 from tformer.training.progress import Progress, seconds_left, step_text
 from tformer.training.rundir import RunLock, check_out_dir
 from tformer.training.runlog import RunLog
-from tformer.training.signals import TrainingInterrupted, stop_signals
+from tformer.training.signals import Pipes, TrainingInterrupted, stop_signals
 from tformer.training.state import RunState
 from tformer.training.tally import BadSteps, Tally, TrainingDiverged, takes_found_inf
 
@@ -113,6 +113,8 @@ class Trainer(BadSteps, RunState, Evaluation):
                 f"model must be a tformer model (save_pretrained/from_pretrained), got {type(model).__name__}"
             )
         require_float(model, "training")
+        self._signal: int | None = None  # the first SIGINT/SIGTERM received during fit() (or SIGPIPE: self.pipes)
+        self.pipes = Pipes(lambda: setattr(self, "_signal", self._signal or signal.SIGPIPE))  # a reader gone: stop
         self.world, device = distributed.init(cfg.device)
         # --fsdp: whole on rank 0's CPU (on the meta device elsewhere: sharded.building) until it is sharded
         self.model: PretrainedMixin = model if cfg.fsdp else model.to(device)
@@ -169,7 +171,6 @@ class Trainer(BadSteps, RunState, Evaluation):
         on_device = self.scaler is None and self.world.size == 1 and takes_found_inf(self.optimizer)
         self.tally = Tally(device) if on_device else None  # the skip decided on the device, read every log step
         self._shown_loss = math.nan  # the last loss the host read (the progress line's)
-        self._signal: int | None = None  # the first SIGINT/SIGTERM received during fit()
         self._stop = False  # a process received one (agreed by all processes at the last step)
         self._saved_step: int | None = None
         self.lock: RunLock | None = None  # OUT/.lock, held by rank 0 while the run trains (taken in fit() if not given)
@@ -213,8 +214,9 @@ class Trainer(BadSteps, RunState, Evaluation):
         if self._saved_step != self.step:
             self.save_last()
         signum = self._signal or signal.SIGTERM  # a process that got none stops with the others
+        why = "SIGPIPE (the reader of its output is gone)" if signum == signal.SIGPIPE else signal.Signals(signum).name
         raise TrainingInterrupted(
-            f"interrupted by {signal.Signals(signum).name} at step {self.step}: the state is saved in "
+            f"interrupted by {why} at step {self.step}: the state is saved in "
             f"{self.out / 'last'}; run the same command with --resume to continue exactly from there",
             128 + signum,
         )
@@ -349,7 +351,7 @@ class Trainer(BadSteps, RunState, Evaluation):
                 f"rate climbs to {peak:.3g} at the last step and never reaches --lr {self.cfg.lr:g}; give a smaller "
                 "--warmup-steps for a run this short"
             )
-        progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main)
+        progress = Progress(self.cfg.max_steps, self.step, self.cfg.progress and self.world.is_main, pipes=self.pipes)
         self._session = (self.step, self.elapsed, time.perf_counter())  # for the ETA
         last_eval: dict = {}
         if self.evaluate_start and self.step == 0:
@@ -381,16 +383,8 @@ class Trainer(BadSteps, RunState, Evaluation):
                                     if self.tally is not None:  # the one read of the device in log_every steps
                                         loss = self._settle()
                                     if loss is not None:  # (not a skipped step's)
-                                        self._log(
-                                            {
-                                                "step": self.step,
-                                                "epoch": self.epoch,
-                                                "train_loss": loss,
-                                                "lr": lr,
-                                                "tokens_per_s": rate,
-                                                "elapsed_s": round(self.elapsed, 2),
-                                            }
-                                        )
+                                        record = dict(step=self.step, epoch=self.epoch, train_loss=loss, lr=lr)
+                                        self._log(record | {"tokens_per_s": rate, "elapsed_s": round(self.elapsed, 2)})
                                     window_tokens, window_start = 0, time.perf_counter()
                                 progress.update(
                                     self.step, functools.partial(self._postfix, float(lr), rate)
