@@ -330,3 +330,39 @@ def test_the_same_text_trains_the_same_vocabulary_in_every_process(tmp_path, kin
         for _ in range(4)
     }
     assert len(runs) == 1, runs
+
+
+# a corpus whose BPE merges take the tokenizers library (Rust) many seconds: 60,000 lines of 40 made-up words
+CTRL_C = """
+import random, sys, time
+from tformer.tokenizers import train_tokenizer
+rng = random.Random(0)
+words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 12))) for _ in range(100_000)]
+texts = [" ".join(rng.choices(words, k=40)) for _ in range(60_000)]
+print("training", flush=True)
+start = time.monotonic()
+train_tokenizer("bpe", texts, vocab_size=60_000)
+print(f"trained in {time.monotonic() - start:.1f} s", flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_tokenizer_training_at_once_not_when_the_library_returns(tmp_path):
+    """The library learns its merges in Rust, where Python runs no signal handler: Ctrl-C waited for the whole
+    training. Trained in a thread of its own, the main thread takes KeyboardInterrupt at once."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "training\n"
+    time.sleep(1.0)  # the texts read, the merges under way
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=600)
+    waited = time.monotonic() - sent
+    assert "trained in" not in out, f"the training ended before the signal came ({out.strip()}): a corpus too small"
+    assert proc.returncode != 0 and err.rstrip().endswith("KeyboardInterrupt"), err
+    assert waited < 3.0, f"Ctrl-C took {waited:.1f} s to stop the tokenizer's training"

@@ -26,8 +26,10 @@ about models, families, training or the command line.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from tformer.readers import load_tokenizer_file
 from tformer.tokenizers.base import SPECIAL_NAMES, Continuation, Tokenizer
@@ -74,7 +76,31 @@ def train_tokenizer(
         raise ValueError(f"tokenizer kind must be one of {list(TRAINED)}, got {kind!r}{why}")
     if vocab_size is not None and vocab_size < 1:
         raise ValueError(f"vocab_size must be a positive integer, got {vocab_size}")
-    return KINDS[kind].train(texts, vocab_size, min_frequency)
+    return _interruptible(lambda: KINDS[kind].train(texts, vocab_size, min_frequency))
+
+
+def _interruptible(train: Callable[[], Tokenizer]) -> Tokenizer:
+    """``train()`` in a thread of its own while the main thread waits: the tokenizers library learns its merges in
+    Rust, where Python runs no signal handler until it returns, so a Ctrl-C would wait for the whole training (minutes
+    on a large corpus). Waiting here, the main thread takes KeyboardInterrupt at once; the thread is a daemon, left to
+    the process's end. Off the main thread (no signal reaches it): ``train()`` as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        return train()
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["tokenizer"] = train()
+        except BaseException as err:  # raised where the caller is
+            done["error"] = err
+
+    worker = threading.Thread(target=run, name="tformer tokenizer training", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)  # a lock's wait: a signal's handler runs here
+    if "error" in done:
+        raise done["error"]
+    return done["tokenizer"]
 
 
 def tokenizer_kind(directory: str | Path, prefix: str = "") -> str:
