@@ -8,6 +8,7 @@ that is not an object, an unknown model_type, ...) are one line naming the file,
 """
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -339,8 +340,8 @@ def test_loader_and_cli_do_not_import_transformers(saved):
 
 
 def test_evaluate_lm_scores_a_hugging_face_model_as_transformers_does(saved, tmp_path, capsys):
-    """Loss and perplexity, the same as transformers' loss on the same ids; no bits per unit (its tokens have no unit
-    tformer knows)."""
+    """Loss and perplexity, the same as transformers' loss on the same ids; bits per byte of the text (its tokens have
+    no unit tformer knows): the loss summed over the predicted tokens, over the bytes they hold."""
     directory, hf, fast = saved["gpt2"]
     (tmp_path / "text.txt").write_text(TEXTS[0], encoding="utf-8")
     assert main(["evaluate-lm", "--model", str(directory), "--data", str(tmp_path / "text.txt")]) == 0
@@ -348,8 +349,11 @@ def test_evaluate_lm_scores_a_hugging_face_model_as_transformers_does(saved, tmp
     ids = torch.tensor([fast(TEXTS[0])["input_ids"]])
     with torch.no_grad():
         expected = float(hf(ids, labels=ids).loss)
-    assert line.startswith(f"tokens {ids.shape[1] - 1}  loss ") and "bits per" not in line, line
+    assert line.startswith(f"tokens {ids.shape[1] - 1}  loss "), line
     assert float(line.split("loss ")[1].split()[0]) == pytest.approx(expected, abs=1e-4)
+    held = len(TEXTS[0].encode()) - len(fast.decode(ids[0, :1]).encode())  # the first token is never predicted
+    bits = expected * (ids.shape[1] - 1) / math.log(2) / held
+    assert float(line.split("bits per byte ")[1]) == pytest.approx(bits, abs=2e-4), line
 
 
 def test_a_hub_cache_snapshot_of_links_to_blobs_loads(saved, tmp_path):

@@ -373,6 +373,14 @@ def test_the_command_exports_a_run_with_its_character_tokenizer(runs, tmp_path, 
     assert hf_tok(text)["input_ids"] == ids and hf_tok.decode(ids) == text  # one id per character, the same ids
     with torch.no_grad():
         assert _close(theirs(torch.tensor([ids])).logits, gpt(torch.tensor([ids]))) <= ATOL
+    # evaluate-lm on an ASCII text: the export's bits per byte are the run's bits per character
+    (tmp_path / "ascii.txt").write_text("the cat sat\non the mat\n" * 20, encoding="utf-8")
+    scores = []
+    for model, unit in ((root / "lm", "character"), (out, "byte")):
+        code, stdout, err = _cli(["evaluate-lm", "--model", str(model), "--data", str(tmp_path / "ascii.txt")], capsys)
+        assert code == 0 and f"bits per {unit} " in stdout, (stdout, err)
+        scores.append(float(stdout.split(f"bits per {unit} ")[1]))
+    assert scores[1] == pytest.approx(scores[0], abs=2e-4)
 
 
 def test_the_command_exports_a_translator_with_both_tokenizers(runs, tmp_path, capsys):

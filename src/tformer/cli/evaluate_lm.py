@@ -1,4 +1,5 @@
-"""``tformer evaluate-lm``: loss, perplexity and bits per character/byte of a language model on a text.
+"""``tformer evaluate-lm``: loss, perplexity and bits per character/byte of a language model on a text (a Hugging
+Face model's tokens have no unit of tformer's: bits per byte of the text itself).
 
 tformer evaluate-lm --model runs/shakespeare --data other.txt
 """
@@ -51,6 +52,6 @@ def run(args) -> int:
         print(f"tformer evaluate-lm: note: {r['unknown']:,} character(s) of --data are not in the model's vocabulary: "
               "scored as <unk>", file=sys.stderr)  # fmt: skip
     ppl = r["val_ppl"]  # inf past exp(700): 3 digits from 1e6 on, not 300
-    bits = f"  bits per {r['unit']} {r['val_bpc']:.4f}" if r["unit"] else ""  # (a Hugging Face tokenizer: no unit)
+    bits = f"  bits per {r['unit']} {r['val_bpc']:.4f}" if r["unit"] else ""  # (a prepared folder, HF tokens: none)
     print(f"tokens {r['tokens']}  loss {r['val_loss']:.4f}  perplexity {ppl:{'.3f' if ppl < 1e6 else '.3g'}}{bits}")
     return 0
