@@ -26,9 +26,10 @@ def evaluate(model, tokenizer, data: str | Path, max_len: int | None = None, bat
     """Loss per token, perplexity and (for a known unit) bits per unit of ``model`` on the documents of ``data``:
     a text (a file, a folder of them, JSONL), or a folder ``tformer data prepare lm`` made with this tokenizer (its
     stream scored whole, memory-mapped). ``unit`` says which unit (``"character"``, ``"byte"``: a Hugging Face
-    tokenizer's on a text are the text's bytes; None: its tokens in a prepared folder, no bits per unit), ``tokens`` how many were scored, ``unknown`` (when some) how many characters of
-    the text a character model has no id for (scored as ``<unk>``). Documents are joined with the tokenizer's end of
-    text; positions past the end are not scored. ``max_len`` is capped at the model's context."""
+    tokenizer's on a text are the text's bytes; None: its tokens in a prepared folder, no bits per unit), ``tokens``
+    how many were scored, ``unknown`` (when some) how many characters of the text a character model has no id for
+    (scored as ``<unk>``). Documents are joined with the tokenizer's end of text; positions past the end are not
+    scored. ``max_len`` is capped at the model's context."""
     documents = None
     if is_prepared(data, "lm"):  # checked against this tokenizer: a folder prepared with another one is refused
         ids: torch.Tensor | object = open_tokens(prepare_lm(data, tokenizer, log=lambda _: None))[1]
@@ -45,8 +46,8 @@ def evaluate(model, tokenizer, data: str | Path, max_len: int | None = None, bat
     unit = tokenizer.unit
     if unit is None and documents is not None:  # a Hugging Face tokenizer: bits per byte of the text
         unit = "byte"
-        nats = result["val_loss"] * result["tokens"]
-        result["val_bpc"] = nats / math.log(2) / max(_text_bytes(tokenizer, documents, ids), 1)  # type: ignore[arg-type]
+        nats, held = result["val_loss"] * result["tokens"], _text_bytes(tokenizer, documents, ids)  # type: ignore[arg-type]
+        result["val_bpc"] = nats / math.log(2) / max(held, 1)
     return {**result, "unit": unit, **({"unknown": unknown} if unknown else {})}
 
 
