@@ -15,9 +15,12 @@ no bit thrown away). Viewed as int16, each word holds four 16-bit lanes, each
 uniform on −32768…32767; an element is dropped when its lane is below ``q − 32768`` with
 ``q = round(p · 65536)``, so with probability exactly ``q / 65536``, and survivors are scaled by
 ``1 / (1 − q/65536)``. The rate is p to within 2⁻¹⁷ (0.1 → 0.100006), the expectation is exact, and the
-mask comes from PyTorch's own generator (``torch.manual_seed`` reproduces it). The comparison (with one
-number, no broadcast) and the scaling run on every thread. ``python -m benchmarks.train_step`` times both
-paths (README).
+mask comes from PyTorch's own generator (``torch.manual_seed`` reproduces it). The mask is made as int16 ones and
+zeros (each lane clamped to the two values either side of the threshold, less the lower one), never booleans:
+PyTorch's CPU kernels multiply a tensor by a boolean one element by element, by ones and zeros vectorised (one
+dropout of a bfloat16 (16, 128, 512) tensor, forward and backward: 7.6 ms with the boolean mask, 5.3 with ones and
+zeros, the amx class; docs/benchmarks.md). That and the scaling run on every thread. ``python -m
+benchmarks.train_step`` times both paths (README).
 
 A bfloat16 or float16 tensor (bfloat16 autocast) gets the same mask; its survivors are multiplied by the scale as
 a Python number, which PyTorch's CPU kernels apply in float32 and round once (a multiplier tensor in bfloat16
@@ -74,14 +77,16 @@ def fast_cpu_multiplier(
 
 
 def _keep(shape: torch.Size, q: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
-    """The boolean mask of the kept elements (each dropped with probability q / 65536) and their scale."""
+    """The kept elements as int16 ones and zeros (each dropped with probability q / 65536), and their scale. Ones
+    and zeros, not booleans, which PyTorch's CPU kernels multiply element by element (the module docstring)."""
     n = shape.numel()
     words = torch.empty(-(-n // _LANES), dtype=torch.int64).random_(
         -(2**63), None, generator=generator
     )  # 64 random bits
-    lanes = words.view(torch.int16)  # four lanes per word, each uniform on −32768…32767
-    keep = (lanes[:n] >= q - _LEVELS // 2).view(shape)  # dropped: the q lowest of the 65,536 values
-    return keep, _LEVELS / (_LEVELS - q)
+    lanes = words.view(torch.int16)[:n]  # four lanes per word, each uniform on −32768…32767
+    low = q - _LEVELS // 2 - 1  # dropped: the q lowest of the 65,536 values, those ≤ low
+    keep = lanes.clamp(low, low + 1).sub_(low)  # 0 where dropped, 1 where kept (no overflow: low ≥ −32768)
+    return keep.view(shape), _LEVELS / (_LEVELS - q)
 
 
 _FLOATS = (torch.float32, torch.float64)  # the multiplier in x's dtype holds 1/(1 − rate) exactly enough
@@ -105,7 +110,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if x.dtype in _FLOATS:
         return x * fast_cpu_multiplier(x.shape, p, x.dtype)
     keep, scale = _keep(x.shape, round(p * _LEVELS))
-    return (x * keep).mul_(scale)  # x · 0 or x, then × the scale rounded once
+    return (x * keep.to(x.dtype)).mul_(scale)  # x · 0 or x (exact), then × the scale rounded once
 
 
 class Dropout(nn.Dropout):
