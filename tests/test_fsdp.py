@@ -52,6 +52,8 @@ def test_fsdp_matches_one_process(tmp_path, family):
     built = [json.loads((tmp_path / f"fsdp-rank{rank}.json").read_text()) for rank in (0, 1)]
     assert built[0] == {"before": ["cpu"], "after": ["cpu"], "whole_copy": True}
     assert built[1] == {"before": ["meta"], "after": ["cpu"], "whole_copy": False}
+    for rank in (0, 1):  # the model's sharded state freed before the process group ended, not at the exit
+        assert json.loads((tmp_path / f"fsdp-exit{rank}.json").read_text()) == {"fsdp_states_alive": 0}
     if family == "bert":  # the WordPiece rank 0 trained and shared
         args += ["--tokenizer-dir", str(tmp_path / "two" / "last")]
     ddp._one_process([*args, "--out", "one", "--accum-steps", "2"], tmp_path)

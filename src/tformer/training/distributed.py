@@ -17,6 +17,7 @@ Backends: ``gloo`` on CPU, ``nccl`` on GPUs (each process takes ``cuda:LOCAL_RAN
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -107,9 +108,13 @@ def shutdown() -> None:
 
     Without it the group is torn down while the interpreter exits, and gloo's worker threads can
     abort the process ("terminate called without an active exception") after the work is saved.
-    The barrier makes no process leave while another still talks to it.
+    The garbage collection first frees what the training left in reference cycles (FSDP2's state hangs
+    on the model's hooks, with its device mesh and collectives): otherwise it outlives the group and is
+    freed during the interpreter's exit, which aborted rank 0 now and then in the same way. The barrier
+    makes no process leave while another still talks to it.
     """
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
 
