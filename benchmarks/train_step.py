@@ -408,8 +408,9 @@ def main(argv=None) -> dict:
         results = {}
         for group in args.only or list(GROUPS):
             candidates = GROUPS[group](sizes[group], args.device)
-            if args.bf16:  # each library's step in bfloat16 too, the reference paths aside
-                candidates += [_bf16(c, args.device) for c in candidates if "reference" not in c.name]
+            # each library's step in bfloat16 too, and tformer's reference paths: what its masks gain there
+            if args.bf16:
+                candidates += [_bf16(c, args.device) for c in candidates]
             results[group] = compare(
                 candidates, args.repeats, args.warmup, args.device, not args.no_memory, anchor=candidates[0].name
             )
