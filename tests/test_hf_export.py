@@ -131,14 +131,16 @@ def test_written_files(exported):
 
 
 def test_round_trip_through_from_hf(exported):
-    ours, _, _, theirs = exported
+    ours, _, cls, theirs = exported
     back = from_hf(theirs)
     ids = _ids(seed=2)
     with torch.no_grad():
         assert torch.equal(back(ids), ours(ids))  # the same weights, bit for bit
-    # attn_dropout: None reads back as the same rate, written out
+    # attn_dropout: None reads back as the same rate, written out; GPT-2's and GPT-NeoX's MLPs drop nothing inside
     attn_dropout = ours.config.dropout if ours.config.attn_dropout is None else ours.config.attn_dropout
-    assert back.config == ours.config.replace(attn_dropout=attn_dropout, vocab_multiple=1)
+    ffn_dropout = 0.0 if cls in ("GPT2LMHeadModel", "GPTNeoXForCausalLM") else ours.config.ffn_dropout
+    expected = ours.config.replace(attn_dropout=attn_dropout, ffn_dropout=ffn_dropout, vocab_multiple=1)
+    assert back.config == expected
 
 
 def test_default_format_is_tformers_own(tmp_path):

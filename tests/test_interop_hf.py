@@ -105,6 +105,18 @@ def test_gpt2_other_activations_match(activation, ours_name):
         assert (hf(ids).logits - ours(ids)).abs().max().item() <= ATOL
 
 
+def test_gpt2_and_bert_drop_nothing_inside_the_feed_forward_as_in_transformers():
+    """GPT-2's MLP and BERT's intermediate layer have no dropout of their own (the residual one comes after them):
+    a model read from either has ``ffn_dropout`` 0, so fine-tuning it drops what transformers drops."""
+    from tformer.hf.gpt2 import config_from_hf as gpt2_config_from_hf
+
+    gpt2 = gpt2_config_from_hf(_gpt2_config(resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1).to_dict())
+    bert = bert_config_from_hf(_bert_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1).to_dict())
+    for config, model in ((gpt2, GPT(gpt2)), (bert, Bert(bert))):
+        assert (config.dropout, config.ffn_dropout) == (0.1, 0.0)
+        assert {m.dropout.p for name, m in model.named_modules() if name.endswith(".ff")} == {0.0}
+
+
 def test_gpt2_model_without_head_uses_tied_embedding(gpt2):
     ours = from_hf(gpt2.transformer)  # a GPT2Model
     ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))

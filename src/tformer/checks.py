@@ -249,6 +249,7 @@ SETTINGS: dict[str, Check] = {
     "pad_vocab": pad_vocab,
     "max_len": positive_int,
     "dropout": fraction,
+    "ffn_dropout": fraction,
     "d_model": positive_int,  # the model's shape (a config field each), over the preset's
     "n_heads": positive_int,
     "d_ff": positive_int,

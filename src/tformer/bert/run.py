@@ -131,14 +131,9 @@ def _check_start(init, lora: LoraSettings, shape: dict, **given) -> LoraSettings
     return lora
 
 
-def _start_settings(init, lora: LoraSettings) -> dict:
-    return dict(
-        init=str(Path(init).absolute()),  # the directory, whatever the cwd of a --resume
-        lora_r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        lora_targets=lora.targets,
-    )
+def _start_settings(init, lora: LoraSettings) -> dict:  # init: the directory, whatever the cwd of a --resume
+    lora_settings = dict(lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_targets=lora.targets)
+    return dict(init=str(Path(init).absolute()), **lora_settings)
 
 
 def _pretrained(
@@ -179,7 +174,7 @@ def _resumed(out_dir, classifier: bool = False) -> tuple[Bert, WordPieceTokenize
     return model, WordPieceTokenizer.load(last)
 
 
-def _overrides(dropout: float | None, shape: dict[str, int]) -> dict:
+def _overrides(dropout: float | None, shape: dict[str, float]) -> dict:
     return {**shape, **({} if dropout is None else {"dropout": dropout})}
 
 
@@ -198,6 +193,7 @@ def setup(
     max_len: int | None = None,
     batch_size: int = 32,
     dropout: float | None = None,
+    ffn_dropout: float | None = None,
     d_model: int | None = None,
     n_heads: int | None = None,
     d_ff: int | None = None,
@@ -228,7 +224,7 @@ def setup(
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings({**locals(), "preset": preset or "small"}, known_train_options(train_options, setup), bounds=BOUNDS)
-    shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)
+    shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers, ffn_dropout=ffn_dropout)
     lora = _check_start(
         init,
         LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets),
@@ -247,7 +243,7 @@ def setup(
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
     if resume and folder_vocab:  # the run's WordPiece, which is the folder's (checked); an older run: 8000
         settings["vocab_size"] = saved_settings(out_dir).get("vocab_size", folder_vocab)
-    settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)  # the shape; None: the preset's
+    settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers, ffn_dropout=ffn_dropout)  # shape
     if init is None:  # a shape the preset cannot take (d_model not divisible by n_heads) is refused before anything
         BertConfig.preset(preset, vocab_size=vocab_size, max_len=max_len, **_overrides(dropout, shape))
     else:
@@ -328,7 +324,7 @@ def _classifier(
     n_labels: int,
     max_len: int | None,
     dropout: float | None,
-    shape: dict[str, int],
+    shape: dict[str, float],
 ) -> Bert:
     """A new classifier of the preset's size, or the ``base`` model (``--init``) with a new head of ``n_labels``."""
     if base is None:
@@ -364,6 +360,7 @@ def setup_classifier(
     max_len: int | None = None,
     batch_size: int = 32,
     dropout: float | None = None,
+    ffn_dropout: float | None = None,
     d_model: int | None = None,
     n_heads: int | None = None,
     d_ff: int | None = None,
@@ -386,7 +383,7 @@ def setup_classifier(
     check_settings(
         {**locals(), "preset": preset or "small"}, known_train_options(train_options, setup_classifier), bounds=BOUNDS
     )
-    shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)
+    shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers, ffn_dropout=ffn_dropout)
     lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)
     _check_start(init, lora, shape, preset=preset, tokenizer_dir=tokenizer_dir, vocab_size=vocab_size)
     preset, vocab_size = preset or "small", vocab_size or 8000  # (not given with --init: its model's, unused)
@@ -395,7 +392,7 @@ def setup_classifier(
         BertConfig.preset(preset, vocab_size=vocab_size, max_len=max_len, **_overrides(dropout, shape))
     cfg = TrainConfig(out_dir=str(out_dir), **{**CLASSIFIER_TRAINING, **train_options})
     settings = dict(preset=preset, vocab_size=vocab_size, max_len=max_len, batch_size=batch_size, dropout=dropout)
-    settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)  # the shape; None: the preset's
+    settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers, ffn_dropout=ffn_dropout)  # shape
     precheck_out_dir(out_dir, resume, cfg.overwrite, data=data)  # a --data in the run --overwrite would delete
     examples = read_labelled_tsv(data)  # before an overwrite deletes anything: a missing --data is refused first
     labels = sorted({y for _, y in examples})

@@ -79,6 +79,11 @@ FLAGS: dict[str, Flag] = {
         old=("--max-tokens",),
     ),
     "--dropout": Flag("dropout of the model (default: the preset's)", v.fraction),
+    "--ffn-dropout": Flag(
+        "dropout inside the feed-forward blocks, after the activation (default: the preset's, which is --dropout; "
+        "0: none there, as GPT-2 and nanoGPT)",
+        v.fraction,
+    ),
     # the model's shape, one config field each, over the preset's (a recipe's model size in one line of its file)
     "--d-model": Flag("width of the model: its embeddings and residual stream (default: the preset's)", v.positive_int),
     "--n-heads": Flag("attention heads per layer; they divide --d-model (default: the preset's)", v.positive_int),

@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
 # What a config field's None means in the model built from it: the field it follows, with its value
 _NONE_MEANS = {
     "attn_dropout": lambda c: f"dropout, {c.dropout}",
+    "ffn_dropout": lambda c: f"dropout, {c.dropout}",
     "n_kv_heads": lambda c: f"n_heads, {c.n_heads}",
     "final_norm": lambda c: f"norm_first, {c.norm_first}",
     "qkv_bias": lambda c: f"bias, {c.bias}",

@@ -93,6 +93,7 @@ def _add_translation(fam) -> None:
     add(
         t,
         "--dropout",
+        "--ffn-dropout",
         "--max-len",
         defaults=entry,
         max_len={"help": "longest sentence in tokens: the model's positions (default 256)"},
@@ -166,6 +167,7 @@ def _add_lm(fam) -> None:
         "--max-len",
         "--batch-size",
         "--dropout",
+        "--ffn-dropout",
         defaults=entry,
         vocab_size={
             "type": int_at_least(4, " (3 special tokens + 1)"),
@@ -213,6 +215,7 @@ def _bert_model_flags(p, entry: dict) -> None:
         "--max-len",
         "--batch-size",
         "--dropout",
+        "--ffn-dropout",
         "--d-model",
         "--n-heads",
         "--d-ff",

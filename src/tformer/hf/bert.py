@@ -192,6 +192,7 @@ def config_from_hf(hf: Mapping, num_labels: int | None = None) -> BertConfig:
         n_segments=hf["type_vocab_size"],
         dropout=hf["hidden_dropout_prob"],
         attn_dropout=hf["attention_probs_dropout_prob"],
+        ffn_dropout=0.0,  # BERT's intermediate layer drops nothing (hidden_dropout_prob after the output dense)
         activation=activation(hf["hidden_act"], "hidden_act"),
         norm_eps=hf["layer_norm_eps"],
         pad_id=0 if pad is None else pad,

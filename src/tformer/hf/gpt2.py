@@ -6,7 +6,8 @@ MLP, biases everywhere, the head tied to the token embedding. What changes on th
 * GPT-2's ``Conv1D`` stores a matrix as (in, out), ``nn.Linear`` as (out, in): every matrix of a block is
   transposed. ``c_attn`` is already the fused (Q, K, V) projection, in our row order;
 * GPT-2 has an embedding and a residual dropout (``embd_pdrop``, ``resid_pdrop``); tformer has one, read from
-  ``resid_pdrop`` and written to both. Only training sees it;
+  ``resid_pdrop`` and written to both. GPT-2's MLP drops nothing inside: a model read from it has ``ffn_dropout``
+  0, and one written to it keeps no ``ffn_dropout`` (config.json has no field for it). Only training sees them;
 * ``activation_function``: ``gelu_new`` / ``gelu_pytorch_tanh`` are our ``gelu_tanh``; ``gelu``, ``relu``,
   ``relu2``, ``silu`` keep their names.
 
@@ -125,6 +126,7 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
         max_len=hf["n_positions"],
         dropout=hf["resid_pdrop"],
         attn_dropout=hf["attn_pdrop"],
+        ffn_dropout=0.0,  # GPT-2's MLP drops nothing inside (resid_pdrop after it)
         activation=activation(hf.get("activation_function", "gelu_new"), "activation_function"),
         norm_eps=hf["layer_norm_epsilon"],
         tie_embeddings=hf.get("tie_word_embeddings", True),

@@ -9,7 +9,8 @@ and quarter-head rotary are ``GPTConfig.parallel_residual`` and ``rope_dim``. Wh
 * ``query_key_value`` is the fused (Q, K, V) projection with its rows grouped by head (H × (Q, K, V) × Dh); tformer's
   ``qkv_proj`` holds all of Q, then K, then V. The rows are regrouped both ways;
 * the head is ``embed_out`` (transformers v4's name, which v5 reads as ``lm_head``); both are read;
-* ``hidden_dropout`` is tformer's residual dropout, ``attention_dropout`` its attention dropout (training only).
+* ``hidden_dropout`` is tformer's residual dropout, ``attention_dropout`` its attention dropout, and the MLP drops
+  nothing inside (``ffn_dropout`` 0; training only).
 
 Refused (one ``ValueError`` naming the field): ``attention_bias=False``, RoPE scaling; in the other direction, a
 GPTConfig that is not this block (see :func:`check`).
@@ -140,6 +141,7 @@ def config_from_hf(hf: Mapping) -> GPTConfig:
         max_len=hf["max_position_embeddings"],
         dropout=float(hf.get("hidden_dropout") or 0.0),
         attn_dropout=float(hf.get("attention_dropout") or 0.0),
+        ffn_dropout=0.0,  # GPT-NeoX's MLP drops nothing inside
         activation=activation(hf.get("hidden_act", "gelu"), "hidden_act"),
         positional="rope",
         rope_base=float(theta),

@@ -22,8 +22,8 @@ Marian is the paper's encoder–decoder with a few fixed choices; they map onto 
   model without one;
 * ``q_proj``, ``k_proj``, ``v_proj`` are concatenated into our fused ``qkv_proj`` (rows Q, K, V);
 * activation ``relu``, ``gelu``, ``gelu_new`` and ``swish``/``silu``;
-* dropouts: ``dropout`` and ``attention_dropout`` map to ours; Marian's ``activation_dropout`` (inside the FFN) is
-  our ``dropout`` there; ``layerdrop`` is not supported. Only training sees them.
+* dropouts: ``dropout``, ``attention_dropout`` and ``activation_dropout`` (inside the FFN) map to our ``dropout``,
+  ``attn_dropout`` and ``ffn_dropout``; ``layerdrop`` is not supported. Only training sees them.
 
 **Generation.** Marian starts the decoder with ``decoder_start_token_id`` (in OPUS-MT the pad token): pass it as
 ``sos_id`` to :func:`tformer.generation.translate_ids` / :func:`~tformer.generation.beam_search`, with
@@ -94,6 +94,7 @@ FIELDS: Fields = {  # every config.json field read here: its kind, and whether n
     "max_position_embeddings": ("count", False),
     "dropout": ("fraction", False),
     "attention_dropout": ("fraction", False),
+    "activation_dropout": ("fraction", True),
     "encoder_layerdrop": ("fraction", True),
     "decoder_layerdrop": ("fraction", True),
     "activation_function": ("str", False),
@@ -113,6 +114,7 @@ CONFIG_NAMES = {  # each Seq2SeqConfig field read from config.json -> that field
     "max_len": "max_position_embeddings",
     "dropout": "dropout",
     "attn_dropout": "attention_dropout",
+    "ffn_dropout": "activation_dropout",
     "activation": "activation_function",
     "scale_embeddings": "scale_embedding",
     "share_embeddings": "share_encoder_decoder_embeddings",
@@ -180,6 +182,7 @@ def config_from_hf(hf: Mapping) -> Seq2SeqConfig:
         d_ff=hf["encoder_ffn_dim"],
         dropout=hf["dropout"],
         attn_dropout=hf["attention_dropout"],
+        ffn_dropout=float(hf.get("activation_dropout") or 0.0),  # (transformers' default: 0)
         activation=activation(hf["activation_function"], "activation_function", MARIAN_ACTIVATIONS),
         norm_first=False,
         final_norm=False,
@@ -261,7 +264,7 @@ def config_to_hf(
         "activation_function": hf_activation(config.activation, MARIAN_ACTIVATIONS),
         "dropout": config.dropout,
         "attention_dropout": config.dropout if config.attn_dropout is None else config.attn_dropout,
-        "activation_dropout": config.dropout,
+        "activation_dropout": config.dropout if config.ffn_dropout is None else config.ffn_dropout,
         "encoder_layerdrop": 0.0,
         "decoder_layerdrop": 0.0,
         "max_position_embeddings": config.max_len,

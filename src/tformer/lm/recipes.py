@@ -102,7 +102,7 @@ def resolve(
     vocab_size: int | None = None,
     max_len: int | None = None,
     dropout: float | None = None,
-    shape: dict[str, int] | None = None,
+    shape: dict[str, float] | None = None,
 ) -> dict:
     """The settings of a run: each given value (not None) wins over the recipe of ``preset``, which wins over
     :data:`DEFAULTS`. ``preset`` is a recipe name or a GPTConfig preset; ``shape``: GPTConfig fields of the model's

@@ -22,7 +22,7 @@ BERT's are a table in their family's module), and holds what is the same for all
   ``config.json`` files still load.
 
 The same idea has the same field name in every family: ``d_model``, ``n_heads``, ``d_ff``,
-``dropout``, ``attn_dropout``, ``activation``, ``norm_first``, ``norm_eps``, ``bias``, ``max_len``,
+``dropout``, ``attn_dropout``, ``ffn_dropout``, ``activation``, ``norm_first``, ``norm_eps``, ``bias``, ``max_len``,
 ``positional``, ``tie_embeddings``, ``pad_id``; ``n_layers`` for a single stack.
 """
 
@@ -84,6 +84,7 @@ class ModelConfig(_NamesItsFields):
     d_ff: int = 2048  # the feed-forward's hidden width
     dropout: float = 0.1
     attn_dropout: float | None = None  # dropout on the attention weights; None = same as dropout
+    ffn_dropout: float | None = None  # dropout on the feed-forward's hidden layer; None = same as dropout; 0 = GPT-2's
     activation: str = "relu"  # of the feed-forward: "relu" (paper) | "gelu" | "gelu_tanh" | "relu2" | "silu"
     norm_first: bool = False  # False = post-LN (paper); True = pre-LN (GPT-2)
     norm_eps: float = 1e-5
@@ -117,7 +118,7 @@ class ModelConfig(_NamesItsFields):
                 f"got d_model={self.d_model}, n_heads={self.n_heads}"
             )
         self.check_choice("activation", sorted(ACTIVATIONS))
-        for name in ("dropout", "attn_dropout"):
+        for name in ("dropout", "attn_dropout", "ffn_dropout"):
             p = getattr(self, name)
             if p is not None and not 0.0 <= p < 1.0:
                 raise ValueError(f"{self._name(name)} must be in [0, 1), got {p}")
@@ -227,6 +228,7 @@ class ModelConfig(_NamesItsFields):
             self.norm_first,
             self.norm_eps,
             self.bias,
+            ffn_dropout=self.ffn_dropout,
             **options,
         )
 
@@ -296,9 +298,10 @@ def unknown_fields(cls: type, unknown: list[str]) -> str:
     return f"{cls.__name__} has no field {'; '.join(said)}{listed}"
 
 
-def shape_given(**fields: int | None) -> dict[str, int]:
+def shape_given(**fields: float | None) -> dict[str, float]:
     """The fields of a model's shape a run was given over its preset's (``d_model=256, n_layers=None`` →
-    ``{"d_model": 256}``): the ``--d-model``, ``--n-heads``, ``--d-ff`` and ``--n-*layers`` flags."""
+    ``{"d_model": 256}``): the ``--d-model``, ``--n-heads``, ``--d-ff``, ``--n-*layers`` and ``--ffn-dropout``
+    flags."""
     return {name: value for name, value in fields.items() if value is not None}
 
 

@@ -135,6 +135,9 @@ class LayerConfig:
     # the feed-forward reads the layer's input, not the attention's sum: x + attn(norm1(x)) + ff(norm3(x)) (GPT-J,
     # GPT-NeoX, Pythia); a decoder layer without cross-attention only
     parallel_residual: bool = False
+    # dropout on the feed-forward's hidden layer; None = same as ``dropout`` (the paper's, nn.Transformer's); 0 = none
+    # there, as GPT-2, BERT and nanoGPT (their residual dropout only)
+    ffn_dropout: float | None = None
 
     def __post_init__(self) -> None:
         check_yes_no_fields(self)  # bias="no" is a true string: refused, not a layer with biases
@@ -149,7 +152,7 @@ class LayerConfig:
             )
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-        for name in ("dropout", "attn_dropout"):
+        for name in ("dropout", "attn_dropout", "ffn_dropout"):
             p = getattr(self, name)
             if p is not None and not 0.0 <= p < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {p}")
@@ -157,6 +160,10 @@ class LayerConfig:
     @property
     def attention_dropout(self) -> float:
         return self.dropout if self.attn_dropout is None else self.attn_dropout
+
+    @property
+    def feed_forward_dropout(self) -> float:
+        return self.dropout if self.ffn_dropout is None else self.ffn_dropout
 
     def attention(self) -> MultiHeadAttention:
         """A new attention module with this layer's options."""
@@ -179,8 +186,8 @@ class LayerConfig:
     def feed_forward(self) -> nn.Module:
         """A new feed-forward module: the paper's MLP or a gated one (:mod:`tformer.nn.feedforward`)."""
         if self.ffn == "mlp":
-            return FeedForward(self.d_model, self.d_ff, self.activation, self.dropout, self.bias)
-        return GatedFeedForward(self.d_model, self.d_ff, self.ffn, self.dropout, self.bias)
+            return FeedForward(self.d_model, self.d_ff, self.activation, self.feed_forward_dropout, self.bias)
+        return GatedFeedForward(self.d_model, self.d_ff, self.ffn, self.feed_forward_dropout, self.bias)
 
     def make_norm(self) -> nn.Module:
         """A new LayerNorm or RMSNorm over d_model."""

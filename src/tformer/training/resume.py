@@ -215,6 +215,7 @@ SHAPE_SETTINGS = (
     "n_encoder_layers",
     "n_decoder_layers",
     "dropout",
+    "ffn_dropout",
     "max_len",
 )
 

@@ -156,6 +156,7 @@ def setup(
     test: float = 0.05,
     bleu_sentences: int = 500,
     dropout: float | None = None,
+    ffn_dropout: float | None = None,
     max_len: int | None = None,
     d_model: int | None = None,
     n_heads: int | None = None,
@@ -182,7 +183,8 @@ def setup(
     ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``epochs``, ``device``, ...;
     :data:`TRAINING` unless given). Under torchrun rank 0 trains the tokenizers and every
     process gets them; with ``resume`` they come from ``OUT/last``. ``d_model``, ``n_heads``, ``d_ff``,
-    ``n_encoder_layers``, ``n_decoder_layers``: the model's shape (None: the preset's).
+    ``n_encoder_layers``, ``n_decoder_layers``: the model's shape, ``ffn_dropout`` inside its feed-forward blocks (None:
+    the preset's).
 
     ``init``: fine-tune this pretrained translator (a tformer run or model, an Opus-MT / Hugging Face Marian
     directory) with its own tokenizers instead of a new model (``preset``, ``vocab_size``, ``joint=False``,
@@ -199,6 +201,7 @@ def setup(
         d_ff=d_ff,
         n_encoder_layers=n_encoder_layers,
         n_decoder_layers=n_decoder_layers,
+        ffn_dropout=ffn_dropout,
     )  # else the preset's
     if lora.r and init is None:
         raise ValueError(f"--lora-r {lora.r} needs --init: LoRA adapts a pretrained model")
@@ -237,7 +240,7 @@ def setup(
         settings["vocab_size"] = saved_settings(out_dir).get("vocab_size", folder_vocab)
     if init is None:
         settings.update(d_model=d_model, n_heads=n_heads, d_ff=d_ff)  # the shape; None: the preset's
-        settings.update(n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers)
+        settings.update(n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers, ffn_dropout=ffn_dropout)
     else:
         settings = {k: v for k, v in settings.items() if k not in ("preset", "vocab_size", "dropout", "max_len")}
         lora_settings = dict(lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_targets=lora.targets)
