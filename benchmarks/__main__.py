@@ -20,6 +20,7 @@ BENCHMARKS = {
     "optimizer_step": "one optimizer step of the Multi30k hour's model: fused AdamW vs --optimizer muon (Muon + AdamW)",
     "attention_precision": "a bf16 training step of the char LM recipes: attention in float32 vs PyTorch's bf16 kernel",
     "lm_step": "Tiny Shakespeare recipe's training step: tanh vs exact GELU, Python-loop vs fused AdamW",
+    "compile_step": "a CPU training step of the 30-minute char LM recipe: eager vs --compile, with and without dropout",
     "lm_shakespeare": "Tiny Shakespeare char-level validation loss within 1.5 / 6 / 30 minutes (vs nanoGPT's CPU recipe)",
     "lm_recipes": "two Tiny Shakespeare recipes side by side at equal CPU time (today's vs the Llama-style options)",
     "bert_pretrain": "MLM and NSP accuracy on held-out text after N minutes of pretraining, with chance baselines",

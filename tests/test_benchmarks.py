@@ -114,6 +114,11 @@ CASES = {
             }
         },
     ),
+    "compile_step": (
+        [],
+        None,
+        {"shakespeare-char-30min": {"eager", "compiled", "eager, no dropout", "compiled, no dropout"}},
+    ),
     "lm_step": (
         [],
         None,

@@ -48,6 +48,8 @@ def test_fsdp_matches_one_process(tmp_path, family):
     extra = ["--compile"] if family == "lm" else []  # FSDP2 under torch.compile too
     out = ddp._torchrun([*args, "--out", "two", "--accum-steps", "1", "--fsdp", *extra], tmp_path, entry=PROBE)
     assert out.count("done: step 4") == 1
+    if extra:  # a compiled run on the CPU is told what the compiler costs there (benchmarks.compile_step)
+        assert out.count("then run compiled; on the CPU slower with dropout or in bf16") == 1
     # rank 0 built the model whole on the CPU; rank 1 on the meta device, and got only its shards' memory
     built = [json.loads((tmp_path / f"fsdp-rank{rank}.json").read_text()) for rank in (0, 1)]
     assert built[0] == {"before": ["cpu"], "after": ["cpu"], "whole_copy": True}

@@ -209,8 +209,9 @@ FLAGS: dict[str, Flag] = {
         off="--progress",
     ),
     "--compile": Flag(
-        "torch.compile the model for the training steps: slower to start (the first steps compile), faster after, "
-        "mostly on GPUs; the model saved is the plain one",
+        "torch.compile the model for the training steps: slower to start (the first steps compile), faster after "
+        "on GPUs; on the CPU faster only in float32 without dropout, slower with dropout or in bf16 (python -m "
+        "benchmarks.compile_step); the model saved is the plain one",
         action="store_true",
         off="--no-compile",
     ),

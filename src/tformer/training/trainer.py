@@ -340,8 +340,9 @@ class Trainer(BadSteps, RunState, Evaluation):
         self.say(str(self.precision))  # what runs, and why (auto's choice for this machine)
         if self.tf32:
             self.say("float32 matrix products: TF32 on the GPU's tensor cores (for this run)")
-        if self.cfg.compile:
-            self.say("torch.compile: the first steps compile the model (a minute or more), then run compiled")
+        if self.cfg.compile:  # (on the CPU: docs/benchmarks.md, "--compile on the CPU")
+            cpu = "; on the CPU slower with dropout or in bf16" if torch.device(self.device).type == "cpu" else ""
+            self.say(f"torch.compile: the first steps compile the model (a minute or more), then run compiled{cpu}")
         steps = self.cfg.max_steps or 0  # warmup is a few % of the run (as nanoGPT's): one that never ends is said
         short = self.cfg.warmup_steps >= steps > self.step  # (max_steps 0 or None: no last step to look at)
         peak = self.cfg.lr * lr_factor(steps - 1, self.cfg) if short else self.cfg.lr
