@@ -68,7 +68,8 @@ def _attention_candidate(name: str, kernel, shape: tuple[int, ...], calls: int, 
     return Candidate(name, run, extra={"shape": list(shape)})
 
 
-def _model(recipe_name: str, quick: bool):
+def _model(recipe_name: str, quick: bool, **fields):
+    """The recipe's model (``fields``: GPTConfig fields over it, as ``dropout=0.0``), the Trainer's CPU fast paths."""
     from tformer.fast import speed_up
     from tformer.lm import RECIPES as LM_RECIPES
     from tformer.models.gpt import GPT, GPTConfig
@@ -78,7 +79,7 @@ def _model(recipe_name: str, quick: bool):
     if quick:
         model.update(d_model=32, n_heads=4, n_layers=1, d_ff=64)
         t, b = 16, 2
-    config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, vocab_multiple=64, **model)
+    config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, vocab_multiple=64, **(model | fields))
     return speed_up(GPT(config).train()), b, t
 
 

@@ -26,27 +26,8 @@ import copy
 
 import torch
 
-from benchmarks.attention_precision import _candidate
+from benchmarks.attention_precision import _candidate, _model
 from benchmarks.common import base_parser, compare, machine_info, session, write_report
-from benchmarks.lm_step import PAD, VOCAB  # Tiny Shakespeare's 68 ids; <pad> = 1
-
-
-def _model(recipe_name: str, quick: bool, dropout: float | None):
-    from tformer.fast import speed_up
-    from tformer.lm import RECIPES
-    from tformer.models.gpt import GPT, GPTConfig
-
-    if recipe_name not in RECIPES:
-        raise ValueError(f"--recipes takes names of {sorted(RECIPES)}, got {recipe_name!r}")
-    recipe = RECIPES[recipe_name]
-    model, t, b = dict(recipe["model"]), recipe["max_len"], recipe["batch_size"]
-    if quick:
-        model.update(d_model=32, n_heads=4, n_layers=1, d_ff=64)
-        t, b = 16, 2
-    if dropout is not None:
-        model["dropout"] = dropout
-    config = GPTConfig.preset("tiny", vocab_size=VOCAB, pad_id=PAD, max_len=t, vocab_multiple=64, **model)
-    return speed_up(GPT(config).train()), b, t
 
 
 def main(argv=None) -> dict:
@@ -55,6 +36,11 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=10, help="training steps per timed call")
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16", help="bf16 autocast or float32")
     args = p.parse_args(argv)
+    from tformer.lm import RECIPES
+
+    for name in args.recipes:
+        if name not in RECIPES:
+            p.error(f"--recipes takes names of {sorted(RECIPES)}, got {name!r}")
     steps = 1 if args.quick else args.steps
     autocast = args.precision == "bf16"
     results = {}
@@ -63,9 +49,9 @@ def main(argv=None) -> dict:
             args.warmup = max(args.warmup, 1)  # the first call compiles
         for name in args.recipes:
             candidates = []
-            for label, dropout in (("", None), (", no dropout", 0.0)):
+            for label, fields in (("", {}), (", no dropout", {"dropout": 0.0})):
                 torch.manual_seed(args.seed)
-                base, b, t = _model(name, args.quick, dropout)
+                base, b, t = _model(name, args.quick, **fields)
                 compiled = torch.compile(copy.deepcopy(base))
                 candidates.append(_candidate(f"eager{label}", base, autocast, b, t, steps, args.seed))
                 candidates.append(_candidate(f"compiled{label}", compiled, autocast, b, t, steps, args.seed))
