@@ -92,3 +92,26 @@ def test_each_logged_learning_rate_is_the_one_its_step_used(tmp_path, words_txt)
     assert sorted(logged) == [1, 2, 3, 4, 5, 6]
     assert logged == {s: pytest.approx(1e-3 * lr_factor(s - 1, trainer.cfg)) for s in logged}
     assert logged[1] == pytest.approx(1e-3 / 2)  # warmup's first step: half the rate (--warmup-steps 2)
+
+
+def test_min_lr_ratio_sets_where_the_cosine_decay_ends_and_a_resume_keeps_it(tmp_path, words_txt, capsys):
+    """``--min-lr-ratio R`` (nanoGPT's ``min_lr / lr``): the last step of a cosine run trains at ``lr × R`` (0: at
+    zero); out of range it is refused naming the flag; a resume that changes it is refused like ``--lr``."""
+    import json
+
+    args = [
+        "train", "lm", "--data", str(words_txt), "--out", str(tmp_path / "r"), "--preset", "tiny", "--max-len", "16",
+        "--batch-size", "4", "--batches-per-epoch", "4", "--eval-blocks", "4", "--no-progress", "--schedule",
+        "cosine", "--warmup-steps", "1", "--precision", "fp32", "--lr", "1e-3", "--log-every", "1",
+    ]  # fmt: skip
+    assert main([*args, "--max-steps", "5", "--min-lr-ratio", "0.25"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "r" / "log.jsonl").read_text().splitlines()]
+    logged = {r["step"]: r["lr"] for r in records if "lr" in r}
+    assert logged[5] == pytest.approx(1e-3 * 0.25) and logged[3] == pytest.approx(1e-3 * (0.25 + 0.75 * 0.5))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as bad:
+        main([*args, "--out", str(tmp_path / "bad"), "--max-steps", "5", "--min-lr-ratio", "1.5"])
+    assert bad.value.code == 2 and "--min-lr-ratio" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    assert main([*args, "--max-steps", "8", "--min-lr-ratio", "0", "--resume"]) != 0
+    said = capsys.readouterr()
+    assert "--min-lr-ratio" in said.err + said.out, said

@@ -146,6 +146,9 @@ FLAGS: dict[str, Flag] = {
         choices=("inverse_sqrt", "cosine", "constant"),
     ),
     "--warmup-steps": Flag("optimizer steps of linear warmup", v.non_negative_int),
+    "--min-lr-ratio": Flag(
+        "where --schedule cosine ends, as a fraction of --lr (nanoGPT's min_lr / lr; 0 decays to zero)", v.ratio
+    ),
     "--weight-decay": Flag("decoupled weight decay of the matrices (AdamW's, and Muon's)", v.non_negative_float),
     "--optimizer": Flag("adamw, or muon: Muon on the layers' matrices, AdamW on the rest", choices=("adamw", "muon")),
     "--clip": Flag("max gradient norm (0 = off)", v.non_negative_float),
@@ -303,6 +306,7 @@ TRAINING_FLAGS = (
     "--lr",
     "--schedule",
     "--warmup-steps",
+    "--min-lr-ratio",
     "--weight-decay",
     "--optimizer",
     "--clip",

@@ -71,7 +71,7 @@ REPORTED_FIELDS: tuple[str, ...] = (
     "fsdp",
     "compile",
 )
-_NO_FLAG = ("min_lr_ratio", "betas")
+_NO_FLAG = ("betas",)
 # the budget a resume may change, as numbers: what it writes into OUT/config.yaml (_refresh_config)
 _BUDGET_NUMBERS = ("max_steps", "epochs", "minutes", "eval_every", "log_every", "max_bad_steps", "patience",
                    "keep_checkpoints")  # fmt: skip
