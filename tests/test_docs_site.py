@@ -109,7 +109,9 @@ def test_the_lessons_that_should_embed_the_explorer_do(site):
 
 
 # no site: one case, which the browser fixture skips (or fails under CI) saying why, not pytest's empty parameter set
-@pytest.mark.parametrize("page", _embedding_pages() or [None], ids=lambda p: f"{p.parent.name}/{p.stem}" if p else "site")
+@pytest.mark.parametrize(
+    "page", _embedding_pages() or [None], ids=lambda p: f"{p.parent.name}/{p.stem}" if p else "site"
+)
 def test_embedded_explorer_draws_offline(browser, page):
     network_requests(browser)  # forget earlier pages' requests
     console_errors(browser)
