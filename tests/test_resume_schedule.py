@@ -65,12 +65,17 @@ def test_a_larger_max_steps_on_resume_says_the_new_decay_with_both_learning_rate
     assert NOTE not in capsys.readouterr().err and _lr(resumed) == saved_lr
 
 
-def test_the_cli_says_the_changed_decay_in_one_line_on_stderr(tmp_path, words_txt, capsys):
-    args = [
-        "train", "lm", "--data", str(words_txt), "--out", str(tmp_path / "r"), "--preset", "tiny", "--max-len", "16",
+def _cli(words_txt, out) -> list[str]:
+    """``tformer train lm`` of a tiny cosine run into ``out`` (the budget and the rest added by each test)."""
+    return [
+        "train", "lm", "--data", str(words_txt), "--out", str(out), "--preset", "tiny", "--max-len", "16",
         "--batch-size", "4", "--batches-per-epoch", "4", "--eval-blocks", "4", "--no-progress", "--schedule",
         "cosine", "--warmup-steps", "1", "--precision", "fp32", "--lr", "1e-3",
     ]  # fmt: skip
+
+
+def test_the_cli_says_the_changed_decay_in_one_line_on_stderr(tmp_path, words_txt, capsys):
+    args = _cli(words_txt, tmp_path / "r")
     assert main([*args, "--max-steps", "4"]) == 0
     capsys.readouterr()
     assert main([*args, "--max-steps", "8", "--resume"]) == 0
@@ -99,11 +104,7 @@ def test_min_lr_ratio_sets_where_the_cosine_decay_ends_and_a_resume_keeps_it(tmp
     zero); out of range it is refused naming the flag; a resume that changes it is refused like ``--lr``."""
     import json
 
-    args = [
-        "train", "lm", "--data", str(words_txt), "--out", str(tmp_path / "r"), "--preset", "tiny", "--max-len", "16",
-        "--batch-size", "4", "--batches-per-epoch", "4", "--eval-blocks", "4", "--no-progress", "--schedule",
-        "cosine", "--warmup-steps", "1", "--precision", "fp32", "--lr", "1e-3", "--log-every", "1",
-    ]  # fmt: skip
+    args = [*_cli(words_txt, tmp_path / "r"), "--log-every", "1"]
     assert main([*args, "--max-steps", "5", "--min-lr-ratio", "0.25"]) == 0
     records = [json.loads(line) for line in (tmp_path / "r" / "log.jsonl").read_text().splitlines()]
     logged = {r["step"]: r["lr"] for r in records if "lr" in r}
