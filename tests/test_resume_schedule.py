@@ -15,7 +15,8 @@ import pytest
 
 from tformer import lm
 from tformer.cli import main
-from tformer.training.config import lr_factor
+from tformer.checks import BadValue
+from tformer.training.config import TrainConfig, lr_factor
 
 NOTE = "note: the cosine decay now ends"
 
@@ -116,3 +117,18 @@ def test_min_lr_ratio_sets_where_the_cosine_decay_ends_and_a_resume_keeps_it(tmp
     assert main([*args, "--max-steps", "8", "--min-lr-ratio", "0", "--resume"]) != 0
     said = capsys.readouterr()
     assert "--min-lr-ratio" in said.err + said.out, said
+
+
+@pytest.mark.parametrize("schedule", ["constant", "inverse_sqrt"])
+def test_min_lr_ratio_without_a_cosine_schedule_is_refused(tmp_path, words_txt, capsys, schedule):
+    """``--min-lr-ratio`` sets where the cosine decay ends; with a schedule that has no such end it would do nothing,
+    so it is refused naming both flags, before anything is written (Hugging Face's ``min_lr`` is likewise an argument
+    of its cosine schedule alone). The default (the flag left out) is no setting and trains as before."""
+    out = tmp_path / "r"
+    assert main([*_cli(words_txt, out), "--schedule", schedule, "--max-steps", "2", "--min-lr-ratio", "0"]) != 0
+    said = capsys.readouterr()
+    assert "--min-lr-ratio" in said.err and f"--schedule {schedule}" in said.err and not out.exists(), said
+    assert "Traceback" not in said.err
+    with pytest.raises(BadValue, match="min_lr_ratio=0.5"):
+        TrainConfig(out_dir=str(out), schedule=schedule, max_steps=2, min_lr_ratio=0.5)
+    assert main([*_cli(words_txt, out), "--schedule", schedule, "--max-steps", "2"]) == 0

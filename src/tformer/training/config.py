@@ -36,6 +36,7 @@ __all__ = [
 
 
 _BETA = Number(float, 0, 1, high_open=True)  # each of AdamW's betas
+_MIN_LR_RATIO = 0.1  # where the cosine decay ends by default (nanoGPT's min_lr = lr / 10)
 
 # what a training run accepts for precision (int8 is for inference only: training keeps float weights)
 TRAINING_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -47,7 +48,7 @@ class TrainConfig:
     lr: float = 5e-4
     schedule: str = "inverse_sqrt"  # "inverse_sqrt" (the paper) | "cosine" | "constant"
     warmup_steps: int = 400
-    min_lr_ratio: float = 0.1  # cosine decays to lr × min_lr_ratio
+    min_lr_ratio: float = _MIN_LR_RATIO  # cosine decays to lr × min_lr_ratio (only cosine has an end to set)
     weight_decay: float = 0.01
     optimizer: str = "adamw"  # "adamw" | "muon" (Muon on the layers' weight matrices, AdamW on the rest: optimizers)
     betas: tuple[float, float] = (0.9, 0.98)
@@ -117,6 +118,12 @@ class TrainConfig:
             )
         if self.schedule not in ("inverse_sqrt", "cosine", "constant"):
             raise ValueError(f"schedule must be 'inverse_sqrt', 'cosine' or 'constant', got {self.schedule!r}")
+        if self.schedule != "cosine" and self.min_lr_ratio != _MIN_LR_RATIO:  # a setting that would do nothing
+            raise BadValue(
+                f"min_lr_ratio={self.min_lr_ratio:g} (--min-lr-ratio) sets where the cosine schedule ends, and "
+                f"schedule={self.schedule!r} (--schedule {self.schedule}) has no decay to end: give --schedule cosine, "
+                "or leave --min-lr-ratio out"
+            )
         if self.epochs is None and self.max_steps is None and self.minutes is None:
             raise ValueError("give at least one of epochs, max_steps or minutes (--epochs, --max-steps, --minutes)")
         if self.schedule == "cosine" and self.max_steps is None and self.minutes is None:
