@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 
 from tformer import lm
-from tformer.cli import main
 from tformer.checks import BadValue
+from tformer.cli import main
 from tformer.training.config import TrainConfig, lr_factor
 
 NOTE = "note: the cosine decay now ends"
