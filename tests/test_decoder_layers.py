@@ -1,5 +1,6 @@
 """The layer-level options of today's decoders (issue 24): RoPE scaling, ``head_dim``, per-layer windows and RoPE
-bases (Gemma 3's local:global pattern), sandwich norms, norms without a scale, scaled embeddings, the attention scale.
+bases (Gemma 3's local:global pattern), sandwich norms, norms without a scale, scaled embeddings, the attention scale,
+token shift.
 
 The RoPE frequencies are checked against ``transformers``' own functions (``ROPE_INIT_FUNCTIONS``); the rest against
 the formula written out, or against an equivalent model built another way.
@@ -14,6 +15,7 @@ from tformer import GPT, GPTConfig
 from tformer.nn.attention import reference_attention, scaled_dot_product_attention
 from tformer.nn.layers import AddNorm, LayerConfig
 from tformer.nn.positional import apply_rotary, rope_frequencies, rotary_tables
+from tformer.nn.shift import shift_tokens
 
 VOCAB = 40
 LLAMA3 = dict(
@@ -131,6 +133,10 @@ def test_head_dim_follows_d_model_and_n_heads_unless_set_apart():
         (dict(positional="rope", rope_dim=3), "rope_dim must be None or an even number of dims in"),
         (dict(positional="rope", rope_dim=18), r"rope_dim must be None or an even number of dims in \[2, head_dim=16"),
         (dict(rope_dim=4), "rope_dim .* with positional='rope'"),
+        (dict(shift_tokens=1, norm_first=False), "shift_tokens needs norm_first=True"),
+        (dict(shift_tokens=-1), "shift_tokens must be a whole number >= 0"),
+        (dict(shift_tokens=1.5), "shift_tokens"),
+        (dict(shift_tokens=64), "shift_tokens must be below d_model=64"),
     ],
 )
 def test_the_config_names_the_field(change, message):
@@ -238,6 +244,95 @@ def test_the_attention_scale_replaces_one_over_root_dh_in_both_paths(scale):
     assert torch.allclose(scaled_dot_product_attention(q, k, v, mask, scale=scale), expected, atol=1e-6)
     model = _gpt(attn_scale=scale)
     assert model.decoder.layers[0].self_attn.scale == scale
+
+
+# ------------------------------------------------------------------------------------------------ token shift
+
+
+def test_shift_tokens_takes_feature_group_i_from_i_positions_back():
+    x = torch.randn(2, 6, 11)
+    one = shift_tokens(x, 1)  # 5 + 5 features, 1 left over
+    assert torch.equal(one[..., :5], x[..., :5]) and torch.equal(one[..., 10:], x[..., 10:])
+    assert torch.equal(one[:, 1:, 5:10], x[:, :-1, 5:10]) and not one[:, 0, 5:10].any()
+    two = shift_tokens(x, 2)  # 3 + 3 + 3, 2 left over
+    assert torch.equal(two[:, 1:, 3:6], x[:, :-1, 3:6]) and torch.equal(two[:, 2:, 6:9], x[:, :-2, 6:9])
+    assert not two[:, :2, 6:9].any() and torch.equal(two[..., 9:], x[..., 9:])
+    real = torch.tensor([[False, True, True, True, True, True]] * 2)
+    padded = shift_tokens(x, 1, real)  # the padding reads as zeros to the position after it, itself unchanged
+    assert (
+        not padded[:, 1, 5:10].any() and torch.equal(padded[:, 0], one[:, 0]) and torch.equal(padded[:, 2:], one[:, 2:])
+    )
+
+
+def test_a_token_shifted_sub_layer_reads_the_shifted_norm_and_stays_causal():
+    model = _gpt(shift_tokens=1, positional="rope", norm="rmsnorm", ffn="swiglu")
+    add_norm = model.decoder.layers[1].add_norm3
+    read = []
+    handle = add_norm.hook_shifted.register_forward_hook(lambda m, args, out: read.append(out))
+    normed = []
+    handle2 = add_norm.hook_norm.register_forward_hook(lambda m, args, out: normed.append(out))
+    ids = torch.randint(0, VOCAB, (2, 9))
+    with torch.no_grad():
+        logits = model(ids)
+    handle.remove(), handle2.remove()
+    assert torch.equal(read[0], shift_tokens(normed[0], 1))  # the feed-forward reads the shifted norm
+    changed = ids.clone()
+    changed[:, 5] = (changed[:, 5] + 1) % VOCAB
+    with torch.no_grad():
+        other = model(changed)
+    assert torch.equal(other[:, :5], logits[:, :5]) and not torch.allclose(other[:, 5:], logits[:, 5:])
+    from tformer.inspection import trace
+
+    formulas = [e.note for e in trace(model, ids[:1]).entries if e.stage == "add_norm"]
+    assert formulas and all(f.startswith("x + sublayer(token_shift(RMSNorm(x), 1))") for f in formulas), formulas
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_a_token_shifted_model_decodes_with_its_cache_as_the_full_pass(kind):
+    """A prompt of 4, then one position at a time: each cache keeps the positions every shifted sub-layer read last,
+    so the steps' logits are the full pass's; a left-padded row gives its own logits unpadded."""
+    from tformer.generation.static_cache import StaticKVCache
+
+    model = _gpt(shift_tokens=2, positional="rope", parallel_residual=True)
+    ids = torch.randint(0, VOCAB, (3, 12))
+    with torch.no_grad():
+        full = model(ids)
+        cache = model.new_cache() if kind == "dynamic" else StaticKVCache.for_model(model, 16)
+        steps = [model(ids[:, :4], cache=cache)] + [model(ids[:, t : t + 1], cache=cache) for t in range(4, 12)]
+        assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+        row, pad = ids[:1, 3:], torch.zeros(1, 3, dtype=torch.long)
+        real = torch.tensor([[False] * 3 + [True] * 9])
+        positions = torch.cat([torch.zeros(3, dtype=torch.long), torch.arange(9)])[None]
+        padded = model(torch.cat([pad, row], 1), attention_mask=real, positions=positions)[:, 3:]
+    assert (padded - model(row)).abs().max() <= 1e-5
+
+
+def test_a_token_shifted_model_generates_each_prompts_own_text_in_a_batch():
+    """Left padding, and a row that stops early (the cache's rows reordered, the shifted positions with them): each
+    prompt gets the text it gets alone, which is the course notes' loop over the whole text."""
+    from tformer.generation import generate_lm
+
+    model = _gpt(shift_tokens=1, positional="rope", tie_embeddings=False)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13]]
+    alone = [generate_lm(model, [p], 20, eos_id=-1)[0] for p in prompts]
+    assert generate_lm(model, prompts, 20, eos_id=-1) == alone
+    stopped = generate_lm(model, prompts, 20, eos_id=-1, stop=lambda step, ids: [step >= 4, False])
+    assert stopped[0] == alone[0][:5] and stopped[1] == alone[1]
+    ids = torch.tensor([prompts[1]])
+    with torch.no_grad():
+        for _ in range(20):
+            ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert ids[0, 2:].tolist() == alone[1]
+
+
+def test_token_shift_is_a_decoder_only_layers():
+    from tformer.nn.layers import DecoderLayer, EncoderLayer
+
+    config = LayerConfig(16, 2, 32, norm_first=True, shift_tokens=1)
+    with pytest.raises(ValueError, match="shift_tokens is a decoder-only layer's"):
+        DecoderLayer(config, cross_attention=True)
+    with pytest.raises(ValueError, match="shift_tokens is a decoder-only layer's"):
+        EncoderLayer(config)
 
 
 # ------------------------------------------------------------------------------- a cache that forgets

@@ -173,6 +173,7 @@ def test_default_format_is_tformers_own(tmp_path):
         (GEMMA | dict(norm_scale=False), "norm_scale"),
         (LLAMA | dict(embed_scale=True), "embed_scale"),
         (LLAMA | dict(norm_weight_offset=1.0), "norm_weight_offset"),
+        (LLAMA | dict(shift_tokens=1), "shift_tokens"),  # tformer's own (x-transformers')
     ],
 )
 def test_config_without_hf_layout_refused(tmp_path, fields, field):

@@ -1,7 +1,8 @@
 """The model's shape from the command line (issue 49: a recipe's model size in its file): ``--d-model``,
 ``--n-heads``, ``--d-ff``, ``--n-layers`` (``--n-encoder-layers``, ``--n-decoder-layers`` for translation) and
-``--ffn-dropout`` set those fields of the new model over its preset's, go into ``OUT/config.yaml``, and a change on ``--resume`` is refused, as
-is a shape no model can take, before anything is written."""
+``--ffn-dropout`` (``--shift-tokens`` for a GPT) set those fields of the new model over its preset's, go into
+``OUT/config.yaml``, and a change on ``--resume`` is refused, as is a shape no model can take, before anything is
+written."""
 
 import json
 from pathlib import Path
@@ -111,6 +112,24 @@ def test_ffn_dropout_sets_the_feed_forwards_own_rate_and_a_resume_keeps_it(tmp_p
     capsys.readouterr()
     assert main([*args, "--ffn-dropout", "0.1", "--max-steps", "2", "--no-progress", "--resume"]) == 2
     assert "--ffn-dropout 0.1 (the run: 0)" in capsys.readouterr().err
+
+
+def test_shift_tokens_builds_a_token_shifted_lm_that_generates_and_a_resume_keeps_it(tmp_path, text, capsys):
+    """``--shift-tokens 1`` (GPTConfig.shift_tokens): in the model and ``OUT/config.yaml``; the model generates from
+    its directory; another value on ``--resume`` is refused; ``--shift-tokens -1`` is refused before a run is made."""
+    out = tmp_path / "lm"
+    args = ["train", "lm", "--data", str(text), "--out", str(out), "--preset", "shakespeare-char-30min", *EXTRA["lm"]]
+    assert main([*args, "--shift-tokens", "1", *QUICK]) == 0
+    assert _config(out)["shift_tokens"] == 1 and yaml.safe_load((out / "config.yaml").read_text())["shift-tokens"] == 1
+    capsys.readouterr()
+    assert main(["generate", "--model", str(out), "--max-new-tokens", "5", "--prompt", "the cat", "--greedy"]) == 0
+    assert capsys.readouterr().out.startswith("the cat")
+    assert main([*args, "--shift-tokens", "2", "--max-steps", "2", "--no-progress", "--resume"]) == 2
+    assert "--shift-tokens 2 (the run: 1)" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    assert _code(["train", "lm", "--data", str(text), "--out", str(bad), "--shift-tokens", "-1", *QUICK]) == 2
+    err = capsys.readouterr().err
+    assert "--shift-tokens" in err and "Traceback" not in err and not bad.exists()
 
 
 def _code(args) -> int:

@@ -1,7 +1,7 @@
 """Decoding on a static KV cache with a compiled step (tformer.generation.static, tformer.generation.static_cache): the same
 logits step by step and the same tokens as today's loop for every family (GPT-2's block, a Llama block with RoPE and
-grouped-query attention, a Gemma-3-like one with sliding-window layers, the encoder–decoder), greedy, sampled with a
-seed, beam search, left-padded prompts, rows that finish early, a window that slides past the context; uncompiled and
+grouped-query attention, a Gemma-3-like one with sliding-window layers, a token-shifted one, the encoder–decoder),
+greedy, sampled with a seed, beam search, left-padded prompts, rows that finish early, a window that slides past the context; uncompiled and
 compiled (``fullgraph=True``: no graph break), the step compiled once over all the steps of several calls; and
 ``--compile`` on ``tformer generate`` and ``tformer translate``."""
 
@@ -33,6 +33,7 @@ FAMILIES = {
     "gemma3": dict(
         positional="rope", n_kv_heads=1, sliding_window=5, sliding_window_pattern=2, rope_local_base=100.0, qk_norm=True
     ),
+    "shift": dict(positional="rope", norm="rmsnorm", ffn="swiglu", bias=False, shift_tokens=2),  # (tformer.nn.shift)
 }
 PROMPTS = [[5, 9, 3, 17, 22, 8, 30], [7, 1, 12], [12], [3, 3, 14, 15, 9]]  # left padding in every batch
 

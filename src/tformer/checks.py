@@ -250,6 +250,7 @@ SETTINGS: dict[str, Check] = {
     "max_len": positive_int,
     "dropout": fraction,
     "ffn_dropout": fraction,
+    "shift_tokens": non_negative_int,
     "d_model": positive_int,  # the model's shape (a config field each), over the preset's
     "n_heads": positive_int,
     "d_ff": positive_int,

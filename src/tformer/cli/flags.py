@@ -84,6 +84,12 @@ FLAGS: dict[str, Flag] = {
         "0: none there, as GPT-2 and nanoGPT)",
         v.fraction,
     ),
+    "--shift-tokens": Flag(
+        "each layer also reads the last N positions, through feature group i of N + 1 taken from i positions back "
+        "(x-transformers' shift_tokens, RWKV's token shift; GPTConfig.shift_tokens; no Hugging Face layout has it) "
+        "(default: the preset's; 0: none)",
+        v.non_negative_int,
+    ),
     # the model's shape, one config field each, over the preset's (a recipe's model size in one line of its file)
     "--d-model": Flag("width of the model: its embeddings and residual stream (default: the preset's)", v.positive_int),
     "--n-heads": Flag("attention heads per layer; they divide --d-model (default: the preset's)", v.positive_int),

@@ -168,6 +168,7 @@ def _add_lm(fam) -> None:
         "--batch-size",
         "--dropout",
         "--ffn-dropout",
+        "--shift-tokens",
         defaults=entry,
         vocab_size={
             "type": int_at_least(4, " (3 special tokens + 1)"),

@@ -59,6 +59,7 @@ class StaticLayerKV:
         self.v: torch.Tensor | None = None  # (B, Hkv, C, Dh)
         self.cross_k: torch.Tensor | None = None  # (B, Hkv, S, Dh)
         self.cross_v: torch.Tensor | None = None  # (B, Hkv, S, Dh)
+        self.shifted: dict[int, torch.Tensor] = {}  # token shift: sub-layer → the last n positions it read (B, n, D)
 
     def update(
         self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool
@@ -78,6 +79,16 @@ class StaticLayerKV:
         self.k.index_copy_(2, slots, k)
         self.v.index_copy_(2, slots, v)
         return self.k, self.v  # (B, Hkv, C, Dh) each
+
+    def carry(self, key: int, x: torch.Tensor, n: int) -> torch.Tensor:
+        """The cache protocol's token shift (:mod:`tformer.nn.shift`): ``x`` (B, T, D) after the last ``n`` positions
+        sub-layer ``key`` read, (B, n + T, D); those ``n`` are kept in a buffer made once (zeros: the start)."""
+        before = self.shifted.get(key)
+        if before is None:
+            before = self.shifted[key] = _static(x.new_zeros(x.shape[0], n, x.shape[2]))  # (B, n, D)
+        history = torch.cat([before, x], dim=1)  # (B, n + T, D): a new tensor, so the buffer can take its end
+        before.copy_(history[:, -n:])
+        return history
 
     @property
     def mask(self) -> torch.Tensor:
@@ -163,6 +174,8 @@ class StaticKVCache:
             self.real.fill_(True)
         for layer in self.layers:
             layer.cross_k = layer.cross_v = None
+            for before in layer.shifted.values():
+                before.zero_()  # token shift: nothing before the next prefill
 
     def reorder(self, index: torch.Tensor, length: int | None = None) -> None:
         """Row i takes the keys/values of row ``index[i]`` (B,), in place: the buffers keep their addresses (beam
@@ -173,6 +186,8 @@ class StaticKVCache:
                 if buffer is not None:
                     filled = buffer if length is None else buffer.narrow(2, 0, length)  # (B, Hkv, L, Dh)
                     filled.copy_(filled.index_select(0, index))
+            for before in layer.shifted.values():
+                before.copy_(before.index_select(0, index))
         if self.real is not None:
             self.real.copy_(self.real.index_select(0, index))
 

@@ -324,10 +324,17 @@ GEMMA_FIELDS = (
 NEOX_FIELDS = ("parallel_residual", "rope_dim")
 
 
+# GPTConfig fields no Hugging Face decoder has (x-transformers' and RWKV's ideas, tformer's own in this form)
+TFORMER_FIELDS = ("shift_tokens",)
+
+
 def check_decoder(config: Any, gemma: bool = False, neox: bool = False) -> None:
     """What every decoder layout needs of a GPTConfig: pre-LN with a final norm, RoPE scaling only with RoPE, and
-    (unless ``gemma``) Gemma's fields at their defaults, (unless ``neox``) GPT-NeoX's."""
+    (unless ``gemma``) Gemma's fields at their defaults, (unless ``neox``) GPT-NeoX's; tformer's own at theirs."""
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for field in TFORMER_FIELDS:
+        if field in defaults and getattr(config, field) != defaults[field]:
+            raise refuse(config, field, f"no Hugging Face decoder has it (tformer.nn.shift); only {defaults[field]!r}")
     for field in () if neox else NEOX_FIELDS:
         if field in defaults and getattr(config, field) != defaults[field]:
             raise refuse(config, field, f"only GPT-NeoX's block (RoPE with an MLP) has it; only {defaults[field]!r}")

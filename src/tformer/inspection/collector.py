@@ -87,12 +87,14 @@ class Collector:
             self._attention(m, owner, block, layer, {p: captured.get(f"{owner}.hook_{p}") for p in _ATTENTION})
         elif isinstance(m, AddNorm) and point == ("hook_residual" if m.norm_first else "hook_norm"):
             norm = type(m.norm).__name__  # LayerNorm or RMSNorm
-            formula = f"x + sublayer({norm}(x))" if m.norm_first else f"{norm}(x + sublayer(x))"
+            read = f"{norm}(x)" if not m.shift else f"token_shift({norm}(x), {m.shift})"  # (tformer.nn.shift)
+            formula = f"x + sublayer({read})" if m.norm_first else f"{norm}(x + sublayer(x))"
             if m.post_norm is not None:  # sandwich (Gemma 2/3): the sub-layer's output is normed too
-                formula = f"x + {norm}(sublayer({norm}(x)))"
+                formula = f"x + {norm}(sublayer({read}))"
             parent = self.modules.get(owner.rsplit(".", 1)[0])
             if getattr(parent, "parallel", False) and owner.endswith("add_norm3"):  # GPT-NeoX's parallel residual
-                formula = f"x + sublayer({norm}(the layer's input)), x = add_norm1's sum"
+                inner = read.replace("(x)", "(the layer's input)")
+                formula = f"x + sublayer({inner}), x = add_norm1's sum"
             add("add_norm", t, BTD, owner, f"{formula} [{self._sublayer(owner)}]")
         elif isinstance(m, FeedForward) and point == "hook_out":
             add("ffn", t, BTD, owner, f"Linear(D, F) → {self.activation} → Linear(F, D)")

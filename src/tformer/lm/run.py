@@ -91,6 +91,7 @@ def setup(
     batch_size: int | None = None,
     dropout: float | None = None,
     ffn_dropout: float | None = None,
+    shift_tokens: int | None = None,
     d_model: int | None = None,
     n_heads: int | None = None,
     d_ff: int | None = None,
@@ -120,10 +121,10 @@ def setup(
     separate corpus to validate on instead.
 
     Unset settings come from the recipe of ``preset`` (:mod:`tformer.lm.recipes`), else the defaults (``d_model``,
-    ``n_heads``, ``d_ff``, ``n_layers``: the model's shape; ``ffn_dropout``: inside its feed-forward); ``max_len`` is
-    the context (the model's and the training blocks'); ``train_options`` are the other :class:`TrainConfig` fields
-    (``minutes``, ``max_steps``, ``device``, ...; :data:`TRAINING` unless given). With ``resume``, the tokenizer and
-    the config come from ``OUT/last``.
+    ``n_heads``, ``d_ff``, ``n_layers``: the model's shape; ``ffn_dropout``: inside its feed-forward; ``shift_tokens``:
+    :attr:`GPTConfig.shift_tokens`); ``max_len`` is the context (the model's and the training blocks');
+    ``train_options`` are the other :class:`TrainConfig` fields (``minutes``, ``max_steps``, ``device``, ...;
+    :data:`TRAINING` unless given). With ``resume``, the tokenizer and the config come from ``OUT/last``.
 
     ``pad_vocab``: the new model's token table and output head get rows up to a multiple of it
     (:attr:`GPTConfig.vocab_multiple`; None: :data:`PAD_VOCAB`, 1: none), so that the GPU's matrix tiles fit them;
@@ -138,7 +139,9 @@ def setup(
     """
     # each setting in its flag's bounds and words, before anything runs (an overwrite deletes the old run)
     check_settings({**locals(), "preset": preset or "tiny"}, known_train_options(train_options, setup), bounds=BOUNDS)
-    shape = shape_given(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers, ffn_dropout=ffn_dropout)
+    fields: dict[str, float | None] = dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)
+    fields.update(ffn_dropout=ffn_dropout, shift_tokens=shift_tokens)  # the model's shape, over the recipe's
+    shape = shape_given(**fields)  # (the ones given)
     refuse_given(init, shape)
     lora = LoraSettings(lora_r, lora_alpha, lora_dropout, lora_targets)  # (its flags without --lora-r: refused)
     if init is not None or lora_r:
@@ -205,8 +208,7 @@ def setup(
         max_len=r["max_len"],
         batch_size=r["batch_size"],
         dropout=dropout,
-        **dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers),  # None: the recipe's
-        ffn_dropout=ffn_dropout,
+        **fields,  # None: the recipe's
         batches_per_epoch=batches_per_epoch,
         valid=valid,
     )  # what makes the run: --resume refuses a change (eval_blocks may change)

@@ -11,7 +11,8 @@ The choices of today's decoders are one field each, all off by default (GPT-2's 
 ``norm="rmsnorm"`` (``norm_weight_offset=1.0`` for Gemma's ``1 + weight``), ``ffn="swiglu"`` / ``"geglu"``,
 ``n_kv_heads`` (grouped-query attention, the KV cache holds only those heads), ``qk_norm``, ``qkv_bias``,
 ``sliding_window`` (Mistral; the KV cache of those layers keeps only the window), ``attn_softcap`` and ``final_softcap``
-(Gemma 2's c·tanh(x / c) on the attention scores and on the logits).
+(Gemma 2's c·tanh(x / c) on the attention scores and on the logits), ``shift_tokens`` (each sub-layer also reads
+the positions just before its own through part of its features: :mod:`tformer.nn.shift`).
 A Llama-shaped block: ``norm="rmsnorm", ffn="swiglu", positional="rope", bias=False, n_kv_heads=...``;
 Qwen2 adds ``qkv_bias=True``, Qwen3 ``qk_norm=True`` instead.
 
@@ -97,6 +98,9 @@ class GPTConfig(ModelConfig, defaults=GPT2):
     attn_scale: float | None = None  # the scores' factor; None = 1/√head_dim (Gemma 3: query_pre_attn_scalar^−½)
     parallel_residual: bool = False  # x + attn(norm1(x)) + ff(norm3(x)): GPT-NeoX's and Pythia's block
     rope_dim: int | None = None  # RoPE turns the first rope_dim dims of each head, the rest pass (Pythia: Dh / 4)
+    # each sub-layer's normed input: feature group i of shift_tokens + 1 from i positions back (tformer.nn.shift;
+    # x-transformers' shift_tokens, RWKV's token shift without its learned mix); 0 = GPT-2's block
+    shift_tokens: int = 0
 
     def __post_init__(self) -> None:
         # head_dim is filled in before the shared checks, so ``config.head_dim`` is always the width in use
@@ -154,6 +158,8 @@ class GPTConfig(ModelConfig, defaults=GPT2):
         if self.positional == "rope" and self.head_dim % 2 != 0:
             raise ValueError(f"GPTConfig.positional='rope' needs an even head dimension, got head_dim={self.head_dim}")
         self.check_token_id("pad_id", self.vocab_size, optional=True)
+        if self.shift_tokens >= self.d_model:  # (a whole number >= 0: the layer options' check)
+            raise ValueError(f"GPTConfig.shift_tokens must be below d_model={self.d_model}, got {self.shift_tokens}")
         if self.vocab_multiple > MAX_VOCAB_MULTIPLE:  # (>= 1: POSITIVE)
             raise ValueError(
                 f"GPTConfig.vocab_multiple must be at most {MAX_VOCAB_MULTIPLE} (a multiple of rows for the GPU's "
@@ -317,7 +323,10 @@ class GPT(PretrainedMixin, nn.Module):
             rotary = tables[0]
             if len(tables) == 2:  # Gemma 3: the sliding layers turn at their own base
                 rotary = [tables[1] if self.config.is_local(i) else tables[0] for i in range(self.config.n_layers)]
-        x = self.decoder(x, self_mask=mask, causal=True, cache=cache, rotary=rotary)  # (B, T, D)
+        real = None  # token shift: padding reads as zeros; attention_mask covers the new positions last
+        if self.config.shift_tokens and attention_mask is not None:
+            real = attention_mask[:, -ids.shape[1] :].bool()  # (B, T)
+        x = self.decoder(x, self_mask=mask, causal=True, cache=cache, rotary=rotary, real=real)  # (B, T, D)
         if logits_to_keep > 0:
             x = x[:, -logits_to_keep:]  # (B, k, D)
         if not head:

@@ -7,6 +7,7 @@
 * :mod:`.norms` — LayerNorm and RMSNorm (with Gemma's ``1 + weight`` form);
 * :mod:`.feedforward` — the position-wise feed-forwards: the paper's MLP and the gated one (SwiGLU, GeGLU);
 * :mod:`.layers` — add & norm, encoder and decoder layers and stacks;
+* :mod:`.shift` — token shift: a sub-layer also reads the positions just before its own;
 * :mod:`.losses` — cross-entropy over real tokens, with label smoothing;
 * :mod:`.hooks` — a named hook point at every intermediate tensor: capture it, or patch it;
 * :mod:`.from_torch` — PyTorch's own Transformer modules converted into these parts, with the same weights.

@@ -21,7 +21,9 @@ every W steps or so.
 and the self-attention padding mask; each self-attention layer calls ``cache.layers[i].update(k, v, mask, causal)``,
 which stores the new keys/values and returns what to attend to and with which mask. This growing cache and the
 static one of compiled decoding (:mod:`tformer.generation.static_cache`) both speak it, so the model and its
-attention never ask which one they were given. Cross-attention keys/values go in ``cross_k``/``cross_v``.
+attention never ask which one they were given. Cross-attention keys/values go in ``cross_k``/``cross_v``. A
+token-shifted sub-layer (:mod:`tformer.nn.shift`) calls ``cache.layers[i].carry(key, x, n)`` for the positions it read
+before these.
 
 Dimension legend: B batch (× beams), H heads, T positions, Dh head dim.
 """
@@ -48,6 +50,11 @@ class LayerCache(Protocol):
         self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
         """Store the new keys/values (B, Hkv, T, Dh); return the keys, values, mask and ``causal`` to attend with."""
+        ...
+
+    def carry(self, key: int, x: torch.Tensor, n: int) -> torch.Tensor:
+        """Token shift (:mod:`tformer.nn.shift`): sub-layer ``key``'s new input ``x`` (B, T, D) after the ``n``
+        positions it read before (zeros before the first), (B, n + T, D); keeps the last ``n`` for the next forward."""
         ...
 
 
@@ -130,6 +137,7 @@ class LayerKV:
         self.cross_k: torch.Tensor | None = None  # (B, H, S, Dh)
         self.cross_v: torch.Tensor | None = None  # (B, H, S, Dh)
         self._spare: tuple[torch.Tensor, torch.Tensor] | None = None  # reorder's target buffers, reused
+        self.shifted: dict[int, torch.Tensor] = {}  # token shift: sub-layer → the last n positions it read (B, n, D)
 
     def update(
         self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool
@@ -167,6 +175,15 @@ class LayerKV:
         self.length += k.shape[2]
         return keys.narrow(2, 0, end), values.narrow(2, 0, end)  # (B, H, T, Dh) each
 
+    def carry(self, key: int, x: torch.Tensor, n: int) -> torch.Tensor:
+        """The cache protocol's token shift: ``x`` (B, T, D) after the last ``n`` positions sub-layer ``key`` read."""
+        before = self.shifted.get(key)
+        if before is None:
+            before = x.new_zeros(x.shape[0], n, x.shape[2])  # (B, n, D): nothing before the first position
+        history = torch.cat([before, x], dim=1)  # (B, n + T, D)
+        self.shifted[key] = history[:, -n:]
+        return history
+
     def kept(self, mask: torch.Tensor | None) -> torch.Tensor | None:
         """``mask`` (..., Tk) over every position seen, cut to the positions the store still keeps (from ``offset``):
         after :meth:`append`, a sliding window's store has forgotten the oldest ones."""
@@ -201,6 +218,7 @@ class LayerKV:
             )
             self._spare = (self.k, self.v)  # the old buffers receive the next reorder
             self.k, self.v = new_k, new_v
+        self.shifted = {key: rows.index_select(0, index) for key, rows in self.shifted.items()}
         cross_index = cross if isinstance(cross, torch.Tensor) else (index if cross else None)
         if cross_index is not None and self.cross_k is not None and self.cross_v is not None:
             self.cross_k, self.cross_v = (

@@ -17,7 +17,8 @@ bias) are described in :class:`MultiHeadAttention`.
 
 Hook points (:mod:`tformer.nn.hooks`), each (B, T, D): an :class:`AddNorm`'s ``hook_norm`` (its norm's output: the
 sub-layer's input in pre-LN, the block's output in post-LN), ``hook_residual`` (x + sublayer: the output in pre-LN)
-and, with ``sandwich_norm``, ``hook_post_norm`` (the sub-layer's output, normed); a stack's ``hook_final_norm``.
+and, with ``sandwich_norm``, ``hook_post_norm`` (the sub-layer's output, normed), with ``shift_tokens``, ``hook_shifted``
+(what the sub-layer reads: the norm's output token-shifted, :mod:`tformer.nn.shift`); a stack's ``hook_final_norm``.
 
 Dimension legend: B batch, S source length, T target length, D model dim, F feed-forward dim.
 """
@@ -36,6 +37,7 @@ from tformer.nn.cache import Cache, LayerCache
 from tformer.nn.feedforward import ACTIVATIONS, GATED, FeedForward, GatedFeedForward
 from tformer.nn.hooks import HookPoint, keep_at_hand
 from tformer.nn.norms import NORMS, make_norm
+from tformer.nn.shift import shift_tokens
 
 __all__ = [
     "LAYER_OPTIONS",
@@ -56,6 +58,11 @@ def _positive_or_none(value, _n_heads: int) -> str | None:
 
 def _one_of(allowed: Sequence[str]):
     return lambda value, _n_heads: None if value in allowed else f"must be one of {', '.join(map(repr, allowed))}"
+
+
+def _count(value, _n_heads: int) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return None if ok else "must be a whole number >= 0"
 
 
 def _kv_heads(value, n_heads: int) -> str | None:
@@ -79,6 +86,7 @@ LAYER_OPTIONS = {
     "sandwich_norm": None,  # (pre-LN only: check_layer_options)
     "attn_scale": _positive_or_none,
     "parallel_residual": None,  # (pre-LN only: check_layer_options)
+    "shift_tokens": _count,  # (pre-LN only, at most d_model − 1: check_layer_options)
 }
 
 
@@ -100,6 +108,8 @@ def check_layer_options(options, n_heads: int, norm_first: bool, name=lambda fie
         raise ValueError(
             f"{name('sandwich_norm')} needs norm_first=True (pre-LN): the post-LN layer already norms the sum"
         )
+    if options.get("shift_tokens") and not norm_first:
+        raise ValueError(f"{name('shift_tokens')} needs norm_first=True (pre-LN): it shifts what each sub-layer reads")
     if options.get("parallel_residual") and not norm_first:
         raise ValueError(
             f"{name('parallel_residual')} needs norm_first=True (pre-LN): both sub-layers read the layer's input"
@@ -138,6 +148,9 @@ class LayerConfig:
     # dropout on the feed-forward's hidden layer; None = same as ``dropout`` (the paper's, nn.Transformer's); 0 = none
     # there, as GPT-2, BERT and nanoGPT (their residual dropout only)
     ffn_dropout: float | None = None
+    # each sub-layer's normed input: feature group i of shift_tokens + 1 taken from i positions back (tformer.nn.shift;
+    # x-transformers' shift_tokens); 0 = off; a decoder layer without cross-attention, pre-LN
+    shift_tokens: int = 0
 
     def __post_init__(self) -> None:
         check_yes_no_fields(self)  # bias="no" is a true string: refused, not a layer with biases
@@ -146,6 +159,8 @@ class LayerConfig:
                 f"d_model, n_heads and d_ff must be positive, got {self.d_model}, {self.n_heads}, {self.d_ff}"
             )
         check_layer_options(vars(self), self.n_heads, self.norm_first)
+        if self.shift_tokens >= self.d_model:
+            raise ValueError(f"shift_tokens must be below d_model={self.d_model}, got {self.shift_tokens}")
         if self.head_dim is None and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}"
@@ -201,6 +216,7 @@ class AddNorm(nn.Module):
     """
 
     hook_post_norm: HookPoint  # only with sandwich_norm
+    hook_shifted: HookPoint  # only with shift_tokens
 
     def __init__(self, cfg: LayerConfig) -> None:
         super().__init__()
@@ -208,21 +224,35 @@ class AddNorm(nn.Module):
         self.post_norm = cfg.make_norm() if cfg.sandwich_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
+        self.shift = cfg.shift_tokens  # the sub-layer reads norm(x) token-shifted (tformer.nn.shift); 0 = as it is
         self.hook_norm, self.hook_residual = HookPoint(), HookPoint()
         if self.post_norm is not None:
             self.hook_post_norm = HookPoint()
+        if self.shift:
+            self.hook_shifted = HookPoint()
         keep_at_hand(self)
 
-    def forward(self, x: torch.Tensor, sublayer, source: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        sublayer,
+        source: torch.Tensor | None = None,
+        real: torch.Tensor | None = None,
+        carry=None,
+    ) -> torch.Tensor:
         """``x + dropout(sublayer(norm(x)))`` (pre-LN); ``source``: what the sub-layer reads instead of ``x``
-        (normed), its output still added to ``x`` (a parallel residual: :class:`DecoderLayer`)."""
+        (normed), its output still added to ``x`` (a parallel residual: :class:`DecoderLayer`). With ``shift_tokens``,
+        ``real`` (B, T) marks padding and ``carry`` is the cache's (:func:`tformer.nn.shift.shift_tokens`)."""
         if not self.norm_first:  # post-LN (the paper): norm(x + dropout(sublayer(x)))
             h = sublayer(x)
             if self.training:  # dropout is the identity in evaluation: decoding skips even the call
                 h = self.dropout(h)
             return self.hook_norm(self.norm(self.hook_residual(x + h)))
         read = x if source is None else source
-        h = sublayer(self.hook_norm(self.norm(read)))  # pre-LN: x + dropout(sublayer(norm(x)))
+        h = self.hook_norm(self.norm(read))  # (B, T, D)
+        if self.shift:  # feature group i from i positions back
+            h = self.hook_shifted(shift_tokens(h, self.shift, real, carry))
+        h = sublayer(h)  # pre-LN: x + dropout(sublayer(norm(x)))
         if self.post_norm is not None:  # sandwich (Gemma 2/3): the sub-layer's output is normed too
             h = self.hook_post_norm(self.post_norm(h))
         if self.training:
@@ -239,6 +269,8 @@ class EncoderLayer(nn.Module):
         self.add_norm1 = AddNorm(cfg)
         self.ff = cfg.feed_forward()
         self.add_norm2 = AddNorm(cfg)
+        if cfg.shift_tokens:  # (it shifts along a causal decoder's positions; its cache keeps what it read)
+            raise ValueError("shift_tokens is a decoder-only layer's (no encoder)")
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.add_norm1(x, lambda h: self.self_attn(h, mask=mask))  # (B, S, D)
@@ -256,8 +288,9 @@ class DecoderLayer(nn.Module):
         self.add_norm2 = AddNorm(cfg) if cross_attention else None
         self.ff = cfg.feed_forward()
         self.add_norm3 = AddNorm(cfg)
-        if cfg.parallel_residual and cross_attention:
-            raise ValueError("parallel_residual is a decoder-only layer's (no cross-attention)")
+        for option in ("parallel_residual", "shift_tokens"):
+            if getattr(cfg, option) and cross_attention:
+                raise ValueError(f"{option} is a decoder-only layer's (no cross-attention)")
         self.parallel = cfg.parallel_residual  # the feed-forward reads x, not x + attention (GPT-NeoX)
 
     def forward(
@@ -269,22 +302,31 @@ class DecoderLayer(nn.Module):
         causal: bool = True,
         cache: LayerCache | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        real: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``x`` (B, T, D) decoder states; ``memory`` (B, S, D) encoder output; returns (B, T, D).
 
-        ``rotary``: cos/sin of the positions for rotary self-attention (GPT with ``positional="rope"``)."""
+        ``rotary``: cos/sin of the positions for rotary self-attention (GPT with ``positional="rope"``). ``real`` (B, T)
+        bool, False at padding: what a token-shifted sub-layer (``shift_tokens``) reads there as zeros."""
+        shift = self.add_norm1.shift
+        carry1 = carry3 = None
+        if shift and cache is not None:  # the positions read before these come from the cache, which keeps them
+            carry1, carry3 = (lambda h: cache.carry(0, h, shift)), (lambda h: cache.carry(1, h, shift))
         attended = self.add_norm1(
-            x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache, rotary=rotary)
+            x,
+            lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache, rotary=rotary),
+            real=real,
+            carry=carry1,
         )
         if self.parallel:  # x + attn(norm1(x)) + ff(norm3(x)): the feed-forward reads the layer's input
-            return self.add_norm3(attended, self.ff, source=x)
+            return self.add_norm3(attended, self.ff, source=x, real=real, carry=carry3)
         x = attended
         cross_attn, add_norm2 = self.cross_attn, self.add_norm2
         if cross_attn is not None and add_norm2 is not None:
             if memory is None:
                 raise ValueError("memory (the encoder output) is required by a decoder layer with cross-attention")
             x = add_norm2(x, lambda h: cross_attn(h, memory, mask=memory_mask, cache=cache))
-        return self.add_norm3(x, self.ff)
+        return self.add_norm3(x, self.ff, real=real, carry=carry3)
 
 
 class Encoder(nn.Module):
@@ -344,14 +386,16 @@ class Decoder(nn.Module):
         causal: bool = True,
         cache: Cache | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        real: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """``real`` (B, T): False at padding, for token-shifted layers (:class:`DecoderLayer`)."""
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache has {len(cache)} layers, the decoder has {len(self.layers)}")
         per_layer = isinstance(rotary, list)  # one (cos, sin) pair per layer, else one for all
         for i, layer in enumerate(self.layers):
             layer_cache = cache.layers[i] if cache is not None else None
             layer_rotary = rotary[i] if per_layer else rotary  # type: ignore[index]
-            x = layer(x, memory, self_mask, memory_mask, causal, layer_cache, layer_rotary)  # (B, T, D)
+            x = layer(x, memory, self_mask, memory_mask, causal, layer_cache, layer_rotary, real)  # (B, T, D)
         return x if self.norm is None else self.hook_final_norm(self.norm(x))
 
 

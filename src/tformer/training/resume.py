@@ -216,6 +216,7 @@ SHAPE_SETTINGS = (
     "n_decoder_layers",
     "dropout",
     "ffn_dropout",
+    "shift_tokens",
     "max_len",
 )
 
