@@ -13,6 +13,7 @@ import torch
 
 from tformer import GPT, GPTConfig
 from tformer.nn.attention import reference_attention, scaled_dot_product_attention
+from tformer.nn.cache import KVCache
 from tformer.nn.layers import AddNorm, LayerConfig
 from tformer.nn.positional import apply_rotary, rope_frequencies, rotary_tables
 from tformer.nn.shift import shift_tokens
@@ -305,6 +306,22 @@ def test_a_token_shifted_model_decodes_with_its_cache_as_the_full_pass(kind):
         positions = torch.cat([torch.zeros(3, dtype=torch.long), torch.arange(9)])[None]
         padded = model(torch.cat([pad, row], 1), attention_mask=real, positions=positions)[:, 3:]
     assert (padded - model(row)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_a_caches_reorder_and_reset_move_and_clear_what_the_shifted_sub_layers_read(kind):
+    from tformer.generation.static_cache import StaticKVCache
+
+    cache = KVCache(1, 8) if kind == "dynamic" else StaticKVCache(1, 8)
+    layer = cache.layers[0]
+    x = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)
+    layer.carry(0, x, 2)
+    cache.reorder(torch.tensor([1, 0]))  # (beam search: row 0 now follows row 1)
+    before = layer.carry(0, torch.zeros(2, 1, 4), 2)[:, :2]  # the two positions kept, per row
+    assert torch.equal(before, x.flip(0)[:, -2:])
+    if kind == "static":  # the next prefill starts with nothing before it
+        cache.reset()
+        assert not layer.carry(0, torch.ones(2, 1, 4), 2)[:, :2].any()
 
 
 def test_a_token_shifted_model_generates_each_prompts_own_text_in_a_batch():

@@ -115,17 +115,23 @@ def test_ffn_dropout_sets_the_feed_forwards_own_rate_and_a_resume_keeps_it(tmp_p
 
 
 def test_shift_tokens_builds_a_token_shifted_lm_that_generates_and_a_resume_keeps_it(tmp_path, text, capsys):
-    """``--shift-tokens 1`` (GPTConfig.shift_tokens): in the model and ``OUT/config.yaml``; the model generates from
-    its directory; another value on ``--resume`` is refused; ``--shift-tokens -1`` is refused before a run is made."""
+    """``--shift-tokens`` (GPTConfig.shift_tokens), the 30-minute recipe's 1 where not given: in the model and
+    ``OUT/config.yaml``; the model generates from its directory; a resume accepts the value the run was built with,
+    given or not, and refuses another; ``--shift-tokens 0`` builds the model without it; ``-1`` is refused before a
+    run is made."""
     out = tmp_path / "lm"
     args = ["train", "lm", "--data", str(text), "--out", str(out), "--preset", "shakespeare-char-30min", *EXTRA["lm"]]
-    assert main([*args, "--shift-tokens", "1", *QUICK]) == 0
+    assert main([*args, *QUICK]) == 0
     assert _config(out)["shift_tokens"] == 1 and yaml.safe_load((out / "config.yaml").read_text())["shift-tokens"] == 1
     capsys.readouterr()
     assert main(["generate", "--model", str(out), "--max-new-tokens", "5", "--prompt", "the cat", "--greedy"]) == 0
     assert capsys.readouterr().out.startswith("the cat")
     assert main([*args, "--shift-tokens", "2", "--max-steps", "2", "--no-progress", "--resume"]) == 2
-    assert "--shift-tokens 2 (the run: 1)" in capsys.readouterr().err
+    assert "--shift-tokens 2 (the run: 1, the preset's)" in capsys.readouterr().err
+    assert main([*args, "--shift-tokens", "1", "--max-steps", "2", "--no-progress", "--resume"]) == 0
+    plain = tmp_path / "plain"
+    assert main([*args[:5], str(plain), *args[6:], "--shift-tokens", "0", *QUICK]) == 0
+    assert _config(plain)["shift_tokens"] == 0
     bad = tmp_path / "bad"
     assert _code(["train", "lm", "--data", str(text), "--out", str(bad), "--shift-tokens", "-1", *QUICK]) == 2
     err = capsys.readouterr().err
