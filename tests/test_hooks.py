@@ -42,6 +42,7 @@ MODELS = {  # one of each family, and the options that add or change hook points
     "seq2seq pre-LN gated": lambda: _seq2seq(norm_first=True, ffn="swiglu"),
     "gpt": lambda: _gpt(),
     "gpt gemma-like": lambda: _gpt(**GEMMA_LIKE),
+    "gpt token-shifted": lambda: _gpt(positional="rope", shift_tokens=1),
     "bert": lambda: _bert(),
     "bert pre-LN gated": lambda: _bert(norm_first=True, ffn="geglu"),
 }
