@@ -286,6 +286,11 @@ def test_a_token_shifted_sub_layer_reads_the_shifted_norm_and_stays_causal():
 
     formulas = [e.note for e in trace(model, ids[:1]).entries if e.stage == "add_norm"]
     assert formulas and all(f.startswith("x + sublayer(token_shift(RMSNorm(x), 1))") for f in formulas), formulas
+    from tformer.explore.formulas import formula  # the explorer's page says it too
+
+    assert formula("add_norm", "decoder", "", formulas[0]).startswith(
+        "x + Dropout(sublayer(token_shift(RMSNorm(x), 1)))"
+    )
 
 
 @pytest.mark.parametrize("kind", ["dynamic", "static"])

@@ -8,6 +8,8 @@ Dimension legend: none (strings only).
 
 from __future__ import annotations
 
+import re
+
 __all__ = ["formula"]
 
 _FIXED = {
@@ -81,12 +83,19 @@ def formula(stage: str, block: str, kind: str, note: str, activation: str = "") 
         return _MASKS.get((block, kind), "mask: 1 = may attend, 0 = blocked")
     if stage == "add_norm":
         norm = "RMSNorm" if "RMSNorm" in note else "LayerNorm"
+        shifted = re.search(r"token_shift\(.*\), (\d+)\)", note)  # (tformer.inspection.collector's note)
+        n = shifted.group(1) if shifted else ""
+
+        def read(x: str) -> str:  # what the sub-layer reads: the norm, token-shifted (tformer.nn.shift) or not
+            return f"token_shift({norm}({x}), {n})" if n else f"{norm}({x})"
+
         if note.startswith(f"x + {norm}(sublayer("):  # sandwich (Gemma 2/3)
-            return f"x + Dropout({norm}(sublayer({norm}(x)))) (a norm before and after the sub-layer)"
+            return f"x + Dropout({norm}(sublayer({read('x')}))) (a norm before and after the sub-layer)"
         if "the layer's input" in note:  # GPT-NeoX's parallel residual: the feed-forward reads what attention read
-            return f"x + Dropout(FFN({norm}(the layer's input))), x = add_norm1's sum (parallel residual)"
+            inner = read("the layer's input")
+            return f"x + Dropout(FFN({inner})), x = add_norm1's sum (parallel residual)"
         if note.startswith("x + sublayer("):  # pre-LN (GPT-2)
-            return f"x + Dropout(sublayer({norm}(x))) (pre-LN: the norm comes first)"
+            return f"x + Dropout(sublayer({read('x')})) (pre-LN: the norm comes first)"
         return f"x + Dropout(sublayer(x)), then {norm}"
     if stage == "ffn_activation":
         return f"{activation or 'activation'}(h) = {_ACTIVATION_TEXT.get(activation, 'activation(h)')}"
