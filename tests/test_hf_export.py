@@ -179,9 +179,11 @@ def test_default_format_is_tformers_own(tmp_path):
 def test_config_without_hf_layout_refused(tmp_path, fields, field):
     model = GPT(GPTConfig(**BASE, **fields))
     target = tmp_path / "out"
-    with pytest.raises(ValueError, match=f"GPTConfig.{field}=.*has no Hugging Face layout"):
+    with pytest.raises(ValueError, match=f"GPTConfig.{field}=.*has no Hugging Face layout") as refused:
         export(model, target)
     assert not target.exists()  # refused before anything is written
+    if field == "shift_tokens":  # the Tiny Shakespeare recipes' models have it: the refusal says how to train without
+        assert "`tformer train lm --shift-tokens 0` trains one without it" in str(refused.value)
 
 
 @pytest.mark.parametrize(

@@ -334,7 +334,12 @@ def check_decoder(config: Any, gemma: bool = False, neox: bool = False) -> None:
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
     for field in TFORMER_FIELDS:
         if field in defaults and getattr(config, field) != defaults[field]:
-            raise refuse(config, field, f"no Hugging Face decoder has it (tformer.nn.shift); only {defaults[field]!r}")
+            raise refuse(  # (the Tiny Shakespeare recipes set it: the flag trains their model without it)
+                config,
+                field,
+                f"no Hugging Face decoder has it (tformer.nn.shift); only {defaults[field]!r} "
+                f"(`tformer train lm --{field.replace('_', '-')} {defaults[field]!r}` trains one without it)",
+            )
     for field in () if neox else NEOX_FIELDS:
         if field in defaults and getattr(config, field) != defaults[field]:
             raise refuse(config, field, f"only GPT-NeoX's block (RoPE with an MLP) has it; only {defaults[field]!r}")

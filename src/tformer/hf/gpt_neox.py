@@ -1,10 +1,11 @@
 """GPT-NeoX (``GPTNeoXForCausalLM``, ``model_type="gpt_neox"``) ↔ :class:`~tformer.models.gpt.GPT`, both directions.
 
-GPT-NeoX's block is tformer's GPT block with rotary positions: pre-LN with a final LayerNorm, RoPE ("rotate half",
-as tformer's), a plain MLP, biases everywhere. With ``use_parallel_residual=False`` and ``rotary_pct=1.0`` it is the
-Hugging Face layout of the presets ``shakespeare-char-6min`` and ``shakespeare-char-30min-gelu`` (RoPE with GPT-2's
-MLP), which neither GPT-2 (learned positions) nor Llama (RMSNorm, SwiGLU) holds; Pythia's (EleutherAI) parallel block
-and quarter-head rotary are ``GPTConfig.parallel_residual`` and ``rope_dim``. What changes on the way:
+GPT-NeoX's block is tformer's GPT block with rotary positions: pre-LN with a final LayerNorm, RoPE ("rotate half", as
+tformer's), a plain MLP, biases everywhere. With ``use_parallel_residual=False`` and ``rotary_pct=1.0`` it is the
+Hugging Face layout of the presets ``shakespeare-char-6min`` (trained with ``--shift-tokens 0``: no layout has token
+shift) and ``shakespeare-char-30min-gelu`` (RoPE with GPT-2's MLP), which neither GPT-2 (learned positions) nor Llama
+(RMSNorm, SwiGLU) holds; Pythia's (EleutherAI) parallel block and quarter-head rotary are
+``GPTConfig.parallel_residual`` and ``rope_dim``. What changes on the way:
 
 * ``query_key_value`` is the fused (Q, K, V) projection with its rows grouped by head (H × (Q, K, V) × Dh); tformer's
   ``qkv_proj`` holds all of Q, then K, then V. The rows are regrouped both ways;
